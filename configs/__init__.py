@@ -1,0 +1,243 @@
+"""The one typed model of an evalbeam config, and its loading from YAML.
+
+Every bad field gets a message naming it (``metrics.2.params.rouge_type: ...``).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+import yaml
+
+from metrics.instance import CANONICAL_FIELDS
+from metrics.registry import MetricDef, get_metric
+
+NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+COLUMN_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# Columns of the instances table that a slice column may not shadow.
+RESERVED_COLUMNS = frozenset(("run_id", "instance_id", "source") + CANONICAL_FIELDS)
+
+CONFIG_DIR = Path(__file__).resolve().parent
+
+
+class ConfigError(ValueError):
+    """The config or its dataset cannot be used; the message names the field."""
+
+
+class _Model(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class InputConfig(_Model):
+    uri: str = pydantic.Field(min_length=1, description="local path or glob of the dataset files")
+    format: Literal["jsonl", "csv"] | None = pydantic.Field(
+        None, description="jsonl | csv; inferred from the extension when omitted"
+    )
+    column_mapping: dict[str, str] = pydantic.Field(
+        default_factory=dict, description="canonical field -> dataset column"
+    )
+    id_column: str | None = pydantic.Field(None, description="default: a stable content hash of the row")
+    slice_columns: list[str] = pydantic.Field(
+        default_factory=list, description="dataset columns to slice the summary by"
+    )
+
+    @pydantic.field_validator("column_mapping")
+    @classmethod
+    def _canonical_keys(cls, mapping: dict[str, str]) -> dict[str, str]:
+        for key in mapping:
+            if key not in CANONICAL_FIELDS:
+                raise ValueError(f"{key!r} is not a canonical field; known: {', '.join(CANONICAL_FIELDS)}")
+        return mapping
+
+    @pydantic.field_validator("slice_columns")
+    @classmethod
+    def _slice_names(cls, columns: list[str]) -> list[str]:
+        for col in columns:
+            if not re.match(COLUMN_RE, col):
+                raise ValueError(f"{col!r} is not a valid column name (letters, digits, underscore)")
+            if col in RESERVED_COLUMNS:
+                raise ValueError(f"{col!r} clashes with an output column of the instances table")
+        if len(set(columns)) != len(columns):
+            raise ValueError("slice columns repeat")
+        return columns
+
+    @pydantic.model_validator(mode="after")
+    def _format_known(self) -> "InputConfig":
+        if self.format is None and self.inferred_format() is None:
+            raise ValueError(f"cannot infer the format of {self.uri!r} from its extension; set input.format")
+        return self
+
+    def inferred_format(self) -> str | None:
+        if self.format:
+            return self.format
+        name = self.uri.lower()
+        for suffix in (".gz", ".bz2", ".zst", ".deflate"):
+            name = name.removesuffix(suffix)
+        if name.endswith((".jsonl", ".ndjson", ".json")):
+            return "jsonl"
+        if name.endswith(".csv"):
+            return "csv"
+        return None
+
+
+class MetricSpec(_Model):
+    name: str = pydantic.Field(min_length=1)
+    as_: str | None = pydantic.Field(None, alias="as", pattern=COLUMN_RE, description="output name of the metric")
+    params: dict[str, Any] = pydantic.Field(default_factory=dict)
+    function: str | None = pydantic.Field(None, description="custom metric: 'package.module:function'")
+    inputs: list[str] | None = pydantic.Field(None, description="custom metric: canonical fields it needs")
+    threshold: float | None = pydantic.Field(None, description="pass when score >= threshold")
+
+    @pydantic.model_validator(mode="after")
+    def _check(self) -> "MetricSpec":
+        if self.function is None:
+            if self.inputs is not None:
+                raise ValueError("'inputs' applies to custom metrics (with 'function') only")
+            try:
+                definition = get_metric(self.name)
+            except KeyError as e:
+                raise ValueError(str(e.args[0])) from None
+            try:
+                definition.params.model_validate(self.params)
+            except pydantic.ValidationError as e:
+                raise ValueError(
+                    "params: " + "; ".join(f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors())
+                ) from None
+        else:
+            if self.params:
+                raise ValueError("custom metrics take no 'params'; read what you need from the instance")
+            for field in self.inputs or []:
+                if field not in CANONICAL_FIELDS:
+                    raise ValueError(f"inputs: {field!r} is not a canonical field")
+            from metrics.custom import load_function
+
+            try:
+                load_function(self.function)
+            except ValueError as e:
+                raise ValueError(f"function: {e}") from None
+        return self
+
+    @property
+    def output_name(self) -> str:
+        return self.as_ or self.name
+
+    @property
+    def is_custom(self) -> bool:
+        return self.function is not None
+
+    def definition(self) -> MetricDef | None:
+        return None if self.is_custom else get_metric(self.name)
+
+    def input_alternatives(self) -> tuple[tuple[str, ...], ...]:
+        if self.is_custom:
+            return (tuple(self.inputs),) if self.inputs else ()
+        return self.definition().inputs  # type: ignore[union-attr]
+
+    def effective_threshold(self) -> float | None:
+        if self.threshold is not None:
+            return self.threshold
+        definition = self.definition()
+        return definition.default_threshold if definition else None
+
+
+class OutputConfig(_Model):
+    parquet: str = pydantic.Field(min_length=1, description="folder (or prefix) under which each run writes <run_id>/<table>/")
+
+
+class EvalConfig(_Model):
+    name: str = pydantic.Field(pattern=NAME_RE)
+    run_id: str | None = pydantic.Field(None, pattern=NAME_RE)
+    input: InputConfig
+    metrics: list[MetricSpec] = pydantic.Field(min_length=1)
+    output: OutputConfig
+
+    @pydantic.field_validator("metrics", mode="before")
+    @classmethod
+    def _names_to_specs(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"name": m} if isinstance(m, str) else m for m in value]
+        return value
+
+    @pydantic.field_validator("metrics")
+    @classmethod
+    def _unique_outputs(cls, specs: list[MetricSpec]) -> list[MetricSpec]:
+        seen: set[str] = set()
+        for spec in specs:
+            if spec.output_name in seen:
+                raise ValueError(f"two metrics are named {spec.output_name!r}; give one a different 'as'")
+            seen.add(spec.output_name)
+        return specs
+
+    def resolved_run_id(self, now: dt.datetime | None = None) -> str:
+        if self.run_id:
+            return self.run_id
+        now = now or dt.datetime.now(dt.timezone.utc)
+        return f"{self.name}-{now:%Y%m%dT%H%M%SZ}"
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=True)
+
+
+def _loc(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def format_errors(error: pydantic.ValidationError) -> str:
+    lines = []
+    for err in error.errors():
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"  {_loc(err['loc']) or '(top level)'}: {msg}")
+    return "\n".join(lines)
+
+
+def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``--set a.b.c=value`` (value parsed as YAML; list items by index)."""
+    for item in overrides:
+        path, sep, text = item.partition("=")
+        if not sep or not path:
+            raise ConfigError(f"--set {item!r}: expected KEY.PATH=VALUE")
+        value = yaml.safe_load(text) if text else ""
+        node: Any = raw
+        parts = path.split(".")
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise ConfigError(f"--set {path}: {'.'.join(parts[:i])} has no item {part}")
+                if last:
+                    node[int(part)] = value
+                else:
+                    if isinstance(node[int(part)], str):  # a metric given by name only
+                        node[int(part)] = {"name": node[int(part)]}
+                    node = node[int(part)]
+            elif isinstance(node, dict):
+                if last:
+                    node[part] = value
+                else:
+                    if node.get(part) is None:
+                        node[part] = {}
+                    node = node[part]
+            else:
+                raise ConfigError(f"--set {path}: {'.'.join(parts[:i])} is not a mapping")
+    return raw
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> EvalConfig:
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(path)!r} does not exist") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    raw = apply_overrides(raw, overrides or [])
+    try:
+        return EvalConfig.model_validate(raw)
+    except pydantic.ValidationError as e:
+        raise ConfigError(f"{path}: invalid config\n{format_errors(e)}") from None

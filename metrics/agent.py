@@ -1,0 +1,28 @@
+"""Agent performance values the service always reports: passed through as metrics."""
+from __future__ import annotations
+
+from metrics.registry import register
+
+PASSTHROUGH_FIELDS = ("latency_in_seconds", "failure")
+
+
+@register(
+    "latency_in_seconds",
+    kind="agent",
+    inputs=("latency_in_seconds",),
+    score_range=">=0",
+    description="the agent's response time in seconds, passed through (added automatically when the column is present)",
+)
+def _latency(_params):
+    return lambda fields: fields["latency_in_seconds"]
+
+
+@register(
+    "failure",
+    kind="agent",
+    inputs=("failure",),
+    score_range="0/1",
+    description="1 if the agent call failed, passed through (added automatically when the column is present)",
+)
+def _failure(_params):
+    return lambda fields: float(fields["failure"])

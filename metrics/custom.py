@@ -1,0 +1,47 @@
+"""Custom metrics: a user function named by import path ``package.module:function``.
+
+The function receives the instance's canonical fields as a dict and returns
+``{metric_name: score, other_key: value, ...}``: the first key is the score,
+the others are kept as extra values.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+from metrics.registry import MetricError, MetricValue
+
+
+def load_function(path: str) -> Callable[[dict[str, Any]], Any]:
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{path!r} is not of the form 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"cannot import module {module_name!r}: {e}") from None
+    fn = module
+    for part in attr.split("."):
+        fn = getattr(fn, part, None)
+        if fn is None:
+            raise ValueError(f"module {module_name!r} has no attribute {attr!r}")
+    if not callable(fn):
+        raise ValueError(f"{path!r} is not callable")
+    return fn
+
+
+def custom_scorer(path: str):
+    fn = load_function(path)
+
+    def score(fields):
+        result = fn(dict(fields))
+        if not isinstance(result, dict) or not result:
+            raise MetricError(f"{path} must return a non-empty dict, got {type(result).__name__}")
+        items = iter(result.items())
+        _, value = next(items)
+        extra = dict(items)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise MetricError(f"{path} returned a non-numeric score {value!r}")
+        return MetricValue(float(value), extra=extra or None)
+
+    return score

@@ -1,0 +1,217 @@
+"""Canonical instance fields and the conversion of a dataset row into an instance.
+
+Every dataset row becomes one instance. A column mapping renames dataset
+columns to canonical fields; values are checked and normalised here, and a row
+that cannot be used raises ``InvalidField`` naming the field and the reason.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from typing import Any, Iterable, Mapping
+
+from metrics.calls import CallFormatError, parse_trajectory
+
+TEXT_FIELDS = (
+    "prompt",
+    "response",
+    "reference",
+    "baseline_model_response",
+    "context",
+    "instruction",
+    "developer_instruction",
+)
+TRAJECTORY_FIELDS = ("predicted_trajectory", "reference_trajectory")
+# Fields kept as JSON values (a list, an object, or text).
+STRUCTURED_FIELDS = ("history", "rubric_groups", "tool_declarations", "intermediate_events", "invocations")
+NUMBER_FIELDS = ("latency_in_seconds",)
+FLAG_FIELDS = ("failure",)
+
+CANONICAL_FIELDS = TEXT_FIELDS + TRAJECTORY_FIELDS + STRUCTURED_FIELDS + NUMBER_FIELDS + FLAG_FIELDS
+
+# Keys an ADK-style invocation may carry (an evalbeam extension, see README).
+INVOCATION_KEYS = ("prompt", "response", "reference", "predicted_trajectory", "reference_trajectory")
+
+
+class InvalidField(ValueError):
+    def __init__(self, field: str, reason: str, column: str | None = None):
+        self.field = field
+        self.column = column
+        where = f"field '{field}'" + (f" (column '{column}')" if column and column != field else "")
+        super().__init__(f"{where}: {reason}")
+
+
+@dataclasses.dataclass
+class Instance:
+    instance_id: str
+    fields: dict[str, Any]
+    slices: dict[str, str | None]
+    source: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RowSpec:
+    """How rows of one dataset become instances."""
+
+    column_mapping: Mapping[str, str]
+    id_column: str | None
+    slice_columns: tuple[str, ...]
+    # One entry per requested metric: (metric label, input alternatives).
+    requirements: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]
+
+
+def content_id(record: Mapping[str, Any]) -> str:
+    """A stable id from a row's content: independent of key order and file position."""
+    canonical = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:20]
+
+
+def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_csv: bool = False) -> Instance:
+    fields: dict[str, Any] = {}
+    for field in CANONICAL_FIELDS:
+        column = spec.column_mapping.get(field, field)
+        if column not in record:
+            continue
+        value = _normalise(field, column, record[column], from_csv)
+        if value is not None:
+            fields[field] = value
+
+    present = set(fields)
+    for label, alternatives in spec.requirements:
+        if not alternatives or any(all(f in present for f in alt) for alt in alternatives):
+            continue
+        closest = min(alternatives, key=lambda alt: sum(f not in present for f in alt))
+        missing = next(f for f in closest if f not in present)
+        raise InvalidField(
+            missing,
+            f"missing or null; needed by metric '{label}'",
+            spec.column_mapping.get(missing, missing),
+        )
+
+    if spec.id_column:
+        raw_id = record.get(spec.id_column)
+        if raw_id is None or (isinstance(raw_id, str) and not raw_id.strip()):
+            raise InvalidField("instance_id", "id column is missing or empty", spec.id_column)
+        if isinstance(raw_id, (dict, list)):
+            raise InvalidField("instance_id", "id must be a string or number", spec.id_column)
+        instance_id = str(raw_id)
+    else:
+        instance_id = content_id(record)
+
+    slices = {col: _slice_value(record.get(col)) for col in spec.slice_columns}
+    return Instance(instance_id=instance_id, fields=fields, slices=slices, source=source)
+
+
+def _slice_value(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return json.dumps(value)
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def _normalise(field: str, column: str, value: Any, from_csv: bool) -> Any:
+    if value is None:
+        return None
+    if from_csv and value == "" and field not in TEXT_FIELDS:
+        return None  # an empty CSV cell is a missing value, except for text
+    try:
+        if field in TEXT_FIELDS:
+            if not isinstance(value, str):
+                raise ValueError(f"must be a string, got {_kind(value)}")
+            return value
+        if field in TRAJECTORY_FIELDS:
+            return parse_trajectory(value)
+        if field in NUMBER_FIELDS:
+            return _number(value)
+        if field in FLAG_FIELDS:
+            return _flag(value)
+        if field == "invocations":
+            return _invocations(value)
+        return _structured(value)
+    except (ValueError, CallFormatError) as e:
+        raise InvalidField(field, str(e), column) from None
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("must be a number, got boolean")
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise ValueError(f"must be a number, got {value!r}") from None
+    if not isinstance(value, (int, float)):
+        raise ValueError(f"must be a number, got {_kind(value)}")
+    if not math.isfinite(value):
+        raise ValueError(f"must be a finite number, got {value!r}")
+    return float(value)
+
+
+_FLAG_TEXT = {"0": 0, "1": 1, "false": 0, "true": 1, "0.0": 0, "1.0": 1}
+
+
+def _flag(value: Any) -> int:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return int(value)
+    if isinstance(value, str) and value.strip().lower() in _FLAG_TEXT:
+        return _FLAG_TEXT[value.strip().lower()]
+    raise ValueError(f"must be 0 or 1 (or true/false), got {value!r}")
+
+
+def _structured(value: Any) -> Any:
+    if isinstance(value, str) and value[:1] in ("[", "{"):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value  # text that merely starts with a bracket
+    return value
+
+
+def _invocations(value: Any) -> list[dict[str, Any]]:
+    value = _structured(value)
+    if not isinstance(value, list):
+        raise ValueError(f"must be a list of invocations, got {_kind(value)}")
+    result = []
+    for i, inv in enumerate(value):
+        if not isinstance(inv, dict):
+            raise ValueError(f"item {i} must be an object, got {_kind(inv)}")
+        unknown = set(inv) - set(INVOCATION_KEYS) - {"invocation_id"}
+        if unknown:
+            raise ValueError(f"item {i} has unknown keys {sorted(unknown)}; allowed: {list(INVOCATION_KEYS)}")
+        clean: dict[str, Any] = {}
+        for key in INVOCATION_KEYS:
+            if inv.get(key) is None:
+                continue
+            if key in TRAJECTORY_FIELDS:
+                try:
+                    clean[key] = parse_trajectory(inv[key])
+                except CallFormatError as e:
+                    raise ValueError(f"item {i} '{key}' {e}") from None
+            elif not isinstance(inv[key], str):
+                raise ValueError(f"item {i} '{key}' must be a string, got {_kind(inv[key])}")
+            else:
+                clean[key] = inv[key]
+        result.append(clean)
+    return result
+
+
+def _kind(value: Any) -> str:
+    return {dict: "object", list: "list", str: "string", bool: "boolean", int: "number", float: "number"}.get(
+        type(value), type(value).__name__
+    )
+
+
+def present_columns(records: Iterable[Mapping[str, Any]]) -> set[str]:
+    columns: set[str] = set()
+    for r in records:
+        columns.update(k for k, v in r.items() if v is not None)
+    return columns

@@ -1,0 +1,135 @@
+"""The one registry of metrics.
+
+A metric is registered by decorating a *factory*: a function that takes the
+metric's validated parameters and returns a scorer, ``scorer(fields) -> MetricValue``.
+Factories run once per worker (in a DoFn's ``setup``), so expensive set-up
+(tokenizers, compiled patterns) happens once, not per instance.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Mapping
+
+import pydantic
+
+
+class MetricError(Exception):
+    """A metric could not score one instance; the message says why."""
+
+
+class NoParams(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricValue:
+    score: float
+    explanation: str | None = None
+    extra: dict[str, Any] | None = None
+
+
+Scorer = Callable[[Mapping[str, Any]], "MetricValue | float"]
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricDef:
+    name: str
+    kind: str  # computation | tool_call | agent | adk | custom
+    description: str
+    # Alternatives of required canonical fields: the metric can run when every
+    # field of at least one alternative is present.
+    inputs: tuple[tuple[str, ...], ...]
+    params: type[pydantic.BaseModel]
+    score_range: str
+    factory: Callable[[pydantic.BaseModel], Scorer]
+    default_threshold: float | None = None
+
+    def missing_inputs(self, available: set[str]) -> tuple[str, ...] | None:
+        """None when some alternative is satisfied, else the fields the closest
+        alternative lacks."""
+        if not self.inputs:
+            return None
+        best = None
+        for alternative in self.inputs:
+            lacking = tuple(f for f in alternative if f not in available)
+            if not lacking:
+                return None
+            if best is None or len(lacking) < len(best):
+                best = lacking
+        return best
+
+    def inputs_text(self) -> str:
+        return " | ".join(", ".join(alt) for alt in self.inputs) or "-"
+
+
+_REGISTRY: dict[str, MetricDef] = {}
+
+
+def register(
+    name: str,
+    *,
+    kind: str,
+    description: str,
+    inputs: tuple[str, ...] | tuple[tuple[str, ...], ...] = (),
+    params: type[pydantic.BaseModel] = NoParams,
+    score_range: str = "0..1",
+    default_threshold: float | None = None,
+):
+    if inputs and isinstance(inputs[0], str):
+        inputs = (tuple(inputs),)  # type: ignore[assignment]
+
+    def decorate(factory):
+        if name in _REGISTRY:
+            raise ValueError(f"metric {name!r} is registered twice")
+        _REGISTRY[name] = MetricDef(
+            name=name,
+            kind=kind,
+            description=description,
+            inputs=tuple(tuple(a) for a in inputs),  # type: ignore[arg-type]
+            params=params,
+            score_range=score_range,
+            factory=factory,
+            default_threshold=default_threshold,
+        )
+        return factory
+
+    return decorate
+
+
+def _load_builtin_metrics() -> None:
+    # Importing the metric modules registers them.
+    from metrics import adk, agent, text, tool_call, trajectory  # noqa: F401
+
+
+def get_metric(name: str) -> MetricDef:
+    _load_builtin_metrics()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(
+            f"unknown metric {name!r}; `evalbeam metrics` lists the known ones"
+        ) from None
+
+
+def all_metrics() -> list[MetricDef]:
+    _load_builtin_metrics()
+    return sorted(_REGISTRY.values(), key=lambda d: (d.kind, d.name))
+
+
+def as_metric_value(result: "MetricValue | float | int | bool") -> MetricValue:
+    if isinstance(result, MetricValue):
+        value = result
+    else:
+        value = MetricValue(score=result)  # type: ignore[arg-type]
+    score = value.score
+    if isinstance(score, bool):
+        score = float(score)
+    if not isinstance(score, (int, float)):
+        raise MetricError(f"score must be a number, got {type(score).__name__}")
+    score = float(score)
+    if math.isinf(score):
+        raise MetricError("score is infinite")
+    if score != value.score or type(value.score) is not float:
+        value = dataclasses.replace(value, score=score)
+    return value

@@ -1,0 +1,1 @@
+"""evalbeam pipelines: transforms composed into runnable jobs, and the `evalbeam` command."""

@@ -1,0 +1,1 @@
+"""evalbeam's Beam pieces: read, validate, score, summarize, write."""

@@ -1,0 +1,137 @@
+"""The one definition of evalbeam's output tables.
+
+Parquet schemas (and, with the cloud outputs, BigQuery schemas) are derived
+from these column lists; nothing else spells out a table's columns.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from typing import Any, Iterable
+
+import pyarrow as pa
+
+from metrics.instance import (
+    CANONICAL_FIELDS,
+    FLAG_FIELDS,
+    NUMBER_FIELDS,
+    STRUCTURED_FIELDS,
+    TRAJECTORY_FIELDS,
+    Instance,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # STRING | FLOAT64 | INT64 | BOOL | TIMESTAMP | JSON (JSON text)
+    required: bool = False
+    description: str = ""
+
+
+_ARROW = {
+    "STRING": pa.string(),
+    "JSON": pa.string(),
+    "FLOAT64": pa.float64(),
+    "INT64": pa.int64(),
+    "BOOL": pa.bool_(),
+    "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+}
+
+
+def _canonical_column(field: str) -> Column:
+    if field in TRAJECTORY_FIELDS or field in STRUCTURED_FIELDS:
+        return Column(field, "JSON", description=f"canonical field {field} as JSON")
+    if field in NUMBER_FIELDS:
+        return Column(field, "FLOAT64", description=f"canonical field {field}")
+    if field in FLAG_FIELDS:
+        return Column(field, "INT64", description=f"canonical field {field} (0/1)")
+    return Column(field, "STRING", description=f"canonical field {field}")
+
+
+RUN_ID = Column("run_id", "STRING", True, "the run that wrote the row")
+
+TABLES: dict[str, tuple[Column, ...]] = {
+    "instances": (
+        RUN_ID,
+        Column("instance_id", "STRING", True, "id column value, or a content hash of the row"),
+        Column("source", "STRING", True, "file and line (or CSV row) the instance came from"),
+        *(_canonical_column(f) for f in CANONICAL_FIELDS),
+    ),
+    "metric_results": (
+        RUN_ID,
+        Column("instance_id", "STRING", True),
+        Column("metric", "STRING", True, "the metric's 'as' name, else its name"),
+        Column("score", "FLOAT64", description="null when the metric failed on this instance"),
+        Column("passed", "BOOL", description="score >= threshold, where the metric has a threshold"),
+        Column("explanation", "STRING"),
+        Column("error", "STRING", description="why the metric could not score this instance"),
+        Column("extra", "JSON", description="extra values, e.g. a custom metric's other keys"),
+    ),
+    "summary": (
+        RUN_ID,
+        Column("metric", "STRING", True),
+        Column("slice", "STRING", True, "'overall' or 'column=value'"),
+        Column("row_count", "INT64", True),
+        Column("valid_count", "INT64", True),
+        Column("error_count", "INT64", True),
+        Column("mean", "FLOAT64"),
+        Column("std", "FLOAT64", description="sample standard deviation"),
+        Column("ci_low", "FLOAT64", description="95% CI of the mean (Student t)"),
+        Column("ci_high", "FLOAT64"),
+        Column("threshold", "FLOAT64"),
+        Column("pass_rate", "FLOAT64", description="share of valid scores >= threshold"),
+    ),
+    "runs": (
+        RUN_ID,
+        Column("name", "STRING", True),
+        Column("config", "JSON", True),
+        Column("evalbeam_version", "STRING", True),
+        Column("started_at", "TIMESTAMP", True),
+        Column("finished_at", "TIMESTAMP", True, "when scoring finished"),
+        Column("read_count", "INT64", True, "records read"),
+        Column("scored_count", "INT64", True, "instances scored"),
+        Column("dead_letter_count", "INT64", True, "records dead-lettered"),
+        Column("metric_error_count", "INT64", True, "metric results that carry an error"),
+    ),
+    "dead_letter": (
+        RUN_ID,
+        Column("source", "STRING", True, "file and line, or CSV row"),
+        Column("field", "STRING", description="the field at fault, when one is"),
+        Column("reason", "STRING", True),
+        Column("raw_record", "STRING", True),
+    ),
+}
+
+
+def table_columns(table: str, slice_columns: Iterable[str] = ()) -> tuple[Column, ...]:
+    columns = TABLES[table]
+    if table == "instances":
+        columns = columns + tuple(Column(c, "STRING", description="slice column") for c in slice_columns)
+    return columns
+
+
+def arrow_schema(table: str, slice_columns: Iterable[str] = ()) -> pa.Schema:
+    return pa.schema(
+        [pa.field(c.name, _ARROW[c.type], nullable=not c.required) for c in table_columns(table, slice_columns)]
+    )
+
+
+def to_json_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def instance_row(run_id: str, instance: Instance) -> dict[str, Any]:
+    row: dict[str, Any] = {"run_id": run_id, "instance_id": instance.instance_id, "source": instance.source}
+    for column in TABLES["instances"][3:]:
+        value = instance.fields.get(column.name)
+        row[column.name] = to_json_text(value) if column.type == "JSON" else value
+    row.update(instance.slices)
+    return row
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)

@@ -1,0 +1,126 @@
+"""Scoring: every computation-based metric of the config on every instance.
+
+All computation metrics run in one DoFn call per instance (a fused fan-out:
+each metric is cheap CPU work, so a graph branch and a join per metric would
+cost more in shuffling than the metrics themselves). Each metric's failure is
+caught and recorded on its own result row; an instance is never dropped.
+Model-based (judge) metrics, which are I/O bound, get their own transform and
+produce rows of the same shape.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Callable
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from metrics.agent import PASSTHROUGH_FIELDS
+from metrics.custom import custom_scorer
+from metrics.instance import Instance
+from metrics.registry import as_metric_value, get_metric
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricPlan:
+    """One metric as the scorer needs it: picklable, built from the config."""
+
+    output_name: str
+    name: str
+    params: dict[str, Any]
+    function: str | None
+    threshold: float | None
+
+    def build(self) -> Callable[[dict[str, Any]], Any]:
+        if self.function:
+            return custom_scorer(self.function)
+        definition = get_metric(self.name)
+        return definition.factory(definition.params.model_validate(self.params))
+
+
+def plan_metrics(specs) -> list[MetricPlan]:
+    """MetricPlans for the config's metric specs, plus the agent pass-through
+    metrics (latency_in_seconds, failure) that are reported whenever an
+    instance has them, requested or not."""
+    plans = [
+        MetricPlan(s.output_name, s.name, dict(s.params), s.function, s.effective_threshold())
+        for s in specs
+    ]
+    requested = {p.name for p in plans if not p.function} | {p.output_name for p in plans}
+    for field in PASSTHROUGH_FIELDS:
+        if field not in requested:
+            plans.append(MetricPlan(field, field, {}, None, None))
+    return plans
+
+
+@dataclasses.dataclass
+class ScoredInstance:
+    instance: Instance
+    results: list[dict[str, Any]]  # metric_results rows
+
+
+def score_instance(run_id: str, instance: Instance, scorers) -> ScoredInstance:
+    rows = []
+    for plan, scorer, optional_field in scorers:
+        if optional_field and optional_field not in instance.fields:
+            continue  # an automatic pass-through metric this instance has no value for
+        row = {
+            "run_id": run_id,
+            "instance_id": instance.instance_id,
+            "metric": plan.output_name,
+            "score": None,
+            "passed": None,
+            "explanation": None,
+            "error": None,
+            "extra": None,
+        }
+        try:
+            value = as_metric_value(scorer(instance.fields))
+        except Exception as e:  # noqa: BLE001 - any failure of one metric is recorded on its row
+            row["error"] = f"{type(e).__name__}: {e}"
+        else:
+            row["score"] = value.score
+            row["explanation"] = value.explanation
+            if value.extra:
+                row["extra"] = json.dumps(value.extra, ensure_ascii=False, sort_keys=True, default=str)
+            if plan.threshold is not None:
+                row["passed"] = value.score >= plan.threshold
+        rows.append(row)
+    return ScoredInstance(instance, rows)
+
+
+class ScoreFn(beam.DoFn):
+    def __init__(self, run_id: str, plans: list[MetricPlan], automatic: frozenset[str]):
+        self._run_id = run_id
+        self._plans = plans
+        self._automatic = automatic
+        self._errors = Metrics.counter("evalbeam", "metric_errors")
+        self._scored = Metrics.counter("evalbeam", "instances_scored")
+
+    def setup(self):
+        self._scorers = [
+            (plan, plan.build(), plan.name if plan.output_name in self._automatic else None)
+            for plan in self._plans
+        ]
+
+    def process(self, instance: Instance):
+        scored = score_instance(self._run_id, instance, self._scorers)
+        self._scored.inc()
+        errors = sum(r["error"] is not None for r in scored.results)
+        if errors:
+            self._errors.inc(errors)
+        yield scored
+
+
+class ScoreInstances(beam.PTransform):
+    """Instances -> ScoredInstances, one per instance, carrying a result row per metric."""
+
+    def __init__(self, run_id: str, specs):
+        super().__init__()
+        self._run_id = run_id
+        self._plans = plan_metrics(specs)
+        self._automatic = frozenset(p.output_name for p in self._plans[len(specs):])
+
+    def expand(self, instances):
+        return instances | "ScoreMetrics" >> beam.ParDo(ScoreFn(self._run_id, self._plans, self._automatic))
