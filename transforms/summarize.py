@@ -12,14 +12,19 @@ from typing import Any, Iterable
 
 import apache_beam as beam
 
-from metrics.summary import ScoreMoments
+from metrics.summary import ScoreMoments, bootstrap_weights
 from transforms.score import ScoredInstance
 
 OVERALL = "overall"
 
 
-def slice_keys(scored: ScoredInstance) -> Iterable[tuple[str, list[tuple[str, float | None, bool, bool | None]]]]:
-    values = [(r["metric"], r["score"], r["error"] is not None, r["passed"]) for r in scored.results]
+def slice_keys(scored: ScoredInstance):
+    """(slice, (bootstrap weights, [(metric, score, is_error, passed), ...])) for
+    "overall" and each slice the instance falls in."""
+    values = (
+        bootstrap_weights(scored.instance.instance_id),
+        [(r["metric"], r["score"], r["error"] is not None, r["passed"]) for r in scored.results],
+    )
     yield OVERALL, values
     for column, value in scored.instance.slices.items():
         yield f"{column}={'(missing)' if value is None else value}", values
@@ -32,11 +37,12 @@ class SliceMomentsFn(beam.CombineFn):
         return {}
 
     def add_input(self, accumulator, values):
-        for metric, score, error, passed in values:
+        weights, results = values
+        for metric, score, error, passed in results:
             moments = accumulator.get(metric)
             if moments is None:
                 moments = accumulator[metric] = ScoreMoments()
-            moments.add(score, error, passed)
+            moments.add(score, error, passed, weights)
         return accumulator
 
     def merge_accumulators(self, accumulators):

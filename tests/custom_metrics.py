@@ -1,0 +1,8 @@
+"""Custom metrics used by the tests, importable by path like a user's own."""
+
+
+def fragile_length(instance):
+    """Raises on responses containing 'boom', to show one metric's failure stays on its row."""
+    if "boom" in instance["response"]:
+        raise ValueError("cannot score an explosion")
+    return {"fragile_length": len(instance["response"]), "upper": instance["response"].upper()}

@@ -1,0 +1,217 @@
+"""The `evalbeam` command end to end: a real DirectRunner pipeline on a dataset
+with bad rows, every output table read back and checked."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from transforms.schema import arrow_schema
+
+EVALBEAM = str(Path(sys.executable).with_name("evalbeam"))
+ROOT = Path(__file__).resolve().parent.parent
+T = {"tool_name": "get", "tool_input": {"id": 1}}
+U = {"tool_name": "set", "tool_input": {"id": 1, "on": True}}
+
+GOOD = [
+    {"case": "c1", "ds": "x", "answer": "the cat sat", "reference": "the cat sat", "predicted_trajectory": [T, U], "reference_trajectory": [T, U], "latency_in_seconds": 1.5},
+    {"case": "c2", "ds": "x", "answer": "a dog ran", "reference": "the cat sat", "predicted_trajectory": [U], "reference_trajectory": [T, U], "latency_in_seconds": 2.5},
+    {"case": "c3", "ds": "y", "answer": "boom", "reference": "boom", "predicted_trajectory": json.dumps([T]), "reference_trajectory": [T]},
+    {"case": "c4", "ds": "y", "answer": "café ☕", "reference": "café ☕", "predicted_trajectory": [], "reference_trajectory": []},
+]
+BAD_LINES = [
+    ('{"case": "c5", "answer": "x", "reference": "x"', "invalid JSON", None),
+    ('["not", "an", "object"]', "a record must be a JSON object", None),
+    (json.dumps({"case": "c6", "ds": "x", "reference": "r", "predicted_trajectory": [], "reference_trajectory": []}), "missing or null; needed by metric 'exact_match'", "response"),
+    (json.dumps({"case": "c7", "ds": "x", "answer": "a", "reference": "r", "predicted_trajectory": {"tool_name": "get"}, "reference_trajectory": []}), "must be a list of tool calls", "predicted_trajectory"),
+    (json.dumps({"case": "c8", "ds": "x", "answer": "a", "reference": "r", "predicted_trajectory": [], "reference_trajectory": [], "latency_in_seconds": "slow"}), "must be a number", "latency_in_seconds"),
+]
+METRICS = ["exact_match", "trajectory_exact_match", "trajectory_recall", "tool_trajectory_avg_score", "fragile_length"]
+
+
+def config_text(data, out, run_id="r1"):
+    return textwrap.dedent(f"""
+        name: e2e
+        run_id: {run_id}
+        input:
+          uri: {data}
+          column_mapping: {{response: answer}}
+          id_column: case
+          slice_columns: [ds]
+        metrics:
+          - exact_match
+          - trajectory_exact_match
+          - trajectory_recall
+          - tool_trajectory_avg_score
+          - {{name: fragile_length, function: "tests.custom_metrics:fragile_length", inputs: [response]}}
+        output:
+          parquet: {out}
+        """)
+
+
+@pytest.fixture
+def dataset(tmp_path):
+    data = tmp_path / "data.jsonl"
+    lines = [json.dumps(r, ensure_ascii=False) for r in GOOD[:2]] + [b for b, _, _ in BAD_LINES] + [json.dumps(r, ensure_ascii=False) for r in GOOD[2:]]
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    config = tmp_path / "eval.yaml"
+    config.write_text(config_text(data, tmp_path / "out"))
+    return config, data, tmp_path / "out" / "r1"
+
+
+def evalbeam(*args, check=True):
+    # Custom metric modules must be importable, as for any user: tests/ is put on the path.
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([EVALBEAM, *map(str, args)], capture_output=True, text=True, cwd=ROOT, env=env)
+    if check and result.returncode != 0:
+        raise AssertionError(f"evalbeam {args} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def table(run_dir, name):
+    with duckdb.connect() as con:
+        rel = con.sql(f"SELECT * FROM read_parquet('{run_dir / name}/*.parquet')")
+        return [dict(zip(rel.columns, row)) for row in rel.fetchall()]
+
+
+def test_run_writes_every_table_and_counts_reconcile(dataset):
+    config, data, run_dir = dataset
+    result = evalbeam("run", config)
+    assert "read 9 = scored 4 + dead-lettered 5" in result.stdout
+
+    # every table has exactly the schema derived from the one definition
+    for name in ("instances", "metric_results", "summary", "runs", "dead_letter"):
+        files = list((run_dir / name).glob("*.parquet"))
+        assert files, name
+        slices = ["ds"] if name == "instances" else []
+        assert pq.read_schema(files[0]).remove_metadata() == arrow_schema(name, slices), name
+
+    runs = table(run_dir, "runs")
+    assert len(runs) == 1
+    run = runs[0]
+    assert (run["read_count"], run["scored_count"], run["dead_letter_count"], run["metric_error_count"]) == (9, 4, 5, 1)
+    assert run["run_id"] == "r1" and run["name"] == "e2e"
+    assert json.loads(run["config"])["input"]["id_column"] == "case"
+    assert run["started_at"] <= run["finished_at"]
+
+    dead = sorted(table(run_dir, "dead_letter"), key=lambda d: d["source"])
+    assert [d["source"] for d in dead] == [f"{data}:{n}" for n in range(3, 8)]
+    for d, (raw, reason, field) in zip(dead, BAD_LINES):
+        assert reason in d["reason"] and d["field"] == field and d["raw_record"] == raw and d["run_id"] == "r1"
+    assert "field 'response' (column 'answer')" in dead[2]["reason"]
+
+    instances = {i["instance_id"]: i for i in table(run_dir, "instances")}
+    assert sorted(instances) == ["c1", "c2", "c3", "c4"]
+    assert instances["c4"]["response"] == "café ☕" and instances["c4"]["ds"] == "y"
+    assert json.loads(instances["c3"]["predicted_trajectory"]) == [T]
+    assert instances["c1"]["latency_in_seconds"] == 1.5 and instances["c3"]["latency_in_seconds"] is None
+    assert instances["c2"]["source"] == f"{data}:2"
+
+    results = {(r["instance_id"], r["metric"]): r for r in table(run_dir, "metric_results")}
+    # one row per instance and metric, plus latency where present; none lost
+    assert len(results) == 4 * len(METRICS) + 2
+    assert results[("c1", "exact_match")]["score"] == 1.0 and results[("c2", "exact_match")]["score"] == 0.0
+    assert results[("c2", "trajectory_recall")]["score"] == 0.5
+    assert results[("c3", "trajectory_exact_match")]["score"] == 1.0
+    assert results[("c4", "tool_trajectory_avg_score")]["passed"] is True
+    assert results[("c2", "tool_trajectory_avg_score")]["passed"] is False
+    assert results[("c1", "exact_match")]["passed"] is None  # no threshold
+    boom = results[("c3", "fragile_length")]
+    assert boom["score"] is None and boom["error"] == "ValueError: cannot score an explosion"
+    assert json.loads(results[("c4", "fragile_length")]["extra"]) == {"upper": "CAFÉ ☕"}
+    assert results[("c1", "latency_in_seconds")]["score"] == 1.5
+
+    summary = {(s["metric"], s["slice"]): s for s in table(run_dir, "summary")}
+    assert {k[1] for k in summary} == {"overall", "ds=x", "ds=y"}
+    em = summary[("exact_match", "overall")]
+    assert (em["row_count"], em["valid_count"], em["error_count"], em["mean"]) == (4, 4, 0, 0.75)
+    assert em["std"] == pytest.approx(0.5) and 0 <= em["ci_low"] <= 0.75 <= em["ci_high"] <= 1
+    assert summary[("exact_match", "ds=x")]["mean"] == 0.5
+    frag = summary[("fragile_length", "overall")]
+    assert (frag["row_count"], frag["valid_count"], frag["error_count"]) == (4, 3, 1)
+    traj = summary[("tool_trajectory_avg_score", "overall")]
+    assert traj["threshold"] == 1.0 and traj["pass_rate"] == 0.75
+    assert summary[("latency_in_seconds", "overall")]["mean"] == 2.0
+    # the summary agrees with the per-instance table
+    for (metric, slice_name), s in summary.items():
+        if slice_name == "overall":
+            scores = [r["score"] for (i, m), r in results.items() if m == metric and r["score"] is not None]
+            assert s["mean"] == pytest.approx(sum(scores) / len(scores)), metric
+
+
+def test_rerunning_a_run_id_replaces_its_output(dataset):
+    config, data, run_dir = dataset
+    evalbeam("run", config)
+    # second attempt on a smaller dataset: nothing of the first may remain
+    data.write_text(json.dumps(GOOD[0]) + "\n")
+    evalbeam("run", config)
+    assert [r["instance_id"] for r in table(run_dir, "instances")] == ["c1"]
+    assert table(run_dir, "dead_letter") == []
+    assert table(run_dir, "runs")[0]["read_count"] == 1
+    assert len(table(run_dir, "metric_results")) == len(METRICS) + 1
+
+
+def test_beam_flags_pass_through_and_results_do_not_depend_on_the_runner_mode(dataset, tmp_path):
+    config, _, run_dir = dataset
+    evalbeam("run", config)
+    evalbeam("run", config, "--set", "run_id=r2", "--direct_num_workers=2", "--direct_running_mode=multi_processing")
+    key = lambda r: (r["metric"], r["slice"])  # noqa: E731
+    one = sorted(({k: v for k, v in r.items() if k != "run_id"} for r in table(run_dir, "summary")), key=key)
+    two = sorted(({k: v for k, v in r.items() if k != "run_id"} for r in table(run_dir.parent / "r2", "summary")), key=key)
+    assert one == two
+
+
+def test_validate_reports_metrics_whose_inputs_no_column_provides(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"case": "1", "ds": "x", "answer": "a", "reference": "a"}) + "\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(config_text(data, tmp_path / "out"))
+    result = evalbeam("validate", config, check=False)
+    assert result.returncode == 2
+    assert "metrics.1 (trajectory_exact_match): needs (predicted_trajectory, reference_trajectory)" in result.stderr
+    assert "metrics.3 (tool_trajectory_avg_score): needs (predicted_trajectory, reference_trajectory) or (invocations)" in result.stderr
+    assert "metrics.0" not in result.stderr
+    run = evalbeam("run", config, check=False)
+    assert run.returncode == 2 and not (tmp_path / "out").exists()  # nothing ran
+
+
+def test_validate_ok_and_missing_input_files(dataset, tmp_path):
+    config, _, _ = dataset
+    ok = evalbeam("validate", config)
+    assert "config ok: 5 metrics; 1 file(s)" in ok.stdout
+    missing = evalbeam("validate", config, "--set", f"input.uri={tmp_path}/nothing*.jsonl", check=False)
+    assert missing.returncode == 2 and "input.uri: no file matches" in missing.stderr
+    bad = evalbeam("validate", config, "--set", "metrics.0.params.x=1", check=False)
+    assert bad.returncode == 2 and "metrics.0: params: x: Extra inputs are not permitted" in bad.stderr
+
+
+def test_empty_dataset_is_an_empty_run(tmp_path):
+    data = tmp_path / "empty.jsonl"
+    data.write_text("\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(config_text(data, tmp_path / "out"))
+    result = evalbeam("run", config)
+    assert "read 0 = scored 0 + dead-lettered 0" in result.stdout
+    assert table(tmp_path / "out" / "r1", "summary") == []
+
+
+def test_csv_demo_config_runs(tmp_path):
+    result = evalbeam("run", "configs/demo_qa.yaml", "--set", f"output.parquet={tmp_path}", "--set", "run_id=qa")
+    assert "read 8 = scored 8 + dead-lettered 0" in result.stdout
+    summary = {(s["metric"], s["slice"]): s for s in table(tmp_path / "qa", "summary")}
+    assert summary[("rouge_lsum_split", "overall")]["valid_count"] == 8
+    assert summary[("exact_match", "task=question_answering")]["mean"] == 0.25
+
+
+def test_metrics_command_lists_every_computation_metric():
+    out = evalbeam("metrics").stdout
+    for name in ("trajectory_exact_match", "trajectory_in_order_match", "trajectory_any_order_match", "trajectory_precision",
+                 "trajectory_recall", "trajectory_single_tool_use", "exact_match", "bleu", "rouge", "rouge_1", "rouge_2",
+                 "rouge_l", "rouge_l_sum", "tool_call_valid", "tool_name_match", "tool_parameter_key_match",
+                 "tool_parameter_kv_match", "latency_in_seconds", "failure", "tool_trajectory_avg_score", "response_match_score"):
+        assert f"\n{name}\n" in "\n" + out, name

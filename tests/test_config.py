@@ -1,0 +1,96 @@
+import textwrap
+
+import pytest
+
+from configs import ConfigError, load_config
+
+BASE = """
+name: t
+input:
+  uri: data.jsonl
+metrics:
+  - exact_match
+output:
+  parquet: out/
+"""
+
+
+def write(tmp_path, text):
+    p = tmp_path / "c.yaml"
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def error_of(tmp_path, text, overrides=None):
+    with pytest.raises(ConfigError) as e:
+        load_config(write(tmp_path, text), overrides)
+    return str(e.value)
+
+
+def test_minimal_config_and_defaults(tmp_path):
+    config = load_config(write(tmp_path, BASE))
+    assert config.input.inferred_format() == "jsonl"
+    assert config.metrics[0].output_name == "exact_match"
+    assert config.resolved_run_id().startswith("t-")
+
+
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        ("  - {name: rouge, params: {rouge_type: rouge10}}", "metrics.1: Value error, params: rouge_type"),
+        ("  - {name: rouge}", "params: rouge_type: Field required"),
+        ("  - {name: bleu, params: {use_effective_ordr: true}}", "use_effective_ordr: Extra inputs are not permitted"),
+        ("  - nonexistent_metric", "unknown metric 'nonexistent_metric'"),
+        ("  - {name: trajectory_single_tool_use}", "tool_name: Field required"),
+        ("  - {name: x, function: 'no_such_module:f'}", "function: cannot import module 'no_such_module'"),
+        ("  - {name: x, function: 'metrics.examples:nope'}", "has no attribute 'nope'"),
+        ("  - {name: x, function: 'metrics.examples'}", "not of the form 'package.module:function'"),
+        ("  - {name: exact_match, as: exact_match}", "two metrics are named 'exact_match'"),
+        ("  - {name: bleu, as: 'bad name'}", "metrics.1.as: String should match pattern"),
+    ],
+)
+def test_bad_metric_fields_are_named(tmp_path, change, expected):
+    text = BASE.replace("  - exact_match\n", "  - exact_match\n" + change + "\n")
+    message = error_of(tmp_path, text).replace("Value error, ", "")
+    assert expected.replace("Value error, ", "") in message
+
+
+@pytest.mark.parametrize(
+    "old,new,expected",
+    [
+        ("uri: data.jsonl", "uri: data.txt", "input: Value error, cannot infer the format"),
+        ("uri: data.jsonl", "uri: data.jsonl\n  format: xml", "input.format: Input should be 'jsonl' or 'csv'"),
+        ("uri: data.jsonl", "uri: data.jsonl\n  column_mapping: {answer: resp}", "input.column_mapping: Value error, 'answer' is not a canonical field"),
+        ("uri: data.jsonl", "uri: data.jsonl\n  slice_columns: [response]", "clashes with an output column"),
+        ("uri: data.jsonl", "uri: data.jsonl\n  slice_columns: [a-b]", "not a valid column name"),
+        ("name: t", "name: 'a b'", "name: String should match pattern"),
+        ("output:\n  parquet: out/", "output: {}", "output.parquet: Field required"),
+        ("name: t", "name: t\nextra_key: 1", "extra_key: Extra inputs are not permitted"),
+    ],
+)
+def test_bad_fields_are_named(tmp_path, old, new, expected):
+    message = error_of(tmp_path, BASE.replace(old, new))
+    assert expected.replace("Value error, ", "") in message
+
+
+def test_overrides(tmp_path):
+    config = load_config(write(tmp_path, BASE), ["input.uri=other/*.csv", "run_id=r1", "metrics.0.as=em",
+                                                 "input.slice_columns=[a, b]"])
+    assert config.input.uri == "other/*.csv" and config.input.inferred_format() == "csv"
+    assert config.run_id == "r1"
+    assert config.metrics[0].output_name == "em"
+    assert config.input.slice_columns == ["a", "b"]
+    assert "metrics.5" in error_of(tmp_path, BASE, ["metrics.5.as=x"])
+    assert "expected KEY.PATH=VALUE" in error_of(tmp_path, BASE, ["novalue"])
+
+
+def test_missing_and_invalid_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(write(tmp_path, "a: [1,"))
+
+
+def test_demo_configs_are_valid():
+    for path in ("configs/demo.yaml", "configs/demo_qa.yaml"):
+        assert load_config(path).metrics

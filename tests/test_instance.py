@@ -1,0 +1,82 @@
+import json
+
+import pytest
+
+from metrics.instance import InvalidField, RowSpec, build_instance, content_id
+
+TRAJ = [{"tool_name": "a", "tool_input": {"x": 1}}]
+
+
+def spec(**kw):
+    base = dict(column_mapping={}, id_column=None, slice_columns=(), requirements=())
+    base.update(kw)
+    return RowSpec(**base)
+
+
+def test_mapping_slices_and_types():
+    s = spec(column_mapping={"response": "answer"}, slice_columns=("dataset", "n"),
+             requirements=(("exact_match", (("response", "reference"),)),))
+    inst = build_instance({"answer": "hi", "reference": "hi", "dataset": "x", "n": 3, "latency_in_seconds": 2}, s, "f:1")
+    assert inst.fields == {"response": "hi", "reference": "hi", "latency_in_seconds": 2.0}
+    assert inst.slices == {"dataset": "x", "n": "3"}
+    assert inst.source == "f:1"
+
+
+def test_content_id_is_stable_under_key_order():
+    a = {"x": 1, "y": [1, 2]}
+    b = {"y": [1, 2], "x": 1}
+    assert content_id(a) == content_id(b) != content_id({"x": 2, "y": [1, 2]})
+    s = spec()
+    assert build_instance(a, s, "f:1").instance_id == build_instance(b, s, "g:9").instance_id
+
+
+def test_csv_cells_hold_json_and_numbers():
+    s = spec(requirements=(("m", (("predicted_trajectory", "reference_trajectory"),)),))
+    row = {"predicted_trajectory": json.dumps(TRAJ), "reference_trajectory": json.dumps(TRAJ),
+           "latency_in_seconds": " 1.5 ", "failure": "true", "history": '[{"role": "user"}]', "prompt": ""}
+    inst = build_instance(row, s, "f:row 1", from_csv=True)
+    assert inst.fields["predicted_trajectory"] == TRAJ
+    assert inst.fields["latency_in_seconds"] == 1.5 and inst.fields["failure"] == 1
+    assert inst.fields["history"] == [{"role": "user"}]
+    assert inst.fields["prompt"] == ""  # empty text stays text
+
+
+@pytest.mark.parametrize(
+    "row,field,reason",
+    [
+        ({"reference": "r"}, "response", "missing or null; needed by metric 'em'"),
+        ({"response": None, "reference": "r"}, "response", "missing or null"),
+        ({"response": 5, "reference": "r"}, "response", "must be a string, got number"),
+        ({"response": "a", "reference": "r", "latency_in_seconds": "fast"}, "latency_in_seconds", "must be a number"),
+        ({"response": "a", "reference": "r", "failure": 2}, "failure", "must be 0 or 1"),
+        ({"response": "a", "reference": "r", "predicted_trajectory": {"tool_name": "a"}}, "predicted_trajectory", "must be a list of tool calls, got object"),
+        ({"response": "a", "reference": "r", "predicted_trajectory": [{"tool_input": {}}]}, "predicted_trajectory", "item 0 needs a non-empty string 'tool_name'"),
+        ({"response": "a", "reference": "r", "predicted_trajectory": [{"tool_name": "a", "tool_input": [1]}]}, "predicted_trajectory", "'tool_input' must be an object, got list"),
+        ({"response": "a", "reference": "r", "predicted_trajectory": "[{bad json"}, "predicted_trajectory", "not valid JSON"),
+    ],
+)
+def test_invalid_rows_name_field_and_reason(row, field, reason):
+    s = spec(requirements=(("em", (("response", "reference"),)),))
+    with pytest.raises(InvalidField) as e:
+        build_instance(row, s, "f:3")
+    assert e.value.field == field
+    assert reason in str(e.value)
+
+
+def test_error_names_the_dataset_column_when_mapped():
+    s = spec(column_mapping={"response": "answer"}, requirements=(("em", (("response",),)),))
+    with pytest.raises(InvalidField, match=r"field 'response' \(column 'answer'\): missing"):
+        build_instance({"response": "not the mapped column"}, s, "f:1")
+
+
+def test_alternative_inputs_and_id_column():
+    s = spec(id_column="id", requirements=(("adk", (("predicted_trajectory", "reference_trajectory"), ("invocations",))),))
+    inst = build_instance({"id": 7, "invocations": [{"response": "x", "predicted_trajectory": TRAJ}]}, s, "f:1")
+    assert inst.instance_id == "7"
+    assert inst.fields["invocations"][0]["predicted_trajectory"] == TRAJ
+    with pytest.raises(InvalidField, match="instance_id.*id column is missing or empty"):
+        build_instance({"id": "", "invocations": []}, s, "f:1")
+    with pytest.raises(InvalidField, match="needed by metric 'adk'"):
+        build_instance({"id": 1, "predicted_trajectory": TRAJ}, s, "f:1")
+    with pytest.raises(InvalidField, match="unknown keys"):
+        build_instance({"id": 1, "invocations": [{"answer": "x"}]}, s, "f:1")

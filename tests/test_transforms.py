@@ -1,0 +1,92 @@
+"""Each transform in a real Beam pipeline."""
+import json
+
+import apache_beam as beam
+import pytest
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that, equal_to
+
+from configs import MetricSpec
+from metrics.instance import Instance, RowSpec
+from transforms.read import ReadRecords
+from transforms.score import ScoreInstances
+from transforms.summarize import SummarizeScores
+from transforms.validate import ToInstances
+
+
+def test_read_jsonl_numbers_lines_and_dead_letters_bad_ones(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(
+        b'{"a": 1}\n'
+        b"\n"
+        b'{"a": 2, "b": "caf\xc3\xa9"}\n'
+        b"{not json\n"
+        b"[1, 2]\n"
+        b'{"a": "\xff"}\n'
+        b'{"a": 3}'  # no final newline
+    )
+    with TestPipeline() as p:
+        records, dead = p | ReadRecords(str(path), "jsonl")
+        assert_that(records | beam.Map(lambda r: (r.source.rsplit(":", 1)[1], r.data)),
+                    equal_to([("1", {"a": 1}), ("3", {"a": 2, "b": "café"}), ("7", {"a": 3})]), label="records")
+        assert_that(dead | beam.Map(lambda d: (d.source.rsplit(":", 1)[1], d.reason.split(":")[0].split(" (")[0])),
+                    equal_to([("4", "invalid JSON"), ("5", "a record must be a JSON object, got list"),
+                              ("6", "line is not valid UTF-8")]), label="dead")
+
+
+def test_read_csv_quoted_newlines_and_short_rows(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text('id,response\n1,"two\nlines"\n2,ok\n3\n\n4,"x,y"\n', encoding="utf-8")
+    with TestPipeline() as p:
+        records, dead = p | ReadRecords(str(tmp_path / "*.csv"), "csv")
+        assert_that(records | beam.Map(lambda r: (r.source.split(":", 1)[1], r.data)),
+                    equal_to([("row 1 (line 2)", {"id": "1", "response": "two\nlines"}),
+                              ("row 2 (line 4)", {"id": "2", "response": "ok"}),
+                              ("row 5 (line 7)", {"id": "4", "response": "x,y"})]), label="records")
+        assert_that(dead | beam.Map(lambda d: (d.source.split(":", 1)[1], d.reason)),
+                    equal_to([("row 3 (line 5)", "row has 1 cells, the header has 2")]), label="dead")
+
+
+def _instance(i, response, reference="gold", **fields):
+    return Instance(f"id{i}", {"response": response, "reference": reference, **fields}, {"grp": "a" if i % 2 else "b"}, f"f:{i}")
+
+
+def test_to_instances_splits_valid_and_invalid():
+    spec = RowSpec({}, None, (), (("exact_match", (("response", "reference"),)),))
+    from transforms.read import Record
+
+    records = [Record("f:1", {"response": "x", "reference": "x"}, "{}", False),
+               Record("f:2", {"response": 3, "reference": "x"}, "{raw}", False)]
+    with TestPipeline() as p:
+        instances, dead = p | beam.Create(records) | ToInstances(spec)
+        assert_that(instances | beam.Map(lambda i: (i.source, i.fields["response"])), equal_to([("f:1", "x")]), label="ok")
+        assert_that(dead | beam.Map(lambda d: (d.source, d.field, d.reason, d.raw_record)),
+                    equal_to([("f:2", "response", "field 'response': must be a string, got number", "{raw}")]), label="bad")
+
+
+def test_score_keeps_every_row_when_a_metric_raises():
+    specs = [MetricSpec(name="exact_match"),
+             MetricSpec(name="fragile_length", function="tests.custom_metrics:fragile_length")]
+    instances = [_instance(1, "gold", latency_in_seconds=2.0), _instance(2, "boom")]
+    with TestPipeline() as p:
+        scored = p | beam.Create(instances) | ScoreInstances("r1", specs)
+        rows = scored | beam.FlatMap(lambda s: [(r["instance_id"], r["metric"], r["score"], r["error"], r["extra"]) for r in s.results])
+        assert_that(rows, equal_to([
+            ("id1", "exact_match", 1.0, None, None),
+            ("id1", "fragile_length", 4.0, None, json.dumps({"upper": "GOLD"})),
+            ("id1", "latency_in_seconds", 2.0, None, None),  # reported automatically when present
+            ("id2", "exact_match", 0.0, None, None),
+            ("id2", "fragile_length", None, "ValueError: cannot score an explosion", None),
+        ]))
+
+
+def test_summarize_by_slice_with_thresholds():
+    specs = [MetricSpec(name="exact_match", threshold=0.5)]
+    instances = [_instance(i, "gold" if i < 3 else "other") for i in range(6)]
+    with TestPipeline() as p:
+        scored = p | beam.Create(instances) | ScoreInstances("r1", specs)
+        summary = scored | SummarizeScores("r1", {"exact_match": 0.5})
+        assert_that(summary | beam.Map(lambda r: (r["slice"], r["row_count"], r["mean"], r["pass_rate"], r["threshold"])),
+                    equal_to([("overall", 6, 0.5, 0.5, 0.5),
+                              ("grp=a", 3, pytest.approx(1 / 3), pytest.approx(1 / 3), 0.5),  # ids 1, 3, 5
+                              ("grp=b", 3, pytest.approx(2 / 3), pytest.approx(2 / 3), 0.5)]))
