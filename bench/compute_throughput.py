@@ -1,0 +1,155 @@
+"""Throughput of the computation metrics: a plain Python loop over the reference
+libraries against `evalbeam run` on DirectRunner, in one process run, one after
+the other.
+
+(a) for each row: rouge-score RougeScorer(rouge1, rouge2, rougeL, rougeLsum,
+    stemmer on).score and sacrebleu.sentence_bleu;
+(b) `evalbeam run` (a subprocess, timed end to end: start-up, reading the
+    JSONL, validation, scoring, summaries, Parquet writing) with the same five
+    scores plus the six trajectory metrics.
+
+Prints rows/s of each, the ratio b/a, and the largest difference between the
+scores of (a) and (b).
+
+    .venv/bin/python bench/compute_throughput.py [--rows 20000] [-- BEAM FLAGS...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import sacrebleu
+from rouge_score import rouge_scorer
+
+WORDS = """time person year way day thing man world life hand part child eye woman place work week case point
+government company number group problem fact be have do say get make go know take see come think look want give
+use find tell ask work seem feel try leave call good new first last long great little own other old right big high
+different small large next early young important few public bad same able to of in for on with at by from up about
+into over after beneath under above the and a that I it not he as you this but his they her she or an will my one
+all would there their what so out if who which me when can like no just him people your some could them than then
+now only its also back two how our well even because any these us most agent tool calls called calling evaluated
+evaluation evaluations pipeline pipelines running runs ran scheduling scheduled devices device customers customer
+ordering ordered orders cancelled cancelling campaigns campaign budgets budget translated translating responses""".split()
+
+
+def sentence(rng: random.Random, n: int) -> str:
+    words = [rng.choice(WORDS) for _ in range(n)]
+    words[0] = words[0].capitalize()
+    return " ".join(words) + rng.choice([".", ".", ".", "!", "?"])
+
+
+def text(rng: random.Random, words: int = 80) -> str:
+    out, left = [], words
+    while left > 0:
+        n = min(left, rng.randint(8, 20))
+        out.append(sentence(rng, n))
+        left -= n
+    return " ".join(out)
+
+
+def trajectory(rng: random.Random) -> list[dict]:
+    tools = ["get_device", "set_device", "list_orders", "cancel_order", "get_campaign", "update_campaign", "translate"]
+    return [{"tool_name": rng.choice(tools), "tool_input": {"id": rng.randint(1, 5), "flag": rng.random() < 0.5}}
+            for _ in range(rng.randint(1, 6))]
+
+
+def generate(rows: int, seed: int = 0) -> list[dict]:
+    rng = random.Random(seed)
+    data = []
+    for i in range(rows):
+        reference = text(rng)
+        if rng.random() < 0.7:  # a related response: the reference, edited
+            words = [w for w in reference.split(" ") if rng.random() > 0.25]
+            response = " ".join(words + [rng.choice(WORDS) for _ in range(80 - len(words))])
+        else:
+            response = text(rng)
+        ref_traj = trajectory(rng)
+        pred_traj = ref_traj[: rng.randint(0, len(ref_traj))] + trajectory(rng)[: rng.randint(0, 2)]
+        data.append({"id": f"row-{i}", "response": response, "reference": reference,
+                     "predicted_trajectory": pred_traj, "reference_trajectory": ref_traj})
+    return data
+
+
+CONFIG = """
+name: bench
+run_id: bench
+input:
+  uri: {data}
+  id_column: id
+metrics:
+  - {{name: rouge_1, params: {{use_stemmer: true}}}}
+  - {{name: rouge_2, params: {{use_stemmer: true}}}}
+  - {{name: rouge_l, params: {{use_stemmer: true}}}}
+  - {{name: rouge_l_sum, params: {{use_stemmer: true}}}}
+  - bleu
+  - trajectory_exact_match
+  - trajectory_in_order_match
+  - trajectory_any_order_match
+  - trajectory_precision
+  - trajectory_recall
+  - {{name: trajectory_single_tool_use, params: {{tool_name: cancel_order}}}}
+output:
+  parquet: {out}
+"""
+LOOP_TO_METRIC = {"rouge1": "rouge_1", "rouge2": "rouge_2", "rougeL": "rouge_l", "rougeLsum": "rouge_l_sum", "bleu": "bleu"}
+
+
+def plain_loop(data: list[dict]) -> dict[tuple[str, str], float]:
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=True)
+    scores = {}
+    for row in data:
+        rouge = scorer.score(row["reference"], row["response"])
+        for t in ("rouge1", "rouge2", "rougeL", "rougeLsum"):
+            scores[(row["id"], LOOP_TO_METRIC[t])] = rouge[t].fmeasure
+        scores[(row["id"], "bleu")] = sacrebleu.sentence_bleu(row["response"], [row["reference"]]).score / 100
+    return scores
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("beam_args", nargs="*", help="extra flags for evalbeam run (after --)")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        data = generate(args.rows)
+        data_path = tmp / "bench.jsonl"
+        data_path.write_text("\n".join(json.dumps(r) for r in data) + "\n")
+        config = tmp / "bench.yaml"
+        config.write_text(CONFIG.format(data=data_path, out=tmp / "out"))
+        words = sum(len(r["response"].split()) + len(r["reference"].split()) for r in data) / (2 * len(data))
+        print(f"rows: {len(data)}, mean words per text: {words:.1f}, beam flags: {args.beam_args or '(none)'}")
+
+        start = time.perf_counter()
+        expected = plain_loop(data)
+        loop_seconds = time.perf_counter() - start
+
+        evalbeam = str(Path(sys.executable).with_name("evalbeam"))
+        start = time.perf_counter()
+        subprocess.run([evalbeam, "run", str(config), *args.beam_args], check=True, stdout=subprocess.DEVNULL)
+        pipeline_seconds = time.perf_counter() - start
+
+        with duckdb.connect() as con:
+            got = con.sql(f"SELECT instance_id, metric, score FROM read_parquet('{tmp}/out/bench/metric_results/*.parquet')").fetchall()
+        got = {(i, m): s for i, m, s in got}
+        missing = [k for k in expected if k not in got]
+        max_diff = max(abs(got[k] - v) for k, v in expected.items() if k in got)
+        extra_metrics = len({m for _, m in got} - set(LOOP_TO_METRIC.values()))
+
+    a, b = len(data) / loop_seconds, len(data) / pipeline_seconds
+    print(f"(a) plain loop, rouge-score x4 + sacrebleu:          {loop_seconds:8.2f} s  {a:8.1f} rows/s")
+    print(f"(b) evalbeam run, same + {extra_metrics} trajectory metrics:      {pipeline_seconds:8.2f} s  {b:8.1f} rows/s")
+    print(f"ratio b/a: {b / a:.2f}")
+    print(f"scores compared: {len(expected)}, missing in (b): {len(missing)}, largest |a - b|: {max_diff:.3g}")
+
+
+if __name__ == "__main__":
+    main()
