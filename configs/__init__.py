@@ -21,8 +21,6 @@ COLUMN_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
 # Columns of the instances table that a slice column may not shadow.
 RESERVED_COLUMNS = frozenset(("run_id", "instance_id", "source") + CANONICAL_FIELDS)
 
-CONFIG_DIR = Path(__file__).resolve().parent
-
 
 class ConfigError(ValueError):
     """The config or its dataset cannot be used; the message names the field."""

@@ -47,10 +47,7 @@ def parse_trajectory(value: Any) -> list[dict[str, Any]]:
     JSON text. ``tool_input`` may be omitted (no arguments); other keys of a
     call (an id, a timestamp) are ignored."""
     if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise CallFormatError(f"is a string but not valid JSON ({e.msg} at char {e.pos})") from None
+        value = _json_text(value, "is a string but not")
     if not isinstance(value, list):
         raise CallFormatError(f"must be a list of tool calls, got {_type_name(value)}")
     calls = []
@@ -82,10 +79,7 @@ def parse_tool_call_message(text: Any) -> tuple[str, list[dict[str, Any]]]:
     an object of arguments."""
     if not isinstance(text, str):
         raise CallFormatError(f"must be a JSON string, got {_type_name(text)}")
-    try:
-        message = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise CallFormatError(f"is not valid JSON ({e.msg} at char {e.pos})") from None
+    message = _json_text(text, "is not")
     if not isinstance(message, dict):
         raise CallFormatError(f"must be a JSON object, got {_type_name(message)}")
     content = message.get("content")
@@ -102,6 +96,13 @@ def parse_tool_call_message(text: Any) -> tuple[str, list[dict[str, Any]]]:
         if not isinstance(call.get("arguments"), dict):
             raise CallFormatError(f"tool_calls[{i}] 'arguments' must be an object")
     return content, calls
+
+
+def _json_text(text: str, prefix: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise CallFormatError(f"{prefix} valid JSON ({e.msg} at char {e.pos})") from None
 
 
 def _type_name(value: Any) -> str:

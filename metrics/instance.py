@@ -13,6 +13,7 @@ import math
 from typing import Any, Iterable, Mapping
 
 from metrics.calls import CallFormatError, parse_trajectory
+from metrics.registry import unmet_inputs
 
 TEXT_FIELDS = (
     "prompt",
@@ -78,17 +79,14 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
         if value is not None:
             fields[field] = value
 
-    present = set(fields)
     for label, alternatives in spec.requirements:
-        if not alternatives or any(all(f in present for f in alt) for alt in alternatives):
-            continue
-        closest = min(alternatives, key=lambda alt: sum(f not in present for f in alt))
-        missing = next(f for f in closest if f not in present)
-        raise InvalidField(
-            missing,
-            f"missing or null; needed by metric '{label}'",
-            spec.column_mapping.get(missing, missing),
-        )
+        missing = unmet_inputs(alternatives, fields)
+        if missing:
+            raise InvalidField(
+                missing[0],
+                f"missing or null; needed by metric '{label}'",
+                spec.column_mapping.get(missing[0], missing[0]),
+            )
 
     if spec.id_column:
         raw_id = record.get(spec.id_column)

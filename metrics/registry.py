@@ -45,22 +45,21 @@ class MetricDef:
     factory: Callable[[pydantic.BaseModel], Scorer]
     default_threshold: float | None = None
 
-    def missing_inputs(self, available: set[str]) -> tuple[str, ...] | None:
-        """None when some alternative is satisfied, else the fields the closest
-        alternative lacks."""
-        if not self.inputs:
-            return None
-        best = None
-        for alternative in self.inputs:
-            lacking = tuple(f for f in alternative if f not in available)
-            if not lacking:
-                return None
-            if best is None or len(lacking) < len(best):
-                best = lacking
-        return best
-
     def inputs_text(self) -> str:
         return " | ".join(", ".join(alt) for alt in self.inputs) or "-"
+
+
+def unmet_inputs(alternatives: tuple[tuple[str, ...], ...], available) -> tuple[str, ...]:
+    """The fields lacking from the closest alternative of required inputs; empty
+    when some alternative is fully available (or nothing is required)."""
+    best: tuple[str, ...] = ()
+    for alternative in alternatives:
+        lacking = tuple(f for f in alternative if f not in available)
+        if not lacking:
+            return ()
+        if not best or len(lacking) < len(best):
+            best = lacking
+    return best
 
 
 _REGISTRY: dict[str, MetricDef] = {}
@@ -130,6 +129,4 @@ def as_metric_value(result: "MetricValue | float | int | bool") -> MetricValue:
     score = float(score)
     if math.isinf(score):
         raise MetricError("score is infinite")
-    if score != value.score or type(value.score) is not float:
-        value = dataclasses.replace(value, score=score)
-    return value
+    return value if type(value.score) is float else dataclasses.replace(value, score=score)

@@ -48,53 +48,32 @@ def recall(predicted: Sequence[Any], reference: Sequence[Any]) -> float:
     return sum(r in pred for r in reference) / len(reference)
 
 
-def _keys(fields, name, ignore_args=False):
-    return [call_key(c, ignore_args) for c in fields[name]]
-
-
-def _pairwise(fn):
+def _comparison(fn):
     def factory(_params):
         def score(fields):
-            return fn(_keys(fields, "predicted_trajectory"), _keys(fields, "reference_trajectory"))
+            return fn(
+                [call_key(c) for c in fields["predicted_trajectory"]],
+                [call_key(c) for c in fields["reference_trajectory"]],
+            )
 
         return score
 
     return factory
 
 
-register(
-    "trajectory_exact_match",
-    kind="trajectory",
-    inputs=BOTH,
-    score_range="0/1",
-    description="1 if both lists have the same length and are pairwise equal in order",
-)(_pairwise(exact_match))
-register(
-    "trajectory_in_order_match",
-    kind="trajectory",
-    inputs=BOTH,
-    score_range="0/1",
-    description="1 if the reference calls occur in the predicted list in the same order (extra calls allowed)",
-)(_pairwise(in_order_match))
-register(
-    "trajectory_any_order_match",
-    kind="trajectory",
-    inputs=BOTH,
-    score_range="0/1",
-    description="1 if every reference call occurs in the predicted list, any order, counting repeats (extras allowed)",
-)(_pairwise(any_order_match))
-register(
-    "trajectory_precision",
-    kind="trajectory",
-    inputs=BOTH,
-    description="share of predicted calls that occur in the reference; empty predicted: 1 if the reference is empty, else 0",
-)(_pairwise(precision))
-register(
-    "trajectory_recall",
-    kind="trajectory",
-    inputs=BOTH,
-    description="share of reference calls that occur in the predicted list; empty reference: 1",
-)(_pairwise(recall))
+for _name, _fn, _range, _description in (
+    ("trajectory_exact_match", exact_match, "0/1",
+     "1 if both lists have the same length and are pairwise equal in order"),
+    ("trajectory_in_order_match", in_order_match, "0/1",
+     "1 if the reference calls occur in the predicted list in the same order (extra calls allowed)"),
+    ("trajectory_any_order_match", any_order_match, "0/1",
+     "1 if every reference call occurs in the predicted list, any order, counting repeats (extras allowed)"),
+    ("trajectory_precision", precision, "0..1",
+     "share of predicted calls that occur in the reference; empty predicted: 1 if the reference is empty, else 0"),
+    ("trajectory_recall", recall, "0..1",
+     "share of reference calls that occur in the predicted list; empty reference: 1"),
+):
+    register(_name, kind="trajectory", inputs=BOTH, score_range=_range, description=_description)(_comparison(_fn))
 
 
 class SingleToolUseParams(pydantic.BaseModel):

@@ -10,6 +10,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from configs import ConfigError, EvalConfig
 from metrics.instance import RowSpec, present_columns
+from metrics.registry import unmet_inputs
 from transforms.read import ReadRecords, match_files, sample_records
 from transforms.runs import RunRecord
 from transforms.schema import instance_row, utc_now
@@ -58,10 +59,8 @@ def preflight(config: EvalConfig) -> Preflight:
     problems = []
     for i, spec in enumerate(config.metrics):
         alternatives = spec.input_alternatives()
-        if not alternatives:
-            continue
         available = {f for alt in alternatives for f in alt if mapping.get(f, f) in columns}
-        if any(all(f in available for f in alt) for alt in alternatives):
+        if not unmet_inputs(alternatives, available):
             continue
         needs = " or ".join(
             "(" + ", ".join(f"{f}" + (f" [column {mapping[f]!r}]" if f in mapping else "") for f in alt) + ")"
