@@ -18,6 +18,12 @@ from metrics.registry import MetricDef, get_metric
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 COLUMN_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# BigQuery names, checked before any of them reaches SQL or an API call.
+PROJECT_RE = r"[a-z][a-z0-9-]{4,28}[a-z0-9]|[a-z0-9.-]+:[a-z][a-z0-9-]{4,28}[a-z0-9]"
+DATASET_RE = r"[A-Za-z0-9_]{1,1024}"
+TABLE_RE = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,1023}"
+BQ_TABLE_URI_RE = rf"^bq://(?P<project>{PROJECT_RE})\.(?P<dataset>{DATASET_RE})\.(?P<table>{TABLE_RE})$"
+BQ_DATASET_RE = rf"^(?P<project>{PROJECT_RE})\.(?P<dataset>{DATASET_RE})$"
 # Columns of the instances table that a slice column may not shadow.
 RESERVED_COLUMNS = frozenset(("run_id", "instance_id", "source") + CANONICAL_FIELDS)
 
@@ -31,9 +37,17 @@ class _Model(pydantic.BaseModel):
 
 
 class InputConfig(_Model):
-    uri: str = pydantic.Field(min_length=1, description="local path or glob of the dataset files")
+    uri: str | None = pydantic.Field(
+        None, min_length=1,
+        description="files: a local path or glob, or gs://bucket/path/*.jsonl; a BigQuery table: bq://project.dataset.table",
+    )
+    query: str | None = pydantic.Field(None, min_length=1, description="a BigQuery standard SQL query, instead of uri")
+    project: str | None = pydantic.Field(
+        None, pattern=f"^(?:{PROJECT_RE})$",
+        description="the project BigQuery reads and queries run in; default: the table's project, else output.bigquery's",
+    )
     format: Literal["jsonl", "csv"] | None = pydantic.Field(
-        None, description="jsonl | csv; inferred from the extension when omitted"
+        None, description="jsonl | csv, for files; inferred from the extension when omitted"
     )
     column_mapping: dict[str, str] = pydantic.Field(
         default_factory=dict, description="canonical field -> dataset column"
@@ -64,12 +78,32 @@ class InputConfig(_Model):
         return columns
 
     @pydantic.model_validator(mode="after")
-    def _format_known(self) -> "InputConfig":
-        if self.format is None and self.inferred_format() is None:
+    def _source_known(self) -> "InputConfig":
+        if (self.uri is None) == (self.query is None):
+            raise ValueError("set exactly one of input.uri and input.query")
+        if self.uri is not None and self.uri.startswith("bq://"):
+            if not re.match(BQ_TABLE_URI_RE, self.uri):
+                raise ValueError(
+                    f"{self.uri!r} is not a valid BigQuery table: expected bq://project.dataset.table with a valid "
+                    "project id (lower-case letters, digits, hyphens), dataset (letters, digits, underscores) and table name"
+                )
+        elif self.query is None and self.format is None and self.inferred_format() is None:
             raise ValueError(f"cannot infer the format of {self.uri!r} from its extension; set input.format")
         return self
 
+    @property
+    def kind(self) -> Literal["files", "bigquery_table", "bigquery_query"]:
+        if self.query is not None:
+            return "bigquery_query"
+        return "bigquery_table" if self.uri.startswith("bq://") else "files"  # type: ignore[union-attr]
+
+    def bigquery_table(self) -> str:
+        """project.dataset.table of a bq:// uri."""
+        return self.uri.removeprefix("bq://")  # type: ignore[union-attr]
+
     def inferred_format(self) -> str | None:
+        if self.kind != "files":
+            return None
         if self.format:
             return self.format
         name = self.uri.lower()
@@ -143,12 +177,34 @@ class MetricSpec(_Model):
 
 
 class OutputConfig(_Model):
-    parquet: str = pydantic.Field(min_length=1, description="folder (or prefix) under which each run writes <run_id>/<table>/")
+    parquet: str | None = pydantic.Field(
+        None, min_length=1,
+        description="a local folder or gs:// prefix under which each run writes <run_id>/<table>/",
+    )
+    bigquery: str | None = pydantic.Field(
+        None, pattern=BQ_DATASET_RE, description="project.dataset to write the tables and views to"
+    )
+    bigquery_location: str | None = pydantic.Field(
+        None, pattern=r"^[A-Za-z0-9-]+$", description="location of the dataset when evalbeam creates it (default US)"
+    )
+
+    @pydantic.model_validator(mode="after")
+    def _somewhere(self) -> "OutputConfig":
+        if self.parquet is None and self.bigquery is None:
+            raise ValueError("set output.parquet, output.bigquery or both")
+        return self
+
+    def bigquery_dataset(self) -> tuple[str, str]:
+        project, _, dataset = self.bigquery.rpartition(".")  # type: ignore[union-attr]
+        return project, dataset
 
 
 class EvalConfig(_Model):
     name: str = pydantic.Field(pattern=NAME_RE)
     run_id: str | None = pydantic.Field(None, pattern=NAME_RE)
+    run_date: dt.date | None = pydantic.Field(
+        None, description="the date the run is for (YYYY-MM-DD); default today (UTC). Tables are partitioned by it"
+    )
     input: InputConfig
     metrics: list[MetricSpec] = pydantic.Field(min_length=1)
     output: OutputConfig
@@ -171,10 +227,17 @@ class EvalConfig(_Model):
         return specs
 
     def resolved_run_id(self, now: dt.datetime | None = None) -> str:
+        """run_id, else <name>-<run_date> when a run date is given (so that a
+        scheduled night's re-run replaces that night), else <name>-<UTC timestamp>."""
         if self.run_id:
             return self.run_id
+        if self.run_date:
+            return f"{self.name}-{self.run_date:%Y%m%d}"
         now = now or dt.datetime.now(dt.timezone.utc)
         return f"{self.name}-{now:%Y%m%dT%H%M%SZ}"
+
+    def resolved_run_date(self, now: dt.datetime | None = None) -> dt.date:
+        return self.run_date or (now or dt.datetime.now(dt.timezone.utc)).date()
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=True)
@@ -225,11 +288,16 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> EvalConfig:
-    path = Path(path)
+    from apache_beam.io.filesystems import FileSystems
+
+    path = str(path)
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"config file {str(path)!r} does not exist") from None
+        with FileSystems.open(path, mime_type="application/octet-stream") as f:
+            raw = yaml.safe_load(f.read().decode("utf-8"))
+    except (FileNotFoundError, IOError) as e:
+        if not FileSystems.exists(path):
+            raise ConfigError(f"config file {path!r} does not exist") from None
+        raise ConfigError(f"cannot read config file {path!r}: {e}") from None
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(raw, dict):

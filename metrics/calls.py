@@ -44,8 +44,8 @@ def json_key(value: Any, fold_strings: Callable[[str], str] | None = None) -> An
 
 def parse_trajectory(value: Any) -> list[dict[str, Any]]:
     """A trajectory: a list of ``{tool_name: str, tool_input: object}``, or its
-    JSON text. ``tool_input`` may be omitted (no arguments); other keys of a
-    call (an id, a timestamp) are ignored."""
+    JSON text. ``tool_input`` may be omitted (no arguments) or be the JSON text
+    of an object; other keys of a call (an id, a timestamp) are ignored."""
     if isinstance(value, str):
         value = _json_text(value, "is a string but not")
     if not isinstance(value, list):
@@ -60,6 +60,8 @@ def parse_trajectory(value: Any) -> list[dict[str, Any]]:
         tool_input = call.get("tool_input", {})
         if tool_input is None:
             tool_input = {}
+        elif isinstance(tool_input, str):  # e.g. a BigQuery JSON column
+            tool_input = _json_text(tool_input, f"item {i} 'tool_input' is text but not")
         if not isinstance(tool_input, dict):
             raise CallFormatError(f"item {i} 'tool_input' must be an object, got {_type_name(tool_input)}")
         calls.append({"tool_name": name, "tool_input": tool_input})

@@ -3,6 +3,8 @@
     evalbeam run CONFIG [--set key.path=value ...] [Beam flags ...]
     evalbeam validate CONFIG [--set ...]
     evalbeam metrics
+    evalbeam runs [--eval NAME] [--config CONFIG | --parquet DIR | --bigquery PROJECT.DATASET]
+    evalbeam show RUN_ID [--config CONFIG | --parquet DIR | --bigquery PROJECT.DATASET]
 
 Arguments `run` does not know go to Beam's PipelineOptions unchanged, so the
 same command targets DirectRunner or Dataflow (`--runner=DataflowRunner ...`).
@@ -12,8 +14,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from configs import ConfigError, load_config
 
@@ -32,7 +35,39 @@ def _parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="check a config and its dataset's columns; runs nothing")
     _config_args(validate)
     sub.add_parser("metrics", help="list every metric")
+    runs = sub.add_parser("runs", help="list runs, newest first")
+    runs.add_argument("--eval", help="only the runs of this eval (config name)")
+    _results_args(runs)
+    show = sub.add_parser("show", help="print a run's summary")
+    show.add_argument("run_id")
+    _results_args(show)
     return parser
+
+
+def _results_args(parser: argparse.ArgumentParser) -> None:
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--config", help="read where this config writes (BigQuery when it has output.bigquery)")
+    where.add_argument("--parquet", help="a Parquet output folder (default: output/)")
+    where.add_argument("--bigquery", help="a BigQuery dataset, PROJECT.DATASET")
+
+
+def _results(args):
+    from pipelines.report import BigQueryResults, ParquetResults, results_for
+
+    if args.config:
+        return results_for(load_config(args.config))
+    if args.bigquery:
+        return BigQueryResults(args.bigquery)
+    return ParquetResults(args.parquet or "output/")
+
+
+def _with_setup_file(beam_args: list[str]) -> list[str]:
+    """Remote workers install evalbeam from its setup.py: pass it unless the
+    caller (or a Flex Template launcher) already did."""
+    setup = Path(__file__).resolve().parent.parent / "setup.py"
+    if any(a.startswith("--setup_file") for a in beam_args) or not setup.exists():
+        return beam_args
+    return beam_args + [f"--setup_file={setup}"]
 
 
 def _metrics_table() -> str:
@@ -57,25 +92,37 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "metrics":
         print(_metrics_table())
         return 0
-    if args.command == "validate" and beam_args:
+    if args.command != "run" and beam_args:
         _parser().error(f"unrecognized arguments: {' '.join(beam_args)}")
     from pipelines import evaluate
+    from pipelines.report import results_for, run_report, runs_report
 
     try:
+        if args.command == "runs":
+            print(runs_report(_results(args), args.eval))
+            return 0
+        if args.command == "show":
+            print(run_report(_results(args), args.run_id))
+            return 0
         config = load_config(args.config, args.overrides)
         if args.command == "validate":
             checked = evaluate.preflight(config)
-            print(f"config ok: {len(config.metrics)} metrics; {len(checked.files)} file(s); "
-                  f"columns checked on {checked.sampled_rows} row(s)")
+            rows = "its schema" if checked.checked_rows is None else f"{checked.checked_rows} row(s)"
+            print(f"config ok: {len(config.metrics)} metrics; input {checked.source}; columns checked on {rows}")
             return 0
         logging.getLogger().setLevel(logging.WARNING)
-        run_id, _ = evaluate.run(config, PipelineOptions(beam_args))
+        options = PipelineOptions(beam_args)
+        if options.view_as(StandardOptions).runner not in evaluate.LOCAL_RUNNERS:
+            options = PipelineOptions(_with_setup_file(beam_args))
+        run_key, result = evaluate.run(config, options)
     except ConfigError as e:
         print(f"evalbeam: {e}", file=sys.stderr)
         return 2
-    from pipelines.report import run_report
-
-    print(run_report(config.output.parquet, run_id))
+    if options.view_as(StandardOptions).runner not in evaluate.LOCAL_RUNNERS:
+        job_id = getattr(result, "job_id", lambda: None)()
+        print(f"submitted run {run_key.run_id} (run date {run_key.run_date})" + (f" as job {job_id}" if job_id else ""))
+        return 0
+    print(run_report(results_for(config), run_key.run_id))
     return 0
 
 

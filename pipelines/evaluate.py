@@ -2,22 +2,28 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
+import tempfile
+import uuid
 from importlib import metadata
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.io.filesystem import BeamIOError
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
 from configs import ConfigError, EvalConfig
 from metrics.instance import RowSpec, present_columns
 from metrics.registry import unmet_inputs
+from transforms import bigquery
+from transforms.local_cloud import storage_client
 from transforms.read import ReadRecords, match_files, sample_records
 from transforms.runs import RunRecord
-from transforms.schema import instance_row, utc_now
+from transforms.schema import RunKey, instance_row, utc_now
 from transforms.score import ScoreInstances, plan_metrics
 from transforms.summarize import SummarizeScores
 from transforms.validate import ToInstances
-from transforms.write import WriteParquetTable, clear_run_output
+from transforms.write import WriteParquetTable, clear_run_output, run_folder
+
+LOCAL_RUNNERS = (None, "DirectRunner", "direct", "PrismRunner", "prism")
 
 
 def evalbeam_version() -> str:
@@ -38,23 +44,60 @@ def row_spec(config: EvalConfig) -> RowSpec:
 
 @dataclasses.dataclass
 class Preflight:
-    files: list[str]
-    sampled_rows: int
+    source: str  # what was checked: the files matched, or the BigQuery table/query
+    checked_rows: int | None  # rows sampled for the column check (None: the table schema was used)
     columns: set[str]
 
 
-def preflight(config: EvalConfig) -> Preflight:
-    """Check, before any work, that the dataset exists and that its columns
-    provide every input of every metric. Raises ConfigError naming what is wrong."""
-    fmt = config.input.inferred_format()
-    files = match_files(config.input.uri)
+def billing_project(config: EvalConfig, options: PipelineOptions | None) -> str | None:
+    if config.input.project:
+        return config.input.project
+    if config.output.bigquery:
+        return config.output.bigquery_dataset()[0]
+    return options.view_as(GoogleCloudOptions).project if options else None
+
+
+def preflight(config: EvalConfig, options: PipelineOptions | None = None) -> Preflight:
+    """Check, before any work, that the input exists, that its columns provide
+    every input of every metric, and that the outputs can be written. Raises
+    ConfigError naming the resource or field at fault. Creates nothing."""
+    if config.input.kind == "files":
+        checked = _check_files(config)
+    else:
+        try:
+            label, columns = bigquery.describe_input(config.input, billing_project(config, options))
+        except bigquery.BigQueryError as e:
+            raise ConfigError(str(e)) from None
+        checked = Preflight(label, None, set(columns))
+    _check_columns(config, checked)
+    _check_outputs(config, options)
+    return checked
+
+
+def _check_files(config: EvalConfig) -> Preflight:
+    uri = config.input.uri
+    try:
+        files = match_files(uri)
+    except BeamIOError as e:
+        reason = next(iter(e.exception_details.values()), e) if getattr(e, "exception_details", None) else e
+        raise ConfigError(f"input.uri: cannot list {uri!r}: {_short(reason)}") from None
     if not files:
-        raise ConfigError(f"input.uri: no file matches {config.input.uri!r}")
-    sample = sample_records(files, fmt)
-    columns = present_columns(sample)
-    if not sample:
-        # Nothing to check against: an empty dataset is an empty run.
-        return Preflight(files, 0, columns)
+        raise ConfigError(f"input.uri: no file matches {uri!r}")
+    sample = sample_records(files, config.input.inferred_format())
+    return Preflight(f"{len(files)} file(s)", len(sample), present_columns(sample))
+
+
+def _short(error) -> str:
+    text = str(error)
+    if "NotFound" in text or "404" in text:
+        return "the bucket or path does not exist or is not reachable"
+    return text.splitlines()[0][:300]
+
+
+def _check_columns(config: EvalConfig, checked: Preflight) -> None:
+    if checked.checked_rows == 0:
+        return  # an empty dataset is an empty run: nothing to check against
+    columns = checked.columns
     mapping = config.input.column_mapping
     problems = []
     for i, spec in enumerate(config.metrics):
@@ -74,48 +117,96 @@ def preflight(config: EvalConfig) -> Preflight:
     if config.input.id_column and config.input.id_column not in columns:
         problems.append(f"  input.id_column: column {config.input.id_column!r} is not in the dataset")
     if problems:
+        seen = "its schema" if checked.checked_rows is None else f"the first {checked.checked_rows} rows"
         raise ConfigError(
-            f"the dataset {config.input.uri!r} does not fit the config "
-            f"(columns seen in the first {len(sample)} rows: {', '.join(sorted(columns))}):\n" + "\n".join(problems)
+            f"the dataset ({checked.source}) does not fit the config "
+            f"(columns in {seen}: {', '.join(sorted(columns))}):\n" + "\n".join(problems)
         )
-    return Preflight(files, len(sample), columns)
 
 
-def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run_id: str, started_at: dt.datetime) -> None:
-    out = config.output.parquet
+def _check_outputs(config: EvalConfig, options: PipelineOptions | None) -> None:
+    parquet = config.output.parquet
+    if parquet and parquet.startswith("gs://"):
+        bucket = parquet[len("gs://"):].split("/", 1)[0]
+        try:
+            exists = storage_client().bucket(bucket).exists()
+        except Exception as e:  # noqa: BLE001 - any failure to reach the bucket is reported as such
+            raise ConfigError(f"output.parquet: cannot reach bucket {bucket!r}: {_short(e)}") from None
+        if not exists:
+            raise ConfigError(f"output.parquet: bucket {bucket!r} does not exist")
+    if config.output.bigquery and options is not None:
+        runner = options.view_as(StandardOptions).runner
+        temp = options.view_as(GoogleCloudOptions).temp_location
+        if parquet is None and runner not in LOCAL_RUNNERS and not (temp or "").startswith("gs://"):
+            raise ConfigError("output.bigquery without output.parquet needs --temp_location=gs://... to stage files")
+
+
+def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, started_at,
+                   read_plan: bigquery.ReadPlan | None = None, attempt: str | None = None,
+                   staging: str | None = None) -> None:
     slices = tuple(config.input.slice_columns)
 
-    records, unparseable = pipeline | "Read" >> ReadRecords(config.input.uri, config.input.inferred_format())
+    if read_plan is None:
+        records, unparseable = pipeline | "Read" >> ReadRecords(config.input.uri, config.input.inferred_format())
+    else:
+        records = pipeline | "ReadBigQuery" >> bigquery.ReadBigQueryRows(read_plan)
+        unparseable = pipeline | "NoUnparseableRows" >> beam.Create([])
     instances, invalid = records | "Validate" >> ToInstances(row_spec(config))
     dead_letters = (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()
-    scored = instances | "Score" >> ScoreInstances(run_id, config.metrics)
+    scored = instances | "Score" >> ScoreInstances(run, config.metrics)
     thresholds = {p.output_name: p.threshold for p in plan_metrics(config.metrics)}
-    summary = scored | "Summarize" >> SummarizeScores(run_id, thresholds)
+    summary = scored | "Summarize" >> SummarizeScores(run, thresholds)
     read = (records, unparseable) | "AllRead" >> beam.Flatten()
     runs = (read, scored, dead_letters) | "RunRecord" >> RunRecord(
-        run_id, config.name, config.to_json(), evalbeam_version(), started_at
+        run, config.name, config.to_json(), evalbeam_version(), started_at
     )
 
     tables = {
-        "instances": scored | "InstanceRows" >> beam.Map(lambda s, r: instance_row(r, s.instance), run_id),
+        "instances": scored | "InstanceRows" >> beam.Map(lambda s, r: instance_row(r, s.instance), run),
         "metric_results": scored | "MetricRows" >> beam.FlatMap(lambda s: s.results),
         "summary": summary,
         "runs": runs,
-        "dead_letter": dead_letters | "DeadLetterRows" >> beam.Map(lambda d, r: d.row(r), run_id),
+        "dead_letter": dead_letters | "DeadLetterRows" >> beam.Map(lambda d, r: d.row(r), run),
     }
-    for table, rows in tables.items():
-        rows | f"Write_{table}" >> WriteParquetTable(out, run_id, table, slices)
+    # Parquet is always written: it is the output, or what BigQuery loads from.
+    folder = config.output.parquet or staging
+    written = {
+        table: rows | f"Write_{table}" >> WriteParquetTable(folder, run.run_id, table, slices)
+        for table, rows in tables.items()
+    }
+    if config.output.bigquery:
+        written | "PublishToBigQuery" >> bigquery.PublishToBigQuery(
+            config.output.bigquery, run, slices, attempt, config.output.bigquery_location,
+            staging_folder=None if config.output.parquet else run_folder(staging, run.run_id),
+        )
 
 
-def run(config: EvalConfig, options: PipelineOptions, run_id: str | None = None):
-    """Check the inputs, clear an earlier attempt of this run_id, run the
-    pipeline and wait for it. Returns (run_id, PipelineResult)."""
-    preflight(config)
+def run(config: EvalConfig, options: PipelineOptions):
+    """Check the inputs and outputs, clear an earlier attempt's Parquet output of
+    this run_id, prepare the BigQuery dataset, then run the pipeline: to the end
+    on a local runner, or until submitted on a remote one.
+    Returns (RunKey, PipelineResult)."""
+    preflight(config, options)
     started_at = utc_now()
-    run_id = run_id or config.resolved_run_id(started_at)
-    clear_run_output(config.output.parquet, run_id)
+    run_key = RunKey(config.resolved_run_id(started_at), config.resolved_run_date(started_at))
+    attempt = uuid.uuid4().hex[:12]
+    staging = None
+    if config.output.parquet:
+        clear_run_output(config.output.parquet, run_key.run_id)
+    elif config.output.bigquery:
+        temp = options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir()
+        staging = f"{temp.rstrip('/')}/evalbeam-staging/{attempt}"
+    try:
+        if config.output.bigquery:
+            bigquery.prepare_output(config.output.bigquery, config.input.slice_columns, config.output.bigquery_location)
+        read_plan = None
+        if config.input.kind != "files":
+            read_plan = bigquery.plan_read(config.input, billing_project(config, options))
+    except bigquery.BigQueryError as e:
+        raise ConfigError(str(e)) from None
     pipeline = beam.Pipeline(options=options)
-    build_pipeline(pipeline, config, run_id, started_at)
+    build_pipeline(pipeline, config, run_key, started_at, read_plan, attempt, staging)
     result = pipeline.run()
-    result.wait_until_finish()
-    return run_id, result
+    if options.view_as(StandardOptions).runner in LOCAL_RUNNERS:
+        result.wait_until_finish()
+    return run_key, result

@@ -1,24 +1,110 @@
-"""Reading a run's Parquet output back with DuckDB, for the printed summary."""
+"""Reading results back: a run's summary, and the list of runs.
+
+From BigQuery when the config writes there, else from the Parquet output with
+DuckDB. Parquet files are opened through Beam's filesystems (local or gs://)
+and handed to DuckDB as Arrow tables: DuckDB's own gs:// support is an
+extension it would download.
+"""
 from __future__ import annotations
 
 import math
 from typing import Any
 
 import duckdb
-
+import pyarrow as pa
+import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
+from transforms.local_cloud import bigquery_client
+from transforms.schema import arrow_schema
 
-def _table_glob(output: str, run_id: str, table: str) -> str:
-    return FileSystems.join(output, run_id, table, "*.parquet")
+RUNS_SQL = """
+SELECT run_id, name, run_date, started_at, finished_at, read_count, scored_count, dead_letter_count, metric_error_count
+FROM {runs} {where} ORDER BY started_at DESC"""
+SUMMARY_SQL = """
+SELECT metric, slice, valid_count, error_count, mean, std, ci_low, ci_high, pass_rate
+FROM {summary} WHERE run_id = {param}
+ORDER BY metric, slice <> 'overall', slice"""
+DEAD_LETTER_SQL = "SELECT source, reason FROM {dead_letter} WHERE run_id = {param} ORDER BY source LIMIT 20"
 
 
-def read_table(output: str, run_id: str, table: str, order_by: str = "") -> list[dict[str, Any]]:
-    with duckdb.connect() as con:
-        rel = con.sql(f"SELECT * FROM read_parquet($glob){' ORDER BY ' + order_by if order_by else ''}",
-                      params={"glob": _table_glob(output, run_id, table)})
-        columns = rel.columns
-        return [dict(zip(columns, row)) for row in rel.fetchall()]
+class ParquetResults:
+    def __init__(self, output: str):
+        self.output = output
+        self.location = output
+
+    def _read(self, pattern: str, table: str) -> pa.Table:
+        paths = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+        tables = []
+        for path in paths:
+            with FileSystems.open(path, mime_type="application/octet-stream") as f:
+                tables.append(pq.read_table(pa.BufferReader(f.read())))
+        if not tables:
+            return arrow_schema(table).empty_table()
+        return pa.concat_tables(tables, promote_options="permissive")
+
+    def query(self, sql: str, run_id: str | None = None, **tables: str) -> list[dict[str, Any]]:
+        with duckdb.connect() as con:
+            names = {}
+            for name, pattern in tables.items():
+                con.register(f"t_{name}", self._read(pattern, name))
+                names[name] = f"t_{name}"
+            rel = con.execute(sql.format(param="$run_id", **names), {"run_id": run_id} if run_id else {})
+            columns = [d[0] for d in rel.description]
+            return [dict(zip(columns, row)) for row in rel.fetchall()]
+
+    def runs(self, eval_name: str | None) -> list[dict[str, Any]]:
+        where = "WHERE name = $name" if eval_name else ""
+        with duckdb.connect() as con:
+            con.register("t_runs", self._read(FileSystems.join(self.output, "*", "runs", "*.parquet"), "runs"))
+            rel = con.execute(RUNS_SQL.format(runs="t_runs", where=where), {"name": eval_name} if eval_name else {})
+            columns = [d[0] for d in rel.description]
+            return [dict(zip(columns, row)) for row in rel.fetchall()]
+
+    def run_tables(self, run_id: str) -> dict[str, list[dict[str, Any]]]:
+        def pattern(table):
+            return FileSystems.join(self.output, run_id, table, "*.parquet")
+
+        return {
+            "runs": self.query("SELECT * FROM {runs} WHERE run_id = {param}", run_id, runs=pattern("runs")),
+            "summary": self.query(SUMMARY_SQL, run_id, summary=pattern("summary")),
+            "dead_letter": self.query(DEAD_LETTER_SQL, run_id, dead_letter=pattern("dead_letter")),
+        }
+
+
+class BigQueryResults:
+    def __init__(self, dataset: str):
+        self.dataset = dataset
+        self.location = f"BigQuery {dataset}"
+        self._client = bigquery_client(dataset.rpartition(".")[0])
+
+    def _query(self, sql: str, **params: str) -> list[dict[str, Any]]:
+        from google.cloud import bigquery
+
+        config = bigquery.QueryJobConfig(
+            query_parameters=[bigquery.ScalarQueryParameter(k, "STRING", v) for k, v in params.items()]
+        )
+        return [dict(row.items()) for row in self._client.query(sql, job_config=config).result()]
+
+    def _t(self, table: str) -> str:
+        return f"`{self.dataset}.{table}`"
+
+    def runs(self, eval_name: str | None) -> list[dict[str, Any]]:
+        where = "WHERE name = @name" if eval_name else ""
+        return self._query(RUNS_SQL.format(runs=self._t("runs"), where=where), **({"name": eval_name} if eval_name else {}))
+
+    def run_tables(self, run_id: str) -> dict[str, list[dict[str, Any]]]:
+        return {
+            "runs": self._query(f"SELECT * FROM {self._t('runs')} WHERE run_id = @run_id", run_id=run_id),
+            "summary": self._query(SUMMARY_SQL.format(summary=self._t("summary"), param="@run_id"), run_id=run_id),
+            "dead_letter": self._query(DEAD_LETTER_SQL.format(dead_letter=self._t("dead_letter"), param="@run_id"), run_id=run_id),
+        }
+
+
+def results_for(config) -> ParquetResults | BigQueryResults:
+    if config.output.bigquery:
+        return BigQueryResults(config.output.bigquery)
+    return ParquetResults(config.output.parquet)
 
 
 def _fmt(value: Any, digits: int = 4) -> str:
@@ -29,35 +115,43 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def format_table(header: tuple[str, ...], lines: list[tuple[str, ...]]) -> str:
+    widths = [max([len(h)] + [len(line[i]) for line in lines]) for i, h in enumerate(header)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(), "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
+    return "\n".join(out)
+
+
 def format_summary(rows: list[dict[str, Any]]) -> str:
-    header = ("metric", "slice", "n", "errors", "mean", "std", "95% CI", "pass rate")
     lines = []
     for r in rows:
         ci = "-" if r["ci_low"] is None else f"[{_fmt(r['ci_low'], 3)}, {_fmt(r['ci_high'], 3)}]"
         lines.append((r["metric"], r["slice"], str(r["valid_count"]), str(r["error_count"]),
                       _fmt(r["mean"]), _fmt(r["std"]), ci, _fmt(r["pass_rate"], 3)))
-    widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(header)]
-    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(line, widths)) for line in lines]
-    return "\n".join(out)
+    return format_table(("metric", "slice", "n", "errors", "mean", "std", "95% CI", "pass rate"), lines)
 
 
-def run_report(output: str, run_id: str) -> str:
-    runs = read_table(output, run_id, "runs")
-    summary = read_table(output, run_id, "summary", "metric, slice <> 'overall', slice")
-    lines = [f"run {run_id}"]
-    if runs:
-        r = runs[0]
-        lines.append(
-            f"read {r['read_count']} = scored {r['scored_count']} + dead-lettered {r['dead_letter_count']}; "
-            f"metric errors {r['metric_error_count']}"
-        )
-    lines.append(format_summary(summary))
-    dead = read_table(output, run_id, "dead_letter", "source")
+def run_report(results, run_id: str) -> str:
+    tables = results.run_tables(run_id)
+    if not tables["runs"]:
+        return f"no run {run_id!r} in {results.location}"
+    r = tables["runs"][0]
+    lines = [
+        f"run {run_id} ({r['name']}, run date {r['run_date']})",
+        f"read {r['read_count']} = scored {r['scored_count']} + dead-lettered {r['dead_letter_count']}; "
+        f"metric errors {r['metric_error_count']}",
+        format_summary(tables["summary"]),
+    ]
+    dead = tables["dead_letter"]
     if dead:
-        lines.append(f"\ndead letters ({len(dead)}):")
-        lines += [f"  {d['source']}: {d['reason']}" for d in dead[:20]]
-        if len(dead) > 20:
-            lines.append(f"  ... {len(dead) - 20} more in {FileSystems.join(output, run_id, 'dead_letter')}")
-    lines.append(f"\noutput: {FileSystems.join(output, run_id)}")
+        lines.append(f"\ndead letters ({r['dead_letter_count']}{', the first 20' if r['dead_letter_count'] > 20 else ''}):")
+        lines += [f"  {d['source']}: {d['reason']}" for d in dead]
+    lines.append(f"\nresults: {results.location}")
     return "\n".join(lines)
+
+
+def runs_report(results, eval_name: str | None) -> str:
+    rows = results.runs(eval_name)
+    lines = [(r["run_id"], r["name"], str(r["run_date"]), f"{r['started_at']:%Y-%m-%d %H:%M:%S}", str(r["read_count"]),
+              str(r["scored_count"]), str(r["dead_letter_count"]), str(r["metric_error_count"])) for r in rows]
+    return format_table(("run_id", "eval", "run date", "started (UTC)", "read", "scored", "dead-lettered", "metric errors"), lines)

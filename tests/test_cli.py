@@ -183,7 +183,7 @@ def test_validate_reports_metrics_whose_inputs_no_column_provides(tmp_path):
 def test_validate_ok_and_missing_input_files(dataset, tmp_path):
     config, _, _ = dataset
     ok = evalbeam("validate", config)
-    assert "config ok: 5 metrics; 1 file(s)" in ok.stdout
+    assert "config ok: 5 metrics; input 1 file(s); columns checked on 7 row(s)" in ok.stdout  # 9 lines, 2 unparseable
     missing = evalbeam("validate", config, "--set", f"input.uri={tmp_path}/nothing*.jsonl", check=False)
     assert missing.returncode == 2 and "input.uri: no file matches" in missing.stderr
     bad = evalbeam("validate", config, "--set", "metrics.0.params.x=1", check=False)

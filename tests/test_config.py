@@ -64,7 +64,12 @@ def test_bad_metric_fields_are_named(tmp_path, change, expected):
         ("uri: data.jsonl", "uri: data.jsonl\n  slice_columns: [response]", "clashes with an output column"),
         ("uri: data.jsonl", "uri: data.jsonl\n  slice_columns: [a-b]", "not a valid column name"),
         ("name: t", "name: 'a b'", "name: String should match pattern"),
-        ("output:\n  parquet: out/", "output: {}", "output.parquet: Field required"),
+        ("output:\n  parquet: out/", "output: {}", "output: Value error, set output.parquet, output.bigquery or both"),
+        ("output:\n  parquet: out/", "output: {bigquery: my-project}", "output.bigquery: String should match pattern"),
+        ("uri: data.jsonl", "uri: bq://proj.ds.t", "not a valid BigQuery table"),
+        ("uri: data.jsonl", "uri: bq://my-project.ds;DROP.t", "not a valid BigQuery table"),
+        ("uri: data.jsonl", "uri: data.jsonl\n  query: SELECT 1", "set exactly one of input.uri and input.query"),
+        ("uri: data.jsonl", "format: csv", "set exactly one of input.uri and input.query"),
         ("name: t", "name: t\nextra_key: 1", "extra_key: Extra inputs are not permitted"),
     ],
 )

@@ -9,6 +9,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from configs import MetricSpec
 from metrics.instance import Instance, RowSpec
 from transforms.read import ReadRecords
+from transforms.schema import RunKey
 from transforms.score import ScoreInstances
 from transforms.summarize import SummarizeScores
 from transforms.validate import ToInstances
@@ -47,6 +48,9 @@ def test_read_csv_quoted_newlines_and_short_rows(tmp_path):
                     equal_to([("row 3 (line 5)", "row has 1 cells, the header has 2")]), label="dead")
 
 
+RUN = RunKey("r1", __import__("datetime").date(2026, 11, 20))
+
+
 def _instance(i, response, reference="gold", **fields):
     return Instance(f"id{i}", {"response": response, "reference": reference, **fields}, {"grp": "a" if i % 2 else "b"}, f"f:{i}")
 
@@ -69,7 +73,7 @@ def test_score_keeps_every_row_when_a_metric_raises():
              MetricSpec(name="fragile_length", function="tests.custom_metrics:fragile_length")]
     instances = [_instance(1, "gold", latency_in_seconds=2.0), _instance(2, "boom")]
     with TestPipeline() as p:
-        scored = p | beam.Create(instances) | ScoreInstances("r1", specs)
+        scored = p | beam.Create(instances) | ScoreInstances(RUN, specs)
         rows = scored | beam.FlatMap(lambda s: [(r["instance_id"], r["metric"], r["score"], r["error"], r["extra"]) for r in s.results])
         assert_that(rows, equal_to([
             ("id1", "exact_match", 1.0, None, None),
@@ -84,8 +88,8 @@ def test_summarize_by_slice_with_thresholds():
     specs = [MetricSpec(name="exact_match", threshold=0.5)]
     instances = [_instance(i, "gold" if i < 3 else "other") for i in range(6)]
     with TestPipeline() as p:
-        scored = p | beam.Create(instances) | ScoreInstances("r1", specs)
-        summary = scored | SummarizeScores("r1", {"exact_match": 0.5})
+        scored = p | beam.Create(instances) | ScoreInstances(RUN, specs)
+        summary = scored | SummarizeScores(RUN, {"exact_match": 0.5})
         assert_that(summary | beam.Map(lambda r: (r["slice"], r["row_count"], r["mean"], r["pass_rate"], r["threshold"])),
                     equal_to([("overall", 6, 0.5, 0.5, 0.5),
                               ("grp=a", 3, pytest.approx(1 / 3), pytest.approx(1 / 3), 0.5),  # ids 1, 3, 5

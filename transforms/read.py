@@ -40,9 +40,9 @@ class DeadLetter:
     raw_record: str
     field: str | None = None
 
-    def row(self, run_id: str) -> dict[str, Any]:
+    def row(self, run) -> dict[str, Any]:
         return {
-            "run_id": run_id,
+            **run.columns(),
             "source": self.source,
             "field": self.field,
             "reason": self.reason,

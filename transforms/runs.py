@@ -6,7 +6,7 @@ import datetime as dt
 
 import apache_beam as beam
 
-from transforms.schema import utc_now
+from transforms.schema import RunKey, utc_now
 
 
 def _count(pcoll, label):
@@ -27,10 +27,10 @@ def _runs_row(_, *, base, read, scored, dead, metric_errors):
 class RunRecord(beam.PTransform):
     """(read stage outputs, scored instances, dead letters) -> the one `runs` row."""
 
-    def __init__(self, run_id: str, name: str, config_json: str, version: str, started_at: dt.datetime):
+    def __init__(self, run: RunKey, name: str, config_json: str, version: str, started_at: dt.datetime):
         super().__init__()
         self._base = {
-            "run_id": run_id,
+            **run.columns(),
             "name": name,
             "config": config_json,
             "evalbeam_version": version,

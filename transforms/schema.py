@@ -25,7 +25,7 @@ from metrics.instance import (
 @dataclasses.dataclass(frozen=True)
 class Column:
     name: str
-    type: str  # STRING | FLOAT64 | INT64 | BOOL | TIMESTAMP | JSON (JSON text)
+    type: str  # STRING | FLOAT64 | INT64 | BOOL | DATE | TIMESTAMP | JSON (JSON text)
     required: bool = False
     description: str = ""
 
@@ -37,7 +37,11 @@ _ARROW = {
     "INT64": pa.int64(),
     "BOOL": pa.bool_(),
     "TIMESTAMP": pa.timestamp("us", tz="UTC"),
+    "DATE": pa.date32(),
 }
+# JSON text is loaded into BigQuery as STRING: Parquet has no JSON type that every
+# load path maps to BigQuery JSON, and JSON functions (JSON_VALUE, ...) read STRING.
+_BIGQUERY = {"JSON": "STRING"}
 
 
 def _canonical_column(field: str) -> Column:
@@ -51,16 +55,19 @@ def _canonical_column(field: str) -> Column:
 
 
 RUN_ID = Column("run_id", "STRING", True, "the run that wrote the row")
+RUN_DATE = Column("run_date", "DATE", True, "the date the run is for; BigQuery tables are partitioned by it")
 
 TABLES: dict[str, tuple[Column, ...]] = {
     "instances": (
         RUN_ID,
+        RUN_DATE,
         Column("instance_id", "STRING", True, "id column value, or a content hash of the row"),
         Column("source", "STRING", True, "file and line (or CSV row) the instance came from"),
         *(_canonical_column(f) for f in CANONICAL_FIELDS),
     ),
     "metric_results": (
         RUN_ID,
+        RUN_DATE,
         Column("instance_id", "STRING", True),
         Column("metric", "STRING", True, "the metric's 'as' name, else its name"),
         Column("score", "FLOAT64", description="null when the metric failed on this instance"),
@@ -71,6 +78,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     ),
     "summary": (
         RUN_ID,
+        RUN_DATE,
         Column("metric", "STRING", True),
         Column("slice", "STRING", True, "'overall' or 'column=value'"),
         Column("row_count", "INT64", True),
@@ -85,6 +93,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     ),
     "runs": (
         RUN_ID,
+        RUN_DATE,
         Column("name", "STRING", True),
         Column("config", "JSON", True),
         Column("evalbeam_version", "STRING", True),
@@ -97,6 +106,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     ),
     "dead_letter": (
         RUN_ID,
+        RUN_DATE,
         Column("source", "STRING", True, "file and line, or CSV row"),
         Column("field", "STRING", description="the field at fault, when one is"),
         Column("reason", "STRING", True),
@@ -118,15 +128,49 @@ def arrow_schema(table: str, slice_columns: Iterable[str] = ()) -> pa.Schema:
     )
 
 
+# How each BigQuery table is laid out: partitioned by run date, clustered for
+# the common filters.
+CLUSTERING = {
+    "instances": ["run_id"],
+    "metric_results": ["metric", "run_id"],
+    "summary": ["metric", "slice"],
+    "runs": ["name"],
+    "dead_letter": ["run_id"],
+}
+
+
+def bigquery_schema(table: str, slice_columns: Iterable[str] = ()):
+    from google.cloud import bigquery
+
+    return [
+        bigquery.SchemaField(
+            c.name, _BIGQUERY.get(c.type, c.type), mode="REQUIRED" if c.required else "NULLABLE",
+            description=c.description or None,
+        )
+        for c in table_columns(table, slice_columns)
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunKey:
+    """The run a row belongs to: the two columns every table starts with."""
+
+    run_id: str
+    run_date: dt.date
+
+    def columns(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "run_date": self.run_date}
+
+
 def to_json_text(value: Any) -> str | None:
     if value is None:
         return None
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def instance_row(run_id: str, instance: Instance) -> dict[str, Any]:
-    row: dict[str, Any] = {"run_id": run_id, "instance_id": instance.instance_id, "source": instance.source}
-    for column in TABLES["instances"][3:]:
+def instance_row(run: "RunKey", instance: Instance) -> dict[str, Any]:
+    row: dict[str, Any] = {**run.columns(), "instance_id": instance.instance_id, "source": instance.source}
+    for column in TABLES["instances"][4:]:
         value = instance.fields.get(column.name)
         row[column.name] = to_json_text(value) if column.type == "JSON" else value
     row.update(instance.slices)

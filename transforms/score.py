@@ -20,6 +20,7 @@ from metrics.agent import PASSTHROUGH_FIELDS
 from metrics.custom import custom_scorer
 from metrics.instance import Instance
 from metrics.registry import as_metric_value, get_metric
+from transforms.schema import RunKey
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,13 +61,13 @@ class ScoredInstance:
     results: list[dict[str, Any]]  # metric_results rows
 
 
-def score_instance(run_id: str, instance: Instance, scorers) -> ScoredInstance:
+def score_instance(run: RunKey, instance: Instance, scorers) -> ScoredInstance:
     rows = []
     for plan, scorer, optional_field in scorers:
         if optional_field and optional_field not in instance.fields:
             continue  # an automatic pass-through metric this instance has no value for
         row = {
-            "run_id": run_id,
+            **run.columns(),
             "instance_id": instance.instance_id,
             "metric": plan.output_name,
             "score": None,
@@ -91,8 +92,8 @@ def score_instance(run_id: str, instance: Instance, scorers) -> ScoredInstance:
 
 
 class ScoreFn(beam.DoFn):
-    def __init__(self, run_id: str, plans: list[MetricPlan], automatic: frozenset[str]):
-        self._run_id = run_id
+    def __init__(self, run: RunKey, plans: list[MetricPlan], automatic: frozenset[str]):
+        self._run = run
         self._plans = plans
         self._automatic = automatic
         self._errors = Metrics.counter("evalbeam", "metric_errors")
@@ -105,7 +106,7 @@ class ScoreFn(beam.DoFn):
         ]
 
     def process(self, instance: Instance):
-        scored = score_instance(self._run_id, instance, self._scorers)
+        scored = score_instance(self._run, instance, self._scorers)
         self._scored.inc()
         errors = sum(r["error"] is not None for r in scored.results)
         if errors:
@@ -116,11 +117,11 @@ class ScoreFn(beam.DoFn):
 class ScoreInstances(beam.PTransform):
     """Instances -> ScoredInstances, one per instance, carrying a result row per metric."""
 
-    def __init__(self, run_id: str, specs):
+    def __init__(self, run: RunKey, specs):
         super().__init__()
-        self._run_id = run_id
+        self._run = run
         self._plans = plan_metrics(specs)
         self._automatic = frozenset(p.output_name for p in self._plans[len(specs):])
 
     def expand(self, instances):
-        return instances | "ScoreMetrics" >> beam.ParDo(ScoreFn(self._run_id, self._plans, self._automatic))
+        return instances | "ScoreMetrics" >> beam.ParDo(ScoreFn(self._run, self._plans, self._automatic))

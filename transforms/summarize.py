@@ -13,6 +13,7 @@ from typing import Any, Iterable
 import apache_beam as beam
 
 from metrics.summary import ScoreMoments, bootstrap_weights
+from transforms.schema import RunKey
 from transforms.score import ScoredInstance
 
 OVERALL = "overall"
@@ -56,20 +57,20 @@ class SliceMomentsFn(beam.CombineFn):
         return accumulator
 
 
-def summary_rows(run_id: str, thresholds: dict[str, float | None], keyed) -> Iterable[dict[str, Any]]:
+def summary_rows(run: RunKey, thresholds: dict[str, float | None], keyed) -> Iterable[dict[str, Any]]:
     slice_name, per_metric = keyed
     for metric, moments in sorted(per_metric.items()):
         threshold = thresholds.get(metric)
-        yield {"run_id": run_id, "metric": metric, "slice": slice_name, "threshold": threshold,
+        yield {**run.columns(), "metric": metric, "slice": slice_name, "threshold": threshold,
                **moments.statistics(threshold)}
 
 
 class SummarizeScores(beam.PTransform):
     """ScoredInstances -> summary rows (one per metric and slice)."""
 
-    def __init__(self, run_id: str, thresholds: dict[str, float | None]):
+    def __init__(self, run: RunKey, thresholds: dict[str, float | None]):
         super().__init__()
-        self._run_id = run_id
+        self._run = run
         self._thresholds = thresholds
 
     def expand(self, scored):
@@ -77,5 +78,5 @@ class SummarizeScores(beam.PTransform):
             scored
             | "KeyBySlice" >> beam.FlatMap(slice_keys)
             | "CombineMetrics" >> beam.CombinePerKey(SliceMomentsFn())
-            | "SummaryRows" >> beam.FlatMap(lambda kv, run_id, th: summary_rows(run_id, th, kv), self._run_id, self._thresholds)
+            | "SummaryRows" >> beam.FlatMap(lambda kv, run, th: summary_rows(run, th, kv), self._run, self._thresholds)
         )

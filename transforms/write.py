@@ -15,14 +15,27 @@ def run_folder(output: str, run_id: str) -> str:
 def clear_run_output(output: str, run_id: str) -> bool:
     """Delete an earlier attempt's output of this run_id, so that re-running a
     run_id replaces it. Returns whether there was anything to delete."""
-    folder = run_folder(output, run_id)
-    if not FileSystems.exists(folder):
-        return False
-    FileSystems.delete([folder])
-    return True
+    return delete_tree(run_folder(output, run_id))
+
+
+def delete_tree(folder: str) -> bool:
+    """Delete a folder and everything under it, on a filesystem with folders
+    (local) or an object store (gs://, where a folder is only a name prefix).
+    Returns whether anything was there."""
+    folder = folder.rstrip("/")
+    if FileSystems.exists(folder):
+        FileSystems.delete([folder])
+        return True
+    found = [m.path for m in FileSystems.match([folder + "/**"])[0].metadata_list]
+    if found:
+        FileSystems.delete(found)
+    return bool(found)
 
 
 class WriteParquetTable(beam.PTransform):
+    """Rows -> Parquet files; the output is the final file names, emitted once
+    every file is written."""
+
     def __init__(self, output: str, run_id: str, table: str, slice_columns=()):
         super().__init__()
         self._prefix = FileSystems.join(run_folder(output, run_id), table, "part")

@@ -1,0 +1,329 @@
+"""BigQuery in and out.
+
+Reading: the BigQuery Storage Read API, one read stream per element. The
+launcher creates a read session (for a query, on the query's result table);
+each stream is read on whichever worker gets it, so a table of millions of rows
+is read in parallel and never passes through one process. We call the Storage
+API ourselves rather than use Beam's ReadFromBigQuery: it gives every row a
+source (stream and row number) for the dead-letter table, and the same code
+runs against the BigQuery emulator's Storage Read server in the tests.
+
+Writing: the pipeline's Parquet files (the one writer, the one schema) are
+loaded into per-attempt staging tables, and then one multi-statement
+transaction deletes the run's earlier rows from every table and inserts the
+new ones. That is what makes re-running a run_id replace its rows: a job that
+dies before the transaction leaves the tables as they were (at worst, orphaned
+`_evalbeam_staging_*` tables, which expire after a day); the transaction itself
+is all or nothing. A load or statement that BigQuery rejects fails the job with
+the table and BigQuery's reason.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import re
+from typing import Any, Iterable
+
+import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
+
+from transforms.local_cloud import bigquery_client, bigquery_read_client
+from transforms.read import Record
+from transforms.schema import CLUSTERING, TABLES, RunKey, bigquery_schema, table_columns
+from transforms.write import delete_tree
+
+STAGING_PREFIX = "_evalbeam_staging_"
+STAGING_EXPIRY = dt.timedelta(days=1)
+
+
+class BigQueryError(RuntimeError):
+    """BigQuery refused something; the message names the table and the reason."""
+
+
+def _reason(error: Exception) -> str:
+    errors = getattr(error, "errors", None)
+    if errors:
+        return "; ".join(e.get("message", str(e)) for e in errors)
+    return getattr(error, "message", None) or str(error)
+
+
+# ---------------------------------------------------------------- reading
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadPlan:
+    label: str  # what dead letters name as the source
+    session: bytes  # the serialized ReadSession
+    streams: tuple[str, ...]
+
+
+def describe_input(input_cfg, billing_project: str | None) -> tuple[str, list[str]]:
+    """Check a BigQuery input before any work; return (label, column names).
+    A missing table or a query BigQuery refuses raises BigQueryError naming it."""
+    from google.api_core import exceptions
+    from google.cloud import bigquery
+
+    if input_cfg.kind == "bigquery_table":
+        table = input_cfg.bigquery_table()
+        client = bigquery_client(input_cfg.project or table.split(".")[0])
+        try:
+            return f"bq://{table}", [f.name for f in client.get_table(table).schema]
+        except exceptions.NotFound:
+            raise BigQueryError(f"input.uri: BigQuery table {table} does not exist") from None
+        except exceptions.GoogleAPICallError as e:
+            raise BigQueryError(f"input.uri: cannot read BigQuery table {table}: {_reason(e)}") from None
+    client = bigquery_client(billing_project)
+    try:
+        job = client.query(input_cfg.query, job_config=bigquery.QueryJobConfig(dry_run=True, use_legacy_sql=False))
+        return "bq://query", [f.name for f in job.schema or []]
+    except exceptions.GoogleAPICallError as e:
+        raise BigQueryError(f"input.query: BigQuery refused the query: {_reason(e)}") from None
+
+
+def plan_read(input_cfg, billing_project: str | None) -> ReadPlan:
+    """Create the read session (running the query first, for a query input)."""
+    from google.cloud.bigquery_storage_v1 import types
+
+    if input_cfg.kind == "bigquery_table":
+        table, label = input_cfg.bigquery_table(), input_cfg.uri
+    else:
+        client = bigquery_client(billing_project)
+        job = client.query(input_cfg.query)
+        job.result()
+        dest = job.destination
+        table, label = f"{dest.project}.{dest.dataset_id}.{dest.table_id}", "bq://query"
+    project, dataset, table_id = table.split(".")
+    session = bigquery_read_client().create_read_session(
+        parent=f"projects/{input_cfg.project or billing_project or project}",
+        read_session=types.ReadSession(
+            table=f"projects/{project}/datasets/{dataset}/tables/{table_id}",
+            data_format=types.DataFormat.ARROW,
+        ),
+        max_stream_count=0,  # the service picks the stream count from the table's size
+    )
+    return ReadPlan(label, types.ReadSession.serialize(session), tuple(s.name for s in session.streams))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (dt.date, dt.datetime, dt.time)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if hasattr(value, "as_tuple"):  # Decimal
+        return float(value)
+    return value
+
+
+class ReadStreamFn(beam.DoFn):
+    def __init__(self, label: str, session: bytes):
+        self._label = label
+        self._session_bytes = session
+        self._read = Metrics.counter("evalbeam", "records_read")
+
+    def setup(self):
+        from google.cloud.bigquery_storage_v1 import types
+
+        self._client = bigquery_read_client()
+        self._session = types.ReadSession.deserialize(self._session_bytes)
+
+    def process(self, indexed_stream):
+        index, stream = indexed_stream
+        row_number = 0
+        for page in self._client.read_rows(stream).rows(self._session).pages:
+            for row in page.to_arrow().to_pylist():
+                row_number += 1
+                data = _jsonable(row)
+                self._read.inc()
+                yield Record(f"{self._label} stream {index} row {row_number}", data,
+                             json.dumps(data, ensure_ascii=False, sort_keys=True), from_csv=False)
+
+
+class ReadBigQueryRows(beam.PTransform):
+    """A planned read -> Records; rows are plain JSON-like values (RECORD -> dict,
+    REPEATED -> list, JSON -> its text, DATE/TIMESTAMP -> ISO text)."""
+
+    def __init__(self, plan: ReadPlan):
+        super().__init__()
+        self._plan = plan
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "Streams" >> beam.Create(list(enumerate(self._plan.streams)))
+            | "OneStreamPerWorker" >> beam.Reshuffle()
+            | "ReadStreams" >> beam.ParDo(ReadStreamFn(self._plan.label, self._plan.session))
+        )
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _staging_id(table: str, run_id: str, attempt: str) -> str:
+    return f"{STAGING_PREFIX}{table}_{re.sub(r'[^A-Za-z0-9_]', '_', run_id)}_{attempt}"
+
+
+def prepare_output(dataset: str, slice_columns: Iterable[str], location: str | None) -> None:
+    """Create the dataset, the five tables (partitioned by run_date, clustered)
+    and the views when missing; add columns a newer evalbeam or another config's
+    slice columns need. Runs on the launcher, before any work."""
+    from google.api_core import exceptions
+    from google.cloud import bigquery
+
+    project, _, dataset_id = dataset.rpartition(".")
+    client = bigquery_client(project, location)
+    try:
+        ds = bigquery.Dataset(f"{project}.{dataset_id}")
+        ds.location = location or "US"
+        client.create_dataset(ds, exists_ok=True)
+        for table in TABLES:
+            wanted = bigquery_schema(table, slice_columns)
+            ref = f"{project}.{dataset_id}.{table}"
+            try:
+                existing = client.get_table(ref)
+            except exceptions.NotFound:
+                t = bigquery.Table(ref, schema=wanted)
+                t.time_partitioning = bigquery.TimePartitioning(field="run_date")
+                t.clustering_fields = CLUSTERING[table]
+                client.create_table(t)
+                continue
+            have = {f.name for f in existing.schema}
+            added = [
+                bigquery.SchemaField(f.name, f.field_type, mode="NULLABLE", description=f.description)
+                for f in wanted if f.name not in have
+            ]
+            if added:
+                existing.schema = list(existing.schema) + added
+                client.update_table(existing, ["schema"])
+        for name, sql in view_definitions(f"{project}.{dataset_id}").items():
+            client.query(f"CREATE OR REPLACE VIEW `{project}.{dataset_id}.{name}` AS\n{sql}").result()
+    except exceptions.GoogleAPICallError as e:
+        raise BigQueryError(f"output.bigquery: cannot prepare dataset {dataset}: {_reason(e)}") from None
+
+
+def view_definitions(dataset: str) -> dict[str, str]:
+    summary, runs = f"`{dataset}.summary`", f"`{dataset}.runs`"
+    return {
+        # each eval's most recent run
+        "latest_summary": f"""
+SELECT r.name, s.*
+FROM {summary} AS s
+JOIN (
+  SELECT name, run_id FROM (
+    SELECT name, run_id, ROW_NUMBER() OVER (PARTITION BY name ORDER BY started_at DESC) AS recency
+    FROM {runs})
+  WHERE recency = 1
+) AS r ON r.run_id = s.run_id""",
+        # mean and CI per metric per run date (the latest run of each date), overall slice
+        "metric_trend": f"""
+SELECT name, run_date, run_id, metric, mean, ci_low, ci_high, valid_count FROM (
+  SELECT r.name, s.run_date, s.run_id, s.metric, s.mean, s.ci_low, s.ci_high, s.valid_count,
+         ROW_NUMBER() OVER (PARTITION BY r.name, s.run_date, s.metric ORDER BY r.started_at DESC) AS recency
+  FROM {summary} AS s JOIN {runs} AS r ON r.run_id = s.run_id
+  WHERE s.slice = 'overall')
+WHERE recency = 1""",
+        # each run against the previous run of the same eval, per metric and slice
+        "run_comparison": f"""
+SELECT o.name, o.run_id, o.run_date, o.previous_run_id, cur.metric, cur.slice,
+       cur.mean, prev.mean AS previous_mean, cur.mean - prev.mean AS mean_difference,
+       cur.valid_count, prev.valid_count AS previous_valid_count
+FROM (
+  SELECT name, run_id, run_date, LAG(run_id) OVER (PARTITION BY name ORDER BY started_at) AS previous_run_id
+  FROM {runs}
+) AS o
+JOIN {summary} AS cur ON cur.run_id = o.run_id
+LEFT JOIN {summary} AS prev
+  ON prev.run_id = o.previous_run_id AND prev.metric = cur.metric AND prev.slice = cur.slice""",
+    }
+
+
+class PublishFn(beam.DoFn):
+    def __init__(self, dataset: str, run: RunKey, slice_columns: tuple[str, ...], attempt: str,
+                 location: str | None, staging_folder: str | None):
+        self._dataset = dataset
+        self._run = run
+        self._slices = slice_columns
+        self._attempt = attempt
+        self._location = location
+        self._staging_folder = staging_folder
+
+    def process(self, _, **files: list[str]):
+        from google.api_core import exceptions
+        from google.cloud import bigquery
+
+        project, _, dataset_id = self._dataset.rpartition(".")
+        client = bigquery_client(project, self._location)
+        staged = {}
+        try:
+            for table in TABLES:
+                staging = f"{project}.{dataset_id}.{_staging_id(table, self._run.run_id, self._attempt)}"
+                self._load(client, table, staging, sorted(files[table]))
+                staged[table] = staging
+            statements = ["BEGIN TRANSACTION;"]
+            for table, staging in staged.items():
+                columns = ", ".join(f"`{c.name}`" for c in table_columns(table, self._slices))
+                statements.append(f"DELETE FROM `{project}.{dataset_id}.{table}` WHERE run_id = @run_id;")
+                statements.append(
+                    f"INSERT INTO `{project}.{dataset_id}.{table}` ({columns}) SELECT {columns} FROM `{staging}`;"
+                )
+            statements.append("COMMIT TRANSACTION;")
+            config = bigquery.QueryJobConfig(
+                query_parameters=[bigquery.ScalarQueryParameter("run_id", "STRING", self._run.run_id)]
+            )
+            try:
+                client.query("\n".join(statements), job_config=config).result()
+            except exceptions.GoogleAPICallError as e:
+                raise BigQueryError(
+                    f"BigQuery rejected replacing run {self._run.run_id} in {self._dataset}: {_reason(e)}"
+                ) from None
+        finally:
+            for staging in staged.values():
+                client.delete_table(staging, not_found_ok=True)
+        if self._staging_folder:
+            delete_tree(self._staging_folder)
+        yield self._run.run_id
+
+    def _load(self, client, table: str, staging: str, paths: list[str]) -> None:
+        from google.api_core import exceptions
+        from google.cloud import bigquery
+
+        config = bigquery.LoadJobConfig(
+            source_format=bigquery.SourceFormat.PARQUET,
+            schema=bigquery_schema(table, self._slices),
+            write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
+            create_disposition=bigquery.CreateDisposition.CREATE_IF_NEEDED,
+        )
+        t = bigquery.Table(staging, schema=config.schema)
+        t.expires = dt.datetime.now(dt.timezone.utc) + STAGING_EXPIRY
+        client.create_table(t, exists_ok=False)
+        try:
+            remote = [p for p in paths if p.startswith("gs://")]
+            if remote:
+                client.load_table_from_uri(remote, staging, job_config=config).result()
+            for path in (p for p in paths if not p.startswith("gs://")):
+                with FileSystems.open(path, mime_type="application/octet-stream") as f:
+                    client.load_table_from_file(f, staging, job_config=config).result()
+        except exceptions.GoogleAPICallError as e:
+            raise BigQueryError(f"BigQuery rejected the load of table {table} (staged as {staging}): {_reason(e)}") from None
+
+
+class PublishToBigQuery(beam.PTransform):
+    """{table: PCollection of written Parquet file names} -> the run's rows
+    replace any earlier rows of that run_id in every table, atomically. Runs
+    once, after every file is written (the file names are its side inputs)."""
+
+    def __init__(self, dataset: str, run: RunKey, slice_columns, attempt: str, location: str | None,
+                 staging_folder: str | None):
+        super().__init__()
+        self._fn = PublishFn(dataset, run, tuple(slice_columns), attempt, location, staging_folder)
+
+    def expand(self, written: dict):
+        pipeline = next(iter(written.values())).pipeline
+        side = {table: beam.pvalue.AsList(files) for table, files in written.items()}
+        return pipeline | "Once" >> beam.Create([None]) | "LoadAndSwap" >> beam.ParDo(self._fn, **side)
+
