@@ -42,6 +42,10 @@ class InputConfig(_Model):
         description="files: a local path or glob, or gs://bucket/path/*.jsonl; a BigQuery table: bq://project.dataset.table",
     )
     query: str | None = pydantic.Field(None, min_length=1, description="a BigQuery standard SQL query, instead of uri")
+    query_dataset: str = pydantic.Field(
+        "evalbeam_temp", pattern=f"^{DATASET_RE}$",
+        description="dataset (in the billing project) for query results, which expire after a day; created when missing",
+    )
     project: str | None = pydantic.Field(
         None, pattern=f"^(?:{PROJECT_RE})$",
         description="the project BigQuery reads and queries run in; default: the table's project, else output.bigquery's",

@@ -48,3 +48,35 @@ def rng():
 def pytest_configure(config):
     # Beam's TestPipeline is named like a test class; it is not one.
     config.addinivalue_line("filterwarnings", "ignore:cannot collect test class 'TestPipeline':pytest.PytestCollectionWarning")
+
+
+@pytest.fixture(scope="session")
+def cloud(tmp_path_factory):
+    """The Cloud Storage and BigQuery emulators (installed by `make test`),
+    started on free loopback ports for this test session, with the variables
+    that route the real clients to them set in this process (and so in every
+    `evalbeam` subprocess and DirectRunner worker)."""
+    import os
+    from pathlib import Path
+
+    from tests.emulators import control
+
+    root = Path(__file__).resolve().parent.parent / ".emulators"
+    if not (root / ".installed").exists():
+        pytest.fail("the emulators are not installed: run `make test` (or `make emulators`)")
+    ports = {"storage": control.free_port(), "bigquery": control.free_port(), "bigquery_grpc": control.free_port()}
+    running = control.start(root, tmp_path_factory.mktemp("emulators"), ports)
+    saved = {k: os.environ.get(k) for k in running.env}
+    os.environ.update(running.env)
+    try:
+        yield running
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        for p in running.processes:
+            p.terminate()
+        for p in running.processes:
+            p.wait(timeout=30)

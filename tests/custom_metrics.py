@@ -6,3 +6,12 @@ def fragile_length(instance):
     if "boom" in instance["response"]:
         raise ValueError("cannot score an explosion")
     return {"fragile_length": len(instance["response"]), "upper": instance["response"].upper()}
+
+
+def die_on_marker(instance):
+    """Kills the whole process on a marked row: a job dying half way."""
+    import os
+
+    if instance["response"] == "die now":
+        os._exit(17)
+    return {"die_on_marker": 1.0}

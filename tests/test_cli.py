@@ -1,20 +1,14 @@
 """The `evalbeam` command end to end: a real DirectRunner pipeline on a dataset
 with bad rows, every output table read back and checked."""
 import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
-import duckdb
 import pyarrow.parquet as pq
 import pytest
 
+from tests.helpers import evalbeam, table
 from transforms.schema import arrow_schema
 
-EVALBEAM = str(Path(sys.executable).with_name("evalbeam"))
-ROOT = Path(__file__).resolve().parent.parent
 T = {"tool_name": "get", "tool_input": {"id": 1}}
 U = {"tool_name": "set", "tool_input": {"id": 1, "on": True}}
 
@@ -62,21 +56,6 @@ def dataset(tmp_path):
     config = tmp_path / "eval.yaml"
     config.write_text(config_text(data, tmp_path / "out"))
     return config, data, tmp_path / "out" / "r1"
-
-
-def evalbeam(*args, check=True):
-    # Custom metric modules must be importable, as for any user: tests/ is put on the path.
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([EVALBEAM, *map(str, args)], capture_output=True, text=True, cwd=ROOT, env=env)
-    if check and result.returncode != 0:
-        raise AssertionError(f"evalbeam {args} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
-    return result
-
-
-def table(run_dir, name):
-    with duckdb.connect() as con:
-        rel = con.sql(f"SELECT * FROM read_parquet('{run_dir / name}/*.parquet')")
-        return [dict(zip(rel.columns, row)) for row in rel.fetchall()]
 
 
 def test_run_writes_every_table_and_counts_reconcile(dataset):

@@ -89,11 +89,7 @@ def plan_read(input_cfg, billing_project: str | None) -> ReadPlan:
     if input_cfg.kind == "bigquery_table":
         table, label = input_cfg.bigquery_table(), input_cfg.uri
     else:
-        client = bigquery_client(billing_project)
-        job = client.query(input_cfg.query)
-        job.result()
-        dest = job.destination
-        table, label = f"{dest.project}.{dest.dataset_id}.{dest.table_id}", "bq://query"
+        table, label = _run_query(input_cfg, billing_project), "bq://query"
     project, dataset, table_id = table.split(".")
     session = bigquery_read_client().create_read_session(
         parent=f"projects/{input_cfg.project or billing_project or project}",
@@ -104,6 +100,34 @@ def plan_read(input_cfg, billing_project: str | None) -> ReadPlan:
         max_stream_count=0,  # the service picks the stream count from the table's size
     )
     return ReadPlan(label, types.ReadSession.serialize(session), tuple(s.name for s in session.streams))
+
+
+def _run_query(input_cfg, billing_project: str | None) -> str:
+    """Materialise the query as a table of its own that expires after a day, in
+    `input.query_dataset` (created in the query's location when missing), and
+    return that table. A table made by CREATE TABLE ... AS, rather than the
+    query job's anonymous result table, is readable through the Storage Read API
+    on BigQuery and on its emulator alike."""
+    import uuid
+
+    from google.cloud import bigquery
+
+    client = bigquery_client(billing_project)
+    dry = client.query(input_cfg.query, job_config=bigquery.QueryJobConfig(dry_run=True))
+    dataset = bigquery.Dataset(f"{client.project}.{input_cfg.query_dataset}")
+    dataset.location = dry.location or "US"
+    dataset.default_table_expiration_ms = int(STAGING_EXPIRY.total_seconds() * 1000)
+    client.create_dataset(dataset, exists_ok=True)
+    table = f"{client.project}.{input_cfg.query_dataset}.query_{uuid.uuid4().hex}"
+    hours = int(STAGING_EXPIRY.total_seconds() // 3600)
+    sql = (f"CREATE TABLE `{table}`\n"
+           f"OPTIONS (expiration_timestamp = TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL {hours} HOUR)) AS\n"
+           f"{input_cfg.query.strip().rstrip(';')}\n")
+    try:
+        client.query(sql, location=dataset.location).result()
+    except Exception as e:  # noqa: BLE001 - reported with the query's reason
+        raise BigQueryError(f"input.query: the query failed: {_reason(e)}") from None
+    return table
 
 
 def _jsonable(value: Any) -> Any:
@@ -264,19 +288,20 @@ class PublishFn(beam.DoFn):
                 staging = f"{project}.{dataset_id}.{_staging_id(table, self._run.run_id, self._attempt)}"
                 self._load(client, table, staging, sorted(files[table]))
                 staged[table] = staging
+            # run_id can only hold [A-Za-z0-9_.-] (configs.NAME_RE), so it is safe as
+            # a literal; query parameters are not bound inside scripts everywhere.
+            run_id = self._run.run_id
+            assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", run_id), run_id
             statements = ["BEGIN TRANSACTION;"]
             for table, staging in staged.items():
                 columns = ", ".join(f"`{c.name}`" for c in table_columns(table, self._slices))
-                statements.append(f"DELETE FROM `{project}.{dataset_id}.{table}` WHERE run_id = @run_id;")
+                statements.append(f"DELETE FROM `{project}.{dataset_id}.{table}` WHERE run_id = '{run_id}';")
                 statements.append(
                     f"INSERT INTO `{project}.{dataset_id}.{table}` ({columns}) SELECT {columns} FROM `{staging}`;"
                 )
             statements.append("COMMIT TRANSACTION;")
-            config = bigquery.QueryJobConfig(
-                query_parameters=[bigquery.ScalarQueryParameter("run_id", "STRING", self._run.run_id)]
-            )
             try:
-                client.query("\n".join(statements), job_config=config).result()
+                client.query("\n".join(statements)).result()
             except exceptions.GoogleAPICallError as e:
                 raise BigQueryError(
                     f"BigQuery rejected replacing run {self._run.run_id} in {self._dataset}: {_reason(e)}"

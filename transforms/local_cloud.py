@@ -14,6 +14,24 @@ from __future__ import annotations
 import os
 
 
+def emulated() -> bool:
+    return any(os.environ.get(v) for v in ("STORAGE_EMULATOR_HOST", "BIGQUERY_EMULATOR_HOST", "BIGQUERY_STORAGE_EMULATOR_HOST"))
+
+
+def route_beam_to_emulators() -> None:
+    """With emulators, Beam's own Google Cloud IO connects anonymously at once,
+    instead of looking for Application Default Credentials with retries and
+    backoff. Runs on import of `transforms`, so in every process that
+    unpickles pipeline code."""
+    if not emulated():
+        return
+    from apache_beam.internal.gcp import auth
+
+    with auth._Credentials._credentials_lock:
+        auth._Credentials._credentials = None
+        auth._Credentials._credentials_init = True
+
+
 def bigquery_emulator() -> str | None:
     return os.environ.get("BIGQUERY_EMULATOR_HOST") or None
 

@@ -1,0 +1,27 @@
+"""Running the real `evalbeam` command from tests, and reading Parquet back."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+
+EVALBEAM = str(Path(sys.executable).with_name("evalbeam"))
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def evalbeam(*args, check=True):
+    # Custom metric modules must be importable, as for any user: tests/ is put on the path.
+    # The environment (emulator variables included) is inherited.
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(["timeout", "600", EVALBEAM, *map(str, args)], capture_output=True, text=True,
+                            cwd=ROOT, env=env)
+    if check and result.returncode != 0:
+        raise AssertionError(f"evalbeam {args} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def table(run_dir, name):
+    with duckdb.connect() as con:
+        rel = con.sql(f"SELECT * FROM read_parquet('{run_dir / name}/*.parquet')")
+        return [dict(zip(rel.columns, row)) for row in rel.fetchall()]
