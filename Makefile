@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 EMULATORS := .emulators
 EMULATORS_STAMP := $(EMULATORS)/.installed
 
-.PHONY: env demo test bench emulators emulators-stop clean
+.PHONY: env demo test bench emulators emulators-stop flex-template schedule-nightly clean
 
 env: $(STAMP)
 
@@ -39,6 +39,30 @@ test: $(STAMP) $(EMULATORS_STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/compute_throughput.py
+
+# Dataflow Flex Template and nightly scheduling (need gcloud and a Google Cloud project):
+#   make flex-template PROJECT=my-project REGION=us-central1 BUCKET=my-bucket
+#   make schedule-nightly PROJECT=my-project REGION=us-central1 BUCKET=my-bucket \
+#        CONFIG=gs://my-bucket/evals/agents.yaml SERVICE_ACCOUNT=evalbeam@my-project.iam.gserviceaccount.com
+REPOSITORY ?= evalbeam
+IMAGE ?= $(REGION)-docker.pkg.dev/$(PROJECT)/$(REPOSITORY)/evalbeam:0.1.0
+TEMPLATE ?= gs://$(BUCKET)/templates/evalbeam.json
+SCHEDULE ?= 0 2 * * *
+JOB ?= evalbeam-nightly
+
+flex-template:
+	gcloud builds submit --project=$(PROJECT) --config=pipelines/flex_template/cloudbuild.yaml --substitutions=_IMAGE=$(IMAGE) .
+	gcloud dataflow flex-template build $(TEMPLATE) --project=$(PROJECT) --image=$(IMAGE) --sdk-language=PYTHON \
+	  --metadata-file=pipelines/flex_template/metadata.json
+
+schedule-nightly: $(STAMP)
+	$(BIN)/python -m pipelines.nightly --template=$(TEMPLATE) --config=$(CONFIG) --job-name=$(JOB) \
+	  --temp-location=gs://$(BUCKET)/tmp --image=$(IMAGE) > .nightly-launch.json
+	gcloud scheduler jobs create http $(JOB) --project=$(PROJECT) --location=$(REGION) \
+	  --schedule="$(SCHEDULE)" --time-zone=UTC --http-method=POST \
+	  --uri=https://dataflow.googleapis.com/v1b3/projects/$(PROJECT)/locations/$(REGION)/flexTemplates:launch \
+	  --oauth-service-account-email=$(SERVICE_ACCOUNT) --oauth-token-scope=https://www.googleapis.com/auth/cloud-platform \
+	  --headers=Content-Type=application/json --message-body-from-file=.nightly-launch.json
 
 clean:
 	rm -rf $(VENV) $(EMULATORS) output .pytest_cache

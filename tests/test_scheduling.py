@@ -1,0 +1,81 @@
+"""The Flex Template entry point, its metadata, and the nightly launch request
+that Cloud Scheduler and the Airflow DAG send."""
+import ast
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines import flex_main
+from pipelines.nightly import launch_body
+from tests.helpers import ROOT, table
+
+METADATA = json.loads((ROOT / "pipelines/flex_template/metadata.json").read_text())
+PARAMS = {p["name"]: p for p in METADATA["parameters"]}
+
+
+def test_template_entry_point_runs_a_config_for_a_run_date(tmp_path):
+    code = flex_main.main([
+        "--config=configs/demo.yaml", "--run_date=2026-11-20",
+        f"--set=output.parquet={tmp_path};input.slice_columns=[]",
+    ])
+    assert code == 0
+    runs = table(tmp_path / "demo-agents-20261120", "runs")
+    assert [(r["run_id"], str(r["run_date"]), r["scored_count"]) for r in runs] == [("demo-agents-20261120", "2026-11-20", 15)]
+    assert {r["slice"] for r in table(tmp_path / "demo-agents-20261120", "summary")} == {"overall"}
+
+
+def test_template_entry_point_reports_config_errors(tmp_path):
+    assert flex_main.main(["--config=configs/demo.yaml", "--set=metrics.0.params.nope=1"]) == 2
+
+
+def test_metadata_declares_exactly_the_entry_points_options():
+    parser_options = set()
+    flex_main.TemplateOptions._add_argparse_args(type("P", (), {"add_argument": lambda self, name, **kw: parser_options.add(name.lstrip("-"))})())
+    assert set(PARAMS) == parser_options
+    assert [n for n, p in PARAMS.items() if not p.get("isOptional")] == ["config"]
+    config_re, date_re = PARAMS["config"]["regexes"][0], PARAMS["run_date"]["regexes"][0]
+    assert re.match(config_re, "gs://bucket/evals/agents.yaml") and not re.match(config_re, "configs/demo.yaml")
+    assert re.match(date_re, "2026-11-20") and not re.match(date_re, "20261120")
+
+
+def test_launch_body_for_cloud_scheduler():
+    out = subprocess.run([sys.executable, "-m", "pipelines.nightly", "--template=gs://b/templates/evalbeam.json",
+                          "--config=gs://b/evals/agents.yaml", "--temp-location=gs://b/tmp"],
+                         capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    body = json.loads(out)["launchParameter"]
+    assert body["containerSpecGcsPath"] == "gs://b/templates/evalbeam.json"
+    assert body["parameters"] == {"config": "gs://b/evals/agents.yaml"}  # no run_date: the launch day (UTC)
+    assert set(body["parameters"]) <= set(PARAMS) and body["environment"] == {"tempLocation": "gs://b/tmp"}
+    with pytest.raises(ValueError, match="not a valid Dataflow job name"):
+        launch_body("gs://b/t.json", "gs://b/c.yaml", job_name="Nightly_Job")
+    with pytest.raises(ValueError, match="gs:// path"):
+        launch_body("templates/evalbeam.json", "gs://b/c.yaml")
+
+
+def test_airflow_dag_launches_the_template_with_its_logical_date():
+    tree = ast.parse((ROOT / "pipelines/nightly_dag.py").read_text())
+    calls = {getattr(n.func, "id", getattr(n.func, "attr", None)): n for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    operator = calls["DataflowStartFlexTemplateOperator"]
+    kwargs = {k.arg: k.value for k in operator.keywords}
+    assert isinstance(kwargs["body"], ast.Call) and kwargs["body"].func.id == "launch_body"
+    body_kwargs = {k.arg: ast.literal_eval(k.value) for k in kwargs["body"].keywords}
+    assert body_kwargs["run_date"] == "{{ ds }}"
+    # rendered as Airflow would, the body is what the template accepts
+    rendered = {k: v.replace("{{ ds }}", "2026-11-20").replace("{{ ds_nodash }}", "20261120")
+                .replace("{{ var.value.evalbeam_template }}", "gs://b/t.json") for k, v in body_kwargs.items()}
+    body = launch_body(**rendered)["launchParameter"]
+    assert set(body["parameters"]) <= set(PARAMS) and body["jobName"] == "evalbeam-20261120"
+    assert re.match(PARAMS["run_date"]["regexes"][0], body["parameters"]["run_date"])
+
+
+def test_dockerfile_matches_the_project():
+    dockerfile = (ROOT / "pipelines/flex_template/Dockerfile").read_text()
+    env = dict(re.findall(r"^ENV (\w+)=(\S+)$", dockerfile, re.M))
+    for key in ("FLEX_TEMPLATE_PYTHON_PY_FILE", "FLEX_TEMPLATE_PYTHON_SETUP_FILE"):
+        assert (ROOT / Path(env[key]).relative_to("/template")).exists(), key
+    beam = re.search(r'"apache-beam\[gcp\]==([\d.]+)"', (ROOT / "setup.py").read_text()).group(1)
+    assert f"apache/beam_python3.11_sdk:{beam}" in dockerfile
