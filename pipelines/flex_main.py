@@ -19,9 +19,12 @@ from pipelines import evaluate
 
 
 class TemplateOptions(PipelineOptions):
+    # Nothing here is `required`: Beam builds every PipelineOptions parser from
+    # all subclasses, so a required option would break every other pipeline in
+    # the process. main() checks --config instead.
     @classmethod
     def _add_argparse_args(cls, parser):
-        parser.add_argument("--config", required=True, help="the evalbeam YAML config, e.g. gs://bucket/evals/agents.yaml")
+        parser.add_argument("--config", default=None, help="the evalbeam YAML config, e.g. gs://bucket/evals/agents.yaml")
         parser.add_argument("--run_date", default=None, help="YYYY-MM-DD; default today (UTC)")
         parser.add_argument("--set", dest="overrides", default="", help="config overrides, key.path=value;key.path=value")
 
@@ -30,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger().setLevel(logging.INFO)
     options = PipelineOptions(sys.argv[1:] if argv is None else argv)
     template = options.view_as(TemplateOptions)
+    if not template.config:
+        logging.error("evalbeam: the template parameter --config is required")
+        return 2
     overrides = [o for o in template.overrides.split(";") if o.strip()]
     if template.run_date:
         overrides.append(f"run_date={template.run_date}")

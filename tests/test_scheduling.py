@@ -30,6 +30,14 @@ def test_template_entry_point_runs_a_config_for_a_run_date(tmp_path):
 
 def test_template_entry_point_reports_config_errors(tmp_path):
     assert flex_main.main(["--config=configs/demo.yaml", "--set=metrics.0.params.nope=1"]) == 2
+    assert flex_main.main([]) == 2
+
+
+def test_template_options_do_not_break_other_pipelines():
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+    # flex_main is imported: an ordinary pipeline's options still parse without --config
+    assert PipelineOptions([]).view_as(StandardOptions).runner is None
 
 
 def test_metadata_declares_exactly_the_entry_points_options():
