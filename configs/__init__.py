@@ -14,6 +14,7 @@ import pydantic
 import yaml
 
 from metrics.instance import CANONICAL_FIELDS
+from metrics.judge.templates import JudgeTemplate
 from metrics.registry import MetricDef, get_metric
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -120,6 +121,61 @@ class InputConfig(_Model):
         return None
 
 
+class JudgeConfig(_Model):
+    model: str = pydantic.Field("gemini-2.5-flash", min_length=1)
+    backend: Literal["gemini_api", "vertex_ai"] = pydantic.Field(
+        "gemini_api", description="gemini_api (key from the api_key_env variable) | vertex_ai (project, location, ADC)"
+    )
+    base_url: str | None = pydantic.Field(None, description="endpoint override: a proxy, a local server")
+    project: str | None = pydantic.Field(None, description="vertex_ai: the Google Cloud project")
+    location: str | None = pydantic.Field(None, description="vertex_ai: the region, e.g. us-central1")
+    api_key_env: str = pydantic.Field("GOOGLE_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+                                      description="gemini_api: the environment variable holding the API key")
+    requests_per_minute: float = pydantic.Field(600, gt=0, description="the whole job's quota, however many workers run")
+    tokens_per_minute: float | None = pydantic.Field(None, gt=0, description="optional second budget")
+    max_attempts: int = pydantic.Field(6, ge=1, le=20)
+    timeout_seconds: float = pydantic.Field(60, gt=0)
+    sampling_count: int = pydantic.Field(1, ge=1, le=32, description="samples per judgment, aggregated with a confidence")
+    temperature: float = pydantic.Field(0.0, ge=0, le=2)
+    max_output_tokens: int | None = pydantic.Field(2048, gt=0)
+    max_concurrency: int = pydantic.Field(128, ge=1, le=2048, description="calls in flight per shard")
+    shards: int = pydantic.Field(
+        1, ge=1, le=1024,
+        description="judge calls are split into this many shards, each on one worker with 1/shards of the quotas",
+    )
+    cache: list[str] = pydantic.Field(
+        default_factory=list,
+        description="earlier judge_cache tables to reuse: Parquet folders or globs, or bq://project.dataset.table",
+    )
+    prices: dict[str, dict[Literal["input_per_million", "output_per_million"], float]] = pydantic.Field(
+        default_factory=dict, description="model -> USD per million input and output tokens, for the cost estimate"
+    )
+
+    @pydantic.field_validator("cache", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
+    @pydantic.field_validator("cache")
+    @classmethod
+    def _valid_tables(cls, locations: list[str]) -> list[str]:
+        for location in locations:
+            if location.startswith("bq://") and not re.match(BQ_TABLE_URI_RE, location):
+                raise ValueError(f"{location!r} is not a valid bq://project.dataset.table")
+        return locations
+
+    def settings(self):
+        from metrics.judge.client import JudgeSettings
+
+        return JudgeSettings(
+            model=self.model, backend=self.backend, base_url=self.base_url, project=self.project,
+            location=self.location, api_key_env=self.api_key_env, requests_per_minute=self.requests_per_minute,
+            tokens_per_minute=self.tokens_per_minute, max_attempts=self.max_attempts,
+            timeout_seconds=self.timeout_seconds, max_concurrency=self.max_concurrency,
+            temperature=self.temperature, max_output_tokens=self.max_output_tokens,
+        )
+
+
 class MetricSpec(_Model):
     name: str = pydantic.Field(min_length=1)
     as_: str | None = pydantic.Field(None, alias="as", pattern=COLUMN_RE, description="output name of the metric")
@@ -127,9 +183,20 @@ class MetricSpec(_Model):
     function: str | None = pydantic.Field(None, description="custom metric: 'package.module:function'")
     inputs: list[str] | None = pydantic.Field(None, description="custom metric: canonical fields it needs")
     threshold: float | None = pydantic.Field(None, description="pass when score >= threshold")
+    pointwise: "JudgeTemplate | None" = pydantic.Field(None, description="a user-defined pointwise judge metric")
+    pairwise: "JudgeTemplate | None" = pydantic.Field(None, description="a user-defined pairwise judge metric")
 
     @pydantic.model_validator(mode="after")
     def _check(self) -> "MetricSpec":
+        defined = [k for k in ("function", "pointwise", "pairwise") if getattr(self, k) is not None]
+        if len(defined) > 1:
+            raise ValueError(f"give only one of {', '.join(defined)}")
+        if self.pointwise is not None or self.pairwise is not None:
+            if self.params or self.inputs is not None:
+                raise ValueError("a user-defined judge metric takes no 'params' or 'inputs': its template's input_variables say what it reads")
+            if self.pointwise is not None:
+                self.pointwise.scores()  # rubric keys must be numbers
+            return self
         if self.function is None:
             if self.inputs is not None:
                 raise ValueError("'inputs' applies to custom metrics (with 'function') only")
@@ -165,13 +232,36 @@ class MetricSpec(_Model):
     def is_custom(self) -> bool:
         return self.function is not None
 
+    @property
+    def user_template(self) -> "JudgeTemplate | None":
+        return self.pointwise or self.pairwise
+
     def definition(self) -> MetricDef | None:
-        return None if self.is_custom else get_metric(self.name)
+        return None if self.is_custom or self.user_template else get_metric(self.name)
+
+    def judge_kind(self) -> str | None:
+        """pointwise | pairwise for a model-based metric, else None."""
+        if self.pointwise is not None:
+            return "pointwise"
+        if self.pairwise is not None:
+            return "pairwise"
+        definition = self.definition()
+        return definition.kind if definition is not None and definition.is_judge else None
+
+    def judge_template(self) -> "JudgeTemplate":
+        if self.user_template is not None:
+            return self.user_template
+        definition = self.definition()
+        return definition.factory(definition.params.model_validate(self.params))
 
     def input_alternatives(self) -> tuple[tuple[str, ...], ...]:
         if self.is_custom:
             return (tuple(self.inputs),) if self.inputs else ()
-        return self.definition().inputs  # type: ignore[union-attr]
+        if self.user_template is not None:
+            extra = ("baseline_model_response",) if self.pairwise is not None else ()
+            return (("response", *extra, *self.user_template.input_variables),)
+        definition = self.definition()
+        return definition.inputs_with(definition.params.model_validate(self.params))  # type: ignore[union-attr]
 
     def effective_threshold(self) -> float | None:
         if self.threshold is not None:
@@ -211,6 +301,7 @@ class EvalConfig(_Model):
     )
     input: InputConfig
     metrics: list[MetricSpec] = pydantic.Field(min_length=1)
+    judge: JudgeConfig = pydantic.Field(default_factory=JudgeConfig)
     output: OutputConfig
 
     @pydantic.field_validator("metrics", mode="before")
@@ -229,6 +320,12 @@ class EvalConfig(_Model):
                 raise ValueError(f"two metrics are named {spec.output_name!r}; give one a different 'as'")
             seen.add(spec.output_name)
         return specs
+
+    def judge_specs(self) -> list[MetricSpec]:
+        return [m for m in self.metrics if m.judge_kind()]
+
+    def computation_specs(self) -> list[MetricSpec]:
+        return [m for m in self.metrics if not m.judge_kind()]
 
     def resolved_run_id(self, now: dt.datetime | None = None) -> str:
         """run_id, else <name>-<run_date> when a run date is given (so that a

@@ -42,8 +42,17 @@ class MetricDef:
     inputs: tuple[tuple[str, ...], ...]
     params: type[pydantic.BaseModel]
     score_range: str
-    factory: Callable[[pydantic.BaseModel], Scorer]
+    factory: Callable[[pydantic.BaseModel], Any]  # -> a Scorer; for judge metrics, a JudgeTemplate
     default_threshold: float | None = None
+    # Inputs that depend on the parameters (e.g. use_reference); default: `inputs`.
+    inputs_for: Callable[[pydantic.BaseModel], tuple[tuple[str, ...], ...]] | None = None
+
+    @property
+    def is_judge(self) -> bool:
+        return self.kind in ("pointwise", "pairwise")
+
+    def inputs_with(self, params: pydantic.BaseModel) -> tuple[tuple[str, ...], ...]:
+        return self.inputs_for(params) if self.inputs_for else self.inputs
 
     def inputs_text(self) -> str:
         return " | ".join(", ".join(alt) for alt in self.inputs) or "-"
@@ -74,6 +83,7 @@ def register(
     params: type[pydantic.BaseModel] = NoParams,
     score_range: str = "0..1",
     default_threshold: float | None = None,
+    inputs_for=None,
 ):
     if inputs and isinstance(inputs[0], str):
         inputs = (tuple(inputs),)  # type: ignore[assignment]
@@ -90,6 +100,7 @@ def register(
             score_range=score_range,
             factory=factory,
             default_threshold=default_threshold,
+            inputs_for=inputs_for,
         )
         return factory
 
@@ -99,6 +110,7 @@ def register(
 def _load_builtin_metrics() -> None:
     # Importing the metric modules registers them.
     from metrics import adk, agent, text, tool_call, trajectory  # noqa: F401
+    from metrics.judge import library  # noqa: F401
 
 
 def get_metric(name: str) -> MetricDef:

@@ -36,11 +36,14 @@ class ScoreMoments:
     mean: float = 0.0
     m2: float = 0.0
     passed: int = 0
+    candidate_wins: int = 0  # pairwise choices, among valid scores
+    baseline_wins: int = 0
+    choices: int = 0
     boot_sum: np.ndarray | None = None  # per replicate: sum of w * score
     boot_weight: np.ndarray | None = None  # per replicate: sum of w
 
     def add(self, score: float | None, error: bool = False, passed: bool | None = None,
-            weights: np.ndarray | None = None) -> None:
+            weights: np.ndarray | None = None, choice: str | None = None) -> None:
         self.rows += 1
         if error:
             self.errors += 1
@@ -53,6 +56,10 @@ class ScoreMoments:
         self.m2 += delta * (score - self.mean)
         if passed:
             self.passed += 1
+        if choice is not None:
+            self.choices += 1
+            self.candidate_wins += choice == "CANDIDATE"
+            self.baseline_wins += choice == "BASELINE"
         if weights is not None:
             if self.boot_sum is None:
                 self.boot_sum = weights * score
@@ -76,6 +83,9 @@ class ScoreMoments:
             mean=mean,
             m2=m2,
             passed=self.passed + other.passed,
+            candidate_wins=self.candidate_wins + other.candidate_wins,
+            baseline_wins=self.baseline_wins + other.baseline_wins,
+            choices=self.choices + other.choices,
             boot_sum=_add(self.boot_sum, other.boot_sum),
             boot_weight=_add(self.boot_weight, other.boot_weight),
         )
@@ -96,6 +106,8 @@ class ScoreMoments:
             "ci_low": ci_low,
             "ci_high": ci_high,
             "pass_rate": (self.passed / n if n else None) if threshold is not None else None,
+            "candidate_model_win_rate": self.candidate_wins / self.choices if self.choices else None,
+            "baseline_model_win_rate": self.baseline_wins / self.choices if self.choices else None,
         }
 
 

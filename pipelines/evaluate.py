@@ -13,7 +13,8 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from configs import ConfigError, EvalConfig
 from metrics.instance import RowSpec, present_columns
 from metrics.registry import unmet_inputs
-from transforms import bigquery
+from metrics.judge.client import JudgeCredentialsError, check_credentials
+from transforms import bigquery, judge
 from transforms.local_cloud import storage_client
 from transforms.read import ReadRecords, match_files, sample_records
 from transforms.runs import RunRecord
@@ -71,7 +72,37 @@ def preflight(config: EvalConfig, options: PipelineOptions | None = None) -> Pre
         checked = Preflight(label, None, set(columns))
     _check_columns(config, checked)
     _check_outputs(config, options)
+    _check_judge(config, options)
     return checked
+
+
+def _parquet_glob(location: str) -> str:
+    """A judge.cache location: a glob as given, else a judge_cache folder."""
+    if any(c in location for c in "*?[") or location.endswith(".parquet"):
+        return location
+    return location.rstrip("/") + "/*.parquet"
+
+
+def _check_judge(config: EvalConfig, options: PipelineOptions | None) -> None:
+    if not config.judge_specs():
+        return
+    try:
+        check_credentials(config.judge.settings())
+    except JudgeCredentialsError as e:
+        raise ConfigError(str(e)) from None
+    for i, location in enumerate(config.judge.cache):
+        if location.startswith("bq://"):
+            try:
+                bigquery.describe_table(location.removeprefix("bq://"), billing_project(config, options), f"judge.cache.{i}")
+            except bigquery.BigQueryError as e:
+                raise ConfigError(str(e)) from None
+        else:
+            try:
+                found = match_files(_parquet_glob(location))
+            except BeamIOError as e:
+                raise ConfigError(f"judge.cache.{i}: cannot list {location!r}: {_short(e)}") from None
+            if not found:
+                raise ConfigError(f"judge.cache.{i}: no judge_cache Parquet files at {_parquet_glob(location)!r}")
 
 
 def _check_files(config: EvalConfig) -> Preflight:
@@ -143,7 +174,7 @@ def _check_outputs(config: EvalConfig, options: PipelineOptions | None) -> None:
 
 def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, started_at,
                    read_plan: bigquery.ReadPlan | None = None, attempt: str | None = None,
-                   staging: str | None = None) -> None:
+                   staging: str | None = None, cache_plans: list | None = None) -> None:
     slices = tuple(config.input.slice_columns)
 
     if read_plan is None:
@@ -153,20 +184,34 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         unparseable = pipeline | "NoUnparseableRows" >> beam.Create([])
     instances, invalid = records | "Validate" >> ToInstances(row_spec(config))
     dead_letters = (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()
-    scored = instances | "Score" >> ScoreInstances(run, config.metrics)
-    thresholds = {p.output_name: p.threshold for p in plan_metrics(config.metrics)}
+    computed = instances | "Score" >> ScoreInstances(run, config.computation_specs())
+    thresholds = {p.output_name: p.threshold for p in plan_metrics(config.computation_specs())}
+    judge_specs = config.judge_specs()
+    if judge_specs:
+        cached = None
+        if config.judge.cache:
+            parquet = [p for p in config.judge.cache if not p.startswith("bq://")]
+            cached = pipeline | "JudgeCache" >> judge.ReadJudgeCache([_parquet_glob(p) for p in parquet], cache_plans or [])
+        judged, cache_rows, usage = instances | "Judge" >> judge.JudgeInstances(run, judge_specs, config.judge, cached)
+        thresholds.update({p.output_name: p.threshold for p in judge.plan_judges(judge_specs)})
+        scored = (computed, judged) | "AllScores" >> beam.Flatten()
+    else:
+        scored = computed
+        cache_rows = pipeline | "NoJudgeCache" >> beam.Create([])
+        usage = pipeline | "NoJudgeUsage" >> beam.Create([{}])
     summary = scored | "Summarize" >> SummarizeScores(run, thresholds)
     read = (records, unparseable) | "AllRead" >> beam.Flatten()
-    runs = (read, scored, dead_letters) | "RunRecord" >> RunRecord(
-        run, config.name, config.to_json(), evalbeam_version(), started_at
+    runs = (read, instances, scored, dead_letters, usage) | "RunRecord" >> RunRecord(
+        run, config.name, config.to_json(), evalbeam_version(), started_at, config.judge.prices, config.judge.model
     )
 
     tables = {
-        "instances": scored | "InstanceRows" >> beam.Map(lambda s, r: instance_row(r, s.instance), run),
+        "instances": instances | "InstanceRows" >> beam.Map(lambda i, r: instance_row(r, i), run),
         "metric_results": scored | "MetricRows" >> beam.FlatMap(lambda s: s.results),
         "summary": summary,
         "runs": runs,
         "dead_letter": dead_letters | "DeadLetterRows" >> beam.Map(lambda d, r: d.row(r), run),
+        "judge_cache": cache_rows,
     }
     # Parquet is always written: it is the output, or what BigQuery loads from.
     folder = config.output.parquet or staging
@@ -202,10 +247,12 @@ def run(config: EvalConfig, options: PipelineOptions):
         read_plan = None
         if config.input.kind != "files":
             read_plan = bigquery.plan_read(config.input, billing_project(config, options))
+        cache_plans = [bigquery.plan_table_read(c.removeprefix("bq://"), billing_project(config, options))
+                       for c in config.judge.cache if c.startswith("bq://")] if config.judge_specs() else []
     except bigquery.BigQueryError as e:
         raise ConfigError(str(e)) from None
     pipeline = beam.Pipeline(options=options)
-    build_pipeline(pipeline, config, run_key, started_at, read_plan, attempt, staging)
+    build_pipeline(pipeline, config, run_key, started_at, read_plan, attempt, staging, cache_plans)
     result = pipeline.run()
     if options.view_as(StandardOptions).runner in LOCAL_RUNNERS:
         result.wait_until_finish()

@@ -67,13 +67,7 @@ def describe_input(input_cfg, billing_project: str | None) -> tuple[str, list[st
 
     if input_cfg.kind == "bigquery_table":
         table = input_cfg.bigquery_table()
-        client = bigquery_client(input_cfg.project or table.split(".")[0])
-        try:
-            return f"bq://{table}", [f.name for f in client.get_table(table).schema]
-        except exceptions.NotFound:
-            raise BigQueryError(f"input.uri: BigQuery table {table} does not exist") from None
-        except exceptions.GoogleAPICallError as e:
-            raise BigQueryError(f"input.uri: cannot read BigQuery table {table}: {_reason(e)}") from None
+        return f"bq://{table}", describe_table(table, input_cfg.project, "input.uri")
     client = bigquery_client(billing_project)
     try:
         job = client.query(input_cfg.query, job_config=bigquery.QueryJobConfig(dry_run=True, use_legacy_sql=False))
@@ -82,24 +76,40 @@ def describe_input(input_cfg, billing_project: str | None) -> tuple[str, list[st
         raise BigQueryError(f"input.query: BigQuery refused the query: {_reason(e)}") from None
 
 
+def describe_table(table: str, project: str | None, field: str) -> list[str]:
+    """The column names of a table; BigQueryError naming the table and `field` if it cannot be read."""
+    from google.api_core import exceptions
+
+    client = bigquery_client(project or table.split(".")[0])
+    try:
+        return [f.name for f in client.get_table(table).schema]
+    except exceptions.NotFound:
+        raise BigQueryError(f"{field}: BigQuery table {table} does not exist") from None
+    except exceptions.GoogleAPICallError as e:
+        raise BigQueryError(f"{field}: cannot read BigQuery table {table}: {_reason(e)}") from None
+
+
 def plan_read(input_cfg, billing_project: str | None) -> ReadPlan:
     """Create the read session (running the query first, for a query input)."""
+    if input_cfg.kind == "bigquery_table":
+        return plan_table_read(input_cfg.bigquery_table(), input_cfg.project or billing_project)
+    return plan_table_read(_run_query(input_cfg, billing_project), input_cfg.project or billing_project, "bq://query")
+
+
+def plan_table_read(table: str, billing_project: str | None, label: str | None = None) -> ReadPlan:
+    """A read session over a table (project.dataset.table), billed to billing_project."""
     from google.cloud.bigquery_storage_v1 import types
 
-    if input_cfg.kind == "bigquery_table":
-        table, label = input_cfg.bigquery_table(), input_cfg.uri
-    else:
-        table, label = _run_query(input_cfg, billing_project), "bq://query"
     project, dataset, table_id = table.split(".")
     session = bigquery_read_client().create_read_session(
-        parent=f"projects/{input_cfg.project or billing_project or project}",
+        parent=f"projects/{billing_project or project}",
         read_session=types.ReadSession(
             table=f"projects/{project}/datasets/{dataset}/tables/{table_id}",
             data_format=types.DataFormat.ARROW,
         ),
         max_stream_count=0,  # the service picks the stream count from the table's size
     )
-    return ReadPlan(label, types.ReadSession.serialize(session), tuple(s.name for s in session.streams))
+    return ReadPlan(label or f"bq://{table}", types.ReadSession.serialize(session), tuple(s.name for s in session.streams))
 
 
 def _run_query(input_cfg, billing_project: str | None) -> str:

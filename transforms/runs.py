@@ -1,8 +1,9 @@
-"""The `runs` row: what ran, when, and counts that reconcile
-(read = scored + dead-lettered)."""
+"""The `runs` row: what ran, when, counts that reconcile (read = scored +
+dead-lettered), and the judge's accounting with an estimated cost."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import apache_beam as beam
 
@@ -13,7 +14,28 @@ def _count(pcoll, label):
     return pcoll | label >> beam.combiners.Count.Globally()
 
 
-def _runs_row(_, *, base, read, scored, dead, metric_errors):
+def judge_totals(usage: dict[str, dict[str, int]], prices: dict[str, dict[str, float]], model: str) -> dict:
+    total = {k: sum(m[k] for m in usage.values()) for k in
+             ("requests", "cache_hits", "calls", "rate_limited", "failures", "prompt_tokens", "output_tokens")}
+    price = prices.get(model)
+    cost = None
+    if price:
+        cost = (total["prompt_tokens"] * price.get("input_per_million", 0.0)
+                + total["output_tokens"] * price.get("output_per_million", 0.0)) / 1e6
+    return {
+        "judge_requests": total["requests"],
+        "judge_cache_hits": total["cache_hits"],
+        "judge_calls": total["calls"],
+        "judge_rate_limited": total["rate_limited"],
+        "judge_failures": total["failures"],
+        "judge_prompt_tokens": total["prompt_tokens"],
+        "judge_output_tokens": total["output_tokens"],
+        "judge_estimated_cost": cost,
+        "judge_usage": json.dumps(usage, sort_keys=True) if usage else None,
+    }
+
+
+def _runs_row(_, *, base, prices, model, read, scored, dead, metric_errors, usage):
     return {
         **base,
         "finished_at": utc_now(),
@@ -21,13 +43,15 @@ def _runs_row(_, *, base, read, scored, dead, metric_errors):
         "scored_count": scored,
         "dead_letter_count": dead,
         "metric_error_count": metric_errors,
+        **judge_totals(usage, prices, model),
     }
 
 
 class RunRecord(beam.PTransform):
-    """(read stage outputs, scored instances, dead letters) -> the one `runs` row."""
+    """(records read, instances, scored parts, dead letters, judge usage) -> the one `runs` row."""
 
-    def __init__(self, run: RunKey, name: str, config_json: str, version: str, started_at: dt.datetime):
+    def __init__(self, run: RunKey, name: str, config_json: str, version: str, started_at: dt.datetime,
+                 prices: dict | None = None, model: str | None = None):
         super().__init__()
         self._base = {
             **run.columns(),
@@ -36,9 +60,11 @@ class RunRecord(beam.PTransform):
             "evalbeam_version": version,
             "started_at": started_at,
         }
+        self._prices = prices or {}
+        self._model = model
 
     def expand(self, inputs):
-        read, scored, dead = inputs
+        read, instances, scored, dead, usage = inputs
         metric_errors = (
             scored
             | "MetricErrors" >> beam.Map(lambda s: sum(r["error"] is not None for r in s.results))
@@ -51,9 +77,12 @@ class RunRecord(beam.PTransform):
             | "RunRow" >> beam.Map(
                 _runs_row,
                 base=self._base,
+                prices=self._prices,
+                model=self._model,
                 read=side(_count(read, "CountRead")),
-                scored=side(_count(scored, "CountScored")),
+                scored=side(_count(instances, "CountScored")),
                 dead=side(_count(dead, "CountDeadLetters")),
                 metric_errors=side(metric_errors),
+                usage=side(usage),
             )
         )

@@ -75,6 +75,13 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("explanation", "STRING"),
         Column("error", "STRING", description="why the metric could not score this instance"),
         Column("extra", "JSON", description="extra values, e.g. a custom metric's other keys"),
+        Column("confidence", "FLOAT64", description="judge metrics: share of samples agreeing with the score"),
+        Column("pairwise_choice", "STRING", description="pairwise metrics: BASELINE | CANDIDATE | TIE"),
+        Column("judge_model", "STRING"),
+        Column("prompt_tokens", "INT64", description="judge tokens in the prompts of this row's judgments"),
+        Column("output_tokens", "INT64"),
+        Column("attempts", "INT64", description="judge calls made for this row (0 when all came from the cache)"),
+        Column("cache_hit", "BOOL", description="every judgment of this row came from judge.cache"),
     ),
     "summary": (
         RUN_ID,
@@ -90,6 +97,8 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("ci_high", "FLOAT64"),
         Column("threshold", "FLOAT64"),
         Column("pass_rate", "FLOAT64", description="share of valid scores >= threshold"),
+        Column("candidate_model_win_rate", "FLOAT64", description="pairwise: share of rows the candidate won"),
+        Column("baseline_model_win_rate", "FLOAT64", description="pairwise: share of rows the baseline won"),
     ),
     "runs": (
         RUN_ID,
@@ -103,6 +112,27 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("scored_count", "INT64", True, "instances scored"),
         Column("dead_letter_count", "INT64", True, "records dead-lettered"),
         Column("metric_error_count", "INT64", True, "metric results that carry an error"),
+        Column("judge_requests", "INT64", True, "distinct judgments the run needed"),
+        Column("judge_cache_hits", "INT64", True, "judgments reused from judge.cache"),
+        Column("judge_calls", "INT64", True, "calls made to the judge model, retries included"),
+        Column("judge_rate_limited", "INT64", True, "calls answered 429"),
+        Column("judge_failures", "INT64", True, "judgments that failed after their retries"),
+        Column("judge_prompt_tokens", "INT64", True),
+        Column("judge_output_tokens", "INT64", True),
+        Column("judge_estimated_cost", "FLOAT64", description="USD, from judge.prices; null without a price"),
+        Column("judge_usage", "JSON", description="per judge metric: requests, cache hits, calls, 429s, tokens"),
+    ),
+    "judge_cache": (
+        RUN_ID,
+        RUN_DATE,
+        Column("request_key", "STRING", True, "content hash of model, settings, prompt and sample"),
+        Column("metric", "STRING", True),
+        Column("model", "STRING", True),
+        Column("verdict", "STRING", True, "the score or choice the judge answered"),
+        Column("explanation", "STRING"),
+        Column("prompt_tokens", "INT64"),
+        Column("output_tokens", "INT64"),
+        Column("attempts", "INT64"),
     ),
     "dead_letter": (
         RUN_ID,
@@ -136,6 +166,7 @@ CLUSTERING = {
     "summary": ["metric", "slice"],
     "runs": ["name"],
     "dead_letter": ["run_id"],
+    "judge_cache": ["request_key"],
 }
 
 

@@ -55,6 +55,10 @@ def plan_metrics(specs) -> list[MetricPlan]:
     return plans
 
 
+JUDGE_COLUMNS_ABSENT = dict.fromkeys(
+    ("confidence", "pairwise_choice", "judge_model", "prompt_tokens", "output_tokens", "attempts", "cache_hit"))
+
+
 @dataclasses.dataclass
 class ScoredInstance:
     instance: Instance
@@ -75,6 +79,7 @@ def score_instance(run: RunKey, instance: Instance, scorers) -> ScoredInstance:
             "explanation": None,
             "error": None,
             "extra": None,
+            **JUDGE_COLUMNS_ABSENT,
         }
         try:
             value = as_metric_value(scorer(instance.fields))

@@ -20,11 +20,11 @@ OVERALL = "overall"
 
 
 def slice_keys(scored: ScoredInstance):
-    """(slice, (bootstrap weights, [(metric, score, is_error, passed), ...])) for
+    """(slice, (bootstrap weights, [(metric, score, is_error, passed, pairwise choice), ...])) for
     "overall" and each slice the instance falls in."""
     values = (
         bootstrap_weights(scored.instance.instance_id),
-        [(r["metric"], r["score"], r["error"] is not None, r["passed"]) for r in scored.results],
+        [(r["metric"], r["score"], r["error"] is not None, r["passed"], r.get("pairwise_choice")) for r in scored.results],
     )
     yield OVERALL, values
     for column, value in scored.instance.slices.items():
@@ -39,11 +39,11 @@ class SliceMomentsFn(beam.CombineFn):
 
     def add_input(self, accumulator, values):
         weights, results = values
-        for metric, score, error, passed in results:
+        for metric, score, error, passed, choice in results:
             moments = accumulator.get(metric)
             if moments is None:
                 moments = accumulator[metric] = ScoreMoments()
-            moments.add(score, error, passed, weights)
+            moments.add(score, error, passed, weights, choice)
         return accumulator
 
     def merge_accumulators(self, accumulators):

@@ -1,0 +1,295 @@
+"""The one judge client layer: Gemini through `google-genai`, with structured
+JSON output, rate limiting, retries, timeouts and accounting. Metrics and
+transforms hand it JudgeRequests and get JudgeResponses; they never see HTTP.
+
+Secrets: the API key is read from the environment (JudgeSettings holds only
+the variable's name) where the client is built, on the worker, and is scrubbed
+from every error text this layer returns.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import os
+import queue
+import random
+import threading
+from typing import Any, Callable, Iterable, Iterator, TypeVar
+
+from metrics.judge.ratelimit import AdaptiveRateLimiter
+from metrics.judge.templates import InvalidJudgment, parse_answer
+
+T = TypeVar("T")
+BACKOFF_BASE = 1.0
+BACKOFF_CAP = 60.0
+CHARS_PER_TOKEN = 4  # for reserving tokens before a call; settled with the real count after
+
+
+class JudgeCredentialsError(RuntimeError):
+    """No usable credentials for the configured backend; the message says what to set."""
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeSettings:
+    model: str
+    backend: str = "gemini_api"  # gemini_api | vertex_ai
+    base_url: str | None = None
+    project: str | None = None
+    location: str | None = None
+    api_key_env: str = "GOOGLE_API_KEY"
+    requests_per_minute: float = 600
+    tokens_per_minute: float | None = None
+    max_attempts: int = 6
+    timeout_seconds: float = 60
+    max_concurrency: int = 128
+    temperature: float = 0.0
+    max_output_tokens: int | None = 2048
+
+    def generation(self) -> dict[str, Any]:
+        """The settings that shape an answer, part of every request's cache key."""
+        return {"model": self.model, "temperature": self.temperature, "max_output_tokens": self.max_output_tokens}
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeRequest:
+    key: str
+    metric: str
+    prompt: str
+    schema_json: str  # the response schema, as JSON text
+    answer_field: str  # "score" | "choice"
+    allowed: tuple[str, ...]
+    seed: int | None = None
+
+
+@dataclasses.dataclass
+class JudgeResponse:
+    key: str
+    metric: str
+    verdict: str | None = None  # the allowed value the judge answered
+    explanation: str | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    attempts: int = 0
+    rate_limited: int = 0
+    error: str | None = None
+    cache_hit: bool = False
+
+
+def request_key(settings: JudgeSettings, prompt: str, schema_json: str, sample_index: int) -> str:
+    """The content hash that identifies a judgment (and keys the cache)."""
+    material = json.dumps(
+        {"generation": settings.generation(), "schema": schema_json, "prompt": prompt, "sample": sample_index},
+        sort_keys=True, ensure_ascii=False,
+    )
+    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+def check_credentials(settings: JudgeSettings) -> None:
+    """Raise JudgeCredentialsError, saying what to set, if the backend cannot authenticate."""
+    if settings.backend == "gemini_api":
+        if not os.environ.get(settings.api_key_env):
+            raise JudgeCredentialsError(
+                f"judge metrics with backend gemini_api need an API key: set the environment variable "
+                f"{settings.api_key_env} (or set judge.backend: vertex_ai to use Application Default Credentials)"
+            )
+        return
+    if not settings.project or not settings.location:
+        raise JudgeCredentialsError("judge.backend vertex_ai needs judge.project and judge.location")
+    try:
+        import google.auth
+
+        google.auth.default()
+    except Exception as e:  # noqa: BLE001 - any failure means no usable credentials
+        raise JudgeCredentialsError(
+            "judge.backend vertex_ai needs Application Default Credentials: run "
+            "`gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS "
+            f"({type(e).__name__})"
+        ) from None
+
+
+class JudgeClient:
+    def __init__(self, settings: JudgeSettings, limiter: AdaptiveRateLimiter):
+        from google import genai
+        from google.genai import types
+
+        self.settings = settings
+        self.limiter = limiter
+        check_credentials(settings)
+        http = types.HttpOptions(
+            base_url=settings.base_url,
+            timeout=int(settings.timeout_seconds * 1000),
+            retry_options=types.HttpRetryOptions(attempts=1),  # retries are ours, with the limiter's feedback
+        )
+        if settings.backend == "gemini_api":
+            self._secret = os.environ[settings.api_key_env]
+            self._client = genai.Client(api_key=self._secret, http_options=http)
+        else:
+            self._secret = None
+            self._client = genai.Client(vertexai=True, project=settings.project, location=settings.location,
+                                        http_options=http)
+        self._types = types
+
+    def scrub(self, text: str) -> str:
+        return text.replace(self._secret, "[redacted]") if self._secret else text
+
+    async def judge(self, request: JudgeRequest) -> JudgeResponse:
+        from google.genai import errors
+
+        response = JudgeResponse(key=request.key, metric=request.metric)
+        config = self._types.GenerateContentConfig(
+            temperature=self.settings.temperature,
+            seed=request.seed,
+            max_output_tokens=self.settings.max_output_tokens,
+            response_mime_type="application/json",
+            response_schema=json.loads(request.schema_json),
+        )
+        estimated = len(request.prompt) // CHARS_PER_TOKEN + (self.settings.max_output_tokens or 1024)
+        last_error = "no attempt made"
+        for attempt in range(1, self.settings.max_attempts + 1):
+            response.attempts = attempt
+            await self.limiter.acquire(estimated)
+            retry_after = None
+            try:
+                answer = await asyncio.wait_for(
+                    self._client.aio.models.generate_content(model=self.settings.model, contents=request.prompt, config=config),
+                    timeout=self.settings.timeout_seconds,
+                )
+            except errors.APIError as e:
+                self.limiter.correct_tokens(estimated, 0)
+                last_error = f"HTTP {e.code}: {e.message or e.status}"
+                if e.code == 429:
+                    response.rate_limited += 1
+                    retry_after = _retry_after(e)
+                    self.limiter.on_rate_limited(retry_after)
+                elif not (e.code >= 500 or e.code == 408):
+                    response.error = self.scrub(f"{last_error} (not retried)")
+                    return response
+            except (asyncio.TimeoutError, TimeoutError) as e:
+                self.limiter.correct_tokens(estimated, 0)
+                last_error = f"timed out after {self.settings.timeout_seconds:g}s ({type(e).__name__})"
+            except Exception as e:  # noqa: BLE001 - transport errors (httpx) are retried like 5xx
+                self.limiter.correct_tokens(estimated, 0)
+                last_error = f"{type(e).__name__}: {e}"
+            else:
+                usage = answer.usage_metadata
+                prompt_tokens = (usage.prompt_token_count or 0) if usage else 0
+                output_tokens = (usage.candidates_token_count or 0) if usage else 0
+                response.prompt_tokens += prompt_tokens
+                response.output_tokens += output_tokens
+                self.limiter.correct_tokens(estimated, prompt_tokens + output_tokens)
+                self.limiter.on_success()
+                try:
+                    response.verdict, response.explanation = parse_answer(
+                        answer.text, request.answer_field, request.allowed)
+                    return response
+                except InvalidJudgment as e:
+                    last_error = f"invalid judge output: {e}"
+            if attempt < self.settings.max_attempts:
+                await asyncio.sleep(max(retry_after or 0.0, _backoff(attempt)))
+        response.error = self.scrub(f"judge failed after {response.attempts} attempts; last: {last_error}")
+        return response
+
+    async def close(self) -> None:
+        try:
+            await self._client.aio.aclose()
+        except Exception:  # noqa: BLE001 - closing is best effort
+            pass
+
+
+def _backoff(attempt: int) -> float:
+    """Exponential backoff with full jitter."""
+    return random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempt - 1)))
+
+
+def _retry_after(error) -> float | None:
+    headers = getattr(getattr(error, "response", None), "headers", None)
+    value = headers.get("retry-after") if headers else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+_DONE = object()
+
+
+def judge_stream(settings: JudgeSettings, items: Iterable[T], request_of: Callable[[T], JudgeRequest],
+                 share: float = 1.0) -> Iterator[tuple[T, JudgeResponse]]:
+    """Judge every item with up to settings.max_concurrency calls in flight on one
+    asyncio loop (in a helper thread), within `share` of the configured quotas.
+    Items are read from the calling thread (a Beam iterable must be) and results
+    are yielded to it as they complete, so memory stays bounded by what is in flight."""
+    inbox: queue.Queue = queue.Queue(maxsize=settings.max_concurrency)
+    outbox: queue.Queue = queue.Queue()
+
+    async def main() -> None:
+        limiter = AdaptiveRateLimiter(settings.requests_per_minute * share,
+                                      settings.tokens_per_minute * share if settings.tokens_per_minute else None)
+        client = JudgeClient(settings, limiter)
+        slots = asyncio.Semaphore(settings.max_concurrency)
+        loop = asyncio.get_running_loop()
+        tasks = set()
+
+        async def one(item):
+            try:
+                outbox.put((item, await client.judge(request_of(item))))
+            finally:
+                slots.release()
+
+        while True:
+            await slots.acquire()
+            item = await loop.run_in_executor(None, inbox.get)
+            if item is _DONE:
+                slots.release()
+                break
+            task = asyncio.create_task(one(item))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.gather(*tasks)
+        await client.close()
+
+    def run() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as e:  # noqa: BLE001 - handed to the calling thread
+            outbox.put(e)
+        outbox.put(_DONE)
+
+    worker = threading.Thread(target=run, name="evalbeam-judge", daemon=True)
+    worker.start()
+
+    def ready() -> list:
+        out = []
+        while True:
+            try:
+                got = outbox.get_nowait()
+            except queue.Empty:
+                return out
+            if got is _DONE:
+                raise RuntimeError("the judge loop stopped before its input ended")
+            if isinstance(got, BaseException):
+                raise got
+            out.append(got)
+
+    for item in items:
+        while True:
+            try:
+                inbox.put(item, timeout=0.05)
+                break
+            except queue.Full:
+                yield from ready()
+        yield from ready()
+    while True:
+        try:
+            inbox.put(_DONE, timeout=0.05)
+            break
+        except queue.Full:
+            yield from ready()
+    while (got := outbox.get()) is not _DONE:
+        if isinstance(got, BaseException):
+            raise got
+        yield got
+    worker.join()

@@ -1,0 +1,45 @@
+"""The built-in model-based metrics, registered in the one metric registry:
+every template of configs/judge_metrics.yaml as a pointwise metric, and as
+pairwise_<name>. Their factories return the JudgeTemplate to render."""
+from __future__ import annotations
+
+import pydantic
+
+from metrics.judge.templates import builtin_templates
+from metrics.registry import NoParams, register
+
+
+class UseReferenceParams(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+    use_reference: bool = True
+
+
+def _without_reference(template):
+    variables = [v for v in template.input_variables if v != "reference"]
+    return template.model_copy(update={"input_variables": variables})
+
+
+def _register_all() -> None:
+    for name, template in builtin_templates().items():
+        takes_reference = name == "question_answering_correctness"
+        params = UseReferenceParams if takes_reference else NoParams
+        scale = "/".join(template.rating_rubric) if len(template.rating_rubric) == 2 else \
+            f"{min(template.scores().values()):g}..{max(template.scores().values()):g}"
+
+        def factory(p, template=template, takes_reference=takes_reference):
+            return _without_reference(template) if takes_reference and not p.use_reference else template
+
+        def inputs_for(p, template=template, extra=()):
+            variables = [v for v in template.input_variables if v != "reference" or getattr(p, "use_reference", True)]
+            return (("response", *extra, *variables),)
+
+        base_inputs = ("response", *template.input_variables)
+        register(name, kind="pointwise", inputs=base_inputs, params=params, score_range=scale,
+                 description=f"LLM judge: {template.metric_definition or name}", inputs_for=inputs_for)(factory)
+        register(f"pairwise_{name}", kind="pairwise", inputs=("response", "baseline_model_response", *template.input_variables),
+                 params=params, score_range="CANDIDATE=1/TIE=0.5/BASELINE=0",
+                 description=f"LLM judge, baseline (A) against candidate (B), both orders: {name}",
+                 inputs_for=lambda p, f=inputs_for: f(p, extra=("baseline_model_response",)))(factory)
+
+
+_register_all()

@@ -1,0 +1,68 @@
+"""An asyncio rate limiter for judge calls: requests per minute and,
+optionally, tokens per minute.
+
+Requests are paced, not burst: a request may start 1/rate seconds after the
+previous one, so no window of any length sees more than its share plus one.
+The rate adapts: a 429 multiplies it by DECREASE and pauses every caller until
+the Retry-After the server gave; each success adds back INCREASE of the
+configured rate, never above it. This is hand-written because the rate limiting
+libraries on PyPI are either thread-based, or fixed-rate without adaptation to
+429s and Retry-After.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+DECREASE = 0.7
+INCREASE = 0.02
+MIN_SHARE = 0.05  # never slower than this share of the configured rate
+
+
+class AdaptiveRateLimiter:
+    def __init__(self, requests_per_minute: float, tokens_per_minute: float | None = None,
+                 clock=time.monotonic, sleep=asyncio.sleep):
+        if requests_per_minute <= 0:
+            raise ValueError("requests_per_minute must be positive")
+        self.max_rate = requests_per_minute / 60.0
+        self.rate = self.max_rate
+        self.tokens_per_second = tokens_per_minute / 60.0 if tokens_per_minute else None
+        self._clock = clock
+        self._sleep = sleep
+        self._next_start = 0.0  # when the next request may start
+        self._paused_until = 0.0
+        self._token_debt_until = 0.0  # when the tokens spent so far are paid back
+        self._lock = asyncio.Lock()
+        self.rate_limited = 0  # 429s seen
+
+    async def acquire(self, estimated_tokens: int = 0) -> None:
+        """Wait for this request's turn, then reserve its place."""
+        async with self._lock:
+            now = self._clock()
+            start = max(now, self._next_start, self._paused_until)
+            if self.tokens_per_second:
+                # A bucket holding one minute's tokens, as debt: the tokens reserved so
+                # far are paid back by _token_debt_until; a request may start once
+                # that is no more than a minute ahead.
+                self._token_debt_until = max(self._token_debt_until, now) + estimated_tokens / self.tokens_per_second
+                start = max(start, self._token_debt_until - 60.0)
+            self._next_start = start + 1.0 / self.rate
+        delay = start - self._clock()
+        if delay > 0:
+            await self._sleep(delay)
+
+    def correct_tokens(self, estimated: int, actual: int) -> None:
+        """Settle a request's token reservation with what it really used."""
+        if self.tokens_per_second:
+            self._token_debt_until += (actual - estimated) / self.tokens_per_second
+
+    def on_success(self) -> None:
+        self.rate = min(self.max_rate, self.rate + INCREASE * self.max_rate)
+
+    def on_rate_limited(self, retry_after: float | None) -> None:
+        self.rate_limited += 1
+        self.rate = max(self.max_rate * MIN_SHARE, self.rate * DECREASE)
+        now = self._clock()
+        if retry_after:
+            self._paused_until = max(self._paused_until, now + retry_after)
+        self._next_start = max(self._next_start, now + 1.0 / self.rate)

@@ -1,0 +1,240 @@
+"""Judge prompt templates: the service's template structure, rendered into
+prompts with a JSON answer schema, and the judge's answers parsed and checked.
+
+A pointwise judge answers {"explanation": str, "score": one of the rubric's
+scores}; a pairwise judge answers {"explanation": str, "choice": "A" | "B" |
+"SAME"}. Anything else is an invalid judgment (and is retried by the client).
+"""
+from __future__ import annotations
+
+import functools
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+
+from metrics.instance import CANONICAL_FIELDS
+from metrics.registry import MetricError
+
+BUILTIN_TEMPLATES = Path(__file__).resolve().parent.parent.parent / "configs" / "judge_metrics.yaml"
+PAIRWISE_CHOICES = ("A", "B", "SAME")
+CHOICE_SCORE = {"CANDIDATE": 1.0, "TIE": 0.5, "BASELINE": 0.0}
+
+POINTWISE_INSTRUCTION = (
+    "You are an impartial expert evaluator. Judge the AI-generated response below against the criteria, "
+    "using the rating rubric, and follow the evaluation steps. Base your judgment only on the inputs shown."
+)
+PAIRWISE_INSTRUCTION = (
+    "You are an impartial expert evaluator. Compare two AI-generated responses, A and B, to the same inputs "
+    "against the criteria, and decide which is better. Their order says nothing about their quality, and "
+    "length is not quality. Base your judgment only on the inputs shown."
+)
+PAIRWISE_RUBRIC = {
+    "A": "Response A is better than response B on the criteria.",
+    "SAME": "Neither response is better than the other on the criteria.",
+    "B": "Response B is better than response A on the criteria.",
+}
+
+
+class InvalidJudgment(ValueError):
+    """The judge's answer is not valid JSON of the expected shape."""
+
+
+class JudgeTemplate(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+    criteria: dict[str, str] = pydantic.Field(min_length=1)
+    rating_rubric: dict[str, str] = pydantic.Field(min_length=2)
+    input_variables: list[str] = pydantic.Field(default_factory=list)
+    instruction: str | None = None
+    metric_definition: str | None = None
+    evaluation_steps: dict[str, str] | None = None
+    few_shot_examples: list[str] | None = None
+    aggregation: Literal["mean", "majority"] | None = None
+
+    @pydantic.field_validator("input_variables")
+    @classmethod
+    def _canonical(cls, variables: list[str]) -> list[str]:
+        for v in variables:
+            if v not in CANONICAL_FIELDS:
+                raise ValueError(f"{v!r} is not a canonical field (map a dataset column to one with column_mapping)")
+        return variables
+
+    # ------------------------------------------------------------ pointwise
+
+    def scores(self) -> dict[str, float]:
+        out = {}
+        for key in self.rating_rubric:
+            try:
+                out[key] = float(key)
+            except ValueError:
+                raise ValueError(f"rating_rubric key {key!r} is not a number") from None
+        return out
+
+    def resolved_aggregation(self) -> str:
+        return self.aggregation or ("majority" if len(self.rating_rubric) == 2 else "mean")
+
+    def render_pointwise(self, fields: dict[str, Any]) -> str:
+        parts = self._head(self.instruction or POINTWISE_INSTRUCTION, self.rating_rubric)
+        parts.append(self._inputs(fields))
+        parts.append(f"## Response\n{fields['response']}")
+        allowed = ", ".join(self.rating_rubric)
+        parts.append(
+            'Answer with a JSON object: "explanation" (your reasoning, brief and specific to the inputs) and '
+            f'"score" (exactly one of: {allowed}).'
+        )
+        return "\n\n".join(parts)
+
+    def pointwise_schema(self) -> dict[str, Any]:
+        return {
+            "type": "OBJECT",
+            "properties": {
+                "explanation": {"type": "STRING"},
+                "score": {"type": "STRING", "enum": list(self.rating_rubric)},
+            },
+            "required": ["explanation", "score"],
+            "propertyOrdering": ["explanation", "score"],
+        }
+
+
+    # ------------------------------------------------------------ pairwise
+
+    def render_pairwise(self, fields: dict[str, Any], swapped: bool) -> str:
+        """A is the baseline and B the candidate; swapped, the other way round."""
+        baseline, candidate = fields["baseline_model_response"], fields["response"]
+        first, second = (candidate, baseline) if swapped else (baseline, candidate)
+        parts = self._head(self.instruction or PAIRWISE_INSTRUCTION, PAIRWISE_RUBRIC)
+        parts.append(self._inputs(fields))
+        parts.append(f"## Response A\n{first}")
+        parts.append(f"## Response B\n{second}")
+        parts.append(
+            'Answer with a JSON object: "explanation" (your reasoning, brief and specific to the inputs) and '
+            '"choice" (exactly one of: A, B, SAME).'
+        )
+        return "\n\n".join(parts)
+
+    @staticmethod
+    def pairwise_schema() -> dict[str, Any]:
+        return {
+            "type": "OBJECT",
+            "properties": {
+                "explanation": {"type": "STRING"},
+                "choice": {"type": "STRING", "enum": list(PAIRWISE_CHOICES)},
+            },
+            "required": ["explanation", "choice"],
+            "propertyOrdering": ["explanation", "choice"],
+        }
+
+
+    # ------------------------------------------------------------ shared
+
+    def _head(self, instruction: str, rubric: dict[str, str]) -> list[str]:
+        parts = [instruction]
+        if self.metric_definition:
+            parts.append(f"# Metric\n{self.metric_definition}")
+        parts.append("# Criteria\n" + "\n".join(f"- {k}: {v}" for k, v in self.criteria.items()))
+        parts.append("# Rating rubric\n" + "\n".join(f"- {k}: {v}" for k, v in rubric.items()))
+        if self.evaluation_steps:
+            parts.append("# Evaluation steps\n" + "\n".join(f"- {k}: {v}" for k, v in self.evaluation_steps.items()))
+        if self.few_shot_examples:
+            parts.append("# Examples\n" + "\n\n".join(self.few_shot_examples))
+        return parts
+
+    def _inputs(self, fields: dict[str, Any]) -> str:
+        sections = []
+        for name in self.input_variables:
+            value = fields.get(name)
+            text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=2)
+            sections.append(f"## {name}\n{text}")
+        return "# Inputs\n" + ("\n\n".join(sections) if sections else "(none besides the response)")
+
+
+def parse_answer(text: str | None, field: str, allowed: tuple[str, ...]) -> tuple[str, str]:
+    """The judge's JSON answer -> (the allowed value it chose, its explanation).
+    Raises InvalidJudgment for anything else."""
+    answer = _json_object(text)
+    value = answer.get(field)
+    key = _score_key(value)
+    if key not in allowed:
+        raise InvalidJudgment(f"{field} {value!r} is not one of {list(allowed)}")
+    return key, _explanation(answer)
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
+    try:
+        answer = json.loads(text)
+    except (json.JSONDecodeError, TypeError) as e:
+        raise InvalidJudgment(f"the judge's answer is not JSON: {str(e)[:100]}") from None
+    if not isinstance(answer, dict):
+        raise InvalidJudgment("the judge's answer is not a JSON object")
+    return answer
+
+
+def _explanation(answer: dict[str, Any]) -> str:
+    explanation = answer.get("explanation")
+    if not isinstance(explanation, str) or not explanation.strip():
+        raise InvalidJudgment("the judge's answer has no explanation")
+    return explanation
+
+
+def _score_key(score: Any) -> str | None:
+    if isinstance(score, bool):
+        return None
+    if isinstance(score, (int, float)):
+        return str(int(score)) if float(score).is_integer() else str(score)
+    return score if isinstance(score, str) else None
+
+
+@functools.lru_cache(maxsize=1)
+def builtin_templates() -> dict[str, JudgeTemplate]:
+    import yaml
+
+    raw = yaml.safe_load(BUILTIN_TEMPLATES.read_text(encoding="utf-8"))
+    return {name: JudgeTemplate.model_validate(body) for name, body in raw.items()}
+
+
+# ---------------------------------------------------------------- aggregation
+
+
+def aggregate_pointwise(template: JudgeTemplate, samples: list[tuple[float, str]]) -> tuple[float, str, float]:
+    """Samples (score, explanation) -> (score, explanation, confidence).
+    mean: the mean score; majority: the most common score (a tie goes to the
+    lower score). Confidence: the share of samples equal to the rubric score
+    nearest the final score. The explanation is that of an agreeing sample."""
+    if not samples:
+        raise MetricError("no judgment succeeded")
+    scores = [s for s, _ in samples]
+    if template.resolved_aggregation() == "majority":
+        counts = Counter(scores)
+        top = max(counts.values())
+        final = min(s for s, c in counts.items() if c == top)
+    else:
+        final = sum(scores) / len(scores)
+    nearest = min(template.scores().values(), key=lambda v: (abs(v - final), v))
+    agreeing = [e for s, e in samples if s == nearest]
+    explanation = agreeing[0] if agreeing else samples[0][1]
+    return final, explanation, len(agreeing) / len(samples)
+
+
+def pairwise_verdict(normal: str, swapped: str) -> str:
+    """Choices of the two orders -> BASELINE | CANDIDATE | TIE. In the normal
+    order A is the baseline; in the swapped order A is the candidate. The two
+    must agree, else position decided it: a TIE."""
+    first = {"A": "BASELINE", "B": "CANDIDATE", "SAME": "TIE"}[normal]
+    second = {"A": "CANDIDATE", "B": "BASELINE", "SAME": "TIE"}[swapped]
+    return first if first == second else "TIE"
+
+
+def aggregate_pairwise(samples: list[tuple[str, str]]) -> tuple[str, str, float]:
+    """Samples (verdict, explanation) -> (verdict, explanation, confidence), by
+    majority; a tie between verdicts is a TIE."""
+    if not samples:
+        raise MetricError("no judgment succeeded")
+    counts = Counter(v for v, _ in samples)
+    top = max(counts.values())
+    leaders = [v for v, c in counts.items() if c == top]
+    final = leaders[0] if len(leaders) == 1 else "TIE"
+    agreeing = [e for v, e in samples if v == final]
+    return final, (agreeing[0] if agreeing else samples[0][1]), len(agreeing) / len(samples)

@@ -1,0 +1,287 @@
+"""The LLM-judge engine: templates, the client layer against the local
+generateContent server (driven through the real google-genai client), and the
+judge metrics in real pipelines through the `evalbeam` command."""
+import json
+import os
+import time
+
+import pytest
+import yaml
+
+from metrics.instance import CANONICAL_FIELDS
+from metrics.judge.client import JudgeRequest, JudgeSettings, judge_stream, request_key
+from metrics.judge.templates import (
+    InvalidJudgment,
+    JudgeTemplate,
+    aggregate_pairwise,
+    aggregate_pointwise,
+    builtin_templates,
+    pairwise_verdict,
+    parse_answer,
+)
+from tests.helpers import evalbeam, table
+from tests.judge_server import Behaviour, JudgeServer
+
+KEY = "AIzaSy-test-key-do-not-leak-0123456789"
+FIELDS = {f: f"<{f} text>" for f in CANONICAL_FIELDS}
+FIELDS.update(predicted_trajectory=[{"tool_name": "get", "tool_input": {"id": 1}}], history=[{"role": "user", "text": "hi"}])
+
+
+# ---------------------------------------------------------------- templates
+
+
+@pytest.mark.parametrize("name", sorted(builtin_templates()))
+def test_every_builtin_template_renders_and_parses(name):
+    t = builtin_templates()[name]
+    prompt = t.render_pointwise(FIELDS)
+    for criterion in t.criteria:
+        assert f"- {criterion}: " in prompt
+    for score in t.rating_rubric:
+        assert f"- {score}: " in prompt
+    for variable in t.input_variables:
+        assert f"## {variable}\n" in prompt
+    assert prompt.index("## Response\n<response text>") > max([prompt.index(f"## {v}\n") for v in t.input_variables] or [0])
+    assert t.pointwise_schema()["properties"]["score"]["enum"] == list(t.rating_rubric)
+    best = max(t.rating_rubric, key=float)
+    assert parse_answer(json.dumps({"explanation": "ok", "score": best}), "score", tuple(t.rating_rubric)) == (best, "ok")
+    with pytest.raises(InvalidJudgment):
+        parse_answer(json.dumps({"explanation": "ok", "score": "7"}), "score", tuple(t.rating_rubric))
+
+    normal, swapped = t.render_pairwise(FIELDS, swapped=False), t.render_pairwise(FIELDS, swapped=True)
+    assert "## Response A\n<baseline_model_response text>" in normal and "## Response B\n<response text>" in normal
+    assert "## Response A\n<response text>" in swapped and "## Response B\n<baseline_model_response text>" in swapped
+
+
+def test_parse_answer_rejects_what_is_not_a_judgment():
+    allowed = ("1", "0")
+    assert parse_answer('{"explanation": "fine", "score": 1}', "score", allowed) == ("1", "fine")
+    for text, reason in [("not json", "not JSON"), ("[1]", "not a JSON object"), ('{"score": "1"}', "no explanation"),
+                         ('{"explanation": "x", "score": true}', "not one of"), (None, "not JSON")]:
+        with pytest.raises(InvalidJudgment, match=reason):
+            parse_answer(text, "score", allowed)
+
+
+def test_aggregation_of_samples_and_orders():
+    five = JudgeTemplate(criteria={"c": "x"}, rating_rubric={str(i): str(i) for i in range(1, 6)})
+    # mean; confidence: the share of samples equal to the rubric score nearest the mean
+    assert aggregate_pointwise(five, [(4.0, "a"), (4.0, "b"), (3.0, "c")]) == (pytest.approx(11 / 3), "a", pytest.approx(2 / 3))
+    assert aggregate_pointwise(five, [(4.0, "a"), (4.0, "b"), (2.0, "c")])[2] == 0.0  # none said 3
+    binary = JudgeTemplate(criteria={"c": "x"}, rating_rubric={"1": "y", "0": "n"})
+    assert binary.resolved_aggregation() == "majority"
+    assert aggregate_pointwise(binary, [(1.0, "y1"), (0.0, "n"), (1.0, "y2")]) == (1.0, "y1", pytest.approx(2 / 3))
+    assert aggregate_pointwise(binary, [(1.0, "y"), (0.0, "n")])[0] == 0.0  # a tie goes to the lower score
+    assert pairwise_verdict("B", "A") == "CANDIDATE" and pairwise_verdict("A", "B") == "BASELINE"
+    assert pairwise_verdict("A", "A") == "TIE" and pairwise_verdict("SAME", "SAME") == "TIE"
+    assert aggregate_pairwise([("CANDIDATE", "x"), ("TIE", "y"), ("CANDIDATE", "z")]) == ("CANDIDATE", "x", pytest.approx(2 / 3))
+    assert aggregate_pairwise([("CANDIDATE", "x"), ("BASELINE", "y")])[0] == "TIE"
+
+
+# ---------------------------------------------------------------- the client layer
+
+
+@pytest.fixture
+def api_key(monkeypatch):
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+
+
+def requests_for(prompts, settings):
+    t = builtin_templates()["fluency"]
+    schema = json.dumps(t.pointwise_schema())
+    return [JudgeRequest(request_key(settings, p, schema, 0), "fluency", p, schema, "score", tuple(t.rating_rubric))
+            for p in prompts]
+
+
+def test_client_stays_under_the_quota(api_key):
+    # 20 requests per 2 s is 600 a minute; the client is set to 90% of it
+    with JudgeServer(Behaviour(quota=20, window_seconds=2.0, latency_median=0.05, latency_sigma=0.5)) as server:
+        settings = JudgeSettings(model="m", base_url=server.url, requests_per_minute=540, max_concurrency=32)
+        results = list(judge_stream(settings, requests_for([f"p{i} #score=3" for i in range(60)], settings), lambda r: r))
+    assert len(results) == 60 and all(r.verdict == "3" and r.attempts == 1 for _, r in results)
+    assert server.stats.rate_limited == 0
+    assert server.stats.max_in_window(2.0) <= 19
+
+
+def test_client_adapts_to_429_and_loses_nothing(api_key):
+    # the client believes it has 1200 a minute; the server grants 300 (10 per 2 s)
+    with JudgeServer(Behaviour(quota=10, window_seconds=2.0)) as server:
+        settings = JudgeSettings(model="m", base_url=server.url, requests_per_minute=1200, max_attempts=8)
+        start = time.monotonic()
+        results = list(judge_stream(settings, requests_for([f"q{i} #score=2" for i in range(30)], settings), lambda r: r))
+        elapsed = time.monotonic() - start
+    assert sorted(r.verdict for _, r in results) == ["2"] * 30
+    assert server.stats.rate_limited > 0
+    assert sum(r.rate_limited for _, r in results) == server.stats.rate_limited
+    assert server.stats.accepted == 30  # every admitted request was answered once
+    assert elapsed >= 4.0  # Retry-After was honoured: 30 requests at 10 per 2 s
+
+
+def test_client_retries_errors_timeouts_and_malformed_output(api_key):
+    with JudgeServer(Behaviour(error_rate=0.2, timeout_rate=0.1, timeout_delay=1.5, seed=3)) as server:
+        settings = JudgeSettings(model="m", base_url=server.url, requests_per_minute=6000, max_attempts=8,
+                                 timeout_seconds=0.5)
+        prompts = [f"r{i} #score=4" for i in range(30)] + ["bad #score=5 #malformed=2", "worse #score=1 #invalid=1"]
+        results = {r.prompt: resp for r, resp in judge_stream(settings, requests_for(prompts, settings), lambda r: r)}
+    assert all(resp.error is None for resp in results.values())
+    assert results["bad #score=5 #malformed=2"].verdict == "5" and results["bad #score=5 #malformed=2"].attempts >= 3
+    assert results["worse #score=1 #invalid=1"].verdict == "1" and results["worse #score=1 #invalid=1"].attempts >= 2
+    assert server.stats.errors > 0 and server.stats.timeouts > 0
+    assert sum(resp.attempts for resp in results.values()) > len(prompts)
+
+
+def test_client_gives_up_after_max_attempts_with_the_reason(api_key):
+    with JudgeServer() as server:
+        settings = JudgeSettings(model="m", base_url=server.url, requests_per_minute=6000, max_attempts=3)
+        [(_, response)] = judge_stream(settings, requests_for(["down #fail"], settings), lambda r: r)
+    assert response.verdict is None and response.attempts == 3
+    assert response.error == "judge failed after 3 attempts; last: HTTP 503: The service is currently unavailable."
+    assert server.stats.requests == 3
+    assert KEY in server.stats.api_keys  # the real client sent the key, in its header
+
+
+# ---------------------------------------------------------------- pipelines
+
+
+def write_data(tmp_path, rows):
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return path
+
+
+def judge_config(tmp_path, data, server_url, metrics, run_id="j1", **judge):
+    config = {
+        "name": "judged", "run_id": run_id,
+        "input": {"uri": str(data), "id_column": "id"},
+        "metrics": metrics,
+        "judge": {"base_url": server_url, "requests_per_minute": 6000, "max_attempts": 3, "timeout_seconds": 10,
+                  "prices": {"gemini-2.5-flash": {"input_per_million": 0.3, "output_per_million": 2.5}}, **judge},
+        "output": {"parquet": str(tmp_path / "out")},
+    }
+    path = tmp_path / f"{run_id}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+FOLLOWS = {
+    "name": "response_follows_trajectory",
+    "pointwise": {
+        "criteria": {"Follows trajectory": "Evaluate whether the agent's response logically follows from the sequence of actions it took."},
+        "rating_rubric": {"1": "Follows trajectory", "0": "Does not follow trajectory"},
+        "input_variables": ["prompt", "predicted_trajectory"],
+    },
+}
+ROWS = [
+    {"id": "a", "prompt": "Greet", "reference": "Hello!", "response": "Hello! #score=1 #score=5 #quality=4", "baseline_model_response": "hi #quality=2",
+     "predicted_trajectory": [{"tool_name": "greet", "tool_input": {}}]},
+    {"id": "b", "prompt": "Greet", "reference": "Hello!", "response": "hullo #score=0 #score=2 #malformed=2 #quality=1", "baseline_model_response": "hi #quality=3",
+     "predicted_trajectory": []},
+    {"id": "c", "prompt": "Greet", "reference": "Hello!", "response": "down #fail", "baseline_model_response": "hi", "predicted_trajectory": []},
+    {"id": "d", "prompt": "Greet", "reference": "Hello!", "response": "Hello! #score=1 #score=5 #quality=4", "baseline_model_response": "hi #quality=2 #bias",
+     "predicted_trajectory": [{"tool_name": "greet", "tool_input": {}}]},
+    {"id": "e", "prompt": "Greet", "reference": "Hello!", "response": "Hello! #score=1 #score=5 #quality=4", "baseline_model_response": "hi #quality=2",
+     "predicted_trajectory": [{"tool_name": "greet", "tool_input": {}}]},  # the same content as "a"
+]
+
+
+def test_judge_metrics_end_to_end(tmp_path, api_key):
+    data = write_data(tmp_path, ROWS)
+    with JudgeServer(Behaviour(latency_median=0.01)) as server:
+        config = judge_config(tmp_path, data, server.url, ["fluency", "pairwise_fluency", FOLLOWS, "exact_match"])
+        run = evalbeam("run", config)
+        requests_made = server.stats.requests
+    assert "read 5 = scored 5 + dead-lettered 0; metric errors 3" in run.stdout
+    out = tmp_path / "out" / "j1"
+    rows = {(r["instance_id"], r["metric"]): r for r in table(out, "metric_results")}
+    assert len(rows) == 5 * 4  # no row lost, failures included
+
+    assert [rows[(i, "fluency")]["score"] for i in "abde"] == [5.0, 2.0, 5.0, 5.0]
+    assert [rows[(i, "response_follows_trajectory")]["score"] for i in "abde"] == [1.0, 0.0, 1.0, 1.0]
+    assert [rows[(i, "pairwise_fluency")]["pairwise_choice"] for i in "abde"] == ["CANDIDATE", "BASELINE", "TIE", "CANDIDATE"]
+    assert [rows[(i, "pairwise_fluency")]["score"] for i in "abde"] == [1.0, 0.0, 0.5, 1.0]
+    for metric in ("fluency", "pairwise_fluency", "response_follows_trajectory"):
+        failed = rows[("c", metric)]
+        assert failed["score"] is None and failed["error"].startswith("judge failed after 3 attempts; last: HTTP 503")
+    good = rows[("a", "fluency")]
+    assert good["explanation"] == "Judged score 5 from the inputs." and good["confidence"] == 1.0
+    assert good["judge_model"] == "gemini-2.5-flash" and good["prompt_tokens"] > 0 and good["attempts"] == 1
+    assert good["cache_hit"] is False and rows[("b", "fluency")]["attempts"] == 3  # two malformed answers retried
+    assert rows[("a", "exact_match")]["judge_model"] is None
+
+    summary = {(s["metric"], s["slice"]): s for s in table(out, "summary")}
+    pairwise = summary[("pairwise_fluency", "overall")]
+    assert (pairwise["valid_count"], pairwise["error_count"]) == (4, 1)
+    assert pairwise["candidate_model_win_rate"] == 0.5 and pairwise["baseline_model_win_rate"] == 0.25
+    assert summary[("fluency", "overall")]["candidate_model_win_rate"] is None
+
+    [runs] = table(out, "runs")
+    # deduplicated: a, d and e show a pointwise judge the same thing (d differs in its baseline only),
+    # so 3 distinct judgments per pointwise metric; pairwise, a and e are the same: 4 x 2 orders
+    usage = json.loads(runs["judge_usage"])
+    assert {m: u["requests"] for m, u in usage.items()} == {"fluency": 3, "response_follows_trajectory": 3, "pairwise_fluency": 8}
+    assert runs["judge_requests"] == 14 and runs["judge_cache_hits"] == 0 and runs["judge_failures"] == 4
+    assert runs["judge_calls"] == requests_made
+    expected_cost = (runs["judge_prompt_tokens"] * 0.3 + runs["judge_output_tokens"] * 2.5) / 1e6
+    assert runs["judge_estimated_cost"] == pytest.approx(expected_cost) and expected_cost > 0
+    cache = table(out, "judge_cache")
+    assert len(cache) == 14 - 4 and all(c["model"] == "gemini-2.5-flash" for c in cache)
+
+    # the key went to the server, and nowhere else
+    assert KEY not in run.stdout + run.stderr
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_a_rerun_with_the_cache_makes_no_call(tmp_path, api_key):
+    data = write_data(tmp_path, [r for r in ROWS if r["id"] != "c"])
+    with JudgeServer() as server:
+        first = judge_config(tmp_path, data, server.url, ["fluency", "pairwise_fluency"], run_id="first")
+        evalbeam("run", first)
+        calls_before = server.stats.requests
+        cache = str(tmp_path / "out" / "first" / "judge_cache")
+        second = judge_config(tmp_path, data, server.url, ["fluency", "pairwise_fluency"], run_id="second", cache=cache)
+        evalbeam("run", second)
+        assert server.stats.requests == calls_before  # zero calls
+    score = lambda run: {(r["instance_id"], r["metric"]): (r["score"], r["explanation"])  # noqa: E731
+                         for r in table(tmp_path / "out" / run, "metric_results")}
+    assert score("first") == score("second")
+    [runs] = table(tmp_path / "out" / "second", "runs")
+    assert runs["judge_cache_hits"] == runs["judge_requests"] == 2 + 6 and runs["judge_calls"] == 0
+    assert all(r["cache_hit"] and r["attempts"] == 0 for r in table(tmp_path / "out" / "second", "metric_results"))
+
+
+def test_sampling_aggregates_with_confidence(tmp_path, api_key):
+    rows = [{"id": "s1", "response": "x #samples=4,4,3"}, {"id": "s2", "response": "y #samples=1,1,1"},
+            {"id": "s3", "response": "z #samples=0,1,0"}]
+    data = write_data(tmp_path, rows)
+    with JudgeServer() as server:
+        evalbeam("run", judge_config(tmp_path, data, server.url, ["fluency", "safety"], sampling_count=3, temperature=1.0))
+    got = {(r["instance_id"], r["metric"]): r for r in table(tmp_path / "out" / "j1", "metric_results")}
+    assert got[("s1", "fluency")]["score"] == pytest.approx(11 / 3)  # the mean of 4, 4, 3
+    assert got[("s1", "fluency")]["confidence"] == pytest.approx(2 / 3)  # two samples said 4, nearest the mean
+    assert got[("s2", "fluency")]["score"] == 1.0 and got[("s2", "fluency")]["confidence"] == 1.0
+    assert got[("s3", "safety")]["score"] == 0.0  # majority of 0, 1, 0
+    assert got[("s3", "safety")]["confidence"] == pytest.approx(2 / 3)
+
+
+def test_missing_credentials_fail_before_the_pipeline(tmp_path, monkeypatch):
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    data = write_data(tmp_path, ROWS[:1])
+    config = judge_config(tmp_path, data, "http://127.0.0.1:9", ["fluency"])
+    for command in ("validate", "run"):
+        result = evalbeam(command, config, check=False)
+        assert result.returncode == 2
+        assert "judge metrics with backend gemini_api need an API key: set the environment variable GOOGLE_API_KEY" in result.stderr
+    assert not (tmp_path / "out").exists()
+    # a config without judge metrics needs no key
+    no_judge = judge_config(tmp_path, data, "http://127.0.0.1:9", [{"name": "w", "function": "metrics.examples:word_count"}])
+    assert "config ok" in evalbeam("validate", no_judge).stdout
+
+
+def test_bad_judge_config_is_named(tmp_path, api_key):
+    data = write_data(tmp_path, ROWS[:1])
+    bad = judge_config(tmp_path, data, "http://127.0.0.1:9", [{"name": "x", "pointwise": {"criteria": {"a": "b"}, "rating_rubric": {"good": "g", "bad": "b"}}}])
+    result = evalbeam("validate", bad, check=False)
+    assert result.returncode == 2 and "metrics.0: rating_rubric key 'bad' is not a number" in result.stderr
+    missing_cache = judge_config(tmp_path, data, "http://127.0.0.1:9", ["fluency"], cache=str(tmp_path / "nothing"))
+    result = evalbeam("validate", missing_cache, check=False)
+    assert result.returncode == 2 and "judge.cache.0: no judge_cache Parquet files" in result.stderr

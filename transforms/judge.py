@@ -1,0 +1,314 @@
+"""Model-based (LLM-judge) metrics in the pipeline.
+
+    instances -> judge requests (one per metric, sample and, for pairwise, order),
+                 keyed by the content hash of what is asked
+              -> one CoGroupByKey with earlier judgments (judge.cache): a key
+                 asked by many instances is answered once; a cached key is not
+                 asked at all
+              -> the rest, grouped into `judge.shards` shards; each shard is one
+                 DoFn call that keeps its 1/shards of the quotas with many calls
+                 in flight (metrics.judge.client)
+              -> answers fanned back to the instances that asked, and turned
+                 into one metric_results row per instance and judge metric.
+
+Why shards: a quota belongs to the whole job, and workers share nothing. With
+a fixed number of shards, each holding a fixed share, the job stays within its
+quota however many workers Dataflow starts; one shard's asyncio loop keeps
+hundreds of calls in flight, so a single shard already reaches quotas of
+thousands of requests per minute.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+from typing import Any, Iterable
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from metrics.judge.client import JudgeRequest, JudgeResponse, JudgeSettings, judge_stream, request_key
+from metrics.judge.templates import (
+    CHOICE_SCORE,
+    PAIRWISE_CHOICES,
+    JudgeTemplate,
+    aggregate_pairwise,
+    aggregate_pointwise,
+    pairwise_verdict,
+)
+from metrics.instance import Instance
+from metrics.registry import MetricError
+from transforms.schema import RunKey
+from transforms.score import ScoredInstance
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgePlan:
+    output_name: str
+    kind: str  # pointwise | pairwise
+    template: JudgeTemplate
+    threshold: float | None
+
+
+def plan_judges(specs) -> list[JudgePlan]:
+    return [JudgePlan(s.output_name, s.judge_kind(), s.judge_template(), s.effective_threshold()) for s in specs]
+
+
+@dataclasses.dataclass(frozen=True)
+class Link:
+    """Who asked a judgment: an instance's metric, sample and order."""
+
+    instance_id: str
+    metric: str
+    sample: int
+    order: int  # 0: as given (A = baseline); 1: swapped (pairwise only)
+
+
+def judge_requests(instance: Instance, plans: list[JudgePlan], settings: JudgeSettings,
+                   sampling_count: int) -> Iterable[tuple[str, tuple[JudgeRequest, Link]]]:
+    for plan in plans:
+        t = plan.template
+        if plan.kind == "pointwise":
+            schema, field, allowed = t.pointwise_schema(), "score", tuple(t.rating_rubric)
+        else:
+            schema, field, allowed = t.pairwise_schema(), "choice", PAIRWISE_CHOICES
+        schema_json = json.dumps(schema, sort_keys=True)
+        orders = (0,) if plan.kind == "pointwise" else (0, 1)
+        for sample in range(sampling_count):
+            for order in orders:
+                prompt = t.render_pointwise(instance.fields) if plan.kind == "pointwise" else \
+                    t.render_pairwise(instance.fields, swapped=bool(order))
+                key = request_key(settings, prompt, schema_json, sample)
+                request = JudgeRequest(key, plan.output_name, prompt, schema_json, field, allowed,
+                                       seed=sample if sampling_count > 1 else None)
+                yield key, (request, Link(instance.instance_id, plan.output_name, sample, order))
+
+
+TO_CALL = "to_call"
+
+
+class ResolveFn(beam.DoFn):
+    """(key, {asks, cached}) -> (cached answer, links), or tagged to_call: (shard, (request, links))."""
+
+    def __init__(self, shards: int):
+        self._shards = shards
+        self._hits = Metrics.counter("evalbeam", "judge_cache_hits")
+        self._deduplicated = Metrics.counter("evalbeam", "judge_requests_deduplicated")
+
+    def process(self, element):
+        key, groups = element
+        asks = list(groups["asks"])
+        if asks:  # else a cached judgment this run does not need
+            request, links = asks[0][0], [link for _, link in asks]
+            self._deduplicated.inc(len(asks) - 1)
+            cached = next(iter(groups["cached"]), None)
+            if cached is not None:
+                self._hits.inc()
+                yield dataclasses.replace(cached, metric=request.metric), links
+            else:
+                yield beam.pvalue.TaggedOutput(TO_CALL, (int(key[:8], 16) % self._shards, (request, links)))
+
+
+class CallJudgeFn(beam.DoFn):
+    """(shard, [(request, links)]) -> (response, links), within the shard's share of the quotas."""
+
+    def __init__(self, settings: JudgeSettings, shards: int):
+        self._settings = settings
+        self._share = 1.0 / shards
+        self._calls = Metrics.counter("evalbeam", "judge_calls")
+        self._limited = Metrics.counter("evalbeam", "judge_rate_limited")
+        self._failed = Metrics.counter("evalbeam", "judge_failures")
+        self._prompt_tokens = Metrics.counter("evalbeam", "judge_prompt_tokens")
+        self._output_tokens = Metrics.counter("evalbeam", "judge_output_tokens")
+
+    def process(self, element):
+        _, items = element
+        for (request, links), response in judge_stream(self._settings, items, lambda item: item[0], self._share):
+            self._calls.inc(response.attempts)
+            self._limited.inc(response.rate_limited)
+            self._prompt_tokens.inc(response.prompt_tokens)
+            self._output_tokens.inc(response.output_tokens)
+            if response.error:
+                self._failed.inc()
+            yield response, links
+
+
+def _row_base(run: RunKey, instance_id: str, metric: str, model: str) -> dict[str, Any]:
+    return {**run.columns(), "instance_id": instance_id, "metric": metric, "score": None, "passed": None,
+            "explanation": None, "error": None, "extra": None, "confidence": None, "pairwise_choice": None,
+            "judge_model": model, "prompt_tokens": 0, "output_tokens": 0, "attempts": 0, "cache_hit": None}
+
+
+def judge_row(run: RunKey, plan: JudgePlan, instance_id: str, model: str,
+              answers: dict[tuple[int, int], JudgeResponse], sampling_count: int) -> dict[str, Any]:
+    """One metric_results row from the answers to an instance's judgments of one metric."""
+    row = _row_base(run, instance_id, plan.output_name, model)
+    responses = list(answers.values())
+    row["prompt_tokens"] = sum(r.prompt_tokens for r in responses if not r.cache_hit)
+    row["output_tokens"] = sum(r.output_tokens for r in responses if not r.cache_hit)
+    row["attempts"] = sum(r.attempts for r in responses if not r.cache_hit)
+    row["cache_hit"] = bool(responses) and all(r.cache_hit for r in responses)
+    failures = []
+    samples = []
+    for sample in range(sampling_count):
+        if plan.kind == "pointwise":
+            r = answers.get((sample, 0))
+            if r is None or r.error:
+                failures.append(r.error if r else "no answer")
+            else:
+                samples.append((plan.template.scores()[r.verdict], r.explanation))
+        else:
+            normal, swapped = answers.get((sample, 0)), answers.get((sample, 1))
+            bad = [x.error if x else "no answer" for x in (normal, swapped) if x is None or x.error]
+            if bad:
+                failures.extend(bad)
+            else:
+                verdict = pairwise_verdict(normal.verdict, swapped.verdict)
+                samples.append((verdict, f"[A=baseline] {normal.explanation}\n[A=candidate] {swapped.explanation}"))
+    try:
+        if plan.kind == "pointwise":
+            score, explanation, confidence = aggregate_pointwise(plan.template, samples)
+        else:
+            choice, explanation, confidence = aggregate_pairwise(samples)
+            row["pairwise_choice"], score = choice, CHOICE_SCORE[choice]
+    except MetricError:
+        row["error"] = failures[0] if len(set(failures)) == 1 else "; ".join(dict.fromkeys(failures))
+        return row
+    row.update(score=score, explanation=explanation, confidence=confidence)
+    if plan.threshold is not None:
+        row["passed"] = score >= plan.threshold
+    if failures:
+        row["extra"] = json.dumps({"failed_samples": len(failures), "errors": sorted(set(failures))}, sort_keys=True)
+    return row
+
+
+class AssembleFn(beam.DoFn):
+    """(instance_id, {instance, judged}) -> ScoredInstance with the instance's judge rows."""
+
+    def __init__(self, run: RunKey, plans: list[JudgePlan], model: str, sampling_count: int):
+        self._run = run
+        self._plans = plans
+        self._model = model
+        self._samples = sampling_count
+        self._errors = Metrics.counter("evalbeam", "metric_errors")
+
+    def process(self, element):
+        instance_id, groups = element
+        by_metric: dict[str, dict[tuple[int, int], JudgeResponse]] = collections.defaultdict(dict)
+        for link, response in groups["judged"]:
+            by_metric[link.metric][(link.sample, link.order)] = response
+        for instance in groups["instance"]:
+            rows = [judge_row(self._run, plan, instance_id, self._model, by_metric.get(plan.output_name, {}), self._samples)
+                    for plan in self._plans]
+            self._errors.inc(sum(r["error"] is not None for r in rows))
+            yield ScoredInstance(instance, rows)
+
+
+def cache_row(run: RunKey, model: str, response: JudgeResponse) -> dict[str, Any]:
+    return {**run.columns(), "request_key": response.key, "metric": response.metric, "model": model,
+            "verdict": response.verdict, "explanation": response.explanation,
+            "prompt_tokens": response.prompt_tokens, "output_tokens": response.output_tokens,
+            "attempts": response.attempts}
+
+
+def response_from_cache_row(row: dict[str, Any]) -> tuple[str, JudgeResponse]:
+    return row["request_key"], JudgeResponse(
+        key=row["request_key"], metric=row["metric"], verdict=row["verdict"], explanation=row["explanation"],
+        prompt_tokens=row.get("prompt_tokens") or 0, output_tokens=row.get("output_tokens") or 0,
+        attempts=0, cache_hit=True)
+
+
+class UsageFn(beam.CombineFn):
+    """Answers -> per judge metric: requests, cache hits, calls, 429s, failures, tokens."""
+
+    FIELDS = ("requests", "cache_hits", "calls", "rate_limited", "failures", "prompt_tokens", "output_tokens")
+
+    def create_accumulator(self):
+        return {}
+
+    def add_input(self, acc, answered):
+        response, _ = answered
+        m = acc.setdefault(response.metric, dict.fromkeys(self.FIELDS, 0))
+        m["requests"] += 1
+        if response.cache_hit:
+            m["cache_hits"] += 1
+            return acc
+        m["calls"] += response.attempts
+        m["rate_limited"] += response.rate_limited
+        m["failures"] += response.error is not None
+        m["prompt_tokens"] += response.prompt_tokens
+        m["output_tokens"] += response.output_tokens
+        return acc
+
+    def merge_accumulators(self, accs):
+        out: dict[str, dict[str, int]] = {}
+        for acc in accs:
+            for metric, m in acc.items():
+                t = out.setdefault(metric, dict.fromkeys(self.FIELDS, 0))
+                for k, v in m.items():
+                    t[k] += v
+        return out
+
+    def extract_output(self, acc):
+        return acc
+
+
+class JudgeInstances(beam.PTransform):
+    """Instances -> (ScoredInstances with the judge rows, judge_cache rows, usage per metric).
+    `cached` is a PCollection of (request_key, JudgeResponse) from judge.cache, or None."""
+
+    def __init__(self, run: RunKey, specs, judge_config, cached=None):
+        super().__init__()
+        self._run = run
+        self._plans = plan_judges(specs)
+        self._config = judge_config
+        self._settings = judge_config.settings()
+        self._cached = cached
+
+    def expand(self, instances):
+        settings, config, run, plans = self._settings, self._config, self._run, self._plans
+        asks = instances | "JudgeRequests" >> beam.FlatMap(judge_requests, plans, settings, config.sampling_count)
+        cached = self._cached if self._cached is not None else (
+            instances.pipeline | "NoCache" >> beam.Create([]))
+        resolved = (
+            {"asks": asks, "cached": cached}
+            | "JoinCache" >> beam.CoGroupByKey()
+            | "ResolveOnce" >> beam.ParDo(ResolveFn(config.shards)).with_outputs(TO_CALL, main="cached")
+        )
+        called = (
+            resolved[TO_CALL]
+            | "IntoShards" >> beam.GroupByKey()
+            | "CallJudge" >> beam.ParDo(CallJudgeFn(settings, config.shards))
+        )
+        answered = (resolved.cached, called) | "AllAnswers" >> beam.Flatten()
+        fanned = answered | "BackToInstances" >> beam.FlatMap(
+            lambda a: [(link.instance_id, (link, a[0])) for link in a[1]])
+        scored = (
+            {"instance": instances | "ById" >> beam.Map(lambda i: (i.instance_id, i)), "judged": fanned}
+            | "JoinInstances" >> beam.CoGroupByKey()
+            | "JudgeRows" >> beam.ParDo(AssembleFn(run, plans, settings.model, config.sampling_count))
+        )
+        cache_rows = answered | "CacheRows" >> beam.FlatMap(
+            lambda a, r, m: [cache_row(r, m, a[0])] if a[0].error is None else [], run, settings.model)
+        usage = answered | "Usage" >> beam.CombineGlobally(UsageFn())
+        return scored, cache_rows, usage
+
+
+class ReadJudgeCache(beam.PTransform):
+    """Earlier judge_cache tables -> (request_key, JudgeResponse). Each location
+    is a Parquet folder or glob, or (already planned) a BigQuery read."""
+
+    def __init__(self, parquet_patterns: list[str], bigquery_plans: list):
+        super().__init__()
+        self._patterns = parquet_patterns
+        self._plans = bigquery_plans
+
+    def expand(self, pbegin):
+        from apache_beam.io.parquetio import ReadFromParquet
+
+        from transforms.bigquery import ReadBigQueryRows
+
+        parts = [pbegin | f"ReadCache{i}" >> ReadFromParquet(p) for i, p in enumerate(self._patterns)]
+        parts += [pbegin | f"ReadCacheBQ{i}" >> ReadBigQueryRows(plan) | f"CacheRowData{i}" >> beam.Map(lambda r: r.data)
+                  for i, plan in enumerate(self._plans)]
+        return parts | "AllCacheRows" >> beam.Flatten() | "CacheEntries" >> beam.Map(response_from_cache_row)
