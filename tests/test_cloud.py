@@ -295,3 +295,52 @@ def test_dataflow_dry_run_builds_the_whole_job(cloud, monkeypatch):
     assert secret not in job.json()
     assert secret.encode() not in proto.SerializeToString()
     assert secret not in str(job.options.get_all_options())
+
+
+def test_judge_cache_in_bigquery_is_reused(cloud, tmp_path, monkeypatch):
+    from tests.judge_server import JudgeServer
+
+    monkeypatch.setenv("GOOGLE_API_KEY", "AIzaSy-cloud-test-key")
+    dataset = f"{PROJECT}.evals_judged"
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"id": f"j{i}", "response": f"answer {i} #score={1 + i % 5}"}) + "\n" for i in range(6)))
+    with JudgeServer() as server:
+        def config(run_id, cache=None):
+            judge = {"base_url": server.url, "requests_per_minute": 6000}
+            if cache:
+                judge["cache"] = cache
+            return write_config(tmp_path, f"uri: {data}\nid_column: id", f"bigquery: {dataset}", metrics=["fluency"],
+                                extra=yaml.safe_dump({"run_id": run_id, "judge": judge}))
+        evalbeam("run", config("judged-1"))
+        calls = server.stats.requests
+        assert rows(f"SELECT COUNT(*) AS n FROM `{dataset}.judge_cache` WHERE run_id = 'judged-1'") == [{"n": 6}]
+        evalbeam("run", config("judged-2", cache=f"bq://{dataset}.judge_cache"))
+        assert server.stats.requests == calls  # every judgment came from the BigQuery cache
+    assert rows(f"SELECT judge_cache_hits, judge_calls FROM `{dataset}.runs` WHERE run_id = 'judged-2'") == [
+        {"judge_cache_hits": 6, "judge_calls": 0}]
+    scores = rows(f"SELECT run_id, instance_id, score FROM `{dataset}.metric_results` ORDER BY instance_id, run_id")
+    assert [r["score"] for r in scores if r["run_id"] == "judged-1"] == [r["score"] for r in scores if r["run_id"] == "judged-2"]
+    assert [r["score"] for r in scores if r["run_id"] == "judged-1"] == [1.0, 2.0, 3.0, 4.0, 5.0, 1.0]
+
+
+def test_dataflow_dry_run_with_judge_metrics_keeps_the_key_out(cloud, monkeypatch, tmp_path):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from configs import load_config
+    from pipelines import evaluate
+
+    secret = "AIzaSy-judge-key-must-not-leak-987654321"
+    monkeypatch.setenv("GOOGLE_API_KEY", secret)
+    gcs().blob("dryj/in/data.jsonl").upload_from_string(json.dumps({"response": "hi", "baseline_model_response": "hello"}) + "\n")
+    config_path = write_config(tmp_path, f"uri: gs://{BUCKET}/dryj/in/*.jsonl", f"parquet: gs://{BUCKET}/dryj/out",
+                               metrics=["fluency", "pairwise_fluency"],
+                               extra="run_id: dryj\njudge: {base_url: 'http://127.0.0.1:9', cache: []}")
+    options = PipelineOptions(["--runner=DataflowRunner", f"--project={PROJECT}", "--region=us-central1",
+                               f"--temp_location=gs://{BUCKET}/tmp", "--dry_run=True"])
+    _, result = evaluate.run(load_config(config_path), options)
+    job = result.job
+    names = {t.unique_name for t in job.proto_pipeline.components.transforms.values()}
+    assert any(n.startswith("Judge/CallJudge") for n in names) and any(n.startswith("Judge/JoinCache") for n in names)
+    assert secret not in job.json()
+    assert secret.encode() not in job.proto_pipeline.SerializeToString()
+    assert secret not in str(job.options.get_all_options())

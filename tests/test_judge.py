@@ -285,3 +285,19 @@ def test_bad_judge_config_is_named(tmp_path, api_key):
     missing_cache = judge_config(tmp_path, data, "http://127.0.0.1:9", ["fluency"], cache=str(tmp_path / "nothing"))
     result = evalbeam("validate", missing_cache, check=False)
     assert result.returncode == 2 and "judge.cache.0: no judge_cache Parquet files" in result.stderr
+
+
+@pytest.mark.parametrize("config", ["configs/demo_judge.yaml", "configs/demo_judge_qa.yaml"])
+def test_demo_judge_configs_run(tmp_path, api_key, config):
+    with JudgeServer() as server:
+        out = evalbeam("run", config, "--set", f"judge.base_url={server.url}", "--set", f"output.parquet={tmp_path}",
+                       "--set", "run_id=demo").stdout
+    assert "dead-lettered 0; metric errors 0" in out
+    summary = table(tmp_path / "demo", "summary")
+    judged = {s["metric"] for s in summary if s["slice"] == "overall"}
+    if config.endswith("qa.yaml"):
+        assert {"pairwise_summarization_quality", "question_answering_correctness"} <= judged
+        pairwise = next(s for s in summary if s["metric"] == "pairwise_summarization_quality" and s["slice"] == "overall")
+        assert pairwise["candidate_model_win_rate"] is not None
+    else:
+        assert {"response_follows_trajectory", "fluency", "safety"} <= judged
