@@ -61,14 +61,6 @@ class Stats:
     api_keys: set = dataclasses.field(default_factory=set)
     prompts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
-    def max_in_window(self, window: float) -> int:
-        times, best, start = sorted(self.accepted_times), 0, 0
-        for end, t in enumerate(times):
-            while t - times[start] >= window:
-                start += 1
-            best = max(best, end - start + 1)
-        return best
-
 
 class JudgeServer:
     def __init__(self, behaviour: Behaviour | None = None):
