@@ -274,20 +274,19 @@ def judge_stream(settings: JudgeSettings, items: Iterable[T], request_of: Callab
                 raise got
             out.append(got)
 
-    for item in items:
+    def put(item):
+        """Hand the loop an item, yielding finished results while it is busy."""
         while True:
             try:
                 inbox.put(item, timeout=0.05)
-                break
+                return
             except queue.Full:
                 yield from ready()
+
+    for item in items:
+        yield from put(item)
         yield from ready()
-    while True:
-        try:
-            inbox.put(_DONE, timeout=0.05)
-            break
-        except queue.Full:
-            yield from ready()
+    yield from put(_DONE)
     while (got := outbox.get()) is not _DONE:
         if isinstance(got, BaseException):
             raise got
