@@ -25,8 +25,14 @@ DATASET_RE = r"[A-Za-z0-9_]{1,1024}"
 TABLE_RE = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,1023}"
 BQ_TABLE_URI_RE = rf"^bq://(?P<project>{PROJECT_RE})\.(?P<dataset>{DATASET_RE})\.(?P<table>{TABLE_RE})$"
 BQ_DATASET_RE = rf"^(?P<project>{PROJECT_RE})\.(?P<dataset>{DATASET_RE})$"
-# Columns of the instances table that a slice column may not shadow.
-RESERVED_COLUMNS = frozenset(("run_id", "instance_id", "source") + CANONICAL_FIELDS)
+
+
+def reserved_columns() -> frozenset[str]:
+    """The instances table's own columns, which a slice column may not shadow:
+    read from the one schema definition."""
+    from transforms.schema import TABLES
+
+    return frozenset(c.name for c in TABLES["instances"])
 
 
 class ConfigError(ValueError):
@@ -76,7 +82,7 @@ class InputConfig(_Model):
         for col in columns:
             if not re.match(COLUMN_RE, col):
                 raise ValueError(f"{col!r} is not a valid column name (letters, digits, underscore)")
-            if col in RESERVED_COLUMNS:
+            if col in reserved_columns():
                 raise ValueError(f"{col!r} clashes with an output column of the instances table")
         if len(set(columns)) != len(columns):
             raise ValueError("slice columns repeat")

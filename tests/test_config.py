@@ -62,6 +62,7 @@ def test_bad_metric_fields_are_named(tmp_path, change, expected):
         ("uri: data.jsonl", "uri: data.jsonl\n  format: xml", "input.format: Input should be 'jsonl' or 'csv'"),
         ("uri: data.jsonl", "uri: data.jsonl\n  column_mapping: {answer: resp}", "input.column_mapping: Value error, 'answer' is not a canonical field"),
         ("uri: data.jsonl", "uri: data.jsonl\n  slice_columns: [response]", "clashes with an output column"),
+        ("uri: data.jsonl", "uri: data.jsonl\n  slice_columns: [run_date]", "clashes with an output column"),
         ("uri: data.jsonl", "uri: data.jsonl\n  slice_columns: [a-b]", "not a valid column name"),
         ("name: t", "name: 'a b'", "name: String should match pattern"),
         ("output:\n  parquet: out/", "output: {}", "output: Value error, set output.parquet, output.bigquery or both"),
