@@ -29,6 +29,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from configs import NAME_RE
 from transforms.local_cloud import bigquery_client, bigquery_read_client
 from transforms.read import Record
 from transforms.schema import CLUSTERING, TABLES, RunKey, bigquery_schema, table_columns
@@ -301,7 +302,7 @@ class PublishFn(beam.DoFn):
             # run_id can only hold [A-Za-z0-9_.-] (configs.NAME_RE), so it is safe as
             # a literal; query parameters are not bound inside scripts everywhere.
             run_id = self._run.run_id
-            assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", run_id), run_id
+            assert re.match(NAME_RE, run_id), run_id
             statements = ["BEGIN TRANSACTION;"]
             for table, staging in staged.items():
                 columns = ", ".join(f"`{c.name}`" for c in table_columns(table, self._slices))
