@@ -43,32 +43,30 @@ class ParquetResults:
             return arrow_schema(table).empty_table()
         return pa.concat_tables(tables, promote_options="permissive")
 
-    def query(self, sql: str, run_id: str | None = None, **tables: str) -> list[dict[str, Any]]:
+    def query(self, sql: str, params: dict[str, str], **tables: str) -> list[dict[str, Any]]:
+        """Run DuckDB SQL over tables given as {name: Parquet glob}, each registered under its name."""
         with duckdb.connect() as con:
-            names = {}
             for name, pattern in tables.items():
-                con.register(f"t_{name}", self._read(pattern, name))
-                names[name] = f"t_{name}"
-            rel = con.execute(sql.format(param="$run_id", **names), {"run_id": run_id} if run_id else {})
+                con.register(name, self._read(pattern, name))
+            rel = con.execute(sql, params)
             columns = [d[0] for d in rel.description]
             return [dict(zip(columns, row)) for row in rel.fetchall()]
 
     def runs(self, eval_name: str | None) -> list[dict[str, Any]]:
         where = "WHERE name = $name" if eval_name else ""
-        with duckdb.connect() as con:
-            con.register("t_runs", self._read(FileSystems.join(self.output, "*", "runs", "*.parquet"), "runs"))
-            rel = con.execute(RUNS_SQL.format(runs="t_runs", where=where), {"name": eval_name} if eval_name else {})
-            columns = [d[0] for d in rel.description]
-            return [dict(zip(columns, row)) for row in rel.fetchall()]
+        return self.query(RUNS_SQL.format(runs="runs", where=where), {"name": eval_name} if eval_name else {},
+                          runs=FileSystems.join(self.output, "*", "runs", "*.parquet"))
 
     def run_tables(self, run_id: str) -> dict[str, list[dict[str, Any]]]:
         def pattern(table):
             return FileSystems.join(self.output, run_id, table, "*.parquet")
 
+        params = {"run_id": run_id}
         return {
-            "runs": self.query("SELECT * FROM {runs} WHERE run_id = {param}", run_id, runs=pattern("runs")),
-            "summary": self.query(SUMMARY_SQL, run_id, summary=pattern("summary")),
-            "dead_letter": self.query(DEAD_LETTER_SQL, run_id, dead_letter=pattern("dead_letter")),
+            "runs": self.query("SELECT * FROM runs WHERE run_id = $run_id", params, runs=pattern("runs")),
+            "summary": self.query(SUMMARY_SQL.format(summary="summary", param="$run_id"), params, summary=pattern("summary")),
+            "dead_letter": self.query(DEAD_LETTER_SQL.format(dead_letter="dead_letter", param="$run_id"), params,
+                                      dead_letter=pattern("dead_letter")),
         }
 
 
