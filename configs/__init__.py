@@ -202,6 +202,8 @@ class MetricSpec(_Model):
                 raise ValueError("a user-defined judge metric takes no 'params' or 'inputs': its template's input_variables say what it reads")
             if self.pointwise is not None:
                 self.pointwise.scores()  # rubric keys must be numbers
+            elif set(self.pairwise.rating_rubric) != {"A", "B", "SAME"}:
+                raise ValueError("a pairwise rating_rubric has exactly the keys A, B and SAME")
             return self
         if self.function is None:
             if self.inputs is not None:

@@ -52,6 +52,13 @@ def test_every_builtin_template_renders_and_parses(name):
     assert "## Response A\n<response text>" in swapped and "## Response B\n<baseline_model_response text>" in swapped
 
 
+def test_a_pairwise_template_uses_its_own_rubric():
+    own = JudgeTemplate(criteria={"Tone": "polite"}, rating_rubric={"A": "A is politer", "B": "B is politer", "SAME": "equally polite"})
+    prompt = own.render_pairwise(FIELDS, swapped=False)
+    assert "- A: A is politer" in prompt and "- SAME: equally polite" in prompt
+    assert "- A: Response A is better" in builtin_templates()["fluency"].render_pairwise(FIELDS, swapped=False)
+
+
 def test_parse_answer_rejects_what_is_not_a_judgment():
     allowed = ("1", "0")
     assert parse_answer('{"explanation": "fine", "score": 1}', "score", allowed) == ("1", "fine")
@@ -285,6 +292,9 @@ def test_bad_judge_config_is_named(tmp_path, api_key):
     bad = judge_config(tmp_path, data, "http://127.0.0.1:9", [{"name": "x", "pointwise": {"criteria": {"a": "b"}, "rating_rubric": {"good": "g", "bad": "b"}}}])
     result = evalbeam("validate", bad, check=False)
     assert result.returncode == 2 and "metrics.0: rating_rubric key 'bad' is not a number" in result.stderr
+    pairwise = judge_config(tmp_path, data, "http://127.0.0.1:9", [{"name": "x", "pairwise": {"criteria": {"a": "b"}, "rating_rubric": {"1": "g", "0": "b"}}}])
+    result = evalbeam("validate", pairwise, check=False)
+    assert result.returncode == 2 and "metrics.0: a pairwise rating_rubric has exactly the keys A, B and SAME" in result.stderr
     missing_cache = judge_config(tmp_path, data, "http://127.0.0.1:9", ["fluency"], cache=str(tmp_path / "nothing"))
     result = evalbeam("validate", missing_cache, check=False)
     assert result.returncode == 2 and "judge.cache.0: no judge_cache Parquet files" in result.stderr

@@ -105,7 +105,10 @@ class JudgeTemplate(pydantic.BaseModel):
         """A is the baseline and B the candidate; swapped, the other way round."""
         baseline, candidate = fields["baseline_model_response"], fields["response"]
         first, second = (candidate, baseline) if swapped else (baseline, candidate)
-        parts = self._head(self.instruction or PAIRWISE_INSTRUCTION, PAIRWISE_RUBRIC)
+        # A template written for pairwise judging has its own A/B/SAME rubric; one
+        # written for pointwise (every built-in pairwise_<name>) gets the standard one.
+        rubric = self.rating_rubric if set(self.rating_rubric) == set(PAIRWISE_CHOICES) else PAIRWISE_RUBRIC
+        parts = self._head(self.instruction or PAIRWISE_INSTRUCTION, rubric)
         parts.append(self._inputs(fields))
         parts.append(f"## Response A\n{first}")
         parts.append(f"## Response B\n{second}")
