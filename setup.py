@@ -18,12 +18,23 @@ REQUIRES = [
     "sacrebleu==2.6.0",
 ]
 
+PACKAGES = [
+    "configs", "configs.*",
+    "metrics", "metrics.*",
+    "pipelines", "pipelines.*",
+    "transforms", "transforms.*",
+]
+
 setuptools.setup(
     name="evalbeam",
     version="0.1.0",
     description="Batch evaluation of LLM and agent outputs on Apache Beam",
     python_requires=">=3.10",
-    packages=["configs", "metrics", "pipelines", "transforms"],
+    # Every subpackage too (metrics.judge, ...): Dataflow workers and the Flex
+    # Template image get only what is listed here (tests/test_packaging.py).
+    packages=setuptools.find_packages(include=PACKAGES),
+    # Files the code opens beside its modules (metrics/judge/templates.py reads
+    # configs/judge_metrics.yaml), and the demo configs with their data.
     package_data={"configs": ["*.yaml", "data/*"]},
     install_requires=REQUIRES,
     extras_require={"test": ["pytest==9.2.0"]},

@@ -1,0 +1,180 @@
+"""The installed package, as Dataflow runs it: an sdist built the way Beam's
+stager builds it for --setup_file, installed (not editable) into a fresh
+virtual environment with the pinned requirements, and run from outside the
+repository with the pipeline code in worker processes.
+
+Every other test imports the repository's own files (the editable install,
+PYTHONPATH), so a module or data file missing from the package shows only here.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import table
+from tests.judge_server import JudgeServer
+
+ROOT = Path(__file__).resolve().parent.parent
+KEY_ENV = "EVALBEAM_PACKAGING_JUDGE_KEY"
+KEY = "AIzaSy-packaging-test-key-0123456789"
+
+# Copied to the build tree from the top of the repository: never these (not sources, and large).
+TOP_LEVEL_SKIP = {".git", ".venv", ".emulators", ".pytest_cache", ".ci", "output", "build", "dist", "bench"}
+
+T = {"tool_name": "get", "tool_input": {"id": 1}}
+U = {"tool_name": "set", "tool_input": {"id": 1, "on": True}}
+ROWS = [
+    {"id": "p1", "prompt": "Greet", "response": "hello there #score=5", "reference": "hello there",
+     "predicted_trajectory": [T, U], "reference_trajectory": [T, U]},
+    {"id": "p2", "prompt": "Greet", "response": "hi #score=2", "reference": "hello there",
+     "predicted_trajectory": [U], "reference_trajectory": [T, U]},
+    {"id": "p3", "prompt": "Greet", "response": "good morning", "reference": "good morning",
+     "predicted_trajectory": [], "reference_trajectory": []},
+    {"id": "p4", "prompt": "Greet", "response": "hey #score=1", "reference": "hello",
+     "predicted_trajectory": [T], "reference_trajectory": [U]},
+]
+METRICS = ["exact_match", "rouge_1", "bleu", "trajectory_exact_match", "fluency"]
+FLUENCY = {"p1": 5.0, "p2": 2.0, "p4": 1.0}  # p3 has no #score marker: the server picks a valid score
+
+
+def run(cmd, cwd, env=None, timeout=600):
+    result = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, cmd))} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def pip_for(python: Path) -> list:
+    """The project's pinned pip (see the Makefile), installing into the environment of `python`."""
+    return [sys.executable, "-m", "pip", "--python", python]
+
+
+def outside_env(venv: Path) -> dict:
+    """The environment of a user of the installed package: nothing points at the repository."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PYTHONSAFEPATH")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env["VIRTUAL_ENV"] = str(venv)
+    return env
+
+
+def build_sdist(work: Path) -> Path:
+    """What Beam's stager runs for --setup_file (`python -m build --no-isolation
+    --sdist`), on a copy of the working tree so that the build writes nothing
+    into the repository (and two runs at once do not collide)."""
+    def skip(directory, names):
+        top = TOP_LEVEL_SKIP if Path(directory) == ROOT else set()
+        return [n for n in names if n in top or n == "__pycache__" or n.endswith((".egg-info", ".pyc"))]
+
+    source = work / "source"
+    shutil.copytree(ROOT, source, ignore=skip)
+    dist = work / "dist"
+    run([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--outdir", dist, source], cwd=work)
+    [archive] = dist.glob("evalbeam-*.tar.gz")
+    return archive
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """A fresh venv (no system site-packages) with requirements.lock and the
+    sdist installed as Dataflow workers and the Flex Template image do."""
+    work = tmp_path_factory.mktemp("packaging")
+    archive = build_sdist(work)
+    venv = work / "venv"
+    # --without-pip: the project's pinned pip installs into it (`pip --python`),
+    # rather than the interpreter's bundled pip that would then need upgrading.
+    run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=work)
+    python = venv / "bin" / "python"
+    # --no-compile: byte-compiling ~150 packages is a large share of the install's time, and
+    # the imports compile what they use.
+    run([*pip_for(python), "install", "--quiet", "--no-compile", "-r", ROOT / "requirements.lock"], cwd=work, timeout=900)
+    # Not editable, no dependencies (the lock has them), built with the pinned setuptools just installed.
+    run([*pip_for(python), "install", "--quiet", "--no-compile", "--no-deps", "--no-build-isolation", archive], cwd=work)
+    yield venv, python, work
+    shutil.rmtree(venv, ignore_errors=True)  # ~700 MB; pytest keeps its last three temporary folders
+
+
+def test_the_installed_package_is_what_gets_imported(installed):
+    venv, python, work = installed
+    site_packages = Path(run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             cwd=work, env=outside_env(venv)).stdout.strip())
+    assert site_packages.is_relative_to(venv) and not site_packages.is_relative_to(ROOT)
+    probe = textwrap.dedent("""
+        import json
+        import configs, metrics, metrics.judge, metrics.judge.client, pipelines, pipelines.cli, transforms
+        from metrics.judge.templates import BUILTIN_TEMPLATES, builtin_templates
+        from importlib.metadata import files
+        from metrics import all_metrics
+        print(json.dumps({
+            "installed": sorted(str(f) for f in files("evalbeam")),
+            "modules": {m.__name__: m.__file__ for m in (configs, metrics, metrics.judge, pipelines, transforms)},
+            "templates_file": str(BUILTIN_TEMPLATES),
+            "templates": sorted(builtin_templates()),
+            "metrics": sorted(d.name for d in all_metrics()),
+        }))
+        """)
+    got = json.loads(run([python, "-c", probe], cwd=work, env=outside_env(venv)).stdout)
+    for name, file in got["modules"].items():
+        assert Path(file).is_relative_to(site_packages), (name, file)
+    assert Path(got["templates_file"]).is_relative_to(site_packages) and Path(got["templates_file"]).is_file()
+    assert {"fluency", "safety", "coherence"} <= set(got["templates"])
+    assert {"fluency", "pairwise_fluency", "exact_match", "rouge_1", "trajectory_exact_match"} <= set(got["metrics"])
+    # what the distribution installed: the four packages with their data files, not the tests
+    installed_files = set(got["installed"])
+    top_level = {f.split("/")[0] for f in installed_files if not f.startswith("..")}  # "../../../bin/evalbeam"
+    assert {t for t in top_level if not t.endswith(".dist-info")} == {"configs", "metrics", "pipelines", "transforms"}
+    assert {"metrics/judge/__init__.py", "metrics/judge/templates.py", "configs/judge_metrics.yaml",
+            "configs/data/agents.jsonl", "configs/demo.yaml"} <= installed_files
+
+
+def test_run_from_the_installed_package_in_worker_processes(installed, tmp_path):
+    venv, python, _ = installed
+    data = tmp_path / "cases.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n")
+    config = tmp_path / "eval.yaml"
+    env = {**outside_env(venv), KEY_ENV: KEY}
+    with JudgeServer() as server:
+        config.write_text(textwrap.dedent(f"""
+            name: packaged
+            run_id: pkg1
+            input: {{uri: {data}, id_column: id}}
+            metrics: {json.dumps(METRICS + [{"name": "words", "function": "metrics.examples:word_count", "inputs": ["response"]}])}
+            judge: {{base_url: "{server.url}", api_key_env: {KEY_ENV}, requests_per_minute: 6000, max_attempts: 3, timeout_seconds: 10}}
+            output: {{parquet: {tmp_path / 'out'}}}
+            """))
+        result = run([venv / "bin" / "evalbeam", "run", config, "--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+                     cwd=tmp_path, env=env)
+        assert server.stats.requests >= len(ROWS) and server.stats.api_keys == {KEY}
+    assert "read 4 = scored 4 + dead-lettered 0; metric errors 0" in result.stdout, result.stdout
+
+    results = {(r["instance_id"], r["metric"]): r for r in table(tmp_path / "out" / "pkg1", "metric_results")}
+    metrics = METRICS + ["words"]
+    assert set(results) == {(r["id"], m) for r in ROWS for m in metrics}
+    for (instance, metric), r in results.items():
+        assert r["error"] is None and r["score"] is not None, (instance, metric, r)
+        low, high = {"fluency": (1, 5), "words": (1, 10)}.get(metric, (0, 1))
+        assert low - 1e-9 <= r["score"] <= high + 1e-9, (instance, metric, r)  # bleu's 1.0 may be 1.0000000000000004
+    assert {i: results[(i, "fluency")]["score"] for i in FLUENCY} == FLUENCY
+    assert results[("p1", "fluency")]["judge_model"] and results[("p1", "fluency")]["prompt_tokens"] > 0
+    assert [results[(r["id"], "trajectory_exact_match")]["score"] for r in ROWS] == [1.0, 0.0, 1.0, 0.0]
+    assert [results[(r["id"], "exact_match")]["score"] for r in ROWS] == [0.0, 0.0, 1.0, 0.0]
+    assert results[("p1", "rouge_1")]["score"] > results[("p2", "rouge_1")]["score"]
+
+
+def test_an_installed_copy_does_not_submit_workers_that_lack_evalbeam(installed, tmp_path):
+    """A non-editable install has no setup.py to stage: a remote run must say
+    how to give the workers evalbeam, not submit a job whose workers cannot import it."""
+    venv, _, _ = installed
+    data = tmp_path / "cases.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n")
+    config = tmp_path / "eval.yaml"
+    config.write_text(f"name: packaged\ninput: {{uri: {data}}}\nmetrics: [exact_match]\noutput: {{parquet: {tmp_path / 'out'}}}\n")
+    result = subprocess.run([str(venv / "bin" / "evalbeam"), "run", str(config), "--runner=DataflowRunner", "--dry_run=True",
+                             "--project=p", "--region=us-central1", "--temp_location=gs://b/tmp"],
+                            cwd=tmp_path, env=outside_env(venv), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert "remote workers need evalbeam installed" in result.stderr and "--setup_file" in result.stderr
