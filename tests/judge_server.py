@@ -3,7 +3,14 @@ judge benchmark only (these machines cannot reach Gemini). It speaks the real
 protocol, so the real `google-genai` client drives it:
 
     POST /v1/models/<model>:generateContent (or /v1beta/...; x-goog-api-key header)
+    POST /v1beta1/projects/<p>/locations/<l>/publishers/google/models/<model>:generateContent
+         (Vertex AI, as google-genai sends it with vertexai=True and a base_url; or /v1/...;
+         `Authorization: Bearer <token>` with a token this server issued, else 401)
     -> {"candidates": [{"content": {"parts": [{"text": ...}]}}], "usageMetadata": {...}}
+    POST /token  (an OAuth 2.0 token endpoint, for Application Default Credentials: a
+         service account file whose token_uri points here; its JWT-bearer grant's RS256
+         signature is checked against the key registered with `trust`)
+    -> {"access_token": ..., "expires_in": 3600, "token_type": "Bearer"}
 
 Behaviour:
 - a quota of `quota` requests per `window_seconds` (sliding), answered beyond
@@ -21,11 +28,16 @@ Behaviour:
     #malformed=K    the first K attempts at this prompt answer non-JSON text
     #invalid=K      the first K attempts answer a score outside the rubric
     #fail           always 503
+    #echo_key=N     answer HTTP status N with an error message that repeats the
+                    credential the request carried (the API key from the
+                    x-goog-api-key header or `key` parameter, else the bearer
+                    token), as a careless proxy might: the client must scrub it
   Without a marker, the answer is chosen from the allowed values by a hash of
   the prompt.
 """
 from __future__ import annotations
 
+import base64
 import collections
 import dataclasses
 import hashlib
@@ -33,9 +45,18 @@ import json
 import math
 import random
 import re
+import secrets
 import threading
 import time
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+GEMINI_ROUTE = re.compile(r"/v1(?:beta)?/models/(?P<model>[^/:]+):generateContent")
+VERTEX_ROUTE = re.compile(r"/v1(?:beta1)?/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)"
+                          r"/publishers/google/models/(?P<model>[^/:]+):generateContent")
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 500: "INTERNAL",
+                503: "UNAVAILABLE"}
 
 
 @dataclasses.dataclass
@@ -60,6 +81,15 @@ class Stats:
     accepted_times: list = dataclasses.field(default_factory=list)
     api_keys: set = dataclasses.field(default_factory=set)
     prompts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    echoed: int = 0  # error answers that repeated the request's credential
+    # Vertex AI: (project, location, model) per request, the bearer tokens presented, refusals
+    vertex_resources: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    bearer_tokens: set = dataclasses.field(default_factory=set)
+    unauthorized: int = 0
+    # the token endpoint: every grant asked for (the JWT's claims; {"invalid": True} for a
+    # refused one), and the access tokens issued
+    token_requests: list = dataclasses.field(default_factory=list)
+    issued_tokens: set = dataclasses.field(default_factory=set)
 
 
 class JudgeServer:
@@ -69,6 +99,7 @@ class JudgeServer:
         self._lock = threading.Lock()
         self._window: collections.deque = collections.deque()
         self._rng = random.Random(self.behaviour.seed)
+        self._trusted: dict = {}  # service account email -> RSA public key
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
@@ -84,6 +115,10 @@ class JudgeServer:
     def __exit__(self, *exc):
         self._httpd.shutdown()
         self._httpd.server_close()
+
+    def trust(self, client_email: str, public_key) -> None:
+        """Accept JWT-bearer grants signed by this service account's key (a `cryptography` RSA public key)."""
+        self._trusted[client_email] = public_key
 
     # ---------------------------------------------------------------- decisions
 
@@ -138,6 +173,41 @@ class JudgeServer:
                 value = allowed[int(hashlib.sha256(prompt.encode()).hexdigest(), 16) % len(allowed)]
         return json.dumps({"explanation": f"Judged {field} {value} from the inputs.", field: value})
 
+    def grant(self, form: dict[str, str]) -> tuple[int, dict]:
+        """The token endpoint's answer (status, body) to a form-encoded grant."""
+        grant_type = form.get("grant_type", "")
+        claims = self._verified_claims(form.get("assertion", "")) if grant_type == JWT_BEARER else None
+        with self._lock:
+            self.stats.token_requests.append(claims or {"grant_type": grant_type, "invalid": True})
+        if grant_type != JWT_BEARER:
+            return 400, {"error": "unsupported_grant_type"}
+        if claims is None:
+            return 400, {"error": "invalid_grant", "error_description": "Invalid JWT Signature."}
+        token = f"ya29.local-{secrets.token_urlsafe(24)}"
+        with self._lock:
+            self.stats.issued_tokens.add(token)
+        return 200, {"access_token": token, "expires_in": 3600, "token_type": "Bearer"}
+
+    def _verified_claims(self, assertion: str) -> dict | None:
+        """The claims of an RS256 JWT signed by a trusted service account and not expired, else None."""
+        from cryptography.exceptions import InvalidSignature
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import padding
+
+        def decode(part: str) -> bytes:
+            return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+        try:
+            header_b64, claims_b64, signature_b64 = assertion.split(".")
+            header, claims = json.loads(decode(header_b64)), json.loads(decode(claims_b64))
+            key = self._trusted[claims["iss"]]
+            if header.get("alg") != "RS256" or claims["exp"] < time.time():
+                return None
+            key.verify(decode(signature_b64), f"{header_b64}.{claims_b64}".encode(), padding.PKCS1v15(), hashes.SHA256())
+        except (ValueError, KeyError, TypeError, InvalidSignature):
+            return None
+        return claims
+
     @staticmethod
     def _pairwise_choice(prompt: str, allowed: list[str]) -> str:
         if "#bias" in prompt:
@@ -172,12 +242,33 @@ class JudgeServer:
                     pass  # the client gave up (a timeout)
 
             def do_POST(self):
-                match = re.fullmatch(r"/v1(?:beta)?/models/([^/:]+):generateContent", self.path.split("?")[0])
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                if not match:
-                    return self._send(404, {"error": {"code": 404, "message": f"no route {self.path}", "status": "NOT_FOUND"}})
+                url = urllib.parse.urlsplit(self.path)
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if url.path == "/token":
+                    form = dict(urllib.parse.parse_qsl(raw.decode()))
+                    return self._send(*server.grant(form))
+                gemini, vertex = GEMINI_ROUTE.fullmatch(url.path), VERTEX_ROUTE.fullmatch(url.path)
+                if not (gemini or vertex):
+                    return self._send(404, {"error": {"code": 404, "message": f"no route {url.path}", "status": "NOT_FOUND"}})
+                body = json.loads(raw or b"{}")
+                api_key = self.headers.get("x-goog-api-key") or dict(urllib.parse.parse_qsl(url.query)).get("key")
+                authorization = self.headers.get("Authorization", "")
+                bearer = authorization[len("Bearer "):] if authorization.startswith("Bearer ") else None
+                refused = False
                 with server._lock:
-                    server.stats.api_keys.add(self.headers.get("x-goog-api-key"))
+                    server.stats.api_keys.add(api_key)
+                    if vertex:
+                        server.stats.vertex_resources[vertex.group("project", "location", "model")] += 1
+                        server.stats.bearer_tokens.add(bearer)
+                        refused = bearer not in server.stats.issued_tokens
+                        server.stats.unauthorized += refused
+                if refused:
+                    return self._send(401, {"error": {
+                        "code": 401, "status": "UNAUTHENTICATED",
+                        "message": "Request is missing required authentication credential. Expected OAuth 2 access token."}})
+                self._generate(body, (gemini or vertex).group("model"), api_key or bearer)
+
+            def _generate(self, body: dict, model: str, credential: str | None):
                 retry_after = server._admit()
                 if retry_after is not None:
                     return self._send(429, {"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).",
@@ -190,6 +281,14 @@ class JudgeServer:
                     time.sleep(server.behaviour.timeout_delay)
                 elif latency:
                     time.sleep(latency)
+                echo = re.search(r"#echo_key=(\d{3})", prompt)
+                if echo:
+                    code = int(echo.group(1))
+                    with server._lock:
+                        server.stats.echoed += 1
+                        server.stats.errors += code >= 500
+                    return self._send(code, {"error": {"code": code, "status": STATUS_NAMES.get(code, "UNKNOWN"),
+                                                       "message": f"The credential {credential} was refused."}})
                 if error or "#fail" in prompt:
                     with server._lock:
                         server.stats.errors += 1
@@ -201,7 +300,7 @@ class JudgeServer:
                     "candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP", "index": 0}],
                     "usageMetadata": {"promptTokenCount": prompt_tokens, "candidatesTokenCount": output_tokens,
                                       "totalTokenCount": prompt_tokens + output_tokens},
-                    "modelVersion": match.group(1),
+                    "modelVersion": model,
                 })
 
         return Handler

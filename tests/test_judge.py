@@ -148,6 +148,21 @@ def test_client_gives_up_after_max_attempts_with_the_reason(api_key):
     assert KEY in server.stats.api_keys  # the real client sent the key, in its header
 
 
+def test_client_scrubs_the_key_a_server_echoes_in_its_errors(api_key):
+    # The stand-in repeats the key it received in its error message, so the key really reaches
+    # the error text the client builds, on the path not retried (400) and after retries (503).
+    with JudgeServer() as server:
+        settings = JudgeSettings(model="m", base_url=server.url, requests_per_minute=6000, max_attempts=3)
+        results = {r.prompt: resp for r, resp in judge_stream(
+            settings, requests_for(["bad #echo_key=400", "down #echo_key=503"], settings), lambda r: r)}
+    assert server.stats.echoed == 1 + 3 and server.stats.api_keys == {KEY}
+    bad, down = results["bad #echo_key=400"], results["down #echo_key=503"]
+    assert (bad.verdict, bad.attempts) == (None, 1)
+    assert bad.error == "HTTP 400: The credential [redacted] was refused. (not retried)"
+    assert (down.verdict, down.attempts) == (None, 3)
+    assert down.error == "judge failed after 3 attempts; last: HTTP 503: The credential [redacted] was refused."
+
+
 # ---------------------------------------------------------------- pipelines
 
 
@@ -235,6 +250,31 @@ def test_judge_metrics_end_to_end(tmp_path, api_key):
     assert len(cache) == 14 - 4 and all(c["model"] == "gemini-2.5-flash" for c in cache)
 
     # the key went to the server, and nowhere else
+    assert KEY not in run.stdout + run.stderr
+    for path in out.rglob("*"):
+        if path.is_file():
+            assert KEY.encode() not in path.read_bytes(), path
+
+
+def test_a_key_echoed_in_judge_errors_is_redacted_end_to_end(tmp_path, api_key):
+    rows = [{"id": "k1", "response": "bad #echo_key=400", "baseline_model_response": "hi"},
+            {"id": "k2", "response": "down #echo_key=503", "baseline_model_response": "hi"},
+            {"id": "k3", "response": "fine #score=4", "baseline_model_response": "hi"}]
+    data = write_data(tmp_path, rows)
+    with JudgeServer() as server:
+        run = evalbeam("run", judge_config(tmp_path, data, server.url, ["fluency", "pairwise_fluency"]))
+    # 3 judgments per row (fluency, pairwise in both orders): k1's once each (not retried), k2's 3 times
+    assert server.stats.echoed == 3 * 1 + 3 * 3 and server.stats.api_keys == {KEY}
+    assert "read 3 = scored 3 + dead-lettered 0; metric errors 4" in run.stdout
+    out = tmp_path / "out" / "j1"
+    got = {(r["instance_id"], r["metric"]): r for r in table(out, "metric_results")}
+    for metric in ("fluency", "pairwise_fluency"):
+        assert got[("k1", metric)]["score"] is None
+        assert got[("k1", metric)]["error"] == "HTTP 400: The credential [redacted] was refused. (not retried)"
+        assert got[("k2", metric)]["score"] is None
+        assert got[("k2", metric)]["error"] == (
+            "judge failed after 3 attempts; last: HTTP 503: The credential [redacted] was refused.")
+    assert got[("k3", "fluency")]["score"] == 4.0 and got[("k3", "fluency")]["error"] is None
     assert KEY not in run.stdout + run.stderr
     for path in out.rglob("*"):
         if path.is_file():

@@ -4,7 +4,8 @@ transforms hand it JudgeRequests and get JudgeResponses; they never see HTTP.
 
 Secrets: the API key is read from the environment (JudgeSettings holds only
 the variable's name) where the client is built, on the worker, and is scrubbed
-from every error text this layer returns.
+from every error text this layer returns; on Vertex AI, so is the access token
+of the Application Default Credentials the client holds.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ T = TypeVar("T")
 BACKOFF_BASE = 1.0
 BACKOFF_CAP = 60.0
 CHARS_PER_TOKEN = 4  # for reserving tokens before a call; settled with the real count after
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 
 class JudgeCredentialsError(RuntimeError):
@@ -122,17 +124,25 @@ class JudgeClient:
             timeout=int(settings.timeout_seconds * 1000),
             retry_options=types.HttpRetryOptions(attempts=1),  # retries are ours, with the limiter's feedback
         )
+        self._credentials = None
         if settings.backend == "gemini_api":
             self._secret = os.environ[settings.api_key_env]
             self._client = genai.Client(api_key=self._secret, http_options=http)
         else:
+            import google.auth
+
+            # Held here, not loaded inside genai, so that scrub knows the bearer token they send.
             self._secret = None
+            self._credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
             self._client = genai.Client(vertexai=True, project=settings.project, location=settings.location,
-                                        http_options=http)
+                                        credentials=self._credentials, http_options=http)
         self._types = types
 
     def scrub(self, text: str) -> str:
-        return text.replace(self._secret, "[redacted]") if self._secret else text
+        for secret in (self._secret, getattr(self._credentials, "token", None)):
+            if secret:
+                text = text.replace(secret, "[redacted]")
+        return text
 
     async def judge(self, request: JudgeRequest) -> JudgeResponse:
         from google.genai import errors
