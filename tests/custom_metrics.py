@@ -15,3 +15,16 @@ def die_on_marker(instance):
     if instance["response"] == "die now":
         os._exit(17)
     return {"die_on_marker": 1.0}
+
+
+def scoring_process(instance):
+    """Records the process that scored the instance and its ancestors (Linux
+    /proc), so a test can tell in which process the runner ran pipeline code."""
+    import os
+
+    pid, ancestors = os.getpid(), []
+    while pid > 1:
+        with open(f"/proc/{pid}/stat") as stat:  # "pid (comm) state ppid ..."
+            pid = int(stat.read().rpartition(")")[2].split()[1])
+        ancestors.append(pid)
+    return {"scoring_process": 1.0, "pid": os.getpid(), "ancestors": ancestors}

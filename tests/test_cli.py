@@ -1,12 +1,16 @@
 """The `evalbeam` command end to end: a real DirectRunner pipeline on a dataset
 with bad rows, every output table read back and checked."""
 import json
+import os
+import signal
+import subprocess
 import textwrap
 
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
-from tests.helpers import evalbeam, table
+from tests.helpers import EVALBEAM, ROOT, evalbeam, table
 from transforms.schema import arrow_schema
 
 T = {"tool_name": "get", "tool_input": {"id": 1}}
@@ -135,10 +139,48 @@ def test_rerunning_a_run_id_replaces_its_output(dataset):
     assert len(table(run_dir, "metric_results")) == len(METRICS) + 1
 
 
+def evalbeam_pid(*args):
+    """Runs `evalbeam` as helpers.evalbeam does, but started directly rather
+    than under `timeout` (whose pid would not be the command's), and returns
+    the command's pid."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([EVALBEAM, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, env=env, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # its session: the command and any Beam workers it started
+        proc.communicate()
+        raise
+    assert proc.returncode == 0, f"evalbeam {args} failed ({proc.returncode}):\n{out}\n{err}"
+    return proc.pid
+
+
 def test_beam_flags_pass_through_and_results_do_not_depend_on_the_runner_mode(dataset, tmp_path):
     config, _, run_dir = dataset
-    evalbeam("run", config)
-    evalbeam("run", config, "--set", "run_id=r2", "--direct_num_workers=2", "--direct_running_mode=multi_processing")
+    # the e2e config plus a metric that records which process scored each instance
+    raw = yaml.safe_load(config.read_text())
+    raw["metrics"].append({"name": "scoring_process", "function": "tests.custom_metrics:scoring_process", "inputs": ["response"]})
+    config = tmp_path / "with_pids.yaml"
+    config.write_text(yaml.safe_dump(raw))
+
+    def scoring_processes(run):
+        rows = [r for r in table(run_dir.parent / run, "metric_results") if r["metric"] == "scoring_process"]
+        assert len(rows) == 4, rows  # the four valid instances
+        return [json.loads(r["extra"]) for r in rows]
+
+    # The default runner (DirectRunner: the FnApiRunner in memory, here where Prism
+    # cannot be fetched) runs pipeline code in the command's own process ...
+    single = evalbeam_pid("run", config)
+    assert {p["pid"] for p in scoring_processes("r1")} == {single}
+    # ... and with these flags in worker processes that the command started:
+    # proof that the flags reached Beam and took effect.
+    multi = evalbeam_pid("run", config, "--set", "run_id=r2", "--direct_num_workers=2",
+                         "--direct_running_mode=multi_processing")
+    workers = scoring_processes("r2")
+    assert all(p["pid"] != multi and multi in p["ancestors"] for p in workers), (multi, workers)
+    assert len({p["pid"] for p in workers}) <= 2, workers  # no more workers than asked for
+
     key = lambda r: (r["metric"], r["slice"])  # noqa: E731
     one = sorted(({k: v for k, v in r.items() if k != "run_id"} for r in table(run_dir, "summary")), key=key)
     two = sorted(({k: v for k, v in r.items() if k != "run_id"} for r in table(run_dir.parent / "r2", "summary")), key=key)

@@ -56,23 +56,45 @@ def test_rouge_shorthands_match_rouge():
             assert a(f) == b(f)
 
 
+# The reference for the offline sentence splitter is NLTK's real English Punkt
+# model, obtained independently of our code: NLTK's punkt_tab.zip exactly as
+# NLTK's downloader serves it (nltk_data packages/tokenizers/punkt_tab.zip,
+# whose sha256 is pinned below), bundled in the llama-index-core wheel. `make
+# test` installs that wheel with --no-deps, only for its data; nothing imports it.
+PUNKT_TAB_DIST = "llama-index-core"
+PUNKT_TAB_ZIP = "llama_index/core/_static/nltk_cache/tokenizers/punkt_tab.zip"
+PUNKT_TAB_SHA256 = "e57f64187974277726a3417ca6f181ec5403676c717672eef6a748a7b20e0106"
+
+
+@pytest.fixture(scope="module")
+def nltk_punkt_tab_zip():
+    import hashlib
+    import importlib.metadata
+    from pathlib import Path
+
+    try:
+        path = Path(importlib.metadata.distribution(PUNKT_TAB_DIST).locate_file(PUNKT_TAB_ZIP))
+    except importlib.metadata.PackageNotFoundError:
+        pytest.fail(f"NLTK's punkt_tab data is not installed: run `make test` (it installs {PUNKT_TAB_DIST} --no-deps)")
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == PUNKT_TAB_SHA256, f"{path} is not NLTK's punkt_tab.zip"
+    return path
+
+
 @pytest.fixture
-def nltk_punkt_data(tmp_path, monkeypatch):
-    """Materialise NLTK's punkt_tab/english files from the same parameters, so
-    that rouge-score's own split_summaries path (nltk.sent_tokenize) can run
-    here as the reference, with no download."""
+def nltk_english_punkt(nltk_punkt_tab_zip, tmp_path, monkeypatch):
+    """NLTK data holding only the verified punkt_tab.zip, so that nltk.sent_tokenize
+    (rouge-score's split_summaries path) and PunktTokenizer("english") load NLTK's
+    real English model through NLTK's own loader, with no download."""
+    import shutil
+
     import nltk
     from nltk.tokenize import _get_punkt_tokenizer
-    from nltk.tokenize.punkt import save_punkt_params
 
-    target = tmp_path / "nltk_data" / "tokenizers" / "punkt_tab" / "english"
-    target.parent.mkdir(parents=True)
-    target.mkdir(mode=0o700)
-    # only directories on nltk.data.path are writable through NLTK's path sandbox
-    monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "nltk_data")] + list(nltk.data.path))
-    save_punkt_params(english_sentence_splitter()._params, dir=str(target))
+    (tmp_path / "nltk_data" / "tokenizers").mkdir(parents=True)
+    shutil.copyfile(nltk_punkt_tab_zip, tmp_path / "nltk_data" / "tokenizers" / "punkt_tab.zip")
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path / "nltk_data")])
     _get_punkt_tokenizer.cache_clear()
-    yield
+    yield _get_punkt_tokenizer("english")._params
     _get_punkt_tokenizer.cache_clear()
 
 
@@ -86,8 +108,57 @@ def test_offline_splitter_needs_no_nltk_download(monkeypatch, tmp_path):
     assert fn({"response": "The cat sat. It was happy.", "reference": "The cat sat. It was glad."}) > 0.5
 
 
+def test_shipped_punkt_parameters_are_nltks_english_punkt_tab(nltk_english_punkt):
+    real, ours = nltk_english_punkt, english_sentence_splitter()._params
+    for name in ("abbrev_types", "collocations", "sent_starters"):
+        mine, theirs = getattr(ours, name), getattr(real, name)
+        assert mine == theirs, (name, sorted(mine - theirs)[:20], sorted(theirs - mine)[:20])
+    mine, theirs = dict(ours.ortho_context), dict(real.ortho_context)
+    differing = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+    assert not differing, [(k, mine.get(k), theirs.get(k)) for k in differing[:20]]
+
+
+def punkt_texts(params, seed, count):
+    """Texts whose sentence breaks hinge on each kind of Punkt parameter: known
+    abbreviations, collocations, frequent sentence starters, orthographic
+    context (after initials, ordinals and ellipses), plus ordinary generated prose."""
+    import random
+
+    rng = random.Random(seed)
+    abbrevs, starters = sorted(params.abbrev_types), sorted(params.sent_starters)
+    collocations = sorted(params.collocations)
+    words = sorted(w for w in params.ortho_context if w.isalpha())
+    cap = lambda w: w[:1].upper() + w[1:]  # noqa: E731
+    texts = []
+    for abbr in abbrevs:
+        texts.append(f"The note from {abbr}. {cap(rng.choice(words))} was short. {cap(rng.choice(starters))} we left.")
+        texts.append(f"They met at {abbr}. {cap(rng.choice(starters))} it rained. Then {abbr}. {rng.choice(words)} came.")
+    for first, second in collocations:
+        first = str(rng.randint(1, 99)) if first == "##number##" else first
+        texts.append(f"It was {first}. {cap(second)} said so. Nobody else did.")
+    for word in rng.sample(words, count):
+        texts.append(f"Ask J. {cap(word)} about it. The {rng.randint(2, 30)}. {cap(word)} is late... {cap(word)} knows.")
+        texts.append(f"It ended at no. {rng.randint(1, 9)}. {cap(word)} and {rng.choice(words)} stayed! Did they? {cap(word)}.")
+    texts += [text for pair in text_pairs(seed=seed, count=count) for text in pair]
+    return texts
+
+
+def test_sentence_splitter_equals_nltk_sent_tokenize_with_nltks_english_model(nltk_english_punkt):
+    import re
+
+    import nltk
+
+    texts = punkt_texts(nltk_english_punkt, seed=5, count=600)
+    hinged_on_the_model = 0
+    for text in texts:
+        expected = nltk.sent_tokenize(text)
+        assert english_sentence_splitter().tokenize(text) == expected, text
+        hinged_on_the_model += expected != [s for s in re.split(r"(?<=[.!?])\s+", text) if s]
+    assert hinged_on_the_model > 500, "the texts must exercise Punkt's parameters, not only '. ' breaks"
+
+
 @pytest.mark.parametrize("use_stemmer", [False, True])
-def test_rouge_lsum_split_summaries_equals_rouge_score(nltk_punkt_data, use_stemmer):
+def test_rouge_lsum_split_summaries_equals_rouge_score(nltk_english_punkt, use_stemmer):
     reference = rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=use_stemmer, split_summaries=True)
     ours = scorer("rouge", rouge_type="rougeLsum", use_stemmer=use_stemmer, split_summaries=True)
     pairs = text_pairs(seed=21, count=250)
@@ -95,6 +166,8 @@ def test_rouge_lsum_split_summaries_equals_rouge_score(nltk_punkt_data, use_stem
         ("Dr. Smith arrived at 5 p.m. He left early. The U.S. team won.", "Mr. Smith came at 5. He left.\nThe team won!"),
         ("First line\nsecond line. Third sentence here.", "first line second line. third sentence"),
     ]
+    texts = punkt_texts(nltk_english_punkt, seed=22, count=100)
+    pairs += list(zip(texts[::2], texts[1::2]))
     differs_from_newline_split = 0
     plain = rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=use_stemmer)
     for ref, hyp in pairs:
