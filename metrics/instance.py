@@ -50,6 +50,12 @@ class Instance:
     fields: dict[str, Any]
     slices: dict[str, str | None]
     source: str
+    line_count: int = 1  # physical lines of the source it came from
+
+
+# Deeper values are refused: they cannot be pickled between workers or written
+# as JSON reliably, and no evaluation input needs them.
+MAX_NESTING = 100
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,10 +72,52 @@ class RowSpec:
 def content_id(record: Mapping[str, Any]) -> str:
     """A stable id from a row's content: independent of key order and file position."""
     canonical = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:20]
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:20]
 
 
-def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_csv: bool = False) -> Instance:
+def deepest_column(record: Mapping[str, Any], limit: int = MAX_NESTING) -> str | None:
+    """The first column whose value is nested more than `limit` levels deep, else None.
+    Iterative: such values cannot even be pickled between workers."""
+    for column, value in record.items():
+        stack = [(value, 0)]
+        while stack:
+            item, depth = stack.pop()
+            if isinstance(item, (dict, list)):
+                if depth >= limit:
+                    return column
+                stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return None
+
+
+def check_value(value: Any) -> None:
+    """Raise ValueError if a value holds what no output can carry: nesting
+    deeper than MAX_NESTING, a non-finite number, or text with a lone surrogate
+    (truncated LLM output often ends in half an escape pair). Iterative, so
+    that any depth is reported rather than overflowing the stack."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"holds text that is not valid Unicode ({item[e.start]!r} at character {e.start}, "
+                                 "a lone surrogate)") from None
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValueError(f"holds a non-finite number ({item!r})")
+        elif isinstance(item, (dict, list)):
+            if depth >= MAX_NESTING:
+                raise ValueError(f"is nested more than {MAX_NESTING} levels deep")
+            children = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in children:
+                if isinstance(key, str):
+                    stack.append((key, depth + 1))
+                stack.append((child, depth + 1))
+
+
+def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_csv: bool = False,
+                   line_count: int = 1) -> Instance:
     fields: dict[str, Any] = {}
     for field in CANONICAL_FIELDS:
         column = spec.column_mapping.get(field, field)
@@ -77,6 +125,10 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
             continue
         value = _normalise(field, column, record[column], from_csv)
         if value is not None:
+            try:
+                check_value(value)
+            except ValueError as e:
+                raise InvalidField(field, str(e), column) from None
             fields[field] = value
 
     for label, alternatives in spec.requirements:
@@ -94,12 +146,25 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
             raise InvalidField("instance_id", "id column is missing or empty", spec.id_column)
         if isinstance(raw_id, (dict, list)):
             raise InvalidField("instance_id", "id must be a string or number", spec.id_column)
+        try:
+            check_value(raw_id)
+        except ValueError as e:
+            raise InvalidField("instance_id", f"id {e}", spec.id_column) from None
         instance_id = str(raw_id)
     else:
-        instance_id = content_id(record)
+        try:
+            instance_id = content_id(record)
+        except (RecursionError, ValueError) as e:
+            raise InvalidField("instance_id", f"cannot hash the row for its id ({type(e).__name__})") from None
 
-    slices = {col: _slice_value(record.get(col)) for col in spec.slice_columns}
-    return Instance(instance_id=instance_id, fields=fields, slices=slices, source=source)
+    slices = {}
+    for col in spec.slice_columns:
+        try:
+            check_value(record.get(col))
+        except ValueError as e:
+            raise InvalidField(col, f"slice column {e}", col) from None
+        slices[col] = _slice_value(record.get(col))
+    return Instance(instance_id=instance_id, fields=fields, slices=slices, source=source, line_count=line_count)
 
 
 def _slice_value(value: Any) -> str | None:
@@ -135,6 +200,8 @@ def _normalise(field: str, column: str, value: Any, from_csv: bool) -> Any:
         return _structured(value)
     except (ValueError, CallFormatError) as e:
         raise InvalidField(field, str(e), column) from None
+    except RecursionError:
+        raise InvalidField(field, "is nested too deeply to read", column) from None
 
 
 def _number(value: Any) -> float:

@@ -27,25 +27,28 @@ def test_read_jsonl_numbers_lines_and_dead_letters_bad_ones(tmp_path):
         b'{"a": 3}'  # no final newline
     )
     with TestPipeline() as p:
-        records, dead = p | ReadRecords(str(path), "jsonl")
-        assert_that(records | beam.Map(lambda r: (r.source.rsplit(":", 1)[1], r.data)),
-                    equal_to([("1", {"a": 1}), ("3", {"a": 2, "b": "café"}), ("7", {"a": 3})]), label="records")
-        assert_that(dead | beam.Map(lambda d: (d.source.rsplit(":", 1)[1], d.reason.split(":")[0].split(" (")[0])),
-                    equal_to([("4", "invalid JSON"), ("5", "a record must be a JSON object, got list"),
-                              ("6", "line is not valid UTF-8")]), label="dead")
+        records, dead, lines = p | ReadRecords(str(path), "jsonl")
+        assert_that(records | beam.Map(lambda r: (r.source.rsplit(":", 1)[1], r.line, r.data)),
+                    equal_to([("1", 1, {"a": 1}), ("3", 3, {"a": 2, "b": "café"}), ("7", 7, {"a": 3})]), label="records")
+        assert_that(dead | beam.Map(lambda d: (d.source.rsplit(":", 1)[1], d.line, d.reason.split(":")[0].split(" (")[0])),
+                    equal_to([("4", 4, "invalid JSON"), ("5", 5, "a record must be a JSON object, got array"),
+                              ("6", 6, "line 6 is not valid UTF-8")]), label="dead")
+        assert_that(lines | beam.Map(lambda s: (s.lines, s.skipped)), equal_to([(7, 1)]), label="lines")
 
 
 def test_read_csv_quoted_newlines_and_short_rows(tmp_path):
     path = tmp_path / "d.csv"
     path.write_text('id,response\n1,"two\nlines"\n2,ok\n3\n\n4,"x,y"\n', encoding="utf-8")
     with TestPipeline() as p:
-        records, dead = p | ReadRecords(str(tmp_path / "*.csv"), "csv")
-        assert_that(records | beam.Map(lambda r: (r.source.split(":", 1)[1], r.data)),
-                    equal_to([("row 1 (line 2)", {"id": "1", "response": "two\nlines"}),
-                              ("row 2 (line 4)", {"id": "2", "response": "ok"}),
-                              ("row 5 (line 7)", {"id": "4", "response": "x,y"})]), label="records")
+        records, dead, lines = p | ReadRecords(str(tmp_path / "*.csv"), "csv")
+        assert_that(records | beam.Map(lambda r: (r.source.split(":", 1)[1], r.line_count, r.data)),
+                    equal_to([("row 1 (lines 2-3)", 2, {"id": "1", "response": "two\nlines"}),
+                              ("row 2 (line 4)", 1, {"id": "2", "response": "ok"}),
+                              ("row 4 (line 7)", 1, {"id": "4", "response": "x,y"})]), label="records")
         assert_that(dead | beam.Map(lambda d: (d.source.split(":", 1)[1], d.reason)),
                     equal_to([("row 3 (line 5)", "row has 1 cells, the header has 2")]), label="dead")
+        # 7 lines: the header and a blank line hold no record
+        assert_that(lines | beam.Map(lambda s: (s.lines, s.skipped)), equal_to([(7, 2)]), label="lines")
 
 
 RUN = RunKey("r1", __import__("datetime").date(2026, 11, 20))
@@ -94,3 +97,53 @@ def test_summarize_by_slice_with_thresholds():
                     equal_to([("overall", 6, 0.5, 0.5, 0.5),
                               ("grp=a", 3, pytest.approx(1 / 3), pytest.approx(1 / 3), 0.5),  # ids 1, 3, 5
                               ("grp=b", 3, pytest.approx(2 / 3), pytest.approx(2 / 3), 0.5)]))
+
+
+def test_to_instances_makes_ids_unique_in_source_order():
+    from transforms.read import Record
+
+    def rec(line, data, origin="f"):
+        return Record(f"{origin}:{line}", data, json.dumps(data), False, origin, line)
+
+    same = {"response": "x", "reference": "x"}
+    # given out of order: source order (file, then line) decides which is first
+    records = [rec(9, {**same, "id": "a", "n": 3}), rec(2, {**same, "id": "a", "n": 1}),
+               rec(5, {**same, "id": "b"}), rec(1, {**same, "id": "a", "n": 0}, origin="g")]
+    spec = RowSpec({}, "id", (), (("exact_match", (("response", "reference"),)),))
+    with TestPipeline() as p:
+        instances, dead = p | "ById" >> beam.Create(records) | "WithIdColumn" >> ToInstances(spec)
+        assert_that(instances | beam.Map(lambda i: (i.instance_id, i.source)), equal_to([("a", "f:2"), ("b", "f:5")]),
+                    label="first kept")
+        assert_that(dead | beam.Map(lambda d: (d.source, d.field, d.reason)), equal_to([
+            ("f:9", "instance_id", "duplicate id 'a' in column 'id': first seen at f:2"),
+            ("g:1", "instance_id", "duplicate id 'a' in column 'id': first seen at f:2")]), label="later dead")
+        # content-hash ids: identical rows are all kept, numbered by occurrence
+        hashed = (p | "Identical" >> beam.Create([rec(7, same), rec(3, same), rec(4, {**same, "response": "y"})])
+                  | "ByContent" >> ToInstances(RowSpec({}, None, (), ())))[0]
+        assert_that(hashed | beam.Map(lambda i: (i.source, i.instance_id.split("-")[1:])),
+                    equal_to([("f:3", []), ("f:7", ["2"]), ("f:4", [])]), label="numbered")
+
+
+def test_lost_records_show_as_a_line_mismatch():
+    """The runs row counts the source's lines apart from the records: drop a
+    scored record on the way and the two accounts no longer balance."""
+    from transforms.read import DeadLetter, SourceLines
+    from transforms.runs import RunRecord
+    from transforms.score import ScoredInstance
+
+    def runs_row(drop):
+        scored = [ScoredInstance(_instance(i, "x"), []) for i in range(3)]
+        scored[1].instance.line_count = 2
+        kept = scored[1:] if drop else scored
+        dead = [DeadLetter("f:9", "bad", "", line=9, line_count=1)]
+        with TestPipeline() as p:
+            parts = (p | "Read" >> beam.Create(["r"] * 4), p | "Scored" >> beam.Create(kept),
+                     p | "All" >> beam.Create(kept), p | "Dead" >> beam.Create(dead),
+                     p | "Usage" >> beam.Create([{}]), p | "Lines" >> beam.Create([SourceLines("f", 6, 1)]))
+            row = parts | RunRecord(RUN, "e", "{}", "v", __import__("datetime").datetime.now())
+            assert_that(row | beam.Map(lambda r: (r["lines_read"], r["lines_skipped"] + r["lines_scored"]
+                                                  + r["lines_dead_lettered"])),
+                        equal_to([(6, 5 if drop else 6)]))
+
+    runs_row(drop=False)
+    runs_row(drop=True)

@@ -31,7 +31,7 @@ from apache_beam.metrics import Metrics
 
 from configs import NAME_RE
 from transforms.local_cloud import bigquery_client, bigquery_read_client
-from transforms.read import Record
+from transforms.read import LINES, Record, SourceLines
 from transforms.schema import CLUSTERING, TABLES, RunKey, bigquery_schema, table_columns
 from transforms.write import delete_tree
 
@@ -169,31 +169,37 @@ class ReadStreamFn(beam.DoFn):
 
     def process(self, indexed_stream):
         index, stream = indexed_stream
+        origin = f"{self._label} stream {index}"
         row_number = 0
         for page in self._client.read_rows(stream).rows(self._session).pages:
             for row in page.to_arrow().to_pylist():
                 row_number += 1
                 data = _jsonable(row)
                 self._read.inc()
-                yield Record(f"{self._label} stream {index} row {row_number}", data,
-                             json.dumps(data, ensure_ascii=False, sort_keys=True), from_csv=False)
+                yield Record(f"{origin} row {row_number}", data, json.dumps(data, ensure_ascii=False, sort_keys=True),
+                             from_csv=False, origin=origin, line=row_number)
+        # a BigQuery row is one "line" of the source
+        yield beam.pvalue.TaggedOutput(LINES, SourceLines(origin, row_number, 0))
 
 
 class ReadBigQueryRows(beam.PTransform):
-    """A planned read -> Records; rows are plain JSON-like values (RECORD -> dict,
-    REPEATED -> list, JSON -> its text, DATE/TIMESTAMP -> ISO text)."""
+    """A planned read -> (Records, one SourceLines per stream); rows are plain
+    JSON-like values (RECORD -> dict, REPEATED -> list, JSON -> its text,
+    DATE/TIMESTAMP -> ISO text)."""
 
     def __init__(self, plan: ReadPlan):
         super().__init__()
         self._plan = plan
 
     def expand(self, pbegin):
-        return (
+        read = (
             pbegin
             | "Streams" >> beam.Create(list(enumerate(self._plan.streams)))
             | "OneStreamPerWorker" >> beam.Reshuffle()
-            | "ReadStreams" >> beam.ParDo(ReadStreamFn(self._plan.label, self._plan.session))
+            | "ReadStreams" >> beam.ParDo(ReadStreamFn(self._plan.label, self._plan.session)).with_outputs(
+                LINES, main="records")
         )
+        return read.records, read[LINES]
 
 
 # ---------------------------------------------------------------- writing
@@ -302,7 +308,7 @@ class PublishFn(beam.DoFn):
             # run_id can only hold [A-Za-z0-9_.-] (configs.NAME_RE), so it is safe as
             # a literal; query parameters are not bound inside scripts everywhere.
             run_id = self._run.run_id
-            assert re.match(NAME_RE, run_id), run_id
+            assert re.fullmatch(NAME_RE, run_id), run_id
             statements = ["BEGIN TRANSACTION;"]
             for table, staging in staged.items():
                 columns = ", ".join(f"`{c.name}`" for c in table_columns(table, self._slices))

@@ -309,6 +309,6 @@ class ReadJudgeCache(beam.PTransform):
         from transforms.bigquery import ReadBigQueryRows
 
         parts = [pbegin | f"ReadCache{i}" >> ReadFromParquet(p) for i, p in enumerate(self._patterns)]
-        parts += [pbegin | f"ReadCacheBQ{i}" >> ReadBigQueryRows(plan) | f"CacheRowData{i}" >> beam.Map(lambda r: r.data)
+        parts += [(pbegin | f"ReadCacheBQ{i}" >> ReadBigQueryRows(plan))[0] | f"CacheRowData{i}" >> beam.Map(lambda r: r.data)
                   for i, plan in enumerate(self._plans)]
         return parts | "AllCacheRows" >> beam.Flatten() | "CacheEntries" >> beam.Map(response_from_cache_row)

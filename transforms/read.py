@@ -1,36 +1,73 @@
-"""Reading dataset files into records, with line or row numbers for every record.
+"""Reading dataset files into records, accounting for every physical line.
 
-Files are matched with Beam's filesystems (local paths and globs now; any
-scheme Beam knows later) and each file is parsed by one DoFn call, streaming
-line by line. Reading whole files per worker, rather than Beam's splittable
-text source, is deliberate: it is what gives each record its line number for
-the dead-letter table, and CSV cannot be split at arbitrary byte offsets anyway
-(quoted cells may hold newlines). Large datasets are usually many files, which
-parallelise across workers; a Reshuffle after the read spreads the records.
+Files are matched with Beam's filesystems (local paths, globs, gs://; `.gz`
+and the other compressions Beam knows are decompressed by extension) and each
+file is parsed by one DoFn call, streaming line by line. Reading whole files
+per worker, rather than Beam's splittable text source, is deliberate: it is
+what gives each record its true line number for the dead-letter table, and CSV
+cannot be split at arbitrary byte offsets anyway (quoted cells may hold
+newlines). Large datasets are usually many files, which parallelise across
+workers; the shuffle on instance ids after validation spreads the records.
+
+Accounting is by the source, not by what a parser produced: every physical
+line of a file is counted, and each one belongs to exactly one record (scored
+or dead-lettered) or is skipped as holding none (blank lines, a CSV header,
+JSON array punctuation). The `runs` row reconciles the two.
+
+Damage costs only what it damages: an undecodable byte, an oversized line, a
+broken CSV quote or a record nested too deeply dead-letters the record it is
+in, with its true line, and reading goes on with the next one.
 """
 from __future__ import annotations
 
+import collections
 import csv
 import dataclasses
+import gzip
 import io
 import json
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
 from apache_beam.io import fileio
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from metrics.instance import MAX_NESTING, deepest_column
+
 DEAD_LETTER = "dead_letter"
+LINES = "lines"
 MAX_RAW_CHARS = 100_000
+# One record (a JSONL line, or the lines of one CSV record) may hold at most
+# this much; a larger one is dead-lettered, and memory stays bounded whatever
+# the file holds (a CSV quote that never closes cannot swallow the file).
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+_CHUNK = 1 << 20
+
+# The csv module's own cap on one cell (128 KiB by default) is lifted: the
+# record limit above is what bounds a cell now.
+csv.field_size_limit(MAX_RECORD_BYTES + 1)
+
+
+def safe_text(text: str) -> str:
+    """Text that any UTF-8 writer accepts (lone surrogates become U+FFFD)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
 
 
 @dataclasses.dataclass
 class Record:
-    source: str
+    source: str  # for people: "path:12", "path:row 3 (line 4)", "bq://t stream 0 row 9"
     data: dict[str, Any]
     raw: str
     from_csv: bool
+    origin: str = ""  # the file (or BigQuery stream) it came from
+    line: int = 0  # its first physical line (or row) there
+    line_count: int = 1  # the physical lines it spans
 
 
 @dataclasses.dataclass
@@ -39,74 +76,368 @@ class DeadLetter:
     reason: str
     raw_record: str
     field: str | None = None
+    origin: str = ""
+    line: int = 0
+    line_count: int = 1
 
     def row(self, run) -> dict[str, Any]:
         return {
             **run.columns(),
-            "source": self.source,
-            "field": self.field,
-            "reason": self.reason,
-            "raw_record": self.raw_record[:MAX_RAW_CHARS],
+            "source": safe_text(self.source),
+            "origin": safe_text(self.origin),
+            "line": self.line,
+            "line_count": self.line_count,
+            "field": None if self.field is None else safe_text(self.field),
+            "reason": safe_text(self.reason),
+            "raw_record": safe_text(self.raw_record[:MAX_RAW_CHARS]),
         }
 
 
-def parse_jsonl(path: str, stream) -> Iterator[Record | DeadLetter]:
-    for number, line in enumerate(stream, start=1):
-        source = f"{path}:{number}"
+@dataclasses.dataclass(frozen=True)
+class SourceLines:
+    """What one file (or BigQuery stream) held: its physical lines, and how many of them hold no record."""
+
+    origin: str
+    lines: int
+    skipped: int
+
+
+@dataclasses.dataclass
+class _Line:
+    number: int
+    data: bytes  # without the line break; at most MAX_RECORD_BYTES of it
+    size: int  # its real size in bytes
+    text: str = ""  # decoded (undecodable bytes replaced)
+    bad: str | None = None  # why it cannot be used, when it cannot
+
+
+class _Lines:
+    """The physical lines of a byte stream, numbered from 1, decoded one by one
+    (a line with a bad byte damages only itself). A line longer than
+    MAX_RECORD_BYTES keeps only its head. `count` is the lines seen so far;
+    `error` is set when the stream itself failed (e.g. a corrupt .gz)."""
+
+    def __init__(self, stream, keep_cr: bool = False):
+        self._stream = stream
+        self._keep_cr = keep_cr
+        self.count = 0
+        self.error: str | None = None
+
+    def __iter__(self) -> Iterator[_Line]:
+        buf = bytearray()
+        size = 0
+        pending = False
+        # read1 where there is one (gzip): it hands over what was decompressed
+        # before a truncation, where read() would drop it with the error
+        read = getattr(self._stream, "read1", self._stream.read)
+        while True:
+            try:
+                chunk = read(_CHUNK)
+            except Exception as e:  # noqa: BLE001 - a corrupt or truncated stream ends the file
+                self.error = f"the file cannot be read on from here ({type(e).__name__}: {e})"
+                break
+            if not chunk:
+                break
+            start = 0
+            while start < len(chunk):
+                nl = chunk.find(b"\n", start)
+                end = len(chunk) if nl < 0 else nl
+                room = MAX_RECORD_BYTES - len(buf)
+                if room > 0:
+                    buf += chunk[start:min(end, start + room)]
+                size += end - start
+                pending = True
+                if nl < 0:
+                    break
+                yield self._line(bytes(buf), size)
+                buf.clear()
+                size = 0
+                pending = False
+                start = nl + 1
+        if pending or (self.error and buf):
+            yield self._line(bytes(buf), size)
+
+    def _line(self, data: bytes, size: int) -> _Line:
+        self.count += 1
+        if data.endswith(b"\r") and not self._keep_cr:
+            data = data[:-1]
+            size -= 1
+        if self.count == 1 and data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark
+            data = data[3:]
+            size -= 3
+        line = _Line(self.count, data, size)
         try:
-            text = line.decode("utf-8")
+            line.text = data.decode("utf-8")
         except UnicodeDecodeError as e:
-            yield DeadLetter(source, f"line is not valid UTF-8 ({e.reason} at byte {e.start})", line.decode("utf-8", "replace"))
+            line.text = data.decode("utf-8", "replace")
+            line.bad = f"line {self.count} is not valid UTF-8 ({e.reason} at byte {e.start})"
+        if size > MAX_RECORD_BYTES:
+            line.bad = f"line {self.count} is {size:,} bytes, over the limit of {MAX_RECORD_BYTES:,} bytes for one record"
+        return line
+
+
+def parse_jsonl(path: str, stream) -> Iterator[Record | DeadLetter | SourceLines]:
+    """JSON Lines; a file whose first non-blank line opens a JSON array is read
+    as one array of records instead (the shape many exporters write)."""
+    lines = _Lines(stream)
+    skipped = 0
+    first = True
+    iterator = iter(lines)
+    for line in iterator:
+        source = f"{path}:{line.number}"
+        if line.bad:
+            yield DeadLetter(source, line.bad, line.text, origin=path, line=line.number)
+            first = False
             continue
-        text = text.rstrip("\r\n")
+        text = line.text
         if not text.strip():
-            continue  # blank lines are not records
+            skipped += 1  # blank lines are not records
+            continue
+        if first and text.lstrip().startswith("["):
+            yield from _json_array(path, line, iterator, lines)
+            return
+        first = False
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            yield DeadLetter(source, f"invalid JSON: {e.msg} at column {e.colno}", text)
+            yield DeadLetter(source, f"invalid JSON: {e.msg} at column {e.colno}", text, origin=path, line=line.number)
+            continue
+        except RecursionError:
+            yield DeadLetter(source, "invalid JSON: nested too deeply to read", text, origin=path, line=line.number)
             continue
         if not isinstance(data, dict):
-            yield DeadLetter(source, f"a record must be a JSON object, got {type(data).__name__}", text)
+            yield DeadLetter(source, f"a record must be a JSON object, got {_json_kind(data)}", text,
+                             origin=path, line=line.number)
             continue
-        yield Record(source, data, text, from_csv=False)
+        if (column := deepest_column(data)) is not None:
+            yield _too_deep(source, column, text, path, line.number)
+            continue
+        yield Record(source, data, text, from_csv=False, origin=path, line=line.number)
+    if lines.error:
+        yield DeadLetter(f"{path}:{lines.count + 1}", lines.error, "", origin=path, line=lines.count + 1, line_count=0)
+    yield SourceLines(path, lines.count, skipped)
 
 
-def parse_csv(path: str, stream) -> Iterator[Record | DeadLetter]:
-    text_stream = io.TextIOWrapper(stream, encoding="utf-8-sig", newline="")
-    reader = csv.reader(text_stream)
-    try:
-        header = next(reader)
-    except StopIteration:
-        return
-    except (UnicodeDecodeError, csv.Error) as e:
-        yield DeadLetter(f"{path}:header", f"cannot read the CSV header: {e}", "")
-        return
-    if len(set(header)) != len(header):
-        duplicates = sorted({h for h in header if header.count(h) > 1})
-        yield DeadLetter(f"{path}:header", f"CSV header repeats columns {duplicates}; no row of this file was read", ",".join(header))
-        return
-    row_number = 0
+def _json_array(path: str, first: _Line, rest: Iterable[_Line], lines: _Lines):
+    """The records of a file holding one JSON array. Each element is a record
+    whose line is where it starts; lines holding only punctuation are skipped."""
+    all_lines = [first, *rest]
+    text = "\n".join(line.text for line in all_lines)
+    bad = {line.number: line.bad for line in all_lines if line.bad}
+    starts = [0]  # offset of each line in text
+    for line in all_lines[:-1]:
+        starts.append(starts[-1] + len(line.text) + 1)
+    base = first.number - 1
+
+    def line_at(offset: int) -> int:
+        import bisect
+
+        return base + bisect.bisect_right(starts, offset)
+
+    decoder = json.JSONDecoder()
+    pos = text.index("[") + 1
+    covered = base  # the last line attributed to a record
+    accounted = 0
+    n = 0
+
+    def span(start_line: int, end_line: int) -> int:
+        nonlocal covered
+        count = max(0, end_line - max(start_line, covered + 1) + 1)
+        covered = max(covered, end_line)
+        return count
+
+    def skip_space(p: int) -> int:
+        while p < len(text) and text[p] in " \t\r\n":
+            p += 1
+        return p
+
+    pos = skip_space(pos)
+    if pos < len(text) and text[pos] == "]":
+        pos = len(text)
+    while pos < len(text):
+        n += 1
+        start_line = line_at(pos)
+        source = f"{path}:{start_line}"
+        try:
+            value, end = decoder.raw_decode(text, pos)
+        except (json.JSONDecodeError, RecursionError) as e:
+            reason = (f"invalid JSON: {e.msg} at line {line_at(e.pos)} column {e.colno}"
+                      if isinstance(e, json.JSONDecodeError) else "invalid JSON: nested too deeply to read")
+            count = span(start_line, base + len(all_lines))
+            accounted += count
+            yield DeadLetter(source, f"{reason}; element {n} of the JSON array and the rest of the file cannot be read",
+                             text[pos:pos + MAX_RAW_CHARS], origin=path, line=start_line, line_count=count)
+            break
+        end_line = line_at(end - 1)
+        raw = text[pos:end]
+        count = span(start_line, end_line)
+        accounted += count
+        damaged = [bad[n_] for n_ in range(start_line, end_line + 1) if n_ in bad]
+        if damaged:
+            yield DeadLetter(source, damaged[0], raw, origin=path, line=start_line, line_count=count)
+        elif not isinstance(value, dict):
+            yield DeadLetter(source, f"element {n} of the JSON array must be a JSON object, got {_json_kind(value)}",
+                             raw, origin=path, line=start_line, line_count=count)
+        elif (column := deepest_column(value)) is not None:
+            yield _too_deep(source, column, raw, path, start_line, count)
+        else:
+            yield Record(source, value, raw, from_csv=False, origin=path, line=start_line, line_count=count)
+        pos = skip_space(end)
+        if pos < len(text) and text[pos] == ",":
+            pos = skip_space(pos + 1)
+        elif pos < len(text) and text[pos] == "]":
+            pos = skip_space(pos + 1)
+            if pos < len(text):
+                line = line_at(pos)
+                count = span(line, base + len(all_lines))
+                accounted += count
+                yield DeadLetter(f"{path}:{line}", "unexpected text after the end of the JSON array",
+                                 text[pos:pos + MAX_RAW_CHARS], origin=path, line=line, line_count=count)
+            break
+        elif pos < len(text):
+            line = line_at(pos)
+            count = span(line, base + len(all_lines))
+            accounted += count
+            yield DeadLetter(f"{path}:{line}", f"invalid JSON array: expected ',' or ']' after element {n}; "
+                             "the rest of the file cannot be read", text[pos:pos + MAX_RAW_CHARS],
+                             origin=path, line=line, line_count=count)
+            break
+    if lines.error:
+        yield DeadLetter(f"{path}:{lines.count + 1}", lines.error, "", origin=path, line=lines.count + 1, line_count=0)
+    yield SourceLines(path, lines.count, lines.count - accounted)
+
+
+def _too_deep(source: str, column: str, raw: str, path: str, line: int, line_count: int = 1) -> DeadLetter:
+    return DeadLetter(source, f"field '{column}': is nested more than {MAX_NESTING} levels deep", raw, column,
+                      origin=path, line=line, line_count=line_count)
+
+
+def _json_kind(value: Any) -> str:
+    return {list: "array", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}.get(
+        type(value), type(value).__name__)
+
+
+class _RecordTooLarge(Exception):
+    pass
+
+
+class _Feed:
+    """The lines csv.reader reads, remembering which ones the current record
+    took, with lines pushed back to be read again after damage."""
+
+    def __init__(self, lines: Iterable[_Line]):
+        self._lines = iter(lines)
+        self._back: collections.deque[_Line] = collections.deque()
+        self.taken: list[_Line] = []
+        self._bytes = 0
+
+    def start_record(self) -> None:
+        self.taken = []
+        self._bytes = 0
+
+    def push_back(self, lines: list[_Line]) -> None:
+        self._back.extendleft(reversed(lines))
+
+    def drain(self) -> None:
+        """Read to the end without keeping anything (to count the lines)."""
+        self._back.clear()
+        for _ in self._lines:
+            pass
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        line = self._back.popleft() if self._back else next(self._lines)
+        self.taken.append(line)
+        self._bytes += line.size
+        if self._bytes > MAX_RECORD_BYTES:
+            raise _RecordTooLarge()
+        return line.text + "\n"
+
+
+def _csv_records(feed: _Feed):
+    """(cells or None, lines taken, error) for each CSV record, resynchronising
+    after damage: a record that fails to parse, or grows past the size limit,
+    costs its first line, and the lines after it are read again."""
+    reader = csv.reader(feed)
     while True:
-        start_line = reader.line_num + 1
+        feed.start_record()
         try:
             cells = next(reader)
         except StopIteration:
             return
-        except (UnicodeDecodeError, csv.Error) as e:
-            # The reader cannot resynchronise after a decoding error: report
-            # it and stop this file rather than guess.
-            yield DeadLetter(f"{path}:line {start_line}", f"unreadable CSV from here on, rest of file skipped: {e}", "")
-            return
-        row_number += 1
-        source = f"{path}:row {row_number} (line {start_line})"
-        raw = _csv_text(cells)
-        if not any(c.strip() for c in cells):
-            continue  # blank lines are not records
-        if len(cells) != len(header):
-            yield DeadLetter(source, f"row has {len(cells)} cells, the header has {len(header)}", raw)
+        except (csv.Error, _RecordTooLarge) as e:
+            taken = feed.taken
+            reason = (f"a quoted field opened on line {taken[0].number} runs over {MAX_RECORD_BYTES:,} bytes"
+                      if isinstance(e, _RecordTooLarge) and len(taken) > 1 else
+                      next((line.bad for line in taken if line.bad), None) if isinstance(e, _RecordTooLarge) else
+                      f"unreadable CSV: {e}")
+            feed.push_back(taken[1:])
+            yield None, taken[:1], reason
+            reader = csv.reader(feed)
             continue
-        yield Record(source, dict(zip(header, cells)), raw, from_csv=True)
+        yield cells, feed.taken, None
+
+
+def parse_csv(path: str, stream) -> Iterator[Record | DeadLetter | SourceLines]:
+    lines = _Lines(stream, keep_cr=True)
+    feed = _Feed(lines)
+    records = _csv_records(feed)
+    skipped = 0
+    header = None
+    row_number = 0
+    for cells, taken, error in records:
+        first, span = taken[0].number, len(taken)
+        where = f"line {first}" if span == 1 else f"lines {first}-{first + span - 1}"
+        raw = "\n".join(line.text for line in taken)
+        if header is None:
+            if error is None and not any(c.strip() for c in cells):
+                skipped += span  # blank lines before the header
+                continue
+            bad = error or next((line.bad for line in taken if line.bad), None)
+            if bad is None and len(set(cells)) != len(cells):
+                bad = f"CSV header repeats columns {sorted({h for h in cells if cells.count(h) > 1})}"
+            if bad:
+                feed.drain()  # the header is unusable: so is every row under it
+                total = lines.count
+                yield DeadLetter(f"{path}:header ({where})", f"cannot read the CSV header: {bad}; no row of this file was read",
+                                 raw, origin=path, line=first, line_count=total - first + 1)
+                yield SourceLines(path, total, first - 1)
+                return
+            header = cells
+            skipped += span
+            continue
+        if error is None and not any(c.strip() for c in cells):
+            skipped += span  # blank lines are not records
+            continue
+        row_number += 1
+        source = f"{path}:row {row_number} ({where})"
+        if error:
+            yield DeadLetter(source, error, raw, origin=path, line=first, line_count=span)
+            continue
+        if len(cells) != len(header):
+            if span > 1:
+                # A quote that opened a field here ran on into the rows below:
+                # this line is damaged, the ones after it are read again as rows.
+                feed.push_back(taken[1:])
+                yield DeadLetter(f"{path}:row {row_number} (line {first})",
+                                 f"a quoted field opened on line {first} runs across {span} lines into a record of "
+                                 f"{len(cells)} cells, the header has {len(header)}; the lines after it are read again as rows",
+                                 taken[0].text, origin=path, line=first)
+                continue
+            yield DeadLetter(source, f"row has {len(cells)} cells, the header has {len(header)}", raw,
+                             origin=path, line=first, line_count=span)
+            continue
+        bad = next((line.bad for line in taken if line.bad), None)
+        if bad:
+            yield DeadLetter(source, bad, raw, origin=path, line=first, line_count=span)
+            continue
+        yield Record(source, dict(zip(header, cells)), _csv_text(cells), from_csv=True,
+                     origin=path, line=first, line_count=span)
+    if lines.error:
+        yield DeadLetter(f"{path}:line {lines.count + 1}", lines.error, "", origin=path, line=lines.count + 1, line_count=0)
+    yield SourceLines(path, lines.count, skipped)
 
 
 def _csv_text(cells: list[str]) -> str:
@@ -118,26 +449,43 @@ def _csv_text(cells: list[str]) -> str:
 PARSERS = {"jsonl": parse_jsonl, "csv": parse_csv}
 
 
+def parse_file(path: str, fmt: str) -> Iterator[Record | DeadLetter | SourceLines]:
+    """Every record, dead letter and the line count of one file (decompressed by its extension)."""
+    if path.endswith(".gz"):
+        # Python's gzip, not Beam's decompressor: Beam's reads a truncated .gz as a
+        # shorter file without a word, and whole rows would vanish unaccounted.
+        with FileSystems.open(path, mime_type="application/octet-stream",
+                              compression_type=CompressionTypes.UNCOMPRESSED) as raw, gzip.GzipFile(fileobj=raw) as stream:
+            yield from PARSERS[fmt](path, stream)
+        return
+    with FileSystems.open(path, mime_type="application/octet-stream") as stream:
+        yield from PARSERS[fmt](path, stream)
+
+
 class ParseFileFn(beam.DoFn):
     def __init__(self, fmt: str):
         self._fmt = fmt
         self._read = Metrics.counter("evalbeam", "records_read")
         self._bad = Metrics.counter("evalbeam", "records_unparseable")
+        self._lines = Metrics.counter("evalbeam", "lines_read")
 
-    def process(self, readable: fileio.ReadableFile):
-        path = readable.metadata.path
-        with readable.open(mime_type="application/octet-stream") as stream:
-            for item in PARSERS[self._fmt](path, stream):
-                self._read.inc()
-                if isinstance(item, DeadLetter):
-                    self._bad.inc()
-                    yield beam.pvalue.TaggedOutput(DEAD_LETTER, item)
-                else:
-                    yield item
+    def process(self, path: str):
+        for item in parse_file(path, self._fmt):
+            if isinstance(item, SourceLines):
+                self._lines.inc(item.lines)
+                yield beam.pvalue.TaggedOutput(LINES, item)
+                continue
+            self._read.inc()
+            if isinstance(item, DeadLetter):
+                self._bad.inc()
+                yield beam.pvalue.TaggedOutput(DEAD_LETTER, item)
+            else:
+                yield item
 
 
 class ReadRecords(beam.PTransform):
-    """Files matching ``uri`` -> Records (main) and DeadLetters (tag 'dead_letter')."""
+    """Files matching ``uri`` -> Records (main), DeadLetters (tag 'dead_letter')
+    and one SourceLines per file (tag 'lines')."""
 
     def __init__(self, uri: str, fmt: str):
         super().__init__()
@@ -148,11 +496,12 @@ class ReadRecords(beam.PTransform):
         parsed = (
             pbegin
             | "MatchFiles" >> fileio.MatchFiles(self._uri, empty_match_treatment=fileio.EmptyMatchTreatment.DISALLOW)
-            | "OpenFiles" >> fileio.ReadMatches()
-            | "ParseFiles" >> beam.ParDo(ParseFileFn(self._fmt)).with_outputs(DEAD_LETTER, main="records")
+            | "Paths" >> beam.Map(lambda metadata: metadata.path)
+            # one file per worker: the files, not their records, are spread here
+            | "SpreadFiles" >> beam.Reshuffle()
+            | "ParseFiles" >> beam.ParDo(ParseFileFn(self._fmt)).with_outputs(DEAD_LETTER, LINES, main="records")
         )
-        records = parsed.records | "Spread" >> beam.Reshuffle()
-        return records, parsed[DEAD_LETTER]
+        return parsed.records, parsed[DEAD_LETTER], parsed[LINES]
 
 
 def match_files(uri: str) -> list[str]:
@@ -161,15 +510,22 @@ def match_files(uri: str) -> list[str]:
     return sorted(m.path for m in result.metadata_list)
 
 
-def sample_records(paths: list[str], fmt: str, limit: int = 200) -> list[dict[str, Any]]:
-    """Up to ``limit`` parseable records from the first files, for checking
-    columns before the pipeline starts."""
-    sample: list[dict[str, Any]] = []
+@dataclasses.dataclass
+class Sample:
+    records: list[dict[str, Any]]
+    dead_letters: list[DeadLetter]
+
+
+def sample_records(paths: list[str], fmt: str, limit: int = 200) -> Sample:
+    """Up to ``limit`` parseable records from the first files (and the dead
+    letters met on the way), for checking columns before the pipeline starts."""
+    sample = Sample([], [])
     for path in paths:
-        with FileSystems.open(path, mime_type="application/octet-stream") as stream:
-            for item in PARSERS[fmt](path, stream):
-                if isinstance(item, Record):
-                    sample.append(item.data)
-                    if len(sample) >= limit:
-                        return sample
+        for item in parse_file(path, fmt):
+            if isinstance(item, Record):
+                sample.records.append(item.data)
+                if len(sample.records) >= limit:
+                    return sample
+            elif isinstance(item, DeadLetter) and len(sample.dead_letters) < limit:
+                sample.dead_letters.append(item)
     return sample

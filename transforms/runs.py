@@ -35,7 +35,8 @@ def judge_totals(usage: dict[str, dict[str, int]], prices: dict[str, dict[str, f
     }
 
 
-def _runs_row(_, *, base, prices, model, read, scored, dead, metric_errors, usage):
+def _runs_row(_, *, base, prices, model, read, scored, dead, metric_errors, usage, lines):
+    lines_read, lines_skipped, lines_scored, lines_dead = lines
     return {
         **base,
         "finished_at": utc_now(),
@@ -43,12 +44,26 @@ def _runs_row(_, *, base, prices, model, read, scored, dead, metric_errors, usag
         "scored_count": scored,
         "dead_letter_count": dead,
         "metric_error_count": metric_errors,
+        "lines_read": lines_read,
+        "lines_skipped": lines_skipped,
+        "lines_scored": lines_scored,
+        "lines_dead_lettered": lines_dead,
         **judge_totals(usage, prices, model),
     }
 
 
+def _sum(pcoll, label, value):
+    return pcoll | f"{label}Each" >> beam.Map(value) | f"{label}Sum" >> beam.CombineGlobally(sum)
+
+
 class RunRecord(beam.PTransform):
-    """(records read, instances, scored parts, dead letters, judge usage) -> the one `runs` row."""
+    """(records read, scored instances, every scored part, dead letters, judge
+    usage, source lines) -> the one `runs` row.
+
+    Two accounts must balance: records (read = scored + dead-lettered) and the
+    source's physical lines (read = skipped + in scored records + in dead
+    letters). The second is counted from the files themselves and from what
+    reached the end, so a record lost anywhere on the way shows as a mismatch."""
 
     def __init__(self, run: RunKey, name: str, config_json: str, version: str, started_at: dt.datetime,
                  prices: dict | None = None, model: str | None = None):
@@ -64,11 +79,16 @@ class RunRecord(beam.PTransform):
         self._model = model
 
     def expand(self, inputs):
-        read, instances, scored, dead, usage = inputs
-        metric_errors = (
-            scored
-            | "MetricErrors" >> beam.Map(lambda s: sum(r["error"] is not None for r in s.results))
-            | "SumErrors" >> beam.CombineGlobally(sum)
+        read, computed, scored, dead, usage, source_lines = inputs
+        metric_errors = _sum(scored, "MetricErrors", lambda s: sum(r["error"] is not None for r in s.results))
+        lines = (
+            (
+                source_lines | "LinesRead" >> beam.Map(lambda s: (s.lines, s.skipped, 0, 0)),
+                computed | "LinesScored" >> beam.Map(lambda s: (0, 0, s.instance.line_count, 0)),
+                dead | "LinesDead" >> beam.Map(lambda d: (0, 0, 0, d.line_count)),
+            )
+            | "AllLines" >> beam.Flatten()
+            | "SumLines" >> beam.CombineGlobally(lambda rows: tuple(map(sum, zip((0, 0, 0, 0), *rows))))
         )
         side = beam.pvalue.AsSingleton
         return (
@@ -80,9 +100,10 @@ class RunRecord(beam.PTransform):
                 prices=self._prices,
                 model=self._model,
                 read=side(_count(read, "CountRead")),
-                scored=side(_count(instances, "CountScored")),
+                scored=side(_count(computed, "CountScored")),
                 dead=side(_count(dead, "CountDeadLetters")),
                 metric_errors=side(metric_errors),
                 usage=side(usage),
+                lines=side(lines),
             )
         )
