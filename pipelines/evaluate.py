@@ -22,7 +22,15 @@ from transforms.schema import RunKey, instance_row, utc_now
 from transforms.score import ScoreInstances, plan_metrics
 from transforms.summarize import SummarizeScores
 from transforms.validate import ToInstances
-from transforms.write import WriteParquetTable, clear_run_output, run_folder
+from transforms.write import (
+    OutputFolderError,
+    ReplaceRunFolder,
+    WriteParquetTable,
+    attempt_folder,
+    check_run_folder,
+    check_writable,
+    run_folder,
+)
 
 LOCAL_RUNNERS = (None, "DirectRunner", "direct", "PrismRunner", "prism")
 
@@ -48,6 +56,7 @@ class Preflight:
     source: str  # what was checked: the files matched, or the BigQuery table/query
     checked_rows: int | None  # rows sampled for the column check (None: the table schema was used)
     columns: set[str]
+    unreadable: list = dataclasses.field(default_factory=list)  # dead letters met while sampling
 
 
 def billing_project(config: EvalConfig, options: PipelineOptions | None) -> str | None:
@@ -58,9 +67,10 @@ def billing_project(config: EvalConfig, options: PipelineOptions | None) -> str 
     return options.view_as(GoogleCloudOptions).project if options else None
 
 
-def preflight(config: EvalConfig, options: PipelineOptions | None = None) -> Preflight:
+def preflight(config: EvalConfig, options: PipelineOptions | None = None, run_id: str | None = None) -> Preflight:
     """Check, before any work, that the input exists, that its columns provide
-    every input of every metric, and that the outputs can be written. Raises
+    every input of every metric, and that the outputs can be written (and, for
+    `run_id`, that its Parquet folder is evalbeam's to replace). Raises
     ConfigError naming the resource or field at fault. Creates nothing."""
     if config.input.kind == "files":
         checked = _check_files(config)
@@ -71,7 +81,7 @@ def preflight(config: EvalConfig, options: PipelineOptions | None = None) -> Pre
             raise ConfigError(str(e)) from None
         checked = Preflight(label, None, set(columns))
     _check_columns(config, checked)
-    _check_outputs(config, options)
+    _check_outputs(config, options, run_id or config.run_id or (config.run_date and config.resolved_run_id()))
     _check_judge(config, options)
     return checked
 
@@ -115,7 +125,7 @@ def _check_files(config: EvalConfig) -> Preflight:
     if not files:
         raise ConfigError(f"input.uri: no file matches {uri!r}")
     sample = sample_records(files, config.input.inferred_format())
-    return Preflight(f"{len(files)} file(s)", len(sample), present_columns(sample))
+    return Preflight(f"{len(files)} file(s)", len(sample.records), present_columns(sample.records), sample.dead_letters)
 
 
 def _short(error) -> str:
@@ -155,7 +165,7 @@ def _check_columns(config: EvalConfig, checked: Preflight) -> None:
         )
 
 
-def _check_outputs(config: EvalConfig, options: PipelineOptions | None) -> None:
+def _check_outputs(config: EvalConfig, options: PipelineOptions | None, run_id: str | None) -> None:
     parquet = config.output.parquet
     if parquet and parquet.startswith("gs://"):
         bucket = parquet[len("gs://"):].split("/", 1)[0]
@@ -165,6 +175,13 @@ def _check_outputs(config: EvalConfig, options: PipelineOptions | None) -> None:
             raise ConfigError(f"output.parquet: cannot reach bucket {bucket!r}: {_short(e)}") from None
         if not exists:
             raise ConfigError(f"output.parquet: bucket {bucket!r} does not exist")
+    if parquet:
+        try:
+            check_writable(parquet)
+            if run_id:
+                check_run_folder(parquet, run_id)
+        except OutputFolderError as e:
+            raise ConfigError(str(e)) from None
     if config.output.bigquery and options is not None:
         runner = options.view_as(StandardOptions).runner
         temp = options.view_as(GoogleCloudOptions).temp_location
@@ -178,9 +195,10 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
     slices = tuple(config.input.slice_columns)
 
     if read_plan is None:
-        records, unparseable = pipeline | "Read" >> ReadRecords(config.input.uri, config.input.inferred_format())
+        records, unparseable, source_lines = pipeline | "Read" >> ReadRecords(
+            config.input.uri, config.input.inferred_format())
     else:
-        records = pipeline | "ReadBigQuery" >> bigquery.ReadBigQueryRows(read_plan)
+        records, source_lines = pipeline | "ReadBigQuery" >> bigquery.ReadBigQueryRows(read_plan)
         unparseable = pipeline | "NoUnparseableRows" >> beam.Create([])
     instances, invalid = records | "Validate" >> ToInstances(row_spec(config))
     dead_letters = (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()
@@ -201,7 +219,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         usage = pipeline | "NoJudgeUsage" >> beam.Create([{}])
     summary = scored | "Summarize" >> SummarizeScores(run, thresholds)
     read = (records, unparseable) | "AllRead" >> beam.Flatten()
-    runs = (read, instances, scored, dead_letters, usage) | "RunRecord" >> RunRecord(
+    runs = (read, computed, scored, dead_letters, usage, source_lines) | "RunRecord" >> RunRecord(
         run, config.name, config.to_json(), evalbeam_version(), started_at, config.judge.prices, config.judge.model
     )
 
@@ -213,32 +231,37 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         "dead_letter": dead_letters | "DeadLetterRows" >> beam.Map(lambda d, r: d.row(r), run),
         "judge_cache": cache_rows,
     }
-    # Parquet is always written: it is the output, or what BigQuery loads from.
-    folder = config.output.parquet or staging
+    # Parquet is always written: it is the output (written beside the run's
+    # folder, and put in its place at the end), or what BigQuery loads from.
+    if config.output.parquet:
+        folder = attempt_folder(config.output.parquet, run.run_id, attempt)
+    else:
+        folder = run_folder(staging, run.run_id)
     written = {
-        table: rows | f"Write_{table}" >> WriteParquetTable(folder, run.run_id, table, slices)
+        table: rows | f"Write_{table}" >> WriteParquetTable(folder, table, slices)
         for table, rows in tables.items()
     }
+    done = dict(written)
     if config.output.bigquery:
-        written | "PublishToBigQuery" >> bigquery.PublishToBigQuery(
+        done["published"] = written | "PublishToBigQuery" >> bigquery.PublishToBigQuery(
             config.output.bigquery, run, slices, attempt, config.output.bigquery_location,
-            staging_folder=None if config.output.parquet else run_folder(staging, run.run_id),
+            staging_folder=None if config.output.parquet else folder,
         )
+    if config.output.parquet:
+        done | "ReplaceRunFolder" >> ReplaceRunFolder(config.output.parquet, run.run_id, attempt)
 
 
 def run(config: EvalConfig, options: PipelineOptions):
-    """Check the inputs and outputs, clear an earlier attempt's Parquet output of
-    this run_id, prepare the BigQuery dataset, then run the pipeline: to the end
-    on a local runner, or until submitted on a remote one.
+    """Check the inputs and outputs, prepare the BigQuery dataset, then run the
+    pipeline: to the end on a local runner, or until submitted on a remote one.
+    An earlier output of the same run_id is replaced only when the run succeeds.
     Returns (RunKey, PipelineResult)."""
-    preflight(config, options)
     started_at = utc_now()
     run_key = RunKey(config.resolved_run_id(started_at), config.resolved_run_date(started_at))
+    preflight(config, options, run_key.run_id)
     attempt = uuid.uuid4().hex[:12]
     staging = None
-    if config.output.parquet:
-        clear_run_output(config.output.parquet, run_key.run_id)
-    elif config.output.bigquery:
+    if config.output.bigquery and not config.output.parquet:
         temp = options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir()
         staging = f"{temp.rstrip('/')}/evalbeam-staging/{attempt}"
     try:

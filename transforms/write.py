@@ -1,21 +1,90 @@
-"""Writing the output tables as Parquet under <output>/<run_id>/<table>/."""
+"""Writing the output tables as Parquet under <output>/<run_id>/<table>/.
+
+A run never writes into its run folder directly. Each attempt writes beside it,
+under <output>/_evalbeam_attempts/<run_id>.<attempt>/, and only when every
+table is written (and published to BigQuery, when configured) does one final
+step put the attempt in place of the run folder. So a run that fails leaves the
+previous output of its run_id as it was.
+
+evalbeam only ever removes what it wrote: a run folder it wrote holds a marker
+file (MARKER), and a folder at <output>/<run_id> without one is refused before
+any work, never replaced.
+"""
 from __future__ import annotations
+
+import json
+import os
+import tempfile
+import uuid
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.parquetio import WriteToParquet
 
-from transforms.schema import arrow_schema
+from transforms.schema import arrow_schema, utc_now
+
+MARKER = "_evalbeam_run.json"
+ATTEMPTS = "_evalbeam_attempts"
+
+
+class OutputFolderError(RuntimeError):
+    """An output folder evalbeam may not write or replace; the message says which and why."""
 
 
 def run_folder(output: str, run_id: str) -> str:
     return FileSystems.join(output, run_id)
 
 
-def clear_run_output(output: str, run_id: str) -> bool:
-    """Delete an earlier attempt's output of this run_id, so that re-running a
-    run_id replaces it. Returns whether there was anything to delete."""
-    return delete_tree(run_folder(output, run_id))
+def attempt_folder(output: str, run_id: str, attempt: str) -> str:
+    return FileSystems.join(output, ATTEMPTS, run_id, attempt)
+
+
+def _is_local(path: str) -> bool:
+    return FileSystems.get_scheme(path) is None
+
+
+def _files(folder: str) -> list[str]:
+    """Every file under a folder (an object store has no folders, only name prefixes)."""
+    folder = folder.rstrip("/")
+    if _is_local(folder):
+        return [os.path.join(d, f) for d, _, names in os.walk(folder) for f in names]
+    return [m.path for m in FileSystems.match([folder + "/**"])[0].metadata_list]
+
+
+def _exists(folder: str) -> bool:
+    return os.path.lexists(folder) if _is_local(folder) else bool(_files(folder))
+
+
+def is_evalbeam_folder(folder: str) -> bool:
+    return FileSystems.exists(FileSystems.join(folder, MARKER))
+
+
+def check_run_folder(output: str, run_id: str) -> None:
+    """Raise OutputFolderError if <output>/<run_id> holds something evalbeam did not write."""
+    folder = run_folder(output, run_id)
+    if _exists(folder) and not is_evalbeam_folder(folder):
+        raise OutputFolderError(
+            f"output.parquet: {folder} exists and was not written by evalbeam (it has no {MARKER}); "
+            "evalbeam will not replace it: choose another run_id or output folder")
+
+
+def check_writable(output: str) -> None:
+    """Raise OutputFolderError unless a local output folder can be created and written.
+    Creates nothing that stays: a probe file in the nearest existing folder is removed at once."""
+    if not _is_local(output):
+        return
+    path = os.path.abspath(output)
+    existing = path
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise OutputFolderError(f"output.parquet: cannot write under {output!r}: {existing} is not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".evalbeam-probe-", dir=existing)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        raise OutputFolderError(f"output.parquet: cannot write under {output!r}: {e.strerror or e} ({existing})") from None
 
 
 def delete_tree(folder: str) -> bool:
@@ -26,22 +95,77 @@ def delete_tree(folder: str) -> bool:
     if FileSystems.exists(folder):
         FileSystems.delete([folder])
         return True
-    found = [m.path for m in FileSystems.match([folder + "/**"])[0].metadata_list]
+    found = _files(folder)
     if found:
         FileSystems.delete(found)
     return bool(found)
 
 
-class WriteParquetTable(beam.PTransform):
-    """Rows -> Parquet files; the output is the final file names, emitted once
-    every file is written."""
+def _move_tree(source: str, target: str) -> None:
+    source, target = source.rstrip("/"), target.rstrip("/")
+    if _is_local(source):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.rename(source, target)  # one atomic rename on a local filesystem
+        return
+    files = _files(source)
+    FileSystems.rename(files, [target + f[len(source):] for f in files])
 
-    def __init__(self, output: str, run_id: str, table: str, slice_columns=()):
+
+def replace_run_folder(output: str, run_id: str, attempt: str) -> None:
+    """Put a finished attempt in place of the run folder. The previous output is
+    moved aside first and deleted last; only evalbeam's own folders are touched."""
+    final = run_folder(output, run_id)
+    new = attempt_folder(output, run_id, attempt)
+    with FileSystems.create(FileSystems.join(new, MARKER), mime_type="application/json") as f:
+        f.write(json.dumps({"run_id": run_id, "attempt": attempt, "written_at": utc_now().isoformat()}).encode())
+    check_run_folder(output, run_id)  # again: something may have appeared there while the run ran
+    old = None
+    if _exists(final):
+        old = attempt_folder(output, run_id, f"{attempt}-replaced-{uuid.uuid4().hex[:6]}")
+        _move_tree(final, old)
+    _move_tree(new, final)
+    if old:
+        delete_tree(old)
+    # attempts of this run_id that died before finishing: evalbeam's own leftovers
+    delete_tree(FileSystems.join(output, ATTEMPTS, run_id))
+    for folder in (FileSystems.join(output, ATTEMPTS, run_id), FileSystems.join(output, ATTEMPTS)):
+        if _is_local(folder) and os.path.isdir(folder) and not os.listdir(folder):
+            os.rmdir(folder)
+
+
+class WriteParquetTable(beam.PTransform):
+    """Rows -> Parquet files under <folder>/<table>/; the output is the final
+    file names, emitted once every file is written."""
+
+    def __init__(self, folder: str, table: str, slice_columns=()):
         super().__init__()
-        self._prefix = FileSystems.join(run_folder(output, run_id), table, "part")
+        self._prefix = FileSystems.join(folder, table, "part")
         self._schema = arrow_schema(table, slice_columns)
 
     def expand(self, rows):
         return rows | "WriteParquet" >> WriteToParquet(
             self._prefix, self._schema, file_name_suffix=".parquet", codec="snappy"
         )
+
+
+class _ReplaceFn(beam.DoFn):
+    def __init__(self, output: str, run_id: str, attempt: str):
+        self._args = (output, run_id, attempt)
+
+    def process(self, _, **done):
+        replace_run_folder(*self._args)
+        yield self._args[1]
+
+
+class ReplaceRunFolder(beam.PTransform):
+    """Once everything in `done` (PCollections: written files, a publish step)
+    is finished, put the attempt's folder in place of the run folder."""
+
+    def __init__(self, output: str, run_id: str, attempt: str):
+        super().__init__()
+        self._fn = _ReplaceFn(output, run_id, attempt)
+
+    def expand(self, done: dict):
+        pipeline = next(iter(done.values())).pipeline
+        side = {name: beam.pvalue.AsList(p) for name, p in done.items()}
+        return pipeline | "Once" >> beam.Create([None]) | "Replace" >> beam.ParDo(self._fn, **side)
