@@ -80,7 +80,7 @@ class InputConfig(_Model):
     @classmethod
     def _slice_names(cls, columns: list[str]) -> list[str]:
         for col in columns:
-            if not re.match(COLUMN_RE, col):
+            if not re.fullmatch(COLUMN_RE, col):
                 raise ValueError(f"{col!r} is not a valid column name (letters, digits, underscore)")
             if col in reserved_columns():
                 raise ValueError(f"{col!r} clashes with an output column of the instances table")
@@ -93,7 +93,7 @@ class InputConfig(_Model):
         if (self.uri is None) == (self.query is None):
             raise ValueError("set exactly one of input.uri and input.query")
         if self.uri is not None and self.uri.startswith("bq://"):
-            if not re.match(BQ_TABLE_URI_RE, self.uri):
+            if not re.fullmatch(BQ_TABLE_URI_RE, self.uri):
                 raise ValueError(
                     f"{self.uri!r} is not a valid BigQuery table: expected bq://project.dataset.table with a valid "
                     "project id (lower-case letters, digits, hyphens), dataset (letters, digits, underscores) and table name"
@@ -166,7 +166,7 @@ class JudgeConfig(_Model):
     @classmethod
     def _valid_tables(cls, locations: list[str]) -> list[str]:
         for location in locations:
-            if location.startswith("bq://") and not re.match(BQ_TABLE_URI_RE, location):
+            if location.startswith("bq://") and not re.fullmatch(BQ_TABLE_URI_RE, location):
                 raise ValueError(f"{location!r} is not a valid bq://project.dataset.table")
         return locations
 
@@ -364,13 +364,24 @@ def format_errors(error: pydantic.ValidationError) -> str:
     return "\n".join(lines)
 
 
+def _override_value(text: str) -> Any:
+    """A --set value: YAML (numbers, lists, mappings...), else the text as typed
+    (`*.jsonl` or `%x` are not valid YAML, and are meant as text)."""
+    if not text:
+        return ""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
 def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``--set a.b.c=value`` (value parsed as YAML; list items by index)."""
+    """Apply ``--set a.b.c=value`` (value parsed as YAML, else text; list items by index)."""
     for item in overrides:
         path, sep, text = item.partition("=")
         if not sep or not path:
             raise ConfigError(f"--set {item!r}: expected KEY.PATH=VALUE")
-        value = yaml.safe_load(text) if text else ""
+        value = _override_value(text)
         node: Any = raw
         parts = path.split(".")
         for i, part in enumerate(parts):
@@ -415,4 +426,27 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> EvalCon
     try:
         return EvalConfig.model_validate(raw)
     except pydantic.ValidationError as e:
-        raise ConfigError(f"{path}: invalid config\n{format_errors(e)}") from None
+        error = e
+    # A string field set with --set takes the text as typed (`--set run_id=20261122`
+    # is YAML for a number): put those values back as text and validate once more.
+    typed = {tuple(o.partition("=")[0].split(".")): o.partition("=")[2] for o in overrides or []}
+    as_text = [loc for loc in (tuple(map(str, err["loc"])) for err in error.errors() if err["type"] == "string_type")
+               if loc in typed]
+    if as_text:
+        for loc in as_text:
+            _set_text(raw, loc, typed[loc])
+        try:
+            return EvalConfig.model_validate(raw)
+        except pydantic.ValidationError as e:
+            error = e
+    raise ConfigError(f"{path}: invalid config\n{format_errors(error)}") from None
+
+
+def _set_text(raw: Any, parts: tuple[str, ...], text: str) -> None:
+    node = raw
+    for part in parts[:-1]:
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    if isinstance(node, list):
+        node[int(parts[-1])] = text
+    else:
+        node[parts[-1]] = text

@@ -139,6 +139,6 @@ def as_metric_value(result: "MetricValue | float | int | bool") -> MetricValue:
     if not isinstance(score, (int, float)):
         raise MetricError(f"score must be a number, got {type(score).__name__}")
     score = float(score)
-    if math.isinf(score):
-        raise MetricError("score is infinite")
+    if not math.isfinite(score):
+        raise MetricError(f"score is not a finite number ({score!r})")
     return value if type(value.score) is float else dataclasses.replace(value, score=score)

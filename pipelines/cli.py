@@ -28,17 +28,18 @@ def _config_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="evalbeam", description="Batch evaluation of LLM and agent outputs on Apache Beam.")
+    parser = argparse.ArgumentParser(prog="evalbeam", description="Batch evaluation of LLM and agent outputs on Apache Beam.",
+                                     allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run an evaluation (extra arguments go to Beam)")
+    run = sub.add_parser("run", help="run an evaluation (extra arguments go to Beam)", allow_abbrev=False)
     _config_args(run)
-    validate = sub.add_parser("validate", help="check a config and its dataset's columns; runs nothing")
+    validate = sub.add_parser("validate", help="check a config and its dataset's columns; runs nothing", allow_abbrev=False)
     _config_args(validate)
     sub.add_parser("metrics", help="list every metric")
-    runs = sub.add_parser("runs", help="list runs, newest first")
+    runs = sub.add_parser("runs", help="list runs, newest first", allow_abbrev=False)
     runs.add_argument("--eval", help="only the runs of this eval (config name)")
     _results_args(runs)
-    show = sub.add_parser("show", help="print a run's summary")
+    show = sub.add_parser("show", help="print a run's summary", allow_abbrev=False)
     show.add_argument("run_id")
     _results_args(show)
     return parser
@@ -61,12 +62,47 @@ def _results(args):
     return ParquetResults(args.parquet or "output/")
 
 
+def _unknown_beam_args(beam_args: list[str]) -> list[str]:
+    """The arguments no Beam option knows: Beam would drop them with a warning,
+    and a mistyped flag (`--sett run_id=x`) would silently not apply."""
+    parsers = []
+    beam_log = logging.getLogger("apache_beam.options.pipeline_options")
+    level = beam_log.level
+    beam_log.setLevel(logging.ERROR)  # its "Discarding unparseable args" warning: we say it as an error
+    try:
+        PipelineOptions(beam_args).get_all_options(add_extra_args_fn=parsers.append)
+    finally:
+        beam_log.setLevel(level)
+    _, unknown = parsers[0].parse_known_args(beam_args)
+    return unknown
+
+
+def _check_runner(options: PipelineOptions) -> None:
+    from apache_beam.runners.runner import create_runner
+
+    runner = options.view_as(StandardOptions).runner
+    if runner is None:
+        return
+    try:
+        create_runner(runner)
+    except (ValueError, ImportError) as e:
+        raise ConfigError(f"--runner={runner}: {e}") from None
+
+
 def _with_setup_file(beam_args: list[str]) -> list[str]:
     """Remote workers install evalbeam from its setup.py: pass it unless the
     caller (or a Flex Template launcher) already did."""
-    setup = Path(__file__).resolve().parent.parent / "setup.py"
-    if any(a.startswith("--setup_file") for a in beam_args) or not setup.exists():
+    given = ("--setup_file", "--extra_package", "--sdk_container_image")
+    if any(a.startswith(given) for a in beam_args):
         return beam_args
+    setup = Path(__file__).resolve().parent.parent / "setup.py"
+    if not setup.exists():
+        # an installed (not editable) evalbeam has no setup.py to stage: without one of
+        # the flags above the workers would have no evalbeam to import
+        raise ConfigError(
+            "remote workers need evalbeam installed: run from a checkout of evalbeam (its setup.py is staged "
+            "automatically), or pass --setup_file=PATH/setup.py, --extra_package=evalbeam-*.tar.gz or "
+            "--sdk_container_image=IMAGE (see the README's Dataflow section)")
     return beam_args + [f"--setup_file={setup}"]
 
 
@@ -94,35 +130,51 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command != "run" and beam_args:
         _parser().error(f"unrecognized arguments: {' '.join(beam_args)}")
+    if args.command == "run" and (unknown := _unknown_beam_args(beam_args)):
+        _parser().error(f"unrecognized arguments (neither evalbeam's nor Beam's): {' '.join(unknown)}")
     from pipelines import evaluate
-    from pipelines.report import results_for, run_report, runs_report
+    from pipelines.report import ResultsError, results_for, run_problems, run_report, runs_report
 
     try:
         if args.command == "runs":
             print(runs_report(_results(args), args.eval))
             return 0
         if args.command == "show":
-            print(run_report(_results(args), args.run_id))
+            results = _results(args)
+            tables = results.run_tables(args.run_id)
+            if not tables["runs"]:
+                print(f"evalbeam: no run {args.run_id!r} in {results.location}", file=sys.stderr)
+                return 1
+            print(run_report(results, args.run_id, tables))
             return 0
         config = load_config(args.config, args.overrides)
         if args.command == "validate":
             checked = evaluate.preflight(config)
+            if checked.checked_rows == 0 and checked.unreadable:
+                reasons = "\n".join(f"  {d.source}: {d.reason}" for d in checked.unreadable[:10])
+                raise ConfigError(f"no row of the dataset ({checked.source}) could be read; the first reasons:\n{reasons}")
             rows = "its schema" if checked.checked_rows is None else f"{checked.checked_rows} row(s)"
             print(f"config ok: {len(config.metrics)} metrics; input {checked.source}; columns checked on {rows}")
             return 0
         logging.getLogger().setLevel(logging.WARNING)
         options = PipelineOptions(beam_args)
+        _check_runner(options)
         if options.view_as(StandardOptions).runner not in evaluate.LOCAL_RUNNERS:
             options = PipelineOptions(_with_setup_file(beam_args))
         run_key, result = evaluate.run(config, options)
-    except ConfigError as e:
+    except (ConfigError, ResultsError) as e:
         print(f"evalbeam: {e}", file=sys.stderr)
         return 2
     if options.view_as(StandardOptions).runner not in evaluate.LOCAL_RUNNERS:
         job_id = getattr(result, "job_id", lambda: None)()
         print(f"submitted run {run_key.run_id} (run date {run_key.run_date})" + (f" as job {job_id}" if job_id else ""))
         return 0
-    print(run_report(results_for(config), run_key.run_id))
+    results = results_for(config)
+    tables = results.run_tables(run_key.run_id)
+    print(run_report(results, run_key.run_id, tables))
+    if tables["runs"] and run_problems(tables):
+        print(f"evalbeam: run {run_key.run_id} finished with problems (listed above)", file=sys.stderr)
+        return 1
     return 0
 
 

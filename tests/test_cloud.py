@@ -68,7 +68,8 @@ def test_gcs_jsonl_in_and_gcs_parquet_out(cloud, tmp_path):
     assert "read 7 = scored 6 + dead-lettered 1" in out
     assert f"gs://{BUCKET}/t1/in/part-1.jsonl:4: invalid JSON" in out
     names = sorted(b.name for b in gcs().list_blobs(prefix="t1/out/r1/"))
-    assert {n.split("/")[3] for n in names} == {"instances", "metric_results", "summary", "runs", "dead_letter", "judge_cache"}
+    assert {n.split("/")[3] for n in names} == {"instances", "metric_results", "summary", "runs", "dead_letter", "judge_cache",
+                                               "_evalbeam_run.json"}
 
     shown = evalbeam("show", "r1", "--parquet", f"gs://{BUCKET}/t1/out").stdout
     assert "run r1 (cloud-eval" in shown
@@ -344,3 +345,17 @@ def test_dataflow_dry_run_with_judge_metrics_keeps_the_key_out(cloud, monkeypatc
     assert secret not in job.json()
     assert secret.encode() not in job.proto_pipeline.SerializeToString()
     assert secret not in str(job.options.get_all_options())
+
+
+def test_compressed_input_on_gcs_keeps_line_numbers(cloud, tmp_path):
+    import gzip
+
+    rows = agent_rows(4)
+    jsonl = "\n".join(json.dumps(r) for r in rows[:2]) + "\n{broken\n" + "\n".join(json.dumps(r) for r in rows[2:]) + "\n"
+    gcs().blob("gz/in/a.jsonl.gz").upload_from_string(gzip.compress(jsonl.encode()))
+    config = write_config(tmp_path, f"uri: gs://{BUCKET}/gz/in/*.jsonl.gz\ncolumn_mapping: {{response: answer}}\nid_column: case",
+                          f"parquet: {tmp_path}/out", metrics=["exact_match"], extra="run_id: gz1")
+    out = evalbeam("run", config).stdout
+    assert "read 5 = scored 4 + dead-lettered 1" in out
+    assert f"gs://{BUCKET}/gz/in/a.jsonl.gz:3: invalid JSON" in out
+    assert "source lines 5 = 4 scored + 1 dead-lettered + 0 holding no record" in out
