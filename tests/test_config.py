@@ -64,6 +64,9 @@ def test_bad_metric_fields_are_named(tmp_path, change, expected):
         ("uri: data.jsonl", "uri: data.jsonl\n  slice_columns: [response]", "clashes with an output column"),
         ("uri: data.jsonl", "uri: data.jsonl\n  slice_columns: [run_date]", "clashes with an output column"),
         ("uri: data.jsonl", "uri: data.jsonl\n  slice_columns: [a-b]", "not a valid column name"),
+        ("uri: data.jsonl", 'uri: data.jsonl\n  slice_columns: ["dataset\\n"]', "not a valid column name"),  # a full match
+        ("name: t", 'name: "t\\n"', "name: String should match pattern"),
+        ("uri: data.jsonl", 'uri: "bq://my-project.ds.t\\n"', "not a valid BigQuery table"),
         ("name: t", "name: 'a b'", "name: String should match pattern"),
         ("output:\n  parquet: out/", "output: {}", "output: Value error, set output.parquet, output.bigquery or both"),
         ("output:\n  parquet: out/", "output: {bigquery: my-project}", "output.bigquery: String should match pattern"),
