@@ -20,6 +20,7 @@ in, with its true line, and reading goes on with the next one.
 """
 from __future__ import annotations
 
+import bisect
 import collections
 import csv
 import dataclasses
@@ -230,8 +231,6 @@ def _json_array(path: str, first: _Line, rest: Iterable[_Line], lines: _Lines):
     base = first.number - 1
 
     def line_at(offset: int) -> int:
-        import bisect
-
         return base + bisect.bisect_right(starts, offset)
 
     decoder = json.JSONDecoder()
@@ -272,7 +271,7 @@ def _json_array(path: str, first: _Line, rest: Iterable[_Line], lines: _Lines):
         raw = text[pos:end]
         count = span(start_line, end_line)
         accounted += count
-        damaged = [bad[n_] for n_ in range(start_line, end_line + 1) if n_ in bad]
+        damaged = [bad[number] for number in range(start_line, end_line + 1) if number in bad]
         if damaged:
             yield DeadLetter(source, damaged[0], raw, origin=path, line=start_line, line_count=count)
         elif not isinstance(value, dict):
@@ -369,10 +368,12 @@ def _csv_records(feed: _Feed):
             return
         except (csv.Error, _RecordTooLarge) as e:
             taken = feed.taken
-            reason = (f"a quoted field opened on line {taken[0].number} runs over {MAX_RECORD_BYTES:,} bytes"
-                      if isinstance(e, _RecordTooLarge) and len(taken) > 1 else
-                      next((line.bad for line in taken if line.bad), None) if isinstance(e, _RecordTooLarge) else
-                      f"unreadable CSV: {e}")
+            if not isinstance(e, _RecordTooLarge):
+                reason = f"unreadable CSV: {e}"
+            elif len(taken) == 1:
+                reason = taken[0].bad  # one line over the limit on its own
+            else:
+                reason = f"a quoted field opened on line {taken[0].number} runs over {MAX_RECORD_BYTES:,} bytes"
             feed.push_back(taken[1:])
             yield None, taken[:1], reason
             reader = csv.reader(feed)
