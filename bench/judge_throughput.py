@@ -70,6 +70,12 @@ def main() -> None:
     print(f"requests: {stats.requests} ({stats.accepted} admitted, {stats.rate_limited} answered 429, "
           f"{stats.errors} answered 503); wall time of evalbeam run {wall:.1f}s")
     print(f"achieved rate while judging: {achieved:.0f}/min = {achieved / args.quota:.3f} of the quota")
+    n = len(times)
+    if n >= 20:
+        a, b = int(n * 0.1), int(n * 0.9)
+        middle = (b - a) / (times[b] - times[a]) * 60
+        print(f"  steady state (middle 80% of requests): {middle:.0f}/min = {middle / args.quota:.3f}; first 10% of "
+              f"requests took {times[a] - times[0]:.1f}s, last 10% {times[-1] - times[b]:.1f}s (ramp-up, retry tail)")
     print(f"429s: {stats.rate_limited / stats.requests:.2%} of requests")
     print(f"lost judgments: {args.judgments - ok} (rows {rows}, scored {ok})")
 

@@ -144,7 +144,10 @@ class JudgeConfig(_Model):
     sampling_count: int = pydantic.Field(1, ge=1, le=32, description="samples per judgment, aggregated with a confidence")
     temperature: float = pydantic.Field(0.0, ge=0, le=2)
     max_output_tokens: int | None = pydantic.Field(2048, gt=0)
-    max_concurrency: int = pydantic.Field(128, ge=1, le=2048, description="calls in flight per shard")
+    max_concurrency: int = pydantic.Field(
+        1024, ge=1, le=4096,
+        description="the most calls in flight per shard (a memory bound); below it the number in flight is sized "
+                    "from the quota and the observed latency")
     shards: int = pydantic.Field(
         1, ge=1, le=1024,
         description="judge calls are split into this many shards, each on one worker with 1/shards of the quotas",

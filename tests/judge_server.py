@@ -82,6 +82,8 @@ class Stats:
     api_keys: set = dataclasses.field(default_factory=set)
     prompts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     echoed: int = 0  # error answers that repeated the request's credential
+    in_flight: int = 0  # admitted requests not yet answered
+    peak_in_flight: int = 0
     # Vertex AI: (project, location, model) per request, the bearer tokens presented, refusals
     vertex_resources: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     bearer_tokens: set = dataclasses.field(default_factory=set)
@@ -273,6 +275,16 @@ class JudgeServer:
                 if retry_after is not None:
                     return self._send(429, {"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).",
                                                       "status": "RESOURCE_EXHAUSTED"}}, {"Retry-After": str(int(retry_after))})
+                with server._lock:
+                    server.stats.in_flight += 1
+                    server.stats.peak_in_flight = max(server.stats.peak_in_flight, server.stats.in_flight)
+                try:
+                    self._answer_admitted(body, model, credential)
+                finally:
+                    with server._lock:
+                        server.stats.in_flight -= 1
+
+            def _answer_admitted(self, body: dict, model: str, credential: str | None):
                 prompt = body["contents"][0]["parts"][0]["text"]
                 latency, error, timeout = server._draw()
                 if timeout:

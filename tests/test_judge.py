@@ -354,3 +354,42 @@ def test_demo_judge_configs_run(tmp_path, api_key, config):
         assert pairwise["candidate_model_win_rate"] is not None
     else:
         assert {"response_follows_trajectory", "fluency", "safety"} <= judged
+
+
+def test_in_flight_window_follows_latency_and_rate():
+    import asyncio
+
+    from metrics.judge.ratelimit import InFlightWindow
+
+    window = InFlightWindow(cap=1000, initial_latency=2.0)
+    assert window.limit(100) == 200  # before any call: the rate times the initial guess
+    for _ in range(200):
+        window.observe(1.0)  # steady 1 s calls: the deviation decays, the window tends to rate x 1 s
+    assert 100 <= window.limit(100) <= 102
+    for seconds in (0.2, 3.0) * 100:  # a wide spread needs room for the tail
+        window.observe(seconds)
+    assert window.limit(100) > 400 and window.limit(0.5) == window.floor
+    assert InFlightWindow(cap=64).limit(100) == 64  # never above the memory bound
+
+    async def holds_at_the_limit():
+        w = InFlightWindow(cap=3)
+        for _ in range(3):
+            await w.acquire(lambda: 100.0)
+        blocked = asyncio.create_task(w.acquire(lambda: 100.0))
+        await asyncio.sleep(0.05)
+        assert not blocked.done() and w.in_flight == 3
+        await w.release()
+        await asyncio.wait_for(blocked, 1)
+        return w.in_flight, w.peak
+
+    assert asyncio.run(holds_at_the_limit()) == (3, 3)
+
+
+def test_calls_in_flight_grow_past_a_fixed_window_when_the_quota_needs_them(api_key):
+    # 200 requests a second at 1 s each need about 200 calls in flight (Little's law):
+    # more than the 128 a fixed window used to allow, fewer than the memory bound
+    with JudgeServer(Behaviour(latency_median=1.0)) as server:
+        settings = JudgeSettings(model="m", base_url=server.url, requests_per_minute=12000)
+        results = list(judge_stream(settings, requests_for([f"w{i} #score=2" for i in range(700)], settings), lambda r: r))
+    assert sorted(r.verdict for _, r in results) == ["2"] * 700
+    assert 150 < server.stats.peak_in_flight < settings.max_concurrency

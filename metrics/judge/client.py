@@ -17,9 +17,10 @@ import os
 import queue
 import random
 import threading
+import time
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-from metrics.judge.ratelimit import AdaptiveRateLimiter
+from metrics.judge.ratelimit import AdaptiveRateLimiter, InFlightWindow
 from metrics.judge.templates import InvalidJudgment, parse_answer
 
 T = TypeVar("T")
@@ -45,7 +46,7 @@ class JudgeSettings:
     tokens_per_minute: float | None = None
     max_attempts: int = 6
     timeout_seconds: float = 60
-    max_concurrency: int = 128
+    max_concurrency: int = 1024  # the most calls in flight; the window is sized from latency and rate below it
     temperature: float = 0.0
     max_output_tokens: int | None = 2048
 
@@ -112,12 +113,14 @@ def check_credentials(settings: JudgeSettings) -> None:
 
 
 class JudgeClient:
-    def __init__(self, settings: JudgeSettings, limiter: AdaptiveRateLimiter):
+    def __init__(self, settings: JudgeSettings, limiter: AdaptiveRateLimiter,
+                 observe_latency: Callable[[float], None] | None = None):
         from google import genai
         from google.genai import types
 
         self.settings = settings
         self.limiter = limiter
+        self._observe = observe_latency or (lambda seconds: None)
         check_credentials(settings)
         http = types.HttpOptions(
             base_url=settings.base_url,
@@ -161,12 +164,14 @@ class JudgeClient:
             response.attempts = attempt
             await self.limiter.acquire(estimated)
             retry_after = None
+            started = time.monotonic()
             try:
                 answer = await asyncio.wait_for(
                     self._client.aio.models.generate_content(model=self.settings.model, contents=request.prompt, config=config),
                     timeout=self.settings.timeout_seconds,
                 )
             except errors.APIError as e:
+                self._observe(time.monotonic() - started)
                 self.limiter.correct_tokens(estimated, 0)
                 last_error = f"HTTP {e.code}: {e.message or e.status}"
                 if e.code == 429:
@@ -177,12 +182,14 @@ class JudgeClient:
                     response.error = self.scrub(f"{last_error} (not retried)")
                     return response
             except (asyncio.TimeoutError, TimeoutError) as e:
+                self._observe(time.monotonic() - started)
                 self.limiter.correct_tokens(estimated, 0)
                 last_error = f"timed out after {self.settings.timeout_seconds:g}s ({type(e).__name__})"
             except Exception as e:  # noqa: BLE001 - transport errors (httpx) are retried like 5xx
                 self.limiter.correct_tokens(estimated, 0)
                 last_error = f"{type(e).__name__}: {e}"
             else:
+                self._observe(time.monotonic() - started)
                 usage = answer.usage_metadata
                 prompt_tokens = (usage.prompt_token_count or 0) if usage else 0
                 output_tokens = (usage.candidates_token_count or 0) if usage else 0
@@ -227,18 +234,20 @@ _DONE = object()
 
 def judge_stream(settings: JudgeSettings, items: Iterable[T], request_of: Callable[[T], JudgeRequest],
                  share: float = 1.0) -> Iterator[tuple[T, JudgeResponse]]:
-    """Judge every item with up to settings.max_concurrency calls in flight on one
-    asyncio loop (in a helper thread), within `share` of the configured quotas.
-    Items are read from the calling thread (a Beam iterable must be) and results
-    are yielded to it as they complete, so memory stays bounded by what is in flight."""
+    """Judge every item on one asyncio loop (in a helper thread), within `share`
+    of the configured quotas, with as many calls in flight as the rate and the
+    observed latency need (ratelimit.InFlightWindow), at most
+    settings.max_concurrency. Items are read from the calling thread (a Beam
+    iterable must be) and results are yielded to it as they complete, so memory
+    stays bounded by what is in flight."""
     inbox: queue.Queue = queue.Queue(maxsize=settings.max_concurrency)
     outbox: queue.Queue = queue.Queue()
 
     async def main() -> None:
         limiter = AdaptiveRateLimiter(settings.requests_per_minute * share,
                                       settings.tokens_per_minute * share if settings.tokens_per_minute else None)
-        client = JudgeClient(settings, limiter)
-        slots = asyncio.Semaphore(settings.max_concurrency)
+        window = InFlightWindow(settings.max_concurrency, initial_latency=min(2.0, settings.timeout_seconds))
+        client = JudgeClient(settings, limiter, window.observe)
         loop = asyncio.get_running_loop()
         tasks = set()
 
@@ -246,13 +255,13 @@ def judge_stream(settings: JudgeSettings, items: Iterable[T], request_of: Callab
             try:
                 outbox.put((item, await client.judge(request_of(item))))
             finally:
-                slots.release()
+                await window.release()
 
         while True:
-            await slots.acquire()
+            await window.acquire(lambda: limiter.rate)
             item = await loop.run_in_executor(None, inbox.get)
             if item is _DONE:
-                slots.release()
+                await window.release()
                 break
             task = asyncio.create_task(one(item))
             tasks.add(task)

@@ -12,6 +12,7 @@ libraries on PyPI are either thread-based, or fixed-rate without adaptation to
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 
 DECREASE = 0.7
@@ -66,3 +67,52 @@ class AdaptiveRateLimiter:
         if retry_after:
             self._paused_until = max(self._paused_until, now + retry_after)
         self._next_start = max(self._next_start, now + 1.0 / self.rate)
+
+
+class InFlightWindow:
+    """How many judge calls may be in flight at once: by Little's law, the rate
+    at which they may start times how long one takes. A window fixed in advance
+    either starves a large quota (100 requests a second at 1.4 s each need about
+    140 in flight) or holds needless memory for a small one. The latency is
+    estimated as TCP estimates its retransmission timeout (RFC 6298): a smoothed
+    mean plus four smoothed mean deviations, so that a long tail does not stall
+    the pace. Never fewer than `floor` nor more than `cap` (the memory bound)."""
+
+    ALPHA = 1 / 8  # RFC 6298's gains
+    BETA = 1 / 4
+
+    def __init__(self, cap: int, initial_latency: float = 2.0, floor: int = 4):
+        self.cap = cap
+        self.floor = min(floor, cap)
+        self.initial_latency = initial_latency
+        self.smoothed: float | None = None
+        self.deviation = 0.0
+        self.in_flight = 0
+        self.peak = 0
+        self._changed = asyncio.Condition()
+
+    def latency(self) -> float:
+        return self.initial_latency if self.smoothed is None else self.smoothed + 4 * self.deviation
+
+    def limit(self, rate_per_second: float) -> int:
+        return max(self.floor, min(self.cap, math.ceil(rate_per_second * self.latency())))
+
+    def observe(self, seconds: float) -> None:
+        """One call's duration (an HTTP attempt, not the waits around it)."""
+        if self.smoothed is None:
+            self.smoothed, self.deviation = seconds, seconds / 2
+        else:
+            self.deviation = (1 - self.BETA) * self.deviation + self.BETA * abs(self.smoothed - seconds)
+            self.smoothed = (1 - self.ALPHA) * self.smoothed + self.ALPHA * seconds
+
+    async def acquire(self, rate_per_second) -> None:
+        """Wait for a place; `rate_per_second` is read each time (the limiter's rate adapts)."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.in_flight < self.limit(rate_per_second()))
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+
+    async def release(self) -> None:
+        async with self._changed:
+            self.in_flight -= 1
+            self._changed.notify_all()
