@@ -384,30 +384,34 @@ def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]
         path, sep, text = item.partition("=")
         if not sep or not path:
             raise ConfigError(f"--set {item!r}: expected KEY.PATH=VALUE")
-        value = _override_value(text)
-        node: Any = raw
-        parts = path.split(".")
-        for i, part in enumerate(parts):
-            last = i == len(parts) - 1
-            if isinstance(node, list):
-                if not part.isdigit() or int(part) >= len(node):
-                    raise ConfigError(f"--set {path}: {'.'.join(parts[:i])} has no item {part}")
-                if last:
-                    node[int(part)] = value
-                else:
-                    if isinstance(node[int(part)], str):  # a metric given by name only
-                        node[int(part)] = {"name": node[int(part)]}
-                    node = node[int(part)]
-            elif isinstance(node, dict):
-                if last:
-                    node[part] = value
-                else:
-                    if node.get(part) is None:
-                        node[part] = {}
-                    node = node[part]
-            else:
-                raise ConfigError(f"--set {path}: {'.'.join(parts[:i])} is not a mapping")
+        _set_path(raw, path, _override_value(text))
     return raw
+
+
+def _set_path(raw: dict[str, Any], path: str, value: Any) -> None:
+    """Set the value at a dotted path (list items by index), creating mappings on the way."""
+    node: Any = raw
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ConfigError(f"--set {path}: {'.'.join(parts[:i])} has no item {part}")
+            if last:
+                node[int(part)] = value
+            else:
+                if isinstance(node[int(part)], str):  # a metric given by name only
+                    node[int(part)] = {"name": node[int(part)]}
+                node = node[int(part)]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                if node.get(part) is None:
+                    node[part] = {}
+                node = node[part]
+        else:
+            raise ConfigError(f"--set {path}: {'.'.join(parts[:i])} is not a mapping")
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> EvalConfig:
@@ -437,19 +441,10 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> EvalCon
                if loc in typed]
     if as_text:
         for loc in as_text:
-            _set_text(raw, loc, typed[loc])
+            _set_path(raw, ".".join(loc), typed[loc])
         try:
             return EvalConfig.model_validate(raw)
         except pydantic.ValidationError as e:
             error = e
     raise ConfigError(f"{path}: invalid config\n{format_errors(error)}") from None
 
-
-def _set_text(raw: Any, parts: tuple[str, ...], text: str) -> None:
-    node = raw
-    for part in parts[:-1]:
-        node = node[int(part)] if isinstance(node, list) else node[part]
-    if isinstance(node, list):
-        node[int(parts[-1])] = text
-    else:
-        node[parts[-1]] = text

@@ -10,7 +10,7 @@ import dataclasses
 import hashlib
 import json
 import math
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from metrics.calls import CallFormatError, parse_trajectory
 from metrics.registry import unmet_inputs
@@ -75,28 +75,40 @@ def content_id(record: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:20]
 
 
-def deepest_column(record: Mapping[str, Any], limit: int = MAX_NESTING) -> str | None:
-    """The first column whose value is nested more than `limit` levels deep, else None.
-    Iterative: such values cannot even be pickled between workers."""
+def _nodes(value: Any, limit: int) -> Iterator[tuple[Any, int]]:
+    """Every value inside `value` (mapping keys too) with its depth, the
+    containers at depth `limit` not entered. Iterative: a value nested past any
+    recursion limit is walked all the same."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        yield item, depth
+        if isinstance(item, (dict, list)) and depth < limit:
+            children = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in children:
+                if isinstance(key, str):
+                    stack.append((key, depth + 1))
+                stack.append((child, depth + 1))
+
+
+def _too_deep(item: Any, depth: int) -> bool:
+    return isinstance(item, (dict, list)) and depth >= MAX_NESTING
+
+
+def deepest_column(record: Mapping[str, Any]) -> str | None:
+    """The first column whose value is nested more than MAX_NESTING levels deep,
+    else None (such values cannot even be pickled between workers)."""
     for column, value in record.items():
-        stack = [(value, 0)]
-        while stack:
-            item, depth = stack.pop()
-            if isinstance(item, (dict, list)):
-                if depth >= limit:
-                    return column
-                stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+        if any(_too_deep(item, depth) for item, depth in _nodes(value, MAX_NESTING)):
+            return column
     return None
 
 
 def check_value(value: Any) -> None:
     """Raise ValueError if a value holds what no output can carry: nesting
     deeper than MAX_NESTING, a non-finite number, or text with a lone surrogate
-    (truncated LLM output often ends in half an escape pair). Iterative, so
-    that any depth is reported rather than overflowing the stack."""
-    stack = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
+    (truncated LLM output often ends in half an escape pair)."""
+    for item, depth in _nodes(value, MAX_NESTING):
         if isinstance(item, str):
             try:
                 item.encode("utf-8")
@@ -106,14 +118,8 @@ def check_value(value: Any) -> None:
         elif isinstance(item, float):
             if not math.isfinite(item):
                 raise ValueError(f"holds a non-finite number ({item!r})")
-        elif isinstance(item, (dict, list)):
-            if depth >= MAX_NESTING:
-                raise ValueError(f"is nested more than {MAX_NESTING} levels deep")
-            children = item.items() if isinstance(item, dict) else enumerate(item)
-            for key, child in children:
-                if isinstance(key, str):
-                    stack.append((key, depth + 1))
-                stack.append((child, depth + 1))
+        elif _too_deep(item, depth):
+            raise ValueError(f"is nested more than {MAX_NESTING} levels deep")
 
 
 def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_csv: bool = False,

@@ -81,7 +81,7 @@ def preflight(config: EvalConfig, options: PipelineOptions | None = None, run_id
             raise ConfigError(str(e)) from None
         checked = Preflight(label, None, set(columns))
     _check_columns(config, checked)
-    _check_outputs(config, options, run_id or config.run_id or (config.run_date and config.resolved_run_id()))
+    _check_outputs(config, options, run_id or config.resolved_run_id())
     _check_judge(config, options)
     return checked
 

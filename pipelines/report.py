@@ -30,7 +30,7 @@ ORDER BY metric, slice <> 'overall', slice"""
 DEAD_LETTER_SQL = """
 SELECT source, reason FROM {dead_letter} WHERE run_id = {param}
 ORDER BY origin, line, source LIMIT 20"""
-# The reasons metrics failed, grouped, most frequent first (and the metrics with no valid score).
+# The reasons metrics failed, grouped per metric, most frequent first.
 METRIC_ERRORS_SQL = """
 SELECT metric, error, COUNT(*) AS n FROM {metric_results}
 WHERE run_id = {param} AND error IS NOT NULL

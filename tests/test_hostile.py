@@ -170,23 +170,17 @@ def csv_corpus(prefix: str) -> list[Case]:
         line = _csv_row(case, n) + cell_extra
         return case.add(line, good=(ref, 1.0 if n % 2 else 0.0))
 
-    c = Case(f"{prefix}bad_byte")  # the case: one bad byte at line 151 of 201
-    c.add(header)
-    for n in range(2, 202):
-        if n == 151:
-            c.add(b"caf\xe9,r,x", bad=(None, "line 151 is not valid UTF-8"))
-        else:
-            good(c)
-    cases.append(c)
-
-    c = Case(f"{prefix}bad_byte_late")  # ... and at line 2001 of 3000
-    c.add(header)
-    for n in range(2, 3001):
-        if n == 2001:
-            c.add(b"\xff\xff,r,x", bad=(None, "line 2001 is not valid UTF-8"))
-        else:
-            good(c)
-    cases.append(c)
+    # the cases: one bad byte at line 151 of 201, and at line 2001 of 3000
+    for name, lines, bad_line, bad_bytes in (("bad_byte", 201, 151, b"caf\xe9,r,x"),
+                                             ("bad_byte_late", 3000, 2001, b"\xff\xff,r,x")):
+        c = Case(f"{prefix}{name}")
+        c.add(header)
+        for n in range(2, lines + 1):
+            if n == bad_line:
+                c.add(bad_bytes, bad=(None, f"line {bad_line} is not valid UTF-8"))
+            else:
+                good(c)
+        cases.append(c)
 
     c = Case(f"{prefix}huge_cell")  # a cell over the csv module's 128 KiB default
     c.add(header)

@@ -206,16 +206,8 @@ def parse_jsonl(path: str, stream) -> Iterator[Record | DeadLetter | SourceLines
         except RecursionError:
             yield DeadLetter(source, "invalid JSON: nested too deeply to read", text, origin=path, line=line.number)
             continue
-        if not isinstance(data, dict):
-            yield DeadLetter(source, f"a record must be a JSON object, got {_json_kind(data)}", text,
-                             origin=path, line=line.number)
-            continue
-        if (column := deepest_column(data)) is not None:
-            yield _too_deep(source, column, text, path, line.number)
-            continue
-        yield Record(source, data, text, from_csv=False, origin=path, line=line.number)
-    if lines.error:
-        yield DeadLetter(f"{path}:{lines.count + 1}", lines.error, "", origin=path, line=lines.count + 1, line_count=0)
+        yield _json_record(source, data, text, path, line.number, 1, "a record")
+    yield from _unreadable_rest(path, lines)
     yield SourceLines(path, lines.count, skipped)
 
 
@@ -235,15 +227,23 @@ def _json_array(path: str, first: _Line, rest: Iterable[_Line], lines: _Lines):
 
     decoder = json.JSONDecoder()
     pos = text.index("[") + 1
+    last_line = base + len(all_lines)
     covered = base  # the last line attributed to a record
-    accounted = 0
+    accounted = 0  # lines attributed to records (lines between them, e.g. "[", are skipped)
     n = 0
 
     def span(start_line: int, end_line: int) -> int:
-        nonlocal covered
+        """Attribute these lines to a record: how many were not attributed yet (a line may hold two)."""
+        nonlocal covered, accounted
         count = max(0, end_line - max(start_line, covered + 1) + 1)
         covered = max(covered, end_line)
+        accounted += count
         return count
+
+    def rest_of_file(at: int, reason: str) -> DeadLetter:
+        line = line_at(at)
+        return DeadLetter(f"{path}:{line}", reason, text[at:at + MAX_RAW_CHARS], origin=path, line=line,
+                          line_count=span(line, last_line))
 
     def skip_space(p: int) -> int:
         while p < len(text) and text[p] in " \t\r\n":
@@ -262,53 +262,49 @@ def _json_array(path: str, first: _Line, rest: Iterable[_Line], lines: _Lines):
         except (json.JSONDecodeError, RecursionError) as e:
             reason = (f"invalid JSON: {e.msg} at line {line_at(e.pos)} column {e.colno}"
                       if isinstance(e, json.JSONDecodeError) else "invalid JSON: nested too deeply to read")
-            count = span(start_line, base + len(all_lines))
-            accounted += count
-            yield DeadLetter(source, f"{reason}; element {n} of the JSON array and the rest of the file cannot be read",
-                             text[pos:pos + MAX_RAW_CHARS], origin=path, line=start_line, line_count=count)
+            yield rest_of_file(pos, f"{reason}; element {n} of the JSON array and the rest of the file cannot be read")
             break
         end_line = line_at(end - 1)
         raw = text[pos:end]
         count = span(start_line, end_line)
-        accounted += count
         damaged = [bad[number] for number in range(start_line, end_line + 1) if number in bad]
         if damaged:
             yield DeadLetter(source, damaged[0], raw, origin=path, line=start_line, line_count=count)
-        elif not isinstance(value, dict):
-            yield DeadLetter(source, f"element {n} of the JSON array must be a JSON object, got {_json_kind(value)}",
-                             raw, origin=path, line=start_line, line_count=count)
-        elif (column := deepest_column(value)) is not None:
-            yield _too_deep(source, column, raw, path, start_line, count)
         else:
-            yield Record(source, value, raw, from_csv=False, origin=path, line=start_line, line_count=count)
+            yield _json_record(source, value, raw, path, start_line, count, f"element {n} of the JSON array")
         pos = skip_space(end)
         if pos < len(text) and text[pos] == ",":
             pos = skip_space(pos + 1)
         elif pos < len(text) and text[pos] == "]":
             pos = skip_space(pos + 1)
             if pos < len(text):
-                line = line_at(pos)
-                count = span(line, base + len(all_lines))
-                accounted += count
-                yield DeadLetter(f"{path}:{line}", "unexpected text after the end of the JSON array",
-                                 text[pos:pos + MAX_RAW_CHARS], origin=path, line=line, line_count=count)
+                yield rest_of_file(pos, "unexpected text after the end of the JSON array")
             break
         elif pos < len(text):
-            line = line_at(pos)
-            count = span(line, base + len(all_lines))
-            accounted += count
-            yield DeadLetter(f"{path}:{line}", f"invalid JSON array: expected ',' or ']' after element {n}; "
-                             "the rest of the file cannot be read", text[pos:pos + MAX_RAW_CHARS],
-                             origin=path, line=line, line_count=count)
+            yield rest_of_file(pos, f"invalid JSON array: expected ',' or ']' after element {n}; "
+                                    "the rest of the file cannot be read")
             break
-    if lines.error:
-        yield DeadLetter(f"{path}:{lines.count + 1}", lines.error, "", origin=path, line=lines.count + 1, line_count=0)
+    yield from _unreadable_rest(path, lines)
     yield SourceLines(path, lines.count, lines.count - accounted)
 
 
-def _too_deep(source: str, column: str, raw: str, path: str, line: int, line_count: int = 1) -> DeadLetter:
-    return DeadLetter(source, f"field '{column}': is nested more than {MAX_NESTING} levels deep", raw, column,
-                      origin=path, line=line, line_count=line_count)
+def _json_record(source: str, value: Any, raw: str, path: str, line: int, line_count: int, what: str):
+    """A parsed JSON value as a Record, or the DeadLetter saying why it cannot be one."""
+    if not isinstance(value, dict):
+        return DeadLetter(source, f"{what} must be a JSON object, got {_json_kind(value)}", raw,
+                          origin=path, line=line, line_count=line_count)
+    if (column := deepest_column(value)) is not None:
+        # refused here: a record this deep cannot even be pickled on to the next step
+        return DeadLetter(source, f"field '{column}': is nested more than {MAX_NESTING} levels deep", raw, column,
+                          origin=path, line=line, line_count=line_count)
+    return Record(source, value, raw, from_csv=False, origin=path, line=line, line_count=line_count)
+
+
+def _unreadable_rest(path: str, lines: "_Lines", where: str = "") -> Iterator[DeadLetter]:
+    """A dead letter for the rest of a file whose stream failed (e.g. a truncated .gz), if it did."""
+    if lines.error:
+        yield DeadLetter(f"{path}:{where}{lines.count + 1}", lines.error, "", origin=path, line=lines.count + 1,
+                         line_count=0)
 
 
 def _json_kind(value: Any) -> str:
@@ -436,8 +432,7 @@ def parse_csv(path: str, stream) -> Iterator[Record | DeadLetter | SourceLines]:
             continue
         yield Record(source, dict(zip(header, cells)), _csv_text(cells), from_csv=True,
                      origin=path, line=first, line_count=span)
-    if lines.error:
-        yield DeadLetter(f"{path}:line {lines.count + 1}", lines.error, "", origin=path, line=lines.count + 1, line_count=0)
+    yield from _unreadable_rest(path, lines, "line ")
     yield SourceLines(path, lines.count, skipped)
 
 

@@ -27,7 +27,6 @@ class Candidate:
     order: tuple[str, int]  # (origin, line): source order
     instance: Instance
     raw: str
-    origin: str
 
 
 class ToInstanceFn(beam.DoFn):
@@ -43,8 +42,7 @@ class ToInstanceFn(beam.DoFn):
         except Exception as e:  # noqa: BLE001 - no single record may stop the run
             reason, field = f"cannot be used: {type(e).__name__}: {e}", None
         else:
-            yield instance.instance_id, Candidate((record.origin, record.line), instance,
-                                                  record.raw[:MAX_RAW_CHARS], record.origin)
+            yield instance.instance_id, Candidate((record.origin, record.line), instance, record.raw[:MAX_RAW_CHARS])
             return
         self._bad.inc()
         yield beam.pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(
@@ -70,7 +68,7 @@ class UniqueIdFn(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(
                     c.instance.source,
                     f"duplicate id {instance_id!r} in column {self._id_column!r}: first seen at {first.instance.source}",
-                    c.raw, "instance_id", c.origin, c.order[1], c.instance.line_count))
+                    c.raw, "instance_id", *c.order, c.instance.line_count))
             else:
                 self._ok.inc()
                 yield dataclasses.replace(c.instance, instance_id=f"{instance_id}-{k}")

@@ -119,18 +119,15 @@ def replace_run_folder(output: str, run_id: str, attempt: str) -> None:
     with FileSystems.create(FileSystems.join(new, MARKER), mime_type="application/json") as f:
         f.write(json.dumps({"run_id": run_id, "attempt": attempt, "written_at": utc_now().isoformat()}).encode())
     check_run_folder(output, run_id)  # again: something may have appeared there while the run ran
-    old = None
     if _exists(final):
-        old = attempt_folder(output, run_id, f"{attempt}-replaced-{uuid.uuid4().hex[:6]}")
-        _move_tree(final, old)
+        _move_tree(final, attempt_folder(output, run_id, f"{attempt}-replaced-{uuid.uuid4().hex[:6]}"))
     _move_tree(new, final)
-    if old:
-        delete_tree(old)
-    # attempts of this run_id that died before finishing: evalbeam's own leftovers
+    # what remains of this run_id's attempts is evalbeam's own: the output just
+    # replaced, and attempts that died before finishing
     delete_tree(FileSystems.join(output, ATTEMPTS, run_id))
-    for folder in (FileSystems.join(output, ATTEMPTS, run_id), FileSystems.join(output, ATTEMPTS)):
-        if _is_local(folder) and os.path.isdir(folder) and not os.listdir(folder):
-            os.rmdir(folder)
+    attempts = FileSystems.join(output, ATTEMPTS)
+    if _is_local(attempts) and os.path.isdir(attempts) and not os.listdir(attempts):
+        os.rmdir(attempts)
 
 
 class WriteParquetTable(beam.PTransform):
