@@ -32,7 +32,7 @@ from apache_beam.metrics import Metrics
 from configs import NAME_RE
 from transforms.local_cloud import bigquery_client, bigquery_read_client
 from transforms.read import LINES, Record, SourceLines
-from transforms.schema import CLUSTERING, TABLES, RunKey, bigquery_schema, table_columns
+from transforms.schema import CLUSTERING, RUN_TABLES, TABLES, RunKey, bigquery_schema, table_columns
 from transforms.write import delete_tree
 
 STAGING_PREFIX = "_evalbeam_staging_"
@@ -301,7 +301,7 @@ class PublishFn(beam.DoFn):
         client = bigquery_client(project, self._location)
         staged = {}
         try:
-            for table in TABLES:
+            for table in RUN_TABLES:
                 staging = f"{project}.{dataset_id}.{_staging_id(table, self._run.run_id, self._attempt)}"
                 self._load(client, table, staging, sorted(files[table]))
                 staged[table] = staging

@@ -138,6 +138,37 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("output_tokens", "INT64"),
         Column("attempts", "INT64"),
     ),
+    "comparisons": (
+        Column("base_run_id", "STRING", True, "the run compared against"),
+        RUN_ID,
+        RUN_DATE,
+        Column("name", "STRING", description="the eval (config name) of run_id"),
+        Column("metric", "STRING", True),
+        Column("slice", "STRING", True, "'overall' or 'column=value' (the slice of the instance in run_id)"),
+        Column("direction", "STRING", True, "higher | lower: which way is better for this metric"),
+        Column("n_paired", "INT64", True, "instances with a valid score in both runs"),
+        Column("only_in_base", "INT64", True, "instances scored in the base run only"),
+        Column("only_in_run", "INT64", True, "instances scored in run_id only"),
+        Column("error_in_either", "INT64", True, "instances in both runs with an error (or no score) in either"),
+        Column("base_mean", "FLOAT64", description="mean over the paired instances, base run"),
+        Column("mean", "FLOAT64", description="mean over the paired instances, run_id"),
+        Column("mean_difference", "FLOAT64", description="mean of the paired differences, run_id minus base"),
+        Column("ci_low", "FLOAT64", description="95% CI of the mean difference (paired Poisson bootstrap)"),
+        Column("ci_high", "FLOAT64"),
+        Column("test", "STRING", description="mcnemar (0/1 scores) | wilcoxon"),
+        Column("p_value", "FLOAT64"),
+        Column("p_value_adjusted", "FLOAT64", description="Holm-adjusted across the metrics and slices compared"),
+        Column("wins", "INT64", True, "paired instances where run_id is better"),
+        Column("ties", "INT64", True),
+        Column("losses", "INT64", True, "paired instances where run_id is worse"),
+        Column("win_rate", "FLOAT64", description="(wins + ties/2) / n_paired"),
+        Column("win_rate_ci_low", "FLOAT64", description="95% CI of win_rate (paired Poisson bootstrap)"),
+        Column("win_rate_ci_high", "FLOAT64"),
+        Column("tolerance", "FLOAT64", True, "the T of the flags"),
+        Column("regression", "BOOL", True, "the CI of the change lies entirely on the worse side of -T"),
+        Column("improvement", "BOOL", True, "the CI of the change lies entirely on the better side of +T"),
+        Column("compared_at", "TIMESTAMP", True),
+    ),
     "dead_letter": (
         RUN_ID,
         RUN_DATE,
@@ -150,6 +181,10 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("raw_record", "STRING", True),
     ),
 }
+
+
+# The tables one evaluation run writes; `comparisons` is written by `evalbeam compare`.
+RUN_TABLES = ("instances", "metric_results", "summary", "runs", "dead_letter", "judge_cache")
 
 
 def table_columns(table: str, slice_columns: Iterable[str] = ()) -> tuple[Column, ...]:
@@ -174,6 +209,7 @@ CLUSTERING = {
     "runs": ["name"],
     "dead_letter": ["run_id"],
     "judge_cache": ["request_key"],
+    "comparisons": ["metric", "run_id"],
 }
 
 
