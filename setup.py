@@ -16,6 +16,7 @@ REQUIRES = [
     "pyyaml==6.0.3",
     "rouge-score==0.1.2",
     "sacrebleu==2.6.0",
+    "scipy==1.17.1",
 ]
 
 PACKAGES = [

@@ -192,6 +192,8 @@ class MetricSpec(_Model):
     function: str | None = pydantic.Field(None, description="custom metric: 'package.module:function'")
     inputs: list[str] | None = pydantic.Field(None, description="custom metric: canonical fields it needs")
     threshold: float | None = pydantic.Field(None, description="pass when score >= threshold")
+    direction: Literal["higher", "lower", "closer_to_zero"] | None = pydantic.Field(
+        None, description="which way is better, for run comparisons; default: the metric's own (custom: higher)")
     pointwise: "JudgeTemplate | None" = pydantic.Field(None, description="a user-defined pointwise judge metric")
     pairwise: "JudgeTemplate | None" = pydantic.Field(None, description="a user-defined pairwise judge metric")
 
@@ -274,6 +276,12 @@ class MetricSpec(_Model):
         definition = self.definition()
         return definition.inputs_with(definition.params.model_validate(self.params))  # type: ignore[union-attr]
 
+    def effective_direction(self) -> str:
+        if self.direction is not None:
+            return self.direction
+        definition = self.definition()
+        return definition.direction if definition else "higher"
+
     def effective_threshold(self) -> float | None:
         if self.threshold is not None:
             return self.threshold
@@ -314,6 +322,12 @@ class EvalConfig(_Model):
     metrics: list[MetricSpec] = pydantic.Field(min_length=1)
     judge: JudgeConfig = pydantic.Field(default_factory=JudgeConfig)
     output: OutputConfig
+    compare_with: str | None = pydantic.Field(
+        None, pattern=NAME_RE,
+        description="'previous' (this eval's latest earlier run by run date) or a run_id: compared with in the "
+                    "same pipeline, into the comparisons table")
+    compare_tolerance: float = pydantic.Field(
+        0.0, ge=0, description="T of the comparison flags: a change within +-T is never flagged")
 
     @pydantic.field_validator("metrics", mode="before")
     @classmethod
@@ -334,6 +348,16 @@ class EvalConfig(_Model):
 
     def judge_specs(self) -> list[MetricSpec]:
         return [m for m in self.metrics if m.judge_kind()]
+
+    def metric_directions(self) -> dict[str, str]:
+        """output name -> which way is better, for every metric the run reports
+        (the passed-through agent values included)."""
+        from metrics.registry import get_metric
+        from metrics.agent import PASSTHROUGH_FIELDS
+
+        directions = {f: get_metric(f).direction for f in PASSTHROUGH_FIELDS}
+        directions.update({m.output_name: m.effective_direction() for m in self.metrics})
+        return directions
 
     def computation_specs(self) -> list[MetricSpec]:
         return [m for m in self.metrics if not m.judge_kind()]

@@ -11,6 +11,7 @@ PASSTHROUGH_FIELDS = ("latency_in_seconds", "failure")
     kind="agent",
     inputs=("latency_in_seconds",),
     score_range=">=0",
+    direction="lower",
     description="the agent's response time in seconds, passed through (added automatically when the column is present)",
 )
 def _latency(_params):
@@ -22,6 +23,7 @@ def _latency(_params):
     kind="agent",
     inputs=("failure",),
     score_range="0/1",
+    direction="lower",
     description="1 if the agent call failed, passed through (added automatically when the column is present)",
 )
 def _failure(_params):

@@ -46,6 +46,8 @@ class MetricDef:
     default_threshold: float | None = None
     # Inputs that depend on the parameters (e.g. use_reference); default: `inputs`.
     inputs_for: Callable[[pydantic.BaseModel], tuple[tuple[str, ...], ...]] | None = None
+    # Which way is better, for run comparisons: higher | lower | closer_to_zero
+    direction: str = "higher"
 
     @property
     def is_judge(self) -> bool:
@@ -84,6 +86,7 @@ def register(
     score_range: str = "0..1",
     default_threshold: float | None = None,
     inputs_for=None,
+    direction: str = "higher",
 ):
     if inputs and isinstance(inputs[0], str):
         inputs = (tuple(inputs),)  # type: ignore[assignment]
@@ -101,6 +104,7 @@ def register(
             factory=factory,
             default_threshold=default_threshold,
             inputs_for=inputs_for,
+            direction=direction,
         )
         return factory
 

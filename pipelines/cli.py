@@ -5,6 +5,7 @@
     evalbeam metrics
     evalbeam runs [--eval NAME] [--config CONFIG | --parquet DIR | --bigquery PROJECT.DATASET]
     evalbeam show RUN_ID [--config CONFIG | --parquet DIR | --bigquery PROJECT.DATASET]
+    evalbeam compare BASE_RUN_ID RUN_ID [RUN_ID ...] [--tolerance T] [--config C | --parquet DIR | --bigquery P.D]
 
 Arguments `run` does not know go to Beam's PipelineOptions unchanged, so the
 same command targets DirectRunner or Dataflow (`--runner=DataflowRunner ...`).
@@ -33,12 +34,24 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run an evaluation (extra arguments go to Beam)", allow_abbrev=False)
     _config_args(run)
+    run.add_argument("--fail-on-regression", action="store_true",
+                     help="with compare_with in the config: exit 1 when the comparison flags a regression")
     validate = sub.add_parser("validate", help="check a config and its dataset's columns; runs nothing", allow_abbrev=False)
     _config_args(validate)
     sub.add_parser("metrics", help="list every metric")
     runs = sub.add_parser("runs", help="list runs, newest first", allow_abbrev=False)
     runs.add_argument("--eval", help="only the runs of this eval (config name)")
     _results_args(runs)
+    compare = sub.add_parser(
+        "compare", allow_abbrev=False,
+        help="paired comparison of runs with a base run; exit 1 when a regression is flagged (extra arguments go to Beam)")
+    compare.add_argument("base_run_id")
+    compare.add_argument("run_ids", nargs="+", metavar="run_id")
+    compare.add_argument("--tolerance", type=float, default=0.0,
+                         help="T: flag only changes whose 95%% CI lies entirely beyond -T or +T (default 0)")
+    compare.add_argument("--alpha", type=float, default=0.05,
+                         help="flag only changes whose Holm-adjusted p-value is below this (default 0.05)")
+    _results_args(compare)
     show = sub.add_parser("show", help="print a run's summary", allow_abbrev=False)
     show.add_argument("run_id")
     _results_args(show)
@@ -128,13 +141,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "metrics":
         print(_metrics_table())
         return 0
-    if args.command != "run" and beam_args:
+    if args.command not in ("run", "compare") and beam_args:
         _parser().error(f"unrecognized arguments: {' '.join(beam_args)}")
-    if args.command == "run" and (unknown := _unknown_beam_args(beam_args)):
+    if args.command in ("run", "compare") and (unknown := _unknown_beam_args(beam_args)):
         _parser().error(f"unrecognized arguments (neither evalbeam's nor Beam's): {' '.join(unknown)}")
     from pipelines import evaluate
     from pipelines.report import ResultsError, results_for, run_problems, run_report, runs_report
 
+    if args.command == "compare":
+        return _compare(args, beam_args)
     try:
         if args.command == "runs":
             print(runs_report(_results(args), args.eval))
@@ -172,10 +187,58 @@ def main(argv: list[str] | None = None) -> int:
     results = results_for(config)
     tables = results.run_tables(run_key.run_id)
     print(run_report(results, run_key.run_id, tables))
+    status = 0
     if tables["runs"] and run_problems(tables):
         print(f"evalbeam: run {run_key.run_id} finished with problems (listed above)", file=sys.stderr)
-        return 1
-    return 0
+        status = 1
+    if config.compare_with:
+        from pipelines.compare import format_comparison, run_comparisons
+
+        rows = run_comparisons(results, run_key.run_id)
+        if rows:
+            regressed = [r for r in rows if r["regression"]]
+            print(f"\ncompared with {rows[0]['base_run_id']}:\n{format_comparison(rows, brief=True)}\n"
+                  f"{len(regressed)} regression(s) flagged (all slices: evalbeam compare {rows[0]['base_run_id']} "
+                  f"{run_key.run_id})")
+            if regressed and args.fail_on_regression:
+                print(f"evalbeam: run {run_key.run_id} regressed against {rows[0]['base_run_id']}", file=sys.stderr)
+                status = 1
+    return status
+
+
+def _compare(args, beam_args: list[str]) -> int:
+    from pipelines.compare import CompareError, compare, format_comparison, unpaired_note
+    from pipelines.report import ResultsError
+
+    if args.tolerance < 0 or not 0 < args.alpha <= 1:
+        _parser().error("--tolerance must be >= 0 and --alpha in (0, 1]")
+    logging.getLogger().setLevel(logging.WARNING)
+    try:
+        results = _results(args)
+        also_parquet = None
+        if args.config:
+            config = load_config(args.config)
+            also_parquet = config.output.parquet if config.output.bigquery else None
+        options = PipelineOptions(beam_args)
+        _check_runner(options)
+        if options.view_as(StandardOptions).runner not in evaluate_local_runners():
+            options = PipelineOptions(_with_setup_file(beam_args))
+        rows = compare(results, args.base_run_id, args.run_ids, options, args.tolerance, args.alpha, also_parquet)
+    except (ConfigError, ResultsError, CompareError) as e:
+        print(f"evalbeam: {e}", file=sys.stderr)
+        return 2
+    print(format_comparison(rows))
+    for note in unpaired_note(rows):
+        print(note)
+    regressed = [r for r in rows if r["regression"]]
+    print(f"\n{len(regressed)} regression(s) flagged; comparisons written to {results.location}")
+    return 1 if regressed else 0
+
+
+def evaluate_local_runners():
+    from pipelines.evaluate import LOCAL_RUNNERS
+
+    return LOCAL_RUNNERS
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
+import sys
 import tempfile
 import uuid
 from importlib import metadata
@@ -11,6 +13,7 @@ from apache_beam.io.filesystem import BeamIOError
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
 from configs import ConfigError, EvalConfig
+from metrics.compare import ALPHA
 from metrics.instance import RowSpec, present_columns
 from metrics.registry import unmet_inputs
 from metrics.judge.client import JudgeCredentialsError, check_credentials
@@ -191,7 +194,9 @@ def _check_outputs(config: EvalConfig, options: PipelineOptions | None, run_id: 
 
 def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, started_at,
                    read_plan: bigquery.ReadPlan | None = None, attempt: str | None = None,
-                   staging: str | None = None, cache_plans: list | None = None) -> None:
+                   staging: str | None = None, cache_plans: list | None = None, compare_base=None) -> None:
+    """compare_base: (Location, RunInfo of the base run, RunInfo of this run) to compare
+    this run's scores with, into the comparisons table; None for no comparison."""
     slices = tuple(config.input.slice_columns)
 
     if read_plan is None:
@@ -223,6 +228,20 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         run, config.name, config.to_json(), evalbeam_version(), started_at, config.judge.prices, config.judge.model
     )
 
+    if compare_base is not None:
+        from pipelines.compare import compare_inputs, pair_spec
+        from transforms.compare import CompareRuns, result_entry
+
+        location, base_info, this_run = compare_base
+        inputs = compare_inputs(pipeline, location, base_info, this_run, "Previous")
+        inputs["run"] = scored | "ThisRunScores" >> beam.FlatMap(lambda s: [result_entry(r) for r in s.results])
+        inputs["run_slices"] = instances | "ThisRunSlices" >> beam.Map(
+            lambda i: (i.instance_id, [f"{c}={'(missing)' if v is None else v}" for c, v in i.slices.items()]))
+        comparisons = inputs | "CompareWithBase" >> CompareRuns(
+            pair_spec(base_info, this_run, config.compare_tolerance, ALPHA, started_at))
+    else:
+        comparisons = pipeline | "NoComparison" >> beam.Create([])
+
     tables = {
         "instances": instances | "InstanceRows" >> beam.Map(lambda i, r: instance_row(r, i), run),
         "metric_results": scored | "MetricRows" >> beam.FlatMap(lambda s: s.results),
@@ -230,6 +249,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         "runs": runs,
         "dead_letter": dead_letters | "DeadLetterRows" >> beam.Map(lambda d, r: d.row(r), run),
         "judge_cache": cache_rows,
+        "comparisons": comparisons,
     }
     # Parquet is always written: it is the output (written beside the run's
     # folder, and put in its place at the end), or what BigQuery loads from.
@@ -249,6 +269,33 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         )
     if config.output.parquet:
         done | "ReplaceRunFolder" >> ReplaceRunFolder(config.output.parquet, run.run_id, attempt)
+
+
+def plan_comparison(config: EvalConfig, run_key: RunKey, started_at):
+    """For compare_with: (where the base run is, its RunInfo, this run's RunInfo), or
+    None when there is nothing to compare with (no compare_with; no earlier run yet)."""
+    if not config.compare_with:
+        return None
+    from pipelines.compare import location_of, previous_run, run_info, runs_row
+    from pipelines.report import ResultsError, results_for
+
+    try:
+        results = results_for(config)
+    except ResultsError:
+        results = None  # no output folder yet: no earlier run
+    base_id = config.compare_with
+    if base_id == "previous":
+        base_id = results and previous_run(results, config.name, run_key.run_id, run_key.run_date)
+        if not base_id:
+            logging.getLogger(__name__).warning("compare_with: no earlier run of %s to compare with", config.name)
+            print(f"compare_with: previous: no earlier run of {config.name} to compare with", file=sys.stderr)
+            return None
+    row = results and runs_row(results, base_id)
+    if row is None:
+        raise ConfigError(f"compare_with: no run {base_id!r} in {results.location if results else config.output.parquet}")
+    this = run_info({"run_id": run_key.run_id, "name": config.name, "run_date": run_key.run_date,
+                     "started_at": started_at, "config": config.to_json()})
+    return location_of(results), run_info(row), this
 
 
 def run(config: EvalConfig, options: PipelineOptions):
@@ -274,8 +321,14 @@ def run(config: EvalConfig, options: PipelineOptions):
                        for c in config.judge.cache if c.startswith("bq://")] if config.judge_specs() else []
     except bigquery.BigQueryError as e:
         raise ConfigError(str(e)) from None
+    compare_base = plan_comparison(config, run_key, started_at)
     pipeline = beam.Pipeline(options=options)
-    build_pipeline(pipeline, config, run_key, started_at, read_plan, attempt, staging, cache_plans)
+    from pipelines.compare import CompareError
+
+    try:
+        build_pipeline(pipeline, config, run_key, started_at, read_plan, attempt, staging, cache_plans, compare_base)
+    except CompareError as e:
+        raise ConfigError(f"compare_with: {e}") from None
     result = pipeline.run()
     if options.view_as(StandardOptions).runner in LOCAL_RUNNERS:
         result.wait_until_finish()

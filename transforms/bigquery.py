@@ -32,7 +32,7 @@ from apache_beam.metrics import Metrics
 from configs import NAME_RE
 from transforms.local_cloud import bigquery_client, bigquery_read_client
 from transforms.read import LINES, Record, SourceLines
-from transforms.schema import CLUSTERING, RUN_TABLES, TABLES, RunKey, bigquery_schema, table_columns
+from transforms.schema import CLUSTERING, TABLES, RunKey, bigquery_schema, table_columns
 from transforms.write import delete_tree
 
 STAGING_PREFIX = "_evalbeam_staging_"
@@ -97,8 +97,10 @@ def plan_read(input_cfg, billing_project: str | None) -> ReadPlan:
     return plan_table_read(_run_query(input_cfg, billing_project), input_cfg.project or billing_project, "bq://query")
 
 
-def plan_table_read(table: str, billing_project: str | None, label: str | None = None) -> ReadPlan:
-    """A read session over a table (project.dataset.table), billed to billing_project."""
+def plan_table_read(table: str, billing_project: str | None, label: str | None = None,
+                    row_restriction: str = "", selected_fields: Iterable[str] = ()) -> ReadPlan:
+    """A read session over a table (project.dataset.table), billed to billing_project;
+    optionally only the rows a SQL condition selects, and only some columns."""
     from google.cloud.bigquery_storage_v1 import types
 
     project, dataset, table_id = table.split(".")
@@ -107,6 +109,8 @@ def plan_table_read(table: str, billing_project: str | None, label: str | None =
         read_session=types.ReadSession(
             table=f"projects/{project}/datasets/{dataset}/tables/{table_id}",
             data_format=types.DataFormat.ARROW,
+            read_options=types.ReadSession.TableReadOptions(
+                row_restriction=row_restriction, selected_fields=list(selected_fields)),
         ),
         max_stream_count=0,  # the service picks the stream count from the table's size
     )
@@ -248,7 +252,7 @@ def prepare_output(dataset: str, slice_columns: Iterable[str], location: str | N
 
 
 def view_definitions(dataset: str) -> dict[str, str]:
-    summary, runs = f"`{dataset}.summary`", f"`{dataset}.runs`"
+    summary, runs, comparisons = f"`{dataset}.summary`", f"`{dataset}.runs`", f"`{dataset}.comparisons`"
     return {
         # each eval's most recent run
         "latest_summary": f"""
@@ -268,30 +272,53 @@ SELECT name, run_date, run_id, metric, mean, ci_low, ci_high, valid_count FROM (
   FROM {summary} AS s JOIN {runs} AS r ON r.run_id = s.run_id
   WHERE s.slice = 'overall')
 WHERE recency = 1""",
-        # each run against the previous run of the same eval, per metric and slice
+        # each run against the previous run of the same eval (by run date), per metric and
+        # slice: the means, and, where the run was compared with it (compare_with: previous,
+        # or `evalbeam compare`), the paired difference's CI, adjusted p-value and flags
         "run_comparison": f"""
 SELECT o.name, o.run_id, o.run_date, o.previous_run_id, cur.metric, cur.slice,
        cur.mean, prev.mean AS previous_mean, cur.mean - prev.mean AS mean_difference,
-       cur.valid_count, prev.valid_count AS previous_valid_count
+       cur.valid_count, prev.valid_count AS previous_valid_count,
+       c.n_paired, c.mean_difference AS paired_mean_difference, c.ci_low, c.ci_high,
+       c.p_value_adjusted, c.regression, c.improvement
 FROM (
-  SELECT name, run_id, run_date, LAG(run_id) OVER (PARTITION BY name ORDER BY started_at) AS previous_run_id
+  SELECT name, run_id, run_date,
+         LAG(run_id) OVER (PARTITION BY name ORDER BY run_date, started_at) AS previous_run_id
   FROM {runs}
 ) AS o
 JOIN {summary} AS cur ON cur.run_id = o.run_id
 LEFT JOIN {summary} AS prev
-  ON prev.run_id = o.previous_run_id AND prev.metric = cur.metric AND prev.slice = cur.slice""",
+  ON prev.run_id = o.previous_run_id AND prev.metric = cur.metric AND prev.slice = cur.slice
+LEFT JOIN {comparisons} AS c
+  ON c.run_id = o.run_id AND c.base_run_id = o.previous_run_id AND c.metric = cur.metric AND c.slice = cur.slice""",
+        # the flagged regressions of each eval's latest compared run: empty on a good night
+        "regressions": f"""
+SELECT name, base_run_id, run_id, run_date, metric, slice, direction, n_paired, base_mean, mean,
+       mean_difference, ci_low, ci_high, p_value_adjusted, tolerance, compared_at
+FROM (
+  SELECT c.*, DENSE_RANK() OVER (PARTITION BY c.name ORDER BY c.run_date DESC, c.compared_at DESC) AS recency
+  FROM {comparisons} AS c)
+WHERE recency = 1 AND regression""",
     }
 
 
 class PublishFn(beam.DoFn):
+    """Loads each table's files into a staging table, then in one transaction
+    deletes the rows `replace` selects and inserts the staged ones. `replace` is
+    a SQL condition; default: every row of the run."""
+
     def __init__(self, dataset: str, run: RunKey, slice_columns: tuple[str, ...], attempt: str,
-                 location: str | None, staging_folder: str | None):
+                 location: str | None, staging_folder: str | None, replace: str | None = None):
         self._dataset = dataset
         self._run = run
         self._slices = slice_columns
         self._attempt = attempt
         self._location = location
         self._staging_folder = staging_folder
+        # run_id (and base_run_id) can only hold [A-Za-z0-9_.-] (configs.NAME_RE), so they
+        # are safe as literals; query parameters are not bound inside scripts everywhere.
+        assert re.fullmatch(NAME_RE, run.run_id), run.run_id
+        self._replace = replace or f"run_id = '{run.run_id}'"
 
     def process(self, _, **files: list[str]):
         from google.api_core import exceptions
@@ -301,18 +328,14 @@ class PublishFn(beam.DoFn):
         client = bigquery_client(project, self._location)
         staged = {}
         try:
-            for table in RUN_TABLES:
+            for table in sorted(files):
                 staging = f"{project}.{dataset_id}.{_staging_id(table, self._run.run_id, self._attempt)}"
                 self._load(client, table, staging, sorted(files[table]))
                 staged[table] = staging
-            # run_id can only hold [A-Za-z0-9_.-] (configs.NAME_RE), so it is safe as
-            # a literal; query parameters are not bound inside scripts everywhere.
-            run_id = self._run.run_id
-            assert re.fullmatch(NAME_RE, run_id), run_id
             statements = ["BEGIN TRANSACTION;"]
             for table, staging in staged.items():
                 columns = ", ".join(f"`{c.name}`" for c in table_columns(table, self._slices))
-                statements.append(f"DELETE FROM `{project}.{dataset_id}.{table}` WHERE run_id = '{run_id}';")
+                statements.append(f"DELETE FROM `{project}.{dataset_id}.{table}` WHERE {self._replace};")
                 statements.append(
                     f"INSERT INTO `{project}.{dataset_id}.{table}` ({columns}) SELECT {columns} FROM `{staging}`;"
                 )
@@ -360,9 +383,9 @@ class PublishToBigQuery(beam.PTransform):
     once, after every file is written (the file names are its side inputs)."""
 
     def __init__(self, dataset: str, run: RunKey, slice_columns, attempt: str, location: str | None,
-                 staging_folder: str | None):
+                 staging_folder: str | None, replace: str | None = None):
         super().__init__()
-        self._fn = PublishFn(dataset, run, tuple(slice_columns), attempt, location, staging_folder)
+        self._fn = PublishFn(dataset, run, tuple(slice_columns), attempt, location, staging_folder, replace)
 
     def expand(self, written: dict):
         pipeline = next(iter(written.values())).pipeline

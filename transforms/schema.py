@@ -183,10 +183,6 @@ TABLES: dict[str, tuple[Column, ...]] = {
 }
 
 
-# The tables one evaluation run writes; `comparisons` is written by `evalbeam compare`.
-RUN_TABLES = ("instances", "metric_results", "summary", "runs", "dead_letter", "judge_cache")
-
-
 def table_columns(table: str, slice_columns: Iterable[str] = ()) -> tuple[Column, ...]:
     columns = TABLES[table]
     if table == "instances":

@@ -34,8 +34,11 @@ def _register_all() -> None:
             return (("response", *extra, *variables),)
 
         base_inputs = ("response", *template.input_variables)
+        # verbosity ratings run -2..2 with 0 the right length (METRICS.md): better is closer to 0
+        direction = "closer_to_zero" if name.endswith("verbosity") else "higher"
         register(name, kind="pointwise", inputs=base_inputs, params=params, score_range=scale,
-                 description=f"LLM judge: {template.metric_definition or name}", inputs_for=inputs_for)(factory)
+                 description=f"LLM judge: {template.metric_definition or name}", inputs_for=inputs_for,
+                 direction=direction)(factory)
         register(f"pairwise_{name}", kind="pairwise", inputs=("response", "baseline_model_response", *template.input_variables),
                  params=params, score_range="CANDIDATE=1/TIE=0.5/BASELINE=0",
                  description=f"LLM judge, baseline (A) against candidate (B), both orders: {name}",

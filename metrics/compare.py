@@ -1,0 +1,203 @@
+"""Paired comparison of two runs' scores, mergeable and in bounded memory.
+
+An instance is *paired* for a metric when both runs scored it validly. Over the
+paired instances of one metric and slice:
+
+- the mean difference (run minus base) and its 95% CI from a paired Poisson
+  bootstrap: each instance gets the same weights as in the summary (seeded by
+  its instance id, metrics.summary.bootstrap_weights), and each replicate keeps
+  sums of w * difference and of w, so partial results from any workers merge
+  exactly and the interval is the same on every runner;
+- wins, ties and losses, in the metric's better direction, and the win rate
+  (wins + ties / 2) / n with its bootstrap CI;
+- a p-value: the exact McNemar test when every score is 0 or 1 (a binomial test
+  on the discordant pairs), else the Wilcoxon signed-rank test, both from SciPy;
+- across the rows compared, the Holm-adjusted p-value.
+
+A row is flagged `regression` when its CI lies entirely on the worse side of
+the tolerance (below -T where higher is better, above +T where lower is better)
+*and* its Holm-adjusted p-value is below alpha; `improvement` likewise on the
+better side. Requiring both keeps a nightly gate over many metrics and slices
+from flagging noise: unadjusted 95% intervals over 20 metric-slices would flag
+one of them by chance on a good share of nights.
+
+Directions: `higher` (most metrics), `lower` (latency, failure), and
+`closer_to_zero` (verbosity, -2..2 with 0 best), which is compared on the
+distance from zero, |score|, as a lower-is-better value.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+from typing import Any, Iterable
+
+import numpy as np
+
+
+DIRECTIONS = ("higher", "lower", "closer_to_zero")
+ALPHA = 0.05
+
+
+def compared_value(score: float, direction: str) -> float:
+    """The value a comparison works on: the score, or its distance from 0."""
+    return abs(score) if direction == "closer_to_zero" else score
+
+
+def better_sign(direction: str) -> int:
+    """+1 when a larger compared value is better, -1 when a smaller one is."""
+    return 1 if direction == "higher" else -1
+
+
+PAIRED, ONLY_BASE, ONLY_RUN, ERROR = "paired", "only_base", "only_run", "error"
+
+
+@dataclasses.dataclass
+class PairedMoments:
+    """One metric and slice: counts, sums, the paired differences (as a Counter
+    of values: exact for Wilcoxon, and small for the discrete scores most metrics
+    have) and the bootstrap replicate sums."""
+
+    sign: int = 1
+    paired: int = 0
+    only_base: int = 0
+    only_run: int = 0
+    errors: int = 0
+    base_sum: float = 0.0
+    run_sum: float = 0.0
+    wins: int = 0
+    ties: int = 0
+    losses: int = 0
+    binary: bool = True  # every compared value so far is 0 or 1
+    differences: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    boot_difference: np.ndarray | None = None  # per replicate: sum of w * (run - base)
+    boot_win: np.ndarray | None = None  # per replicate: sum of w * (1 win, 0.5 tie, 0 loss)
+    boot_weight: np.ndarray | None = None  # per replicate: sum of w
+
+    def add(self, kind: str, base: float | None = None, run: float | None = None,
+            weights: np.ndarray | None = None) -> None:
+        if kind == ONLY_BASE:
+            self.only_base += 1
+            return
+        if kind == ONLY_RUN:
+            self.only_run += 1
+            return
+        if kind == ERROR:
+            self.errors += 1
+            return
+        self.paired += 1
+        self.base_sum += base
+        self.run_sum += run
+        self.binary = self.binary and base in (0.0, 1.0) and run in (0.0, 1.0)
+        difference = run - base
+        self.differences[difference] += 1
+        oriented = self.sign * difference
+        win = 1.0 if oriented > 0 else 0.5 if oriented == 0 else 0.0
+        self.wins += oriented > 0
+        self.ties += oriented == 0
+        self.losses += oriented < 0
+        if weights is not None:
+            if self.boot_weight is None:
+                self.boot_difference = weights * difference
+                self.boot_win = weights * win
+                self.boot_weight = weights.copy()
+            else:
+                self.boot_difference += weights * difference
+                self.boot_win += weights * win
+                self.boot_weight += weights
+
+    def merge(self, other: "PairedMoments") -> "PairedMoments":
+        out = PairedMoments(sign=self.sign)
+        for f in ("paired", "only_base", "only_run", "errors", "base_sum", "run_sum", "wins", "ties", "losses"):
+            setattr(out, f, getattr(self, f) + getattr(other, f))
+        out.binary = self.binary and other.binary
+        out.differences = self.differences + other.differences
+        # Counter addition drops zero and negative counts; counts here are positive
+        for f in ("boot_difference", "boot_win", "boot_weight"):
+            a, b = getattr(self, f), getattr(other, f)
+            setattr(out, f, (None if b is None else b.copy()) if a is None else (a.copy() if b is None else a + b))
+        return out
+
+    def p_value(self) -> tuple[str | None, float | None]:
+        """(test name, two-sided p-value); (None, None) with nothing paired."""
+        from scipy import stats
+
+        if self.paired == 0:
+            return None, None
+        if self.binary:
+            run_only = self.differences.get(1.0, 0)  # base 0, run 1
+            base_only = self.differences.get(-1.0, 0)  # base 1, run 0
+            discordant = run_only + base_only
+            if discordant == 0:
+                return "mcnemar", 1.0
+            return "mcnemar", float(stats.binomtest(run_only, discordant, 0.5).pvalue)
+        nonzero = {d: c for d, c in self.differences.items() if d != 0}
+        if not nonzero:
+            return "wilcoxon", 1.0
+        values = np.repeat(np.fromiter(nonzero.keys(), float), np.fromiter(nonzero.values(), int))
+        return "wilcoxon", float(stats.wilcoxon(values).pvalue)
+
+    def statistics(self) -> dict[str, Any]:
+        n = self.paired
+        ci_low = ci_high = win_low = win_high = None
+        if n > 1 and self.boot_weight is not None:
+            drawn = self.boot_weight > 0
+            means = self.boot_difference[drawn] / self.boot_weight[drawn]
+            ci_low, ci_high = (float(v) for v in np.percentile(means, [2.5, 97.5]))
+            rates = self.boot_win[drawn] / self.boot_weight[drawn]
+            win_low, win_high = (float(v) for v in np.percentile(rates, [2.5, 97.5]))
+        test, p = self.p_value()
+        return {
+            "n_paired": n,
+            "only_in_base": self.only_base,
+            "only_in_run": self.only_run,
+            "error_in_either": self.errors,
+            "base_mean": self.base_sum / n if n else None,
+            "mean": self.run_sum / n if n else None,
+            # the mean of the differences, from the Counter (exact, order-independent)
+            "mean_difference": math.fsum(d * c for d, c in self.differences.items()) / n if n else None,
+            "ci_low": ci_low,
+            "ci_high": ci_high,
+            "test": test,
+            "p_value": p,
+            "wins": self.wins,
+            "ties": self.ties,
+            "losses": self.losses,
+            "win_rate": (self.wins + self.ties / 2) / n if n else None,
+            "win_rate_ci_low": win_low,
+            "win_rate_ci_high": win_high,
+        }
+
+
+def holm(p_values: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment (family-wise error), None kept as None.
+    SciPy has no Holm (only Benjamini-Hochberg); statsmodels would be a large
+    dependency for these few lines."""
+    indexed = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    m = len(indexed)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(indexed):
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+def flag(row: dict[str, Any], direction: str, tolerance: float, alpha: float = ALPHA) -> tuple[bool, bool]:
+    """(regression, improvement) of one comparison row with its adjusted p-value."""
+    low, high, p = row["ci_low"], row["ci_high"], row["p_value_adjusted"]
+    if low is None or high is None or p is None or p >= alpha:
+        return False, False
+    if better_sign(direction) > 0:
+        return high < -tolerance, low > tolerance
+    return low > tolerance, high < -tolerance
+
+
+def finish(rows: Iterable[dict[str, Any]], tolerance: float, alpha: float = ALPHA) -> list[dict[str, Any]]:
+    """Rows of one (base, run) pair -> the same rows with p_value_adjusted and the flags."""
+    rows = sorted(rows, key=lambda r: (r["metric"], r["slice"] != "overall", r["slice"]))
+    for row, adjusted in zip(rows, holm([r["p_value"] for r in rows])):
+        row["p_value_adjusted"] = adjusted
+        row["tolerance"] = tolerance
+        row["regression"], row["improvement"] = flag(row, row["direction"], tolerance, alpha)
+    return rows

@@ -1,0 +1,304 @@
+"""`evalbeam compare BASE_RUN_ID RUN_ID [RUN_ID ...]`: paired comparison of runs.
+
+Both runs are read back where they were written (Parquet folders or a BigQuery
+dataset) by a Beam pipeline (transforms.compare), so comparing runs of millions
+of rows runs on Dataflow as it does locally. The comparison rows are written to
+the `comparisons` table: Parquet under the run's folder
+(<out>/<run_id>/comparisons/, replacing an earlier comparison with the same base)
+and, for BigQuery results, into <dataset>.comparisons (replacing the rows of
+the same pair in one transaction).
+
+`evalbeam run` with `compare_with` uses the same transform inside the run's own
+pipeline (pipelines.evaluate), so a nightly run compares itself.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import tempfile
+import uuid
+from typing import Any
+
+import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
+
+from configs import EvalConfig
+from metrics.compare import ALPHA
+from transforms.compare import CompareRuns, PairSpec, result_entry, slice_names
+from transforms.schema import RunKey, utc_now
+from transforms.write import ATTEMPTS, WriteParquetTable, delete_tree, is_evalbeam_folder, run_folder
+
+SCORE_COLUMNS = ["instance_id", "metric", "score", "error"]
+
+
+class CompareError(RuntimeError):
+    """The runs cannot be compared as asked; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    name: str
+    run_date: dt.date
+    started_at: dt.datetime
+    slice_columns: tuple[str, ...]
+    directions: dict[str, str]
+
+
+def run_info(row: dict[str, Any]) -> RunInfo:
+    """A runs row -> what a comparison needs of it: its slice columns and metric directions
+    come from the config it ran with (a config no longer valid here: none, and the
+    registry's directions by metric name)."""
+    slices: tuple[str, ...] = ()
+    directions: dict[str, str] = {}
+    try:
+        config = EvalConfig.model_validate(json.loads(row["config"]))
+        slices, directions = tuple(config.input.slice_columns), config.metric_directions()
+    except (ValueError, TypeError):
+        pass
+    run_date = row["run_date"]
+    if isinstance(run_date, str):
+        run_date = dt.date.fromisoformat(run_date)
+    return RunInfo(row["run_id"], row["name"], run_date, row["started_at"], slices, directions)
+
+
+# ------------------------------------------------------------- where runs are
+
+
+@dataclasses.dataclass(frozen=True)
+class Location:
+    """Where runs' tables are: a Parquet output folder, or a BigQuery dataset."""
+
+    parquet: str | None = None
+    bigquery: str | None = None
+    billing_project: str | None = None
+
+    def __str__(self) -> str:
+        return f"BigQuery {self.bigquery}" if self.bigquery else str(self.parquet)
+
+
+def location_of(results) -> Location:
+    """A pipelines.report results object -> its Location."""
+    if getattr(results, "dataset", None):
+        return Location(bigquery=results.dataset, billing_project=results.dataset.rpartition(".")[0])
+    return Location(parquet=results.output)
+
+
+def runs_row(results, run_id: str) -> dict[str, Any] | None:
+    rows = results.run_tables(run_id)["runs"]
+    return rows[0] if rows else None
+
+
+def previous_run(results, name: str, run_id: str, run_date: dt.date) -> str | None:
+    """The eval's latest run before this one by run date (then start time), other than run_id itself."""
+    candidates = [r for r in results.runs(name) if r["run_id"] != run_id and _date(r["run_date"]) <= run_date]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda r: (_date(r["run_date"]), r["started_at"]))["run_id"]
+
+
+def _date(value) -> dt.date:
+    return dt.date.fromisoformat(value) if isinstance(value, str) else value
+
+
+class ReadRunScores(beam.PTransform):
+    """One run's metric_results -> (instance_id, (metric, score, failed))."""
+
+    def __init__(self, location: Location, run_id: str):
+        super().__init__()
+        self._location = location
+        self._run_id = run_id
+        self._plan = _bigquery_plan(location, "metric_results", run_id, SCORE_COLUMNS) if location.bigquery else None
+        if location.parquet:
+            self._pattern = FileSystems.join(location.parquet, run_id, "metric_results", "*.parquet")
+            _require_files(self._pattern, run_id, "metric_results")
+
+    def expand(self, pbegin):
+        from apache_beam.io.parquetio import ReadFromParquet
+
+        from transforms.bigquery import ReadBigQueryRows
+
+        if self._plan is not None:
+            rows = (pbegin | "Read" >> ReadBigQueryRows(self._plan))[0] | "Data" >> beam.Map(lambda r: r.data)
+        else:
+            rows = pbegin | "Read" >> ReadFromParquet(self._pattern, columns=SCORE_COLUMNS)
+        return rows | "Entries" >> beam.Map(result_entry)
+
+
+class ReadRunSlices(beam.PTransform):
+    """One run's instances -> (instance_id, [its slices])."""
+
+    def __init__(self, location: Location, run_id: str, slice_columns: tuple[str, ...]):
+        super().__init__()
+        self._columns = slice_columns
+        fields = ["instance_id", *slice_columns]
+        self._plan = _bigquery_plan(location, "instances", run_id, fields) if location.bigquery else None
+        if location.parquet:
+            self._pattern = FileSystems.join(location.parquet, run_id, "instances", "*.parquet")
+            _require_files(self._pattern, run_id, "instances")
+        self._fields = fields
+
+    def expand(self, pbegin):
+        from apache_beam.io.parquetio import ReadFromParquet
+
+        from transforms.bigquery import ReadBigQueryRows
+
+        if self._plan is not None:
+            rows = (pbegin | "Read" >> ReadBigQueryRows(self._plan))[0] | "Data" >> beam.Map(lambda r: r.data)
+        else:
+            rows = pbegin | "Read" >> ReadFromParquet(self._pattern, columns=self._fields)
+        return rows | "Slices" >> beam.Map(slice_names, self._columns)
+
+
+def _require_files(pattern: str, run_id: str, table: str) -> None:
+    if not FileSystems.match([pattern])[0].metadata_list:
+        raise CompareError(f"run {run_id}: no {table} files at {pattern}")
+
+
+def _bigquery_plan(location: Location, table: str, run_id: str, fields: list[str]):
+    from transforms.bigquery import BigQueryError, plan_table_read
+
+    try:
+        # run_id is a NAME_RE name ([A-Za-z0-9_.-]): safe inside the quotes
+        return plan_table_read(f"{location.bigquery}.{table}", location.billing_project,
+                               f"bq://{location.bigquery}.{table} (run {run_id})",
+                               row_restriction=f"run_id = '{run_id}'", selected_fields=fields)
+    except BigQueryError as e:
+        raise CompareError(str(e)) from None
+
+
+def compare_inputs(pipeline, location: Location, base: RunInfo, run: RunInfo, label: str) -> dict:
+    """The base run's scores and slices read back, for CompareRuns; the caller adds the run's."""
+    base_slices = tuple(c for c in run.slice_columns if c in base.slice_columns)
+    return {
+        "base": pipeline | f"{label}BaseScores" >> ReadRunScores(location, base.run_id),
+        "base_slices": pipeline | f"{label}BaseSlices" >> ReadRunSlices(location, base.run_id, base_slices),
+    }
+
+
+def pair_spec(base: RunInfo, run: RunInfo, tolerance: float, alpha: float, compared_at: dt.datetime) -> PairSpec:
+    return PairSpec(base.run_id, run.run_id, run.run_date, run.name, {**base.directions, **run.directions},
+                    tolerance, alpha, compared_at)
+
+
+# ------------------------------------------------------------- evalbeam compare
+
+
+def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOptions,
+            tolerance: float = 0.0, alpha: float = ALPHA, also_parquet: str | None = None) -> list[dict[str, Any]]:
+    """Compare each of run_ids with base_run_id, write the comparisons, return their rows."""
+    location = location_of(results)
+    infos = {}
+    for run_id in [base_run_id, *run_ids]:
+        row = runs_row(results, run_id)
+        if row is None:
+            raise CompareError(f"no run {run_id!r} in {results.location}")
+        infos[run_id] = run_info(row)
+    parquet_out = location.parquet or also_parquet
+    for run_id in run_ids:
+        if parquet_out and not is_evalbeam_folder(run_folder(parquet_out, run_id)):
+            raise CompareError(f"{run_folder(parquet_out, run_id)} is not a finished evalbeam run folder")
+    attempt = uuid.uuid4().hex[:12]
+    if parquet_out:
+        staging = FileSystems.join(parquet_out, ATTEMPTS, f"compare-{attempt}")
+    else:
+        temp = options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir()
+        staging = f"{temp.rstrip('/')}/evalbeam-staging/compare-{attempt}"
+    compared_at = utc_now()
+    base = infos[base_run_id]
+    pipeline = beam.Pipeline(options=options)
+    for i, run_id in enumerate(run_ids):
+        run = infos[run_id]
+        label = f"Run{i}"
+        inputs = compare_inputs(pipeline, location, base, run, label)
+        inputs["run"] = pipeline | f"{label}Scores" >> ReadRunScores(location, run_id)
+        inputs["run_slices"] = pipeline | f"{label}Slices" >> ReadRunSlices(location, run_id, run.slice_columns)
+        rows = inputs | f"{label}Compare" >> CompareRuns(pair_spec(base, run, tolerance, alpha, compared_at))
+        written = rows | f"{label}Write" >> WriteParquetTable(FileSystems.join(staging, run_id), "comparisons")
+        if location.bigquery:
+            from transforms.bigquery import PublishToBigQuery
+
+            written_map = {"comparisons": written}
+            _ = written_map | f"{label}Publish" >> PublishToBigQuery(
+                location.bigquery, RunKey(run_id, run.run_date), (), f"{attempt}{i}", None, staging_folder=None,
+                replace=f"run_id = '{run_id}' AND base_run_id = '{base_run_id}'")
+    try:
+        pipeline.run().wait_until_finish()
+        out = []
+        for run_id in run_ids:
+            folder = FileSystems.join(staging, run_id, "comparisons")
+            files = sorted(m.path for m in FileSystems.match([FileSystems.join(folder, "*.parquet")])[0].metadata_list)
+            out += read_rows(files)
+            if parquet_out:
+                install_comparison(parquet_out, run_id, base_run_id, files)
+        return out
+    finally:
+        delete_tree(staging)
+        attempts = FileSystems.join(parquet_out, ATTEMPTS) if parquet_out else None
+        if attempts and FileSystems.get_scheme(attempts) is None and os.path.isdir(attempts) and not os.listdir(attempts):
+            os.rmdir(attempts)
+
+
+def read_rows(paths: list[str]) -> list[dict[str, Any]]:
+    rows = []
+    for path in paths:
+        with FileSystems.open(path, mime_type="application/octet-stream") as f:
+            rows += pq.read_table(pa.BufferReader(f.read())).to_pylist()
+    return rows
+
+
+def install_comparison(output: str, run_id: str, base_run_id: str, files: list[str]) -> None:
+    """Put a comparison's files in the run folder's comparisons/, in place of any
+    earlier comparison of the same two runs (a file holds one pair's rows)."""
+    target = FileSystems.join(run_folder(output, run_id), "comparisons")
+    existing = [m.path for m in FileSystems.match([FileSystems.join(target, "*.parquet")])[0].metadata_list]
+    stale = [p for p in existing if base_run_id in {r["base_run_id"] for r in read_rows([p])}]
+    prefix = f"compare-{uuid.uuid4().hex[:8]}-"
+    if FileSystems.get_scheme(target) is None:
+        os.makedirs(target, exist_ok=True)
+    FileSystems.rename(files, [FileSystems.join(target, prefix + FileSystems.split(p)[1]) for p in files])
+    if stale:
+        FileSystems.delete(stale)
+
+
+def format_comparison(rows: list[dict[str, Any]], brief: bool = False) -> str:
+    """The comparison as a table, flagged rows first; `brief`: only the overall
+    rows and the flagged ones."""
+    from pipelines.report import _fmt, format_table
+
+    if brief:
+        rows = [r for r in rows if r["slice"] == "overall" or r["regression"] or r["improvement"]]
+    ordered = sorted(rows, key=lambda r: (r["run_id"], not r["regression"], not r["improvement"], r["metric"],
+                                          r["slice"] != "overall", r["slice"]))
+    lines = []
+    for r in ordered:
+        ci = "-" if r["ci_low"] is None else f"[{_fmt(r['ci_low'], 4)}, {_fmt(r['ci_high'], 4)}]"
+        flag = "REGRESSION" if r["regression"] else "improvement" if r["improvement"] else ""
+        lines.append((r["run_id"], r["metric"], r["slice"], str(r["n_paired"]), _fmt(r["base_mean"]), _fmt(r["mean"]),
+                      _fmt(r["mean_difference"]), ci, _fmt(r["p_value_adjusted"], 4),
+                      f"{r['wins']}/{r['ties']}/{r['losses']}", flag))
+    return format_table(("run", "metric", "slice", "paired", "base", "run mean", "difference", "95% CI",
+                         "p (Holm)", "W/T/L", "flag"), lines)
+
+
+def unpaired_note(rows: list[dict[str, Any]]) -> list[str]:
+    notes = []
+    for r in rows:
+        if r["slice"] == "overall" and (r["only_in_base"] or r["only_in_run"] or r["error_in_either"]):
+            notes.append(f"{r['run_id']} {r['metric']}: not paired: {r['only_in_base']} only in base, "
+                         f"{r['only_in_run']} only in run, {r['error_in_either']} with an error in either")
+    return notes
+
+
+def run_comparisons(results, run_id: str) -> list[dict[str, Any]]:
+    """The comparisons rows of a run, from where its results are."""
+    location = location_of(results)
+    if location.bigquery:
+        return results._query(f"SELECT * FROM `{location.bigquery}.comparisons` WHERE run_id = @run_id", run_id=run_id)
+    pattern = FileSystems.join(location.parquet, run_id, "comparisons", "*.parquet")
+    return read_rows(sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list))

@@ -1,0 +1,211 @@
+"""Paired run comparison: the statistics against SciPy and numpy computed
+independently from the raw scores, and `evalbeam compare` / `compare_with`
+through the real CLI."""
+import json
+import random
+
+import numpy as np
+import pytest
+import yaml
+from scipy import stats
+
+from metrics.compare import PairedMoments, better_sign, finish, holm
+from metrics.summary import bootstrap_weights
+from tests.helpers import evalbeam, table
+
+
+def moments(pairs, direction="higher", chunks=1, seed=0):
+    """PairedMoments over (instance_id, base, run) pairs, built in `chunks` parts and merged."""
+    parts = [PairedMoments(sign=better_sign(direction)) for _ in range(chunks)]
+    rng = random.Random(seed)
+    for instance_id, base, run in pairs:
+        rng.choice(parts).add("paired", base, run, bootstrap_weights(instance_id))
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.merge(p)
+    return out
+
+
+def independent(pairs):
+    """The same statistics straight from the arrays."""
+    base = np.array([b for _, b, _ in pairs])
+    run = np.array([r for _, _, r in pairs])
+    d = run - base
+    w = np.stack([bootstrap_weights(i) for i, _, _ in pairs])  # instances x replicates
+    drawn = w.sum(axis=0) > 0
+    boot = (w * d[:, None]).sum(axis=0)[drawn] / w.sum(axis=0)[drawn]
+    return d, np.percentile(boot, [2.5, 97.5])
+
+
+@pytest.mark.parametrize("chunks", [1, 7])
+def test_binary_scores_use_the_exact_mcnemar_test(chunks):
+    rng = random.Random(3)
+    pairs = [(f"i{k}", float(rng.random() < 0.8), float(rng.random() < 0.65)) for k in range(400)]
+    s = moments(pairs, chunks=chunks).statistics()
+    d, ci = independent(pairs)
+    b, c = int((d == -1).sum()), int((d == 1).sum())
+    assert s["test"] == "mcnemar"
+    assert s["p_value"] == pytest.approx(stats.binomtest(c, b + c, 0.5).pvalue, rel=1e-12)
+    assert s["p_value"] < 0.01  # 0.8 -> 0.65 on 400 pairs is real
+    assert s["mean_difference"] == pytest.approx(d.mean(), abs=1e-12)
+    assert (s["ci_low"], s["ci_high"]) == pytest.approx(tuple(ci), abs=1e-12)
+    assert (s["wins"], s["ties"], s["losses"]) == (c, int((d == 0).sum()), b)
+
+
+@pytest.mark.parametrize("chunks", [1, 5])
+def test_continuous_scores_use_wilcoxon(chunks):
+    rng = random.Random(4)
+    pairs = []
+    for k in range(250):
+        base = round(rng.random(), 2)
+        pairs.append((f"i{k}", base, base if k % 5 == 0 else round(min(1.0, base + rng.gauss(0.03, 0.1)), 2)))
+    s = moments(pairs, chunks=chunks).statistics()
+    d, ci = independent(pairs)
+    assert s["test"] == "wilcoxon"
+    assert s["p_value"] == pytest.approx(stats.wilcoxon(d).pvalue, rel=1e-9)  # zeros dropped, as SciPy's default
+    assert (s["ci_low"], s["ci_high"]) == pytest.approx(tuple(ci), abs=1e-12)
+    assert s["win_rate"] == pytest.approx(((d > 0).sum() + (d == 0).sum() / 2) / len(d))
+
+
+def test_direction_decides_wins_and_flags():
+    pairs = [(f"i{k}", 1.0, 2.0 + (k % 3) / 10) for k in range(60)]  # run is larger everywhere
+    higher = moments(pairs, "higher").statistics()
+    lower = moments(pairs, "lower").statistics()
+    assert (higher["wins"], higher["losses"]) == (60, 0)
+    assert (lower["wins"], lower["losses"]) == (0, 60)
+    rows = finish([{**higher, "metric": "m", "slice": "overall", "direction": "higher"},
+                   {**lower, "metric": "latency", "slice": "overall", "direction": "lower"}], tolerance=0.5)
+    by = {r["metric"]: r for r in rows}
+    assert by["m"]["improvement"] and not by["m"]["regression"]
+    assert by["latency"]["regression"] and not by["latency"]["improvement"]
+    # a tolerance wider than the change: nothing flagged
+    rows = finish([{**higher, "metric": "m", "slice": "overall", "direction": "higher"}], tolerance=1.5)
+    assert not rows[0]["improvement"]
+
+
+def test_holm_adjustment():
+    adjusted = holm([0.01, 0.04, 0.03, 0.005, None])
+    assert adjusted[:4] == pytest.approx([0.03, 0.06, 0.06, 0.02]) and adjusted[4] is None
+    assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+
+
+# ---------------------------------------------------------------- end to end
+
+N = 300
+
+
+def cases(candidate: bool):
+    """Group a is unchanged in the candidate; in group b, 45 of the right answers
+    turn wrong, the responses lose words and the latency doubles."""
+    rng = random.Random(11)
+    rows = []
+    for k in range(N):
+        group = "a" if k % 2 else "b"
+        reference = " ".join(rng.choice(["alpha", "beta", "gamma", "delta", "eps"]) for _ in range(8))
+        right = rng.random() < 0.85
+        response = reference if right else "something else entirely"
+        latency = round(1 + rng.random(), 3)
+        if candidate and group == "b":
+            if right and k % 10 in (0, 4, 6):
+                response = "wrong now"
+            elif right:
+                response = " ".join(reference.split()[:5])
+            latency *= 2
+        rows.append({"id": f"c{k}", "grp": group, "response": response, "reference": reference,
+                     "latency_in_seconds": latency})
+    if candidate:
+        rows += [{"id": f"new{k}", "grp": "a", "response": "x", "reference": "x", "latency_in_seconds": 1.0}
+                 for k in range(3)]
+    else:
+        rows += [{"id": f"old{k}", "grp": "b", "response": "x", "reference": "y", "latency_in_seconds": 1.0}
+                 for k in range(4)]
+    return rows
+
+
+def write_run(tmp_path, name, rows, out, extra=None):
+    data = tmp_path / f"{name}.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = {"name": "cmp-eval", "input": {"uri": str(data), "id_column": "id", "slice_columns": ["grp"]},
+              "metrics": ["exact_match", "rouge_1"], "output": {"parquet": str(out)}, **(extra or {})}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def expected(out, base_id, run_id, metric, group=None):
+    """Pairs of one metric (and group) straight from the two runs' Parquet tables."""
+    def scores(run):
+        instances = {r["instance_id"]: r["grp"] for r in table(out / run, "instances")}
+        return {r["instance_id"]: (r["score"], instances[r["instance_id"]])
+                for r in table(out / run, "metric_results") if r["metric"] == metric}
+
+    base, run = scores(base_id), scores(run_id)
+    return [(i, base[i][0], run[i][0]) for i in sorted(base.keys() & run.keys()) if group in (None, run[i][1])]
+
+
+def test_compare_flags_the_regressed_slice_and_is_a_ci_gate(tmp_path):
+    out = tmp_path / "out"
+    base_cfg = write_run(tmp_path, "base", cases(False), out)
+    evalbeam("run", base_cfg, "--set", "run_id=base", "--set", "run_date=2026-11-20")
+    cand_cfg = write_run(tmp_path, "cand", cases(True), out, {"compare_with": "previous"})
+
+    # the nightly form: compare with the previous run inside the run, and fail on a regression
+    result = evalbeam("run", cand_cfg, "--set", "run_id=cand", "--set", "run_date=2026-11-21",
+                      "--fail-on-regression", check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "compared with base" in result.stdout and "regressed against base" in result.stderr
+    in_run = {(r["metric"], r["slice"]): r for r in table(out / "cand", "comparisons")}
+
+    # the standalone command gives the same rows, replaces the run's own, and exits 1
+    result = evalbeam("compare", "base", "cand", "--parquet", out, check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "REGRESSION" in result.stdout
+    rows = {(r["metric"], r["slice"]): r for r in table(out / "cand", "comparisons")}
+    assert len(list((out / "cand" / "comparisons").glob("*.parquet"))) == 1
+    assert rows.keys() == in_run.keys() == {(m, s) for m in ("exact_match", "rouge_1", "latency_in_seconds")
+                                            for s in ("overall", "grp=a", "grp=b")}
+    for key, row in rows.items():
+        for column in ("n_paired", "mean_difference", "ci_low", "ci_high", "p_value", "p_value_adjusted",
+                       "wins", "losses", "regression", "improvement"):
+            assert row[column] == pytest.approx(in_run[key][column], abs=1e-12), (key, column)
+
+    # every number against an independent computation from the two runs' scores
+    for (metric, slice_name), row in rows.items():
+        group = None if slice_name == "overall" else slice_name.split("=")[1]
+        pairs = expected(out, "base", "cand", metric, group)
+        d, ci = independent(pairs)
+        assert row["n_paired"] == len(pairs)
+        assert row["mean_difference"] == pytest.approx(d.mean(), abs=1e-12)
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx(tuple(ci), abs=1e-12)
+        sign = -1 if metric == "latency_in_seconds" else 1
+        assert (row["wins"], row["ties"], row["losses"]) == (
+            int((sign * d > 0).sum()), int((d == 0).sum()), int((sign * d < 0).sum()))
+        if metric == "exact_match":
+            b, c = int((d == -1).sum()), int((d == 1).sum())
+            want = stats.binomtest(c, b + c, 0.5).pvalue if b + c else 1.0
+        else:
+            want = stats.wilcoxon(d).pvalue if (d != 0).any() else 1.0
+        assert row["p_value"] == pytest.approx(want, rel=1e-9), (metric, slice_name)
+    assert rows[("exact_match", "overall")]["only_in_base"] == 4
+    assert rows[("exact_match", "overall")]["only_in_run"] == 3
+
+    flagged = {k for k, r in rows.items() if r["regression"]}
+    assert flagged == {("exact_match", "overall"), ("exact_match", "grp=b"), ("rouge_1", "overall"),
+                       ("rouge_1", "grp=b"), ("latency_in_seconds", "overall"), ("latency_in_seconds", "grp=b")}
+    assert not any(r["improvement"] for r in rows.values())
+    assert rows[("latency_in_seconds", "grp=b")]["direction"] == "lower"
+    assert rows[("exact_match", "grp=a")]["ties"] == rows[("exact_match", "grp=a")]["n_paired"]
+
+    # the same run against itself: nothing flagged, exit 0
+    again = evalbeam("compare", "cand", "cand", "--parquet", out)
+    assert "0 regression(s) flagged" in again.stdout
+
+
+def test_compare_refuses_unknown_runs(tmp_path):
+    out = tmp_path / "out"
+    cfg = write_run(tmp_path, "base", cases(False)[:20], out)
+    evalbeam("run", cfg, "--set", "run_id=only")
+    result = evalbeam("compare", "only", "nosuch", "--parquet", out, check=False)
+    assert result.returncode == 2 and "no run 'nosuch'" in result.stderr
+    result = evalbeam("compare", "only", "only", "--parquet", out, "--tolerance=-1", check=False)
+    assert result.returncode == 2
