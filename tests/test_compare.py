@@ -209,3 +209,41 @@ def test_compare_refuses_unknown_runs(tmp_path):
     assert result.returncode == 2 and "no run 'nosuch'" in result.stderr
     result = evalbeam("compare", "only", "only", "--parquet", out, "--tolerance=-1", check=False)
     assert result.returncode == 2
+
+
+def test_compare_in_bigquery_with_views(cloud, tmp_path):
+    """Both forms against the BigQuery emulator: compare_with inside the run, and
+    `evalbeam compare --bigquery` replacing that pair's rows; the views carry it."""
+    from tests.emulators.control import BUCKET, PROJECT
+    from transforms.local_cloud import bigquery_client
+
+    def rows(sql):
+        return [dict(r.items()) for r in bigquery_client(PROJECT).query(sql).result()]
+
+    dataset = f"{PROJECT}.evals_compare"
+    flags = [f"--temp_location=gs://{BUCKET}/tmp"]
+    out = {"bigquery": dataset}
+    base_cfg = write_run(tmp_path, "base", cases(False), None, {"output": out})
+    evalbeam("run", base_cfg, "--set", "run_id=base", "--set", "run_date=2026-11-20", *flags)
+    cand_cfg = write_run(tmp_path, "cand", cases(True), None, {"output": out, "compare_with": "previous"})
+    result = evalbeam("run", cand_cfg, "--set", "run_id=cand", "--set", "run_date=2026-11-21", *flags, check=False)
+    assert result.returncode == 0, result.stderr  # flagged, but no --fail-on-regression
+    assert "regression(s) flagged" in result.stdout
+
+    count = f"SELECT COUNT(*) AS n FROM `{dataset}.comparisons` WHERE run_id = 'cand' AND base_run_id = 'base'"
+    assert rows(count) == [{"n": 9}]
+    regressions = rows(f"SELECT metric, slice FROM `{dataset}.regressions` WHERE name = 'cmp-eval' AND run_date = '2026-11-21'")
+    assert {(r["metric"], r["slice"]) for r in regressions} == {
+        (m, s) for m in ("exact_match", "rouge_1", "latency_in_seconds") for s in ("overall", "grp=b")}
+    view = rows(f"SELECT previous_run_id, paired_mean_difference, ci_low, ci_high, regression FROM `{dataset}.run_comparison` "
+                "WHERE run_id = 'cand' AND metric = 'exact_match' AND slice = 'grp=a'")
+    assert view == [{"previous_run_id": "base", "paired_mean_difference": 0.0, "ci_low": 0.0, "ci_high": 0.0,
+                     "regression": False}]
+
+    result = evalbeam("compare", "base", "cand", "--bigquery", dataset, *flags, check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert rows(count) == [{"n": 9}]  # replaced, not added to
+    # each run read alone (the Storage Read API's row restriction): 300 paired, 4 and 3 unpaired
+    assert rows(f"SELECT n_paired, only_in_base, only_in_run FROM `{dataset}.comparisons` "
+                "WHERE metric = 'exact_match' AND slice = 'overall'") == [{"n_paired": N, "only_in_base": 4, "only_in_run": 3}]
+    assert not [t.table_id for t in bigquery_client(PROJECT).list_tables(dataset) if t.table_id.startswith("_evalbeam_staging_")]
