@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import shutil
 import sys
 import tempfile
 import uuid
@@ -194,9 +195,11 @@ def _check_outputs(config: EvalConfig, options: PipelineOptions | None, run_id: 
 
 def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, started_at,
                    read_plan: bigquery.ReadPlan | None = None, attempt: str | None = None,
-                   staging: str | None = None, cache_plans: list | None = None, compare_base=None) -> None:
+                   staging: str | None = None, cache_plans: list | None = None, compare_base=None,
+                   progress: str | None = None) -> None:
     """compare_base: (Location, RunInfo of the base run, RunInfo of this run) to compare
-    this run's scores with, into the comparisons table; None for no comparison."""
+    this run's scores with, into the comparisons table; None for no comparison.
+    progress: a local folder the workers write live counts to (transforms.progress), or None."""
     slices = tuple(config.input.slice_columns)
 
     if read_plan is None:
@@ -215,7 +218,8 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         if config.judge.cache:
             parquet = [p for p in config.judge.cache if not p.startswith("bq://")]
             cached = pipeline | "JudgeCache" >> judge.ReadJudgeCache([_parquet_glob(p) for p in parquet], cache_plans or [])
-        judged, cache_rows, usage = instances | "Judge" >> judge.JudgeInstances(run, judge_specs, config.judge, cached)
+        judged, cache_rows, usage = instances | "Judge" >> judge.JudgeInstances(run, judge_specs, config.judge, cached,
+                                                                                progress)
         thresholds.update({p.output_name: p.threshold for p in judge.plan_judges(judge_specs)})
         scored = (computed, judged) | "AllScores" >> beam.Flatten()
     else:
@@ -224,6 +228,12 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         usage = pipeline | "NoJudgeUsage" >> beam.Create([{}])
     summary = scored | "Summarize" >> SummarizeScores(run, thresholds)
     read = (records, unparseable) | "AllRead" >> beam.Flatten()
+    if progress:
+        from transforms.progress import CountFn
+
+        read | "ProgressRead" >> beam.ParDo(CountFn(progress, "read"))
+        computed | "ProgressScored" >> beam.ParDo(CountFn(progress, "scored"))
+        dead_letters | "ProgressDeadLettered" >> beam.ParDo(CountFn(progress, "dead_lettered"))
     runs = (read, computed, scored, dead_letters, usage, source_lines) | "RunRecord" >> RunRecord(
         run, config.name, config.to_json(), evalbeam_version(), started_at, config.judge.prices, config.judge.model
     )
@@ -325,11 +335,24 @@ def run(config: EvalConfig, options: PipelineOptions):
     pipeline = beam.Pipeline(options=options)
     from pipelines.compare import CompareError
 
+    local = options.view_as(StandardOptions).runner in LOCAL_RUNNERS
+    progress = tempfile.mkdtemp(prefix="evalbeam-progress-") if local else None
     try:
-        build_pipeline(pipeline, config, run_key, started_at, read_plan, attempt, staging, cache_plans, compare_base)
-    except CompareError as e:
-        raise ConfigError(f"compare_with: {e}") from None
-    result = pipeline.run()
-    if options.view_as(StandardOptions).runner in LOCAL_RUNNERS:
-        result.wait_until_finish()
-    return run_key, result
+        try:
+            build_pipeline(pipeline, config, run_key, started_at, read_plan, attempt, staging, cache_plans,
+                           compare_base, progress)
+        except CompareError as e:
+            raise ConfigError(f"compare_with: {e}") from None
+        print(f"evalbeam: run {run_key.run_id} (run date {run_key.run_date}) started", file=sys.stderr, flush=True)
+        if not local:
+            return run_key, pipeline.run()
+        from transforms.progress import ProgressDisplay
+
+        quota = config.judge.requests_per_minute if config.judge_specs() else None
+        with ProgressDisplay(progress, quota):
+            result = pipeline.run()
+            result.wait_until_finish()
+        return run_key, result
+    finally:
+        if progress:
+            shutil.rmtree(progress, ignore_errors=True)

@@ -257,8 +257,9 @@ class JudgeInstances(beam.PTransform):
     """Instances -> (ScoredInstances with the judge rows, judge_cache rows, usage per metric).
     `cached` is a PCollection of (request_key, JudgeResponse) from judge.cache, or None."""
 
-    def __init__(self, run: RunKey, specs, judge_config, cached=None):
+    def __init__(self, run: RunKey, specs, judge_config, cached=None, progress: str | None = None):
         super().__init__()
+        self._progress = progress
         self._run = run
         self._plans = plan_judges(specs)
         self._config = judge_config
@@ -281,6 +282,11 @@ class JudgeInstances(beam.PTransform):
             | "CallJudge" >> beam.ParDo(CallJudgeFn(settings, config.shards))
         )
         answered = (resolved.cached, called) | "AllAnswers" >> beam.Flatten()
+        if self._progress:
+            from transforms.progress import CountFn
+
+            resolved[TO_CALL] | "ProgressJudgeNeeded" >> beam.ParDo(CountFn(self._progress, "judge_needed"))
+            called | "ProgressJudgeDone" >> beam.ParDo(CountFn(self._progress, "judge_done"))
         fanned = answered | "BackToInstances" >> beam.FlatMap(
             lambda a: [(link.instance_id, (link, a[0])) for link in a[1]])
         scored = (

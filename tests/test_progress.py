@@ -1,0 +1,41 @@
+"""Live progress: counts from the workers (in this process or others) summed by the launcher."""
+import io
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from tests.helpers import evalbeam
+from transforms.progress import CountFn, ProgressDisplay, describe, read_counts
+
+
+def test_counts_from_worker_processes_are_summed(tmp_path):
+    options = PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
+    with beam.Pipeline(options=options) as p:
+        numbers = p | beam.Create(range(1000)) | beam.Reshuffle()
+        numbers | "Evens" >> beam.Filter(lambda n: n % 2 == 0) | "CountEvens" >> beam.ParDo(CountFn(str(tmp_path), "read"))
+        numbers | "CountAll" >> beam.ParDo(CountFn(str(tmp_path), "judge_needed"))
+        numbers | "Weighted" >> beam.ParDo(CountFn(str(tmp_path), "judge_done", weight=lambda n: n < 10))
+    assert read_counts(str(tmp_path)) == {"read": 500, "judge_needed": 1000, "judge_done": 10}
+
+
+def test_the_line_says_rate_quota_and_eta():
+    line = describe({"read": 120, "scored": 100, "dead_lettered": 20, "judge_needed": 400, "judge_done": 100},
+                    elapsed=60, quota_per_minute=200)
+    assert line == ("read 120 | scored 100 | dead-lettered 20 | judgments 100/400 at 100/min (50% of the quota), "
+                    "ETA 0:03:00 | 0:01:00")
+
+
+def test_plain_lines_when_not_a_terminal(tmp_path):
+    out = io.StringIO()
+    with ProgressDisplay(str(tmp_path), None, stream=out, interval=0.05):
+        (tmp_path / "a.json").write_text('{"read": 7}')
+        (tmp_path / "b.json").write_text('{"read": 3, "scored": 9}')
+    assert out.getvalue().splitlines()[-1].startswith("evalbeam progress: read 10 | scored 9 | dead-lettered 0")
+
+
+def test_a_run_prints_its_run_id_first_and_its_final_counts(tmp_path):
+    result = evalbeam("run", "configs/demo.yaml", "--set", f"output.parquet={tmp_path}", "--set", "run_id=progress-test")
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("evalbeam: run progress-test (run date ")
+    assert [line for line in lines if line.startswith("evalbeam progress:")][-1].startswith(
+        "evalbeam progress: read 15 | scored 15 | dead-lettered 0")

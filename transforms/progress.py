@@ -1,0 +1,132 @@
+"""Live progress of a local run: counts written by the workers, shown by the launcher.
+
+On a local runner the DoFns may run in this process or in worker processes
+(--direct_running_mode=multi_processing), so the counts travel through files:
+each counting DoFn instance keeps its own counts and rewrites one small JSON
+file in a folder of the launcher's (atomically, at most about once a second),
+and the launcher sums the files while the pipeline runs. Beam's own counters
+are only readable once a local pipeline has finished; on Dataflow they show in
+the job's console, and no progress taps are added.
+"""
+from __future__ import annotations
+
+import collections
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+
+import apache_beam as beam
+
+FLUSH_SECONDS = 1.0
+
+
+class CountFn(beam.DoFn):
+    """Counts the elements it sees under `key`; emits nothing."""
+
+    def __init__(self, folder: str, key: str, weight=None):
+        self._folder = folder
+        self._key = key
+        self._weight = weight  # element -> count, default 1
+
+    def setup(self):
+        self._path = os.path.join(self._folder, f"{os.getpid()}-{uuid.uuid4().hex}.json")
+        self._count = 0
+        self._flushed = 0.0
+
+    def process(self, element):
+        self._count += 1 if self._weight is None else self._weight(element)
+        now = time.monotonic()
+        if now - self._flushed >= FLUSH_SECONDS:
+            self._flush(now)
+        return ()
+
+    def finish_bundle(self):
+        self._flush(time.monotonic())
+
+    def _flush(self, now: float) -> None:
+        self._flushed = now
+        temp = f"{self._path}.tmp"
+        try:
+            with open(temp, "w") as f:
+                json.dump({self._key: self._count}, f)
+            os.replace(temp, self._path)
+        except OSError:
+            pass  # progress is best effort: never fail the run for it
+
+
+def read_counts(folder: str) -> dict[str, int]:
+    totals: collections.Counter = collections.Counter()
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return {}
+    for name in names:
+        if name.endswith(".json"):
+            try:
+                with open(os.path.join(folder, name)) as f:
+                    totals.update(json.load(f))
+            except (OSError, ValueError):
+                continue  # being replaced right now
+    return dict(totals)
+
+
+def describe(counts: dict[str, int], elapsed: float, quota_per_minute: float | None) -> str:
+    read, scored, dead = counts.get("read", 0), counts.get("scored", 0), counts.get("dead_lettered", 0)
+    text = f"read {read:,} | scored {scored:,} | dead-lettered {dead:,}"
+    needed = counts.get("judge_needed")
+    if needed:
+        done = counts.get("judge_done", 0)
+        rate = done / elapsed * 60 if elapsed > 0 else 0.0
+        text += f" | judgments {done:,}/{needed:,} at {rate:,.0f}/min"
+        if quota_per_minute:
+            text += f" ({rate / quota_per_minute:.0%} of the quota)"
+        if 0 < done < needed and rate > 0:
+            text += f", ETA {_duration((needed - done) / rate * 60)}"
+    return text + f" | {_duration(elapsed)}"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class ProgressDisplay:
+    """A thread that shows the counts: one rewritten status line on a terminal
+    (tqdm's), a plain log line every `interval` seconds otherwise."""
+
+    def __init__(self, folder: str, quota_per_minute: float | None, stream=None, interval: float | None = None):
+        self._folder = folder
+        self._quota = quota_per_minute
+        self._stream = stream or sys.stderr
+        # EVALBEAM_PROGRESS_SECONDS: how often the plain log line comes (default 15)
+        self._interval = interval or float(os.environ.get("EVALBEAM_PROGRESS_SECONDS", "15"))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="evalbeam-progress", daemon=True)
+        self._started = time.monotonic()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _loop(self):
+        if self._stream.isatty():
+            from tqdm import tqdm
+
+            with tqdm(file=self._stream, bar_format="{desc}", leave=True) as bar:
+                while not self._stop.wait(0.5):
+                    bar.set_description_str(self._line())
+                bar.set_description_str(self._line())
+            return
+        while not self._stop.wait(self._interval):
+            print(f"evalbeam progress: {self._line()}", file=self._stream, flush=True)
+        print(f"evalbeam progress: {self._line()} (finished)", file=self._stream, flush=True)
+
+    def _line(self) -> str:
+        return describe(read_counts(self._folder), time.monotonic() - self._started, self._quota)
