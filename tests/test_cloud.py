@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from tests.emulators.control import BUCKET, PROJECT
+from transforms import schema
 from tests.helpers import evalbeam
 
 T = {"tool_name": "get", "tool_input": {"id": 1}}
@@ -68,8 +69,7 @@ def test_gcs_jsonl_in_and_gcs_parquet_out(cloud, tmp_path):
     assert "read 7 = scored 6 + dead-lettered 1" in out
     assert f"gs://{BUCKET}/t1/in/part-1.jsonl:4: invalid JSON" in out
     names = sorted(b.name for b in gcs().list_blobs(prefix="t1/out/r1/"))
-    assert {n.split("/")[3] for n in names} == {"instances", "metric_results", "summary", "runs", "dead_letter", "judge_cache",
-                                               "_evalbeam_run.json"}
+    assert {n.split("/")[3] for n in names} == set(schema.TABLES) | {"_evalbeam_run.json"}
 
     shown = evalbeam("show", "r1", "--parquet", f"gs://{BUCKET}/t1/out").stdout
     assert "run r1 (cloud-eval" in shown
