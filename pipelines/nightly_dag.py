@@ -11,7 +11,9 @@ Tasks:
   the night has flagged rows, naming them in its log; the results stay where
   the run wrote them (the check only reads). The config needs
   `compare_with: previous` (or a fixed baseline) and `output.bigquery` for the
-  comparison rows to exist; a night with no comparison passes.
+  comparison rows to exist; a night with no comparison passes, and so does a
+  re-run of a night older than the eval's latest compared one (the view holds
+  only that latest night).
 
 Airflow variables, read when a task runs (Jinja), not when this file is parsed:
   evalbeam_project        Google Cloud project of the Dataflow job

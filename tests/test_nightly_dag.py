@@ -82,7 +82,7 @@ def load_dags(airflow, out):
 
 def test_the_dag_loads_in_airflow_with_no_import_errors(airflow, tmp_path):
     loaded = load_dags(airflow, tmp_path / "bag.json")
-    assert loaded["import_errors"] == {}
+    assert loaded["import_errors"] == {} and loaded["warnings"] == {}  # deprecations included
     assert loaded["dags"] == {"evalbeam_nightly": {
         "evaluate": {"operator": "DataflowStartFlexTemplateOperator", "upstream": [], "retries": 0},
         "check_regressions": {"operator": "BigQueryCheckOperator", "upstream": ["evaluate"], "retries": 0},
