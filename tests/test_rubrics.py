@@ -450,3 +450,21 @@ def test_rubrics_table_in_bigquery_and_pinned_from_it(cloud, tmp_path, api_key):
     assert len({r["generation_key"] for r in got}) == 2
     table_ = client.get_table(f"{dataset}.rubrics")
     assert table_.time_partitioning.field == "run_date" and table_.clustering_fields == ["metric", "run_id"]
+
+
+def test_demo_rubrics_config_runs_and_its_pinned_rerun_generates_nothing(tmp_path, api_key):
+    rows = [json.loads(line) for line in open("configs/data/agents.jsonl")]
+    prompts = {r["prompt"] for r in rows}
+    with JudgeServer() as server:
+        common = ["--set", f"judge.base_url={server.url}", "--set", f"output.parquet={tmp_path}"]
+        out = evalbeam("run", "configs/demo_rubrics.yaml", *common, "--set", "run_id=demo1").stdout
+        assert server.stats.stages["generation"] == 2 * len(prompts) < 2 * len(rows)  # two adaptive metrics
+        server.stats.stages.clear()
+        evalbeam("run", "configs/demo_rubrics.yaml", *common, "--set", "run_id=demo2",
+                 "--set", "judge.model=gemini-2.5-pro", "--set", f"judge.rubrics_from={tmp_path}/demo1/rubrics")
+        assert server.stats.stages.get("generation", 0) == 0
+    assert f"read {len(rows)} = scored {len(rows)} + dead-lettered 0; metric errors 0" in out
+    judged = {s["metric"] for s in table(tmp_path / "demo1", "summary") if s["slice"] == "overall"}
+    assert {"general_quality", "instruction_following_v1", "final_response_match", "safety_v1"} <= judged
+    first, pinned = rubric_table(tmp_path, "demo1"), rubric_table(tmp_path, "demo2")
+    assert {k: [r["rubric"] for r in v] for k, v in first.items()} == {k: [r["rubric"] for r in v] for k, v in pinned.items()}
