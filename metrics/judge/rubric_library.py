@@ -13,7 +13,7 @@ import pydantic
 
 from metrics.judge.rubrics import builtin_rubric_templates
 from metrics.judge.templates import builtin_templates
-from metrics.registry import register
+from metrics.registry import NoParams, register
 
 
 class RubricParams(pydantic.BaseModel):
@@ -41,9 +41,11 @@ def _register_all() -> None:
         score_range = "0/1" if template.score == "all" or template.kind == "static" else "0..1"
 
         def factory(p, template=template):
-            return template.model_copy(update={"rubric_group": p.rubric_group}) if p.rubric_group else template
+            group = getattr(p, "rubric_group", None)
+            return template.model_copy(update={"rubric_group": group}) if group else template
 
-        register(registered, kind="rubric", inputs=template.inputs(), params=RubricParams, score_range=score_range,
+        params = RubricParams if template.kind in ("adaptive", "given") else NoParams  # only these read rubric_groups
+        register(registered, kind="rubric", inputs=template.inputs(), params=params, score_range=score_range,
                  description=f"rubric judge ({template.kind}, {versioned}): {template.description}")(factory)
 
 
