@@ -2,9 +2,11 @@
 generateContent server (driven through the real google-genai client), and the
 judge metrics in real pipelines through the `evalbeam` command."""
 import json
+import logging
 import os
 import time
 
+import apache_beam as beam
 import pytest
 import yaml
 
@@ -21,6 +23,7 @@ from metrics.judge.templates import (
 )
 from tests.helpers import evalbeam, table
 from tests.judge_server import Behaviour, JudgeServer
+from transforms.judge import CallJudgeFn
 
 KEY = "AIzaSy-test-key-do-not-leak-0123456789"
 FIELDS = {f: f"<{f} text>" for f in CANONICAL_FIELDS}
@@ -393,3 +396,20 @@ def test_calls_in_flight_grow_past_a_fixed_window_when_the_quota_needs_them(api_
         results = list(judge_stream(settings, requests_for([f"w{i} #score=2" for i in range(700)], settings), lambda r: r))
     assert sorted(r.verdict for _, r in results) == ["2"] * 700
     assert 150 < server.stats.peak_in_flight < settings.max_concurrency
+
+
+def test_a_judge_shard_logs_its_progress_from_the_worker(api_key, caplog, monkeypatch):
+    # What a Dataflow user reads in the CallJudge step's worker logs: a line per interval
+    # (here every judgment) and one when the shard ends, with failures counted.
+    monkeypatch.setenv("EVALBEAM_JUDGE_LOG_SECONDS", "0")
+    caplog.set_level(logging.INFO, logger="evalbeam.judge")
+    with JudgeServer() as server:
+        settings = JudgeSettings(model="m", base_url=server.url, requests_per_minute=600, max_attempts=1)
+        items = [(r, [r.prompt]) for r in requests_for(["a #score=2", "b #score=4", "c #fail"], settings)]
+        with beam.Pipeline() as p:
+            _ = p | beam.Create([(1, items)]) | beam.ParDo(CallJudgeFn(settings, shards=4))
+    lines = [r.getMessage() for r in caplog.records if r.name == "evalbeam.judge"]
+    assert len(lines) == 4 and lines[-1].endswith("(shard finished)")
+    assert lines[-1].startswith("judge shard 2/4: 3 judgments done (1 failed, 0 rate-limited answers) in 0:00:")
+    assert "against this shard's quota of 150/min" in lines[-1]
+    assert lines[0].startswith("judge shard 2/4: 1 judgments done")

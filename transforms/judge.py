@@ -38,6 +38,7 @@ from metrics.judge.templates import (
 )
 from metrics.instance import Instance
 from metrics.registry import MetricError
+from transforms.progress import CountFn, JudgeShardLog
 from transforms.schema import RunKey
 from transforms.score import ScoredInstance
 
@@ -94,6 +95,7 @@ class ResolveFn(beam.DoFn):
         self._shards = shards
         self._hits = Metrics.counter("evalbeam", "judge_cache_hits")
         self._deduplicated = Metrics.counter("evalbeam", "judge_requests_deduplicated")
+        self._to_call = Metrics.counter("evalbeam", "judge_requests_to_call")
 
     def process(self, element):
         key, groups = element
@@ -106,6 +108,7 @@ class ResolveFn(beam.DoFn):
                 self._hits.inc()
                 yield dataclasses.replace(cached, metric=request.metric), links
             else:
+                self._to_call.inc()
                 yield beam.pvalue.TaggedOutput(TO_CALL, (int(key[:8], 16) % self._shards, (request, links)))
 
 
@@ -114,6 +117,7 @@ class CallJudgeFn(beam.DoFn):
 
     def __init__(self, settings: JudgeSettings, shards: int):
         self._settings = settings
+        self._shards = shards
         self._share = 1.0 / shards
         self._calls = Metrics.counter("evalbeam", "judge_calls")
         self._limited = Metrics.counter("evalbeam", "judge_rate_limited")
@@ -122,8 +126,10 @@ class CallJudgeFn(beam.DoFn):
         self._output_tokens = Metrics.counter("evalbeam", "judge_output_tokens")
 
     def process(self, element):
-        _, items = element
+        shard, items = element
+        log = JudgeShardLog(shard, self._shards, self._settings.requests_per_minute * self._share)
         for (request, links), response in judge_stream(self._settings, items, lambda item: item[0], self._share):
+            log.add(bool(response.error), response.rate_limited)
             self._calls.inc(response.attempts)
             self._limited.inc(response.rate_limited)
             self._prompt_tokens.inc(response.prompt_tokens)
@@ -131,6 +137,7 @@ class CallJudgeFn(beam.DoFn):
             if response.error:
                 self._failed.inc()
             yield response, links
+        log.finish()
 
 
 def _row_base(run: RunKey, instance_id: str, metric: str, model: str) -> dict[str, Any]:
@@ -283,8 +290,6 @@ class JudgeInstances(beam.PTransform):
         )
         answered = (resolved.cached, called) | "AllAnswers" >> beam.Flatten()
         if self._progress:
-            from transforms.progress import CountFn
-
             resolved[TO_CALL] | "ProgressJudgeNeeded" >> beam.ParDo(CountFn(self._progress, "judge_needed"))
             called | "ProgressJudgeDone" >> beam.ParDo(CountFn(self._progress, "judge_done"))
         fanned = answered | "BackToInstances" >> beam.FlatMap(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import json
+import logging
 import os
 import sys
 import threading
@@ -55,6 +56,42 @@ class CountFn(beam.DoFn):
             os.replace(temp, self._path)
         except OSError:
             pass  # progress is best effort: never fail the run for it
+
+
+class JudgeShardLog:
+    """Judge progress logged from the worker that holds a judge shard: a line
+    every EVALBEAM_JUDGE_LOG_SECONDS (default 60) and one when the shard ends.
+    On Dataflow these are the worker log lines of the CallJudge step (Cloud
+    Logging); the shard's total is not known up front (its input is a lazy
+    iterable), so the job-wide "needed" is the judge_requests_to_call counter."""
+
+    def __init__(self, shard: int, shards: int, quota_per_minute: float, interval: float | None = None,
+                 logger: logging.Logger | None = None):
+        self._label = f"judge shard {shard + 1}/{shards}"
+        self._quota = quota_per_minute
+        self._interval = interval if interval is not None else float(os.environ.get("EVALBEAM_JUDGE_LOG_SECONDS", "60"))
+        self._log = logger or logging.getLogger("evalbeam.judge")
+        self._started = self._logged = time.monotonic()
+        self.done = self.failed = self.rate_limited = 0
+
+    def add(self, failed: bool, rate_limited: int) -> None:
+        self.done += 1
+        self.failed += failed
+        self.rate_limited += rate_limited
+        now = time.monotonic()
+        if now - self._logged >= self._interval:
+            self._logged = now
+            self._log.info("%s", self.line(now))
+
+    def finish(self) -> None:
+        self._log.info("%s (shard finished)", self.line(time.monotonic()))
+
+    def line(self, now: float) -> str:
+        elapsed = now - self._started
+        rate = self.done / elapsed * 60 if elapsed > 0 else 0.0
+        return (f"{self._label}: {self.done:,} judgments done ({self.failed:,} failed, {self.rate_limited:,} "
+                f"rate-limited answers) in {_duration(elapsed)}, {rate:,.0f}/min against this shard's "
+                f"quota of {self._quota:,.0f}/min")
 
 
 def read_counts(folder: str) -> dict[str, int]:
