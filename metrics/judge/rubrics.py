@@ -307,7 +307,12 @@ def builtin_rubric_templates() -> dict[str, RubricTemplate]:
 def parse_stage_answer(text: str | None, kind: str, allowed: tuple[str, ...]) -> tuple[str, str | None]:
     """A stage's JSON answer -> (its canonical JSON, to keep as the judgment's
     verdict, and an explanation). `allowed` is, for validation, the rubric ids
-    asked. Raises InvalidRubricAnswer when the answer does not fit."""
+    asked. Raises InvalidRubricAnswer when the answer does not fit.
+
+    Checked here by hand rather than with a JSON Schema validator: the response
+    schema is in Gemini's OpenAPI dialect (not JSON Schema), the service already
+    enforces it, and what matters when it does not (the exact set of rubric ids,
+    the closed vocabularies) is a few lines, with messages that say what was wrong."""
     try:
         answer = json.loads(text) if text is not None else None
     except json.JSONDecodeError as e:
@@ -446,9 +451,9 @@ def score_verdicts(template: RubricTemplate, verdicts: tuple[RubricVerdict, ...]
     weighted = sum(v.rubric.weight() for v in met) / sum(v.rubric.weight() for v in judged)
     if template.score == "all":
         share = weighted = float(len(met) == len(judged))
-    noun = "claims" if template.kind == "claims" else "rubrics"
     failing = [v for v in judged if not v.verdict]
-    explanation = f"{len(met)} of {len(judged)} {noun} met"
+    explanation = (f"{len(met)} of {len(judged)} claims supported or needing no support" if template.kind == "claims"
+                   else f"{len(met)} of {len(judged)} rubrics met")
     if failing:
         explanation += ". Not met: " + "; ".join(
             f"{v.rubric.rubric_id} ({_clip(v.rubric.text)}): {_clip(v.reasoning or '')}" for v in failing)
