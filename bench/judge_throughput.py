@@ -8,6 +8,10 @@ of the requests it admitted, first to last), the 429s as a share of requests,
 and lost judgments (metric rows missing, or failed after their retries).
 
     .venv/bin/python bench/judge_throughput.py [--judgments 1200] [--quota 1200] [-- BEAM FLAGS]
+
+Rubric mode (--rubric-candidates K): N rows, K candidate responses per prompt, judged with
+general_quality; also prints the generation calls (they must equal the distinct prompts,
+N / K) and the validation calls.
 """
 from __future__ import annotations
 
@@ -34,6 +38,8 @@ def main() -> None:
     parser.add_argument("--latency-median", type=float, default=1.0)
     parser.add_argument("--latency-sigma", type=float, default=0.8, help="log-normal sigma: the tail")
     parser.add_argument("--error-rate", type=float, default=0.03)
+    parser.add_argument("--rubric-candidates", type=int, default=0,
+                        help="rubric mode: K candidate responses per prompt, judged with general_quality")
     parser.add_argument("beam_args", nargs="*")
     args = parser.parse_args()
 
@@ -42,13 +48,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, JudgeServer(behaviour) as server:
         tmp = Path(tmp)
         data = tmp / "cases.jsonl"
-        data.write_text("".join(json.dumps({"id": f"case-{i}", "response": f"Response number {i}: the answer is {i * 7 % 97}."}) + "\n"
-                                for i in range(args.judgments)))
+        k = args.rubric_candidates
+        metric = "general_quality" if k else "fluency"
+        data.write_text("".join(json.dumps({
+            "id": f"case-{i}", "response": f"Response number {i}: the answer is {i * 7 % 97}.",
+            **({"prompt": f"Question {i // k} #rubrics=4"} if k else {})}) + "\n" for i in range(args.judgments)))
         config = tmp / "bench.yaml"
         config.write_text(yaml.safe_dump({
             "name": "judge-bench", "run_id": "bench",
             "input": {"uri": str(data), "id_column": "id"},
-            "metrics": ["fluency"],
+            "metrics": [metric],
             "judge": {"base_url": server.url, "requests_per_minute": args.quota, "timeout_seconds": 60},
             "output": {"parquet": str(tmp / "out")},
         }))
@@ -60,7 +69,7 @@ def main() -> None:
         stats = server.stats
         with duckdb.connect() as con:
             [(rows, ok)] = con.sql(f"SELECT COUNT(*), COUNT(score) FROM '{tmp}/out/bench/metric_results/*.parquet' "
-                                   "WHERE metric = 'fluency'").fetchall()
+                                   f"WHERE metric = '{metric}'").fetchall()
 
     times = sorted(stats.accepted_times)
     span = times[-1] - times[0]
@@ -78,6 +87,10 @@ def main() -> None:
               f"requests took {times[a] - times[0]:.1f}s, last 10% {times[-1] - times[b]:.1f}s (ramp-up, retry tail)")
     print(f"429s: {stats.rate_limited / stats.requests:.2%} of requests")
     print(f"lost judgments: {args.judgments - ok} (rows {rows}, scored {ok})")
+    if k:
+        prompts = -(-args.judgments // k)
+        print(f"rubric mode: {k} candidates per prompt, {prompts} distinct prompts; generation calls answered "
+              f"{stats.stages['generation']} (must equal {prompts}); validation calls answered {stats.stages['validation']}")
 
 
 if __name__ == "__main__":

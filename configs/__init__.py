@@ -156,16 +156,21 @@ class JudgeConfig(_Model):
         default_factory=list,
         description="earlier judge_cache tables to reuse: Parquet folders or globs, or bq://project.dataset.table",
     )
+    rubrics_from: list[str] = pydantic.Field(
+        default_factory=list,
+        description="rubric metrics: earlier rubrics tables (Parquet folders or globs, or bq://project.dataset.table) "
+                    "whose rubrics are used, matched by the metric and its generation inputs, instead of generating",
+    )
     prices: dict[str, dict[Literal["input_per_million", "output_per_million"], float]] = pydantic.Field(
         default_factory=dict, description="model -> USD per million input and output tokens, for the cost estimate"
     )
 
-    @pydantic.field_validator("cache", mode="before")
+    @pydantic.field_validator("cache", "rubrics_from", mode="before")
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
-    @pydantic.field_validator("cache")
+    @pydantic.field_validator("cache", "rubrics_from")
     @classmethod
     def _valid_tables(cls, locations: list[str]) -> list[str]:
         for location in locations:
@@ -347,7 +352,11 @@ class EvalConfig(_Model):
         return specs
 
     def judge_specs(self) -> list[MetricSpec]:
+        """Every model-based metric (template and rubric judges alike)."""
         return [m for m in self.metrics if m.judge_kind()]
+
+    def rubric_specs(self) -> list[MetricSpec]:
+        return [m for m in self.metrics if m.judge_kind() == "rubric"]
 
     def metric_directions(self) -> dict[str, str]:
         """output name -> which way is better, for every metric the run reports

@@ -35,7 +35,7 @@ Scorer = Callable[[Mapping[str, Any]], "MetricValue | float"]
 @dataclasses.dataclass(frozen=True)
 class MetricDef:
     name: str
-    kind: str  # computation | tool_call | agent | adk | custom
+    kind: str  # computation | tool_call | agent | adk | custom | pointwise | pairwise | rubric
     description: str
     # Alternatives of required canonical fields: the metric can run when every
     # field of at least one alternative is present.
@@ -51,7 +51,7 @@ class MetricDef:
 
     @property
     def is_judge(self) -> bool:
-        return self.kind in ("pointwise", "pairwise")
+        return self.kind in ("pointwise", "pairwise", "rubric")
 
     def inputs_with(self, params: pydantic.BaseModel) -> tuple[tuple[str, ...], ...]:
         return self.inputs_for(params) if self.inputs_for else self.inputs
@@ -114,7 +114,7 @@ def register(
 def _load_builtin_metrics() -> None:
     # Importing the metric modules registers them.
     from metrics import adk, agent, text, tool_call, trajectory  # noqa: F401
-    from metrics.judge import library  # noqa: F401
+    from metrics.judge import library, rubric_library  # noqa: F401
 
 
 def get_metric(name: str) -> MetricDef:

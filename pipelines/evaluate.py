@@ -104,19 +104,24 @@ def _check_judge(config: EvalConfig, options: PipelineOptions | None) -> None:
         check_credentials(config.judge.settings())
     except JudgeCredentialsError as e:
         raise ConfigError(str(e)) from None
-    for i, location in enumerate(config.judge.cache):
+    tables = [("cache", "judge_cache", loc) for loc in config.judge.cache]
+    if config.rubric_specs():
+        tables += [("rubrics_from", "rubrics", loc) for loc in config.judge.rubrics_from]
+    seen: dict[str, int] = {}
+    for field, table, location in tables:
+        i = seen[field] = seen.get(field, -1) + 1
         if location.startswith("bq://"):
             try:
-                bigquery.describe_table(location.removeprefix("bq://"), billing_project(config, options), f"judge.cache.{i}")
+                bigquery.describe_table(location.removeprefix("bq://"), billing_project(config, options), f"judge.{field}.{i}")
             except bigquery.BigQueryError as e:
                 raise ConfigError(str(e)) from None
         else:
             try:
                 found = match_files(_parquet_glob(location))
             except BeamIOError as e:
-                raise ConfigError(f"judge.cache.{i}: cannot list {location!r}: {_short(e)}") from None
+                raise ConfigError(f"judge.{field}.{i}: cannot list {location!r}: {_short(e)}") from None
             if not found:
-                raise ConfigError(f"judge.cache.{i}: no judge_cache Parquet files at {_parquet_glob(location)!r}")
+                raise ConfigError(f"judge.{field}.{i}: no {table} Parquet files at {_parquet_glob(location)!r}")
 
 
 def _check_files(config: EvalConfig) -> Preflight:
@@ -196,10 +201,11 @@ def _check_outputs(config: EvalConfig, options: PipelineOptions | None, run_id: 
 def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, started_at,
                    read_plan: bigquery.ReadPlan | None = None, attempt: str | None = None,
                    staging: str | None = None, cache_plans: list | None = None, compare_base=None,
-                   progress: str | None = None) -> None:
+                   progress: str | None = None, rubric_plans: list | None = None) -> None:
     """compare_base: (Location, RunInfo of the base run, RunInfo of this run) to compare
     this run's scores with, into the comparisons table; None for no comparison.
-    progress: a local folder the workers write live counts to (transforms.progress), or None."""
+    progress: a local folder the workers write live counts to (transforms.progress), or None.
+    rubric_plans: planned BigQuery reads of judge.rubrics_from tables."""
     slices = tuple(config.input.slice_columns)
 
     if read_plan is None:
@@ -212,20 +218,45 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
     dead_letters = (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()
     computed = instances | "Score" >> ScoreInstances(run, config.computation_specs())
     thresholds = {p.output_name: p.threshold for p in plan_metrics(config.computation_specs())}
-    judge_specs = config.judge_specs()
+    rubric_specs = config.rubric_specs()
+    judge_specs = [s for s in config.judge_specs() if s not in rubric_specs]
+    # Template judges and rubric metrics call the judge at the same time: each
+    # takes half of the quotas. (The rubric stages run one after the other.)
+    judge_config = _quota_share(config.judge, 0.5 if judge_specs and rubric_specs else 1.0)
+    scored_parts, cache_parts, usage_parts = [computed], [], []
+    cached = None
+    if config.judge.cache and (judge_specs or rubric_specs):
+        parquet = [p for p in config.judge.cache if not p.startswith("bq://")]
+        cached = pipeline | "JudgeCache" >> judge.ReadJudgeCache([_parquet_glob(p) for p in parquet], cache_plans or [])
     if judge_specs:
-        cached = None
-        if config.judge.cache:
-            parquet = [p for p in config.judge.cache if not p.startswith("bq://")]
-            cached = pipeline | "JudgeCache" >> judge.ReadJudgeCache([_parquet_glob(p) for p in parquet], cache_plans or [])
-        judged, cache_rows, usage = instances | "Judge" >> judge.JudgeInstances(run, judge_specs, config.judge, cached,
+        judged, cache_rows, usage = instances | "Judge" >> judge.JudgeInstances(run, judge_specs, judge_config, cached,
                                                                                 progress)
         thresholds.update({p.output_name: p.threshold for p in judge.plan_judges(judge_specs)})
-        scored = (computed, judged) | "AllScores" >> beam.Flatten()
+        scored_parts.append(judged), cache_parts.append(cache_rows), usage_parts.append(usage)
+    if rubric_specs:
+        from transforms.rubric_judge import ReadPinnedRubrics, RubricJudge, plan_rubric_metrics
+
+        pinned = None
+        if config.judge.rubrics_from:
+            parquet = [p for p in config.judge.rubrics_from if not p.startswith("bq://")]
+            pinned = pipeline | "PinnedRubrics" >> ReadPinnedRubrics([_parquet_glob(p) for p in parquet],
+                                                                     rubric_plans or [])
+        rubric_scored, cache_rows, usage, rubric_rows = instances | "RubricJudge" >> RubricJudge(
+            run, rubric_specs, judge_config.settings(), config.judge.sampling_count, config.judge.shards,
+            cached, pinned, progress)
+        thresholds.update({p.output_name: p.threshold for p in plan_rubric_metrics(rubric_specs)})
+        scored_parts.append(rubric_scored), cache_parts.append(cache_rows), usage_parts.append(usage)
     else:
-        scored = computed
-        cache_rows = pipeline | "NoJudgeCache" >> beam.Create([])
-        usage = pipeline | "NoJudgeUsage" >> beam.Create([{}])
+        rubric_rows = pipeline | "NoRubrics" >> beam.Create([])
+    scored = tuple(scored_parts) | "AllScores" >> beam.Flatten() if len(scored_parts) > 1 else computed
+    cache_rows = tuple(cache_parts) | "AllJudgeCache" >> beam.Flatten() if cache_parts else (
+        pipeline | "NoJudgeCache" >> beam.Create([]))
+    if len(usage_parts) > 1:
+        from transforms.rubric_judge import merge_usage
+
+        usage = tuple(usage_parts) | "AllJudgeUsage" >> beam.Flatten() | "MergeJudgeUsage" >> beam.CombineGlobally(merge_usage)
+    else:
+        usage = usage_parts[0] if usage_parts else pipeline | "NoJudgeUsage" >> beam.Create([{}])
     summary = scored | "Summarize" >> SummarizeScores(run, thresholds)
     read = (records, unparseable) | "AllRead" >> beam.Flatten()
     if progress:
@@ -259,6 +290,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         "runs": runs,
         "dead_letter": dead_letters | "DeadLetterRows" >> beam.Map(lambda d, r: d.row(r), run),
         "judge_cache": cache_rows,
+        "rubrics": rubric_rows,
         "comparisons": comparisons,
     }
     # Parquet is always written: it is the output (written beside the run's
@@ -279,6 +311,15 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         )
     if config.output.parquet:
         done | "ReplaceRunFolder" >> ReplaceRunFolder(config.output.parquet, run.run_id, attempt)
+
+
+def _quota_share(judge_config, share: float):
+    """The judge settings with `share` of the configured quotas."""
+    if share == 1.0:
+        return judge_config
+    tokens = judge_config.tokens_per_minute
+    return judge_config.model_copy(update={"requests_per_minute": judge_config.requests_per_minute * share,
+                                           "tokens_per_minute": tokens * share if tokens else None})
 
 
 def plan_comparison(config: EvalConfig, run_key: RunKey, started_at):
@@ -329,6 +370,8 @@ def run(config: EvalConfig, options: PipelineOptions):
             read_plan = bigquery.plan_read(config.input, billing_project(config, options))
         cache_plans = [bigquery.plan_table_read(c.removeprefix("bq://"), billing_project(config, options))
                        for c in config.judge.cache if c.startswith("bq://")] if config.judge_specs() else []
+        rubric_plans = [bigquery.plan_table_read(c.removeprefix("bq://"), billing_project(config, options))
+                        for c in config.judge.rubrics_from if c.startswith("bq://")] if config.rubric_specs() else []
     except bigquery.BigQueryError as e:
         raise ConfigError(str(e)) from None
     compare_base = plan_comparison(config, run_key, started_at)
@@ -340,7 +383,7 @@ def run(config: EvalConfig, options: PipelineOptions):
     try:
         try:
             build_pipeline(pipeline, config, run_key, started_at, read_plan, attempt, staging, cache_plans,
-                           compare_base, progress)
+                           compare_base, progress, rubric_plans)
         except CompareError as e:
             raise ConfigError(f"compare_with: {e}") from None
         print(f"evalbeam: run {run_key.run_id} (run date {run_key.run_date}) started", file=sys.stderr, flush=True)

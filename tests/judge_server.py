@@ -34,6 +34,22 @@ Behaviour:
                     token), as a careless proxy might: the client must scrub it
   Without a marker, the answer is chosen from the allowed values by a hash of
   the prompt.
+  Rubric metrics (told apart by the response schema they ask for):
+    generation (a "rubrics" list):
+    #rubrics=N       generate N rubrics (default 3), numbered by the client r1..rN
+    #importance=HML  the importance of rubric 1, 2, 3, ... (H, M or L; the last letter
+                     repeats; default M)
+    validation (one property per rubric id):
+    #verdicts=yny    the verdict of each rubric asked, in order (the last letter repeats);
+                     samples separated by "/" (#verdicts=yy/nn/yn: seed 0, 1, 2); the last
+                     marker in the prompt wins (the response comes last)
+    claims (grounding, a "claims" list):
+    #claims=supported,no_rad,unsupported   the claims' labels, in order (default: one supported)
+    #invalid=K       the first K attempts answer against the schema: a generation with an
+                     importance outside HIGH/MEDIUM/LOW, a validation that skips the last
+                     rubric and answers one not asked, a claim with an unknown label
+  `stats.stages` counts the answers given per stage (generation, validation, claims,
+  score, choice): a test counts generation calls with it.
 """
 from __future__ import annotations
 
@@ -92,6 +108,8 @@ class Stats:
     # refused one), and the access tokens issued
     token_requests: list = dataclasses.field(default_factory=list)
     issued_tokens: set = dataclasses.field(default_factory=set)
+    # answers given (malformed and invalid ones included), per stage
+    stages: collections.Counter = dataclasses.field(default_factory=collections.Counter)
 
 
 class JudgeServer:
@@ -153,14 +171,24 @@ class JudgeServer:
         props = schema.get("properties", {})
         field = "choice" if "choice" in props else "score"
         allowed = props.get(field, {}).get("enum", [])
+        stage = "generation" if "rubrics" in props else "claims" if "claims" in props else \
+            field if field in props else "validation"
         with self._lock:
             self.stats.prompts[prompt] += 1
+            self.stats.stages[stage] += 1
             attempt = self.stats.prompts[prompt]
         malformed = re.search(r"#malformed=(\d+)", prompt)
         if malformed and attempt <= int(malformed.group(1)):
             return "I think this response is pretty good, maybe a 4?"
         invalid = re.search(r"#invalid=(\d+)", prompt)
-        if invalid and attempt <= int(invalid.group(1)):
+        invalid = bool(invalid and attempt <= int(invalid.group(1)))
+        if stage == "generation":
+            return self._rubrics(prompt, invalid)
+        if stage == "validation":
+            return self._verdicts(prompt, schema.get("required", list(props)), seed, invalid)
+        if stage == "claims":
+            return self._claims(prompt, invalid)
+        if invalid:
             return json.dumps({"explanation": "out of range", field: "99"})
         if field == "choice":
             value = self._pairwise_choice(prompt, allowed)
@@ -174,6 +202,41 @@ class JudgeServer:
             else:
                 value = allowed[int(hashlib.sha256(prompt.encode()).hexdigest(), 16) % len(allowed)]
         return json.dumps({"explanation": f"Judged {field} {value} from the inputs.", field: value})
+
+    @staticmethod
+    def _rubrics(prompt: str, invalid: bool) -> str:
+        count = re.findall(r"#rubrics=(\d+)", prompt)
+        letters = (re.findall(r"#importance=([HML]+)", prompt) or ["M"])[-1]
+        names = {"H": "HIGH", "M": "MEDIUM", "L": "LOW"}
+        digest = hashlib.sha256(prompt.encode()).hexdigest()[:8]
+        rubrics = [{"text": f"The response has property {i + 1} asked for by prompt {digest}.", "type": "content",
+                    "importance": "URGENT" if invalid else names[letters[min(i, len(letters) - 1)]]}
+                   for i in range(int(count[-1]) if count else 3)]
+        return json.dumps({"rubrics": rubrics})
+
+    @staticmethod
+    def _verdicts(prompt: str, ids: list[str], seed: int | None, invalid: bool) -> str:
+        marker = re.findall(r"#verdicts=([yn/]+)", prompt)
+        if marker:
+            samples = marker[-1].split("/")
+            letters = samples[min(int(seed or 0), len(samples) - 1)]
+        else:
+            letters = "yn"[int(hashlib.sha256(prompt.encode()).hexdigest(), 16) % 2]
+        answer = {i: {"reasoning": f"Rubric {i} judged from the response.",
+                      "verdict": "yes" if letters[min(n, len(letters) - 1)] == "y" else "no"}
+                  for n, i in enumerate(ids)}
+        if invalid:
+            answer.pop(ids[-1], None)
+            answer["not_asked"] = {"reasoning": "an invented rubric", "verdict": "yes"}
+        return json.dumps(answer)
+
+    @staticmethod
+    def _claims(prompt: str, invalid: bool) -> str:
+        labels = (re.findall(r"#claims=([a-z_,]+)", prompt) or ["supported"])[-1].split(",")
+        claims = [{"claim": f"Claim {n + 1} of the response.", "label": "maybe" if invalid else label,
+                   "reasoning": f"Labelled {label} against the context.", "excerpt": ""}
+                  for n, label in enumerate(labels)]
+        return json.dumps({"claims": claims})
 
     def grant(self, form: dict[str, str]) -> tuple[int, dict]:
         """The token endpoint's answer (status, body) to a form-encoded grant."""

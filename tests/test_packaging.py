@@ -122,12 +122,14 @@ def test_the_installed_package_is_what_gets_imported(installed):
         assert Path(file).is_relative_to(site_packages), (name, file)
     assert Path(got["templates_file"]).is_relative_to(site_packages) and Path(got["templates_file"]).is_file()
     assert {"fluency", "safety", "coherence"} <= set(got["templates"])
-    assert {"fluency", "pairwise_fluency", "exact_match", "rouge_1", "trajectory_exact_match"} <= set(got["metrics"])
+    assert {"fluency", "pairwise_fluency", "exact_match", "rouge_1", "trajectory_exact_match",
+            "general_quality", "safety_v1", "grounding"} <= set(got["metrics"])
     # what the distribution installed: the four packages with their data files, not the tests
     installed_files = set(got["installed"])
     top_level = {f.split("/")[0] for f in installed_files if not f.startswith("..")}  # "../../../bin/evalbeam"
     assert {t for t in top_level if not t.endswith(".dist-info")} == {"configs", "metrics", "pipelines", "transforms"}
     assert {"metrics/judge/__init__.py", "metrics/judge/templates.py", "configs/judge_metrics.yaml",
+            "metrics/judge/rubrics.py", "configs/rubric_metrics.yaml", "transforms/rubric_judge.py",
             "configs/data/agents.jsonl", "configs/demo.yaml"} <= installed_files
 
 

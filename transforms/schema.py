@@ -138,6 +138,23 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("output_tokens", "INT64"),
         Column("attempts", "INT64"),
     ),
+    "rubrics": (
+        RUN_ID,
+        RUN_DATE,
+        Column("instance_id", "STRING", True),
+        Column("metric", "STRING", True, "the rubric metric's 'as' name, else its name"),
+        Column("rubric_id", "STRING", True, "r1..rN for generated rubrics; the given id; c1..cN for grounding's claims"),
+        Column("rubric", "STRING", True, "the rubric's text (for grounding, the claim)"),
+        Column("type", "STRING", description="the rubric's type, e.g. content, format, safety, claim"),
+        Column("importance", "STRING", description="HIGH | MEDIUM | LOW (weights 3, 2, 1); null: weighs as MEDIUM"),
+        Column("verdict", "BOOL", description="the rubric is met (majority over samples, a tie is false); null when not judged"),
+        Column("label", "STRING", description="grounding: supported | unsupported | contradicted | no_rad"),
+        Column("reasoning", "STRING", description="the judge's reasoning for the verdict"),
+        Column("source", "STRING", True, "generated | pinned (judge.rubrics_from) | given (rubric_groups) | static | claims"),
+        Column("generation_key", "STRING",
+               description="content hash of the metric and the inputs the rubrics were generated from; "
+                           "judge.rubrics_from matches on it (null for given, static and claims rubrics)"),
+    ),
     "comparisons": (
         Column("base_run_id", "STRING", True, "the run compared against"),
         RUN_ID,
@@ -206,6 +223,7 @@ CLUSTERING = {
     "dead_letter": ["run_id"],
     "judge_cache": ["request_key"],
     "comparisons": ["metric", "run_id"],
+    "rubrics": ["metric", "run_id"],
 }
 
 

@@ -156,7 +156,15 @@ class JudgeTemplate(pydantic.BaseModel):
 
 def parse_answer(text: str | None, field: str, allowed: tuple[str, ...]) -> tuple[str, str]:
     """The judge's JSON answer -> (the allowed value it chose, its explanation).
-    Raises InvalidJudgment for anything else."""
+    Raises InvalidJudgment for anything else. A rubric stage's answer (field
+    rubrics | verdicts | claims) is checked by metrics.judge.rubrics instead."""
+    if field in ("rubrics", "verdicts", "claims"):
+        from metrics.judge.rubrics import InvalidRubricAnswer, parse_stage_answer
+
+        try:
+            return parse_stage_answer(text, field, allowed)
+        except InvalidRubricAnswer as e:
+            raise InvalidJudgment(str(e)) from None
     answer = _json_object(text)
     value = answer.get(field)
     key = _score_key(value)

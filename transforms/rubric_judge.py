@@ -1,0 +1,429 @@
+"""Rubric-based metrics in the pipeline: two judge stages, each a set of judge
+requests answered like any other (deduplicated by content key, joined with
+judge.cache, sharded within the quota, accounted per metric and stage).
+
+    instances -> what each (instance, metric) is judged against:
+                   static rubrics | the row's rubric_groups | a generation need,
+                   keyed by the generation key (metric + generation inputs)
+              -> generation needs joined with judge.rubrics_from: a pinned key
+                 uses the earlier run's rubrics
+              -> the rest as generation requests: every instance sharing the
+                 generation's inputs shares one request (and one call)
+              -> rubric sets back to the instances; one validation request per
+                 instance, metric and sample
+              -> answers back to the instances: one metric_results row per
+                 instance and metric, and one rubrics row per rubric.
+
+Nothing is dropped: a generation that fails leaves an error on every row that
+needed it; an instance with no rubric judged is an error on its row.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import json
+import re
+from typing import Any, Iterable
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from metrics.instance import Instance
+from metrics.judge.client import JudgeRequest, JudgeResponse, JudgeSettings, request_key
+from metrics.judge.rubrics import (
+    CLAIMS,
+    GENERATE,
+    VALIDATE,
+    Rubric,
+    RubricTemplate,
+    RubricVerdict,
+    claim_verdicts,
+    given_rubrics,
+    majority_verdicts,
+    rubrics_from_json,
+    rubrics_to_json,
+    score_verdicts,
+)
+from metrics.registry import MetricError
+from transforms.judge import TO_CALL, CallJudgeFn, ResolveFn, UsageFn, cache_row
+from transforms.schema import TABLES, RunKey
+from transforms.score import ScoredInstance
+
+READY = "ready"
+RUBRIC_ROWS = "rubric_rows"
+
+
+@dataclasses.dataclass(frozen=True)
+class RubricPlan:
+    output_name: str
+    template: RubricTemplate
+    threshold: float | None
+
+
+def plan_rubric_metrics(specs) -> list[RubricPlan]:
+    return [RubricPlan(s.output_name, s.judge_template(), s.effective_threshold()) for s in specs]
+
+
+@dataclasses.dataclass(frozen=True)
+class RubricSet:
+    """What one instance's metric is judged against, or why it cannot be."""
+
+    source: str  # generated | pinned | given | static | claims
+    rubrics: tuple[Rubric, ...] = ()
+    generation_key: str | None = None
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Asker:
+    instance_id: str
+    metric: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Link:
+    """Who asked a validation: an instance's metric and sample (order: always 0)."""
+
+    instance_id: str
+    metric: str
+    sample: int
+    order: int = 0
+
+
+# ---------------------------------------------------------------- stage 1: the rubrics each instance needs
+
+
+class RubricNeedsFn(beam.DoFn):
+    """instance -> tagged ready: (instance_id, (metric, RubricSet)) for rubrics known
+    without generating; main: (generation_key, (request, Asker)) for the rest."""
+
+    def __init__(self, plans: list[RubricPlan], settings: JudgeSettings):
+        self._plans = plans
+        self._settings = settings
+
+    def process(self, instance: Instance):
+        for plan in self._plans:
+            t = plan.template
+            ready = self._known(instance, t)
+            if ready is not None:
+                yield beam.pvalue.TaggedOutput(READY, (instance.instance_id, (plan.output_name, ready)))
+                continue
+            prompt = t.render_generation(instance.fields)
+            schema_json = json.dumps(t.generation_schema(), sort_keys=True)
+            request = JudgeRequest(request_key(self._settings, prompt, schema_json, 0), f"{plan.output_name}:generation",
+                                   prompt, schema_json, GENERATE, ())
+            yield t.generation_key(instance.fields), (request, Asker(instance.instance_id, plan.output_name))
+
+    @staticmethod
+    def _known(instance: Instance, t: RubricTemplate) -> RubricSet | None:
+        if t.kind == "static":
+            return RubricSet("static", t.static_rubrics())
+        if t.kind == "claims":
+            return RubricSet("claims")
+        try:
+            given = given_rubrics(instance.fields.get("rubric_groups"), t.group)
+        except ValueError as e:
+            return RubricSet("given", error=f"bad rubric_groups: {e}")
+        if given is not None:
+            return RubricSet("given", given)
+        if t.kind == "given":
+            return RubricSet("given", error=f"needs the row's rubric_groups to give the group {t.group!r} "
+                                            "(this metric does not generate rubrics)")
+        return None
+
+
+def use_pinned(element) -> Iterable:
+    """(generation_key, {asks, pinned}) -> tagged ready for every asker when an earlier
+    run's rubrics are pinned for the key; else the asks, keyed by request key."""
+    key, groups = element
+    pinned = next(iter(groups["pinned"]), None)
+    for request, asker in groups["asks"]:
+        if pinned is not None:
+            yield beam.pvalue.TaggedOutput(READY, (asker.instance_id, (asker.metric, RubricSet(
+                "pinned", rubrics_from_json(pinned), key))))
+        else:
+            yield request.key, (request, (asker, key))
+
+
+def generated_sets(answered) -> Iterable:
+    """(generation response, [(Asker, generation_key)]) -> (instance_id, (metric, RubricSet))."""
+    response, links = answered
+    for asker, key in links:
+        if response.error:
+            rubric_set = RubricSet("generated", generation_key=key, error=f"rubric generation failed: {response.error}")
+        else:
+            rubric_set = RubricSet("generated", rubrics_from_json(response.verdict), key)
+        yield asker.instance_id, (asker.metric, rubric_set)
+
+
+# ---------------------------------------------------------------- stage 2: validation
+
+
+def validation_requests(instance: Instance, sets: dict[str, RubricSet], plans: list[RubricPlan],
+                        settings: JudgeSettings, sampling_count: int) -> Iterable:
+    for plan in plans:
+        rubric_set = sets.get(plan.output_name)
+        if rubric_set is None or rubric_set.error:
+            continue
+        t = plan.template
+        prompt = t.render_validation(instance.fields, rubric_set.rubrics)
+        schema_json = json.dumps(t.validation_schema(rubric_set.rubrics), sort_keys=True)
+        # Claims differ from sample to sample, so grounding is judged once.
+        samples = 1 if t.kind == "claims" else sampling_count
+        kind = CLAIMS if t.kind == "claims" else VALIDATE
+        for sample in range(samples):
+            key = request_key(settings, prompt, schema_json, sample)
+            request = JudgeRequest(key, f"{plan.output_name}:validation", prompt, schema_json, kind,
+                                   tuple(r.rubric_id for r in rubric_set.rubrics),
+                                   seed=sample if samples > 1 else None)
+            yield key, (request, Link(instance.instance_id, plan.output_name, sample))
+
+
+class ValidationRequestsFn(beam.DoFn):
+    """(instance_id, {instance, sets}) -> validation asks; tagged ready: the sets, passed on."""
+
+    def __init__(self, plans: list[RubricPlan], settings: JudgeSettings, sampling_count: int):
+        self._plans = plans
+        self._settings = settings
+        self._samples = sampling_count
+
+    def process(self, element):
+        instance_id, groups = element
+        sets = dict(groups["sets"])
+        for metric, rubric_set in sets.items():
+            yield beam.pvalue.TaggedOutput(READY, (instance_id, (metric, rubric_set)))
+        for instance in groups["instance"]:
+            yield from validation_requests(instance, sets, self._plans, self._settings, self._samples)
+
+
+# ---------------------------------------------------------------- rows
+
+
+def _row_base(run: RunKey, instance_id: str, metric: str, model: str) -> dict[str, Any]:
+    row = {c.name: None for c in TABLES["metric_results"]}
+    row.update(run.columns(), instance_id=instance_id, metric=metric, judge_model=model,
+               prompt_tokens=0, output_tokens=0, attempts=0)
+    return row
+
+
+def rubric_rows(run: RunKey, instance_id: str, metric: str, rubric_set: RubricSet,
+                verdicts: tuple[RubricVerdict, ...] | None) -> list[dict[str, Any]]:
+    if verdicts is None:
+        verdicts = tuple(RubricVerdict(r, None, None) for r in rubric_set.rubrics)
+    return [{**run.columns(), "instance_id": instance_id, "metric": metric, "rubric_id": v.rubric.rubric_id,
+             "rubric": v.rubric.text, "type": v.rubric.type, "importance": v.rubric.importance,
+             "verdict": v.verdict, "label": v.label, "reasoning": v.reasoning, "source": rubric_set.source,
+             "generation_key": rubric_set.generation_key} for v in verdicts]
+
+
+def rubric_metric_row(run: RunKey, plan: RubricPlan, instance_id: str, model: str, rubric_set: RubricSet | None,
+                      answers: dict[int, JudgeResponse]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One metric_results row, and the rubrics rows, of an instance's rubric metric."""
+    row = _row_base(run, instance_id, plan.output_name, model)
+    if rubric_set is None:
+        rubric_set = RubricSet("generated", error="no rubrics reached this instance")  # not expected: said, not dropped
+    if rubric_set.error:
+        row["error"] = rubric_set.error
+        return row, rubric_rows(run, instance_id, plan.output_name, rubric_set, None)
+    responses = list(answers.values())
+    row["prompt_tokens"] = sum(r.prompt_tokens for r in responses if not r.cache_hit)
+    row["output_tokens"] = sum(r.output_tokens for r in responses if not r.cache_hit)
+    row["attempts"] = sum(r.attempts for r in responses if not r.cache_hit)
+    row["cache_hit"] = bool(responses) and all(r.cache_hit for r in responses)
+    good = [r for _, r in sorted(answers.items()) if not r.error]
+    failures = [r.error for r in responses if r.error] or (["no answer"] if not responses else [])
+    t = plan.template
+    if t.kind == "claims":
+        verdicts = claim_verdicts(json.loads(good[0].verdict)) if good else ()
+        confidence = 1.0
+    else:
+        samples = [{k: (v["verdict"], v["reasoning"]) for k, v in json.loads(r.verdict).items()} for r in good]
+        verdicts, confidence = majority_verdicts(rubric_set.rubrics, samples)
+    rows = rubric_rows(run, instance_id, plan.output_name, rubric_set, verdicts if good else None)
+    try:
+        if not good:
+            raise MetricError("; ".join(dict.fromkeys(failures)))
+        scored = score_verdicts(t, verdicts, confidence)
+    except MetricError as e:
+        row["error"] = str(e)
+        return row, rows
+    extra: dict[str, Any] = {"weighted_score": scored.weighted_score, "rubrics_met": scored.met,
+                             "rubrics_judged": scored.judged, "rubric_count": len(verdicts),
+                             "rubric_source": rubric_set.source}
+    if rubric_set.generation_key:
+        extra["generation_key"] = rubric_set.generation_key
+    if t.score == "all":
+        extra["violated"] = [v.rubric.rubric_id for v in verdicts if v.verdict is False]
+    if t.kind == "claims":
+        extra["labels"] = dict(collections.Counter(v.label for v in verdicts))
+    if failures:
+        extra.update(failed_samples=len(failures), errors=sorted(set(failures)))
+    row.update(score=scored.score, explanation=scored.explanation, confidence=scored.confidence,
+               extra=json.dumps(extra, sort_keys=True))
+    if plan.threshold is not None:
+        row["passed"] = scored.score >= plan.threshold
+    return row, rows
+
+
+class AssembleRubricsFn(beam.DoFn):
+    """(instance_id, {instance, sets, judged}) -> ScoredInstance with its rubric metric
+    rows; tagged rubric_rows: the rubrics table's rows."""
+
+    def __init__(self, run: RunKey, plans: list[RubricPlan], model: str):
+        self._run = run
+        self._plans = plans
+        self._model = model
+        self._errors = Metrics.counter("evalbeam", "metric_errors")
+
+    def process(self, element):
+        instance_id, groups = element
+        sets = dict(groups["sets"])
+        answers: dict[str, dict[int, JudgeResponse]] = collections.defaultdict(dict)
+        for link, response in groups["judged"]:
+            answers[link.metric][link.sample] = response
+        for instance in groups["instance"]:
+            rows = []
+            for plan in self._plans:
+                row, rubrics = rubric_metric_row(self._run, plan, instance_id, self._model,
+                                                 sets.get(plan.output_name), answers.get(plan.output_name, {}))
+                rows.append(row)
+                for r in rubrics:
+                    yield beam.pvalue.TaggedOutput(RUBRIC_ROWS, r)
+            self._errors.inc(sum(r["error"] is not None for r in rows))
+            yield ScoredInstance(instance, rows)
+
+
+# ---------------------------------------------------------------- composites
+
+
+class AnswerJudgeRequests(beam.PTransform):
+    """(request_key, (request, link)) asks -> (response, [links]): each key asked once,
+    from judge.cache when there, else called in shards (transforms.judge's stages)."""
+
+    def __init__(self, settings: JudgeSettings, shards: int, cached, progress: str | None = None):
+        super().__init__()
+        self._settings = settings
+        self._shards = shards
+        self._cached = cached
+        self._progress = progress
+
+    def expand(self, asks):
+        cached = self._cached if self._cached is not None else asks.pipeline | "NoCache" >> beam.Create([])
+        resolved = (
+            {"asks": asks, "cached": cached}
+            | "JoinCache" >> beam.CoGroupByKey()
+            | "ResolveOnce" >> beam.ParDo(ResolveFn(self._shards)).with_outputs(TO_CALL, main="cached")
+        )
+        called = (
+            resolved[TO_CALL]
+            | "IntoShards" >> beam.GroupByKey()
+            | "CallJudge" >> beam.ParDo(CallJudgeFn(self._settings, self._shards))
+        )
+        if self._progress:
+            from transforms.progress import CountFn
+
+            resolved[TO_CALL] | "ProgressJudgeNeeded" >> beam.ParDo(CountFn(self._progress, "judge_needed"))
+            called | "ProgressJudgeDone" >> beam.ParDo(CountFn(self._progress, "judge_done"))
+        return (resolved.cached, called) | "AllAnswers" >> beam.Flatten()
+
+
+def _natural(rubric_id: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", rubric_id))
+
+
+def pinned_rubrics(element) -> Iterable[tuple[str, str]]:
+    """(generation_key, [rubrics rows]) -> (generation_key, rubrics JSON) of the
+    earliest run that has the key (a table may hold many runs)."""
+    key, rows = element
+    rows = list(rows)
+    first = min((str(r["run_date"]), r["run_id"]) for r in rows)
+    chosen = {}
+    for r in rows:
+        if (str(r["run_date"]), r["run_id"]) == first:
+            chosen[r["rubric_id"]] = Rubric(r["rubric_id"], r["rubric"], r.get("type"), r.get("importance"))
+    yield key, rubrics_to_json(tuple(chosen[i] for i in sorted(chosen, key=_natural)))
+
+
+class ReadPinnedRubrics(beam.PTransform):
+    """Earlier rubrics tables (Parquet globs, planned BigQuery reads) -> (generation_key,
+    rubrics JSON) for every generated (or pinned) rubric set in them."""
+
+    def __init__(self, parquet_patterns: list[str], bigquery_plans: list):
+        super().__init__()
+        self._patterns = parquet_patterns
+        self._plans = bigquery_plans
+
+    def expand(self, pbegin):
+        from apache_beam.io.parquetio import ReadFromParquet
+
+        from transforms.bigquery import ReadBigQueryRows
+
+        parts = [pbegin | f"ReadRubrics{i}" >> ReadFromParquet(p) for i, p in enumerate(self._patterns)]
+        parts += [(pbegin | f"ReadRubricsBQ{i}" >> ReadBigQueryRows(plan))[0] | f"RubricRowData{i}" >> beam.Map(lambda r: r.data)
+                  for i, plan in enumerate(self._plans)]
+        return (
+            parts
+            | "AllRubricRows" >> beam.Flatten()
+            | "WithGenerationKey" >> beam.FlatMap(lambda r: [(r["generation_key"], r)] if r.get("generation_key") else [])
+            | "ByGenerationKey" >> beam.GroupByKey()
+            | "EarliestRun" >> beam.FlatMap(pinned_rubrics)
+        )
+
+
+def merge_usage(usages: Iterable[dict]) -> dict:
+    return UsageFn().merge_accumulators(list(usages))
+
+
+class RubricJudge(beam.PTransform):
+    """Instances -> (ScoredInstances with the rubric metric rows, judge_cache rows,
+    usage per metric and stage, rubrics rows). `cached`: (request_key, JudgeResponse)
+    from judge.cache, or None; `pinned`: (generation_key, rubrics JSON) from
+    judge.rubrics_from, or None."""
+
+    def __init__(self, run: RunKey, specs, settings: JudgeSettings, sampling_count: int, shards: int,
+                 cached=None, pinned=None, progress: str | None = None):
+        super().__init__()
+        self._run = run
+        self._plans = plan_rubric_metrics(specs)
+        self._settings = settings
+        self._samples = sampling_count
+        self._shards = shards
+        self._cached = cached
+        self._pinned = pinned
+        self._progress = progress
+
+    def expand(self, instances):
+        plans, settings, run = self._plans, self._settings, self._run
+        needs = instances | "RubricNeeds" >> beam.ParDo(RubricNeedsFn(plans, settings)).with_outputs(READY, main="asks")
+        pinned = self._pinned if self._pinned is not None else instances.pipeline | "NoPinnedRubrics" >> beam.Create([])
+        to_generate = (
+            {"asks": needs.asks, "pinned": pinned}
+            | "JoinPinned" >> beam.CoGroupByKey()
+            | "UsePinned" >> beam.FlatMap(use_pinned).with_outputs(READY, main="requests")
+        )
+        generated = to_generate.requests | "Generate" >> AnswerJudgeRequests(
+            settings, self._shards, self._cached, self._progress)
+        sets = (
+            (needs[READY], to_generate[READY], generated | "GeneratedSets" >> beam.FlatMap(generated_sets))
+            | "AllRubricSets" >> beam.Flatten()
+        )
+        by_id = instances | "ById" >> beam.Map(lambda i: (i.instance_id, i))
+        asked = (
+            {"instance": by_id, "sets": sets}
+            | "JoinRubricSets" >> beam.CoGroupByKey()
+            | "ValidationRequests" >> beam.ParDo(ValidationRequestsFn(plans, settings, self._samples)).with_outputs(
+                READY, main="asks")
+        )
+        validated = asked.asks | "Validate" >> AnswerJudgeRequests(settings, self._shards, self._cached, self._progress)
+        fanned = validated | "BackToInstances" >> beam.FlatMap(lambda a: [(link.instance_id, (link, a[0])) for link in a[1]])
+        assembled = (
+            {"instance": by_id, "sets": asked[READY], "judged": fanned}
+            | "JoinAnswers" >> beam.CoGroupByKey()
+            | "RubricRows" >> beam.ParDo(AssembleRubricsFn(run, plans, settings.model)).with_outputs(
+                RUBRIC_ROWS, main="scored")
+        )
+        answered = (generated, validated) | "BothStages" >> beam.Flatten()
+        cache_rows = answered | "CacheRows" >> beam.FlatMap(
+            lambda a, r, m: [cache_row(r, m, a[0])] if a[0].error is None else [], run, settings.model)
+        usage = answered | "Usage" >> beam.CombineGlobally(UsageFn())
+        return assembled.scored, cache_rows, usage, assembled[RUBRIC_ROWS]
