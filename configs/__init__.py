@@ -156,9 +156,35 @@ class JudgeConfig(_Model):
         default_factory=list,
         description="earlier judge_cache tables to reuse: Parquet folders or globs, or bq://project.dataset.table",
     )
-    prices: dict[str, dict[Literal["input_per_million", "output_per_million"], float]] = pydantic.Field(
-        default_factory=dict, description="model -> USD per million input and output tokens, for the cost estimate"
-    )
+    prices: dict[str, dict[Literal["input_per_million", "output_per_million", "batch_input_per_million",
+                                   "batch_output_per_million"], pydantic.NonNegativeFloat]] = pydantic.Field(
+        default_factory=dict,
+        description="model -> USD per million input and output tokens, for the cost estimate; batch_* for "
+                    "judge.mode batch (default: half the online price)")
+    checkpoint_seconds: float = pydantic.Field(
+        5.0, gt=0, le=30,
+        description="judgments are checkpointed this often while judging; a re-run of the same run_id reuses them")
+    mode: Literal["online", "batch"] = pydantic.Field(
+        "online", description="online: generateContent calls within the quota; batch: Gemini Batch jobs at half "
+                              "price, answered within hours (gemini_api only)")
+    batch_max_requests: int = pydantic.Field(
+        10000, ge=1, le=1_000_000, description="batch mode: the most judgments in one batch job")
+    batch_inline_max_bytes: int = pydantic.Field(
+        10_000_000, ge=0, le=20_000_000,
+        description="batch mode: a job whose requests take at most this many bytes is sent inline; a larger one "
+                    "as a JSONL file uploaded with the Files API (the API takes 20 MB inline)")
+    batch_max_bytes: int = pydantic.Field(
+        1_000_000_000, ge=1000, le=2_000_000_000,
+        description="batch mode: the most bytes of requests in one job's JSONL file (the API takes 2 GB)")
+    batch_poll_seconds: float = pydantic.Field(
+        30.0, gt=0, description="batch mode: the first wait between polls of a job's state; it grows 1.5x per poll")
+    batch_poll_max_seconds: float = pydantic.Field(300.0, gt=0, description="batch mode: the longest wait between polls")
+    batch_timeout_hours: float = pydantic.Field(
+        48.0, gt=0, description="batch mode: a job not done after this long is cancelled and its judgments retried")
+    batch_retry: Literal["online", "batch"] = pydantic.Field(
+        "online",
+        description="batch mode: judgments a job failed (or answered invalidly) are retried online (with the quota "
+                    "and retries of online mode) or in follow-up batch jobs (up to max_attempts in all)")
 
     @pydantic.field_validator("cache", mode="before")
     @classmethod
@@ -173,6 +199,14 @@ class JudgeConfig(_Model):
                 raise ValueError(f"{location!r} is not a valid bq://project.dataset.table")
         return locations
 
+    @pydantic.model_validator(mode="after")
+    def _batch_backend(self) -> "JudgeConfig":
+        if self.mode == "batch" and self.backend != "gemini_api":
+            raise ValueError(
+                "mode: batch works with backend gemini_api only for now (Vertex AI batch prediction, with Cloud "
+                "Storage or BigQuery in and out, is not supported yet); use mode: online with vertex_ai")
+        return self
+
     def settings(self):
         from metrics.judge.client import JudgeSettings
 
@@ -181,7 +215,11 @@ class JudgeConfig(_Model):
             location=self.location, api_key_env=self.api_key_env, requests_per_minute=self.requests_per_minute,
             tokens_per_minute=self.tokens_per_minute, max_attempts=self.max_attempts,
             timeout_seconds=self.timeout_seconds, max_concurrency=self.max_concurrency,
-            temperature=self.temperature, max_output_tokens=self.max_output_tokens,
+            temperature=self.temperature, max_output_tokens=self.max_output_tokens, mode=self.mode,
+            batch_max_requests=self.batch_max_requests, batch_inline_max_bytes=self.batch_inline_max_bytes,
+            batch_max_bytes=self.batch_max_bytes, batch_poll_seconds=self.batch_poll_seconds,
+            batch_poll_max_seconds=self.batch_poll_max_seconds,
+            batch_timeout_seconds=self.batch_timeout_hours * 3600, batch_retry=self.batch_retry,
         )
 
 

@@ -19,6 +19,7 @@ from metrics.instance import RowSpec, present_columns
 from metrics.registry import unmet_inputs
 from metrics.judge.client import JudgeCredentialsError, check_credentials
 from transforms import bigquery, judge
+from transforms.judge_checkpoint import checkpoint_folder
 from transforms.local_cloud import storage_client
 from transforms.read import ReadRecords, match_files, sample_records
 from transforms.runs import RunRecord
@@ -196,10 +197,11 @@ def _check_outputs(config: EvalConfig, options: PipelineOptions | None, run_id: 
 def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, started_at,
                    read_plan: bigquery.ReadPlan | None = None, attempt: str | None = None,
                    staging: str | None = None, cache_plans: list | None = None, compare_base=None,
-                   progress: str | None = None) -> None:
+                   progress: str | None = None, checkpoint: str | None = None) -> None:
     """compare_base: (Location, RunInfo of the base run, RunInfo of this run) to compare
     this run's scores with, into the comparisons table; None for no comparison.
-    progress: a local folder the workers write live counts to (transforms.progress), or None."""
+    progress: a local folder the workers write live counts to (transforms.progress), or None.
+    checkpoint: the run's judge checkpoint folder (transforms.judge_checkpoint), or None."""
     slices = tuple(config.input.slice_columns)
 
     if read_plan is None:
@@ -219,7 +221,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
             parquet = [p for p in config.judge.cache if not p.startswith("bq://")]
             cached = pipeline | "JudgeCache" >> judge.ReadJudgeCache([_parquet_glob(p) for p in parquet], cache_plans or [])
         judged, cache_rows, usage = instances | "Judge" >> judge.JudgeInstances(run, judge_specs, config.judge, cached,
-                                                                                progress)
+                                                                                progress, checkpoint)
         thresholds.update({p.output_name: p.threshold for p in judge.plan_judges(judge_specs)})
         scored = (computed, judged) | "AllScores" >> beam.Flatten()
     else:
@@ -278,7 +280,12 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
             staging_folder=None if config.output.parquet else folder,
         )
     if config.output.parquet:
+        # the judge checkpoints live beside the attempts, and go with them
         done | "ReplaceRunFolder" >> ReplaceRunFolder(config.output.parquet, run.run_id, attempt)
+    elif checkpoint and judge_specs:
+        from transforms.judge_checkpoint import RemoveCheckpoints
+
+        done | "RemoveJudgeCheckpoints" >> RemoveCheckpoints(checkpoint)
 
 
 def plan_comparison(config: EvalConfig, run_key: RunKey, started_at):
@@ -336,11 +343,13 @@ def run(config: EvalConfig, options: PipelineOptions):
     from pipelines.compare import CompareError
 
     local = options.view_as(StandardOptions).runner in LOCAL_RUNNERS
+    checkpoint = checkpoint_folder(config.output.parquet, options.view_as(GoogleCloudOptions).temp_location,
+                                   run_key.run_id) if config.judge_specs() else None
     progress = tempfile.mkdtemp(prefix="evalbeam-progress-") if local else None
     try:
         try:
             build_pipeline(pipeline, config, run_key, started_at, read_plan, attempt, staging, cache_plans,
-                           compare_base, progress)
+                           compare_base, progress, checkpoint)
         except CompareError as e:
             raise ConfigError(f"compare_with: {e}") from None
         print(f"evalbeam: run {run_key.run_id} (run date {run_key.run_date}) started", file=sys.stderr, flush=True)

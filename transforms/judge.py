@@ -38,6 +38,7 @@ from metrics.judge.templates import (
 )
 from metrics.instance import Instance
 from metrics.registry import MetricError
+from transforms.judge_checkpoint import shard_of
 from transforms.schema import RunKey
 from transforms.score import ScoredInstance
 
@@ -106,31 +107,75 @@ class ResolveFn(beam.DoFn):
                 self._hits.inc()
                 yield dataclasses.replace(cached, metric=request.metric), links
             else:
-                yield beam.pvalue.TaggedOutput(TO_CALL, (int(key[:8], 16) % self._shards, (request, links)))
+                yield beam.pvalue.TaggedOutput(TO_CALL, (shard_of(key, self._shards), (request, links)))
 
 
 class CallJudgeFn(beam.DoFn):
-    """(shard, [(request, links)]) -> (response, links), within the shard's share of the quotas."""
+    """(shard, [(request, links)]) -> (response, links), within the shard's share of the quotas.
 
-    def __init__(self, settings: JudgeSettings, shards: int):
+    With a checkpoint folder, the shard first answers what this run_id's
+    checkpoints hold (transforms.judge_checkpoint), and checkpoints every new
+    answer as it completes. judge.mode online calls generateContent
+    (metrics.judge.client.judge_stream); batch sends the rest as Gemini Batch
+    jobs (metrics.judge.batch.judge_batch)."""
+
+    def __init__(self, settings: JudgeSettings, shards: int, checkpoint: str | None = None,
+                 checkpoint_seconds: float = 5.0):
         self._settings = settings
+        self._shards = shards
         self._share = 1.0 / shards
+        self._checkpoint = checkpoint
+        self._checkpoint_seconds = checkpoint_seconds
         self._calls = Metrics.counter("evalbeam", "judge_calls")
         self._limited = Metrics.counter("evalbeam", "judge_rate_limited")
         self._failed = Metrics.counter("evalbeam", "judge_failures")
         self._prompt_tokens = Metrics.counter("evalbeam", "judge_prompt_tokens")
         self._output_tokens = Metrics.counter("evalbeam", "judge_output_tokens")
+        self._reused = Metrics.counter("evalbeam", "judge_checkpoint_reused")
 
     def process(self, element):
-        _, items = element
-        for (request, links), response in judge_stream(self._settings, items, lambda item: item[0], self._share):
-            self._calls.inc(response.attempts)
-            self._limited.inc(response.rate_limited)
-            self._prompt_tokens.inc(response.prompt_tokens)
-            self._output_tokens.inc(response.output_tokens)
-            if response.error:
-                self._failed.inc()
-            yield response, links
+        from transforms import judge_checkpoint
+
+        shard, items = element
+        saved = judge_checkpoint.read_checkpoints(self._checkpoint, shard, self._shards) if self._checkpoint else {}
+        reused: list = []
+
+        def fresh():
+            for request, links in items:
+                hit = saved.get(request.key)
+                if hit is not None:
+                    reused.append((dataclasses.replace(hit, metric=request.metric), links))
+                else:
+                    yield request, links
+
+        if self._settings.mode == "batch":
+            from metrics.judge.batch import judge_batch
+
+            answers = judge_batch(self._settings, fresh(), lambda item: item[0], self._share, self._checkpoint, shard)
+        else:
+            answers = judge_stream(self._settings, fresh(), lambda item: item[0], self._share)
+        writer = judge_checkpoint.CheckpointWriter(self._checkpoint, shard, self._checkpoint_seconds) \
+            if self._checkpoint else None
+        try:
+            for (request, links), response in answers:
+                if writer:
+                    writer.add(response)
+                self._calls.inc(response.attempts)
+                self._limited.inc(response.rate_limited)
+                self._prompt_tokens.inc(response.prompt_tokens)
+                self._output_tokens.inc(response.output_tokens)
+                if response.error:
+                    self._failed.inc()
+                yield response, links
+                while reused:
+                    self._reused.inc()
+                    yield reused.pop()
+            while reused:
+                self._reused.inc()
+                yield reused.pop()
+        finally:
+            if writer:
+                writer.close()
 
 
 def _row_base(run: RunKey, instance_id: str, metric: str, model: str) -> dict[str, Any]:
@@ -221,7 +266,8 @@ def response_from_cache_row(row: dict[str, Any]) -> tuple[str, JudgeResponse]:
 class UsageFn(beam.CombineFn):
     """Answers -> per judge metric: requests, cache hits, calls, 429s, failures, tokens."""
 
-    FIELDS = ("requests", "cache_hits", "calls", "rate_limited", "failures", "prompt_tokens", "output_tokens")
+    FIELDS = ("requests", "cache_hits", "calls", "rate_limited", "failures", "prompt_tokens", "output_tokens",
+              "batch_prompt_tokens", "batch_output_tokens", "checkpoint_reused")
 
     def create_accumulator(self):
         return {}
@@ -238,6 +284,9 @@ class UsageFn(beam.CombineFn):
         m["failures"] += response.error is not None
         m["prompt_tokens"] += response.prompt_tokens
         m["output_tokens"] += response.output_tokens
+        m["batch_prompt_tokens"] += response.batch_prompt_tokens
+        m["batch_output_tokens"] += response.batch_output_tokens
+        m["checkpoint_reused"] += response.checkpointed
         return acc
 
     def merge_accumulators(self, accs):
@@ -246,7 +295,7 @@ class UsageFn(beam.CombineFn):
             for metric, m in acc.items():
                 t = out.setdefault(metric, dict.fromkeys(self.FIELDS, 0))
                 for k, v in m.items():
-                    t[k] += v
+                    t[k] = t.get(k, 0) + v
         return out
 
     def extract_output(self, acc):
@@ -255,10 +304,13 @@ class UsageFn(beam.CombineFn):
 
 class JudgeInstances(beam.PTransform):
     """Instances -> (ScoredInstances with the judge rows, judge_cache rows, usage per metric).
-    `cached` is a PCollection of (request_key, JudgeResponse) from judge.cache, or None."""
+    `cached` is a PCollection of (request_key, JudgeResponse) from judge.cache, or None;
+    `checkpoint` the run's judge checkpoint folder (transforms.judge_checkpoint), or None."""
 
-    def __init__(self, run: RunKey, specs, judge_config, cached=None, progress: str | None = None):
+    def __init__(self, run: RunKey, specs, judge_config, cached=None, progress: str | None = None,
+                 checkpoint: str | None = None):
         super().__init__()
+        self._checkpoint = checkpoint
         self._progress = progress
         self._run = run
         self._plans = plan_judges(specs)
@@ -279,7 +331,8 @@ class JudgeInstances(beam.PTransform):
         called = (
             resolved[TO_CALL]
             | "IntoShards" >> beam.GroupByKey()
-            | "CallJudge" >> beam.ParDo(CallJudgeFn(settings, config.shards))
+            | "CallJudge" >> beam.ParDo(CallJudgeFn(settings, config.shards, self._checkpoint,
+                                                    config.checkpoint_seconds))
         )
         answered = (resolved.cached, called) | "AllAnswers" >> beam.Flatten()
         if self._progress:

@@ -49,6 +49,14 @@ class JudgeSettings:
     max_concurrency: int = 1024  # the most calls in flight; the window is sized from latency and rate below it
     temperature: float = 0.0
     max_output_tokens: int | None = 2048
+    mode: str = "online"  # online | batch (metrics.judge.batch)
+    batch_max_requests: int = 10000
+    batch_inline_max_bytes: int = 10_000_000
+    batch_max_bytes: int = 1_000_000_000
+    batch_poll_seconds: float = 30.0
+    batch_poll_max_seconds: float = 300.0
+    batch_timeout_seconds: float = 48 * 3600
+    batch_retry: str = "online"  # online | batch
 
     def generation(self) -> dict[str, Any]:
         """The settings that shape an answer, part of every request's cache key."""
@@ -77,7 +85,11 @@ class JudgeResponse:
     attempts: int = 0
     rate_limited: int = 0
     error: str | None = None
-    cache_hit: bool = False
+    cache_hit: bool = False  # from judge.cache: paid for by an earlier run
+    checkpointed: bool = False  # reused from this run_id's checkpoints (paid for by an attempt that died)
+    # the part of prompt_tokens and output_tokens billed at batch prices (judge.mode: batch)
+    batch_prompt_tokens: int = 0
+    batch_output_tokens: int = 0
 
 
 def request_key(settings: JudgeSettings, prompt: str, schema_json: str, sample_index: int) -> str:
