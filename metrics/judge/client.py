@@ -124,10 +124,33 @@ def check_credentials(settings: JudgeSettings) -> None:
         ) from None
 
 
+def build_genai_client(settings: JudgeSettings, http):
+    """(google-genai Client, the API key or None, the ADC credentials or None) for
+    the configured backend; the key and the credentials' token are what scrub removes."""
+    from google import genai
+
+    if settings.backend == "gemini_api":
+        secret = os.environ[settings.api_key_env]
+        return genai.Client(api_key=secret, http_options=http), secret, None
+    import google.auth
+
+    # Held here, not loaded inside genai, so that scrub knows the bearer token they send.
+    credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
+    client = genai.Client(vertexai=True, project=settings.project, location=settings.location,
+                          credentials=credentials, http_options=http)
+    return client, None, credentials
+
+
+def scrub_secrets(text: str, secret: str | None, credentials) -> str:
+    for value in (secret, getattr(credentials, "token", None)):
+        if value:
+            text = text.replace(value, "[redacted]")
+    return text
+
+
 class JudgeClient:
     def __init__(self, settings: JudgeSettings, limiter: AdaptiveRateLimiter,
                  observe_latency: Callable[[float], None] | None = None):
-        from google import genai
         from google.genai import types
 
         self.settings = settings
@@ -139,25 +162,11 @@ class JudgeClient:
             timeout=int(settings.timeout_seconds * 1000),
             retry_options=types.HttpRetryOptions(attempts=1),  # retries are ours, with the limiter's feedback
         )
-        self._credentials = None
-        if settings.backend == "gemini_api":
-            self._secret = os.environ[settings.api_key_env]
-            self._client = genai.Client(api_key=self._secret, http_options=http)
-        else:
-            import google.auth
-
-            # Held here, not loaded inside genai, so that scrub knows the bearer token they send.
-            self._secret = None
-            self._credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
-            self._client = genai.Client(vertexai=True, project=settings.project, location=settings.location,
-                                        credentials=self._credentials, http_options=http)
+        self._client, self._secret, self._credentials = build_genai_client(settings, http)
         self._types = types
 
     def scrub(self, text: str) -> str:
-        for secret in (self._secret, getattr(self._credentials, "token", None)):
-            if secret:
-                text = text.replace(secret, "[redacted]")
-        return text
+        return scrub_secrets(text, self._secret, self._credentials)
 
     async def judge(self, request: JudgeRequest) -> JudgeResponse:
         from google.genai import errors
