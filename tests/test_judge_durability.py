@@ -125,3 +125,32 @@ def test_a_run_killed_while_judging_repeats_only_its_last_seconds(tmp_path, api_
     # once the run completes, its checkpoints are gone
     assert not (tmp_path / "out" / "_evalbeam_attempts").exists()
     assert sorted(os.listdir(tmp_path / "out")) == ["k1", "other"]
+
+
+def test_a_batch_run_killed_while_its_jobs_run_resumes_them_without_resubmitting(tmp_path, api_key):
+    folder = tmp_path / "out" / "_evalbeam_attempts" / "b1" / "judge_checkpoints"
+    with JudgeServer(Behaviour(batch_seconds=5.0)) as server:
+        config = write_run(tmp_path, server.url, "b1", mode="batch", batch_max_requests=50, batch_poll_seconds=0.2,
+                           batch_poll_max_seconds=1.0)
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        first = subprocess.Popen([EVALBEAM, "run", str(config)], cwd=ROOT, env=env, start_new_session=True,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 300
+            jobs = -(-JUDGMENTS // 50)
+            while len(list(folder.glob("batch-*.json"))) < jobs and first.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert first.poll() is None and len(server.stats.batch_jobs) == jobs
+            os.killpg(first.pid, signal.SIGKILL)
+        finally:
+            if first.poll() is None:
+                os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+        assert server.stats.batch_items == 0  # killed before any job finished
+        evalbeam("run", config)
+    # the re-run polled the jobs the first run had created: nothing sent twice, nothing online
+    assert len(server.stats.batch_jobs) == jobs and server.stats.batch_items == JUDGMENTS
+    assert server.stats.requests == 0
+    rows = {r["instance_id"]: r for r in table(tmp_path / "out" / "b1", "metric_results")}
+    assert all(rows[f"i{i:03d}"]["score"] == i % 5 + 1 for i in range(JUDGMENTS))
+    assert not (tmp_path / "out" / "_evalbeam_attempts").exists()

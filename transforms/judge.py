@@ -151,7 +151,8 @@ class CallJudgeFn(beam.DoFn):
         if self._settings.mode == "batch":
             from metrics.judge.batch import judge_batch
 
-            answers = judge_batch(self._settings, fresh(), lambda item: item[0], self._share, self._checkpoint, shard)
+            journal = judge_checkpoint.BatchJournal(self._checkpoint, shard, self._shards) if self._checkpoint else None
+            answers = judge_batch(self._settings, fresh(), lambda item: item[0], self._share, journal)
         else:
             answers = judge_stream(self._settings, fresh(), lambda item: item[0], self._share)
         writer = judge_checkpoint.CheckpointWriter(self._checkpoint, shard, self._checkpoint_seconds) \

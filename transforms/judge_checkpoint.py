@@ -25,6 +25,7 @@ with a warning. Failed judgments are not checkpointed: a re-run asks them again.
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import threading
@@ -97,6 +98,59 @@ def read_checkpoints(folder: str, shard: int | None = None, shards: int = 1) -> 
     return answers
 
 
+def _write_file(folder: str, name: str, data: bytes) -> str:
+    """Write a file that is either complete or absent: locally to a temporary
+    name and renamed; on an object store, one object (visible once complete)."""
+    path = FileSystems.join(folder, name)
+    if FileSystems.get_scheme(folder) is None:
+        os.makedirs(folder, exist_ok=True)
+        temporary = os.path.join(folder, f".{name}.tmp")
+        with open(temporary, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    else:
+        with FileSystems.create(path, mime_type="application/octet-stream") as f:
+            f.write(data)
+    return path
+
+
+class BatchJournal:
+    """judge.mode batch: the Batch jobs a shard has submitted and the judgments in
+    each, one small JSON file per job in the checkpoint folder, so that a re-run
+    polls a job still running (or reads its results) instead of paying for its
+    judgments again."""
+
+    def __init__(self, folder: str, shard: int, shards: int):
+        self._folder, self._shard, self._shards = folder, shard, shards
+
+    def resumable(self) -> dict[str, str]:
+        """request_key -> the name of the job it was sent in, for this shard's keys."""
+        try:
+            found = FileSystems.match([FileSystems.join(self._folder, "batch-*.json")])[0].metadata_list
+        except Exception:  # noqa: BLE001 - no folder yet
+            return {}
+        jobs: dict[str, str] = {}
+        for meta in sorted(found, key=lambda m: m.path):
+            try:
+                with FileSystems.open(meta.path, mime_type="application/octet-stream") as f:
+                    entry = json.loads(f.read().decode("utf-8"))
+                name, keys = entry["name"], entry["keys"]
+            except Exception as e:  # noqa: BLE001 - a damaged record costs a resubmission, never the run
+                log.warning("skipping an unreadable batch job record %s (%s)", meta.path, type(e).__name__)
+                continue
+            jobs.update({k: name for k in keys if shard_of(k, self._shards) == self._shard})
+        return jobs
+
+    def submitted(self, name: str, keys: list[str]) -> None:
+        data = json.dumps({"name": name, "keys": keys}).encode()
+        try:
+            _write_file(self._folder, f"batch-{self._shard}-{uuid.uuid4().hex[:12]}.json", data)
+        except Exception as e:  # noqa: BLE001 - the job runs either way; only a crash would resubmit it
+            log.warning("could not record batch job %s under %s (%s)", name, self._folder, type(e).__name__)
+
+
 def write_chunk(folder: str, name: str, responses: list[JudgeResponse]) -> str:
     """One Parquet chunk of answers, made visible only once complete."""
     import pyarrow as pa
@@ -109,19 +163,7 @@ def write_chunk(folder: str, name: str, responses: list[JudgeResponse]) -> str:
          "attempts": r.attempts, "rate_limited": r.rate_limited} for r in responses], schema=_schema())
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="snappy")
-    path = FileSystems.join(folder, name)
-    if FileSystems.get_scheme(folder) is None:  # local: write aside, then one atomic rename
-        os.makedirs(folder, exist_ok=True)
-        temporary = os.path.join(folder, f".{name}.tmp")
-        with open(temporary, "wb") as f:
-            f.write(buffer.getvalue())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    else:
-        with FileSystems.create(path, mime_type="application/octet-stream") as f:
-            f.write(buffer.getvalue())
-    return path
+    return _write_file(folder, name, buffer.getvalue())
 
 
 class CheckpointWriter:

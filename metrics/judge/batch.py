@@ -27,7 +27,7 @@ import dataclasses
 import io
 import json
 import time
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 
 from metrics.judge.client import (
     JudgeRequest,
@@ -43,7 +43,7 @@ from metrics.judge.templates import InvalidJudgment, parse_answer
 T = TypeVar("T")
 POLL_GROWTH = 1.5
 DONE_STATES = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_EXPIRED",
-               "JOB_STATE_PARTIALLY_SUCCEEDED"}
+               "JOB_STATE_PARTIALLY_SUCCEEDED", "JOB_STATE_GONE"}
 
 
 def generation_config(settings: JudgeSettings, request: JudgeRequest) -> dict[str, Any]:
@@ -189,31 +189,60 @@ def _answer(p: _Pending, answer) -> None:
     r.verdict, r.explanation = parse_answer(answer.text, p.request.answer_field, p.request.allowed)
 
 
+class Journal(Protocol):
+    """Where the jobs a shard submitted are recorded, to resume them after a crash
+    (transforms.judge_checkpoint.BatchJournal)."""
+
+    def resumable(self) -> dict[str, str]: ...  # request_key -> job name
+
+    def submitted(self, name: str, keys: list[str]) -> None: ...
+
+
 def judge_batch(settings: JudgeSettings, items: Iterable[T], request_of: Callable[[T], JudgeRequest],
-                share: float = 1.0, checkpoint: str | None = None, shard: int = 0,
+                share: float = 1.0, journal: Journal | None = None,
                 sleep: Callable[[float], None] = time.sleep) -> Iterator[tuple[T, JudgeResponse]]:
     """Judge every item through Batch jobs, yielding (item, response) as each
     job's results are read. `share` is this shard's share of the quotas, for
-    the online retries."""
+    the online retries. With a journal, every job is recorded once created, and
+    judgments already sent in a recorded job are not sent again: that job is
+    polled (or its results read) instead."""
     judge = BatchJudge(settings, sleep)
     pending: list[_Job] = []
     chunk: list[_Pending] = []
     size = 0
+    earlier = journal.resumable() if journal else {}
+    resumed: dict[str, list[_Pending]] = {}
+
+    def submit(items: list[_Pending]) -> None:
+        job = judge.submit(items)
+        if journal:
+            journal.submitted(job.name, [p.request.key for p in items])
+        pending.append(job)
 
     def flush():
         nonlocal chunk, size
         if chunk:
-            pending.append(judge.submit(chunk))
+            submit(chunk)
         chunk, size = [], 0
 
     for item in items:
         request = request_of(item)
-        line = jsonl_line(settings, request)
-        if chunk and (len(chunk) >= settings.batch_max_requests or size + len(line) > settings.batch_max_bytes):
+        p = _Pending(item, request, b"", JudgeResponse(key=request.key, metric=request.metric))
+        if request.key in earlier:
+            resumed.setdefault(earlier[request.key], []).append(p)
+            continue
+        p.line = jsonl_line(settings, request)
+        if chunk and (len(chunk) >= settings.batch_max_requests or size + len(p.line) > settings.batch_max_bytes):
             flush()
-        chunk.append(_Pending(item, request, line, JudgeResponse(key=request.key, metric=request.metric)))
-        size += len(line)
+        chunk.append(p)
+        size += len(p.line)
     flush()
+    now = time.monotonic()
+    for name, waiting in resumed.items():
+        for p in waiting:
+            p.response.attempts += 1
+            p.line = jsonl_line(settings, p.request)  # for a resubmission, should the job be gone
+        pending.append(_Job(name, waiting, now, now, settings.batch_poll_seconds))
 
     failed: list[_Pending] = []
     while pending:
@@ -225,7 +254,10 @@ def judge_batch(settings: JudgeSettings, items: Iterable[T], request_of: Callabl
             state, got = judge.poll(job)
         except Exception as e:  # noqa: BLE001 - after the SDK's own retries: poll again later
             state, got = "POLL_FAILED", None
-            job.items[0].last_error = judge.scrub(f"{type(e).__name__}: {e}")
+            if getattr(e, "code", None) == 404:  # a recorded job the API no longer knows
+                state = "JOB_STATE_GONE"
+            for p in job.items:
+                p.last_error = judge.scrub(f"polling batch job {job.name}: {type(e).__name__}: {e}")
         now = time.monotonic()
         if state not in DONE_STATES:
             if now - job.submitted > settings.batch_timeout_seconds:
@@ -262,7 +294,7 @@ def judge_batch(settings: JudgeSettings, items: Iterable[T], request_of: Callabl
                     p.response.error = f"judge failed after {p.response.attempts} attempts; last: {p.last_error}"
                     yield p.item, p.response
             for start in range(0, len(again), settings.batch_max_requests):
-                pending.append(judge.submit(again[start:start + settings.batch_max_requests]))
+                submit(again[start:start + settings.batch_max_requests])
         else:
             failed += retry
 
