@@ -181,6 +181,10 @@ class JudgeConfig(_Model):
     batch_poll_max_seconds: float = pydantic.Field(300.0, gt=0, description="batch mode: the longest wait between polls")
     batch_timeout_hours: float = pydantic.Field(
         48.0, gt=0, description="batch mode: a job not done after this long is cancelled and its judgments retried")
+    batch_staging: str | None = pydantic.Field(
+        None, pattern=r"^gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/.*)?$",
+        description="batch mode on vertex_ai: a gs:// folder for the batch prediction jobs' input and output files; "
+                    "default: beside the run's attempts when output.parquet is on gs://")
     batch_retry: Literal["online", "batch"] = pydantic.Field(
         "online",
         description="batch mode: judgments a job failed (or answered invalidly) are retried online (with the quota "
@@ -198,14 +202,6 @@ class JudgeConfig(_Model):
             if location.startswith("bq://") and not re.fullmatch(BQ_TABLE_URI_RE, location):
                 raise ValueError(f"{location!r} is not a valid bq://project.dataset.table")
         return locations
-
-    @pydantic.model_validator(mode="after")
-    def _batch_backend(self) -> "JudgeConfig":
-        if self.mode == "batch" and self.backend != "gemini_api":
-            raise ValueError(
-                "mode: batch works with backend gemini_api only for now (Vertex AI batch prediction, with Cloud "
-                "Storage or BigQuery in and out, is not supported yet); use mode: online with vertex_ai")
-        return self
 
     def settings(self):
         from metrics.judge.client import JudgeSettings
@@ -383,6 +379,16 @@ class EvalConfig(_Model):
                 raise ValueError(f"two metrics are named {spec.output_name!r}; give one a different 'as'")
             seen.add(spec.output_name)
         return specs
+
+    @pydantic.model_validator(mode="after")
+    def _vertex_batch_staging(self) -> "EvalConfig":
+        judge = self.judge
+        if judge.mode == "batch" and judge.backend == "vertex_ai" and not judge.batch_staging \
+                and not (self.output.parquet or "").startswith("gs://"):
+            raise ValueError(
+                "judge.batch_staging: batch mode on vertex_ai reads and writes Cloud Storage: set judge.batch_staging "
+                "to a gs:// folder (or write output.parquet to gs://)")
+        return self
 
     def judge_specs(self) -> list[MetricSpec]:
         return [m for m in self.metrics if m.judge_kind()]

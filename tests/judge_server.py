@@ -19,6 +19,15 @@ protocol, so the real `google-genai` client drives it:
          finalize at the X-Goog-Upload-URL it gave) -> {"file": {"name": "files/<id>", ...}}
     GET  /v1beta/files/<id>:download?alt=media  -> a result file: JSONL lines {"key", "response"}
          or {"key", "error"}
+    Vertex AI batch prediction (client.batches with vertexai=True; Bearer token as above), with
+    its files in Cloud Storage (the storage emulator, through google-cloud-storage):
+    POST /v1beta1/projects/<p>/locations/<l>/batchPredictionJobs  {"displayName", "model":
+         "publishers/google/models/<m>", "inputConfig": {"instancesFormat": "jsonl", "gcsSource":
+         {"uris": [gs://...jsonl]}}, "outputConfig": {"predictionsFormat": "jsonl",
+         "gcsDestination": {"outputUriPrefix": gs://...}}}  -> the job (state JOB_STATE_PENDING)
+    GET  .../batchPredictionJobs/<id>  -> state JOB_STATE_RUNNING | _SUCCEEDED | _FAILED, and when
+         done "outputInfo": {"gcsOutputDirectory": <prefix>/prediction-model-<time>}, where
+         predictions.jsonl holds {"request", "response", "status": ""} or {"request", "status": <error>}
     POST /token  (an OAuth 2.0 token endpoint, for Application Default Credentials: a
          service account file whose token_uri points here; its JWT-bearer grant's RS256
          signature is checked against the key registered with `trust`)
@@ -69,6 +78,8 @@ BATCH_CREATE_ROUTE = re.compile(r"/v1(?:beta)?/models/(?P<model>[^/:]+):batchGen
 BATCH_ROUTE = re.compile(r"/v1(?:beta)?/batches/(?P<id>[^/:]+)(?P<cancel>:cancel)?")
 UPLOAD_ROUTE = re.compile(r"/upload/v1(?:beta)?/files")
 DOWNLOAD_ROUTE = re.compile(r"/(?:download/)?v1(?:beta)?/files/(?P<id>[^/:]+):download")
+VERTEX_BATCH_ROUTE = re.compile(r"/v1(?:beta1)?/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)"
+                                r"/batchPredictionJobs(?:/(?P<id>[^/:]+)(?P<cancel>:cancel)?)?")
 GEMINI_ROUTE = re.compile(r"/v1(?:beta)?/models/(?P<model>[^/:]+):generateContent")
 VERTEX_ROUTE = re.compile(r"/v1(?:beta1)?/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)"
                           r"/publishers/google/models/(?P<model>[^/:]+):generateContent")
@@ -130,11 +141,12 @@ class _BatchJob:
     model: str
     display_name: str
     items: list  # (key or None, GenerateContentRequest, metadata or None)
-    source: str  # inline | file
+    source: str  # inline | file | gcs (Vertex AI)
     created: float
     fail: bool = False
     state: str = "BATCH_STATE_PENDING"
     output: dict | None = None
+    vertex: dict | None = None  # Vertex AI: {"project", "location", "body", "output_prefix"}
 
 
 def _error(code: int, message: str) -> dict:
@@ -337,20 +349,7 @@ class JudgeServer:
             return
         results = []
         for key, request, metadata in job.items:
-            prompt = request["contents"][0]["parts"][0]["text"]
-            with self._lock:
-                self.stats.batch_prompts[prompt] += 1
-                attempt = self.stats.batch_prompts[prompt]
-                self.stats.batch_items += 1
-            failing = re.search(r"#batchfail=(\d+)", prompt)
-            if "#fail" in prompt or (failing and attempt <= int(failing.group(1))):
-                with self._lock:
-                    self.stats.batch_item_errors += 1
-                result = {"error": {"code": 13, "message": "Internal error encountered.", "status": "INTERNAL"}}
-            else:
-                generation = request.get("generationConfig", {})
-                text = self.answer(prompt, generation.get("responseSchema", {}), generation.get("seed"))
-                result = {"response": _generate_response(prompt, text, job.model)}
+            result = self._batch_item(request, job.model)
             if job.source == "file":
                 results.append({"key": key, **result})
             else:
@@ -364,6 +363,102 @@ class JudgeServer:
         else:
             job.output = {"inlinedResponses": {"inlinedResponses": results}}
         job.state = "BATCH_STATE_SUCCEEDED"
+
+    def _batch_item(self, request: dict, model: str) -> dict:
+        """{"response": ...} or {"error": ...} for one request of a batch."""
+        prompt = request["contents"][0]["parts"][0]["text"]
+        with self._lock:
+            self.stats.batch_prompts[prompt] += 1
+            attempt = self.stats.batch_prompts[prompt]
+            self.stats.batch_items += 1
+        failing = re.search(r"#batchfail=(\d+)", prompt)
+        if "#fail" in prompt or (failing and attempt <= int(failing.group(1))):
+            with self._lock:
+                self.stats.batch_item_errors += 1
+            return {"error": {"code": 13, "message": "Internal error encountered.", "status": "INTERNAL"}}
+        generation = request.get("generationConfig", {})
+        text = self.answer(prompt, generation.get("responseSchema", {}), generation.get("seed"))
+        return {"response": _generate_response(prompt, text, model)}
+
+    # Vertex AI batch prediction: files in Cloud Storage
+
+    @staticmethod
+    def _gcs(uri: str):
+        from transforms.local_cloud import storage_client
+
+        bucket, _, path = uri.removeprefix("gs://").partition("/")
+        return storage_client().bucket(bucket).blob(path)
+
+    def create_vertex_batch(self, project: str, location: str, body: dict) -> tuple[int, dict]:
+        try:
+            [uri] = body["inputConfig"]["gcsSource"]["uris"]
+            prefix = body["outputConfig"]["gcsDestination"]["outputUriPrefix"]
+            model = body["model"].rsplit("/", 1)[-1]
+            lines = self._gcs(uri).download_as_bytes().decode("utf-8").splitlines()
+        except Exception as e:  # noqa: BLE001 - the API answers 400 to a job it cannot read
+            return 400, _error(400, f"cannot read the batch input: {type(e).__name__}: {e}")
+        items = [(None, json.loads(line)["request"], None) for line in lines if line.strip()]
+        with self._lock:
+            job = _BatchJob(id=str(secrets.randbelow(10 ** 18)), model=model, display_name=body.get("displayName", ""),
+                            items=items, source="gcs", created=time.monotonic(),
+                            fail=len(self.stats.batch_jobs) < self.behaviour.batch_fail_jobs,
+                            state="JOB_STATE_PENDING",
+                            vertex={"project": project, "location": location, "body": body, "output_prefix": prefix})
+            self._batches[job.id] = job
+            self.stats.batch_jobs.append({"id": job.id, "model": model, "source": "gcs", "requests": len(items)})
+        return 200, self._vertex_json(job)
+
+    def get_vertex_batch(self, batch_id: str, cancel: bool = False) -> tuple[int, dict]:
+        with self._lock:
+            job = self._batches.get(batch_id)
+            if job is None or job.vertex is None:
+                return 404, _error(404, f"batchPredictionJobs/{batch_id} not found")
+            if cancel:
+                self.stats.cancelled += 1
+                if job.state in ("JOB_STATE_PENDING", "JOB_STATE_RUNNING"):
+                    job.state = "JOB_STATE_CANCELLED"
+                return 200, {}
+            self.stats.batch_polls += 1
+        if job.state in ("JOB_STATE_PENDING", "JOB_STATE_RUNNING"):
+            age = time.monotonic() - job.created
+            if age >= self.behaviour.batch_seconds:
+                self._finish_vertex(job)
+            elif age >= self.behaviour.batch_seconds / 2:
+                job.state = "JOB_STATE_RUNNING"
+        return 200, self._vertex_json(job)
+
+    def _finish_vertex(self, job: "_BatchJob") -> None:
+        if job.fail:
+            job.state = "JOB_STATE_FAILED"
+            return
+        lines, failed = [], 0
+        for _, request, _ in job.items:
+            result = self._batch_item(request, job.model)
+            if "error" in result:
+                failed += 1
+                lines.append({"status": f"Internal error encountered: {result['error']['message']}", "request": request})
+            else:
+                lines.append({"status": "", "processed_time": "2026-01-01T00:00:00.000+00:00", "request": request,
+                              "response": result["response"]})
+        directory = f"{job.vertex['output_prefix'].rstrip('/')}/prediction-model-{job.id}"
+        self._gcs(f"{directory}/predictions.jsonl").upload_from_string("".join(json.dumps(x) + "\n" for x in lines))
+        job.output = {"gcsOutputDirectory": directory}
+        job.vertex["stats"] = {"successfulCount": str(len(lines) - failed), "failedCount": str(failed)}
+        job.state = "JOB_STATE_SUCCEEDED"
+
+    @staticmethod
+    def _vertex_json(job: "_BatchJob") -> dict:
+        v = job.vertex
+        body = {"name": f"projects/{v['project']}/locations/{v['location']}/batchPredictionJobs/{job.id}",
+                "displayName": job.display_name, "model": v["body"]["model"],
+                "inputConfig": v["body"]["inputConfig"], "outputConfig": v["body"]["outputConfig"],
+                "state": job.state, "createTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        if job.output:
+            body["outputInfo"] = job.output
+            body["completionStats"] = v.get("stats", {})
+        if job.state == "JOB_STATE_FAILED":
+            body["error"] = {"code": 13, "message": "The batch prediction job failed."}
+        return body
 
     @staticmethod
     def _batch_json(job: "_BatchJob") -> dict:
@@ -454,9 +549,26 @@ class JudgeServer:
                 with server._lock:
                     server.stats.api_keys.add(api_key)
 
+            def _vertex_authorised(self) -> bool:
+                """A Bearer token this server issued, else a 401 answer and False."""
+                authorization = self.headers.get("Authorization", "")
+                bearer = authorization[len("Bearer "):] if authorization.startswith("Bearer ") else None
+                with server._lock:
+                    server.stats.bearer_tokens.add(bearer)
+                    refused = bearer not in server.stats.issued_tokens
+                    server.stats.unauthorized += refused
+                if refused:
+                    self._send(401, _error(401, "Request is missing required authentication credential."))
+                return not refused
+
             def do_GET(self):
                 url = urllib.parse.urlsplit(self.path)
                 self._key(url)
+                vertex_batch = VERTEX_BATCH_ROUTE.fullmatch(url.path)
+                if vertex_batch and vertex_batch.group("id") and not vertex_batch.group("cancel"):
+                    if self._vertex_authorised():
+                        self._send(*server.get_vertex_batch(vertex_batch.group("id")))
+                    return
                 batch, download = BATCH_ROUTE.fullmatch(url.path), DOWNLOAD_ROUTE.fullmatch(url.path)
                 if batch and not batch.group("cancel"):
                     return self._send(*server.get_batch(batch.group("id")))
@@ -478,6 +590,14 @@ class JudgeServer:
                 if url.path == "/token":
                     form = dict(urllib.parse.parse_qsl(raw.decode()))
                     return self._send(*server.grant(form))
+                vertex_batch = VERTEX_BATCH_ROUTE.fullmatch(url.path)
+                if vertex_batch:
+                    if not self._vertex_authorised():
+                        return
+                    if vertex_batch.group("id"):
+                        return self._send(*server.get_vertex_batch(vertex_batch.group("id"), cancel=True))
+                    return self._send(*server.create_vertex_batch(
+                        vertex_batch.group("project"), vertex_batch.group("location"), json.loads(raw or b"{}")))
                 create, batch = BATCH_CREATE_ROUTE.fullmatch(url.path), BATCH_ROUTE.fullmatch(url.path)
                 upload_session = dict(urllib.parse.parse_qsl(url.query)).get("upload_id")
                 if create or batch or (UPLOAD_ROUTE.fullmatch(url.path) and upload_session is None):

@@ -11,6 +11,7 @@ from metrics.judge.client import JudgeSettings
 from tests.helpers import evalbeam, table
 from tests.judge_server import Behaviour, JudgeServer
 from tests.test_judge import FOLLOWS, KEY, ROWS, judge_config, requests_for, write_data
+from tests.test_judge_vertex import key, vertex_env  # noqa: F401 - fixtures
 
 PRICE = {"input_per_million": 0.3, "output_per_million": 2.5}
 
@@ -115,8 +116,9 @@ def test_batch_config_is_checked(tmp_path):
             load_config(path)
         return str(e.value)
 
-    assert "judge: mode: batch works with backend gemini_api only" in check(
+    assert "judge.batch_staging: batch mode on vertex_ai reads and writes Cloud Storage: set judge.batch_staging" in check(
         {"mode": "batch", "backend": "vertex_ai", "project": "p", "location": "us-central1"})
+    assert "judge.batch_staging: String should match pattern" in check({"batch_staging": "/tmp/x"})
     assert "judge.mode: Input should be 'online' or 'batch'" in check({"mode": "offline"})
     assert "judge.checkpoint_seconds: Input should be less than or equal to 30" in check({"checkpoint_seconds": 60})
     assert "judge.batch_inline_max_bytes: Input should be less than or equal to 20000000" in check(
@@ -124,3 +126,37 @@ def test_batch_config_is_checked(tmp_path):
     assert "judge.batch_retry: Input should be 'online' or 'batch'" in check({"batch_retry": "never"})
     assert "judge.prices.m.batch_input_per_million: Input should be greater than or equal to 0" in check(
         {"prices": {"m": {"batch_input_per_million": -1}}})
+
+
+def test_vertex_ai_batch_prediction_through_cloud_storage(cloud, tmp_path, key, vertex_env):
+    """backend vertex_ai: batch prediction jobs whose input and output files are in
+    Cloud Storage (the storage emulator), with Application Default Credentials."""
+    from tests.emulators.control import BUCKET
+    from tests.test_judge_vertex import CLIENT_EMAIL, service_account_file, vertex_judge
+    from transforms.local_cloud import storage_client
+
+    data = write_data(tmp_path, [r for r in ROWS if r["id"] != "c"])
+    staging = f"gs://{BUCKET}/vertex-batch/{tmp_path.name}"
+    with JudgeServer(Behaviour(batch_seconds=0.3)) as server:
+        adc, _ = service_account_file(tmp_path, f"{server.url}/token", key)
+        server.trust(CLIENT_EMAIL, key.public_key())
+        vertex_env.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
+        config = judge_config(tmp_path, data, server.url, ["fluency", "pairwise_fluency"], run_id="vb", **vertex_judge(
+            mode="batch", batch_staging=staging, batch_max_requests=5, batch_poll_seconds=0.05, batch_poll_max_seconds=0.2))
+        result = evalbeam("run", config)
+        stats = server.stats
+    assert "read 4 = scored 4 + dead-lettered 0; metric errors 0" in result.stdout
+    rows = {(r["instance_id"], r["metric"]): r for r in table(tmp_path / "out" / "vb", "metric_results")}
+    assert [rows[(i, "fluency")]["score"] for i in "abde"] == [5.0, 2.0, 5.0, 5.0]
+    assert [rows[(i, "pairwise_fluency")]["pairwise_choice"] for i in "abde"] == ["CANDIDATE", "BASELINE", "TIE", "CANDIDATE"]
+    # 2 + 6 distinct judgments in jobs of at most 5, read from and written to Cloud Storage
+    assert [(j["source"], j["requests"]) for j in stats.batch_jobs] == [("gcs", 5), ("gcs", 3)]
+    assert stats.unauthorized == 0 and stats.bearer_tokens <= stats.issued_tokens
+    # b's answers are #malformed=2: its batch answers were invalid, and were asked again online
+    assert stats.requests == 3 * 2 and rows[("b", "fluency")]["attempts"] == 3
+    names = [b.name for b in storage_client().list_blobs(BUCKET, prefix=f"vertex-batch/{tmp_path.name}/")]
+    assert sum(n.endswith("/input.jsonl") for n in names) == 2
+    assert sum(n.endswith("/predictions.jsonl") for n in names) == 2
+    [runs] = table(tmp_path / "out" / "vb", "runs")
+    usage = json.loads(runs["judge_usage"])
+    assert sum(m["batch_prompt_tokens"] for m in usage.values()) > 0

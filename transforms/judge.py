@@ -38,7 +38,7 @@ from metrics.judge.templates import (
 )
 from metrics.instance import Instance
 from metrics.registry import MetricError
-from transforms.judge_checkpoint import shard_of
+from transforms.judge_checkpoint import batch_staging, shard_of
 from transforms.schema import RunKey
 from transforms.score import ScoredInstance
 
@@ -120,8 +120,9 @@ class CallJudgeFn(beam.DoFn):
     jobs (metrics.judge.batch.judge_batch)."""
 
     def __init__(self, settings: JudgeSettings, shards: int, checkpoint: str | None = None,
-                 checkpoint_seconds: float = 5.0):
+                 checkpoint_seconds: float = 5.0, batch_staging: str | None = None):
         self._settings = settings
+        self._staging = batch_staging
         self._shards = shards
         self._share = 1.0 / shards
         self._checkpoint = checkpoint
@@ -152,7 +153,8 @@ class CallJudgeFn(beam.DoFn):
             from metrics.judge.batch import judge_batch
 
             journal = judge_checkpoint.BatchJournal(self._checkpoint, shard, self._shards) if self._checkpoint else None
-            answers = judge_batch(self._settings, fresh(), lambda item: item[0], self._share, journal)
+            staging = judge_checkpoint.GcsStaging(self._staging) if self._staging else None
+            answers = judge_batch(self._settings, fresh(), lambda item: item[0], self._share, journal, staging=staging)
         else:
             answers = judge_stream(self._settings, fresh(), lambda item: item[0], self._share)
         writer = judge_checkpoint.CheckpointWriter(self._checkpoint, shard, self._checkpoint_seconds) \
@@ -332,8 +334,9 @@ class JudgeInstances(beam.PTransform):
         called = (
             resolved[TO_CALL]
             | "IntoShards" >> beam.GroupByKey()
-            | "CallJudge" >> beam.ParDo(CallJudgeFn(settings, config.shards, self._checkpoint,
-                                                    config.checkpoint_seconds))
+            | "CallJudge" >> beam.ParDo(CallJudgeFn(
+                settings, config.shards, self._checkpoint, config.checkpoint_seconds,
+                batch_staging(config.batch_staging, self._checkpoint)))
         )
         answered = (resolved.cached, called) | "AllAnswers" >> beam.Flatten()
         if self._progress:

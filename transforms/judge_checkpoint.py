@@ -214,6 +214,35 @@ class CheckpointWriter:
         self.flush()
 
 
+class GcsStaging:
+    """Files for Vertex AI batch prediction (metrics.judge.batch.Staging), through
+    Beam's filesystems: the job reads its input here and writes its results here."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+
+    def write(self, uri: str, data: bytes) -> None:
+        with FileSystems.create(uri, mime_type="application/octet-stream") as f:
+            f.write(data)
+
+    def list(self, prefix: str) -> list[str]:
+        return [m.path for m in FileSystems.match([prefix.rstrip("/") + "/**"])[0].metadata_list]
+
+    def read(self, uri: str) -> bytes:
+        with FileSystems.open(uri, mime_type="application/octet-stream") as f:
+            return f.read()
+
+
+def batch_staging(configured: str | None, checkpoint: str | None) -> str | None:
+    """Where Vertex AI batch jobs' files go: judge.batch_staging, else beside the
+    run's checkpoints when those are on Cloud Storage (deleted with them)."""
+    if configured:
+        return configured
+    if checkpoint and checkpoint.startswith("gs://"):
+        return checkpoint.rstrip("/").rsplit("/", 1)[0] + "/judge_batches"
+    return None
+
+
 class _RemoveFn(beam.DoFn):
     def __init__(self, folder: str):
         self._folder = folder

@@ -2,13 +2,16 @@
 online mode, at half the price, answered within hours instead of seconds.
 
     judgments -> jobs of at most batch_max_requests requests and batch_max_bytes
-                 bytes; a job of at most batch_inline_max_bytes is sent inline
-                 (the API takes 20 MB inline), a larger one as a JSONL file
-                 uploaded with the Files API (2 GB)
+                 bytes. Gemini API: a job of at most batch_inline_max_bytes is
+                 sent inline (the API takes 20 MB inline), a larger one as a
+                 JSONL file uploaded with the Files API (2 GB). Vertex AI: a
+                 batch prediction job reading a JSONL file written to Cloud
+                 Storage (judge.batch_staging) and writing its results beside it
               -> client.batches.create, then client.batches.get with backoff
                  (batch_poll_seconds, x1.5 per poll, at most batch_poll_max_seconds)
               -> each result joined back to its judgment by key (inline: the
-                 request's metadata, else its position; file: the line's "key")
+                 request's metadata, else its position; file: the line's "key";
+                 Vertex AI: the request each result line echoes)
               -> what failed (an item's error, a job that failed, expired, was
                  cancelled or timed out, an answer outside the schema) is asked
                  again: online through judge_stream (the quota, retries and
@@ -18,8 +21,8 @@ online mode, at half the price, answered within hours instead of seconds.
 Everything goes through google-genai's own `client.batches` and `client.files`
 (with its HTTP retries for the API calls); the same JudgeResponse comes out,
 with the tokens of batch answers in batch_prompt_tokens/batch_output_tokens so
-that the run's cost takes the batch price. Gemini API only: Vertex AI batch
-prediction (Cloud Storage or BigQuery in and out) is refused in the config.
+that the run's cost takes the batch price. (Vertex AI batch prediction from
+and to BigQuery is not used: Cloud Storage only.)
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import dataclasses
 import io
 import json
 import time
+import uuid
 from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 
 from metrics.judge.client import (
@@ -83,10 +87,39 @@ class _Job:
     delay: float
 
 
-class BatchJudge:
-    """Submits, polls and reads Gemini Batch jobs through google-genai."""
+class Staging(Protocol):
+    """Cloud Storage for Vertex AI batch prediction's input and output files
+    (transforms.judge_checkpoint.GcsStaging); `prefix` is a gs:// folder."""
 
-    def __init__(self, settings: JudgeSettings, sleep: Callable[[float], None] = time.sleep):
+    prefix: str
+
+    def write(self, uri: str, data: bytes) -> None: ...
+
+    def list(self, prefix: str) -> list[str]: ...
+
+    def read(self, uri: str) -> bytes: ...
+
+
+def vertex_line(settings: JudgeSettings, request: JudgeRequest) -> bytes:
+    """One line of a Vertex AI batch prediction input file: {"request": GenerateContentRequest}.
+    Its results are joined back by the request they echo (prompt and seed: in one
+    run, these determine the judgment's key)."""
+    body = {"contents": [{"role": "user", "parts": [{"text": request.prompt}]}],
+            "generationConfig": generation_config(settings, request)}
+    return (json.dumps({"request": body}, ensure_ascii=False, sort_keys=True) + "\n").encode()
+
+
+def _echo_key(request: dict) -> tuple[str, Any]:
+    prompt = request["contents"][0]["parts"][0]["text"]
+    return prompt, (request.get("generationConfig") or {}).get("seed")
+
+
+class BatchJudge:
+    """Submits, polls and reads batch jobs through google-genai: Gemini API Batch
+    jobs (inline or Files API), or Vertex AI batch predictions (Cloud Storage)."""
+
+    def __init__(self, settings: JudgeSettings, sleep: Callable[[float], None] = time.sleep,
+                 staging: Staging | None = None):
         from google.genai import types
 
         check_credentials(settings)
@@ -99,6 +132,10 @@ class BatchJudge:
             retry_options=types.HttpRetryOptions(attempts=max(2, settings.max_attempts)),
         )
         self._client, self._secret, self._credentials = build_genai_client(settings, http)
+        self._vertex = settings.backend == "vertex_ai"
+        if self._vertex and staging is None:
+            raise ValueError("judge.mode batch on vertex_ai needs a Cloud Storage folder (judge.batch_staging)")
+        self._staging = staging
         self.jobs_created = 0
         self.files_uploaded = 0
 
@@ -109,8 +146,13 @@ class BatchJudge:
         """Create one job for these judgments: inline, or as an uploaded JSONL file when large."""
         size = sum(len(p.line) for p in items)
         display = f"evalbeam-{items[0].request.key[:12]}-{len(items)}"
-        if size <= self.settings.batch_inline_max_bytes:
-            src: Any = [self._types.InlinedRequest(
+        if self._vertex:
+            folder = f"{self._staging.prefix.rstrip('/')}/{display}-{uuid.uuid4().hex[:8]}"
+            self._staging.write(f"{folder}/input.jsonl", b"".join(vertex_line(self.settings, p.request) for p in items))
+            src: Any = f"{folder}/input.jsonl"
+            config = self._types.CreateBatchJobConfig(display_name=display, dest=f"{folder}/output")
+        elif size <= self.settings.batch_inline_max_bytes:
+            src = [self._types.InlinedRequest(
                 contents=p.request.prompt, metadata={"key": p.request.key},
                 config=self._types.GenerateContentConfig(
                     temperature=self.settings.temperature, seed=p.request.seed,
@@ -123,8 +165,9 @@ class BatchJudge:
                 config=self._types.UploadFileConfig(display_name=display, mime_type="application/jsonl"))
             self.files_uploaded += 1
             src = uploaded.name
-        job = self._client.batches.create(model=self.settings.model, src=src,
-                                          config=self._types.CreateBatchJobConfig(display_name=display))
+        if not self._vertex:
+            config = self._types.CreateBatchJobConfig(display_name=display)
+        job = self._client.batches.create(model=self.settings.model, src=src, config=config)
         self.jobs_created += 1
         for p in items:
             p.response.attempts += 1
@@ -146,7 +189,25 @@ class BatchJudge:
         """key -> (the GenerateContentResponse, or None; the item's error, or None)."""
         dest = got.dest
         out: dict[str, tuple[Any, str | None]] = {}
-        if dest is not None and dest.inlined_responses:
+        if self._vertex:
+            # every predictions*.jsonl of the job's output folder: {"request", "response"} or {"request", "status"}
+            folder = (got.output_info.gcs_output_directory if got.output_info else None) or dest.gcs_uri
+            keys = {(p.request.prompt, p.request.seed): p.request.key for p in job.items}
+            for uri in sorted(self._staging.list(folder.rstrip("/") + "/")):
+                if not uri.endswith(".jsonl"):
+                    continue
+                for line in self._staging.read(uri).decode("utf-8").splitlines():
+                    if not line.strip():
+                        continue
+                    entry = json.loads(line)
+                    key = keys.get(_echo_key(entry.get("request") or {}))
+                    if key is None:
+                        continue
+                    if entry.get("response") and not entry.get("status"):
+                        out[key] = (self._types.GenerateContentResponse.model_validate(entry["response"]), None)
+                    else:
+                        out[key] = (None, f"batch item failed: {entry.get('status') or 'no response'}")
+        elif dest is not None and dest.inlined_responses:
             for position, inlined in enumerate(dest.inlined_responses):
                 # joined by the key sent in the request's metadata; the API also keeps the order
                 key = (inlined.metadata or {}).get("key") or job.items[position].request.key
@@ -200,13 +261,14 @@ class Journal(Protocol):
 
 def judge_batch(settings: JudgeSettings, items: Iterable[T], request_of: Callable[[T], JudgeRequest],
                 share: float = 1.0, journal: Journal | None = None,
-                sleep: Callable[[float], None] = time.sleep) -> Iterator[tuple[T, JudgeResponse]]:
+                sleep: Callable[[float], None] = time.sleep,
+                staging: Staging | None = None) -> Iterator[tuple[T, JudgeResponse]]:
     """Judge every item through Batch jobs, yielding (item, response) as each
     job's results are read. `share` is this shard's share of the quotas, for
     the online retries. With a journal, every job is recorded once created, and
     judgments already sent in a recorded job are not sent again: that job is
     polled (or its results read) instead."""
-    judge = BatchJudge(settings, sleep)
+    judge = BatchJudge(settings, sleep, staging)
     pending: list[_Job] = []
     chunk: list[_Pending] = []
     size = 0
