@@ -154,3 +154,36 @@ def test_a_batch_run_killed_while_its_jobs_run_resumes_them_without_resubmitting
     rows = {r["instance_id"]: r for r in table(tmp_path / "out" / "b1", "metric_results")}
     assert all(rows[f"i{i:03d}"]["score"] == i % 5 + 1 for i in range(JUDGMENTS))
     assert not (tmp_path / "out" / "_evalbeam_attempts").exists()
+
+
+def test_with_bigquery_output_only_checkpoints_live_under_the_temp_location(cloud, tmp_path, api_key):
+    """Without output.parquet the checkpoints live under --temp_location; they are
+    read like any others, and removed once the run has published its tables."""
+    from metrics.judge.client import JudgeResponse
+    from tests.emulators.control import PROJECT
+    from transforms.judge_checkpoint import write_chunk
+    from transforms.local_cloud import bigquery_client
+
+    with JudgeServer() as server:
+        probe = write_run(tmp_path, server.url, "probe")
+        evalbeam("run", probe)
+        cache = {c["request_key"]: c for c in table(tmp_path / "out" / "probe", "judge_cache")}
+        calls = server.stats.requests
+        # an earlier attempt of run bq1 checkpointed one judgment (with a verdict the server would not give)
+        key = sorted(cache)[0]
+        folder = tmp_path / "temp" / "evalbeam-checkpoints" / "bq1"
+        write_chunk(str(folder), "shard-0-earlier-000001.parquet", [JudgeResponse(
+            key=key, metric="fluency", verdict=str(int(cache[key]["verdict"]) % 5 + 1),
+            explanation="from a checkpoint", prompt_tokens=7, output_tokens=3, attempts=1)])
+        config = yaml.safe_load(probe.read_text())
+        config.update(run_id="bq1", output={"bigquery": f"{PROJECT}.evals_checkpoints"})
+        path = tmp_path / "bq1.yaml"
+        path.write_text(yaml.safe_dump(config))
+        evalbeam("run", path, f"--temp_location={tmp_path / 'temp'}")
+        assert server.stats.requests - calls == JUDGMENTS - 1
+    rows = [dict(r.items()) for r in bigquery_client(PROJECT).query(
+        f"SELECT score, explanation FROM `{PROJECT}.evals_checkpoints.metric_results` WHERE run_id = 'bq1'").result()]
+    assert len(rows) == JUDGMENTS
+    [reused] = [r for r in rows if r["explanation"] == "from a checkpoint"]
+    assert reused["score"] == int(cache[key]["verdict"]) % 5 + 1
+    assert not folder.exists()
