@@ -6,8 +6,11 @@
                  asked by many instances is answered once; a cached key is not
                  asked at all
               -> the rest, grouped into `judge.shards` shards; each shard is one
-                 DoFn call that keeps its 1/shards of the quotas with many calls
-                 in flight (metrics.judge.client)
+                 DoFn call that first reuses this run_id's checkpointed answers
+                 (transforms.judge_checkpoint), then keeps its 1/shards of the
+                 quotas with many calls in flight (metrics.judge.client), or
+                 sends batch jobs (judge.mode batch: metrics.judge.batch),
+                 checkpointing answers as they come
               -> answers fanned back to the instances that asked, and turned
                  into one metric_results row per instance and judge metric.
 
