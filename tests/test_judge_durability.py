@@ -103,10 +103,10 @@ def test_a_run_killed_while_judging_repeats_only_its_last_seconds(tmp_path, api_
 
     # Judgments paid twice: those answered after the last flush before the kill (and
     # those in flight), plus the damaged chunk's. The first are at most what the
-    # server accepted in the last flush window (the interval, plus a second for the
-    # flush itself and a call's latency) -- far inside the 30 s promised.
+    # server accepted in the last flush window (the interval, plus two seconds for the
+    # flush itself, a call's latency and a busy machine) -- far inside the 30 s promised.
     repeated = first_calls + second_calls - JUDGMENTS - len(damaged_keys)
-    in_last_window = sum(t >= killed_at - CHECKPOINT_SECONDS - 1.0 for t in accepted_times)
+    in_last_window = sum(t >= killed_at - CHECKPOINT_SECONDS - 2.0 for t in accepted_times)
     print(f"killed after {first_calls} calls; {len(saved)} checkpointed; re-run made {second_calls}; "
           f"repeated {repeated} (+{len(damaged_keys)} of the damaged chunk); accepted in the last window {in_last_window}")
     assert 0 <= repeated <= in_last_window
