@@ -33,8 +33,7 @@ def test_batch_jobs_split_join_by_key_and_retry_failed_items_online(api_key, inl
     with JudgeServer(Behaviour(batch_seconds=0.2)) as server:
         s = settings(server, batch_max_requests=4, batch_inline_max_bytes=inline_max_bytes)
         requests = requests_for(prompts, s)
-        waits = []
-        got = {r.key: r for _, r in judge_batch(s, requests, lambda r: r, sleep=lambda w: (waits.append(w), __import__("time").sleep(w)))}
+        got = {r.key: r for _, r in judge_batch(s, requests, lambda r: r)}
     assert set(got) == {r.key for r in requests}  # every judgment answered or failed, none lost
     source = "inline" if inline_max_bytes else "file"
     assert [(j["source"], j["requests"]) for j in server.stats.batch_jobs] == [(source, 4), (source, 4), (source, 3)]
@@ -51,7 +50,6 @@ def test_batch_jobs_split_join_by_key_and_retry_failed_items_online(api_key, inl
     assert down.error.startswith("judge failed after 3 attempts (the first in a batch job, batch item failed: 13: ")
     assert server.stats.requests == 1 + 2  # online: the retried item once, the failing one twice
     assert server.stats.api_keys == {KEY}
-    assert waits and max(waits) <= s.batch_poll_max_seconds + 1e-6  # polls back off, up to the cap
 
 
 def test_a_failed_batch_job_is_retried_in_a_follow_up_batch(api_key):
@@ -66,6 +64,15 @@ def test_a_failed_batch_job_is_retried_in_a_follow_up_batch(api_key):
     assert [got[r.key].verdict for r in requests] == [str(i % 5 + 1) for i in range(6)] + ["3"]
     assert [got[r.key].attempts for r in requests] == [2, 2, 2, 2, 1, 1, 2]
     assert all(got[r.key].error is None and got[r.key].batch_output_tokens > 0 for r in requests)
+
+
+def test_a_batch_job_not_done_in_time_is_cancelled_and_its_judgments_asked_online(api_key):
+    with JudgeServer(Behaviour(batch_seconds=60)) as server:
+        s = settings(server, batch_timeout_seconds=0.5)
+        requests = requests_for([f"t{i} #score=4" for i in range(3)], s)
+        got = [r for _, r in judge_batch(s, requests, lambda r: r)]
+    assert server.stats.cancelled == 1 and server.stats.batch_items == 0 and server.stats.requests == 3
+    assert [(r.verdict, r.attempts, r.batch_prompt_tokens) for r in got] == [("4", 2, 0)] * 3
 
 
 def test_batch_mode_end_to_end_scores_as_online_at_half_the_price(tmp_path, api_key):

@@ -306,7 +306,21 @@ def judge_batch(settings: JudgeSettings, items: Iterable[T], request_of: Callabl
             p.line = jsonl_line(settings, p.request)  # for a resubmission, should the job be gone
         pending.append(_Job(name, waiting, now, now, settings.batch_poll_seconds))
 
-    failed: list[_Pending] = []
+    failed: list[_Pending] = []  # to be asked online at the end
+
+    def retry(items: list[_Pending]):
+        """Failed judgments: into follow-up jobs (batch_retry: batch, within max_attempts), else online."""
+        if settings.batch_retry != "batch":
+            failed.extend(items)
+            return
+        again = [p for p in items if p.response.attempts < settings.max_attempts]
+        for p in items:
+            if p.response.attempts >= settings.max_attempts:
+                p.response.error = f"judge failed after {p.response.attempts} attempts; last: {p.last_error}"
+                yield p.item, p.response
+        for start in range(0, len(again), settings.batch_max_requests):
+            submit(again[start:start + settings.batch_max_requests])
+
     while pending:
         job = min(pending, key=lambda j: j.next_poll)
         wait = job.next_poll - time.monotonic()
@@ -327,38 +341,29 @@ def judge_batch(settings: JudgeSettings, items: Iterable[T], request_of: Callabl
                 pending.remove(job)
                 for p in job.items:
                     p.last_error = f"batch job {job.name} not done after {settings.batch_timeout_seconds / 3600:g} h"
-                failed += job.items
+                yield from retry(job.items)
             else:
                 job.delay = min(settings.batch_poll_max_seconds, job.delay * POLL_GROWTH)
                 job.next_poll = now + job.delay
             continue
         pending.remove(job)
         results = judge.results(job, got) if state in ("JOB_STATE_SUCCEEDED", "JOB_STATE_PARTIALLY_SUCCEEDED") else {}
-        retry: list[_Pending] = []
+        retrying: list[_Pending] = []
         for p in job.items:
             body, error = results.get(p.request.key, (None, None))
             if body is None:
                 p.last_error = judge.scrub(error or f"batch job {job.name} ended {state.removeprefix('JOB_STATE_')}"
                                            " without an answer")
-                retry.append(p)
+                retrying.append(p)
                 continue
             try:
                 _answer(p, body)
             except InvalidJudgment as e:
                 p.last_error = f"invalid judge output: {e}"
-                retry.append(p)
+                retrying.append(p)
                 continue
             yield p.item, p.response
-        if settings.batch_retry == "batch":
-            again = [p for p in retry if p.response.attempts < settings.max_attempts]
-            for p in retry:
-                if p.response.attempts >= settings.max_attempts:
-                    p.response.error = f"judge failed after {p.response.attempts} attempts; last: {p.last_error}"
-                    yield p.item, p.response
-            for start in range(0, len(again), settings.batch_max_requests):
-                submit(again[start:start + settings.batch_max_requests])
-        else:
-            failed += retry
+        yield from retry(retrying)
 
     if failed and settings.max_attempts <= 1:
         for p in failed:
