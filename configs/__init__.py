@@ -161,9 +161,39 @@ class JudgeConfig(_Model):
         description="rubric metrics: earlier rubrics tables (Parquet folders or globs, or bq://project.dataset.table) "
                     "whose rubrics are used, matched by the metric and its generation inputs, instead of generating",
     )
-    prices: dict[str, dict[Literal["input_per_million", "output_per_million"], float]] = pydantic.Field(
-        default_factory=dict, description="model -> USD per million input and output tokens, for the cost estimate"
-    )
+    prices: dict[str, dict[Literal["input_per_million", "output_per_million", "batch_input_per_million",
+                                   "batch_output_per_million"], pydantic.NonNegativeFloat]] = pydantic.Field(
+        default_factory=dict,
+        description="model -> USD per million input and output tokens, for the cost estimate; batch_* for "
+                    "judge.mode batch (default: half the online price)")
+    checkpoint_seconds: float = pydantic.Field(
+        5.0, gt=0, le=30,
+        description="judgments are checkpointed this often while judging; a re-run of the same run_id reuses them")
+    mode: Literal["online", "batch"] = pydantic.Field(
+        "online", description="online: generateContent calls within the quota; batch: Gemini Batch jobs at half "
+                              "price, answered within hours (gemini_api only)")
+    batch_max_requests: int = pydantic.Field(
+        10000, ge=1, le=1_000_000, description="batch mode: the most judgments in one batch job")
+    batch_inline_max_bytes: int = pydantic.Field(
+        10_000_000, ge=0, le=20_000_000,
+        description="batch mode: a job whose requests take at most this many bytes is sent inline; a larger one "
+                    "as a JSONL file uploaded with the Files API (the API takes 20 MB inline)")
+    batch_max_bytes: int = pydantic.Field(
+        1_000_000_000, ge=1000, le=2_000_000_000,
+        description="batch mode: the most bytes of requests in one job's JSONL file (the API takes 2 GB)")
+    batch_poll_seconds: float = pydantic.Field(
+        30.0, gt=0, description="batch mode: the first wait between polls of a job's state; it grows 1.5x per poll")
+    batch_poll_max_seconds: float = pydantic.Field(300.0, gt=0, description="batch mode: the longest wait between polls")
+    batch_timeout_hours: float = pydantic.Field(
+        48.0, gt=0, description="batch mode: a job not done after this long is cancelled and its judgments retried")
+    batch_staging: str | None = pydantic.Field(
+        None, pattern=r"^gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/.*)?$",
+        description="batch mode on vertex_ai: a gs:// folder for the batch prediction jobs' input and output files; "
+                    "default: beside the run's attempts when output.parquet is on gs://")
+    batch_retry: Literal["online", "batch"] = pydantic.Field(
+        "online",
+        description="batch mode: judgments a job failed (or answered invalidly) are retried online (with the quota "
+                    "and retries of online mode) or in follow-up batch jobs (up to max_attempts in all)")
 
     @pydantic.field_validator("cache", "rubrics_from", mode="before")
     @classmethod
@@ -186,7 +216,11 @@ class JudgeConfig(_Model):
             location=self.location, api_key_env=self.api_key_env, requests_per_minute=self.requests_per_minute,
             tokens_per_minute=self.tokens_per_minute, max_attempts=self.max_attempts,
             timeout_seconds=self.timeout_seconds, max_concurrency=self.max_concurrency,
-            temperature=self.temperature, max_output_tokens=self.max_output_tokens,
+            temperature=self.temperature, max_output_tokens=self.max_output_tokens, mode=self.mode,
+            batch_max_requests=self.batch_max_requests, batch_inline_max_bytes=self.batch_inline_max_bytes,
+            batch_max_bytes=self.batch_max_bytes, batch_poll_seconds=self.batch_poll_seconds,
+            batch_poll_max_seconds=self.batch_poll_max_seconds,
+            batch_timeout_seconds=self.batch_timeout_hours * 3600, batch_retry=self.batch_retry,
         )
 
 
@@ -350,6 +384,16 @@ class EvalConfig(_Model):
                 raise ValueError(f"two metrics are named {spec.output_name!r}; give one a different 'as'")
             seen.add(spec.output_name)
         return specs
+
+    @pydantic.model_validator(mode="after")
+    def _vertex_batch_staging(self) -> "EvalConfig":
+        judge = self.judge
+        if judge.mode == "batch" and judge.backend == "vertex_ai" and not judge.batch_staging \
+                and not (self.output.parquet or "").startswith("gs://"):
+            raise ValueError(
+                "judge.batch_staging: batch mode on vertex_ai reads and writes Cloud Storage: set judge.batch_staging "
+                "to a gs:// folder (or write output.parquet to gs://)")
+        return self
 
     def judge_specs(self) -> list[MetricSpec]:
         """Every model-based metric (template and rubric judges alike)."""

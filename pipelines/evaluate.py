@@ -19,6 +19,7 @@ from metrics.instance import RowSpec, present_columns
 from metrics.registry import unmet_inputs
 from metrics.judge.client import JudgeCredentialsError, check_credentials
 from transforms import bigquery, judge
+from transforms.judge_checkpoint import batch_staging, checkpoint_folder
 from transforms.local_cloud import storage_client
 from transforms.read import ReadRecords, match_files, sample_records
 from transforms.runs import RunRecord
@@ -90,7 +91,7 @@ def preflight(config: EvalConfig, options: PipelineOptions | None = None, run_id
     return checked
 
 
-def _parquet_glob(location: str) -> str:
+def parquet_glob(location: str) -> str:
     """A judge.cache location: a glob as given, else a judge_cache folder."""
     if any(c in location for c in "*?[") or location.endswith(".parquet"):
         return location
@@ -117,11 +118,11 @@ def _check_judge(config: EvalConfig, options: PipelineOptions | None) -> None:
                 raise ConfigError(str(e)) from None
         else:
             try:
-                found = match_files(_parquet_glob(location))
+                found = match_files(parquet_glob(location))
             except BeamIOError as e:
                 raise ConfigError(f"judge.{field}.{i}: cannot list {location!r}: {_short(e)}") from None
             if not found:
-                raise ConfigError(f"judge.{field}.{i}: no {table} Parquet files at {_parquet_glob(location)!r}")
+                raise ConfigError(f"judge.{field}.{i}: no {table} Parquet files at {parquet_glob(location)!r}")
 
 
 def _check_files(config: EvalConfig) -> Preflight:
@@ -198,16 +199,8 @@ def _check_outputs(config: EvalConfig, options: PipelineOptions | None, run_id: 
             raise ConfigError("output.bigquery without output.parquet needs --temp_location=gs://... to stage files")
 
 
-def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, started_at,
-                   read_plan: bigquery.ReadPlan | None = None, attempt: str | None = None,
-                   staging: str | None = None, cache_plans: list | None = None, compare_base=None,
-                   progress: str | None = None, rubric_plans: list | None = None) -> None:
-    """compare_base: (Location, RunInfo of the base run, RunInfo of this run) to compare
-    this run's scores with, into the comparisons table; None for no comparison.
-    progress: a local folder the workers write live counts to (transforms.progress), or None.
-    rubric_plans: planned BigQuery reads of judge.rubrics_from tables."""
-    slices = tuple(config.input.slice_columns)
-
+def _read(pipeline: beam.Pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
+    """-> records, unparseable, source lines, instances, invalid."""
     if read_plan is None:
         records, unparseable, source_lines = pipeline | "Read" >> ReadRecords(
             config.input.uri, config.input.inferred_format())
@@ -215,6 +208,30 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         records, source_lines = pipeline | "ReadBigQuery" >> bigquery.ReadBigQueryRows(read_plan)
         unparseable = pipeline | "NoUnparseableRows" >> beam.Create([])
     instances, invalid = records | "Validate" >> ToInstances(row_spec(config))
+    return records, unparseable, source_lines, instances, invalid
+
+
+def read_instances(pipeline: beam.Pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None = None):
+    """The input read and validated as a run reads it -> (instances, records read, dead letters)."""
+    records, unparseable, _, instances, invalid = _read(pipeline, config, read_plan)
+    read = (records, unparseable) | "AllRead" >> beam.Flatten()
+    dead = (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()
+    return instances, read, dead
+
+
+def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, started_at,
+                   read_plan: bigquery.ReadPlan | None = None, attempt: str | None = None,
+                   staging: str | None = None, cache_plans: list | None = None, compare_base=None,
+                   progress: str | None = None, rubric_plans: list | None = None,
+                   checkpoint: str | None = None) -> None:
+    """compare_base: (Location, RunInfo of the base run, RunInfo of this run) to compare
+    this run's scores with, into the comparisons table; None for no comparison.
+    progress: a local folder the workers write live counts to (transforms.progress), or None.
+    rubric_plans: planned BigQuery reads of judge.rubrics_from tables.
+    checkpoint: the run's judge checkpoint folder (transforms.judge_checkpoint), or None."""
+    slices = tuple(config.input.slice_columns)
+
+    records, unparseable, source_lines, instances, invalid = _read(pipeline, config, read_plan)
     dead_letters = (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()
     computed = instances | "Score" >> ScoreInstances(run, config.computation_specs())
     thresholds = {p.output_name: p.threshold for p in plan_metrics(config.computation_specs())}
@@ -227,10 +244,10 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
     cached = None
     if config.judge.cache and (judge_specs or rubric_specs):
         parquet = [p for p in config.judge.cache if not p.startswith("bq://")]
-        cached = pipeline | "JudgeCache" >> judge.ReadJudgeCache([_parquet_glob(p) for p in parquet], cache_plans or [])
+        cached = pipeline | "JudgeCache" >> judge.ReadJudgeCache([parquet_glob(p) for p in parquet], cache_plans or [])
     if judge_specs:
         judged, cache_rows, usage = instances | "Judge" >> judge.JudgeInstances(run, judge_specs, judge_config, cached,
-                                                                                progress)
+                                                                                progress, checkpoint)
         thresholds.update({p.output_name: p.threshold for p in judge.plan_judges(judge_specs)})
         scored_parts.append(judged), cache_parts.append(cache_rows), usage_parts.append(usage)
     if rubric_specs:
@@ -239,11 +256,12 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         pinned = None
         if config.judge.rubrics_from:
             parquet = [p for p in config.judge.rubrics_from if not p.startswith("bq://")]
-            pinned = pipeline | "PinnedRubrics" >> ReadPinnedRubrics([_parquet_glob(p) for p in parquet],
+            pinned = pipeline | "PinnedRubrics" >> ReadPinnedRubrics([parquet_glob(p) for p in parquet],
                                                                      rubric_plans or [])
         rubric_scored, cache_rows, usage, rubric_rows = instances | "RubricJudge" >> RubricJudge(
             run, rubric_specs, judge_config.settings(), config.judge.sampling_count, config.judge.shards,
-            cached, pinned, progress)
+            cached, pinned, progress, checkpoint, config.judge.checkpoint_seconds,
+            batch_staging(config.judge.batch_staging, checkpoint))
         thresholds.update({p.output_name: p.threshold for p in plan_rubric_metrics(rubric_specs)})
         scored_parts.append(rubric_scored), cache_parts.append(cache_rows), usage_parts.append(usage)
     else:
@@ -310,7 +328,12 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
             staging_folder=None if config.output.parquet else folder,
         )
     if config.output.parquet:
+        # the judge checkpoints live beside the attempts, and go with them
         done | "ReplaceRunFolder" >> ReplaceRunFolder(config.output.parquet, run.run_id, attempt)
+    elif checkpoint and (judge_specs or rubric_specs):
+        from transforms.judge_checkpoint import RemoveCheckpoints
+
+        done | "RemoveJudgeCheckpoints" >> RemoveCheckpoints(checkpoint)
 
 
 def _quota_share(judge_config, share: float):
@@ -379,11 +402,13 @@ def run(config: EvalConfig, options: PipelineOptions):
     from pipelines.compare import CompareError
 
     local = options.view_as(StandardOptions).runner in LOCAL_RUNNERS
+    checkpoint = checkpoint_folder(config.output.parquet, options.view_as(GoogleCloudOptions).temp_location,
+                                   run_key.run_id) if config.judge_specs() else None
     progress = tempfile.mkdtemp(prefix="evalbeam-progress-") if local else None
     try:
         try:
             build_pipeline(pipeline, config, run_key, started_at, read_plan, attempt, staging, cache_plans,
-                           compare_base, progress, rubric_plans)
+                           compare_base, progress, rubric_plans, checkpoint)
         except CompareError as e:
             raise ConfigError(f"compare_with: {e}") from None
         print(f"evalbeam: run {run_key.run_id} (run date {run_key.run_date}) started", file=sys.stderr, flush=True)

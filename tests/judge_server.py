@@ -7,6 +7,27 @@ protocol, so the real `google-genai` client drives it:
          (Vertex AI, as google-genai sends it with vertexai=True and a base_url; or /v1/...;
          `Authorization: Bearer <token>` with a token this server issued, else 401)
     -> {"candidates": [{"content": {"parts": [{"text": ...}]}}], "usageMetadata": {...}}
+    Batch mode (the Gemini API's, as google-genai's client.batches and client.files send it):
+    POST /v1beta/models/<model>:batchGenerateContent  {"batch": {"displayName", "inputConfig":
+         {"requests": {"requests": [{"request": GenerateContentRequest, "metadata": {...}}]}}
+         or {"fileName": "files/<id>"}}}  -> the batch (an Operation: name batches/<id>, metadata)
+    GET  /v1beta/batches/<id>  -> {"name", "metadata": {"state": BATCH_STATE_PENDING | _RUNNING |
+         _SUCCEEDED | _FAILED | _CANCELLED, "output": {"inlinedResponses": {"inlinedResponses":
+         [{"response" | "error", "metadata"}]}} or {"responsesFile": "files/<id>"}, ...}, "done"}
+    POST /v1beta/batches/<id>:cancel
+    POST /upload/v1beta/files  (resumable upload: X-Goog-Upload-Command start, then upload,
+         finalize at the X-Goog-Upload-URL it gave) -> {"file": {"name": "files/<id>", ...}}
+    GET  /v1beta/files/<id>:download?alt=media  -> a result file: JSONL lines {"key", "response"}
+         or {"key", "error"}
+    Vertex AI batch prediction (client.batches with vertexai=True; Bearer token as above), with
+    its files in Cloud Storage (the storage emulator, through google-cloud-storage):
+    POST /v1beta1/projects/<p>/locations/<l>/batchPredictionJobs  {"displayName", "model":
+         "publishers/google/models/<m>", "inputConfig": {"instancesFormat": "jsonl", "gcsSource":
+         {"uris": [gs://...jsonl]}}, "outputConfig": {"predictionsFormat": "jsonl",
+         "gcsDestination": {"outputUriPrefix": gs://...}}}  -> the job (state JOB_STATE_PENDING)
+    GET  .../batchPredictionJobs/<id>  -> state JOB_STATE_RUNNING | _SUCCEEDED | _FAILED, and when
+         done "outputInfo": {"gcsOutputDirectory": <prefix>/prediction-model-<time>}, where
+         predictions.jsonl holds {"request", "response", "status": ""} or {"request", "status": <error>}
     POST /token  (an OAuth 2.0 token endpoint, for Application Default Credentials: a
          service account file whose token_uri points here; its JWT-bearer grant's RS256
          signature is checked against the key registered with `trust`)
@@ -27,7 +48,9 @@ Behaviour:
     #bias           pairwise: always answer "A" (position bias)
     #malformed=K    the first K attempts at this prompt answer non-JSON text
     #invalid=K      the first K attempts answer a score outside the rubric
-    #fail           always 503
+    #fail           always 503 (in a batch: an item error)
+    #batchfail=K    the first K batch attempts at this prompt fail as an item error (a
+                    batch job's per-request failure); online calls are unaffected
     #echo_key=N     answer HTTP status N with an error message that repeats the
                     credential the request carried (the API key from the
                     x-goog-api-key header or `key` parameter, else the bearer
@@ -67,12 +90,18 @@ import time
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+BATCH_CREATE_ROUTE = re.compile(r"/v1(?:beta)?/models/(?P<model>[^/:]+):batchGenerateContent")
+BATCH_ROUTE = re.compile(r"/v1(?:beta)?/batches/(?P<id>[^/:]+)(?P<cancel>:cancel)?")
+UPLOAD_ROUTE = re.compile(r"/upload/v1(?:beta)?/files")
+DOWNLOAD_ROUTE = re.compile(r"/(?:download/)?v1(?:beta)?/files/(?P<id>[^/:]+):download")
+VERTEX_BATCH_ROUTE = re.compile(r"/v1(?:beta1)?/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)"
+                                r"/batchPredictionJobs(?:/(?P<id>[^/:]+)(?P<cancel>:cancel)?)?")
 GEMINI_ROUTE = re.compile(r"/v1(?:beta)?/models/(?P<model>[^/:]+):generateContent")
 VERTEX_ROUTE = re.compile(r"/v1(?:beta1)?/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)"
                           r"/publishers/google/models/(?P<model>[^/:]+):generateContent")
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
-STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 500: "INTERNAL",
-                503: "UNAVAILABLE"}
+STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+                500: "INTERNAL", 503: "UNAVAILABLE"}
 
 
 @dataclasses.dataclass
@@ -85,6 +114,8 @@ class Behaviour:
     timeout_rate: float = 0.0
     timeout_delay: float = 5.0
     seed: int = 0
+    batch_seconds: float = 0.3  # how long a batch job takes (pending for the first half, then running)
+    batch_fail_jobs: int = 0  # the first N batch jobs fail as a whole (state BATCH_STATE_FAILED)
 
 
 @dataclasses.dataclass
@@ -110,6 +141,44 @@ class Stats:
     issued_tokens: set = dataclasses.field(default_factory=set)
     # answers given (malformed and invalid ones included), per stage
     stages: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    # batch mode: every job created ({"id", "model", "source": inline | file, "requests"}), the
+    # items answered in batches, polls of a job's state, files uploaded (sizes) and downloaded
+    batch_jobs: list = dataclasses.field(default_factory=list)
+    batch_items: int = 0
+    batch_item_errors: int = 0
+    batch_polls: int = 0
+    uploads: list = dataclasses.field(default_factory=list)
+    downloads: int = 0
+    cancelled: int = 0
+    batch_prompts: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+
+
+@dataclasses.dataclass
+class _BatchJob:
+    id: str
+    model: str
+    display_name: str
+    items: list  # (key or None, GenerateContentRequest, metadata or None)
+    source: str  # inline | file | gcs (Vertex AI)
+    created: float
+    fail: bool = False
+    state: str = "BATCH_STATE_PENDING"
+    output: dict | None = None
+    vertex: dict | None = None  # Vertex AI: {"project", "location", "body", "output_prefix"}
+
+
+def _error(code: int, message: str) -> dict:
+    return {"error": {"code": code, "message": message, "status": STATUS_NAMES.get(code, "UNKNOWN")}}
+
+
+def _generate_response(prompt: str, text: str, model: str) -> dict:
+    prompt_tokens, output_tokens = len(prompt) // 4, len(text) // 4
+    return {
+        "candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": prompt_tokens, "candidatesTokenCount": output_tokens,
+                          "totalTokenCount": prompt_tokens + output_tokens},
+        "modelVersion": model,
+    }
 
 
 class JudgeServer:
@@ -120,6 +189,10 @@ class JudgeServer:
         self._window: collections.deque = collections.deque()
         self._rng = random.Random(self.behaviour.seed)
         self._trusted: dict = {}  # service account email -> RSA public key
+        self._batches: dict = {}  # id -> _BatchJob
+        self._files: dict = {}  # id -> bytes (uploaded inputs and result files)
+        self._result_files: set = set()
+        self._uploads: dict = {}  # upload session id -> {"size", "data", "mime_type", "display_name"}
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
@@ -284,6 +357,234 @@ class JudgeServer:
             return "A" if int(a[0]) > int(b[0]) else "B" if int(b[0]) > int(a[0]) else "SAME"
         return allowed[int(hashlib.sha256(prompt.encode()).hexdigest(), 16) % len(allowed)]
 
+    # ---------------------------------------------------------------- batch mode
+
+    def create_batch(self, model: str, body: dict) -> tuple[int, dict]:
+        batch = body.get("batch") or {}
+        source = batch.get("inputConfig") or {}
+        if "fileName" in source:
+            file_id = source["fileName"].removeprefix("files/")
+            data = self._files.get(file_id)
+            if data is None:
+                return 400, _error(400, f"file {source['fileName']} does not exist")
+            items = []
+            for line in data.decode("utf-8").splitlines():
+                if line.strip():
+                    entry = json.loads(line)
+                    items.append((entry.get("key"), entry["request"], None))
+            kind = "file"
+        else:
+            requests = (source.get("requests") or {}).get("requests") or []
+            items = [(None, r["request"], r.get("metadata")) for r in requests]
+            kind = "inline"
+        if not items:
+            return 400, _error(400, "a batch needs at least one request")
+        with self._lock:
+            job = _BatchJob(id=secrets.token_hex(8), model=model, display_name=batch.get("displayName", ""),
+                            items=items, source=kind, created=time.monotonic(),
+                            fail=len(self.stats.batch_jobs) < self.behaviour.batch_fail_jobs)
+            self._batches[job.id] = job
+            self.stats.batch_jobs.append({"id": job.id, "model": model, "source": kind, "requests": len(items)})
+        return 200, self._batch_json(job)
+
+    def get_batch(self, batch_id: str, cancel: bool = False) -> tuple[int, dict]:
+        with self._lock:
+            job = self._batches.get(batch_id)
+            if job is None:
+                return 404, _error(404, f"batch batches/{batch_id} not found")
+            if cancel:
+                self.stats.cancelled += 1
+                if job.state not in ("BATCH_STATE_SUCCEEDED", "BATCH_STATE_FAILED"):
+                    job.state = "BATCH_STATE_CANCELLED"
+                return 200, {}
+            self.stats.batch_polls += 1
+        if job.state in ("BATCH_STATE_PENDING", "BATCH_STATE_RUNNING"):
+            age = time.monotonic() - job.created
+            if age >= self.behaviour.batch_seconds:
+                self._finish(job)
+            elif age >= self.behaviour.batch_seconds / 2:
+                job.state = "BATCH_STATE_RUNNING"
+        return 200, self._batch_json(job)
+
+    def _finish(self, job: "_BatchJob") -> None:
+        if job.fail:
+            job.state = "BATCH_STATE_FAILED"
+            return
+        results = []
+        for key, request, metadata in job.items:
+            result = self._batch_item(request, job.model)
+            if job.source == "file":
+                results.append({"key": key, **result})
+            else:
+                results.append({**result, **({"metadata": metadata} if metadata else {})})
+        if job.source == "file":
+            file_id = f"batch-{job.id}"
+            with self._lock:
+                self._files[file_id] = "".join(json.dumps(r) + "\n" for r in results).encode()
+                self._result_files.add(file_id)
+            job.output = {"responsesFile": f"files/{file_id}"}
+        else:
+            job.output = {"inlinedResponses": {"inlinedResponses": results}}
+        job.state = "BATCH_STATE_SUCCEEDED"
+
+    def _batch_item(self, request: dict, model: str) -> dict:
+        """{"response": ...} or {"error": ...} for one request of a batch."""
+        prompt = request["contents"][0]["parts"][0]["text"]
+        with self._lock:
+            self.stats.batch_prompts[prompt] += 1
+            attempt = self.stats.batch_prompts[prompt]
+            self.stats.batch_items += 1
+        failing = re.search(r"#batchfail=(\d+)", prompt)
+        if "#fail" in prompt or (failing and attempt <= int(failing.group(1))):
+            with self._lock:
+                self.stats.batch_item_errors += 1
+            return {"error": {"code": 13, "message": "Internal error encountered.", "status": "INTERNAL"}}
+        generation = request.get("generationConfig", {})
+        text = self.answer(prompt, generation.get("responseSchema", {}), generation.get("seed"))
+        return {"response": _generate_response(prompt, text, model)}
+
+    # Vertex AI batch prediction: files in Cloud Storage
+
+    @staticmethod
+    def _gcs(uri: str):
+        from transforms.local_cloud import storage_client
+
+        bucket, _, path = uri.removeprefix("gs://").partition("/")
+        return storage_client().bucket(bucket).blob(path)
+
+    def create_vertex_batch(self, project: str, location: str, body: dict) -> tuple[int, dict]:
+        try:
+            [uri] = body["inputConfig"]["gcsSource"]["uris"]
+            prefix = body["outputConfig"]["gcsDestination"]["outputUriPrefix"]
+            model = body["model"].rsplit("/", 1)[-1]
+            lines = self._gcs(uri).download_as_bytes().decode("utf-8").splitlines()
+        except Exception as e:  # noqa: BLE001 - the API answers 400 to a job it cannot read
+            return 400, _error(400, f"cannot read the batch input: {type(e).__name__}: {e}")
+        items = [(None, json.loads(line)["request"], None) for line in lines if line.strip()]
+        with self._lock:
+            job = _BatchJob(id=str(secrets.randbelow(10 ** 18)), model=model, display_name=body.get("displayName", ""),
+                            items=items, source="gcs", created=time.monotonic(),
+                            fail=len(self.stats.batch_jobs) < self.behaviour.batch_fail_jobs,
+                            state="JOB_STATE_PENDING",
+                            vertex={"project": project, "location": location, "body": body, "output_prefix": prefix})
+            self._batches[job.id] = job
+            self.stats.batch_jobs.append({"id": job.id, "model": model, "source": "gcs", "requests": len(items)})
+        return 200, self._vertex_json(job)
+
+    def get_vertex_batch(self, batch_id: str, cancel: bool = False) -> tuple[int, dict]:
+        with self._lock:
+            job = self._batches.get(batch_id)
+            if job is None or job.vertex is None:
+                return 404, _error(404, f"batchPredictionJobs/{batch_id} not found")
+            if cancel:
+                self.stats.cancelled += 1
+                if job.state in ("JOB_STATE_PENDING", "JOB_STATE_RUNNING"):
+                    job.state = "JOB_STATE_CANCELLED"
+                return 200, {}
+            self.stats.batch_polls += 1
+        if job.state in ("JOB_STATE_PENDING", "JOB_STATE_RUNNING"):
+            age = time.monotonic() - job.created
+            if age >= self.behaviour.batch_seconds:
+                self._finish_vertex(job)
+            elif age >= self.behaviour.batch_seconds / 2:
+                job.state = "JOB_STATE_RUNNING"
+        return 200, self._vertex_json(job)
+
+    def _finish_vertex(self, job: "_BatchJob") -> None:
+        if job.fail:
+            job.state = "JOB_STATE_FAILED"
+            return
+        lines, failed = [], 0
+        for _, request, _ in job.items:
+            result = self._batch_item(request, job.model)
+            if "error" in result:
+                failed += 1
+                lines.append({"status": f"Internal error encountered: {result['error']['message']}", "request": request})
+            else:
+                lines.append({"status": "", "processed_time": "2026-01-01T00:00:00.000+00:00", "request": request,
+                              "response": result["response"]})
+        directory = f"{job.vertex['output_prefix'].rstrip('/')}/prediction-model-{job.id}"
+        self._gcs(f"{directory}/predictions.jsonl").upload_from_string("".join(json.dumps(x) + "\n" for x in lines))
+        job.output = {"gcsOutputDirectory": directory}
+        job.vertex["stats"] = {"successfulCount": str(len(lines) - failed), "failedCount": str(failed)}
+        job.state = "JOB_STATE_SUCCEEDED"
+
+    @staticmethod
+    def _vertex_json(job: "_BatchJob") -> dict:
+        v = job.vertex
+        body = {"name": f"projects/{v['project']}/locations/{v['location']}/batchPredictionJobs/{job.id}",
+                "displayName": job.display_name, "model": v["body"]["model"],
+                "inputConfig": v["body"]["inputConfig"], "outputConfig": v["body"]["outputConfig"],
+                "state": job.state, "createTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        if job.output:
+            body["outputInfo"] = job.output
+            body["completionStats"] = v.get("stats", {})
+        if job.state == "JOB_STATE_FAILED":
+            body["error"] = {"code": 13, "message": "The batch prediction job failed."}
+        return body
+
+    @staticmethod
+    def _batch_json(job: "_BatchJob") -> dict:
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        metadata = {
+            "@type": "type.googleapis.com/google.ai.generativelanguage.v1beta.GenerateContentBatch",
+            "name": f"batches/{job.id}", "model": f"models/{job.model}", "displayName": job.display_name,
+            "createTime": now, "updateTime": now, "state": job.state,
+            "batchStats": {"requestCount": str(len(job.items))},
+        }
+        body: dict = {"name": f"batches/{job.id}", "metadata": metadata}
+        if job.output is not None:
+            metadata["output"] = job.output
+        if job.state not in ("BATCH_STATE_PENDING", "BATCH_STATE_RUNNING"):
+            body["done"] = True
+            if job.state == "BATCH_STATE_FAILED":
+                body["error"] = {"code": 13, "message": "The batch failed."}
+            elif job.output is not None:
+                body["response"] = {
+                    "@type": "type.googleapis.com/google.ai.generativelanguage.v1beta.GenerateContentBatchOutput",
+                    **job.output}
+        return body
+
+    def start_upload(self, headers, body: dict) -> tuple[int, dict, dict]:
+        if headers.get("X-Goog-Upload-Protocol") != "resumable" or headers.get("X-Goog-Upload-Command") != "start":
+            return 400, _error(400, "expected a resumable upload start"), {}
+        session = secrets.token_hex(8)
+        file = body.get("file") or {}
+        with self._lock:
+            self._uploads[session] = {"size": int(headers.get("X-Goog-Upload-Header-Content-Length", "0")),
+                                      "data": b"", "mime_type": headers.get("X-Goog-Upload-Header-Content-Type"),
+                                      "display_name": file.get("displayName")}
+        return 200, {}, {"X-Goog-Upload-URL": f"{self.url}/upload/v1beta/files?upload_id={session}",
+                         "X-Goog-Upload-Status": "active"}
+
+    def continue_upload(self, session: str, headers, data: bytes) -> tuple[int, dict, dict]:
+        with self._lock:
+            upload = self._uploads.get(session)
+            if upload is None:
+                return 404, _error(404, "no such upload"), {}
+            if int(headers.get("X-Goog-Upload-Offset", "-1")) != len(upload["data"]):
+                return 400, _error(400, "wrong upload offset"), {"X-Goog-Upload-Status": "active"}
+            upload["data"] += data
+            if "finalize" not in headers.get("X-Goog-Upload-Command", ""):
+                return 200, {}, {"X-Goog-Upload-Status": "active"}
+            del self._uploads[session]
+            if len(upload["data"]) != upload["size"]:
+                return 400, _error(400, "upload size differs from the size announced"), {"X-Goog-Upload-Status": "final"}
+            file_id = secrets.token_hex(6)
+            self._files[file_id] = upload["data"]
+            self.stats.uploads.append(len(upload["data"]))
+        return 200, {"file": {"name": f"files/{file_id}", "displayName": upload["display_name"],
+                              "mimeType": upload["mime_type"], "sizeBytes": str(upload["size"]),
+                              "state": "ACTIVE", "source": "UPLOADED", "uri": f"{self.url}/v1beta/files/{file_id}"}}, \
+            {"X-Goog-Upload-Status": "final"}
+
+    def download(self, file_id: str) -> bytes | None:
+        with self._lock:
+            if file_id not in self._result_files:
+                return None  # as the API: only generated files can be downloaded
+            self.stats.downloads += 1
+            return self._files[file_id]
+
     # ---------------------------------------------------------------- HTTP
 
     def _handler(self):
@@ -306,12 +607,72 @@ class JudgeServer:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout)
 
+            def _key(self, url):
+                api_key = self.headers.get("x-goog-api-key") or dict(urllib.parse.parse_qsl(url.query)).get("key")
+                with server._lock:
+                    server.stats.api_keys.add(api_key)
+
+            def _vertex_authorised(self) -> bool:
+                """A Bearer token this server issued, else a 401 answer and False."""
+                authorization = self.headers.get("Authorization", "")
+                bearer = authorization[len("Bearer "):] if authorization.startswith("Bearer ") else None
+                with server._lock:
+                    server.stats.bearer_tokens.add(bearer)
+                    refused = bearer not in server.stats.issued_tokens
+                    server.stats.unauthorized += refused
+                if refused:
+                    self._send(401, _error(401, "Request is missing required authentication credential."))
+                return not refused
+
+            def do_GET(self):
+                url = urllib.parse.urlsplit(self.path)
+                self._key(url)
+                vertex_batch = VERTEX_BATCH_ROUTE.fullmatch(url.path)
+                if vertex_batch and vertex_batch.group("id") and not vertex_batch.group("cancel"):
+                    if self._vertex_authorised():
+                        self._send(*server.get_vertex_batch(vertex_batch.group("id")))
+                    return
+                batch, download = BATCH_ROUTE.fullmatch(url.path), DOWNLOAD_ROUTE.fullmatch(url.path)
+                if batch and not batch.group("cancel"):
+                    return self._send(*server.get_batch(batch.group("id")))
+                if download:
+                    data = server.download(download.group("id"))
+                    if data is None:
+                        return self._send(400, _error(400, "Only generated files can be downloaded."))
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/octet-stream")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                return self._send(404, _error(404, f"no route {url.path}"))
+
             def do_POST(self):
                 url = urllib.parse.urlsplit(self.path)
                 raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 if url.path == "/token":
                     form = dict(urllib.parse.parse_qsl(raw.decode()))
                     return self._send(*server.grant(form))
+                vertex_batch = VERTEX_BATCH_ROUTE.fullmatch(url.path)
+                if vertex_batch:
+                    if not self._vertex_authorised():
+                        return
+                    if vertex_batch.group("id"):
+                        return self._send(*server.get_vertex_batch(vertex_batch.group("id"), cancel=True))
+                    return self._send(*server.create_vertex_batch(
+                        vertex_batch.group("project"), vertex_batch.group("location"), json.loads(raw or b"{}")))
+                create, batch = BATCH_CREATE_ROUTE.fullmatch(url.path), BATCH_ROUTE.fullmatch(url.path)
+                upload_session = dict(urllib.parse.parse_qsl(url.query)).get("upload_id")
+                if create or batch or (UPLOAD_ROUTE.fullmatch(url.path) and upload_session is None):
+                    self._key(url)  # (an upload's later requests are authorised by its session id, as at Google)
+                if create:
+                    return self._send(*server.create_batch(create.group("model"), json.loads(raw or b"{}")))
+                if batch and batch.group("cancel"):
+                    return self._send(*server.get_batch(batch.group("id"), cancel=True))
+                if UPLOAD_ROUTE.fullmatch(url.path):
+                    if upload_session is None:
+                        return self._send(*server.start_upload(self.headers, json.loads(raw or b"{}")))
+                    return self._send(*server.continue_upload(upload_session, self.headers, raw))
                 gemini, vertex = GEMINI_ROUTE.fullmatch(url.path), VERTEX_ROUTE.fullmatch(url.path)
                 if not (gemini or vertex):
                     return self._send(404, {"error": {"code": 404, "message": f"no route {url.path}", "status": "NOT_FOUND"}})
@@ -370,12 +731,6 @@ class JudgeServer:
                     return self._send(503, {"error": {"code": 503, "message": "The service is currently unavailable.", "status": "UNAVAILABLE"}})
                 generation = body.get("generationConfig", {})
                 text = server.answer(prompt, generation.get("responseSchema", {}), generation.get("seed"))
-                prompt_tokens, output_tokens = len(prompt) // 4, len(text) // 4
-                self._send(200, {
-                    "candidates": [{"content": {"parts": [{"text": text}], "role": "model"}, "finishReason": "STOP", "index": 0}],
-                    "usageMetadata": {"promptTokenCount": prompt_tokens, "candidatesTokenCount": output_tokens,
-                                      "totalTokenCount": prompt_tokens + output_tokens},
-                    "modelVersion": model,
-                })
+                self._send(200, _generate_response(prompt, text, model))
 
         return Handler

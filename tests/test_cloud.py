@@ -341,7 +341,7 @@ def test_dataflow_dry_run_with_judge_metrics_keeps_the_key_out(cloud, monkeypatc
     _, result = evaluate.run(load_config(config_path), options)
     job = result.job
     names = {t.unique_name for t in job.proto_pipeline.components.transforms.values()}
-    assert any(n.startswith("Judge/CallJudge") for n in names) and any(n.startswith("Judge/JoinCache") for n in names)
+    assert any(n.startswith("Judge/Answer/CallJudge") for n in names) and any(n.startswith("Judge/Answer/JoinCache") for n in names)
     assert secret not in job.json()
     assert secret.encode() not in job.proto_pipeline.SerializeToString()
     assert secret not in str(job.options.get_all_options())

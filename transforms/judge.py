@@ -6,8 +6,11 @@
                  asked by many instances is answered once; a cached key is not
                  asked at all
               -> the rest, grouped into `judge.shards` shards; each shard is one
-                 DoFn call that keeps its 1/shards of the quotas with many calls
-                 in flight (metrics.judge.client)
+                 DoFn call that first reuses this run_id's checkpointed answers
+                 (transforms.judge_checkpoint), then keeps its 1/shards of the
+                 quotas with many calls in flight (metrics.judge.client), or
+                 sends batch jobs (judge.mode batch: metrics.judge.batch),
+                 checkpointing answers as they come
               -> answers fanned back to the instances that asked, and turned
                  into one metric_results row per instance and judge metric.
 
@@ -38,6 +41,7 @@ from metrics.judge.templates import (
 )
 from metrics.instance import Instance
 from metrics.registry import MetricError
+from transforms.judge_checkpoint import batch_staging, shard_of
 from transforms.progress import CountFn, JudgeShardLog
 from transforms.schema import RunKey
 from transforms.score import ScoredInstance
@@ -109,35 +113,81 @@ class ResolveFn(beam.DoFn):
                 yield dataclasses.replace(cached, metric=request.metric), links
             else:
                 self._to_call.inc()
-                yield beam.pvalue.TaggedOutput(TO_CALL, (int(key[:8], 16) % self._shards, (request, links)))
+                yield beam.pvalue.TaggedOutput(TO_CALL, (shard_of(key, self._shards), (request, links)))
 
 
 class CallJudgeFn(beam.DoFn):
-    """(shard, [(request, links)]) -> (response, links), within the shard's share of the quotas."""
+    """(shard, [(request, links)]) -> (response, links), within the shard's share of the quotas.
 
-    def __init__(self, settings: JudgeSettings, shards: int):
+    With a checkpoint folder, the shard first answers what this run_id's
+    checkpoints hold (transforms.judge_checkpoint), and checkpoints every new
+    answer as it completes. judge.mode online calls generateContent
+    (metrics.judge.client.judge_stream); batch sends the rest as Gemini Batch
+    jobs (metrics.judge.batch.judge_batch)."""
+
+    def __init__(self, settings: JudgeSettings, shards: int, checkpoint: str | None = None,
+                 checkpoint_seconds: float = 5.0, batch_staging: str | None = None):
         self._settings = settings
+        self._staging = batch_staging
         self._shards = shards
         self._share = 1.0 / shards
+        self._checkpoint = checkpoint
+        self._checkpoint_seconds = checkpoint_seconds
         self._calls = Metrics.counter("evalbeam", "judge_calls")
         self._limited = Metrics.counter("evalbeam", "judge_rate_limited")
         self._failed = Metrics.counter("evalbeam", "judge_failures")
         self._prompt_tokens = Metrics.counter("evalbeam", "judge_prompt_tokens")
         self._output_tokens = Metrics.counter("evalbeam", "judge_output_tokens")
+        self._reused = Metrics.counter("evalbeam", "judge_checkpoint_reused")
 
     def process(self, element):
+        from transforms import judge_checkpoint
+
         shard, items = element
         log = JudgeShardLog(shard, self._shards, self._settings.requests_per_minute * self._share)
-        for (request, links), response in judge_stream(self._settings, items, lambda item: item[0], self._share):
-            log.add(bool(response.error), response.rate_limited)
-            self._calls.inc(response.attempts)
-            self._limited.inc(response.rate_limited)
-            self._prompt_tokens.inc(response.prompt_tokens)
-            self._output_tokens.inc(response.output_tokens)
-            if response.error:
-                self._failed.inc()
-            yield response, links
-        log.finish()
+        saved = judge_checkpoint.read_checkpoints(self._checkpoint, shard, self._shards) if self._checkpoint else {}
+        reused: list = []
+
+        def fresh():
+            for request, links in items:
+                hit = saved.get(request.key)
+                if hit is not None:
+                    reused.append((dataclasses.replace(hit, metric=request.metric), links))
+                else:
+                    yield request, links
+
+        if self._settings.mode == "batch":
+            from metrics.judge.batch import judge_batch
+
+            journal = judge_checkpoint.BatchJournal(self._checkpoint, shard, self._shards) if self._checkpoint else None
+            staging = judge_checkpoint.GcsStaging(self._staging) if self._staging else None
+            answers = judge_batch(self._settings, fresh(), lambda item: item[0], self._share, journal, staging=staging)
+        else:
+            answers = judge_stream(self._settings, fresh(), lambda item: item[0], self._share)
+        writer = judge_checkpoint.CheckpointWriter(self._checkpoint, shard, self._checkpoint_seconds) \
+            if self._checkpoint else None
+        try:
+            for (request, links), response in answers:
+                if writer:
+                    writer.add(response)
+                log.add(bool(response.error), response.rate_limited)
+                self._calls.inc(response.attempts)
+                self._limited.inc(response.rate_limited)
+                self._prompt_tokens.inc(response.prompt_tokens)
+                self._output_tokens.inc(response.output_tokens)
+                if response.error:
+                    self._failed.inc()
+                yield response, links
+                while reused:
+                    self._reused.inc()
+                    yield reused.pop()
+            while reused:
+                self._reused.inc()
+                yield reused.pop()
+            log.finish()
+        finally:
+            if writer:
+                writer.close()
 
 
 def _row_base(run: RunKey, instance_id: str, metric: str, model: str) -> dict[str, Any]:
@@ -228,7 +278,8 @@ def response_from_cache_row(row: dict[str, Any]) -> tuple[str, JudgeResponse]:
 class UsageFn(beam.CombineFn):
     """Answers -> per judge metric: requests, cache hits, calls, 429s, failures, tokens."""
 
-    FIELDS = ("requests", "cache_hits", "calls", "rate_limited", "failures", "prompt_tokens", "output_tokens")
+    FIELDS = ("requests", "cache_hits", "calls", "rate_limited", "failures", "prompt_tokens", "output_tokens",
+              "batch_prompt_tokens", "batch_output_tokens", "checkpoint_reused")
 
     def create_accumulator(self):
         return {}
@@ -245,6 +296,9 @@ class UsageFn(beam.CombineFn):
         m["failures"] += response.error is not None
         m["prompt_tokens"] += response.prompt_tokens
         m["output_tokens"] += response.output_tokens
+        m["batch_prompt_tokens"] += response.batch_prompt_tokens
+        m["batch_output_tokens"] += response.batch_output_tokens
+        m["checkpoint_reused"] += response.checkpointed
         return acc
 
     def merge_accumulators(self, accs):
@@ -253,19 +307,58 @@ class UsageFn(beam.CombineFn):
             for metric, m in acc.items():
                 t = out.setdefault(metric, dict.fromkeys(self.FIELDS, 0))
                 for k, v in m.items():
-                    t[k] += v
+                    t[k] = t.get(k, 0) + v
         return out
 
     def extract_output(self, acc):
         return acc
 
 
+class AnswerJudgeRequests(beam.PTransform):
+    """(request_key, (request, link)) asks -> (response, [links]): each key asked once,
+    from judge.cache when there, else from this run's checkpoints, else called in
+    shards (online or in batch jobs). Every judge stage (template metrics, both
+    rubric stages) answers through this one composite."""
+
+    def __init__(self, settings: JudgeSettings, shards: int, cached=None, progress: str | None = None,
+                 checkpoint: str | None = None, checkpoint_seconds: float = 5.0, staging: str | None = None):
+        super().__init__()
+        self._settings = settings
+        self._shards = shards
+        self._cached = cached
+        self._progress = progress
+        self._checkpoint = checkpoint
+        self._checkpoint_seconds = checkpoint_seconds
+        self._staging = staging
+
+    def expand(self, asks):
+        cached = self._cached if self._cached is not None else asks.pipeline | "NoCache" >> beam.Create([])
+        resolved = (
+            {"asks": asks, "cached": cached}
+            | "JoinCache" >> beam.CoGroupByKey()
+            | "ResolveOnce" >> beam.ParDo(ResolveFn(self._shards)).with_outputs(TO_CALL, main="cached")
+        )
+        called = (
+            resolved[TO_CALL]
+            | "IntoShards" >> beam.GroupByKey()
+            | "CallJudge" >> beam.ParDo(CallJudgeFn(
+                self._settings, self._shards, self._checkpoint, self._checkpoint_seconds, self._staging))
+        )
+        if self._progress:
+            resolved[TO_CALL] | "ProgressJudgeNeeded" >> beam.ParDo(CountFn(self._progress, "judge_needed"))
+            called | "ProgressJudgeDone" >> beam.ParDo(CountFn(self._progress, "judge_done"))
+        return (resolved.cached, called) | "AllAnswers" >> beam.Flatten()
+
+
 class JudgeInstances(beam.PTransform):
     """Instances -> (ScoredInstances with the judge rows, judge_cache rows, usage per metric).
-    `cached` is a PCollection of (request_key, JudgeResponse) from judge.cache, or None."""
+    `cached` is a PCollection of (request_key, JudgeResponse) from judge.cache, or None;
+    `checkpoint` the run's judge checkpoint folder (transforms.judge_checkpoint), or None."""
 
-    def __init__(self, run: RunKey, specs, judge_config, cached=None, progress: str | None = None):
+    def __init__(self, run: RunKey, specs, judge_config, cached=None, progress: str | None = None,
+                 checkpoint: str | None = None):
         super().__init__()
+        self._checkpoint = checkpoint
         self._progress = progress
         self._run = run
         self._plans = plan_judges(specs)
@@ -276,22 +369,9 @@ class JudgeInstances(beam.PTransform):
     def expand(self, instances):
         settings, config, run, plans = self._settings, self._config, self._run, self._plans
         asks = instances | "JudgeRequests" >> beam.FlatMap(judge_requests, plans, settings, config.sampling_count)
-        cached = self._cached if self._cached is not None else (
-            instances.pipeline | "NoCache" >> beam.Create([]))
-        resolved = (
-            {"asks": asks, "cached": cached}
-            | "JoinCache" >> beam.CoGroupByKey()
-            | "ResolveOnce" >> beam.ParDo(ResolveFn(config.shards)).with_outputs(TO_CALL, main="cached")
-        )
-        called = (
-            resolved[TO_CALL]
-            | "IntoShards" >> beam.GroupByKey()
-            | "CallJudge" >> beam.ParDo(CallJudgeFn(settings, config.shards))
-        )
-        answered = (resolved.cached, called) | "AllAnswers" >> beam.Flatten()
-        if self._progress:
-            resolved[TO_CALL] | "ProgressJudgeNeeded" >> beam.ParDo(CountFn(self._progress, "judge_needed"))
-            called | "ProgressJudgeDone" >> beam.ParDo(CountFn(self._progress, "judge_done"))
+        answered = asks | "Answer" >> AnswerJudgeRequests(
+            settings, config.shards, self._cached, self._progress, self._checkpoint, config.checkpoint_seconds,
+            batch_staging(config.batch_staging, self._checkpoint))
         fanned = answered | "BackToInstances" >> beam.FlatMap(
             lambda a: [(link.instance_id, (link, a[0])) for link in a[1]])
         scored = (

@@ -45,7 +45,7 @@ from metrics.judge.rubrics import (
     score_verdicts,
 )
 from metrics.registry import MetricError
-from transforms.judge import TO_CALL, CallJudgeFn, ResolveFn, UsageFn, cache_row
+from transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
 from transforms.schema import TABLES, RunKey
 from transforms.score import ScoredInstance
 
@@ -296,37 +296,6 @@ class AssembleRubricsFn(beam.DoFn):
 # ---------------------------------------------------------------- composites
 
 
-class AnswerJudgeRequests(beam.PTransform):
-    """(request_key, (request, link)) asks -> (response, [links]): each key asked once,
-    from judge.cache when there, else called in shards (transforms.judge's stages)."""
-
-    def __init__(self, settings: JudgeSettings, shards: int, cached, progress: str | None = None):
-        super().__init__()
-        self._settings = settings
-        self._shards = shards
-        self._cached = cached
-        self._progress = progress
-
-    def expand(self, asks):
-        cached = self._cached if self._cached is not None else asks.pipeline | "NoCache" >> beam.Create([])
-        resolved = (
-            {"asks": asks, "cached": cached}
-            | "JoinCache" >> beam.CoGroupByKey()
-            | "ResolveOnce" >> beam.ParDo(ResolveFn(self._shards)).with_outputs(TO_CALL, main="cached")
-        )
-        called = (
-            resolved[TO_CALL]
-            | "IntoShards" >> beam.GroupByKey()
-            | "CallJudge" >> beam.ParDo(CallJudgeFn(self._settings, self._shards))
-        )
-        if self._progress:
-            from transforms.progress import CountFn
-
-            resolved[TO_CALL] | "ProgressJudgeNeeded" >> beam.ParDo(CountFn(self._progress, "judge_needed"))
-            called | "ProgressJudgeDone" >> beam.ParDo(CountFn(self._progress, "judge_done"))
-        return (resolved.cached, called) | "AllAnswers" >> beam.Flatten()
-
-
 def _natural(rubric_id: str) -> tuple:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", rubric_id))
 
@@ -381,8 +350,11 @@ class RubricJudge(beam.PTransform):
     judge.rubrics_from, or None."""
 
     def __init__(self, run: RunKey, specs, settings: JudgeSettings, sampling_count: int, shards: int,
-                 cached=None, pinned=None, progress: str | None = None):
+                 cached=None, pinned=None, progress: str | None = None, checkpoint: str | None = None,
+                 checkpoint_seconds: float = 5.0, staging: str | None = None):
         super().__init__()
+        # both stages checkpoint into the run's one folder: their keys are content hashes
+        self._answer = dict(checkpoint=checkpoint, checkpoint_seconds=checkpoint_seconds, staging=staging)
         self._run = run
         self._plans = plan_rubric_metrics(specs)
         self._settings = settings
@@ -402,7 +374,7 @@ class RubricJudge(beam.PTransform):
             | "UsePinned" >> beam.FlatMap(use_pinned).with_outputs(READY, main="requests")
         )
         generated = to_generate.requests | "Generate" >> AnswerJudgeRequests(
-            settings, self._shards, self._cached, self._progress)
+            settings, self._shards, self._cached, self._progress, **self._answer)
         sets = (
             (needs[READY], to_generate[READY], generated | "GeneratedSets" >> beam.FlatMap(generated_sets))
             | "AllRubricSets" >> beam.Flatten()
@@ -414,7 +386,8 @@ class RubricJudge(beam.PTransform):
             | "ValidationRequests" >> beam.ParDo(ValidationRequestsFn(plans, settings, self._samples)).with_outputs(
                 READY, main="asks")
         )
-        validated = asked.asks | "Validate" >> AnswerJudgeRequests(settings, self._shards, self._cached, self._progress)
+        validated = asked.asks | "Validate" >> AnswerJudgeRequests(
+            settings, self._shards, self._cached, self._progress, **self._answer)
         fanned = validated | "BackToInstances" >> beam.FlatMap(lambda a: [(link.instance_id, (link, a[0])) for link in a[1]])
         assembled = (
             {"instance": by_id, "sets": asked[READY], "judged": fanned}

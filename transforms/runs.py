@@ -14,14 +14,24 @@ def _count(pcoll, label):
     return pcoll | label >> beam.combiners.Count.Globally()
 
 
+def judge_cost(totals: dict[str, int], price: dict[str, float] | None) -> float | None:
+    """USD for the tokens: online tokens at the online price, the tokens of batch
+    answers at the batch price (given, else half the online price)."""
+    if not price:
+        return None
+    online_in, online_out = price.get("input_per_million", 0.0), price.get("output_per_million", 0.0)
+    batch_in = price.get("batch_input_per_million", online_in / 2)
+    batch_out = price.get("batch_output_per_million", online_out / 2)
+    batch_prompt, batch_output = totals.get("batch_prompt_tokens", 0), totals.get("batch_output_tokens", 0)
+    return ((totals["prompt_tokens"] - batch_prompt) * online_in + batch_prompt * batch_in
+            + (totals["output_tokens"] - batch_output) * online_out + batch_output * batch_out) / 1e6
+
+
 def judge_totals(usage: dict[str, dict[str, int]], prices: dict[str, dict[str, float]], model: str) -> dict:
-    total = {k: sum(m[k] for m in usage.values()) for k in
-             ("requests", "cache_hits", "calls", "rate_limited", "failures", "prompt_tokens", "output_tokens")}
-    price = prices.get(model)
-    cost = None
-    if price:
-        cost = (total["prompt_tokens"] * price.get("input_per_million", 0.0)
-                + total["output_tokens"] * price.get("output_per_million", 0.0)) / 1e6
+    total = {k: sum(m.get(k, 0) for m in usage.values()) for k in
+             ("requests", "cache_hits", "calls", "rate_limited", "failures", "prompt_tokens", "output_tokens",
+              "batch_prompt_tokens", "batch_output_tokens")}
+    cost = judge_cost(total, prices.get(model))
     return {
         "judge_requests": total["requests"],
         "judge_cache_hits": total["cache_hits"],

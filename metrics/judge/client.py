@@ -49,6 +49,14 @@ class JudgeSettings:
     max_concurrency: int = 1024  # the most calls in flight; the window is sized from latency and rate below it
     temperature: float = 0.0
     max_output_tokens: int | None = 2048
+    mode: str = "online"  # online | batch (metrics.judge.batch)
+    batch_max_requests: int = 10000
+    batch_inline_max_bytes: int = 10_000_000
+    batch_max_bytes: int = 1_000_000_000
+    batch_poll_seconds: float = 30.0
+    batch_poll_max_seconds: float = 300.0
+    batch_timeout_seconds: float = 48 * 3600
+    batch_retry: str = "online"  # online | batch
 
     def generation(self) -> dict[str, Any]:
         """The settings that shape an answer, part of every request's cache key."""
@@ -77,7 +85,11 @@ class JudgeResponse:
     attempts: int = 0
     rate_limited: int = 0
     error: str | None = None
-    cache_hit: bool = False
+    cache_hit: bool = False  # from judge.cache: paid for by an earlier run
+    checkpointed: bool = False  # reused from this run_id's checkpoints (paid for by an attempt that died)
+    # the part of prompt_tokens and output_tokens billed at batch prices (judge.mode: batch)
+    batch_prompt_tokens: int = 0
+    batch_output_tokens: int = 0
 
 
 def request_key(settings: JudgeSettings, prompt: str, schema_json: str, sample_index: int) -> str:
@@ -112,10 +124,33 @@ def check_credentials(settings: JudgeSettings) -> None:
         ) from None
 
 
+def build_genai_client(settings: JudgeSettings, http):
+    """(google-genai Client, the API key or None, the ADC credentials or None) for
+    the configured backend; the key and the credentials' token are what scrub removes."""
+    from google import genai
+
+    if settings.backend == "gemini_api":
+        secret = os.environ[settings.api_key_env]
+        return genai.Client(api_key=secret, http_options=http), secret, None
+    import google.auth
+
+    # Held here, not loaded inside genai, so that scrub knows the bearer token they send.
+    credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
+    client = genai.Client(vertexai=True, project=settings.project, location=settings.location,
+                          credentials=credentials, http_options=http)
+    return client, None, credentials
+
+
+def scrub_secrets(text: str, secret: str | None, credentials) -> str:
+    for value in (secret, getattr(credentials, "token", None)):
+        if value:
+            text = text.replace(value, "[redacted]")
+    return text
+
+
 class JudgeClient:
     def __init__(self, settings: JudgeSettings, limiter: AdaptiveRateLimiter,
                  observe_latency: Callable[[float], None] | None = None):
-        from google import genai
         from google.genai import types
 
         self.settings = settings
@@ -127,25 +162,11 @@ class JudgeClient:
             timeout=int(settings.timeout_seconds * 1000),
             retry_options=types.HttpRetryOptions(attempts=1),  # retries are ours, with the limiter's feedback
         )
-        self._credentials = None
-        if settings.backend == "gemini_api":
-            self._secret = os.environ[settings.api_key_env]
-            self._client = genai.Client(api_key=self._secret, http_options=http)
-        else:
-            import google.auth
-
-            # Held here, not loaded inside genai, so that scrub knows the bearer token they send.
-            self._secret = None
-            self._credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
-            self._client = genai.Client(vertexai=True, project=settings.project, location=settings.location,
-                                        credentials=self._credentials, http_options=http)
+        self._client, self._secret, self._credentials = build_genai_client(settings, http)
         self._types = types
 
     def scrub(self, text: str) -> str:
-        for secret in (self._secret, getattr(self._credentials, "token", None)):
-            if secret:
-                text = text.replace(secret, "[redacted]")
-        return text
+        return scrub_secrets(text, self._secret, self._credentials)
 
     async def judge(self, request: JudgeRequest) -> JudgeResponse:
         from google.genai import errors
