@@ -2,6 +2,7 @@
 
     evalbeam run CONFIG [--set key.path=value ...] [Beam flags ...]
     evalbeam validate CONFIG [--set ...]
+    evalbeam plan CONFIG [--set ...] [--json]
     evalbeam metrics
     evalbeam runs [--eval NAME] [--config CONFIG | --parquet DIR | --bigquery PROJECT.DATASET]
     evalbeam show RUN_ID [--config CONFIG | --parquet DIR | --bigquery PROJECT.DATASET]
@@ -38,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="with compare_with in the config: exit 1 when the comparison flags a regression")
     validate = sub.add_parser("validate", help="check a config and its dataset's columns; runs nothing", allow_abbrev=False)
     _config_args(validate)
+    plan = sub.add_parser("plan", allow_abbrev=False,
+                          help="the judgments a run needs after dedup and the cache, their tokens, cost and time; "
+                               "calls nothing")
+    _config_args(plan)
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     sub.add_parser("metrics", help="list every metric")
     runs = sub.add_parser("runs", help="list runs, newest first", allow_abbrev=False)
     runs.add_argument("--eval", help="only the runs of this eval (config name)")
@@ -170,6 +176,15 @@ def main(argv: list[str] | None = None) -> int:
                 raise ConfigError(f"no row of the dataset ({checked.source}) could be read; the first reasons:\n{reasons}")
             rows = "its schema" if checked.checked_rows is None else f"{checked.checked_rows} row(s)"
             print(f"config ok: {len(config.metrics)} metrics; input {checked.source}; columns checked on {rows}")
+            return 0
+        if args.command == "plan":
+            import json
+
+            from pipelines.plan import format_plan, plan
+
+            logging.getLogger().setLevel(logging.WARNING)
+            planned = plan(config)
+            print(json.dumps(planned, indent=2) if args.json else format_plan(planned))
             return 0
         logging.getLogger().setLevel(logging.WARNING)
         options = PipelineOptions(beam_args)

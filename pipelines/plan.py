@@ -1,0 +1,143 @@
+"""`evalbeam plan CONFIG`: before spending anything, the judgments a run needs
+after dedup and the cache, their estimated tokens and cost (online and batch),
+and the wall time at the configured quota. Runs a pipeline on the local runner
+that reads and validates the whole input as `run` does, and calls nothing."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from configs import ConfigError, EvalConfig
+from metrics.judge.client import CHARS_PER_TOKEN
+from pipelines import evaluate
+from transforms import bigquery, judge
+from transforms.plan import PlanJudging
+from transforms.runs import judge_cost
+
+
+def _write(value, path):
+    with open(path, "w") as f:
+        json.dump(value, f)
+
+
+def plan(config: EvalConfig) -> dict:
+    checked = evaluate.preflight(config)
+    rubric_specs = config.rubric_specs()
+    judge_specs = [s for s in config.judge_specs() if s not in rubric_specs]
+    project = evaluate.billing_project(config, None)
+    try:
+        read_plan = bigquery.plan_read(config.input, project) if config.input.kind != "files" else None
+        cache_plans = [bigquery.plan_table_read(c.removeprefix("bq://"), project)
+                       for c in config.judge.cache if c.startswith("bq://")] if config.judge_specs() else []
+        rubric_plans = [bigquery.plan_table_read(c.removeprefix("bq://"), project)
+                        for c in config.judge.rubrics_from if c.startswith("bq://")] if rubric_specs else []
+    except bigquery.BigQueryError as e:
+        raise ConfigError(str(e)) from None
+    with tempfile.TemporaryDirectory(prefix="evalbeam-plan-") as folder:
+        counts_path, totals_path = os.path.join(folder, "counts.json"), os.path.join(folder, "totals.json")
+        with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
+            instances, read, dead = evaluate.read_instances(p, config, read_plan)
+            cached = pinned = None
+            if config.judge.cache and config.judge_specs():
+                parquet = [evaluate.parquet_glob(c) for c in config.judge.cache if not c.startswith("bq://")]
+                cached = p | "JudgeCache" >> judge.ReadJudgeCache(parquet, cache_plans)
+            if config.judge.rubrics_from and rubric_specs:
+                from transforms.rubric_judge import ReadPinnedRubrics
+
+                parquet = [evaluate.parquet_glob(c) for c in config.judge.rubrics_from if not c.startswith("bq://")]
+                pinned = p | "PinnedRubrics" >> ReadPinnedRubrics(parquet, rubric_plans)
+            counted = instances | "Plan" >> PlanJudging(judge_specs, rubric_specs, config.judge, cached, pinned)
+            counted | "WriteCounts" >> beam.Map(_write, counts_path)
+            totals = {
+                "read": read | "CountRead" >> beam.combiners.Count.Globally(),
+                "instances": instances | "CountInstances" >> beam.combiners.Count.Globally(),
+                "dead_lettered": dead | "CountDead" >> beam.combiners.Count.Globally(),
+            }
+            (p | "Once" >> beam.Create([None])
+             | "Totals" >> beam.Map(lambda _, **t: t, **{k: beam.pvalue.AsSingleton(v) for k, v in totals.items()})
+             | "WriteTotals" >> beam.Map(_write, totals_path))
+        with open(counts_path) as f:
+            counts = dict(json.load(f))
+        with open(totals_path) as f:
+            totals = json.load(f)
+    return estimate(config, checked.source, totals, counts)
+
+
+def estimate(config: EvalConfig, source: str, totals: dict, counts: dict) -> dict:
+    """Tokens, cost and time from the counts. Prompt tokens: the prompts' characters
+    over CHARS_PER_TOKEN (the judge client's own estimate); output tokens: the mean
+    of the cached answers of the same metric when there are some, else
+    judge.max_output_tokens (an upper bound)."""
+    judge_config = config.judge
+    price = judge_config.prices.get(judge_config.model)
+    rows = []
+    for metric, c in sorted(counts.items()):
+        to_call = c["asked"] if c["upper_bound"] else c["to_call"]
+        per_output = (c["cached_output_tokens"] / c["cached"]) if c["cached"] else (judge_config.max_output_tokens or 0)
+        prompt_tokens = None if c["upper_bound"] else c["prompt_chars"] // CHARS_PER_TOKEN
+        output_tokens = round(per_output * to_call)
+        cost = cost_batch = None
+        if price and prompt_tokens is not None:
+            tokens = {"prompt_tokens": prompt_tokens, "output_tokens": output_tokens}
+            cost = judge_cost(tokens, price)
+            cost_batch = judge_cost({**tokens, "batch_prompt_tokens": prompt_tokens,
+                                     "batch_output_tokens": output_tokens}, price)
+        rows.append({
+            "metric": metric, "asked": c["asked"], "distinct": None if c["upper_bound"] else c["distinct"],
+            "cached": None if c["upper_bound"] else c["cached"], "to_call": to_call,
+            "upper_bound": bool(c["upper_bound"]), "prompt_tokens": prompt_tokens, "output_tokens": output_tokens,
+            "output_tokens_from": "cached answers" if c["cached"] else "max_output_tokens",
+            "cost": cost, "cost_batch": cost_batch,
+        })
+    calls = sum(r["to_call"] for r in rows)
+    tokens = sum((r["prompt_tokens"] or 0) + r["output_tokens"] for r in rows)
+    minutes = calls / judge_config.requests_per_minute
+    if judge_config.tokens_per_minute:
+        minutes = max(minutes, tokens / judge_config.tokens_per_minute)
+    known = [r for r in rows if r["cost"] is not None]
+    return {
+        "name": config.name, "source": source, **totals, "model": judge_config.model,
+        "requests_per_minute": judge_config.requests_per_minute, "tokens_per_minute": judge_config.tokens_per_minute,
+        "metrics": rows, "calls": calls, "tokens": tokens, "minutes_at_quota": minutes,
+        "cost": sum(r["cost"] for r in known) if known else None,
+        "cost_batch": sum(r["cost_batch"] for r in known) if known else None,
+        "priced": bool(price),
+    }
+
+
+def _money(value) -> str:
+    return "-" if value is None else f"${value:,.4f}"
+
+
+def format_plan(plan: dict) -> str:
+    lines = [f"plan for {plan['name']}: input {plan['source']}",
+             f"read {plan['read']:,} = {plan['instances']:,} valid + {plan['dead_lettered']:,} dead-lettered",
+             f"judge {plan['model']}, quota {plan['requests_per_minute']:,g} requests/min"
+             + (f", {plan['tokens_per_minute']:,g} tokens/min" if plan["tokens_per_minute"] else "")]
+    if not plan["metrics"]:
+        return "\n".join(lines + ["no judge metric: nothing to call"])
+    head = f"{'metric':36} {'asked':>9} {'distinct':>9} {'cached':>8} {'to call':>9} {'prompt tok':>11} {'output tok':>11} {'online':>11} {'batch':>11}"
+    lines += ["", head]
+    for r in plan["metrics"]:
+        mark = "<=" if r["upper_bound"] else ""
+        lines.append(
+            f"{r['metric'][:36]:36} {r['asked']:>9,} {'-' if r['distinct'] is None else format(r['distinct'], ','):>9} "
+            f"{'-' if r['cached'] is None else format(r['cached'], ','):>8} {mark + format(r['to_call'], ','):>9} "
+            f"{'-' if r['prompt_tokens'] is None else format(r['prompt_tokens'], ','):>11} "
+            f"{('<=' if r['output_tokens_from'] == 'max_output_tokens' else '') + format(r['output_tokens'], ','):>11} "
+            f"{_money(r['cost']):>11} {_money(r['cost_batch']):>11}")
+    minutes = plan["minutes_at_quota"]
+    lines += ["", f"{plan['calls']:,} judge calls, about {plan['tokens']:,} tokens; "
+                  f"{minutes:,.1f} min at the quota ({minutes / 60:,.2f} h)",
+              f"estimated cost: online {_money(plan['cost'])}, batch {_money(plan['cost_batch'])}"
+              + ("" if plan["priced"] else f" (no judge.prices for {plan['model']})")]
+    if any(r["upper_bound"] for r in plan["metrics"]):
+        lines.append("rubric validations (<=) are counted one per instance, metric and sample: their prompts and "
+                     "cache keys depend on the rubrics generated, so their tokens and cost are not estimated")
+    if any(r["output_tokens_from"] == "max_output_tokens" for r in plan["metrics"]):
+        lines.append("output tokens marked <= are judge.max_output_tokens per call (no cached answers to learn from)")
+    return "\n".join(lines)

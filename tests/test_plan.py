@@ -1,0 +1,74 @@
+"""evalbeam plan: what a run would ask the judge, checked against what the run then asks."""
+import json
+
+from tests.helpers import evalbeam
+from tests.judge_server import JudgeServer
+from tests.test_judge import KEY, judge_config, write_data
+
+ROWS = [
+    {"id": "a", "prompt": "Greet the user", "response": "Hello! #score=4"},
+    {"id": "b", "prompt": "Greet the user", "response": "Hello! #score=4"},  # the same content as "a"
+    {"id": "c", "prompt": "Say goodbye", "response": "Bye. #score=2"},
+    {"id": "d", "prompt": "Say goodbye", "response": "Farewell #score=5"},
+    {"id": "e", "prompt": "Count to three", "response": "1 2 3 #score=3"},
+    {"id": "f", "prompt": "Count to three"},  # no response: dead-lettered
+]
+
+
+def plan(config, monkeypatch):
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    return json.loads(evalbeam("plan", config, "--json").stdout)
+
+
+def test_plan_counts_what_the_run_then_asks_and_the_cache_removes(tmp_path, monkeypatch):
+    data = write_data(tmp_path, ROWS)
+    with JudgeServer() as server:
+        config = judge_config(tmp_path, data, server.url, ["fluency", "general_quality"], sampling_count=2)
+        planned = plan(config, monkeypatch)
+        assert server.stats.requests == 0  # plan calls nothing
+        assert (planned["read"], planned["instances"], planned["dead_lettered"]) == (6, 5, 1)
+        rows = {r["metric"]: r for r in planned["metrics"]}
+        # fluency: 5 instances x 2 samples asked; "a" and "b" ask the same, so 4 x 2 distinct
+        assert (rows["fluency"]["asked"], rows["fluency"]["distinct"], rows["fluency"]["to_call"]) == (10, 8, 8)
+        # rubrics depend on the prompt only: three prompts, three generations
+        gen = rows["general_quality:generation"]
+        assert (gen["asked"], gen["distinct"], gen["to_call"], gen["upper_bound"]) == (5, 3, 3, False)
+        val = rows["general_quality:validation"]
+        assert (val["to_call"], val["upper_bound"], val["prompt_tokens"], val["cost"]) == (10, True, None, None)
+        assert planned["calls"] == 8 + 3 + 10
+        # the cost is the priced tokens (0.3 and 2.5 USD a million), batch at half
+        assert planned["cost"] == (gen["cost"] + rows["fluency"]["cost"])
+        fluency = rows["fluency"]
+        assert fluency["cost"] == (fluency["prompt_tokens"] * 0.3 + fluency["output_tokens"] * 2.5) / 1e6
+        assert abs(fluency["cost_batch"] - fluency["cost"] / 2) < 1e-12
+        assert fluency["output_tokens"] == 8 * 2048 and fluency["output_tokens_from"] == "max_output_tokens"
+        assert abs(planned["minutes_at_quota"] - 21 / 6000) < 1e-9
+
+        evalbeam("run", config)
+        calls = server.stats.accepted
+        # exact for fluency and the generations (no failures or retries here); the validations
+        # stay within their bound (8 of 10: "a" and "b" are validated once, being the same)
+        assert (server.stats.stages["generation"], server.stats.stages["validation"], calls) == (3, 8, 8 + 3 + 8)
+
+        cached = plan(judge_config(tmp_path, data, server.url, ["fluency", "general_quality"], run_id="j2",
+                                   sampling_count=2, cache=[str(tmp_path / "out" / "j1" / "judge_cache")]), monkeypatch)
+        rows = {r["metric"]: r for r in cached["metrics"]}
+        assert (rows["fluency"]["cached"], rows["fluency"]["to_call"]) == (8, 0)
+        assert (rows["general_quality:generation"]["cached"], rows["general_quality:generation"]["to_call"]) == (3, 0)
+        # output tokens now learnt from the cached answers, not the max_output_tokens bound
+        assert rows["fluency"]["output_tokens_from"] == "cached answers" and rows["fluency"]["output_tokens"] == 0
+        assert server.stats.accepted == calls
+
+
+def test_plan_prints_a_table_and_checks_inputs_like_validate(tmp_path, monkeypatch):
+    data = write_data(tmp_path, ROWS)
+    config = judge_config(tmp_path, data, "http://127.0.0.1:9", ["fluency"])
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    out = evalbeam("plan", config).stdout
+    assert "read 6 = 5 valid + 1 dead-lettered" in out
+    assert [line.split()[:5] for line in out.splitlines() if line.startswith("fluency")] == [
+        ["fluency", "5", "4", "0", "4"]]
+    assert "4 judge calls" in out
+    bad = judge_config(tmp_path, data, "http://127.0.0.1:9", ["bleu"], run_id="bad")
+    failed = evalbeam("plan", bad, check=False)
+    assert failed.returncode == 2 and "bleu" in failed.stderr and "reference" in failed.stderr

@@ -1,0 +1,92 @@
+"""What a run's judging would cost, counted without calling the judge.
+
+The same requests the run would make (transforms.judge.judge_requests, and the
+rubric metrics' generation requests after judge.rubrics_from), joined with
+judge.cache by the same content key, so what is counted as "to call" is
+exactly what the run would send. Rubric validations depend on the rubrics a
+generation returns, so they are counted as an upper bound (one per instance,
+metric and sample) and not matched with the cache.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Iterable
+
+import apache_beam as beam
+
+from transforms.judge import judge_requests, plan_judges
+
+COUNTS = ("asked", "distinct", "cached", "to_call", "prompt_chars", "cached_output_tokens", "upper_bound")
+
+
+def _sum_counts(counts: Iterable[dict]) -> dict:
+    total: collections.Counter = collections.Counter()
+    for c in counts:
+        total.update(c)
+    return {k: total.get(k, 0) for k in COUNTS}
+
+
+def plan_key(element) -> Iterable:
+    """(request_key, {asks, cached}) -> (metric, counts) for one distinct request."""
+    _, groups = element
+    asks = list(groups["asks"])
+    if not asks:  # a cached judgment this run does not need
+        return
+    request = asks[0][0]
+    cached = next(iter(groups["cached"]), None)
+    yield request.metric, {
+        "asked": len(asks), "distinct": 1, "cached": int(cached is not None), "to_call": int(cached is None),
+        "prompt_chars": 0 if cached is not None else len(request.prompt),
+        "cached_output_tokens": cached.output_tokens if cached is not None else 0,
+    }
+
+
+class PlanJudging(beam.PTransform):
+    """Instances -> one list of (metric or metric:stage, counts)."""
+
+    def __init__(self, judge_specs, rubric_specs, judge_config, cached=None, pinned=None):
+        super().__init__()
+        self._judge_specs = judge_specs
+        self._rubric_specs = rubric_specs
+        self._config = judge_config
+        self._cached = cached
+        self._pinned = pinned
+
+    def expand(self, instances):
+        config = self._config
+        settings = config.settings()
+        pipeline = instances.pipeline
+        asks = []
+        if self._judge_specs:
+            asks.append(instances | "JudgeRequests" >> beam.FlatMap(
+                judge_requests, plan_judges(self._judge_specs), settings, config.sampling_count))
+        validations = []
+        if self._rubric_specs:
+            from transforms.rubric_judge import READY, RubricNeedsFn, plan_rubric_metrics, use_pinned
+
+            plans = plan_rubric_metrics(self._rubric_specs)
+            needs = instances | "RubricNeeds" >> beam.ParDo(RubricNeedsFn(plans, settings)).with_outputs(
+                READY, main="asks")
+            pinned = self._pinned if self._pinned is not None else pipeline | "NoPinned" >> beam.Create([])
+            generation = (
+                {"asks": needs.asks, "pinned": pinned}
+                | "JoinPinned" >> beam.CoGroupByKey()
+                | "UsePinned" >> beam.FlatMap(use_pinned).with_outputs(READY, main="requests")
+            )
+            asks.append(generation.requests)
+            samples = {p.output_name: 1 if p.template.kind == "claims" else config.sampling_count for p in plans}
+            validations.append(instances | "Validations" >> beam.FlatMap(
+                lambda _, s: [(f"{m}:validation", {"asked": n, "upper_bound": 1}) for m, n in s.items()], samples))
+        if not asks and not validations:
+            return pipeline | "NothingToJudge" >> beam.Create([[]])
+        parts = list(validations)
+        if asks:
+            all_asks = tuple(asks) | "AllAsks" >> beam.Flatten() if len(asks) > 1 else asks[0]
+            cached = self._cached if self._cached is not None else pipeline | "NoCache" >> beam.Create([])
+            parts.append(
+                {"asks": all_asks, "cached": cached}
+                | "JoinCache" >> beam.CoGroupByKey()
+                | "PerRequest" >> beam.FlatMap(plan_key)
+            )
+        merged = tuple(parts) | "AllCounts" >> beam.Flatten() if len(parts) > 1 else parts[0]
+        return merged | "PerMetric" >> beam.CombinePerKey(_sum_counts) | "Together" >> beam.combiners.ToList()
