@@ -40,8 +40,15 @@ $(PUNKT_REFERENCE): $(STAMP)
 	$(BIN)/pip install --quiet --no-deps llama-index-core==0.14.25
 	touch $(PUNKT_REFERENCE)
 
+# Headless Chromium (Debian's package), in which tests/test_report.py renders `evalbeam report`.
+BROWSER_STAMP := .browser/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+$(BROWSER_STAMP):
+	command -v chromium >/dev/null || { $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
+	mkdir -p .browser && touch $(BROWSER_STAMP)
+
 # The tests start their own emulators on free ports.
-test: $(STAMP) $(EMULATORS_STAMP) $(PUNKT_REFERENCE)
+test: $(STAMP) $(EMULATORS_STAMP) $(PUNKT_REFERENCE) $(BROWSER_STAMP)
 	$(BIN)/python -m pytest -q tests
 
 bench: $(STAMP)
@@ -72,4 +79,4 @@ schedule-nightly: $(STAMP)
 	  --headers=Content-Type=application/json --message-body-from-file=.nightly-launch.json
 
 clean:
-	rm -rf $(VENV) $(EMULATORS) output .pytest_cache
+	rm -rf $(VENV) $(EMULATORS) .browser output .pytest_cache
