@@ -28,9 +28,13 @@ h3 { font-size: 15px; margin: 22px 0 6px; }
 .sub { color: #555; margin: 0 0 14px; }
 code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12.5px; }
 table { border-collapse: collapse; margin: 6px 0 10px; }
-th, td { text-align: left; padding: 4px 10px 4px 0; border-bottom: 1px solid #eee; vertical-align: top; }
+th, td { text-align: left; padding: 4px 9px 4px 0; border-bottom: 1px solid #eee; vertical-align: top; }
+table.comparison { font-size: 13px; }
 th { font-weight: 600; color: #333; border-bottom: 1px solid #ccc; }
-td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.nowrap { white-space: nowrap; }
+details { margin: 4px 0 12px; }
+summary { color: #2f6db3; }
 .facts td:first-child { color: #555; padding-right: 18px; }
 .ok { color: #2e7d32; font-weight: 600; }
 .bad { color: #b3261e; font-weight: 600; }
@@ -47,8 +51,10 @@ td.whisker { padding: 0 10px 0 0; vertical-align: middle; }
 pre { white-space: pre-wrap; word-break: break-word; margin: 0; max-height: 16em; overflow: auto;
       font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12px; }
 table.side { width: 100%; table-layout: fixed; }
-table.side td, table.side th { width: 50%; }
-.field { color: #666; font-size: 12px; margin-top: 6px; }
+table.side col.name { width: 150px; }
+table.side td { border-bottom: none; padding: 2px 10px 2px 0; }
+table.side tr.instance td { padding-top: 12px; border-bottom: 1px solid #ddd; }
+td.field { color: #666; font-size: 12px; }
 .diff { background: #fff7d6; }
 nav a { margin-right: 14px; }
 footer { margin-top: 40px; color: #777; font-size: 12px; }
@@ -178,23 +184,17 @@ def _comparison(data) -> str:
     if improved:
         out.append(f"<p>{len(improved)} improvement(s) flagged: {e(', '.join(sorted({r['metric'] for r in improved})))}</p>")
     tolerance = rows[0].get("tolerance")
-    out.append(f"<p class=sub>Paired by instance; difference = this run minus {e(base)}; 95% CI from a paired "
+    out.append(f"<p class=sub>Paired by instance; base = {e(base)}; difference = this run minus base; 95% CI from a paired "
                f"bootstrap; p-value Holm-adjusted across the rows. Flagged when the CI lies beyond the tolerance "
                f"({num(tolerance, 3)}) on one side and the adjusted p-value is below alpha.</p>")
-    out.append('<table class="comparison"><tr><th>metric</th><th>slice</th><th class=num>paired</th>'
-               f"<th class=num>{e(base)}</th><th class=num>this run</th><th class=num>difference</th><th>95% CI</th>"
-               "<th class=num>p (Holm)</th><th class=num>wins/ties/losses</th><th>better</th><th>flag</th></tr>")
-    for r in rows:
-        cls = "regression" if r["regression"] else "improvement" if r["improvement"] else ""
-        flag = "REGRESSION" if r["regression"] else "improvement" if r["improvement"] else ""
-        ci = "-" if r["ci_low"] is None else f"[{num(r['ci_low'])}, {num(r['ci_high'])}]"
-        out.append(
-            f'<tr class="{cls}"><td>{e(r["metric"])}</td><td>{e(r["slice"])}</td><td class=num>{num(r["n_paired"])}</td>'
-            f'<td class=num>{num(r["base_mean"])}</td><td class=num>{num(r["mean"])}</td>'
-            f'<td class=num>{num(r["mean_difference"])}</td><td>{ci}</td><td class=num>{num(r["p_value_adjusted"])}</td>'
-            f'<td class=num>{num(r["wins"])}/{num(r["ties"])}/{num(r["losses"])}</td><td>{e(r["direction"])}</td>'
-            f'<td class="flag">{flag}</td></tr>')
-    out.append("</table>")
+    # the overall rows and every flagged one in view; the other slices' rows one click away
+    # (<details>: no script needed)
+    main = [r for r in rows if r["slice"] == "overall" or r["regression"] or r["improvement"]]
+    rest = [r for r in rows if not (r["slice"] == "overall" or r["regression"] or r["improvement"])]
+    out.append(_comparison_table(main, base))
+    if rest:
+        out.append(f"<details><summary>the other {len(rest)} slice row(s), none flagged</summary>"
+                   f"{_comparison_table(rest, base)}</details>")
     unpaired = [r for r in rows if r["slice"] == "overall" and (r["only_in_base"] or r["only_in_run"] or r["error_in_either"])]
     for r in unpaired:
         out.append(f"<p class=sub>{e(r['metric'])}: not paired: {num(r['only_in_base'])} only in {e(base)}, "
@@ -205,25 +205,44 @@ def _comparison(data) -> str:
     return "\n".join(out)
 
 
+def _comparison_table(rows: list[dict[str, Any]], base: str) -> str:
+    out = ['<table class="comparison"><tr><th>metric</th><th>slice</th><th class=num>paired</th>'
+           "<th class=num>base mean</th><th class=num>mean</th><th class=num>difference</th><th>95% CI</th>"
+           "<th class=num>p (Holm)</th><th class=num>wins/ties/losses</th><th>better</th><th>flag</th></tr>"]
+    for r in rows:
+        cls = "regression" if r["regression"] else "improvement" if r["improvement"] else ""
+        flag = "REGRESSION" if r["regression"] else "improvement" if r["improvement"] else ""
+        ci = "-" if r["ci_low"] is None else f"[{num(r['ci_low'])}, {num(r['ci_high'])}]"
+        out.append(
+            f'<tr class="{cls}"><td>{e(r["metric"])}</td><td>{e(r["slice"])}</td><td class=num>{num(r["n_paired"])}</td>'
+            f'<td class=num>{num(r["base_mean"])}</td><td class=num>{num(r["mean"])}</td>'
+            f'<td class=num>{num(r["mean_difference"])}</td><td class=nowrap>{ci}</td>'
+            f'<td class=num>{num(r["p_value_adjusted"])}</td>'
+            f'<td class=num>{num(r["wins"])}/{num(r["ties"])}/{num(r["losses"])}</td><td>{e(r["direction"])}</td>'
+            f'<td class="flag">{flag}</td></tr>')
+    out.append("</table>")
+    return "\n".join(out)
+
+
 def _worst(metric: str, worst: list[dict[str, Any]], base: str) -> str:
+    """The instances side by side: a field equal in both runs once across both columns, a
+    field that differs in each run's column, highlighted."""
     out = [f"<h3>{e(metric)}: the instances that got worse most</h3>"]
     if not worst:
         out.append("<p>No paired instance got worse.</p>")
         return "\n".join(out)
-    out.append(f'<table class="side"><tr><th>{e(base)}</th><th>this run</th></tr>')
+    out.append('<table class="side"><colgroup><col class="name"><col><col></colgroup>'
+               f"<tr><th></th><th>base ({e(base)})</th><th>this run</th></tr>")
     for w in worst:
-        out.append(f'<tr><td colspan=2><strong>instance <code>{e(w["instance_id"])}</code></strong>: '
-                   f'{num(w["base_score"])} &rarr; {num(w["score"])}</td></tr>')
+        out.append(f'<tr class="instance"><td colspan=3><strong>instance <code>{e(w["instance_id"])}</code></strong>: '
+                   f'{e(metric)} {num(w["base_score"])} &rarr; {num(w["score"])}</td></tr>')
         b, r = w["base_instance"], w["run_instance"]
-        cells = []
-        for inst, other in ((b, r), (r, b)):
-            parts = []
-            for field in _fields(b, r):
-                value, other_value = inst.get(field), other.get(field)
-                cls = ' class="diff"' if value != other_value else ""
-                parts.append(f'<div class="field">{e(field)}</div><pre{cls}>{e(_clip(value))}</pre>')
-            cells.append("<td>" + "".join(parts) + "</td>")
-        out.append("<tr>" + "".join(cells) + "</tr>")
+        for field in _fields(b, r):
+            if b.get(field) == r.get(field):
+                out.append(f'<tr><td class="field">{e(field)}</td><td colspan=2><pre>{e(_clip(b.get(field)))}</pre></td></tr>')
+            else:
+                out.append(f'<tr><td class="field">{e(field)}</td><td><pre class="diff">{e(_clip(b.get(field)))}</pre></td>'
+                           f'<td><pre class="diff">{e(_clip(r.get(field)))}</pre></td></tr>')
     out.append("</table>")
     return "\n".join(out)
 
