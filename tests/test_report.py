@@ -253,3 +253,48 @@ def test_report_without_matplotlib_names_the_extra(tmp_path):
     assert "Traceback" not in result.stderr and not (tmp_path / "r.html").exists()
     missing = evalbeam("report", "nope", "--parquet", tmp_path, "-o", tmp_path / "r.html", check=False)
     assert missing.returncode == 1 and "no run 'nope'" in missing.stderr
+
+
+def test_report_runs_and_show_from_bigquery(cloud, tmp_path):
+    """The same reader against the BigQuery emulator: the report's SQL (histograms, trend,
+    worst instances) in BigQuery's dialect, the comparison read from the comparisons table."""
+    from tests.emulators.control import BUCKET, PROJECT
+    from transforms.local_cloud import bigquery_client
+
+    dataset = f"{PROJECT}.evals_report"
+    flags = [f"--temp_location=gs://{BUCKET}/tmp"]
+    out = {"bigquery": dataset}
+    evalbeam("run", write_run(tmp_path, "base", cases(False), None, {"output": out}), "--set", "run_id=base",
+             "--set", "run_date=2026-11-20", *flags)
+    evalbeam("run", write_run(tmp_path, "cand", cases(True), None, {"output": out, "compare_with": "previous"}),
+             "--set", "run_id=cand", "--set", "run_date=2026-11-21", *flags)
+
+    def rows(sql):
+        return [dict(r.items()) for r in bigquery_client(PROJECT).query(sql).result()]
+
+    page = tmp_path / "bq.html"
+    made = evalbeam("report", "cand", "--compare", "base", "--bigquery", dataset, "-o", page, *flags)
+    assert "compared" not in made.stdout  # compare_with wrote the comparison: read, not recomputed
+    text = page.read_text(encoding="utf-8")
+    assert_self_contained(text)
+    dom, pixels = render(tmp_path, page)
+    assert_not_blank(pixels)
+    flagged = rows(f"SELECT metric, slice FROM `{dataset}.comparisons` WHERE run_id = 'cand' AND regression")
+    shown = [r for r in dom.xpath("//table[contains(@class, 'comparison')]//tr[td]")]
+    assert [r.get("class") for r in shown[:len(flagged)]] == ["regression"] * len(flagged)
+
+    worse = rows(f"""SELECT b.instance_id FROM `{dataset}.metric_results` b JOIN `{dataset}.metric_results` r
+                     ON b.instance_id = r.instance_id AND b.metric = r.metric
+                     WHERE b.run_id = 'base' AND r.run_id = 'cand' AND b.metric = 'exact_match' AND b.score > r.score
+                     ORDER BY b.instance_id LIMIT 5""")
+    [section] = [h for h in dom.xpath("//section[@id='comparison']/h3") if h.text_content().startswith("exact_match")]
+    assert [c.text_content() for c in section.getnext().xpath(".//strong/code")] == [w["instance_id"] for w in worse]
+    metrics_text = dom.xpath("string(//section[@id='metrics'])")
+    assert "trend over the eval's last 2 run(s)" in metrics_text and "score distribution" in metrics_text
+
+    listed = evalbeam("runs", "--bigquery", dataset, "--eval", "cmp-eval", "--last", "1").stdout.splitlines()
+    assert len(listed) == 3 and listed[2].startswith("cand ")
+    assert "vs base: REGRESSED exact_match, latency_in_seconds, rouge_1" in listed[2]
+    shown = json.loads(evalbeam("show", "cand", "--bigquery", dataset, "--json").stdout)
+    assert shown["counts"]["read_count"] == len(cases(True)) and shown["judge"] is None
+    assert shown["results"] == f"BigQuery {dataset}"
