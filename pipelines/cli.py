@@ -297,7 +297,11 @@ def _report(args, beam_args: list[str]) -> int:
     except (ConfigError, ResultsError, CompareError) as e:
         print(f"evalbeam: {e}", file=sys.stderr)
         return 2
-    Path(args.output).write_text(page, encoding="utf-8")
+    try:
+        Path(args.output).write_text(page, encoding="utf-8")
+    except OSError as e:
+        print(f"evalbeam: cannot write the report to {args.output}: {e.strerror or e}", file=sys.stderr)
+        return 2
     print(f"wrote {args.output} ({len(page.encode('utf-8')) // 1024} KiB)")
     return 0
 

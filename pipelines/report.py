@@ -49,10 +49,18 @@ class ParquetResults:
     def __init__(self, output: str):
         self.output = output
         self.location = output
+        self._tables: dict[tuple[str, str], pa.Table] = {}
         if FileSystems.get_scheme(output) is None and not os.path.isdir(output):
             raise ResultsError(f"no results folder {output!r}")
 
     def _read(self, pattern: str, table: str) -> pa.Table:
+        # read once per command: `runs` joins the runs tables twice more (means, flags)
+        key = (pattern, table)
+        if key not in self._tables:
+            self._tables[key] = self._read_files(pattern, table)
+        return self._tables[key]
+
+    def _read_files(self, pattern: str, table: str) -> pa.Table:
         paths = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
         tables = []
         for path in paths:

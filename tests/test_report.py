@@ -93,6 +93,7 @@ def test_report_with_a_planted_regression_renders_in_chromium(tmp_path):
     again = evalbeam("report", "cand", "--compare", "base", "--parquet", out, "-o", tmp_path / "again.html")
     assert "compared" not in again.stdout  # read from the comparisons table this time
     text = page.read_text(encoding="utf-8")
+    assert (tmp_path / "again.html").read_text(encoding="utf-8") == text  # deterministic, charts included
     assert_self_contained(text)
 
     dom, pixels = render(tmp_path, page)
