@@ -13,9 +13,10 @@ import re
 from typing import Any
 
 from pipelines import report_charts as charts
+from pipelines.compare import flagged_first
 
-CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
-       "form-action 'none'")
+# Inline styles only (Matplotlib's SVG carries style attributes); nothing else from anywhere.
+CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 FIELD_CHARS = 1200
 
 STYLE = """
@@ -161,14 +162,8 @@ def _time(value) -> str:
     return e(f"{value:%Y-%m-%d %H:%M:%S}") if hasattr(value, "strftime") else e(value)
 
 
-def comparison_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    from pipelines.compare import flagged_first
-
-    return flagged_first(rows)
-
-
 def _comparison(data) -> str:
-    rows = comparison_order(data["comparisons"])
+    rows = flagged_first(data["comparisons"])
     base = data["base_run_id"]
     regressed = [r for r in rows if r["regression"]]
     improved = [r for r in rows if r["improvement"]]
@@ -191,10 +186,10 @@ def _comparison(data) -> str:
     # (<details>: no script needed)
     main = [r for r in rows if r["slice"] == "overall" or r["regression"] or r["improvement"]]
     rest = [r for r in rows if not (r["slice"] == "overall" or r["regression"] or r["improvement"])]
-    out.append(_comparison_table(main, base))
+    out.append(_comparison_table(main))
     if rest:
         out.append(f"<details><summary>the other {len(rest)} slice row(s), none flagged</summary>"
-                   f"{_comparison_table(rest, base)}</details>")
+                   f"{_comparison_table(rest)}</details>")
     unpaired = [r for r in rows if r["slice"] == "overall" and (r["only_in_base"] or r["only_in_run"] or r["error_in_either"])]
     for r in unpaired:
         out.append(f"<p class=sub>{e(r['metric'])}: not paired: {num(r['only_in_base'])} only in {e(base)}, "
@@ -205,7 +200,7 @@ def _comparison(data) -> str:
     return "\n".join(out)
 
 
-def _comparison_table(rows: list[dict[str, Any]], base: str) -> str:
+def _comparison_table(rows: list[dict[str, Any]]) -> str:
     out = ['<table class="comparison"><tr><th>metric</th><th>slice</th><th class=num>paired</th>'
            "<th class=num>base mean</th><th class=num>mean</th><th class=num>difference</th><th>95% CI</th>"
            "<th class=num>p (Holm)</th><th class=num>wins/ties/losses</th><th>better</th><th>flag</th></tr>"]

@@ -36,8 +36,11 @@ def render(tmp_path, page, height=2400):
     """The report as Chromium shows it: (its DOM after rendering, its screenshot as RGB pixels)."""
     shot = tmp_path / f"{page.stem}.png"
     chromium(tmp_path, f"--screenshot={shot}", f"--window-size=1280,{height}", page.as_uri())
-    dom = chromium(tmp_path, "--dump-dom", page.as_uri()).stdout
-    return lxml.html.fromstring(dom), np.asarray(Image.open(shot).convert("RGB"))
+    loaded = chromium(tmp_path, "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri())
+    # the page's console: nothing refused by its Content-Security-Policy (its own styles
+    # included), nothing that failed to load
+    assert "CONSOLE" not in loaded.stderr and "Content Security Policy" not in loaded.stderr, loaded.stderr[-3000:]
+    return lxml.html.fromstring(loaded.stdout), np.asarray(Image.open(shot).convert("RGB"))
 
 
 def assert_not_blank(pixels):
