@@ -358,14 +358,17 @@ def format_judge(judge: dict[str, Any]) -> list[str]:
     return lines
 
 
-_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+_FIELD_PREFIX = re.compile(r"^field '[^']*'(?: \(column '[^']*'\))?: ")
+_GOT_VALUE = re.compile(r"\bgot ('[^']*'|\"[^\"]*\")")
 _NUMBER = re.compile(r"\d+")
 
 
 def reason_kind(reason: str) -> str:
-    """A dead letter's reason without its particulars (quoted values, numbers), so that
-    `must be a number, got 'slow'` and `..., got 'fast'` count as one reason."""
-    return _NUMBER.sub("N", _QUOTED.sub("'...'", " ".join(str(reason).split())))
+    """A dead letter's reason without its particulars, so that `must be a number, got 'slow'`
+    and `..., got 'fast'` count as one: the field (shown beside it) and the value it got
+    taken out, numbers (columns, lines) as N."""
+    text = _FIELD_PREFIX.sub("", " ".join(str(reason).split()))
+    return _NUMBER.sub("N", _GOT_VALUE.sub("got '...'", text))
 
 
 def dead_letter_reasons(results, run_id: str) -> list[dict[str, Any]]:
