@@ -25,7 +25,7 @@ from transforms.local_cloud import bigquery_client
 from transforms.schema import arrow_schema
 
 RUNS_SQL = """
-SELECT run_id, name, run_date, started_at, finished_at, read_count, scored_count, dead_letter_count, metric_error_count
+SELECT run_id, name, run_date, started_at, finished_at, read_count, scored_count, dead_letter_count, metric_error_count, config
 FROM {runs} {where} ORDER BY started_at DESC"""
 SUMMARY_SQL = """
 SELECT metric, slice, valid_count, error_count, mean, std, ci_low, ci_high, pass_rate
@@ -253,7 +253,7 @@ HEADLINE_METRICS = 3
 
 def runs_report(results, eval_name: str | None, last: int | None = None) -> str:
     """The last runs (of an eval), newest first, with the overall means of their first
-    metrics and the flags of their comparisons (when they were compared)."""
+    metrics (in the config's order) and the flags of their comparisons (when they were compared)."""
     rows = results.runs(eval_name)[:last] if last else results.runs(eval_name)
     if not rows:
         return f"no runs{f' of eval {eval_name!r}' if eval_name else ''} in {results.location}"
@@ -263,13 +263,28 @@ def runs_report(results, eval_name: str | None, last: int | None = None) -> str:
     lines = []
     for r in rows:
         m = means.get(r["run_id"], {})
-        shown = sorted(m)[:HEADLINE_METRICS]
+        shown = [k for k in dict.fromkeys([*configured_metrics(r.get("config")), *sorted(m)]) if k in m][:HEADLINE_METRICS]
         headline = ", ".join(f"{k} {_fmt(m[k]['mean'], 3)}" for k in shown) + (f" (+{len(m) - len(shown)})" if len(m) > len(shown) else "")
         lines.append((r["run_id"], r["name"], str(r["run_date"]), f"{r['started_at']:%Y-%m-%d %H:%M:%S}", str(r["read_count"]),
                       str(r["scored_count"]), str(r["dead_letter_count"]), str(r["metric_error_count"]),
                       headline or "-", format_flags(flags.get(r["run_id"], []))))
     return format_table(("run_id", "eval", "run date", "started (UTC)", "read", "scored", "dead-lettered", "metric errors",
                          "means (overall)", "compared"), lines)
+
+
+def configured_metrics(config_text: str | None) -> list[str]:
+    """The output names of a run's metrics in the order its config lists them (the headline first)."""
+    try:
+        metrics = json.loads(config_text or "{}").get("metrics") or []
+    except (ValueError, AttributeError):
+        return []
+    names = []
+    for m in metrics:
+        if isinstance(m, str):
+            names.append(m)
+        elif isinstance(m, dict) and (m.get("as") or m.get("name")):
+            names.append(m.get("as") or m["name"])
+    return names
 
 
 def format_flags(pairs: list[dict[str, Any]]) -> str:
