@@ -254,7 +254,7 @@ HEADLINE_METRICS = 3
 def runs_report(results, eval_name: str | None, last: int | None = None) -> str:
     """The last runs (of an eval), newest first, with the overall means of their first
     metrics (in the config's order) and the flags of their comparisons (when they were compared)."""
-    rows = results.runs(eval_name)[:last] if last else results.runs(eval_name)
+    rows = results.runs(eval_name)[:last]  # last None: all
     if not rows:
         return f"no runs{f' of eval {eval_name!r}' if eval_name else ''} in {results.location}"
     ids = {r["run_id"] for r in rows}
