@@ -54,8 +54,15 @@ $(AIRFLOW_STAMP): tests/airflow_env/requirements.lock
 
 airflow: $(AIRFLOW_STAMP)
 
+# Headless Chromium (Debian's package), in which tests/test_report.py renders `evalbeam report`.
+BROWSER_STAMP := .browser/.installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+$(BROWSER_STAMP):
+	command -v chromium >/dev/null || { $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
+	mkdir -p .browser && touch $(BROWSER_STAMP)
+
 # The tests start their own emulators on free ports.
-test: $(STAMP) $(EMULATORS_STAMP) $(PUNKT_REFERENCE) $(AIRFLOW_STAMP)
+test: $(STAMP) $(EMULATORS_STAMP) $(PUNKT_REFERENCE) $(AIRFLOW_STAMP) $(BROWSER_STAMP)
 	$(BIN)/python -m pytest -q tests
 
 bench: $(STAMP)
@@ -86,4 +93,4 @@ schedule-nightly: $(STAMP)
 	  --headers=Content-Type=application/json --message-body-from-file=.nightly-launch.json
 
 clean:
-	rm -rf $(VENV) $(EMULATORS) $(AIRFLOW) output .pytest_cache
+	rm -rf $(VENV) $(EMULATORS) $(AIRFLOW) .browser output .pytest_cache

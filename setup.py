@@ -38,6 +38,7 @@ setuptools.setup(
     # configs/judge_metrics.yaml), and the demo configs with their data.
     package_data={"configs": ["*.yaml", "data/*"]},
     install_requires=REQUIRES,
-    extras_require={"test": ["pytest==9.2.0"]},
+    # `report`: the charts of `evalbeam report` (static SVG, pipelines/report_charts.py).
+    extras_require={"test": ["pytest==9.2.0"], "report": ["matplotlib==3.11.2"]},
     entry_points={"console_scripts": ["evalbeam = pipelines.cli:main"]},
 )

@@ -4,8 +4,9 @@
     evalbeam validate CONFIG [--set ...]
     evalbeam plan CONFIG [--set ...] [--json]
     evalbeam metrics
-    evalbeam runs [--eval NAME] [--config CONFIG | --parquet DIR | --bigquery PROJECT.DATASET]
-    evalbeam show RUN_ID [--config CONFIG | --parquet DIR | --bigquery PROJECT.DATASET]
+    evalbeam runs [--eval NAME] [--last N] [--config CONFIG | --parquet DIR | --bigquery PROJECT.DATASET]
+    evalbeam show RUN_ID [--json] [--config CONFIG | --parquet DIR | --bigquery PROJECT.DATASET]
+    evalbeam report RUN_ID [--compare BASE_RUN_ID] [-o report.html] [--config C | --parquet DIR | --bigquery P.D]
     evalbeam compare BASE_RUN_ID RUN_ID [RUN_ID ...] [--tolerance T] [--config C | --parquet DIR | --bigquery P.D]
 
 Arguments `run` does not know go to Beam's PipelineOptions unchanged, so the
@@ -47,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("metrics", help="list every metric")
     runs = sub.add_parser("runs", help="list runs, newest first", allow_abbrev=False)
     runs.add_argument("--eval", help="only the runs of this eval (config name)")
+    runs.add_argument("--last", type=_positive, metavar="N", help="only the last N runs (default: all)")
     _results_args(runs)
     compare = sub.add_parser(
         "compare", allow_abbrev=False,
@@ -60,8 +62,25 @@ def _parser() -> argparse.ArgumentParser:
     _results_args(compare)
     show = sub.add_parser("show", help="print a run's summary", allow_abbrev=False)
     show.add_argument("run_id")
+    show.add_argument("--json", action="store_true", help="print it as JSON, for scripts")
     _results_args(show)
+    report = sub.add_parser(
+        "report", allow_abbrev=False,
+        help="write a run's report as one self-contained HTML file (needs the 'report' extra: Matplotlib)")
+    report.add_argument("run_id")
+    report.add_argument("--compare", metavar="BASE_RUN_ID",
+                        help="add the comparison with this run (computed and written as `evalbeam compare` "
+                             "does when the comparisons table does not hold it yet; extra arguments go to Beam)")
+    report.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default report.html)")
+    _results_args(report)
     return parser
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
 
 
 def _results_args(parser: argparse.ArgumentParser) -> None:
@@ -147,18 +166,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "metrics":
         print(_metrics_table())
         return 0
-    if args.command not in ("run", "compare") and beam_args:
+    beam_commands = ("run", "compare", "report")
+    if args.command not in beam_commands and beam_args:
         _parser().error(f"unrecognized arguments: {' '.join(beam_args)}")
-    if args.command in ("run", "compare") and (unknown := _unknown_beam_args(beam_args)):
+    if args.command in beam_commands and (unknown := _unknown_beam_args(beam_args)):
         _parser().error(f"unrecognized arguments (neither evalbeam's nor Beam's): {' '.join(unknown)}")
     from pipelines import evaluate
     from pipelines.report import ResultsError, results_for, run_problems, run_report, runs_report
 
     if args.command == "compare":
         return _compare(args, beam_args)
+    if args.command == "report":
+        return _report(args, beam_args)
     try:
         if args.command == "runs":
-            print(runs_report(_results(args), args.eval))
+            print(runs_report(_results(args), args.eval, args.last))
             return 0
         if args.command == "show":
             results = _results(args)
@@ -166,7 +188,12 @@ def main(argv: list[str] | None = None) -> int:
             if not tables["runs"]:
                 print(f"evalbeam: no run {args.run_id!r} in {results.location}", file=sys.stderr)
                 return 1
-            print(run_report(results, args.run_id, tables))
+            if args.json:
+                from pipelines.report import show_data, to_json
+
+                print(to_json(show_data(results, args.run_id, tables)))
+            else:
+                print(run_report(results, args.run_id, tables))
             return 0
         config = load_config(args.config, args.overrides)
         if args.command == "validate":
@@ -248,6 +275,50 @@ def _compare(args, beam_args: list[str]) -> int:
     regressed = [r for r in rows if r["regression"]]
     print(f"\n{len(regressed)} regression(s) flagged; comparisons written to {results.location}")
     return 1 if regressed else 0
+
+
+def _report(args, beam_args: list[str]) -> int:
+    from pipelines import report_charts
+    from pipelines.compare import CompareError
+    from pipelines.report import ResultsError, comparison_rows, report_data
+
+    try:
+        report_charts.require()  # before reading anything: say what to install
+    except report_charts.ChartsUnavailable as e:
+        print(f"evalbeam: {e}", file=sys.stderr)
+        return 2
+    from pipelines.report_html import render
+
+    logging.getLogger().setLevel(logging.WARNING)
+    try:
+        results = _results(args)
+        if not results.run_tables(args.run_id)["runs"]:
+            print(f"evalbeam: no run {args.run_id!r} in {results.location}", file=sys.stderr)
+            return 1
+        comparisons = None
+        if args.compare:
+            options = PipelineOptions(beam_args)
+            _check_runner(options)
+            if options.view_as(StandardOptions).runner not in evaluate_local_runners():
+                options = PipelineOptions(_with_setup_file(beam_args))
+            also_parquet = None
+            if args.config:
+                config = load_config(args.config)
+                also_parquet = config.output.parquet if config.output.bigquery else None
+            comparisons, computed = comparison_rows(results, args.compare, args.run_id, options, also_parquet)
+            if computed:
+                print(f"compared {args.run_id} with {args.compare}; comparisons written to {results.location}")
+        page = render(report_data(results, args.run_id, args.compare, comparisons))
+    except (ConfigError, ResultsError, CompareError) as e:
+        print(f"evalbeam: {e}", file=sys.stderr)
+        return 2
+    try:
+        Path(args.output).write_text(page, encoding="utf-8")
+    except OSError as e:
+        print(f"evalbeam: cannot write the report to {args.output}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.output} ({len(page.encode('utf-8')) // 1024} KiB)")
+    return 0
 
 
 def evaluate_local_runners():

@@ -273,10 +273,8 @@ def format_comparison(rows: list[dict[str, Any]], brief: bool = False) -> str:
 
     if brief:
         rows = [r for r in rows if r["slice"] == "overall" or r["regression"] or r["improvement"]]
-    ordered = sorted(rows, key=lambda r: (r["run_id"], not r["regression"], not r["improvement"], r["metric"],
-                                          r["slice"] != "overall", r["slice"]))
     lines = []
-    for r in ordered:
+    for r in flagged_first(rows):
         ci = "-" if r["ci_low"] is None else f"[{_fmt(r['ci_low'], 4)}, {_fmt(r['ci_high'], 4)}]"
         flag = "REGRESSION" if r["regression"] else "improvement" if r["improvement"] else ""
         lines.append((r["run_id"], r["metric"], r["slice"], str(r["n_paired"]), _fmt(r["base_mean"]), _fmt(r["mean"]),
@@ -284,6 +282,12 @@ def format_comparison(rows: list[dict[str, Any]], brief: bool = False) -> str:
                       f"{r['wins']}/{r['ties']}/{r['losses']}", flag))
     return format_table(("run", "metric", "slice", "paired", "base", "run mean", "difference", "95% CI",
                          "p (Holm)", "W/T/L", "flag"), lines)
+
+
+def flagged_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Comparison rows per run: regressions first, then improvements, then by metric (overall first)."""
+    return sorted(rows, key=lambda r: (r["run_id"], not r["regression"], not r["improvement"], r["metric"],
+                                       r["slice"] != "overall", r["slice"]))
 
 
 def unpaired_note(rows: list[dict[str, Any]]) -> list[str]:

@@ -1,0 +1,214 @@
+"""The charts of `evalbeam report`: static SVG drawn by Matplotlib, inlined in the HTML.
+
+Why static SVG from Matplotlib rather than Vega-Lite (Altair) or Plotly: the report must open
+offline, from an email attachment or a bucket, in viewers that run no script, and its
+Content-Security-Policy allows none. Vega-Lite and Plotly draw in the browser with JavaScript
+(megabytes of it inlined per file); an SVG is the drawing itself, needs nothing to render,
+scales sharply and prints. Matplotlib, the well-kept plotting library, writes it here once.
+
+Output is deterministic: the Agg backend, a fixed `svg.hashsalt` (the ids of clip paths), no
+date in the metadata, and text kept as SVG text (`svg.fonttype: none`: searchable, small, drawn
+in the reader's sans-serif font).
+
+Matplotlib is the optional extra `report` (pip install 'evalbeam[report]'); without it,
+`evalbeam report` says so and nothing else needs it.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+import re
+from typing import Any
+
+EXTRA_MESSAGE = ("evalbeam report draws its charts with Matplotlib, which is not installed: "
+                 "install the 'report' extra (pip install 'evalbeam[report]')")
+
+RC = {
+    "svg.hashsalt": "evalbeam-report",
+    "svg.fonttype": "none",
+    "text.parse_math": False,  # a slice value with $ in it is text, not math
+    "font.family": "sans-serif",
+    "font.size": 8.5,
+    "axes.titlesize": 9.5,
+    "axes.titleweight": "bold",
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.edgecolor": "#888888",
+    "axes.grid": True,
+    "grid.color": "#e4e4e4",
+    "grid.linewidth": 0.6,
+    "xtick.color": "#444444",
+    "ytick.color": "#444444",
+}
+BLUE, RED, GREEN, GREY = "#2f6db3", "#c0392b", "#2e8b57", "#9a9a9a"
+MAX_SLICES = 14
+
+
+class ChartsUnavailable(RuntimeError):
+    """Matplotlib (the `report` extra) is not installed."""
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise ChartsUnavailable(EXTRA_MESSAGE) from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return matplotlib, plt
+
+
+def require() -> None:
+    """Fail early, before any results are read, when the extra is missing."""
+    _pyplot()
+
+
+@contextlib.contextmanager
+def _figure(width: float, height: float, ncols: int = 1):
+    matplotlib, plt = _pyplot()
+    with matplotlib.rc_context(RC):
+        fig, axes = plt.subplots(1, ncols, figsize=(width, height), squeeze=False)
+        try:
+            yield fig, list(axes[0])
+        finally:
+            plt.close(fig)
+
+
+_XML_PROLOGUE = re.compile(r"^.*?(?=<svg)", re.S)
+_METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.S)
+
+
+def _svg(fig) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", pad_inches=0.04,
+                metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+    # inlined in HTML: no XML declaration or DOCTYPE, and no RDF metadata (it names web URIs)
+    return _METADATA.sub("", _XML_PROLOGUE.sub("", buf.getvalue(), count=1)).strip()
+
+
+def _finite(*values) -> bool:
+    return all(v is not None and isinstance(v, (int, float)) and math.isfinite(v) for v in values)
+
+
+def _limits(score_range, values: list[float]) -> tuple[float, float] | None:
+    values = [v for v in values if _finite(v)]
+    if score_range:
+        lo, hi = score_range
+        lo, hi = min([lo, *values]), max([hi, *values])
+    elif values:
+        lo, hi = min(0.0, min(values)), max(values)
+    else:
+        return None
+    pad = (hi - lo) * 0.04 or 0.5
+    return lo - pad, hi + pad
+
+
+def whisker(mean, ci_low, ci_high, score_range) -> str:
+    """A small mean-with-CI mark for the summary table, on the metric's score range."""
+    limits = _limits(score_range, [mean, ci_low, ci_high])
+    with _figure(2.1, 0.3) as (fig, [ax]):
+        ax.grid(False)
+        for side in ("left", "bottom"):
+            ax.spines[side].set_visible(False)
+        ax.set_yticks([])
+        ax.set_ylim(-1, 1)
+        if limits:
+            ax.set_xlim(*limits)
+            ax.axhline(0, color="#dddddd", linewidth=3, zorder=0, solid_capstyle="butt")
+        if _finite(ci_low, ci_high):
+            ax.plot([ci_low, ci_high], [0, 0], color=BLUE, linewidth=1.6)
+            ax.plot([ci_low, ci_low], [-0.5, 0.5], color=BLUE, linewidth=1.2)
+            ax.plot([ci_high, ci_high], [-0.5, 0.5], color=BLUE, linewidth=1.2)
+        if _finite(mean):
+            ax.plot([mean], [0], "o", color=BLUE, markersize=4.5)
+        ax.tick_params(axis="x", labelsize=6.5, length=2, pad=1)
+        ax.locator_params(axis="x", nbins=3)
+        return _svg(fig)
+
+
+def metric_panel(metric: str, slices: list[dict[str, Any]], histogram: dict[str, Any] | None,
+                 trend: list[dict[str, Any]], info: dict[str, Any], run_id: str) -> str:
+    """One metric: mean and CI per slice | distribution of the scores | trend over the eval's runs."""
+    score_range = info.get("range")
+    with _figure(10.5, 2.7, ncols=3) as (fig, (by_slice, dist, over_time)):
+        _by_slice(by_slice, slices, score_range, info.get("threshold"))
+        _distribution(dist, histogram, score_range)
+        _trend(over_time, trend, score_range, run_id)
+        fig.tight_layout(w_pad=2.2)
+        return _svg(fig)
+
+
+def _by_slice(ax, slices, score_range, threshold) -> None:
+    shown = slices[:1] + sorted(slices[1:], key=lambda s: -(s["valid_count"] or 0))[:MAX_SLICES - 1]
+    hidden = len(slices) - len(shown)
+    shown = shown[:1] + sorted(shown[1:], key=lambda s: s["slice"])
+    ax.set_title("mean and 95% CI by slice" + (f" ({hidden} smaller slices not shown)" if hidden else ""), loc="left")
+    labels = []
+    for y, s in enumerate(shown):
+        color = BLUE if s["slice"] == "overall" else "#555555"
+        if _finite(s["ci_low"], s["ci_high"]):
+            ax.plot([s["ci_low"], s["ci_high"]], [y, y], color=color, linewidth=1.6)
+        if _finite(s["mean"]):
+            ax.plot([s["mean"]], [y], "o", color=color, markersize=5)
+        label = s["slice"] if len(s["slice"]) <= 28 else s["slice"][:27] + "…"
+        labels.append(f"{label} (n={s['valid_count']})")
+    ax.set_yticks(range(len(shown)), labels)
+    ax.set_ylim(len(shown) - 0.5, -0.5)
+    ax.grid(axis="y", visible=False)
+    limits = _limits(score_range, [v for s in shown for v in (s["mean"], s["ci_low"], s["ci_high"])])
+    if limits:
+        ax.set_xlim(*limits)
+    if _finite(threshold):
+        ax.axvline(threshold, color=GREY, linestyle="--", linewidth=0.9, label=f"threshold {threshold:g}")
+        ax.legend(loc="lower right", fontsize=7, frameon=False)
+
+
+def _distribution(ax, histogram, score_range) -> None:
+    ax.set_title("score distribution", loc="left")
+    if not histogram or not histogram["buckets"]:
+        ax.text(0.5, 0.5, "no valid score", ha="center", va="center", transform=ax.transAxes, color=GREY)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return
+    from matplotlib.ticker import MaxNLocator
+
+    buckets = histogram["buckets"]
+    if histogram["discrete"]:
+        values = [b[0] for b in buckets]
+        gaps = [b - a for a, b in zip(values, values[1:])]
+        width = 0.6 * min(gaps) if gaps else 0.6 * (abs(values[0]) or 1.0)
+        ax.bar(values, [b[2] for b in buckets], width=width, color=BLUE)
+        if len(values) <= 8:
+            ax.set_xticks(values, [f"{v:g}" for v in values])
+    else:
+        ax.bar([b[0] for b in buckets], [b[2] for b in buckets], width=[b[1] for b in buckets], align="edge",
+               color=BLUE, edgecolor="white", linewidth=0.4)
+    ax.set_ylabel("instances")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(axis="x", visible=False)
+
+
+def _trend(ax, trend, score_range, run_id) -> None:
+    ax.set_title(f"trend over the eval's last {len(trend)} run(s)" if trend else "trend", loc="left")
+    if not trend:
+        ax.text(0.5, 0.5, "no summary", ha="center", va="center", transform=ax.transAxes, color=GREY)
+        return
+    xs = list(range(len(trend)))
+    means = [t["mean"] if _finite(t["mean"]) else math.nan for t in trend]
+    lows = [t["ci_low"] if _finite(t["ci_low"]) else m for t, m in zip(trend, means)]
+    highs = [t["ci_high"] if _finite(t["ci_high"]) else m for t, m in zip(trend, means)]
+    ax.fill_between(xs, lows, highs, color=BLUE, alpha=0.18, linewidth=0, label="95% CI")
+    ax.plot(xs, means, "-o", color=BLUE, markersize=3.5, linewidth=1.3, label="mean")
+    current = [i for i, t in enumerate(trend) if t["run_id"] == run_id]
+    if current:
+        ax.plot([current[-1]], [means[current[-1]]], "o", color=RED, markersize=6, zorder=5, label="this run")
+    step = max(1, math.ceil(len(trend) / 6))
+    ticks = xs[::step]
+    ax.set_xticks(ticks, [str(trend[i]["run_date"]) for i in ticks], rotation=20, ha="right")
+    ax.set_xlim(-0.5, len(trend) - 0.5)
+    limits = _limits(score_range, lows + highs)
+    if limits:
+        ax.set_ylim(*limits)
+    ax.legend(loc="best", fontsize=7, frameon=False)

@@ -1,0 +1,339 @@
+"""`evalbeam report`: one self-contained HTML file from the data pipelines.report reads.
+
+Self-contained: the styles are inline, the charts inline SVG (pipelines.report_charts), and
+nothing is fetched from anywhere. A Content-Security-Policy meta tag makes that a rule the
+browser enforces: no script, no connection, no image, font or stylesheet from outside. Every
+string from the results (names, slices, reasons, instance fields) is HTML-escaped.
+"""
+from __future__ import annotations
+
+import html
+import math
+import re
+from typing import Any
+
+from pipelines import report_charts as charts
+from pipelines.compare import flagged_first
+
+# Inline styles only (Matplotlib's SVG carries style attributes); nothing else from anywhere.
+CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+FIELD_CHARS = 1200
+
+STYLE = """
+:root { color-scheme: light; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif;
+       color: #1d1d1f; margin: 0 auto; padding: 24px 28px 48px; max-width: 1180px; background: #fff; }
+h1 { font-size: 22px; margin: 0 0 4px; }
+h2 { font-size: 18px; margin: 32px 0 10px; padding-bottom: 4px; border-bottom: 2px solid #e6e6e6; }
+h3 { font-size: 15px; margin: 22px 0 6px; }
+.sub { color: #555; margin: 0 0 14px; }
+code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12.5px; }
+table { border-collapse: collapse; margin: 6px 0 10px; }
+th, td { text-align: left; padding: 4px 9px 4px 0; border-bottom: 1px solid #eee; vertical-align: top; }
+table.comparison { font-size: 13px; }
+th { font-weight: 600; color: #333; border-bottom: 1px solid #ccc; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.nowrap { white-space: nowrap; }
+details { margin: 4px 0 12px; }
+summary { color: #2f6db3; }
+.facts td:first-child { color: #555; padding-right: 18px; }
+.ok { color: #2e7d32; font-weight: 600; }
+.bad { color: #b3261e; font-weight: 600; }
+.problems { background: #fdecea; border: 1px solid #f3b8b3; padding: 8px 14px; border-radius: 4px; }
+.verdict { font-size: 16px; padding: 8px 14px; border-radius: 4px; display: inline-block; margin: 4px 0 8px; }
+.verdict.bad { background: #fdecea; border: 1px solid #f3b8b3; }
+.verdict.ok { background: #e8f5e9; border: 1px solid #b7dfb9; }
+tr.regression td { background: #fdecea; }
+tr.regression td.flag { color: #b3261e; font-weight: 700; }
+tr.improvement td { background: #e8f5e9; }
+tr.improvement td.flag { color: #2e7d32; font-weight: 700; }
+svg { max-width: 100%; height: auto; }
+td.whisker { padding: 0 10px 0 0; vertical-align: middle; }
+pre { white-space: pre-wrap; word-break: break-word; margin: 0; max-height: 16em; overflow: auto;
+      font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 12px; }
+table.side { width: 100%; table-layout: fixed; }
+table.side col.name { width: 150px; }
+table.side td { border-bottom: none; padding: 2px 10px 2px 0; }
+table.side tr.instance td { padding-top: 12px; border-bottom: 1px solid #ddd; }
+td.field { color: #666; font-size: 12px; }
+.diff { background: #fff7d6; }
+nav a { margin-right: 14px; }
+footer { margin-top: 40px; color: #777; font-size: 12px; }
+"""
+
+
+def e(value: Any) -> str:
+    """Any value as escaped HTML text."""
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def num(value: Any, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return e(value)
+
+
+def anchor(metric: str) -> str:
+    return "metric-" + re.sub(r"[^A-Za-z0-9_-]", "-", metric)
+
+
+def render(data: dict[str, Any]) -> str:
+    title = f"evalbeam report: {data['name']} {data['run_id']}"
+    body = [
+        f"<h1>{e(data['name'])} <span class=sub>run {e(data['run_id'])}</span></h1>",
+        _nav(data),
+        _header(data),
+    ]
+    if data["base_run_id"]:
+        body.append(_comparison(data))
+    body += [_summary(data), _metric_sections(data), _metric_errors(data), _dead_letters(data),
+             f"<footer>Read from {e(data['results'])} by evalbeam {e(data['evalbeam_version'])}. "
+             "Self-contained: this file loads nothing from the network.</footer>"]
+    return "\n".join([
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{e(title)}</title>",
+        f"<style>{STYLE}</style>",
+        "</head>",
+        "<body>",
+        *body,
+        "</body>",
+        "</html>",
+        "",
+    ])
+
+
+def _nav(data) -> str:
+    links = [("#run", "Run")]
+    if data["base_run_id"]:
+        links.append(("#comparison", "Comparison"))
+    links += [("#summary", "Summary"), ("#metrics", "Metrics"), ("#metric-errors", "Metric errors"),
+              ("#dead-letters", "Dead letters")]
+    return "<nav>" + "".join(f'<a href="{h}">{e(t)}</a>' for h, t in links) + "</nav>"
+
+
+def _header(data) -> str:
+    c = data["counts"]
+    reconciles = (f'<span class="ok">reconciles</span>' if data["reconciles"]
+                  else '<span class="bad">DOES NOT RECONCILE</span>')
+    rows = [
+        ("eval", e(data["name"])),
+        ("run_id", f"<code>{e(data['run_id'])}</code>"),
+        ("run date", e(data["run_date"])),
+        ("started / finished (UTC)", f"{_time(data['started_at'])} / {_time(data['finished_at'])}"),
+        ("config digest", f"<code>{e(data['config_digest'])}</code> (sha256 of the config as run)"),
+        ("records", f"read {num(c['read_count'])} = scored {num(c['scored_count'])} + dead-lettered "
+                    f"{num(c['dead_letter_count'])}: {reconciles}"),
+    ]
+    if c.get("lines_read") is not None:
+        rows.append(("source lines", f"{num(c['lines_read'])} = {num(c['lines_scored'])} scored + "
+                                     f"{num(c['lines_dead_lettered'])} dead-lettered + {num(c['lines_skipped'])} holding no record"))
+    rows.append(("metric errors", num(c["metric_error_count"])))
+    judge = data["judge"]
+    if judge:
+        cost = ("no price in judge.prices" if judge["estimated_cost_usd"] is None
+                else f"${judge['estimated_cost_usd']:.4f} (estimated)")
+        rows += [
+            ("judge calls", f"{num(judge['calls'])} calls for {num(judge['requests'])} judgments needed "
+                            f"({num(judge['cache_hits'])} from the cache, {num(judge['rate_limited'])} rate-limited, "
+                            f"{num(judge['failures'])} failed)"),
+            ("judge tokens", f"{num(judge['prompt_tokens'])} prompt + {num(judge['output_tokens'])} output"),
+            ("judge cost", e(cost)),
+        ]
+    else:
+        rows.append(("judge calls", "none (no judge metric)"))
+    out = ['<section id="run"><h2>Run</h2><table class="facts">']
+    out += [f"<tr><td>{e(k)}</td><td>{v}</td></tr>" for k, v in rows]
+    out.append("</table>")
+    if data["problems"]:
+        out.append('<div class="problems"><strong>Problems</strong><ul>'
+                   + "".join(f"<li>{e(p)}</li>" for p in data["problems"]) + "</ul></div>")
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _time(value) -> str:
+    return e(f"{value:%Y-%m-%d %H:%M:%S}") if hasattr(value, "strftime") else e(value)
+
+
+def _comparison(data) -> str:
+    rows = flagged_first(data["comparisons"])
+    base = data["base_run_id"]
+    regressed = [r for r in rows if r["regression"]]
+    improved = [r for r in rows if r["improvement"]]
+    out = [f'<section id="comparison"><h2>Compared with {e(base)}</h2>']
+    if not rows:
+        out.append("<p>No metric could be compared.</p></section>")
+        return "\n".join(out)
+    if regressed:
+        names = ", ".join(sorted({r["metric"] for r in regressed}))
+        out.append(f'<p class="verdict bad">{len(regressed)} regression(s) flagged: {e(names)}</p>')
+    else:
+        out.append('<p class="verdict ok">No regression flagged.</p>')
+    if improved:
+        out.append(f"<p>{len(improved)} improvement(s) flagged: {e(', '.join(sorted({r['metric'] for r in improved})))}</p>")
+    tolerance = rows[0].get("tolerance")
+    out.append(f"<p class=sub>Paired by instance; base = {e(base)}; difference = this run minus base; 95% CI from a paired "
+               f"bootstrap; p-value Holm-adjusted across the rows. Flagged when the CI lies beyond the tolerance "
+               f"({num(tolerance, 3)}) on one side and the adjusted p-value is below alpha.</p>")
+    # the overall rows and every flagged one in view; the other slices' rows one click away
+    # (<details>: no script needed)
+    main = [r for r in rows if r["slice"] == "overall" or r["regression"] or r["improvement"]]
+    rest = [r for r in rows if not (r["slice"] == "overall" or r["regression"] or r["improvement"])]
+    out.append(_comparison_table(main))
+    if rest:
+        out.append(f"<details><summary>the other {len(rest)} slice row(s), none flagged</summary>"
+                   f"{_comparison_table(rest)}</details>")
+    unpaired = [r for r in rows if r["slice"] == "overall" and (r["only_in_base"] or r["only_in_run"] or r["error_in_either"])]
+    for r in unpaired:
+        out.append(f"<p class=sub>{e(r['metric'])}: not paired: {num(r['only_in_base'])} only in {e(base)}, "
+                   f"{num(r['only_in_run'])} only in this run, {num(r['error_in_either'])} with an error in either.</p>")
+    for metric, worst in data["worst"].items():
+        out.append(_worst(metric, worst, base))
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _comparison_table(rows: list[dict[str, Any]]) -> str:
+    out = ['<table class="comparison"><tr><th>metric</th><th>slice</th><th class=num>paired</th>'
+           "<th class=num>base mean</th><th class=num>mean</th><th class=num>difference</th><th>95% CI</th>"
+           "<th class=num>p (Holm)</th><th class=num>wins/ties/losses</th><th>better</th><th>flag</th></tr>"]
+    for r in rows:
+        cls = "regression" if r["regression"] else "improvement" if r["improvement"] else ""
+        flag = "REGRESSION" if r["regression"] else "improvement" if r["improvement"] else ""
+        ci = "-" if r["ci_low"] is None else f"[{num(r['ci_low'])}, {num(r['ci_high'])}]"
+        out.append(
+            f'<tr class="{cls}"><td>{e(r["metric"])}</td><td>{e(r["slice"])}</td><td class=num>{num(r["n_paired"])}</td>'
+            f'<td class=num>{num(r["base_mean"])}</td><td class=num>{num(r["mean"])}</td>'
+            f'<td class=num>{num(r["mean_difference"])}</td><td class=nowrap>{ci}</td>'
+            f'<td class=num>{num(r["p_value_adjusted"])}</td>'
+            f'<td class=num>{num(r["wins"])}/{num(r["ties"])}/{num(r["losses"])}</td><td>{e(r["direction"])}</td>'
+            f'<td class="flag">{flag}</td></tr>')
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def _worst(metric: str, worst: list[dict[str, Any]], base: str) -> str:
+    """The instances side by side: a field equal in both runs once across both columns, a
+    field that differs in each run's column, highlighted."""
+    out = [f"<h3>{e(metric)}: the instances that got worse most</h3>"]
+    if not worst:
+        out.append("<p>No paired instance got worse.</p>")
+        return "\n".join(out)
+    out.append('<table class="side"><colgroup><col class="name"><col><col></colgroup>'
+               f"<tr><th></th><th>base ({e(base)})</th><th>this run</th></tr>")
+    for w in worst:
+        out.append(f'<tr class="instance"><td colspan=3><strong>instance <code>{e(w["instance_id"])}</code></strong>: '
+                   f'{e(metric)} {num(w["base_score"])} &rarr; {num(w["score"])}</td></tr>')
+        b, r = w["base_instance"], w["run_instance"]
+        for field in _fields(b, r):
+            if b.get(field) == r.get(field):
+                out.append(f'<tr><td class="field">{e(field)}</td><td colspan=2><pre>{e(_clip(b.get(field)))}</pre></td></tr>')
+            else:
+                out.append(f'<tr><td class="field">{e(field)}</td><td><pre class="diff">{e(_clip(b.get(field)))}</pre></td>'
+                           f'<td><pre class="diff">{e(_clip(r.get(field)))}</pre></td></tr>')
+    out.append("</table>")
+    return "\n".join(out)
+
+
+def _fields(base: dict[str, Any], run: dict[str, Any]) -> list[str]:
+    from pipelines.report import SHOWN_FIELDS
+
+    skip = {"run_id", "run_date", "instance_id"}
+    present = [f for f in SHOWN_FIELDS if base.get(f) is not None or run.get(f) is not None]
+    others = sorted(k for k in {*base, *run} - skip - set(present) - set(_canonical())
+                    if base.get(k) is not None or run.get(k) is not None)
+    return present + others
+
+
+def _canonical() -> tuple[str, ...]:
+    from metrics.instance import CANONICAL_FIELDS
+
+    return tuple(CANONICAL_FIELDS)
+
+
+def _clip(value: Any) -> str:
+    text = "" if value is None else str(value)
+    return text if len(text) <= FIELD_CHARS else text[:FIELD_CHARS] + f"... ({len(text)} characters)"
+
+
+def _summary(data) -> str:
+    overall = [s for s in data["summary"] if s["slice"] == "overall"]
+    out = ['<section id="summary"><h2>Summary</h2>']
+    if not overall:
+        out.append("<p>No metric was scored.</p></section>")
+        return "\n".join(out)
+    out.append("<table><tr><th>metric</th><th class=num>n</th><th class=num>errors</th><th class=num>mean</th>"
+               "<th>95% CI</th><th>mean and CI on the score range</th><th class=num>pass rate</th></tr>")
+    for s in overall:
+        info = data["metrics"].get(s["metric"], {})
+        ci = "-" if s["ci_low"] is None else f"[{num(s['ci_low'], 3)}, {num(s['ci_high'], 3)}]"
+        errors = num(s["error_count"])
+        if s["error_count"]:
+            errors = f'<span class="bad">{errors}</span>'
+        out.append(f'<tr><td><a href="#{anchor(s["metric"])}">{e(s["metric"])}</a></td>'
+                   f'<td class=num>{num(s["valid_count"])}</td><td class=num>{errors}</td>'
+                   f'<td class=num>{num(s["mean"])}</td><td>{ci}</td>'
+                   f'<td class="whisker">{charts.whisker(s["mean"], s["ci_low"], s["ci_high"], info.get("range"))}</td>'
+                   f'<td class=num>{num(s["pass_rate"], 3)}</td></tr>')
+    out.append("</table></section>")
+    return "\n".join(out)
+
+
+def _metric_sections(data) -> str:
+    by_metric: dict[str, list[dict[str, Any]]] = {}
+    for s in data["summary"]:
+        by_metric.setdefault(s["metric"], []).append(s)
+    out = ['<section id="metrics"><h2>Metrics</h2>',
+           "<p class=sub>Per metric: the mean with its 95% CI overall and per slice, the distribution of the "
+           "valid scores, and the overall mean over the eval's runs up to this one.</p>"]
+    for metric, slices in by_metric.items():
+        info = data["metrics"].get(metric, {})
+        direction = info.get("direction")
+        note = {"lower": " (lower is better)", "closer_to_zero": " (closer to 0 is better)"}.get(direction, "")
+        out.append(f'<h3 id="{anchor(metric)}">{e(metric)}<span class=sub>{e(note)}</span></h3>')
+        out.append(charts.metric_panel(metric, slices, data["histograms"].get(metric), data["trend"].get(metric, []),
+                                       info, data["run_id"]))
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _metric_errors(data) -> str:
+    errors = data["metric_errors"]
+    out = ['<section id="metric-errors"><h2>Metric errors</h2>']
+    if not errors:
+        out.append("<p>None: every metric scored every instance.</p></section>")
+        return "\n".join(out)
+    out.append(f"<p>{sum(x['n'] for x in errors)} metric result(s) carry an error, by reason:</p>")
+    out.append("<table><tr><th>metric</th><th class=num>rows</th><th>reason</th></tr>")
+    out += [f"<tr><td>{e(x['metric'])}</td><td class=num>{num(x['n'])}</td><td><pre>{e(_clip(x['error']))}</pre></td></tr>"
+            for x in errors]
+    out.append("</table></section>")
+    return "\n".join(out)
+
+
+def _dead_letters(data) -> str:
+    dead = data["dead_letters"]
+    total = data["counts"]["dead_letter_count"]
+    out = ['<section id="dead-letters"><h2>Dead letters</h2>']
+    if not total:
+        out.append("<p>None: every record read was scored.</p></section>")
+        return "\n".join(out)
+    out.append(f"<p>{num(total)} record(s) could not be used. By reason:</p>")
+    out.append("<table><tr><th class=num>records</th><th>field</th><th>reason</th><th>for example</th></tr>")
+    out += [f"<tr><td class=num>{num(r['n'])}</td><td>{e(r['field'] or '-')}</td><td>{e(r['reason'])}</td>"
+            f"<td>{e(_clip(r['example']))}</td></tr>" for r in dead["by_reason"]]
+    out.append("</table>")
+    first = dead["first"]
+    out.append(f"<h3>The first {len(first)}{f' of {total}' if total > len(first) else ''}, in file and line order</h3>")
+    out.append("<table><tr><th>source</th><th>reason</th><th>record (its start)</th></tr>")
+    out += [f"<tr><td class=mono>{e(d['source'])}</td><td>{e(d['reason'])}</td><td><pre>{e(d.get('raw_record_start'))}</pre></td></tr>"
+            for d in first]
+    out.append("</table></section>")
+    return "\n".join(out)
