@@ -139,5 +139,6 @@ def format_plan(plan: dict) -> str:
         lines.append("rubric validations (<=) are counted one per instance, metric and sample: their prompts and "
                      "cache keys depend on the rubrics generated, so their tokens and cost are not estimated")
     if any(r["output_tokens_from"] == "max_output_tokens" for r in plan["metrics"]):
-        lines.append("output tokens marked <= are judge.max_output_tokens per call (no cached answers to learn from)")
+        lines.append("output tokens marked <= (and so the costs) are upper bounds: judge.max_output_tokens per call "
+                     "(no cached answers of the metric to learn from)")
     return "\n".join(lines)
