@@ -44,6 +44,7 @@ from metrics.registry import MetricError
 from transforms.judge_checkpoint import batch_staging, shard_of
 from transforms.progress import CountFn, JudgeShardLog
 from transforms.schema import RunKey
+from transforms.tables import ReadTableRows
 from transforms.score import ScoredInstance
 
 
@@ -395,11 +396,5 @@ class ReadJudgeCache(beam.PTransform):
         self._plans = bigquery_plans
 
     def expand(self, pbegin):
-        from apache_beam.io.parquetio import ReadFromParquet
-
-        from transforms.bigquery import ReadBigQueryRows
-
-        parts = [pbegin | f"ReadCache{i}" >> ReadFromParquet(p) for i, p in enumerate(self._patterns)]
-        parts += [(pbegin | f"ReadCacheBQ{i}" >> ReadBigQueryRows(plan))[0] | f"CacheRowData{i}" >> beam.Map(lambda r: r.data)
-                  for i, plan in enumerate(self._plans)]
-        return parts | "AllCacheRows" >> beam.Flatten() | "CacheEntries" >> beam.Map(response_from_cache_row)
+        return (pbegin | "CacheRows" >> ReadTableRows(self._patterns, self._plans)
+                | "CacheEntries" >> beam.Map(response_from_cache_row))

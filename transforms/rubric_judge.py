@@ -47,6 +47,7 @@ from metrics.judge.rubrics import (
 from metrics.registry import MetricError
 from transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
 from transforms.schema import TABLES, RunKey
+from transforms.tables import ReadTableRows
 from transforms.score import ScoredInstance
 
 READY = "ready"
@@ -323,16 +324,9 @@ class ReadPinnedRubrics(beam.PTransform):
         self._plans = bigquery_plans
 
     def expand(self, pbegin):
-        from apache_beam.io.parquetio import ReadFromParquet
-
-        from transforms.bigquery import ReadBigQueryRows
-
-        parts = [pbegin | f"ReadRubrics{i}" >> ReadFromParquet(p) for i, p in enumerate(self._patterns)]
-        parts += [(pbegin | f"ReadRubricsBQ{i}" >> ReadBigQueryRows(plan))[0] | f"RubricRowData{i}" >> beam.Map(lambda r: r.data)
-                  for i, plan in enumerate(self._plans)]
         return (
-            parts
-            | "AllRubricRows" >> beam.Flatten()
+            pbegin
+            | "RubricRows" >> ReadTableRows(self._patterns, self._plans)
             | "WithGenerationKey" >> beam.FlatMap(lambda r: [(r["generation_key"], r)] if r.get("generation_key") else [])
             | "ByGenerationKey" >> beam.GroupByKey()
             | "EarliestRun" >> beam.FlatMap(pinned_rubrics)
