@@ -223,6 +223,11 @@ class MetricSpec(_Model):
                 raise ValueError(
                     "params: " + "; ".join(f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors())
                 ) from None
+            from metrics.adk import INFORMATIONAL_CRITERIA
+
+            if self.name in INFORMATIONAL_CRITERIA and self.threshold is not None:
+                raise ValueError(f"{self.name} is informational (as in ADK): it reports a value and never passes "
+                                 "or fails, so it takes no threshold")
         else:
             if self.params:
                 raise ValueError("custom metrics take no 'params'; read what you need from the instance")
