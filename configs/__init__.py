@@ -57,8 +57,13 @@ class InputConfig(_Model):
         None, pattern=f"^(?:{PROJECT_RE})$",
         description="the project BigQuery reads and queries run in; default: the table's project, else output.bigquery's",
     )
-    format: Literal["jsonl", "csv"] | None = pydantic.Field(
-        None, description="jsonl | csv, for files; inferred from the extension when omitted"
+    format: Literal["jsonl", "csv", "adk_eval_result", "adk_eval_set"] | None = pydantic.Field(
+        None, description="jsonl | csv | adk_eval_result | adk_eval_set, for files; inferred from the file name "
+                          "when omitted (*.evalset_result.json, *.evalset.json and *.test.json are ADK files)"
+    )
+    adk_criteria: str | None = pydantic.Field(
+        None, min_length=1,
+        description="an ADK test_config.json (local or gs://): its criteria become metrics with their thresholds",
     )
     column_mapping: dict[str, str] = pydantic.Field(
         default_factory=dict, description="canonical field -> dataset column"
@@ -102,6 +107,23 @@ class InputConfig(_Model):
             raise ValueError(f"cannot infer the format of {self.uri!r} from its extension; set input.format")
         return self
 
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _adk_defaults(cls, data: Any) -> Any:
+        """An ADK file's cases are sliced by eval set (the pass rate per eval set) unless told otherwise."""
+        if isinstance(data, dict) and "slice_columns" not in data:
+            fmt = data.get("format")
+            if fmt is None and isinstance(data.get("uri"), str) and not data["uri"].startswith("bq://"):
+                name = data["uri"].lower()
+                fmt = "adk" if name.endswith((".evalset_result.json", ".evalset.json", ".test.json")) else None
+            if isinstance(fmt, str) and fmt.startswith("adk"):
+                data = {**data, "slice_columns": ["eval_set_id"]}
+        return data
+
+    @property
+    def is_adk(self) -> bool:
+        return (self.inferred_format() or "").startswith("adk_")
+
     @property
     def kind(self) -> Literal["files", "bigquery_table", "bigquery_query"]:
         if self.query is not None:
@@ -120,6 +142,10 @@ class InputConfig(_Model):
         name = self.uri.lower()
         for suffix in (".gz", ".bz2", ".zst", ".deflate"):
             name = name.removesuffix(suffix)
+        if name.endswith(".evalset_result.json"):
+            return "adk_eval_result"
+        if name.endswith((".evalset.json", ".test.json")):
+            return "adk_eval_set"
         if name.endswith((".jsonl", ".ndjson", ".json")):
             return "jsonl"
         if name.endswith(".csv"):
@@ -324,7 +350,9 @@ class EvalConfig(_Model):
         None, description="the date the run is for (YYYY-MM-DD); default today (UTC). Tables are partitioned by it"
     )
     input: InputConfig
-    metrics: list[MetricSpec] = pydantic.Field(min_length=1)
+    metrics: list[MetricSpec] = pydantic.Field(
+        default_factory=list,
+        description="the metrics to compute; with an ADK input and none given, ADK's default criteria")
     judge: JudgeConfig = pydantic.Field(default_factory=JudgeConfig)
     output: OutputConfig
     compare_with: str | None = pydantic.Field(
@@ -333,6 +361,40 @@ class EvalConfig(_Model):
                     "same pipeline, into the comparisons table")
     compare_tolerance: float = pydantic.Field(
         0.0, ge=0, description="T of the comparison flags: a change within +-T is never flagged")
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _adk_criteria(cls, data: Any) -> Any:
+        """input.adk_criteria's criteria become metrics; an ADK input with no
+        metrics gets ADK's default criteria (as `adk eval` without a test_config)."""
+        if not isinstance(data, dict) or not isinstance(data.get("input"), dict):
+            return data
+        try:
+            source = InputConfig.model_validate(data["input"])
+        except pydantic.ValidationError:
+            return data  # reported by the field's own validation
+        metrics = data.get("metrics") or []
+        if source.adk_criteria:
+            from metrics.adk import read_test_config
+
+            try:
+                added = read_test_config(_read_text(source.adk_criteria))
+            except (OSError, ValueError) as e:
+                raise ValueError(f"input.adk_criteria: {source.adk_criteria}: {e}") from None
+        elif source.is_adk and not metrics:
+            from metrics.adk import metrics_from_criteria
+
+            added = metrics_from_criteria(None)
+        else:
+            return data
+        names = {m if isinstance(m, str) else m.get("as") or m.get("name") for m in metrics}
+        return {**data, "metrics": list(metrics) + [m for m in added if m["name"] not in names]}
+
+    @pydantic.model_validator(mode="after")
+    def _some_metric(self) -> "EvalConfig":
+        if not self.metrics:
+            raise ValueError("metrics: give at least one metric")
+        return self
 
     @pydantic.field_validator("metrics", mode="before")
     @classmethod
@@ -382,6 +444,15 @@ class EvalConfig(_Model):
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=True)
+
+
+def _read_text(path: str) -> str:
+    from apache_beam.io.filesystems import FileSystems
+
+    if not FileSystems.exists(path):
+        raise OSError("the file does not exist")
+    with FileSystems.open(path, mime_type="application/octet-stream") as f:
+        return f.read().decode("utf-8")
 
 
 def _loc(loc: tuple) -> str:

@@ -14,6 +14,7 @@ separate environment, on generated cases covering every rule.
 from __future__ import annotations
 
 import enum
+import re
 import unicodedata
 from typing import Any, Callable, Mapping, Optional
 
@@ -342,3 +343,70 @@ def _invocation_duration(_params):
                            extra={"per_invocation": per_turn} if len(per_turn) > 1 else None)
 
     return score
+
+
+# --- test_config.json -> metrics ---------------------------------------------
+
+
+def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Metric specs (as in an evalbeam config) for ADK criteria, as ADK's
+    get_eval_metrics_from_config maps them: a bare number is the threshold; an
+    object has a `threshold` and the criterion's own fields (e.g. match_type,
+    ignore_args; snake_case or camelCase). ADK's defaults apply when `criteria`
+    is None; the informational efficiency criteria are always added, and naming
+    one is an error (ADK refuses a threshold on them). Raises ValueError."""
+    from metrics.registry import get_metric
+
+    criteria = DEFAULT_CRITERIA if criteria is None else criteria
+    if not isinstance(criteria, Mapping):
+        raise ValueError("criteria must be an object of criterion name -> threshold or criterion object")
+    specs = []
+    for name, criterion in criteria.items():
+        if name in INFORMATIONAL_CRITERIA:
+            raise ValueError(f"criteria.{name}: {name} does not support a threshold: it reports a value and never "
+                             "passes or fails (ADK reports it on every eval without being asked)")
+        try:
+            definition = get_metric(name)
+        except KeyError:
+            raise ValueError(f"criteria.{name}: this ADK criterion is not supported by evalbeam") from None
+        if isinstance(criterion, bool) or not isinstance(criterion, (int, float, dict)):
+            raise ValueError(f"criteria.{name}: expected a threshold (number) or a criterion object")
+        if isinstance(criterion, dict):
+            criterion = dict(criterion)
+            threshold = criterion.pop("threshold", None)
+            if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+                raise ValueError(f"criteria.{name}: a criterion object needs a numeric 'threshold'")
+            # BaseCriterion's own field; no criterion evalbeam computes from rules uses it
+            criterion.pop("include_intermediate_responses_in_final", None)
+            criterion.pop("includeIntermediateResponsesInFinal", None)
+            fields = definition.params.model_fields
+            params = {}
+            for key, value in criterion.items():
+                snake = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+                if snake not in fields:
+                    raise ValueError(f"criteria.{name}: unknown field {key!r} for this criterion"
+                                     + (f"; known: {', '.join(fields)}" if fields else ""))
+                params[snake] = value
+            spec = {"name": name, "threshold": float(threshold)}
+            if params:
+                spec["params"] = params
+        else:
+            spec = {"name": name, "threshold": float(criterion)}
+        specs.append(spec)
+    return specs + [{"name": name} for name in INFORMATIONAL_CRITERIA]
+
+
+def read_test_config(text: str) -> list[dict[str, Any]]:
+    """Metric specs from the text of an ADK test_config.json (EvalConfig)."""
+    import json
+
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    if not isinstance(config, dict):
+        raise ValueError("must be a JSON object with 'criteria'")
+    if config.get("custom_metrics") or config.get("customMetrics"):
+        raise ValueError("custom_metrics: ADK custom metrics are not supported; use an evalbeam custom metric "
+                         "(metrics: - name: ... function: package.module:function)")
+    return metrics_from_criteria(config.get("criteria"))

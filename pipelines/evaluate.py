@@ -49,7 +49,8 @@ def evalbeam_version() -> str:
 def row_spec(config: EvalConfig) -> RowSpec:
     return RowSpec(
         column_mapping=dict(config.input.column_mapping),
-        id_column=config.input.id_column,
+        # an ADK file's records carry their ADK id (<eval_set_id>:<eval_id>[:<session_id>])
+        id_column=config.input.id_column or ("instance_id" if config.input.is_adk else None),
         slice_columns=tuple(config.input.slice_columns),
         requirements=tuple((m.output_name, m.input_alternatives()) for m in config.metrics),
     )
