@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 EMULATORS := .emulators
 EMULATORS_STAMP := $(EMULATORS)/.installed
 
-.PHONY: env demo test bench emulators emulators-stop flex-template schedule-nightly clean
+.PHONY: env adk-env demo test bench emulators emulators-stop flex-template schedule-nightly clean
 
 env: $(STAMP)
 
@@ -40,8 +40,19 @@ $(PUNKT_REFERENCE): $(STAMP)
 	$(BIN)/pip install --quiet --no-deps llama-index-core==0.14.25
 	touch $(PUNKT_REFERENCE)
 
+# google-adk 2.13.0 in its own venv (tests/adk_env/requirements.lock): the reference the ADK criteria
+# are tested against (tests/test_adk_fidelity.py). Not a dependency of evalbeam.
+ADK_ENV := .adk
+ADK_STAMP := $(ADK_ENV)/.installed
+$(ADK_STAMP): tests/adk_env/requirements.lock
+	test -x $(ADK_ENV)/bin/python || $(PYTHON) -m venv $(ADK_ENV)
+	$(ADK_ENV)/bin/pip install --quiet -r tests/adk_env/requirements.lock
+	touch $(ADK_STAMP)
+
+adk-env: $(ADK_STAMP)
+
 # The tests start their own emulators on free ports.
-test: $(STAMP) $(EMULATORS_STAMP) $(PUNKT_REFERENCE)
+test: $(STAMP) $(EMULATORS_STAMP) $(PUNKT_REFERENCE) $(ADK_STAMP)
 	$(BIN)/python -m pytest -q tests
 
 bench: $(STAMP)
@@ -72,4 +83,4 @@ schedule-nightly: $(STAMP)
 	  --headers=Content-Type=application/json --message-body-from-file=.nightly-launch.json
 
 clean:
-	rm -rf $(VENV) $(EMULATORS) output .pytest_cache
+	rm -rf $(VENV) $(EMULATORS) $(ADK_ENV) output .pytest_cache

@@ -410,3 +410,26 @@ def read_test_config(text: str) -> list[dict[str, Any]]:
         raise ValueError("custom_metrics: ADK custom metrics are not supported; use an evalbeam custom metric "
                          "(metrics: - name: ... function: package.module:function)")
     return metrics_from_criteria(config.get("criteria"))
+
+
+# --- the case verdict (local_eval_service.py _generate_final_eval_status) ------
+
+PASSED, FAILED, NOT_EVALUATED, INFORMATIONAL = "PASSED", "FAILED", "NOT_EVALUATED", "INFORMATIONAL"
+CASE_STATUS = "adk_case_status"
+
+
+def criterion_status(name: str, error: Any, passed: Optional[bool]) -> str:
+    """ADK's EvalStatus of one criterion's result on a case."""
+    if name in INFORMATIONAL_CRITERIA:
+        return INFORMATIONAL
+    if error is not None or passed is None:
+        return NOT_EVALUATED
+    return PASSED if passed else FAILED
+
+
+def case_status(statuses: list[str]) -> str:
+    """Any FAILED fails the case; else any PASSED passes it; a case with no
+    criterion evaluated (all errored or informational) is NOT_EVALUATED."""
+    if FAILED in statuses:
+        return FAILED
+    return PASSED if PASSED in statuses else NOT_EVALUATED

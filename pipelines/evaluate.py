@@ -213,6 +213,13 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
     dead_letters = (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()
     computed = instances | "Score" >> ScoreInstances(run, config.computation_specs())
     thresholds = {p.output_name: p.threshold for p in plan_metrics(config.computation_specs())}
+    adk_criteria = {s.output_name: s.name for s in config.computation_specs()
+                    if s.definition() is not None and s.definition().kind == "adk"}
+    if config.input.is_adk and adk_criteria:
+        from transforms.adk_status import THRESHOLD, add_case_status
+
+        computed = computed | "AdkCaseStatus" >> beam.Map(add_case_status, run, adk_criteria)
+        thresholds["adk_case_status"] = THRESHOLD
     judge_specs = config.judge_specs()
     if judge_specs:
         cached = None
