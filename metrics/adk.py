@@ -67,6 +67,10 @@ def _pairs(fields: Mapping[str, Any]) -> list[tuple[dict[str, Any], dict[str, An
     expected = [t["expected"] for t in turns if "expected" in t]
     if not expected:
         raise MetricError("the case has no expected turns, which this criterion compares with")
+    if not actual:
+        raise MetricError("the case has no actual turns: an eval set holds the expected conversation only, "
+                          "the actual one comes from running the agent (e.g. `adk eval`, whose result file "
+                          "evalbeam reads as adk_eval_result)")
     if len(actual) != len(expected):
         raise MetricError("actual_invocations and expected_invocations must have the same length; "
                           f"got {len(actual)} and {len(expected)}.")
