@@ -208,3 +208,37 @@ CONFIGS = [
     {"criteria": {"tool_trajectory_avg_score": {"threshold": 0.0, "match_type": "in order"}}},
     {"criteria": {"response_match_score": 0.5, "tool_trajectory_avg_score": {"threshold": 0.75, "match_type": 1}}},
 ]
+
+
+def eval_set_sets(seed: int = 7) -> dict[str, object]:
+    """{file name: document} of eval sets in each of ADK's eval set formats."""
+    rng = random.Random(seed)
+    result = eval_set_result(seed, "sets", 80)
+    cases = []
+    for case in result["eval_case_results"]:
+        conversation = [p["expected_invocation"] for p in case["eval_metric_result_per_invocation"]
+                        if "expected_invocation" in p]
+        if conversation:
+            cases.append({"eval_id": case["eval_id"], "conversation": conversation,
+                          "session_input": {"app_name": "app", "user_id": "u", "state": {"k": 1}}})
+    for i in range(5):
+        cases.append({"eval_id": f"simulated_{i}", "conversation_scenario": {
+            "starting_prompt": "hi", "conversation_plan": "ask for the weather, then stop"}})
+    rng.shuffle(cases)
+    camel_cases = [camel(c) if i % 2 else c for i, c in enumerate(cases)]
+
+    def legacy_turn():
+        turn = {"query": rng.choice(TEXTS) or "q",
+                "expected_tool_use": [{"tool_name": c["name"], "tool_input": c.get("args", {})}
+                                      for c in (_call(rng) for _ in range(rng.randrange(3)))]}
+        if rng.random() < 0.8:
+            turn["reference"] = rng.choice(TEXTS)
+        if rng.random() < 0.3:
+            turn["expected_intermediate_agent_responses"] = [{"author": "sub", "text": rng.choice(TEXTS)}]
+        return turn
+
+    older = [{"name": f"legacy_{i}", "data": [legacy_turn() for _ in range(rng.randrange(1, 4))],
+              "initial_session": {"app_name": "app", "user_id": "u", "state": {}}} for i in range(15)]
+    return {"generated.evalset.json": {"eval_set_id": "generated", "eval_cases": camel_cases},
+            "older_list.json": older,
+            "flat_turns.test.json": [legacy_turn() for _ in range(6)]}

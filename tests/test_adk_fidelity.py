@@ -25,7 +25,7 @@ import pytest
 from configs import MetricSpec
 from metrics.adk import CASE_STATUS, read_test_config
 from metrics.instance import RowSpec, build_instance
-from tests.adk_cases import CONFIGS, camel, eval_set_result
+from tests.adk_cases import CONFIGS, camel, eval_set_result, eval_set_sets
 from tests.helpers import ROOT, evalbeam, table
 from transforms.adk_status import add_case_status
 from transforms.read import Record, parse_file
@@ -54,16 +54,35 @@ def adk_files(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def adk_scores(adk_files, tmp_path_factory):
+def eval_set_files(tmp_path_factory):
+    """Eval sets made of the generated expected turns: an EvalSet (nested keys in both cases, a few
+    user-simulation cases), the older [{name, data}] list and a flat *.test.json list of turns."""
+    folder = tmp_path_factory.mktemp("adk_eval_sets")
+    sets = eval_set_sets()
+    paths = {}
+    for name, doc in sets.items():
+        paths[name] = folder / name
+        paths[name].write_text(json.dumps(doc, indent=2, ensure_ascii=False), encoding="utf-8")
+    return paths
+
+
+@pytest.fixture(scope="module")
+def adk_output(adk_files, eval_set_files, tmp_path_factory):
     if not ADK_PYTHON.exists():
         pytest.fail("the ADK reference environment is missing: run `make adk-env` (google-adk 2.13.0 in .adk/)")
     _, files = adk_files
     request = tmp_path_factory.mktemp("adk_request") / "request.json"
-    request.write_text(json.dumps({"files": [str(p) for p in files.values()], "configs": CONFIGS}))
+    request.write_text(json.dumps({"files": [str(p) for p in files.values()], "configs": CONFIGS,
+                                   "eval_sets": [str(p) for p in eval_set_files.values()]}))
     result = subprocess.run([str(ADK_PYTHON), str(ROOT / "tests" / "adk_env" / "adk_scores.py"), str(request)],
                             capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout)
+
+
+@pytest.fixture(scope="module")
+def adk_scores(adk_output):
+    return adk_output["scores"]
 
 
 def evalbeam_scores(files, config) -> dict[str, dict[str, dict]]:
@@ -167,3 +186,23 @@ output:
         row = summary[(CASE_STATUS, f"eval_set_id={eval_set}")]
         assert row["pass_rate"] == pytest.approx(passed / len(evaluated))
         assert row["error_count"] == len(cases) - len(evaluated)
+
+
+def test_eval_sets_read_as_adk_reads_them(eval_set_files, adk_output):
+    """Every case's expected turns (user text, final response, tool calls) as ADK loads the file;
+    the user-simulation cases, which have no turns, dead-lettered."""
+    for name, path in eval_set_files.items():
+        adk_cases = adk_output["eval_sets"][str(path)]
+        items = list(parse_file(str(path), "adk_eval_set"))
+        records = [i for i in items if isinstance(i, Record)]
+        dead = [i for i in items if hasattr(i, "reason")]
+        assert len(records) + len(dead) == len(adk_cases)
+        assert len(dead) == sum(c["scenario"] for c in adk_cases) and all(d.field == "conversation_scenario" for d in dead)
+        ours = {r.data["eval_id"]: r.data["invocations"] for r in records}
+        for case in adk_cases:
+            if case["scenario"]:
+                continue
+            turns = [{"prompt": t["prompt"], "response": t["expected"]["response"],
+                      "tool_calls": [[c["tool_name"], c.get("tool_input")] for c in t["expected"]["tool_calls"]]}
+                     for t in ours[case["eval_id"]]]
+            assert turns == case["turns"], (name, case["eval_id"])

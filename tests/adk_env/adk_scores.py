@@ -10,8 +10,11 @@ NOT_EVALUATED, and the case verdict from _generate_final_eval_status. The actual
 turns are each per-invocation entry's actual_invocation; the expected ones its
 expected_invocation (None when no entry has one).
 
-Output: [{"<eval_set_id>:<eval_id>:<session_id>": {"metrics": {name: [score, status]}, "status": status}}]
-one mapping per config, statuses by name (PASSED, FAILED, NOT_EVALUATED, INFORMATIONAL).
+Output: {"scores": [{"<eval_set_id>:<eval_id>:<session_id>": {"metrics": {name: [score, status]}, "status": status}}],
+"eval_sets": {path: [case]}}: one mapping per config, statuses by name (PASSED, FAILED, NOT_EVALUATED,
+INFORMATIONAL); and for each of the request's "eval_sets" files, its cases as ADK loads them (EvalSet, else
+the older [{name, data}] list, else a flat *.test.json list of turns): {eval_id, scenario, turns: [{prompt,
+response, tool_calls: [[name, args]]}]}.
 """
 import inspect
 import asyncio
@@ -20,7 +23,11 @@ import logging
 import sys
 
 from google.adk.evaluation._eval_set_results_manager_utils import parse_eval_set_result_json
+from google.adk.evaluation.eval_case import get_all_tool_calls
 from google.adk.evaluation.eval_config import EvalConfig, get_eval_metrics_from_config
+from google.adk.evaluation.eval_set import EvalSet
+from google.adk.evaluation.final_response_match_v1 import _get_text_from_content
+from google.adk.evaluation.local_eval_sets_manager import convert_eval_set_to_pydantic_schema
 from google.adk.evaluation.eval_metrics import EvalMetricResult, EvalStatus
 from google.adk.evaluation.evaluator import EvaluationResult
 from google.adk.evaluation.local_eval_service import LocalEvalService
@@ -64,7 +71,29 @@ def main(request_path):
                 key = f"{case.eval_set_id or case.eval_set_file or result.eval_set_id}:{case.eval_id}:{case.session_id}"
                 scores[key] = {"metrics": per_metric, "status": status.name}
         output.append(scores)
-    json.dump(output, sys.stdout)
+    eval_sets = {path: load_eval_set(path) for path in request.get("eval_sets", [])}
+    json.dump({"scores": output, "eval_sets": eval_sets}, sys.stdout)
+
+
+def load_eval_set(path):
+    """As ADK loads an eval set file: EvalSet JSON first, else one of the legacy lists."""
+    text = open(path, encoding="utf-8").read()
+    try:
+        eval_set = EvalSet.model_validate_json(text)
+    except Exception:  # noqa: BLE001 - ADK falls back to the legacy formats on a validation error
+        data = json.loads(text)
+        if all("data" in case for case in data):  # local_eval_sets_manager.load_eval_set_from_file
+            eval_set = convert_eval_set_to_pydantic_schema("legacy", data)
+        else:  # AgentEvaluator._get_eval_set_from_old_format
+            eval_set = convert_eval_set_to_pydantic_schema("legacy", [{"name": path, "data": data, "initial_session": {}}])
+    cases = []
+    for case in eval_set.eval_cases:
+        turns = [{"prompt": _get_text_from_content(inv.user_content),
+                  "response": _get_text_from_content(inv.final_response),
+                  "tool_calls": [[c.name, c.args] for c in get_all_tool_calls(inv.intermediate_data)]}
+                 for inv in case.conversation or []]
+        cases.append({"eval_id": case.eval_id, "scenario": case.conversation_scenario is not None, "turns": turns})
+    return cases
 
 
 if __name__ == "__main__":
