@@ -57,10 +57,14 @@ class InputConfig(_Model):
         None, pattern=f"^(?:{PROJECT_RE})$",
         description="the project BigQuery reads and queries run in; default: the table's project, else output.bigquery's",
     )
-    format: Literal["jsonl", "csv", "adk_eval_result", "adk_eval_set"] | None = pydantic.Field(
+    format: Literal["jsonl", "csv", "adk_eval_result", "adk_eval_set", "adk_agent_events"] | None = pydantic.Field(
         None, description="jsonl | csv | adk_eval_result | adk_eval_set, for files; inferred from the file name "
-                          "when omitted (*.evalset_result.json, *.evalset.json and *.test.json are ADK files)"
+                          "when omitted (*.evalset_result.json, *.evalset.json and *.test.json are ADK files); "
+                          "adk_agent_events for BigQuery rows of ADK's BigQueryAgentAnalyticsPlugin table"
     )
+    granularity: Literal["session", "turn"] = pydantic.Field(
+        "session", description="adk_agent_events: one instance per session (id: session_id) or per turn "
+                               "(<session_id>:<invocation_id>)")
     adk_criteria: str | None = pydantic.Field(
         None, min_length=1,
         description="an ADK test_config.json (local or gs://): its criteria become metrics with their thresholds",
@@ -97,6 +101,11 @@ class InputConfig(_Model):
     def _source_known(self) -> "InputConfig":
         if (self.uri is None) == (self.query is None):
             raise ValueError("set exactly one of input.uri and input.query")
+        if self.format == "adk_agent_events" and self.kind == "files":
+            raise ValueError("format adk_agent_events reads the plugin's BigQuery table: set input.uri to "
+                             "bq://project.dataset.agent_events, or input.query")
+        if self.format in ("adk_eval_result", "adk_eval_set") and self.kind != "files":
+            raise ValueError(f"format {self.format} reads files; BigQuery rows of agent events are adk_agent_events")
         if self.uri is not None and self.uri.startswith("bq://"):
             if not re.fullmatch(BQ_TABLE_URI_RE, self.uri):
                 raise ValueError(
@@ -116,7 +125,7 @@ class InputConfig(_Model):
             if fmt is None and isinstance(data.get("uri"), str) and not data["uri"].startswith("bq://"):
                 name = data["uri"].lower()
                 fmt = "adk" if name.endswith((".evalset_result.json", ".evalset.json", ".test.json")) else None
-            if isinstance(fmt, str) and fmt.startswith("adk"):
+            if fmt in ("adk", "adk_eval_result", "adk_eval_set"):
                 data = {**data, "slice_columns": ["eval_set_id"]}
         return data
 
@@ -135,6 +144,8 @@ class InputConfig(_Model):
         return self.uri.removeprefix("bq://")  # type: ignore[union-attr]
 
     def inferred_format(self) -> str | None:
+        if self.format == "adk_agent_events":
+            return self.format
         if self.kind != "files":
             return None
         if self.format:
@@ -384,7 +395,8 @@ class EvalConfig(_Model):
         elif source.is_adk and not metrics:
             from metrics.adk import metrics_from_criteria
 
-            added = metrics_from_criteria(None)
+            # recorded runs have no expected side: the reference-free (efficiency) criteria
+            added = metrics_from_criteria({} if source.format == "adk_agent_events" else None)
         else:
             return data
         names = {m if isinstance(m, str) else m.get("as") or m.get("name") for m in metrics}
@@ -441,6 +453,14 @@ class EvalConfig(_Model):
 
     def resolved_run_date(self, now: dt.datetime | None = None) -> dt.date:
         return self.run_date or (now or dt.datetime.now(dt.timezone.utc)).date()
+
+    def for_run_date(self, run_date: dt.date) -> "EvalConfig":
+        """The config with `{run_date}` in input.query replaced by the run date (YYYY-MM-DD), so a
+        nightly config selects its day: `WHERE DATE(timestamp) = '{run_date}'`."""
+        if self.input.query is None or "{run_date}" not in self.input.query:
+            return self
+        query = self.input.query.replace("{run_date}", run_date.isoformat())
+        return self.model_copy(update={"input": self.input.model_copy(update={"query": query})})
 
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=True)

@@ -140,10 +140,20 @@ def _short(error) -> str:
     return text.splitlines()[0][:300]
 
 
+AGENT_EVENT_COLUMNS = ("timestamp", "event_type", "agent", "session_id", "invocation_id", "content")
+
+
 def _check_columns(config: EvalConfig, checked: Preflight) -> None:
     if checked.checked_rows == 0:
         return  # an empty dataset is an empty run: nothing to check against
     columns = checked.columns
+    if config.input.format == "adk_agent_events":
+        # the rows are events, not instances: the plugin's columns are what is needed
+        missing = [c for c in AGENT_EVENT_COLUMNS if c not in columns]
+        if missing:
+            raise ConfigError(f"input: {checked.source} is not an ADK agent events table (BigQueryAgentAnalyticsPlugin): "
+                              f"no column {', '.join(missing)}")
+        return
     mapping = config.input.column_mapping
     problems = []
     for i, spec in enumerate(config.metrics):
@@ -209,6 +219,10 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
     else:
         records, source_lines = pipeline | "ReadBigQuery" >> bigquery.ReadBigQueryRows(read_plan)
         unparseable = pipeline | "NoUnparseableRows" >> beam.Create([])
+        if config.input.format == "adk_agent_events":
+            from transforms.read_adk import GroupAgentEvents
+
+            records, unparseable = records | "AgentSessions" >> GroupAgentEvents(config.input.granularity, read_plan.label)
     instances, invalid = records | "Validate" >> ToInstances(row_spec(config))
     dead_letters = (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()
     computed = instances | "Score" >> ScoreInstances(run, config.computation_specs())
@@ -323,6 +337,7 @@ def run(config: EvalConfig, options: PipelineOptions):
     Returns (RunKey, PipelineResult)."""
     started_at = utc_now()
     run_key = RunKey(config.resolved_run_id(started_at), config.resolved_run_date(started_at))
+    config = config.for_run_date(run_key.run_date)
     preflight(config, options, run_key.run_id)
     attempt = uuid.uuid4().hex[:12]
     staging = None

@@ -30,8 +30,10 @@ import os
 import re
 from typing import Any, Iterator
 
-from metrics.instance import get_key, turn_from_adk
-from transforms.read import MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
+import apache_beam as beam
+
+from metrics.instance import USAGE_COUNTS, get_key, side_from_events, turn_from_adk
+from transforms.read import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
 
 # A whole ADK file is read at once: bounded, so a wrong file cannot take a worker's memory.
 MAX_ADK_FILE_BYTES = 16 * MAX_RECORD_BYTES
@@ -324,3 +326,212 @@ def parse_adk_eval_set(path: str, stream) -> Iterator[Record | DeadLetter | Sour
         yield out.record(index, {"instance_id": f"{set_id}:{eval_id}", "eval_set_id": set_id, "eval_id": eval_id,
                                  "invocations": turns}, case)
     yield out.lines()
+
+
+# ---------------------------------------------------------------------------
+# adk_agent_events: the BigQuery table of ADK's BigQueryAgentAnalyticsPlugin
+#
+# One row per logged event (`timestamp`, `event_type`, `agent`, `session_id`,
+# `invocation_id`, `user_id`, `content` JSON, `content_parts`, `attributes`
+# JSON, `latency_ms` JSON, `status`, `error_message`, ...). The rows are keyed
+# by session (or session and invocation) and grouped by the runner, so a day
+# of millions of events never meets in one process; each group becomes one
+# record whose trace has a turn per invocation_id, in timestamp order. The
+# projection follows the plugin's own eval views (`_EVAL_VIEW_CTES_SQL`) and
+# ADK's convert_events_to_eval_invocations:
+# - USER_MESSAGE_RECEIVED: the user's text (inline text/plain content parts in
+#   part order, else the content's text); "Function response: ..." rows are not user text;
+# - TOOL_STARTING: a tool call (name, args), TOOL_COMPLETED its response (a
+#   non-object result as {"result": ...}), TOOL_ERROR an {"error": ...} response,
+#   paired with the earliest open call of the same tool; `transfer_to_agent` and
+#   ADK's `adk_request_*` tools are left out, as in the plugin's views;
+# - AGENT_RESPONSE: agent text (the plugin's `text: '...'` rendering unwrapped);
+#   a turn's last one is its final response, earlier ones intermediate responses;
+# - LLM_RESPONSE: a model call, with attributes.usage_metadata and model_version
+#   (when some rows of a turn are terminal, i.e. carry finish_reason or
+#   cache_type, only those count: streamed partial chunks would count twice);
+# - INVOCATION_COMPLETED: latency_ms.total_ms is the turn's measured duration.
+# ---------------------------------------------------------------------------
+
+_SKIPPED_TOOLS = ("transfer_to_agent",)
+_TEXT_RENDERING = re.compile(r"(?s)^text: '.*'$")
+_NON_TEXT_PARTS = re.compile(r" [|] (?:call: |resp: |Executable code |Code execution result )")
+_OTHER_PART = re.compile(r" [|] other(?: [|] |$)")
+_NOT_TEXT = re.compile(r"^(?:call: |resp: |Executable code |Code execution result )")
+_NO_TEXT = re.compile(r"^(?:None$|text: '|other(?: [|] |$))")
+
+
+def _json(value: Any, column: str) -> Any:
+    """A JSON column's value (the Storage Read API gives its text)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{column} is not valid JSON ({e.msg} at char {e.pos})") from None
+    return value
+
+
+def response_text(response: Any) -> str | None:
+    """AGENT_RESPONSE content.response as text, as the plugin's eval views read it."""
+    if response is None:
+        return None
+    if not isinstance(response, str):
+        return json.dumps(response, ensure_ascii=False)
+    if _TEXT_RENDERING.match(response) and not _NON_TEXT_PARTS.search(response) and not _OTHER_PART.search(response):
+        text = response[len("text: '"):-1].replace("' | text: '", "\n")
+        return text or None
+    if not _NOT_TEXT.match(response) and not _NO_TEXT.match(response):
+        return response or None
+    return None
+
+
+def _user_text(row: dict[str, Any], content: Any) -> str | None:
+    parts = row.get("content_parts") or []
+    if parts:
+        texts = [p for p in parts if isinstance(p, dict) and p.get("mime_type") == "text/plain"
+                 and (p.get("storage_mode") or "INLINE") == "INLINE" and (p.get("part_attributes") or "{}") == "{}"
+                 and p.get("text") not in (None, "", "[BINARY DATA]", "[UPLOAD FAILED]")]
+        texts.sort(key=lambda p: p.get("part_index") or 0)
+        return "\n".join(p["text"] for p in texts) or None
+    text = content.get("text_summary") if isinstance(content, dict) else content
+    if not isinstance(text, str) or not text or text.startswith("Function response: "):
+        return None
+    return text
+
+
+def _is_skipped_tool(name: Any) -> bool:
+    return not isinstance(name, str) or name in _SKIPPED_TOOLS or name.startswith("adk_request_")
+
+
+def turn_from_events(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One invocation's event rows (in timestamp order) -> a trace turn."""
+    llm = [r for r in rows if r.get("event_type") == "LLM_RESPONSE"]
+    terminal = [r for r in llm if isinstance(a := _json(r.get("attributes"), "attributes"), dict)
+                and (a.get("finish_reason") is not None or a.get("cache_type") is not None)]
+    counted = {id(r) for r in (terminal or llm)}
+    prompts, events, open_calls, responses = [], [], [], []
+    duration = None
+    for row in rows:
+        kind = row.get("event_type")
+        author = row.get("agent") or "root_agent"
+        content = _json(row.get("content"), "content")
+        if kind == "USER_MESSAGE_RECEIVED":
+            text = _user_text(row, content)
+            if text:
+                prompts.append(text)
+        elif kind == "TOOL_STARTING" and isinstance(content, dict) and not _is_skipped_tool(content.get("tool")):
+            call: dict[str, Any] = {"name": content["tool"], "id": f"call_{len(open_calls) + len(responses)}"}
+            if isinstance(content.get("args"), dict):
+                call["args"] = content["args"]
+            open_calls.append(call)
+            events.append({"author": author, "parts": [{"function_call": call}]})
+        elif kind in ("TOOL_COMPLETED", "TOOL_ERROR") and isinstance(content, dict) \
+                and not _is_skipped_tool(content.get("tool")):
+            call = next((c for c in open_calls if c["name"] == content["tool"]), None)
+            if kind == "TOOL_COMPLETED":
+                result = content.get("result")
+                response = result if isinstance(result, dict) else {"result": result}
+            else:
+                response = {"error": row.get("error_message") or content.get("error")}
+            fr: dict[str, Any] = {"name": content["tool"], "response": response}
+            if call is not None:
+                open_calls.remove(call)
+                responses.append(call)
+                fr["id"] = call["id"]
+            events.append({"author": author, "parts": [{"function_response": fr}]})
+        elif kind == "AGENT_RESPONSE":
+            text = response_text(content.get("response") if isinstance(content, dict) else content)
+            if text:
+                events.append({"author": author, "parts": [{"text": text}], "agent_response": True})
+        elif kind == "LLM_RESPONSE" and id(row) in counted:
+            attributes = _json(row.get("attributes"), "attributes") or {}
+            event: dict[str, Any] = {"author": author, "parts": []}
+            usage = attributes.get("usage_metadata") if isinstance(attributes, dict) else None
+            if not isinstance(usage, dict) and isinstance(content, dict) and isinstance(content.get("usage"), dict):
+                plain = content["usage"]
+                usage = {"prompt_token_count": plain.get("prompt"), "candidates_token_count": plain.get("completion"),
+                         "total_token_count": plain.get("total")}
+            if isinstance(usage, dict):
+                event["usage"] = {k: v for k, v in usage.items() if k in USAGE_COUNTS and isinstance(v, int)}
+            if isinstance(attributes, dict) and isinstance(attributes.get("model_version"), str):
+                event["model_version"] = attributes["model_version"]
+            if "usage" not in event and "model_version" not in event:
+                event["usage"] = {}  # a model call all the same
+            events.append(event)
+        elif kind == "INVOCATION_COMPLETED":
+            latency = _json(row.get("latency_ms"), "latency_ms")
+            if isinstance(latency, dict) and isinstance(latency.get("total_ms"), (int, float)):
+                duration = latency["total_ms"] / 1000
+    final = next((e for e in reversed(events) if e.get("agent_response")), None)
+    kept = [{k: v for k, v in e.items() if k != "agent_response"} for e in events if e is not final]
+    turn: dict[str, Any] = {"invocation_id": rows[0].get("invocation_id"), "prompt": "\n".join(prompts),
+                            "response": final["parts"][0]["text"] if final else "", "events": kept}
+    turn.update(side_from_events(kept))
+    if duration is not None:
+        turn["duration"] = {"total": duration}
+    return turn
+
+
+def _order(record: Record):
+    return (str(record.data.get("timestamp") or ""), record.origin, record.line)
+
+
+def key_event_row(record: Record, granularity: str):
+    """(group key, record), or a DeadLetter for a row that belongs to no session or turn."""
+    pvalue = beam.pvalue
+    data = record.data
+    for column in ("session_id", "invocation_id"):
+        value = data.get(column)
+        if not isinstance(value, str) or not value:
+            yield pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(
+                record.source, f"event row has no {column}: it belongs to no {column.split('_')[0]}",
+                record.raw, column, record.origin, record.line, record.line_count))
+            return
+    key = data["session_id"] if granularity == "session" else f"{data['session_id']}:{data['invocation_id']}"
+    yield key, record
+
+
+def session_record(element, label: str):
+    """(key, event rows) -> one Record whose trace has a turn per invocation, or a DeadLetter."""
+    pvalue = beam.pvalue
+    key, records = element
+    records = sorted(records, key=_order)
+    first = records[0]
+    line_count = sum(r.line_count for r in records)
+    source = f"{label} session {first.data['session_id']}" + (f" turn {first.data['invocation_id']}"
+                                                              if key != first.data["session_id"] else "")
+    turns_rows: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        turns_rows.setdefault(r.data["invocation_id"], []).append(r.data)
+    raw = "\n".join(r.raw for r in records)[:100_000]
+    try:
+        turns = [turn_from_events(rows) for rows in turns_rows.values()]
+    except ValueError as e:
+        yield pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(source, f"session {first.data['session_id']!r}: {e}", raw,
+                                                          str(e).split(" ", 1)[0], first.origin, first.line,
+                                                          line_count))
+        return
+    users = sorted({r.data.get("user_id") for r in records if r.data.get("user_id")})
+    data = {"instance_id": key, "session_id": first.data["session_id"], "user_id": users[0] if users else None,
+            "invocations": turns}
+    # the agent (not a tool) failed on a turn: the automatic `failure` metric
+    data["failure"] = int(any(r.data.get("event_type") in ("INVOCATION_ERROR", "AGENT_ERROR") for r in records))
+    yield Record(source, data, raw, from_csv=False, origin=first.origin, line=first.line, line_count=line_count)
+
+
+class GroupAgentEvents(beam.PTransform):
+    """Records of event rows -> (one Record per session, or per turn, and DeadLetters)."""
+
+    def __init__(self, granularity: str, label: str):
+        super().__init__()
+        self._granularity = granularity
+        self._label = label
+
+    def expand(self, rows):
+        keyed = rows | "KeyBySession" >> beam.FlatMap(key_event_row, self._granularity).with_outputs(
+            DEAD_LETTER, main="keyed")
+        built = (keyed.keyed
+                 | "GroupBySession" >> beam.GroupByKey()
+                 | "SessionTrace" >> beam.FlatMap(session_record, self._label).with_outputs(DEAD_LETTER, main="records"))
+        dead = (keyed[DEAD_LETTER], built[DEAD_LETTER]) | "EventDeadLetters" >> beam.Flatten()
+        return built.records, dead
