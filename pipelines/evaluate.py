@@ -229,7 +229,10 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
     thresholds = {p.output_name: p.threshold for p in plan_metrics(config.computation_specs())}
     adk_criteria = {s.output_name: s.name for s in config.computation_specs()
                     if s.definition() is not None and s.definition().kind == "adk"}
-    if config.input.is_adk and adk_criteria:
+    from metrics.adk import INFORMATIONAL_CRITERIA
+
+    # a verdict needs a criterion that passes or fails (the efficiency ones never do)
+    if config.input.is_adk and set(adk_criteria.values()) - set(INFORMATIONAL_CRITERIA):
         from transforms.adk_status import THRESHOLD, add_case_status
 
         computed = computed | "AdkCaseStatus" >> beam.Map(add_case_status, run, adk_criteria)
