@@ -130,7 +130,22 @@ def _check_files(config: EvalConfig) -> Preflight:
     if not files:
         raise ConfigError(f"input.uri: no file matches {uri!r}")
     sample = sample_records(files, config.input.inferred_format())
-    return Preflight(f"{len(files)} file(s)", len(sample.records), present_columns(sample.records), sample.dead_letters)
+    return Preflight(f"{len(files)} file(s)", len(sample.records), present_columns(map(_with_trace_fields, sample.records)),
+                     sample.dead_letters)
+
+
+def _with_trace_fields(record: dict) -> dict:
+    """A sampled row with the fields its agent trace implies (a one-turn case's response...),
+    which the column check counts as provided."""
+    if not any(k in record for k in ("invocations", "agent_data", "intermediate_events")):
+        return record
+    from metrics.instance import build_instance
+
+    try:
+        fields = build_instance(record, RowSpec({}, None, (), ()), "preflight").fields
+    except Exception:  # noqa: BLE001 - such a row is dead-lettered when read; here it provides what it has
+        return record
+    return {**record, **fields}
 
 
 def _short(error) -> str:
