@@ -356,7 +356,8 @@ def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, 
     """Metric specs (as in an evalbeam config) for ADK criteria, as ADK's
     get_eval_metrics_from_config maps them: a bare number is the threshold; an
     object has a `threshold` and the criterion's own fields (e.g. match_type,
-    ignore_args; snake_case or camelCase). ADK's defaults apply when `criteria`
+    ignore_args; snake_case or camelCase; other keys ignored, as ADK ignores
+    them). ADK's defaults apply when `criteria`
     is None; the informational efficiency criteria are always added, and naming
     one is an error (ADK refuses a threshold on them). Raises ValueError."""
     from metrics.registry import get_metric
@@ -387,10 +388,9 @@ def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, 
             params = {}
             for key, value in criterion.items():
                 snake = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
-                if snake not in fields:
-                    raise ValueError(f"criteria.{name}: unknown field {key!r} for this criterion"
-                                     + (f"; known: {', '.join(fields)}" if fields else ""))
-                params[snake] = value
+                # other keys are ignored, as ADK's criteria (extra="allow") ignore them
+                if snake in fields:
+                    params[snake] = value
             spec = {"name": name, "threshold": float(threshold)}
             if params:
                 spec["params"] = params
