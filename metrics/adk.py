@@ -13,10 +13,9 @@ separate environment, on generated cases covering every rule.
 """
 from __future__ import annotations
 
-import enum
 import re
 import unicodedata
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Literal, Mapping, Optional
 
 import pydantic
 
@@ -30,15 +29,12 @@ DEFAULT_CRITERIA = {"tool_trajectory_avg_score": 1.0, "response_match_score": 0.
 AGENT_INPUTS = (("invocations",),)
 
 
-class MatchType(str, enum.Enum):
-    EXACT = "EXACT"
-    IN_ORDER = "IN_ORDER"
-    ANY_ORDER = "ANY_ORDER"
+MATCH_TYPES = ("EXACT", "IN_ORDER", "ANY_ORDER")  # ToolTrajectoryCriterion.MatchType, values 0, 1, 2
 
 
 class TrajectoryCriterionParams(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
-    match_type: MatchType = MatchType.EXACT
+    match_type: Literal["EXACT", "IN_ORDER", "ANY_ORDER"] = "EXACT"
     ignore_args: bool = False
 
     @pydantic.field_validator("match_type", mode="before")
@@ -49,7 +45,7 @@ class TrajectoryCriterionParams(pydantic.BaseModel):
         if isinstance(value, str):
             return value.strip().upper().replace("-", "_").replace(" ", "_")
         if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 3:
-            return list(MatchType)[value]
+            return MATCH_TYPES[value]
         return value
 
 
@@ -137,8 +133,8 @@ def any_order_match(actual: list, expected: list, ignore_args: bool) -> bool:
     return True
 
 
-_MATCHERS: dict[MatchType, Callable[[list, list, bool], bool]] = {
-    MatchType.EXACT: exact_match, MatchType.IN_ORDER: in_order_match, MatchType.ANY_ORDER: any_order_match,
+_MATCHERS: dict[str, Callable[[list, list, bool], bool]] = {
+    "EXACT": exact_match, "IN_ORDER": in_order_match, "ANY_ORDER": any_order_match,
 }
 
 
