@@ -286,6 +286,11 @@ def present_columns(records: Iterable[Mapping[str, Any]]) -> set[str]:
 #   duration                 {total, model, tool} seconds, where measured
 #   expected                 the expected turn, where the input has one:
 #                            {response, tool_calls, intermediate_responses}
+#   rubrics                  ADK rubrics for this turn (the invocation's, and its case's):
+#                            [{rubric_id, rubric_content: {text_property}, description, type}]
+#   app_details              ADK's AppDetails as recorded ({agent_details: {name: {instructions,
+#                            tool_declarations}}}), for judges that read instructions and tools
+# Events also keep ADK's `grounding_metadata` where recorded.
 #
 # Token usage and inference calls are read off `events[].usage`/`model_version`, as ADK does.
 # The older flat invocation `{prompt, response, reference, predicted_trajectory,
@@ -294,7 +299,7 @@ def present_columns(records: Iterable[Mapping[str, Any]]) -> set[str]:
 # ---------------------------------------------------------------------------
 
 TURN_KEYS = ("invocation_id", "prompt", "response", "events", "tool_calls", "intermediate_responses",
-             "duration", "expected")
+             "duration", "expected", "rubrics", "app_details")
 EXPECTED_KEYS = ("response", "tool_calls", "intermediate_responses", "events")
 USAGE_COUNTS = ("prompt_token_count", "candidates_token_count", "thoughts_token_count",
                 "tool_use_prompt_token_count", "cached_content_token_count", "total_token_count")
@@ -425,7 +430,35 @@ def _event(value: Any, where: str) -> dict[str, Any]:
         out["usage"] = _usage(get_key(event, "usage_metadata"), f"{where}.usage_metadata")
     if get_key(event, "model_version") is not None:
         out["model_version"] = _text_or_none(get_key(event, "model_version"), f"{where}.model_version")
+    if get_key(event, "grounding_metadata") is not None:
+        out["grounding_metadata"] = _object(get_key(event, "grounding_metadata"), f"{where}.grounding_metadata")
     return out
+
+
+def rubrics_of(value: Any, where: str) -> list[dict[str, Any]]:
+    """ADK Rubrics (snake_case or camelCase keys) in snake_case."""
+    rubrics = []
+    for i, rubric in enumerate(_list(value, where)):
+        rubric = _object(rubric, f"{where}[{i}]")
+        rubric_id = get_key(rubric, "rubric_id")
+        content = _object(get_key(rubric, "rubric_content"), f"{where}[{i}].rubric_content")
+        text = get_key(content, "text_property")
+        if not isinstance(rubric_id, str) or not isinstance(text, str):
+            raise ValueError(f"{where}[{i}] needs a string rubric_id and rubric_content.text_property")
+        out: dict[str, Any] = {"rubric_id": rubric_id, "rubric_content": {"text_property": text}}
+        for key in ("description", "type"):
+            if get_key(rubric, key) is not None:
+                out[key] = _text_or_none(get_key(rubric, key), f"{where}[{i}].{key}")
+        rubrics.append(out)
+    return rubrics
+
+
+def add_rubrics(turn: dict[str, Any], rubrics: list[dict[str, Any]]) -> None:
+    """Add rubrics to a turn, skipping ids it has (as ADK copies case rubrics onto invocations)."""
+    have = {r["rubric_id"] for r in turn.get("rubrics", [])}
+    new = [r for r in rubrics if r["rubric_id"] not in have]
+    if new:
+        turn["rubrics"] = turn.get("rubrics", []) + new
 
 
 def _call_from_parts(call: dict[str, Any]) -> dict[str, Any]:
@@ -522,6 +555,12 @@ def turn_from_adk(actual: dict[str, Any] | None, expected: dict[str, Any] | None
         side = _adk_side(_object(expected, expected_where), expected_where)
         side.pop("duration", None)
         turn["expected"] = side
+    for invocation in (actual, expected):
+        if invocation is not None and get_key(invocation, "rubrics") is not None:
+            add_rubrics(turn, rubrics_of(get_key(invocation, "rubrics"), f"{where}.rubrics"))
+    app_details = get_key(source, "app_details")
+    if app_details is not None:
+        turn["app_details"] = _object(app_details, f"{where}.app_details")
     return turn
 
 
@@ -579,6 +618,8 @@ def _canonical_event(value: Any, where: str) -> dict[str, Any]:
         out["usage"] = _usage(event["usage"], f"{where}.usage")
     if event.get("model_version") is not None:
         out["model_version"] = _text_or_none(event["model_version"], f"{where}.model_version")
+    if event.get("grounding_metadata") is not None:
+        out["grounding_metadata"] = _object(event["grounding_metadata"], f"{where}.grounding_metadata")
     return out
 
 
@@ -619,6 +660,10 @@ def _turn(value: Any, i: int) -> dict[str, Any]:
         if turn.get(key) is not None:
             out[key] = _text_or_none(turn[key], f"{where}.{key}")
     out.update(_canonical_side(turn, where, expected=False))
+    if turn.get("rubrics") is not None:
+        out["rubrics"] = rubrics_of(turn["rubrics"], f"{where}.rubrics")
+    if turn.get("app_details") is not None:
+        out["app_details"] = _object(turn["app_details"], f"{where}.app_details")
     if turn.get("duration") is not None:
         duration = _object(turn["duration"], f"{where}.duration")
         out["duration"] = {k: _number(v) for k, v in duration.items() if k in ("total", "model", "tool") and v is not None}

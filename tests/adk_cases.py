@@ -131,6 +131,13 @@ def _invocation(rng: random.Random, prompt: str, calls: list[dict], response: li
     data = _intermediate(rng, calls, shape, with_ids=True)
     if data is not None:
         invocation["intermediate_data"] = data
+    if rng.random() < 0.15:  # carried into the trace for the judge criteria; no rule criterion reads them
+        invocation["rubrics"] = [{"rubric_id": f"r{k}", "rubric_content": {"text_property": rng.choice(TEXTS) or "ok"},
+                                  "type": "FINAL_RESPONSE_QUALITY"} for k in range(rng.randrange(1, 3))]
+    if rng.random() < 0.1:
+        invocation["app_details"] = {"agent_details": {"agent": {
+            "name": "agent", "instructions": "Answer briefly.",
+            "tool_declarations": [{"function_declarations": [{"name": n} for n in NAMES]}]}}}
     if timed and rng.random() < 0.7:
         invocation["duration"] = round(rng.uniform(0.01, 9.0), rng.choice([2, 4, 6]))
         if rng.random() < 0.6:
@@ -221,6 +228,8 @@ def eval_set_sets(seed: int = 7) -> dict[str, object]:
         if conversation:
             cases.append({"eval_id": case["eval_id"], "conversation": conversation,
                           "session_input": {"app_name": "app", "user_id": "u", "state": {"k": 1}}})
+            if rng.random() < 0.2:
+                cases[-1]["rubrics"] = [{"rubric_id": "case_r", "rubric_content": {"text_property": "Polite."}}]
     for i in range(5):
         cases.append({"eval_id": f"simulated_{i}", "conversation_scenario": {
             "starting_prompt": "hi", "conversation_plan": "ask for the weather, then stop"}})

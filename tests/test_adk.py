@@ -267,3 +267,26 @@ def test_threshold_on_an_informational_criterion_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="input.adk_criteria: .*missing.json: the file does not exist"):
         _config(tmp_path, f"name: x\ninput: {{uri: a.jsonl, adk_criteria: {tmp_path}/missing.json}}\n"
                           "output: {parquet: out}\n")
+
+
+def test_rubrics_app_details_and_grounding_are_kept_for_judges(tmp_path):
+    rubric = {"rubricId": "concise", "rubricContent": {"textProperty": "The answer is concise."},
+              "type": "FINAL_RESPONSE_QUALITY"}
+    doc = {"eval_set_id": "j", "eval_cases": [{
+        "eval_id": "c", "rubrics": [{"rubric_id": "polite", "rubric_content": {"text_property": "Polite."}}],
+        "conversation": [{
+            "user_content": {"parts": [{"text": "q"}]}, "rubrics": [rubric],
+            "app_details": {"agent_details": {"a": {"name": "a", "instructions": "Be brief."}}},
+            "intermediate_data": {"invocation_events": [
+                {"author": "a", "content": {"parts": [{"text": "searching"}]},
+                 "grounding_metadata": {"web_search_queries": ["q"]}}]}}]}]}
+    path = tmp_path / "j.evalset.json"
+    path.write_text(json.dumps(doc))
+    records, dead = parse(path, "adk_eval_set")
+    [turn] = records[0].data["invocations"]
+    assert [r["rubric_id"] for r in turn["rubrics"]] == ["concise", "polite"]
+    assert turn["rubrics"][0] == {"rubric_id": "concise", "rubric_content": {"text_property": "The answer is concise."},
+                                  "type": "FINAL_RESPONSE_QUALITY"}
+    assert turn["app_details"]["agent_details"]["a"]["instructions"] == "Be brief."
+    assert turn["expected"]["events"][0]["grounding_metadata"] == {"web_search_queries": ["q"]}
+    assert parse_turns(json.loads(json.dumps([turn]))) == [turn]

@@ -32,7 +32,7 @@ from typing import Any, Iterator
 
 import apache_beam as beam
 
-from metrics.instance import USAGE_COUNTS, get_key, side_from_events, turn_from_adk
+from metrics.instance import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
 from transforms.read import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
 
 # A whole ADK file is read at once: bounded, so a wrong file cannot take a worker's memory.
@@ -320,6 +320,10 @@ def parse_adk_eval_set(path: str, stream) -> Iterator[Record | DeadLetter | Sour
             continue
         try:
             turns = [turn_from_adk(None, inv, f"conversation[{j}]") for j, inv in enumerate(conversation)]
+            if get_key(case, "rubrics") is not None:  # the case's rubrics apply to every turn (as ADK copies them)
+                case_rubrics = rubrics_of(get_key(case, "rubrics"), "rubrics")
+                for turn in turns:
+                    add_rubrics(turn, case_rubrics)
         except ValueError as e:
             yield out.dead(index, f"{label}: {e}", case, _field_of(str(e)))
             continue
