@@ -18,12 +18,11 @@ import collections
 import datetime as dt
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from configs import MetricSpec
-from metrics.adk import CASE_STATUS, read_test_config
+from metrics.adk import CASE_STATUS, criterion_status, read_test_config
 from metrics.instance import RowSpec, build_instance
 from tests.adk_cases import CONFIGS, camel, eval_set_result, eval_set_sets
 from tests.helpers import ROOT, evalbeam, table
@@ -111,8 +110,6 @@ def disagreements(adk: dict, ours: dict) -> list[str]:
         rows = ours[instance_id]
         for metric, (score, status) in expected["metrics"].items():
             row = rows[metric]
-            from metrics.adk import criterion_status
-
             our_status = criterion_status(metric, row["error"], row["passed"])
             if row["score"] != score or our_status != status:
                 problems.append(f"{instance_id} {metric}: ADK {score!r} {status}, evalbeam {row['score']!r} "
