@@ -342,6 +342,10 @@ class OutputConfig(_Model):
     bigquery_location: str | None = pydantic.Field(
         None, pattern=r"^[A-Za-z0-9-]+$", description="location of the dataset when evalbeam creates it (default US)"
     )
+    adk_eval_history: str | None = pydantic.Field(
+        None, min_length=1,
+        description="ADK inputs: a folder (local or gs://) to write one EvalSetResult JSON per eval set to, in ADK's "
+                    "format and file naming (for adk web and other ADK tooling)")
 
     @pydantic.model_validator(mode="after")
     def _somewhere(self) -> "OutputConfig":

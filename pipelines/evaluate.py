@@ -267,6 +267,13 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         cache_rows = pipeline | "NoJudgeCache" >> beam.Create([])
         usage = pipeline | "NoJudgeUsage" >> beam.Create([{}])
     summary = scored | "Summarize" >> SummarizeScores(run, thresholds)
+    if config.output.adk_eval_history and config.input.is_adk:
+        from transforms.adk_history import WriteEvalHistory
+
+        criteria = {s.output_name: (s.name, s.effective_threshold()) for s in config.computation_specs()
+                    if s.definition() is not None and s.definition().kind == "adk"}
+        scored | "AdkEvalHistory" >> WriteEvalHistory(config.output.adk_eval_history, config.name,
+                                                      started_at.timestamp(), criteria)
     read = (records, unparseable) | "AllRead" >> beam.Flatten()
     if progress:
         from transforms.progress import CountFn

@@ -165,6 +165,7 @@ input:
   adk_criteria: {test_config}
 output:
   parquet: {tmp_path}/out
+  adk_eval_history: {tmp_path}/history
 """)
     evalbeam("run", config)
     run_dir = tmp_path / "out" / "adk-fidelity"
@@ -183,6 +184,23 @@ output:
         row = summary[(CASE_STATUS, f"eval_set_id={eval_set}")]
         assert row["pass_rate"] == pytest.approx(passed / len(evaluated))
         assert row["error_count"] == len(cases) - len(evaluated)
+
+    # the eval history evalbeam wrote is ADK's own format: ADK reads it back and scores it the same
+    written = sorted((tmp_path / "history").glob("adk-fidelity_*.evalset_result.json"))
+    assert [p.name.split("_")[1] for p in written] == ["camel", "encoded", "snake"]
+    request = tmp_path / "history_request.json"
+    request.write_text(json.dumps({"files": [str(p) for p in written], "configs": [CONFIGS[index]]}))
+    result = subprocess.run([str(ADK_PYTHON), str(ROOT / "tests" / "adk_env" / "adk_scores.py"), str(request)],
+                            capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rescored = json.loads(result.stdout)["scores"][0]
+    assert rescored == adk_scores[index]
+    for path in written:  # and the verdicts and scores evalbeam recorded in it are ADK's
+        for case in json.loads(path.read_text())["eval_case_results"]:
+            expected = adk_scores[index][f"{case['eval_set_id']}:{case['eval_id']}:{case['session_id']}"]
+            assert case["final_eval_status"] == {"PASSED": 1, "FAILED": 2, "NOT_EVALUATED": 3}[expected["status"]]
+            recorded = {m["metric_name"]: m["score"] for m in case["overall_eval_metric_results"]}
+            assert recorded == {m: score for m, (score, _) in expected["metrics"].items()}
 
 
 def test_eval_sets_read_as_adk_reads_them(eval_set_files, adk_output):

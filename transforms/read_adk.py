@@ -210,8 +210,11 @@ def parse_adk_eval_result(path: str, stream) -> Iterator[Record | DeadLetter | S
         except ValueError as e:
             yield out.dead(index, f"{label}: {e}", case, _field_of(str(e)))
             continue
+        user_id = get_key(case, "user_id")
         data: dict[str, Any] = {"instance_id": f"{set_id}:{eval_id}:{session_id}", "eval_set_id": set_id,
-                                "eval_id": eval_id, "session_id": session_id, "invocations": turns}
+                                "eval_id": eval_id, "session_id": session_id, "invocations": turns,
+                                "adk_case": {"eval_set_id": set_id, "eval_id": eval_id, "session_id": session_id,
+                                             **({"user_id": user_id} if isinstance(user_id, str) else {})}}
         if not turns:  # ADK records a case whose inference failed with no invocations
             data["failure"] = 1
         yield out.record(index, data, case)
@@ -282,7 +285,7 @@ def parse_adk_eval_set(path: str, stream) -> Iterator[Record | DeadLetter | Sour
                 yield out.dead(index, f"{label}: {e}", raw, _field_of(str(e)))
                 continue
             yield out.record(index, {"instance_id": f"{name}:{eval_id}", "eval_set_id": name, "eval_id": eval_id,
-                                     "invocations": turns}, raw)
+                                     "invocations": turns, "adk_case": {"eval_set_id": name, "eval_id": eval_id}}, raw)
         yield out.lines()
         return
     if not isinstance(value, dict):
@@ -328,7 +331,7 @@ def parse_adk_eval_set(path: str, stream) -> Iterator[Record | DeadLetter | Sour
             yield out.dead(index, f"{label}: {e}", case, _field_of(str(e)))
             continue
         yield out.record(index, {"instance_id": f"{set_id}:{eval_id}", "eval_set_id": set_id, "eval_id": eval_id,
-                                 "invocations": turns}, case)
+                                 "invocations": turns, "adk_case": {"eval_set_id": set_id, "eval_id": eval_id}}, case)
     yield out.lines()
 
 
@@ -517,7 +520,8 @@ def session_record(element, label: str):
         return
     users = sorted({r.data.get("user_id") for r in records if r.data.get("user_id")})
     data = {"instance_id": key, "session_id": first.data["session_id"], "user_id": users[0] if users else None,
-            "invocations": turns}
+            "invocations": turns, "adk_case": {"session_id": first.data["session_id"],
+                                               **({"user_id": users[0]} if users else {})}}
     # the agent (not a tool) failed on a turn: the automatic `failure` metric
     data["failure"] = int(any(r.data.get("event_type") in ("INVOCATION_ERROR", "AGENT_ERROR") for r in records))
     yield Record(source, data, raw, from_csv=False, origin=first.origin, line=first.line, line_count=line_count)
