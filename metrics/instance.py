@@ -742,8 +742,10 @@ def complete_agent_fields(fields: dict[str, Any]) -> None:
         elif isinstance(fields.get("intermediate_events"), list):
             try:
                 events = [_event(e, f"item {i}") for i, e in enumerate(fields["intermediate_events"])]
-            except ValueError as e:
-                raise TraceError("intermediate_events", str(e)) from None
+            except ValueError:
+                # not Vertex events: the column stays the JSON value it is, with no trace
+                # (a metric needing `invocations` then names the field missing)
+                return
             turn: dict[str, Any] = {"prompt": fields.get("prompt"), "response": fields.get("response"),
                                     "events": events, **side_from_events(events)}
             if (expected := _flat_expected(fields)) is not None:

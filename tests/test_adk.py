@@ -201,6 +201,9 @@ def test_vertex_agent_data_and_intermediate_events():
         {"event_id": "e1", "author": "agent", "content": {"parts": [{"function_call": {"name": "s", "args": {}}}]}}]}
     fields = build_instance(flat, SPEC, "x").fields
     assert fields["predicted_trajectory"] == [{"tool_name": "s", "tool_input": {}}]
+    # intermediate_events that are not Vertex events stay the JSON value they are, with no trace
+    fields = build_instance({"instance_id": "v4", "response": "r", "intermediate_events": ["step 1", "step 2"]}, SPEC, "x").fields
+    assert fields["intermediate_events"] == ["step 1", "step 2"] and "invocations" not in fields
     with pytest.raises(InvalidField, match="agent_data.*turns\\[0\\].events\\[0\\] needs a string 'author'"):
         build_instance({"instance_id": "v3", "agent_data": {"turns": [{"events": [{"content": {}}]}]}}, SPEC, "x")
 
