@@ -293,3 +293,45 @@ def test_rubrics_app_details_and_grounding_are_kept_for_judges(tmp_path):
     assert turn["app_details"]["agent_details"]["a"]["instructions"] == "Be brief."
     assert turn["expected"]["events"][0]["grounding_metadata"] == {"web_search_queries": ["q"]}
     assert parse_turns(json.loads(json.dumps([turn]))) == [turn]
+
+
+def test_the_adk_demo_runs(tmp_path):
+    from tests.helpers import evalbeam, table
+
+    evalbeam("run", "configs/demo_adk.yaml", "--set", f"output.parquet={tmp_path}", "--set", "run_id=demo")
+    verdicts = {r["instance_id"].split(":")[1]: r["explanation"]
+                for r in table(tmp_path / "demo", "metric_results") if r["metric"] == "adk_case_status"}
+    # as ADK decides them (IN_ORDER allows the extra get_location; 'london' != 'London')
+    assert verdicts == {"sf_weather": "PASSED", "paris_then_london": "FAILED", "tokyo_in_japanese": "PASSED",
+                        "forecast_with_location": "PASSED"}
+
+
+def test_vertex_flat_jsonl_with_agent_data(tmp_path):
+    """A JSONL table in Vertex AI's flat format: agent_data rows are agent cases, with ADK criteria and
+    trajectory metrics; a row whose agent_data is unusable is dead-lettered naming the field."""
+    from tests.helpers import evalbeam, table
+
+    def agent_data(city, answer):
+        return {"agents": {"root": {"name": "root"}}, "turns": [{"turn_index": 0, "turn_id": "t0", "events": [
+            {"author": "user", "content": {"role": "user", "parts": [{"text": f"Weather in {city}?"}]}},
+            {"author": "root", "content": {"role": "model", "parts": [
+                {"function_call": {"name": "get_weather", "args": {"city": city}}}]}},
+            {"author": "root", "content": {"role": "model", "parts": [{"text": answer}]}}]}]}
+
+    rows = [{"id": "a", "agent_data": agent_data("Paris", "Sunny in Paris."), "reference": "Sunny in Paris.",
+             "reference_trajectory": [{"tool_name": "get_weather", "tool_input": {"city": "Paris"}}]},
+            {"id": "b", "agent_data": json.dumps(agent_data("Rome", "Rain in Rome.")), "reference": "Sunny in Rome.",
+             "reference_trajectory": [{"tool_name": "get_weather", "tool_input": {"city": "Roma"}}]},
+            {"id": "c", "agent_data": {"turns": "none"}, "reference": "x"}]
+    data = tmp_path / "vertex.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(f"name: vertex\nrun_id: v\ninput: {{uri: {data}, id_column: id}}\n"
+                      "metrics: [tool_trajectory_avg_score, response_match_score, trajectory_exact_match, exact_match]\n"
+                      f"output: {{parquet: {tmp_path}/out}}\n")
+    evalbeam("run", config)
+    results = {(r["instance_id"], r["metric"]): r["score"] for r in table(tmp_path / "out" / "v", "metric_results")}
+    assert results[("a", "tool_trajectory_avg_score")] == results[("a", "exact_match")] == 1.0
+    assert results[("b", "trajectory_exact_match")] == 0.0 and 0 < results[("b", "response_match_score")] < 1
+    [dead] = table(tmp_path / "out" / "v", "dead_letter")
+    assert dead["field"] == "agent_data" and "turns must be a list" in dead["reason"]
