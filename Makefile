@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 EMULATORS := .emulators
 EMULATORS_STAMP := $(EMULATORS)/.installed
 
-.PHONY: env demo test bench emulators emulators-stop airflow flex-template schedule-nightly clean
+.PHONY: env adk-env demo test bench emulators emulators-stop airflow flex-template schedule-nightly clean
 
 env: $(STAMP)
 
@@ -21,6 +21,7 @@ $(STAMP): requirements.lock setup.py
 demo: $(STAMP)
 	$(BIN)/evalbeam run configs/demo.yaml
 	$(BIN)/evalbeam run configs/demo_qa.yaml
+	$(BIN)/evalbeam run configs/demo_adk.yaml
 
 # The Cloud Storage and BigQuery emulators, each in its own venv (tests/emulators/*.lock).
 $(EMULATORS_STAMP): $(STAMP) tests/emulators/bigquery.lock tests/emulators/storage.lock tests/emulators/control.py
@@ -61,8 +62,19 @@ $(BROWSER_STAMP):
 	command -v chromium >/dev/null || { $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
 	mkdir -p .browser && touch $(BROWSER_STAMP)
 
+# google-adk 2.13.0 in its own venv (tests/adk_env/requirements.lock): the reference the ADK criteria
+# are tested against (tests/test_adk_fidelity.py). Not a dependency of evalbeam.
+ADK_ENV := .adk
+ADK_STAMP := $(ADK_ENV)/.installed
+$(ADK_STAMP): tests/adk_env/requirements.lock
+	test -x $(ADK_ENV)/bin/python || $(PYTHON) -m venv $(ADK_ENV)
+	$(ADK_ENV)/bin/pip install --quiet -r tests/adk_env/requirements.lock
+	touch $(ADK_STAMP)
+
+adk-env: $(ADK_STAMP)
+
 # The tests start their own emulators on free ports.
-test: $(STAMP) $(EMULATORS_STAMP) $(PUNKT_REFERENCE) $(AIRFLOW_STAMP) $(BROWSER_STAMP)
+test: $(STAMP) $(EMULATORS_STAMP) $(PUNKT_REFERENCE) $(AIRFLOW_STAMP) $(BROWSER_STAMP) $(ADK_STAMP)
 	$(BIN)/python -m pytest -q tests
 
 bench: $(STAMP)
@@ -93,4 +105,4 @@ schedule-nightly: $(STAMP)
 	  --headers=Content-Type=application/json --message-body-from-file=.nightly-launch.json
 
 clean:
-	rm -rf $(VENV) $(EMULATORS) $(AIRFLOW) .browser output .pytest_cache
+	rm -rf $(VENV) $(EMULATORS) $(AIRFLOW) $(ADK_ENV) .browser output .pytest_cache

@@ -57,8 +57,17 @@ class InputConfig(_Model):
         None, pattern=f"^(?:{PROJECT_RE})$",
         description="the project BigQuery reads and queries run in; default: the table's project, else output.bigquery's",
     )
-    format: Literal["jsonl", "csv"] | None = pydantic.Field(
-        None, description="jsonl | csv, for files; inferred from the extension when omitted"
+    format: Literal["jsonl", "csv", "adk_eval_result", "adk_eval_set", "adk_agent_events"] | None = pydantic.Field(
+        None, description="jsonl | csv | adk_eval_result | adk_eval_set, for files; inferred from the file name "
+                          "when omitted (*.evalset_result.json, *.evalset.json and *.test.json are ADK files); "
+                          "adk_agent_events for BigQuery rows of ADK's BigQueryAgentAnalyticsPlugin table"
+    )
+    granularity: Literal["session", "turn"] = pydantic.Field(
+        "session", description="adk_agent_events: one instance per session (id: session_id) or per turn "
+                               "(<session_id>:<invocation_id>)")
+    adk_criteria: str | None = pydantic.Field(
+        None, min_length=1,
+        description="an ADK test_config.json (local or gs://): its criteria become metrics with their thresholds",
     )
     column_mapping: dict[str, str] = pydantic.Field(
         default_factory=dict, description="canonical field -> dataset column"
@@ -92,6 +101,11 @@ class InputConfig(_Model):
     def _source_known(self) -> "InputConfig":
         if (self.uri is None) == (self.query is None):
             raise ValueError("set exactly one of input.uri and input.query")
+        if self.format == "adk_agent_events" and self.kind == "files":
+            raise ValueError("format adk_agent_events reads the plugin's BigQuery table: set input.uri to "
+                             "bq://project.dataset.agent_events, or input.query")
+        if self.format in ("adk_eval_result", "adk_eval_set") and self.kind != "files":
+            raise ValueError(f"format {self.format} reads files; BigQuery rows of agent events are adk_agent_events")
         if self.uri is not None and self.uri.startswith("bq://"):
             if not re.fullmatch(BQ_TABLE_URI_RE, self.uri):
                 raise ValueError(
@@ -101,6 +115,23 @@ class InputConfig(_Model):
         elif self.query is None and self.format is None and self.inferred_format() is None:
             raise ValueError(f"cannot infer the format of {self.uri!r} from its extension; set input.format")
         return self
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _adk_defaults(cls, data: Any) -> Any:
+        """An ADK file's cases are sliced by eval set (the pass rate per eval set) unless told otherwise."""
+        if isinstance(data, dict) and "slice_columns" not in data:
+            fmt = data.get("format")
+            if fmt is None and isinstance(data.get("uri"), str) and not data["uri"].startswith("bq://"):
+                name = data["uri"].lower()
+                fmt = "adk" if name.endswith((".evalset_result.json", ".evalset.json", ".test.json")) else None
+            if fmt in ("adk", "adk_eval_result", "adk_eval_set"):
+                data = {**data, "slice_columns": ["eval_set_id"]}
+        return data
+
+    @property
+    def is_adk(self) -> bool:
+        return (self.inferred_format() or "").startswith("adk_")
 
     @property
     def kind(self) -> Literal["files", "bigquery_table", "bigquery_query"]:
@@ -113,6 +144,8 @@ class InputConfig(_Model):
         return self.uri.removeprefix("bq://")  # type: ignore[union-attr]
 
     def inferred_format(self) -> str | None:
+        if self.format == "adk_agent_events":
+            return self.format
         if self.kind != "files":
             return None
         if self.format:
@@ -120,6 +153,10 @@ class InputConfig(_Model):
         name = self.uri.lower()
         for suffix in (".gz", ".bz2", ".zst", ".deflate"):
             name = name.removesuffix(suffix)
+        if name.endswith(".evalset_result.json"):
+            return "adk_eval_result"
+        if name.endswith((".evalset.json", ".test.json")):
+            return "adk_eval_set"
         if name.endswith((".jsonl", ".ndjson", ".json")):
             return "jsonl"
         if name.endswith(".csv"):
@@ -262,6 +299,11 @@ class MetricSpec(_Model):
                 raise ValueError(
                     "params: " + "; ".join(f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors())
                 ) from None
+            from metrics.adk import INFORMATIONAL_CRITERIA
+
+            if self.name in INFORMATIONAL_CRITERIA and self.threshold is not None:
+                raise ValueError(f"{self.name} is informational (as in ADK): it reports a value and never passes "
+                                 "or fails, so it takes no threshold")
         else:
             if self.params:
                 raise ValueError("custom metrics take no 'params'; read what you need from the instance")
@@ -339,6 +381,10 @@ class OutputConfig(_Model):
     bigquery_location: str | None = pydantic.Field(
         None, pattern=r"^[A-Za-z0-9-]+$", description="location of the dataset when evalbeam creates it (default US)"
     )
+    adk_eval_history: str | None = pydantic.Field(
+        None, min_length=1,
+        description="ADK inputs: a folder (local or gs://) to write one EvalSetResult JSON per eval set to, in ADK's "
+                    "format and file naming (for adk web and other ADK tooling)")
 
     @pydantic.model_validator(mode="after")
     def _somewhere(self) -> "OutputConfig":
@@ -358,7 +404,9 @@ class EvalConfig(_Model):
         None, description="the date the run is for (YYYY-MM-DD); default today (UTC). Tables are partitioned by it"
     )
     input: InputConfig
-    metrics: list[MetricSpec] = pydantic.Field(min_length=1)
+    metrics: list[MetricSpec] = pydantic.Field(
+        default_factory=list,
+        description="the metrics to compute; with an ADK input and none given, ADK's default criteria")
     judge: JudgeConfig = pydantic.Field(default_factory=JudgeConfig)
     output: OutputConfig
     compare_with: str | None = pydantic.Field(
@@ -367,6 +415,41 @@ class EvalConfig(_Model):
                     "same pipeline, into the comparisons table")
     compare_tolerance: float = pydantic.Field(
         0.0, ge=0, description="T of the comparison flags: a change within +-T is never flagged")
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _adk_criteria(cls, data: Any) -> Any:
+        """input.adk_criteria's criteria become metrics; an ADK input with no
+        metrics gets ADK's default criteria (as `adk eval` without a test_config)."""
+        if not isinstance(data, dict) or not isinstance(data.get("input"), dict):
+            return data
+        try:
+            source = InputConfig.model_validate(data["input"])
+        except pydantic.ValidationError:
+            return data  # reported by the field's own validation
+        metrics = data.get("metrics") or []
+        if source.adk_criteria:
+            from metrics.adk import read_test_config
+
+            try:
+                added = read_test_config(_read_text(source.adk_criteria))
+            except (OSError, ValueError) as e:
+                raise ValueError(f"input.adk_criteria: {source.adk_criteria}: {e}") from None
+        elif source.is_adk and not metrics:
+            from metrics.adk import metrics_from_criteria
+
+            # recorded runs have no expected side: the reference-free (efficiency) criteria
+            added = metrics_from_criteria({} if source.format == "adk_agent_events" else None)
+        else:
+            return data
+        names = {m if isinstance(m, str) else m.get("as") or m.get("name") for m in metrics}
+        return {**data, "metrics": list(metrics) + [m for m in added if m["name"] not in names]}
+
+    @pydantic.model_validator(mode="after")
+    def _some_metric(self) -> "EvalConfig":
+        if not self.metrics:
+            raise ValueError("metrics: give at least one metric")
+        return self
 
     @pydantic.field_validator("metrics", mode="before")
     @classmethod
@@ -428,8 +511,25 @@ class EvalConfig(_Model):
     def resolved_run_date(self, now: dt.datetime | None = None) -> dt.date:
         return self.run_date or (now or dt.datetime.now(dt.timezone.utc)).date()
 
+    def for_run_date(self, run_date: dt.date) -> "EvalConfig":
+        """The config with `{run_date}` in input.query replaced by the run date (YYYY-MM-DD), so a
+        nightly config selects its day: `WHERE DATE(timestamp) = '{run_date}'`."""
+        if self.input.query is None or "{run_date}" not in self.input.query:
+            return self
+        query = self.input.query.replace("{run_date}", run_date.isoformat())
+        return self.model_copy(update={"input": self.input.model_copy(update={"query": query})})
+
     def to_json(self) -> str:
         return json.dumps(self.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=True)
+
+
+def _read_text(path: str) -> str:
+    from apache_beam.io.filesystems import FileSystems
+
+    if not FileSystems.exists(path):
+        raise OSError("the file does not exist")
+    with FileSystems.open(path, mime_type="application/octet-stream") as f:
+        return f.read().decode("utf-8")
 
 
 def _loc(loc: tuple) -> str:

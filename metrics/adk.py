@@ -1,42 +1,141 @@
-"""ADK evaluation criteria, computed per invocation and averaged per case.
+"""ADK evaluation criteria, with google-adk 2.13.0's exact semantics.
 
-A case is one instance. Its invocations are the `invocations` field when the
-row has one (an evalbeam extension for multi-turn ADK cases: a list of
-``{prompt, response, reference, predicted_trajectory, reference_trajectory}``),
-otherwise the row itself is the single invocation. Inside an invocation a
-missing trajectory means no tool calls, as in ADK's ``tool_uses: []``.
+A case is one instance; its turns are its trace (`metrics.instance.trace_of`:
+the `invocations` field, else the flat row as one turn). Each criterion is
+computed per turn and aggregated per case as ADK does it; the per-turn values
+go to the result's `extra`. Where ADK reports no score (a metric that raised,
+an efficiency value that is n/a), the row carries an error saying why.
+
+Re-implemented here rather than imported: google-adk weighs about a gigabyte
+with its dependencies and would have to be on every worker. The fidelity test
+(tests/test_adk_fidelity.py) compares these with ADK's own evaluators, run in a
+separate environment, on generated cases covering every rule.
 """
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+import unicodedata
+from typing import Any, Callable, Literal, Mapping, Optional
 
 import pydantic
 
-from metrics import trajectory
-from metrics.calls import call_key
+from metrics.instance import trace_of
 from metrics.registry import MetricError, MetricValue, register
-from metrics.text import make_rouge_scorer
 
-_MATCHERS = {
-    "EXACT": trajectory.exact_match,
-    "IN_ORDER": trajectory.in_order_match,
-    "ANY_ORDER": trajectory.any_order_match,
-}
+# Reported by ADK on every eval; they never pass or fail, and ADK refuses a threshold on them.
+INFORMATIONAL_CRITERIA = ("tool_call_count_v1", "token_usage_v1", "inference_call_count_v1", "invocation_duration_v1")
+# ADK's criteria when no test_config.json is given (eval_config.py _DEFAULT_EVAL_CONFIG).
+DEFAULT_CRITERIA = {"tool_trajectory_avg_score": 1.0, "response_match_score": 0.8}
+AGENT_INPUTS = (("invocations",),)
 
 
-def invocations_of(fields: dict[str, Any]) -> list[dict[str, Any]]:
-    if "invocations" in fields:
-        invocations = fields["invocations"]
-        if not invocations:
-            raise MetricError("'invocations' is empty")
-        return invocations
-    return [fields]
+MATCH_TYPES = ("EXACT", "IN_ORDER", "ANY_ORDER")  # ToolTrajectoryCriterion.MatchType, values 0, 1, 2
 
 
 class TrajectoryCriterionParams(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
     match_type: Literal["EXACT", "IN_ORDER", "ANY_ORDER"] = "EXACT"
     ignore_args: bool = False
+
+    @pydantic.field_validator("match_type", mode="before")
+    @classmethod
+    def _coerce(cls, value: Any) -> Any:
+        # As ToolTrajectoryCriterion._coerce_match_type: case-insensitive, '-' and ' ' as '_';
+        # and ADK's enum values 0, 1, 2.
+        if isinstance(value, str):
+            return value.strip().upper().replace("-", "_").replace(" ", "_")
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 3:
+            return MATCH_TYPES[value]
+        return value
+
+
+# --- pairing turns ----------------------------------------------------------
+
+
+def _actual(turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [t for t in turns if "tool_calls" in t]
+
+
+def _pairs(fields: Mapping[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(actual turn, expected side) pairs; ADK 2.13 refuses cases whose counts differ."""
+    turns = trace_of(fields)
+    actual = _actual(turns)
+    expected = [t["expected"] for t in turns if "expected" in t]
+    if not expected:
+        raise MetricError("the case has no expected turns, which this criterion compares with")
+    if not actual:
+        raise MetricError("the case has no actual turns: an eval set holds the expected conversation only, "
+                          "the actual one comes from running the agent (e.g. `adk eval`, whose result file "
+                          "evalbeam reads as adk_eval_result)")
+    if len(actual) != len(expected):
+        raise MetricError("actual_invocations and expected_invocations must have the same length; "
+                          f"got {len(actual)} and {len(expected)}.")
+    for i, turn in enumerate(turns):
+        if ("tool_calls" in turn) != ("expected" in turn):
+            raise MetricError(f"turn {i} has an {'actual' if 'tool_calls' in turn else 'expected'} side only")
+    return [(t, t["expected"]) for t in turns]
+
+
+def _case(per_turn: list[float]) -> MetricValue:
+    """ADK's case score: the arithmetic mean over turns, summed in order."""
+    if not per_turn:
+        raise MetricError("the case has no turns to evaluate")
+    total = 0.0
+    for value in per_turn:
+        total += value
+    return MetricValue(total / len(per_turn), extra={"per_invocation": per_turn} if len(per_turn) > 1 else None)
+
+
+# --- tool_trajectory_avg_score (trajectory_evaluator.py) ---------------------
+# Calls compare by name and args with Python ==, as ADK compares
+# genai FunctionCall.args: 1 == 1.0 and True == 1, "1" != 1, absent args != {}.
+
+
+def _same(actual: dict, expected: dict, ignore_args: bool) -> bool:
+    return actual["tool_name"] == expected["tool_name"] and (
+        ignore_args or actual.get("tool_input") == expected.get("tool_input"))
+
+
+def exact_match(actual: list, expected: list, ignore_args: bool) -> bool:
+    if len(actual) != len(expected):
+        return False
+    return all(_same(a, e, ignore_args) for a, e in zip(actual, expected))
+
+
+def in_order_match(actual: list, expected: list, ignore_args: bool) -> bool:
+    if not expected:
+        return True
+    if not actual:
+        return False
+    expected_it = iter(expected)
+    current = next(expected_it)
+    for call in actual:
+        if _same(call, current, ignore_args):
+            current = next(expected_it, None)
+            if current is None:
+                return True
+    return False
+
+
+def any_order_match(actual: list, expected: list, ignore_args: bool) -> bool:
+    if not expected:
+        return True
+    if not actual:
+        return False
+    remaining = list(actual)
+    for want in expected:
+        for i, call in enumerate(remaining):
+            if _same(call, want, ignore_args):
+                remaining.pop(i)
+                break
+        else:
+            return False
+    return True
+
+
+_MATCHERS: dict[str, Callable[[list, list, bool], bool]] = {
+    "EXACT": exact_match, "IN_ORDER": in_order_match, "ANY_ORDER": any_order_match,
+}
 
 
 @register(
@@ -46,22 +145,76 @@ class TrajectoryCriterionParams(pydantic.BaseModel):
     params=TrajectoryCriterionParams,
     score_range="0..1",
     default_threshold=1.0,
-    description="ADK: per invocation 1/0 trajectory match (match_type EXACT | IN_ORDER | ANY_ORDER, ignore_args), mean per case",
+    description="ADK: per turn 1 if the actual tool calls match the expected ones (match_type EXACT | IN_ORDER | "
+                "ANY_ORDER, ignore_args), mean per case",
 )
 def _tool_trajectory_avg_score(params: TrajectoryCriterionParams):
     match = _MATCHERS[params.match_type]
 
-    def keys(inv, field):
-        return [call_key(c, params.ignore_args) for c in inv.get(field) or []]
-
     def score(fields):
-        per_invocation = [
-            match(keys(inv, "predicted_trajectory"), keys(inv, "reference_trajectory"))
-            for inv in invocations_of(fields)
-        ]
-        return _mean(per_invocation)
+        return _case([1.0 if match(a["tool_calls"], e.get("tool_calls", []), params.ignore_args) else 0.0
+                      for a, e in _pairs(fields)])
 
     return score
+
+
+# --- response_match_score (final_response_match_v1.py) -----------------------
+
+
+def _is_cjk(char: str) -> bool:
+    code = ord(char)
+    return 0x4E00 <= code <= 0x9FFF or 0x3040 <= code <= 0x309F or 0x30A0 <= code <= 0x30FF or 0xAC00 <= code <= 0xD7AF
+
+
+def _is_non_spaced_script(char: str) -> bool:
+    code = ord(char)  # Thai, Lao, Khmer, Myanmar
+    return 0x0E00 <= code <= 0x0E7F or 0x0E80 <= code <= 0x0EFF or 0x1780 <= code <= 0x17FF or 0x1000 <= code <= 0x109F
+
+
+class UnicodeAwareTokenizer:
+    """ADK 2.13's `_UnicodeAwareTokenizer` (final_response_match_v1.py), rule for
+    rule: NFKC and lower case; CJK characters one token each; Thai, Lao, Khmer and
+    Myanmar split before each base character (combining marks stay attached);
+    other word characters (alphanumeric or a combining mark) kept, anything else
+    a separator; ASCII words then go through rouge-score's DefaultTokenizer
+    (Porter stemmer, [a-z0-9] only), other words are kept whole. Written out
+    because ADK is not a dependency of the workers (see the module docstring)."""
+
+    def __init__(self, use_stemmer: bool = True):
+        from rouge_score import tokenizers
+
+        self._default = tokenizers.DefaultTokenizer(use_stemmer)
+
+    def tokenize(self, text: str) -> list[str]:
+        text = unicodedata.normalize("NFKC", text).lower()
+        chars: list[str] = []
+        for char in text:
+            if _is_cjk(char):
+                chars.extend([" ", char, " "])
+            elif _is_non_spaced_script(char):
+                if unicodedata.category(char).startswith("M"):
+                    chars.append(char)
+                else:
+                    chars.extend([" ", char])
+            elif char.isalnum() or unicodedata.category(char).startswith("M"):
+                chars.append(char)
+            else:
+                chars.append(" ")
+        tokens: list[str] = []
+        for word in "".join(chars).split():
+            if word.isascii():
+                tokens.extend(self._default.tokenize(word))
+            else:
+                tokens.append(word)
+        return tokens
+
+
+def make_adk_rouge1():
+    """(reference, candidate) -> ROUGE-1 F-measure, as ADK's RougeEvaluator scores a turn."""
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(["rouge1"], tokenizer=UnicodeAwareTokenizer(use_stemmer=True))
+    return lambda reference, candidate: scorer.score(reference, candidate)["rouge1"].fmeasure
 
 
 @register(
@@ -70,25 +223,213 @@ def _tool_trajectory_avg_score(params: TrajectoryCriterionParams):
     inputs=(("response", "reference"), ("invocations",)),
     score_range="0..1",
     default_threshold=0.8,
-    description="ADK: ROUGE-1 F-measure with stemming of the final response against the reference, mean per case",
+    description="ADK: ROUGE-1 F-measure of each turn's final response against the expected one, with ADK's "
+                "Unicode-aware stemming tokenizer, mean per case",
 )
 def _response_match_score(_params):
-    rouge1 = make_rouge_scorer("rouge1", use_stemmer=True, split_summaries=False)
+    rouge1 = make_adk_rouge1()
 
     def score(fields):
         values = []
-        for i, inv in enumerate(invocations_of(fields)):
-            response, reference = inv.get("response"), inv.get("reference")
+        for i, (actual, expected) in enumerate(_pairs(fields)):
+            response, reference = actual.get("response"), expected.get("response")
             if response is None or reference is None:
                 raise MetricError(f"invocation {i} has no {'response' if response is None else 'reference'}")
             values.append(rouge1(reference, response))
-        return _mean(values)
+        return _case(values)
 
     return score
 
 
-def _mean(values: list[float]) -> MetricValue:
-    return MetricValue(
-        sum(values) / len(values),
-        extra={"per_invocation": values} if len(values) > 1 else None,
-    )
+# --- efficiency criteria (_efficiency_evaluators.py): informational ----------
+
+
+def _actual_turns(fields: Mapping[str, Any]) -> list[dict[str, Any]]:
+    turns = _actual(trace_of(fields))
+    if not turns:
+        raise MetricError("n/a: the case has no actual turns")
+    return turns
+
+
+def _mean_of_present(per_turn: list[Optional[float]], what: str) -> MetricValue:
+    values = [v for v in per_turn if v is not None]
+    if not values:
+        raise MetricError(f"n/a: no turn {what}")
+    return MetricValue(sum(values) / len(values), extra={"per_invocation": per_turn} if len(per_turn) > 1 else None)
+
+
+def _efficiency(name: str, description: str, inputs=AGENT_INPUTS):
+    return register(name, kind="adk", inputs=inputs, score_range=">=0", direction="lower",
+                    description=f"ADK (informational, no threshold): {description}")
+
+
+@_efficiency("tool_call_count_v1", "tool calls per turn, mean per case",
+             inputs=(("invocations",), ("predicted_trajectory",)))
+def _tool_call_count(_params):
+    return lambda fields: _mean_of_present(
+        [float(len(t["tool_calls"])) for t in _actual_turns(fields)], "has tool calls")
+
+
+def _is_model_call(event: dict[str, Any]) -> bool:
+    return "usage" in event or "model_version" in event
+
+
+@_efficiency("inference_call_count_v1",
+             "model calls per turn (events with usage metadata or a model version), mean per case")
+def _inference_call_count(_params):
+    def score(fields):
+        per_turn = [float(sum(_is_model_call(e) for e in t["events"])) if "events" in t else None
+                    for t in _actual_turns(fields)]
+        return _mean_of_present(per_turn, "recorded its events (invocation_events)")
+
+    return score
+
+
+def _add(total: Optional[int], count: Optional[int]) -> Optional[int]:
+    return total if count is None else (total or 0) + count
+
+
+def turn_token_usage(turn: dict[str, Any]) -> dict[str, Optional[int]]:
+    """A turn's token counts summed over its model calls, ADK's TokenUsageDetails
+    (a count no call reported stays None)."""
+    totals: dict[str, Optional[int]] = dict.fromkeys(
+        ("input_tokens", "prompt_tokens", "cached_tokens", "tool_use_tokens", "output_tokens", "candidates_tokens",
+         "reasoning_tokens", "total_tokens"))
+    for event in turn.get("events", []):
+        usage = event.get("usage")
+        if usage is None:
+            continue
+        prompt, tool = usage.get("prompt_token_count"), usage.get("tool_use_prompt_token_count")
+        candidates, thoughts = usage.get("candidates_token_count"), usage.get("thoughts_token_count")
+        input_tokens = None if prompt is None and tool is None else (prompt or 0) + (tool or 0)
+        output_tokens = None if candidates is None and thoughts is None else (candidates or 0) + (thoughts or 0)
+        for key, count in (("input_tokens", input_tokens), ("prompt_tokens", prompt),
+                           ("cached_tokens", usage.get("cached_content_token_count")), ("tool_use_tokens", tool),
+                           ("output_tokens", output_tokens), ("candidates_tokens", candidates),
+                           ("reasoning_tokens", thoughts)):
+            totals[key] = _add(totals[key], count)
+    if totals["input_tokens"] is not None or totals["output_tokens"] is not None:
+        totals["total_tokens"] = (totals["input_tokens"] or 0) + (totals["output_tokens"] or 0)
+    return totals
+
+
+@_efficiency("token_usage_v1", "tokens per turn (input + output over its model calls), mean per case")
+def _token_usage(_params):
+    def score(fields):
+        details = [turn_token_usage(t) for t in _actual_turns(fields)]
+        # ADK averages each count over every turn, a turn not reporting it counting 0
+        averaged = {}
+        for key in details[0]:
+            present = [d[key] for d in details if d[key] is not None]
+            averaged[key] = sum(present) / len(details) if present else None
+        if averaged["total_tokens"] is None:
+            raise MetricError("n/a: no turn recorded token usage (usage_metadata)")
+        extra = {"token_usage": {k: v for k, v in averaged.items() if v is not None}}
+        if len(details) > 1:
+            extra["per_invocation"] = [d["total_tokens"] for d in details]
+        return MetricValue(averaged["total_tokens"], extra=extra)
+
+    return score
+
+
+@_efficiency("invocation_duration_v1", "seconds per turn where measured, mean per case (rounded to ms, as ADK)")
+def _invocation_duration(_params):
+    def score(fields):
+        per_turn = [t.get("duration", {}).get("total") for t in _actual_turns(fields)]
+        present = [v for v in per_turn if v is not None]
+        if not present:
+            raise MetricError("n/a: no turn has a measured duration")
+        return MetricValue(round(sum(present) / len(present), 3),
+                           extra={"per_invocation": per_turn} if len(per_turn) > 1 else None)
+
+    return score
+
+
+# --- test_config.json -> metrics ---------------------------------------------
+
+
+def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Metric specs (as in an evalbeam config) for ADK criteria, as ADK's
+    get_eval_metrics_from_config maps them: a bare number is the threshold; an
+    object has a `threshold` and the criterion's own fields (e.g. match_type,
+    ignore_args; snake_case or camelCase; other keys ignored, as ADK ignores
+    them). ADK's defaults apply when `criteria`
+    is None; the informational efficiency criteria are always added, and naming
+    one is an error (ADK refuses a threshold on them). Raises ValueError."""
+    from metrics.registry import get_metric
+
+    criteria = DEFAULT_CRITERIA if criteria is None else criteria
+    if not isinstance(criteria, Mapping):
+        raise ValueError("criteria must be an object of criterion name -> threshold or criterion object")
+    specs = []
+    for name, criterion in criteria.items():
+        if name in INFORMATIONAL_CRITERIA:
+            raise ValueError(f"criteria.{name}: {name} does not support a threshold: it reports a value and never "
+                             "passes or fails (ADK reports it on every eval without being asked)")
+        try:
+            definition = get_metric(name)
+        except KeyError:
+            raise ValueError(f"criteria.{name}: this ADK criterion is not supported by evalbeam") from None
+        if isinstance(criterion, bool) or not isinstance(criterion, (int, float, dict)):
+            raise ValueError(f"criteria.{name}: expected a threshold (number) or a criterion object")
+        if isinstance(criterion, dict):
+            criterion = dict(criterion)
+            threshold = criterion.pop("threshold", None)
+            if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
+                raise ValueError(f"criteria.{name}: a criterion object needs a numeric 'threshold'")
+            # BaseCriterion's own field; no criterion evalbeam computes from rules uses it
+            criterion.pop("include_intermediate_responses_in_final", None)
+            criterion.pop("includeIntermediateResponsesInFinal", None)
+            fields = definition.params.model_fields
+            params = {}
+            for key, value in criterion.items():
+                snake = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+                # other keys are ignored, as ADK's criteria (extra="allow") ignore them
+                if snake in fields:
+                    params[snake] = value
+            spec = {"name": name, "threshold": float(threshold)}
+            if params:
+                spec["params"] = params
+        else:
+            spec = {"name": name, "threshold": float(criterion)}
+        specs.append(spec)
+    return specs + [{"name": name} for name in INFORMATIONAL_CRITERIA]
+
+
+def read_test_config(text: str) -> list[dict[str, Any]]:
+    """Metric specs from the text of an ADK test_config.json (EvalConfig)."""
+    import json
+
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    if not isinstance(config, dict):
+        raise ValueError("must be a JSON object with 'criteria'")
+    if config.get("custom_metrics") or config.get("customMetrics"):
+        raise ValueError("custom_metrics: ADK custom metrics are not supported; use an evalbeam custom metric "
+                         "(metrics: - name: ... function: package.module:function)")
+    return metrics_from_criteria(config.get("criteria"))
+
+
+# --- the case verdict (local_eval_service.py _generate_final_eval_status) ------
+
+PASSED, FAILED, NOT_EVALUATED, INFORMATIONAL = "PASSED", "FAILED", "NOT_EVALUATED", "INFORMATIONAL"
+CASE_STATUS = "adk_case_status"
+
+
+def criterion_status(name: str, error: Any, passed: Optional[bool]) -> str:
+    """ADK's EvalStatus of one criterion's result on a case."""
+    if name in INFORMATIONAL_CRITERIA:
+        return INFORMATIONAL
+    if error is not None or passed is None:
+        return NOT_EVALUATED
+    return PASSED if passed else FAILED
+
+
+def case_status(statuses: list[str]) -> str:
+    """Any FAILED fails the case; else any PASSED passes it; a case with no
+    criterion evaluated (all errored or informational) is NOT_EVALUATED."""
+    if FAILED in statuses:
+        return FAILED
+    return PASSED if PASSED in statuses else NOT_EVALUATED

@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         config = load_config(args.config, args.overrides)
         if args.command == "validate":
-            checked = evaluate.preflight(config)
+            checked = evaluate.preflight(config.for_run_date(config.resolved_run_date()))
             if checked.checked_rows == 0 and checked.unreadable:
                 reasons = "\n".join(f"  {d.source}: {d.reason}" for d in checked.unreadable[:10])
                 raise ConfigError(f"no row of the dataset ({checked.source}) could be read; the first reasons:\n{reasons}")

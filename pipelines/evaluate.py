@@ -50,7 +50,8 @@ def evalbeam_version() -> str:
 def row_spec(config: EvalConfig) -> RowSpec:
     return RowSpec(
         column_mapping=dict(config.input.column_mapping),
-        id_column=config.input.id_column,
+        # an ADK file's records carry their ADK id (<eval_set_id>:<eval_id>[:<session_id>])
+        id_column=config.input.id_column or ("instance_id" if config.input.is_adk else None),
         slice_columns=tuple(config.input.slice_columns),
         requirements=tuple((m.output_name, m.input_alternatives()) for m in config.metrics),
     )
@@ -135,7 +136,22 @@ def _check_files(config: EvalConfig) -> Preflight:
     if not files:
         raise ConfigError(f"input.uri: no file matches {uri!r}")
     sample = sample_records(files, config.input.inferred_format())
-    return Preflight(f"{len(files)} file(s)", len(sample.records), present_columns(sample.records), sample.dead_letters)
+    return Preflight(f"{len(files)} file(s)", len(sample.records), present_columns(map(_with_trace_fields, sample.records)),
+                     sample.dead_letters)
+
+
+def _with_trace_fields(record: dict) -> dict:
+    """A sampled row with the fields its agent trace implies (a one-turn case's response...),
+    which the column check counts as provided."""
+    if not any(k in record for k in ("invocations", "agent_data", "intermediate_events")):
+        return record
+    from metrics.instance import build_instance
+
+    try:
+        fields = build_instance(record, RowSpec({}, None, (), ()), "preflight").fields
+    except Exception:  # noqa: BLE001 - such a row is dead-lettered when read; here it provides what it has
+        return record
+    return {**record, **fields}
 
 
 def _short(error) -> str:
@@ -145,10 +161,20 @@ def _short(error) -> str:
     return text.splitlines()[0][:300]
 
 
+AGENT_EVENT_COLUMNS = ("timestamp", "event_type", "agent", "session_id", "invocation_id", "content")
+
+
 def _check_columns(config: EvalConfig, checked: Preflight) -> None:
     if checked.checked_rows == 0:
         return  # an empty dataset is an empty run: nothing to check against
     columns = checked.columns
+    if config.input.format == "adk_agent_events":
+        # the rows are events, not instances: the plugin's columns are what is needed
+        missing = [c for c in AGENT_EVENT_COLUMNS if c not in columns]
+        if missing:
+            raise ConfigError(f"input: {checked.source} is not an ADK agent events table (BigQueryAgentAnalyticsPlugin): "
+                              f"no column {', '.join(missing)}")
+        return
     mapping = config.input.column_mapping
     problems = []
     for i, spec in enumerate(config.metrics):
@@ -207,6 +233,10 @@ def _read(pipeline: beam.Pipeline, config: EvalConfig, read_plan: bigquery.ReadP
     else:
         records, source_lines = pipeline | "ReadBigQuery" >> bigquery.ReadBigQueryRows(read_plan)
         unparseable = pipeline | "NoUnparseableRows" >> beam.Create([])
+        if config.input.format == "adk_agent_events":
+            from transforms.read_adk import GroupAgentEvents
+
+            records, unparseable = records | "AgentSessions" >> GroupAgentEvents(config.input.granularity, read_plan.label)
     instances, invalid = records | "Validate" >> ToInstances(row_spec(config))
     return records, unparseable, source_lines, instances, invalid
 
@@ -235,6 +265,16 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
     dead_letters = (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()
     computed = instances | "Score" >> ScoreInstances(run, config.computation_specs())
     thresholds = {p.output_name: p.threshold for p in plan_metrics(config.computation_specs())}
+    adk_criteria = {s.output_name: s.name for s in config.computation_specs()
+                    if s.definition() is not None and s.definition().kind == "adk"}
+    from metrics.adk import INFORMATIONAL_CRITERIA
+
+    # a verdict needs a criterion that passes or fails (the efficiency ones never do)
+    if config.input.is_adk and set(adk_criteria.values()) - set(INFORMATIONAL_CRITERIA):
+        from transforms.adk_status import THRESHOLD, add_case_status
+
+        computed = computed | "AdkCaseStatus" >> beam.Map(add_case_status, run, adk_criteria)
+        thresholds["adk_case_status"] = THRESHOLD
     rubric_specs = config.rubric_specs()
     judge_specs = [s for s in config.judge_specs() if s not in rubric_specs]
     # Template judges and rubric metrics call the judge at the same time: each
@@ -276,6 +316,13 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
     else:
         usage = usage_parts[0] if usage_parts else pipeline | "NoJudgeUsage" >> beam.Create([{}])
     summary = scored | "Summarize" >> SummarizeScores(run, thresholds)
+    if config.output.adk_eval_history and config.input.is_adk:
+        from transforms.adk_history import WriteEvalHistory
+
+        criteria = {s.output_name: (s.name, s.effective_threshold()) for s in config.computation_specs()
+                    if s.definition() is not None and s.definition().kind == "adk"}
+        scored | "AdkEvalHistory" >> WriteEvalHistory(config.output.adk_eval_history, config.name,
+                                                      started_at.timestamp(), criteria)
     read = (records, unparseable) | "AllRead" >> beam.Flatten()
     if progress:
         from transforms.progress import CountFn
@@ -379,6 +426,7 @@ def run(config: EvalConfig, options: PipelineOptions):
     Returns (RunKey, PipelineResult)."""
     started_at = utc_now()
     run_key = RunKey(config.resolved_run_id(started_at), config.resolved_run_date(started_at))
+    config = config.for_run_date(run_key.run_date)
     preflight(config, options, run_key.run_id)
     attempt = uuid.uuid4().hex[:12]
     staging = None

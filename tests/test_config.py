@@ -59,7 +59,7 @@ def test_bad_metric_fields_are_named(tmp_path, change, expected):
     "old,new,expected",
     [
         ("uri: data.jsonl", "uri: data.txt", "input: Value error, cannot infer the format"),
-        ("uri: data.jsonl", "uri: data.jsonl\n  format: xml", "input.format: Input should be 'jsonl' or 'csv'"),
+        ("uri: data.jsonl", "uri: data.jsonl\n  format: xml", "input.format: Input should be 'jsonl', 'csv', 'adk_eval_result', 'adk_eval_set' or 'adk_agent_events'"),
         ("uri: data.jsonl", "uri: data.jsonl\n  column_mapping: {answer: resp}", "input.column_mapping: Value error, 'answer' is not a canonical field"),
         ("uri: data.jsonl", "uri: data.jsonl\n  slice_columns: [response]", "clashes with an output column"),
         ("uri: data.jsonl", "uri: data.jsonl\n  slice_columns: [run_date]", "clashes with an output column"),

@@ -73,7 +73,10 @@ def test_alternative_inputs_and_id_column():
     s = spec(id_column="id", requirements=(("adk", (("predicted_trajectory", "reference_trajectory"), ("invocations",))),))
     inst = build_instance({"id": 7, "invocations": [{"response": "x", "predicted_trajectory": TRAJ}]}, s, "f:1")
     assert inst.instance_id == "7"
-    assert inst.fields["invocations"][0]["predicted_trajectory"] == TRAJ
+    assert inst.fields["invocations"] == [{"response": "x", "tool_calls": TRAJ, "expected": {"tool_calls": []}}]
+    # the trace implies the flat fields the trajectory metrics read
+    assert inst.fields["predicted_trajectory"] == TRAJ and inst.fields["reference_trajectory"] == []
+    assert inst.fields["response"] == "x" and "reference" not in inst.fields
     with pytest.raises(InvalidField, match="instance_id.*id column is missing or empty"):
         build_instance({"id": "", "invocations": []}, s, "f:1")
     with pytest.raises(InvalidField, match="needed by metric 'adk'"):

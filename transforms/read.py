@@ -443,6 +443,19 @@ def _csv_text(cells: list[str]) -> str:
 
 
 PARSERS = {"jsonl": parse_jsonl, "csv": parse_csv}
+ADK_FORMATS = ("adk_eval_result", "adk_eval_set")
+
+
+def _adk_parser(fmt: str):
+    def parse(path: str, stream):
+        from transforms import read_adk
+
+        return getattr(read_adk, f"parse_{fmt}")(path, stream)
+
+    return parse
+
+
+PARSERS.update({fmt: _adk_parser(fmt) for fmt in ADK_FORMATS})
 
 
 def parse_file(path: str, fmt: str) -> Iterator[Record | DeadLetter | SourceLines]:

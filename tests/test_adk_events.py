@@ -1,0 +1,169 @@
+"""Recorded agent runs: the table of ADK's BigQueryAgentAnalyticsPlugin, read from the BigQuery
+emulator, grouped per session (or turn) by the runner, scored with the reference-free criteria.
+The table is created with the plugin's own schema (from google-adk 2.13.0, in the ADK environment)."""
+from __future__ import annotations
+
+import collections
+import json
+import subprocess
+
+import pytest
+
+from tests.emulators.control import PROJECT
+from tests.helpers import ROOT, evalbeam, table
+from transforms.read_adk import response_text, turn_from_events
+
+TABLE = f"{PROJECT}.agent_logs.agent_events"
+
+
+def plugin_schema():
+    python = ROOT / ".adk" / "bin" / "python"
+    if not python.exists():
+        pytest.fail("the ADK reference environment is missing: run `make adk-env`")
+    code = ("import json\nfrom google.adk.plugins.bigquery_agent_analytics_plugin import _get_events_schema\n"
+            "print(json.dumps([f.to_api_repr() for f in _get_events_schema()]))")
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(out.stdout)
+
+
+def row(ts, event_type, session="s1", invocation="inv1", agent="weather_agent", content=None, attributes=None,
+        latency=None, **extra):
+    return {"timestamp": f"2026-11-22T{ts}Z", "event_id": f"{session}-{invocation}-{ts}", "event_type": event_type,
+            "agent": agent, "session_id": session, "invocation_id": invocation, "user_id": "u1",
+            "content": None if content is None else json.dumps(content),
+            "attributes": None if attributes is None else json.dumps(attributes),
+            "latency_ms": None if latency is None else json.dumps(latency), "status": "OK", **extra}
+
+
+def user(ts, text, **kw):
+    return row(ts, "USER_MESSAGE_RECEIVED", content={"text_summary": text},
+               content_parts=[{"mime_type": "text/plain", "text": text, "part_index": 0, "storage_mode": "INLINE"}], **kw)
+
+
+def llm(ts, prompt, completion, **kw):
+    return row(ts, "LLM_RESPONSE", content={"response": "call: get_weather", "usage": {"prompt": prompt, "completion": completion,
+                                                                                     "total": prompt + completion}},
+               attributes={"model_version": "gemini-2.5-flash", "finish_reason": "STOP",
+                           "usage_metadata": {"prompt_token_count": prompt, "candidates_token_count": completion}}, **kw)
+
+
+EVENTS = [
+    # session s1, turn 1: a tool call, two model calls, the final answer
+    user("10:00:00.000", "Weather in SF?"),
+    row("10:00:00.100", "INVOCATION_STARTING"),
+    llm("10:00:00.500", 100, 10),
+    row("10:00:00.600", "TOOL_STARTING", content={"tool": "get_weather", "args": {"city": "SF"}}),
+    row("10:00:00.700", "TOOL_COMPLETED", content={"tool": "get_weather", "result": {"temp_c": 18}}),
+    llm("10:00:01.000", 150, 20),
+    row("10:00:01.100", "AGENT_RESPONSE", content={"response": "text: 'It is 18C' | text: 'and foggy.'"}),
+    row("10:00:01.200", "INVOCATION_COMPLETED", latency={"total_ms": 1200}),
+    # session s1, turn 2: no tool
+    user("10:01:00.000", "Thanks!", invocation="inv2"),
+    llm("10:01:00.400", 300, 5, invocation="inv2"),
+    row("10:01:00.500", "AGENT_RESPONSE", invocation="inv2", content={"response": "text: 'You are welcome.'"}),
+    row("10:01:00.600", "INVOCATION_COMPLETED", invocation="inv2", latency={"total_ms": 600}),
+    # session s2: the agent fails
+    user("11:00:00.000", "Book a flight", session="s2", invocation="inv9"),
+    row("11:00:00.300", "TOOL_STARTING", session="s2", invocation="inv9", content={"tool": "book", "args": {"to": "NYC"}}),
+    row("11:00:00.400", "TOOL_ERROR", session="s2", invocation="inv9", content={"tool": "book", "args": {"to": "NYC"}},
+        error_message="no seats"),
+    row("11:00:00.500", "AGENT_ERROR", session="s2", invocation="inv9"),
+    # a row that belongs to no session
+    row("12:00:00.000", "USER_MESSAGE_RECEIVED", session=None, content={"text_summary": "lost"}),
+]
+# another day's session, which the nightly query leaves out
+OTHER_DAY = [dict(user("09:00:00.000", "yesterday", session="old"), timestamp="2026-11-21T09:00:00Z")]
+
+
+@pytest.fixture(scope="module")
+def events_table(cloud):
+    from google.cloud import bigquery
+
+    from transforms.local_cloud import bigquery_client
+
+    client = bigquery_client(PROJECT)
+    client.create_dataset(f"{PROJECT}.agent_logs", exists_ok=True)
+    schema = [bigquery.SchemaField.from_api_repr(f) for f in plugin_schema()]
+    client.create_table(bigquery.Table(TABLE, schema=schema), exists_ok=True)
+    assert client.insert_rows_json(TABLE, EVENTS + OTHER_DAY) == []
+    return TABLE
+
+
+def run(tmp_path, granularity="session", run_id="events-1"):
+    config = tmp_path / "eval.yaml"
+    config.write_text(f"""
+name: nightly-agents
+run_id: {run_id}
+run_date: 2026-11-22
+input:
+  query: "SELECT * FROM `{TABLE}` WHERE DATE(timestamp) = '{{run_date}}'"
+  format: adk_agent_events
+  granularity: {granularity}
+  project: {PROJECT}
+metrics:
+  - tool_call_count_v1
+  - token_usage_v1
+  - inference_call_count_v1
+  - invocation_duration_v1
+  - {{name: trajectory_single_tool_use, params: {{tool_name: get_weather}}}}
+output:
+  parquet: {tmp_path}/out
+""")
+    evalbeam("run", config)
+    return tmp_path / "out" / run_id
+
+
+def test_sessions_from_the_plugin_table(events_table, tmp_path):
+    run_dir = run(tmp_path)
+    instances = {r["instance_id"]: r for r in table(run_dir, "instances")}
+    assert set(instances) == {"s1", "s2"}  # the other day's session is not selected
+    s1 = json.loads(instances["s1"]["invocations"])
+    assert [t["prompt"] for t in s1] == ["Weather in SF?", "Thanks!"]
+    assert [t["response"] for t in s1] == ["It is 18C\nand foggy.", "You are welcome."]
+    assert s1[0]["tool_calls"] == [{"tool_name": "get_weather", "tool_input": {"city": "SF"}, "id": "call_0",
+                                    "response": {"temp_c": 18}}]
+    assert s1[0]["duration"] == {"total": 1.2}
+    results = collections.defaultdict(dict)
+    for r in table(run_dir, "metric_results"):
+        results[r["instance_id"]][r["metric"]] = r
+    s1r, s2r = results["s1"], results["s2"]
+    assert s1r["tool_call_count_v1"]["score"] == 0.5  # 1 and 0 tool calls per turn
+    assert s1r["inference_call_count_v1"]["score"] == 1.5
+    assert s1r["token_usage_v1"]["score"] == (110 + 170 + 305) / 2
+    assert s1r["invocation_duration_v1"]["score"] == 0.9
+    assert s1r["trajectory_single_tool_use"]["score"] == 1.0
+    assert s1r["failure"]["score"] == 0.0 and s2r["failure"]["score"] == 1.0
+    assert "n/a" in s2r["token_usage_v1"]["error"]
+    dead = table(run_dir, "dead_letter")
+    assert len(dead) == 1 and dead[0]["field"] == "session_id" and "belongs to no session" in dead[0]["reason"]
+    runs = table(run_dir, "runs")[0]
+    assert runs["read_count"] == runs["scored_count"] + runs["dead_letter_count"] == 3
+    assert runs["lines_read"] == 17 == runs["lines_scored"] + runs["lines_dead_lettered"]
+    assert "DATE(timestamp) = '2026-11-22'" in json.loads(runs["config"])["input"]["query"]
+
+
+def test_one_instance_per_turn(events_table, tmp_path):
+    run_dir = run(tmp_path, "turn", "events-turns")
+    instances = {r["instance_id"]: json.loads(r["invocations"]) for r in table(run_dir, "instances")}
+    assert set(instances) == {"s1:inv1", "s1:inv2", "s2:inv9"}
+    assert instances["s2:inv9"][0]["tool_calls"][0]["response"] == {"error": "no seats"}
+    assert instances["s1:inv2"][0]["response"] == "You are welcome."
+
+
+def test_response_text_unwraps_the_plugins_rendering():
+    assert response_text("text: 'a' | text: 'b'") == "a\nb"
+    assert response_text("text: 'a' | call: f") is None
+    assert response_text("None") is None
+    assert response_text({"answer": 1}) == '{"answer": 1}'
+    assert response_text("plain") == "plain"
+
+
+def test_streamed_partial_responses_are_not_counted_twice():
+    rows = [json.loads(json.dumps(r)) for r in (
+        user("10:00:00.000", "hi"),
+        row("10:00:00.100", "LLM_RESPONSE", attributes={"usage_metadata": {"prompt_token_count": 5}}),
+        llm("10:00:00.200", 5, 7),
+        row("10:00:00.300", "AGENT_RESPONSE", content={"response": "text: 'hello'"}))]
+    turn = turn_from_events(rows)
+    assert [e.get("usage") for e in turn["events"]] == [{"prompt_token_count": 5, "candidates_token_count": 7}]
+    assert turn["response"] == "hello"

@@ -1,0 +1,545 @@
+"""Reading Google ADK evaluation files into records: one record per eval case.
+
+- `adk_eval_result`: an EvalSetResult as `adk eval` writes it
+  (`*.evalset_result.json`; snake_case or camelCase keys; also the legacy
+  double-encoded file holding a JSON string). One record per EvalCaseResult:
+  its actual turns from `eval_metric_result_per_invocation[].actual_invocation`,
+  the expected ones from `.expected_invocation`; `instance_id` is
+  `<eval_set_id>:<eval_id>:<session_id>`.
+- `adk_eval_set`: an EvalSet (`*.evalset.json`, top-level keys snake_case as ADK
+  requires), or either legacy form: a flat list of `{query, expected_tool_use,
+  reference}` turns (`*.test.json`: one case, whose eval_id is the file path, as
+  in ADK), or a list of `{name, data, initial_session}` cases. Expected turns
+  only; `instance_id` is `<eval_set_id>:<eval_id>`. A `conversation_scenario`
+  case (user simulation) is dead-lettered: it has no turns until a user
+  simulator runs it.
+
+Each record carries the case's trace in `invocations` (metrics.instance) and
+the columns `instance_id`, `eval_set_id`, `eval_id` (and `session_id`).
+
+A file is one JSON document, so it is parsed whole (ADK writes one file per
+eval set; no streaming JSON parser is among the dependencies). Each case's
+physical lines are found with the JSON decoder's positions, so the line
+accounting holds: every line belongs to one case, or is skipped as holding
+none (the file's own keys and punctuation).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Iterator
+
+import apache_beam as beam
+
+from metrics.instance import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
+from transforms.read import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
+
+# A whole ADK file is read at once: bounded, so a wrong file cannot take a worker's memory.
+MAX_ADK_FILE_BYTES = 16 * MAX_RECORD_BYTES
+
+
+class _Document:
+    """The text of one file, its line count, and the line of a character offset."""
+
+    def __init__(self, path: str, stream):
+        self.path = path
+        data = stream.read(MAX_ADK_FILE_BYTES + 1)
+        self.too_large = len(data) > MAX_ADK_FILE_BYTES
+        if data.startswith(b"\xef\xbb\xbf"):
+            data = data[3:]
+        self.error: str | None = None
+        try:
+            self.text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            self.text = data.decode("utf-8", "replace")
+            self.error = f"the file is not valid UTF-8 ({e.reason} at byte {e.start})"
+        if self.too_large:
+            self.error = f"the file is over {MAX_ADK_FILE_BYTES:,} bytes, the limit for one ADK file"
+        self.lines = self.text.count("\n") + (0 if self.text.endswith("\n") or not self.text else 1)
+        self._starts = [m.end() for m in re.finditer("\n", self.text)]
+
+    def line_at(self, offset: int) -> int:
+        import bisect
+
+        return bisect.bisect_right(self._starts, offset) + 1
+
+    def dead_file(self, reason: str) -> Iterator[DeadLetter | SourceLines]:
+        yield DeadLetter(f"{self.path}:1", reason, self.text[:100_000], origin=self.path, line=1,
+                         line_count=self.lines)
+        yield SourceLines(self.path, self.lines, 0)
+
+
+def _load(doc: _Document) -> tuple[Any, bool] | str:
+    """(the parsed document, whether the text positions hold) or why it cannot be read."""
+    if doc.error:
+        return doc.error
+    try:
+        value = json.loads(doc.text)
+    except json.JSONDecodeError as e:
+        return f"invalid JSON: {e.msg} at line {e.lineno} column {e.colno}"
+    except RecursionError:
+        return "invalid JSON: nested too deeply to read"
+    if isinstance(value, str):  # the legacy double-encoded form: the file holds a JSON string
+        try:
+            return json.loads(value), False
+        except (json.JSONDecodeError, RecursionError):
+            return "the file holds a JSON string that is not itself valid JSON"
+    return value, True
+
+
+def _element_spans(doc: _Document, keys: tuple[str, ...] | None, count: int) -> list[tuple[int, int]] | None:
+    """(first line, last line) of each element of the array under one of `keys`
+    at the top level (or of the top-level array, keys None); None when they
+    cannot be told apart (the spans are then not attributed)."""
+    text = doc.text
+    if keys is None:
+        start = text.find("[")
+    else:
+        pattern = r'"(?:' + "|".join(map(re.escape, keys)) + r')"\s*:\s*\['
+        match = re.search(pattern, text)
+        start = match.end() - 1 if match else -1
+    if start < 0:
+        return None
+    decoder = json.JSONDecoder()
+    spans = []
+    pos = start + 1
+    ws = re.compile(r"[\s,]*")
+    for _ in range(count):
+        pos = ws.match(text, pos).end()
+        try:
+            _, end = decoder.raw_decode(text, pos)
+        except (json.JSONDecodeError, RecursionError):
+            return None
+        spans.append((doc.line_at(pos), doc.line_at(end - 1)))
+        pos = end
+    if ws.match(text, pos).end() >= len(text) or text[ws.match(text, pos).end()] != "]":
+        return None
+    return spans
+
+
+class _Cases:
+    """Yields the records and dead letters of a file's cases, attributing lines."""
+
+    def __init__(self, doc: _Document, spans: list[tuple[int, int]] | None):
+        self.doc = doc
+        self.spans = spans
+        self.covered = 0  # last line attributed
+        self.accounted = 0
+
+    def where(self, index: int) -> tuple[int, int]:
+        """(line, line_count) of case `index`; a line shared with the previous case counts once."""
+        if self.spans is None:
+            return 1, 0
+        first, last = self.spans[index]
+        count = max(0, last - max(first, self.covered + 1) + 1)
+        self.covered = max(self.covered, last)
+        self.accounted += count
+        return first, count
+
+    def record(self, index: int, data: dict[str, Any], raw: Any) -> Record:
+        line, count = self.where(index)
+        return Record(f"{self.doc.path}:{line}", data, _raw(raw), from_csv=False, origin=self.doc.path, line=line,
+                      line_count=count)
+
+    def dead(self, index: int, reason: str, raw: Any, field: str | None) -> DeadLetter:
+        line, count = self.where(index)
+        return DeadLetter(f"{self.doc.path}:{line}", reason, _raw(raw), field, origin=self.doc.path, line=line,
+                          line_count=count)
+
+    def lines(self) -> SourceLines:
+        return SourceLines(self.doc.path, self.doc.lines, self.doc.lines - self.accounted)
+
+
+def _raw(value: Any) -> str:
+    try:
+        return json.dumps(value, ensure_ascii=False)[:100_000]
+    except (TypeError, ValueError, RecursionError):
+        return repr(value)[:100_000]
+
+
+def _field_of(reason: str) -> str:
+    """The dotted path a reason starts with (e.g. `eval_metric_result_per_invocation[0].actual_invocation`)."""
+    return reason.split(" ", 1)[0]
+
+
+def parse_adk_eval_result(path: str, stream) -> Iterator[Record | DeadLetter | SourceLines]:
+    doc = _Document(path, stream)
+    loaded = _load(doc)
+    if isinstance(loaded, str):
+        yield from doc.dead_file(loaded)
+        return
+    value, positional = loaded
+    if not isinstance(value, dict) or get_key(value, "eval_case_results") is None:
+        yield from doc.dead_file("not an ADK EvalSetResult: expected an object with eval_case_results")
+        return
+    cases = get_key(value, "eval_case_results")
+    if not isinstance(cases, list):
+        yield from doc.dead_file("eval_case_results must be a list")
+        return
+    file_set_id = get_key(value, "eval_set_id")
+    spans = _element_spans(doc, ("eval_case_results", "evalCaseResults"), len(cases)) if positional else None
+    out = _Cases(doc, spans)
+    for index, case in enumerate(cases):
+        label = f"eval_case_results[{index}]"
+        if not isinstance(case, dict):
+            yield out.dead(index, f"{label} must be an object", case, label)
+            continue
+        eval_id = get_key(case, "eval_id")
+        label = f"eval case {eval_id!r}" if isinstance(eval_id, str) and eval_id else label
+        set_id = get_key(case, "eval_set_id") or get_key(case, "eval_set_file") or file_set_id
+        session_id = get_key(case, "session_id")
+        missing = [k for k, v in (("eval_id", eval_id), ("eval_set_id", set_id), ("session_id", session_id))
+                   if not isinstance(v, str) or not v]
+        if missing:
+            yield out.dead(index, f"{label}: {missing[0]} is missing or not a non-empty string", case, missing[0])
+            continue
+        try:
+            per_invocation = get_key(case, "eval_metric_result_per_invocation") or []
+            if not isinstance(per_invocation, list):
+                raise ValueError("eval_metric_result_per_invocation must be a list")
+            turns = []
+            for j, item in enumerate(per_invocation):
+                where = f"eval_metric_result_per_invocation[{j}]"
+                if not isinstance(item, dict):
+                    raise ValueError(f"{where} must be an object")
+                actual = get_key(item, "actual_invocation")
+                if actual is None:
+                    raise ValueError(f"{where}.actual_invocation is missing")
+                turns.append(turn_from_adk(actual, get_key(item, "expected_invocation"), f"{where}.actual_invocation"))
+        except ValueError as e:
+            yield out.dead(index, f"{label}: {e}", case, _field_of(str(e)))
+            continue
+        user_id = get_key(case, "user_id")
+        data: dict[str, Any] = {"instance_id": f"{set_id}:{eval_id}:{session_id}", "eval_set_id": set_id,
+                                "eval_id": eval_id, "session_id": session_id, "invocations": turns,
+                                "adk_case": {"eval_set_id": set_id, "eval_id": eval_id, "session_id": session_id,
+                                             **({"user_id": user_id} if isinstance(user_id, str) else {})}}
+        if not turns:  # ADK records a case whose inference failed with no invocations
+            data["failure"] = 1
+        yield out.record(index, data, case)
+    yield out.lines()
+
+
+def _legacy_turn(turn: Any, where: str) -> dict[str, Any]:
+    """A turn of ADK's legacy formats, as _convert_invocation_to_pydantic_schema reads it."""
+    if not isinstance(turn, dict):
+        raise ValueError(f"{where} must be an object")
+    if not isinstance(turn.get("query"), str):
+        raise ValueError(f"{where}.query is missing or not a string")
+    reference = turn.get("reference", "")
+    if not isinstance(reference, str):
+        raise ValueError(f"{where}.reference must be a string")
+    tool_uses = []
+    for k, use in enumerate(turn.get("expected_tool_use", [])):
+        if not isinstance(use, dict) or "tool_name" not in use or "tool_input" not in use:
+            raise ValueError(f"{where}.expected_tool_use[{k}] needs tool_name and tool_input")
+        tool_uses.append({"name": use["tool_name"], "args": use["tool_input"]})
+    responses = []
+    for k, item in enumerate(turn.get("expected_intermediate_agent_responses", [])):
+        if not isinstance(item, dict) or "author" not in item or "text" not in item:
+            raise ValueError(f"{where}.expected_intermediate_agent_responses[{k}] needs author and text")
+        responses.append([item["author"], [{"text": item["text"]}]])
+    invocation = {"user_content": {"role": "user", "parts": [{"text": turn["query"]}]},
+                  "final_response": {"role": "model", "parts": [{"text": reference}]},
+                  "intermediate_data": {"tool_uses": tool_uses, "intermediate_responses": responses}}
+    return turn_from_adk(None, invocation, where)
+
+
+def parse_adk_eval_set(path: str, stream) -> Iterator[Record | DeadLetter | SourceLines]:
+    doc = _Document(path, stream)
+    loaded = _load(doc)
+    if isinstance(loaded, str):
+        yield from doc.dead_file(loaded)
+        return
+    value, positional = loaded
+    name = os.path.basename(path)
+    for suffix in (".evalset.json", ".test.json", ".json"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    if isinstance(value, list):
+        if value and all(isinstance(c, dict) and "data" in c for c in value):
+            # [{name, data: [turns], initial_session}]: convert_eval_set_to_pydantic_schema
+            cases = [(c.get("name"), c["data"], c) for c in value]
+        elif value and all(isinstance(t, dict) and "query" in t for t in value):
+            # a flat list of turns (*.test.json): one case whose eval_id is the file path
+            cases = [(path, value, value)]
+        else:
+            yield from doc.dead_file("not an ADK eval set: a list must hold {name, data} cases or {query, ...} turns")
+            return
+        spans = _element_spans(doc, None, len(value)) if positional and len(cases) == len(value) else None
+        if len(cases) == 1 and cases[0][0] == path:
+            spans = [(1, doc.lines)] if positional else None
+        out = _Cases(doc, spans)
+        for index, (eval_id, data, raw) in enumerate(cases):
+            label = f"eval case {eval_id!r}"
+            if not isinstance(eval_id, str) or not eval_id:
+                yield out.dead(index, f"case {index}: name is missing or not a non-empty string", raw, "name")
+                continue
+            try:
+                if not isinstance(data, list):
+                    raise ValueError("data must be a list of turns")
+                turns = [_legacy_turn(t, f"data[{j}]" if raw is not value else f"[{j}]") for j, t in enumerate(data)]
+            except ValueError as e:
+                yield out.dead(index, f"{label}: {e}", raw, _field_of(str(e)))
+                continue
+            yield out.record(index, {"instance_id": f"{name}:{eval_id}", "eval_set_id": name, "eval_id": eval_id,
+                                     "invocations": turns, "adk_case": {"eval_set_id": name, "eval_id": eval_id}}, raw)
+        yield out.lines()
+        return
+    if not isinstance(value, dict):
+        yield from doc.dead_file("not an ADK EvalSet: expected an object with eval_set_id and eval_cases")
+        return
+    if "eval_set_id" not in value or "eval_cases" not in value:
+        camel = [k for k in ("evalSetId", "evalCases") if k in value]
+        reason = ("an EvalSet's top-level keys must be snake_case (eval_set_id, eval_cases), as ADK requires; "
+                  f"found {camel}" if camel else "not an ADK EvalSet: expected an object with eval_set_id and eval_cases")
+        yield from doc.dead_file(reason)
+        return
+    set_id, cases = value["eval_set_id"], value["eval_cases"]
+    if not isinstance(set_id, str) or not set_id or not isinstance(cases, list):
+        yield from doc.dead_file("eval_set_id must be a non-empty string and eval_cases a list")
+        return
+    spans = _element_spans(doc, ("eval_cases",), len(cases)) if positional else None
+    out = _Cases(doc, spans)
+    for index, case in enumerate(cases):
+        if not isinstance(case, dict):
+            yield out.dead(index, f"eval_cases[{index}] must be an object", case, f"eval_cases[{index}]")
+            continue
+        eval_id = get_key(case, "eval_id")
+        if not isinstance(eval_id, str) or not eval_id:
+            yield out.dead(index, f"eval_cases[{index}]: eval_id is missing or not a non-empty string", case, "eval_id")
+            continue
+        label = f"eval case {eval_id!r}"
+        conversation, scenario = get_key(case, "conversation"), get_key(case, "conversation_scenario")
+        if scenario is not None:
+            yield out.dead(index, f"{label}: conversation_scenario cases (user simulation) are not supported: their "
+                                  "turns exist only once a user simulator has run them with the agent",
+                           case, "conversation_scenario")
+            continue
+        if not isinstance(conversation, list):
+            yield out.dead(index, f"{label}: conversation is missing or not a list of invocations", case, "conversation")
+            continue
+        try:
+            turns = [turn_from_adk(None, inv, f"conversation[{j}]") for j, inv in enumerate(conversation)]
+            if get_key(case, "rubrics") is not None:  # the case's rubrics apply to every turn (as ADK copies them)
+                case_rubrics = rubrics_of(get_key(case, "rubrics"), "rubrics")
+                for turn in turns:
+                    add_rubrics(turn, case_rubrics)
+        except ValueError as e:
+            yield out.dead(index, f"{label}: {e}", case, _field_of(str(e)))
+            continue
+        yield out.record(index, {"instance_id": f"{set_id}:{eval_id}", "eval_set_id": set_id, "eval_id": eval_id,
+                                 "invocations": turns, "adk_case": {"eval_set_id": set_id, "eval_id": eval_id}}, case)
+    yield out.lines()
+
+
+# ---------------------------------------------------------------------------
+# adk_agent_events: the BigQuery table of ADK's BigQueryAgentAnalyticsPlugin
+#
+# One row per logged event (`timestamp`, `event_type`, `agent`, `session_id`,
+# `invocation_id`, `user_id`, `content` JSON, `content_parts`, `attributes`
+# JSON, `latency_ms` JSON, `status`, `error_message`, ...). The rows are keyed
+# by session (or session and invocation) and grouped by the runner, so a day
+# of millions of events never meets in one process; each group becomes one
+# record whose trace has a turn per invocation_id, in timestamp order. The
+# projection follows the plugin's own eval views (`_EVAL_VIEW_CTES_SQL`) and
+# ADK's convert_events_to_eval_invocations:
+# - USER_MESSAGE_RECEIVED: the user's text (inline text/plain content parts in
+#   part order, else the content's text); "Function response: ..." rows are not user text;
+# - TOOL_STARTING: a tool call (name, args), TOOL_COMPLETED its response (a
+#   non-object result as {"result": ...}), TOOL_ERROR an {"error": ...} response,
+#   paired with the earliest open call of the same tool; `transfer_to_agent` and
+#   ADK's `adk_request_*` tools are left out, as in the plugin's views;
+# - AGENT_RESPONSE: agent text (the plugin's `text: '...'` rendering unwrapped);
+#   a turn's last one is its final response, earlier ones intermediate responses;
+# - LLM_RESPONSE: a model call, with attributes.usage_metadata and model_version
+#   (when some rows of a turn are terminal, i.e. carry finish_reason or
+#   cache_type, only those count: streamed partial chunks would count twice);
+# - INVOCATION_COMPLETED: latency_ms.total_ms is the turn's measured duration.
+# ---------------------------------------------------------------------------
+
+_SKIPPED_TOOLS = ("transfer_to_agent",)
+_TEXT_RENDERING = re.compile(r"(?s)^text: '.*'$")
+_NON_TEXT_PARTS = re.compile(r" [|] (?:call: |resp: |Executable code |Code execution result )")
+_OTHER_PART = re.compile(r" [|] other(?: [|] |$)")
+_NOT_TEXT = re.compile(r"^(?:call: |resp: |Executable code |Code execution result )")
+_NO_TEXT = re.compile(r"^(?:None$|text: '|other(?: [|] |$))")
+
+
+def _json(value: Any, column: str) -> Any:
+    """A JSON column's value (the Storage Read API gives its text)."""
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{column} is not valid JSON ({e.msg} at char {e.pos})") from None
+    return value
+
+
+def response_text(response: Any) -> str | None:
+    """AGENT_RESPONSE content.response as text, as the plugin's eval views read it."""
+    if response is None:
+        return None
+    if not isinstance(response, str):
+        return json.dumps(response, ensure_ascii=False)
+    if _TEXT_RENDERING.match(response) and not _NON_TEXT_PARTS.search(response) and not _OTHER_PART.search(response):
+        text = response[len("text: '"):-1].replace("' | text: '", "\n")
+        return text or None
+    if not _NOT_TEXT.match(response) and not _NO_TEXT.match(response):
+        return response or None
+    return None
+
+
+def _user_text(row: dict[str, Any], content: Any) -> str | None:
+    parts = row.get("content_parts") or []
+    if parts:
+        texts = [p for p in parts if isinstance(p, dict) and p.get("mime_type") == "text/plain"
+                 and (p.get("storage_mode") or "INLINE") == "INLINE" and (p.get("part_attributes") or "{}") == "{}"
+                 and p.get("text") not in (None, "", "[BINARY DATA]", "[UPLOAD FAILED]")]
+        texts.sort(key=lambda p: p.get("part_index") or 0)
+        return "\n".join(p["text"] for p in texts) or None
+    text = content.get("text_summary") if isinstance(content, dict) else content
+    if not isinstance(text, str) or not text or text.startswith("Function response: "):
+        return None
+    return text
+
+
+def _is_skipped_tool(name: Any) -> bool:
+    return not isinstance(name, str) or name in _SKIPPED_TOOLS or name.startswith("adk_request_")
+
+
+def turn_from_events(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One invocation's event rows (in timestamp order) -> a trace turn."""
+    llm = [r for r in rows if r.get("event_type") == "LLM_RESPONSE"]
+    terminal = [r for r in llm if isinstance(a := _json(r.get("attributes"), "attributes"), dict)
+                and (a.get("finish_reason") is not None or a.get("cache_type") is not None)]
+    counted = {id(r) for r in (terminal or llm)}
+    prompts, events, open_calls, responses = [], [], [], []
+    duration = None
+    for row in rows:
+        kind = row.get("event_type")
+        author = row.get("agent") or "root_agent"
+        content = _json(row.get("content"), "content")
+        if kind == "USER_MESSAGE_RECEIVED":
+            text = _user_text(row, content)
+            if text:
+                prompts.append(text)
+        elif kind == "TOOL_STARTING" and isinstance(content, dict) and not _is_skipped_tool(content.get("tool")):
+            call: dict[str, Any] = {"name": content["tool"], "id": f"call_{len(open_calls) + len(responses)}"}
+            if isinstance(content.get("args"), dict):
+                call["args"] = content["args"]
+            open_calls.append(call)
+            events.append({"author": author, "parts": [{"function_call": call}]})
+        elif kind in ("TOOL_COMPLETED", "TOOL_ERROR") and isinstance(content, dict) \
+                and not _is_skipped_tool(content.get("tool")):
+            call = next((c for c in open_calls if c["name"] == content["tool"]), None)
+            if kind == "TOOL_COMPLETED":
+                result = content.get("result")
+                response = result if isinstance(result, dict) else {"result": result}
+            else:
+                response = {"error": row.get("error_message") or content.get("error")}
+            fr: dict[str, Any] = {"name": content["tool"], "response": response}
+            if call is not None:
+                open_calls.remove(call)
+                responses.append(call)
+                fr["id"] = call["id"]
+            events.append({"author": author, "parts": [{"function_response": fr}]})
+        elif kind == "AGENT_RESPONSE":
+            text = response_text(content.get("response") if isinstance(content, dict) else content)
+            if text:
+                events.append({"author": author, "parts": [{"text": text}], "agent_response": True})
+        elif kind == "LLM_RESPONSE" and id(row) in counted:
+            attributes = _json(row.get("attributes"), "attributes") or {}
+            event: dict[str, Any] = {"author": author, "parts": []}
+            usage = attributes.get("usage_metadata") if isinstance(attributes, dict) else None
+            if not isinstance(usage, dict) and isinstance(content, dict) and isinstance(content.get("usage"), dict):
+                plain = content["usage"]
+                usage = {"prompt_token_count": plain.get("prompt"), "candidates_token_count": plain.get("completion"),
+                         "total_token_count": plain.get("total")}
+            if isinstance(usage, dict):
+                event["usage"] = {k: v for k, v in usage.items() if k in USAGE_COUNTS and isinstance(v, int)}
+            if isinstance(attributes, dict) and isinstance(attributes.get("model_version"), str):
+                event["model_version"] = attributes["model_version"]
+            if "usage" not in event and "model_version" not in event:
+                event["usage"] = {}  # a model call all the same
+            events.append(event)
+        elif kind == "INVOCATION_COMPLETED":
+            latency = _json(row.get("latency_ms"), "latency_ms")
+            if isinstance(latency, dict) and isinstance(latency.get("total_ms"), (int, float)):
+                duration = latency["total_ms"] / 1000
+    final = next((e for e in reversed(events) if e.get("agent_response")), None)
+    kept = [{k: v for k, v in e.items() if k != "agent_response"} for e in events if e is not final]
+    turn: dict[str, Any] = {"invocation_id": rows[0].get("invocation_id"), "prompt": "\n".join(prompts),
+                            "response": final["parts"][0]["text"] if final else "", "events": kept}
+    turn.update(side_from_events(kept))
+    if duration is not None:
+        turn["duration"] = {"total": duration}
+    return turn
+
+
+def _order(record: Record):
+    return (str(record.data.get("timestamp") or ""), record.origin, record.line)
+
+
+def key_event_row(record: Record, granularity: str):
+    """(group key, record), or a DeadLetter for a row that belongs to no session or turn."""
+    pvalue = beam.pvalue
+    data = record.data
+    for column in ("session_id", "invocation_id"):
+        value = data.get(column)
+        if not isinstance(value, str) or not value:
+            yield pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(
+                record.source, f"event row has no {column}: it belongs to no {column.split('_')[0]}",
+                record.raw, column, record.origin, record.line, record.line_count))
+            return
+    key = data["session_id"] if granularity == "session" else f"{data['session_id']}:{data['invocation_id']}"
+    yield key, record
+
+
+def session_record(element, label: str):
+    """(key, event rows) -> one Record whose trace has a turn per invocation, or a DeadLetter."""
+    pvalue = beam.pvalue
+    key, records = element
+    records = sorted(records, key=_order)
+    first = records[0]
+    line_count = sum(r.line_count for r in records)
+    source = f"{label} session {first.data['session_id']}" + (f" turn {first.data['invocation_id']}"
+                                                              if key != first.data["session_id"] else "")
+    turns_rows: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        turns_rows.setdefault(r.data["invocation_id"], []).append(r.data)
+    raw = "\n".join(r.raw for r in records)[:100_000]
+    try:
+        turns = [turn_from_events(rows) for rows in turns_rows.values()]
+    except ValueError as e:
+        yield pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(source, f"session {first.data['session_id']!r}: {e}", raw,
+                                                          str(e).split(" ", 1)[0], first.origin, first.line,
+                                                          line_count))
+        return
+    users = sorted({r.data.get("user_id") for r in records if r.data.get("user_id")})
+    data = {"instance_id": key, "session_id": first.data["session_id"], "user_id": users[0] if users else None,
+            "invocations": turns, "adk_case": {"session_id": first.data["session_id"],
+                                               **({"user_id": users[0]} if users else {})}}
+    # the agent (not a tool) failed on a turn: the automatic `failure` metric
+    data["failure"] = int(any(r.data.get("event_type") in ("INVOCATION_ERROR", "AGENT_ERROR") for r in records))
+    yield Record(source, data, raw, from_csv=False, origin=first.origin, line=first.line, line_count=line_count)
+
+
+class GroupAgentEvents(beam.PTransform):
+    """Records of event rows -> (one Record per session, or per turn, and DeadLetters)."""
+
+    def __init__(self, granularity: str, label: str):
+        super().__init__()
+        self._granularity = granularity
+        self._label = label
+
+    def expand(self, rows):
+        keyed = rows | "KeyBySession" >> beam.FlatMap(key_event_row, self._granularity).with_outputs(
+            DEAD_LETTER, main="keyed")
+        built = (keyed.keyed
+                 | "GroupBySession" >> beam.GroupByKey()
+                 | "SessionTrace" >> beam.FlatMap(session_record, self._label).with_outputs(DEAD_LETTER, main="records"))
+        dead = (keyed[DEAD_LETTER], built[DEAD_LETTER]) | "EventDeadLetters" >> beam.Flatten()
+        return built.records, dead
