@@ -1,0 +1,134 @@
+"""Sentence BLEU bit-identical to sacrebleu's `sentence_bleu`, about 4x faster.
+
+Written here because no library offers it: sacrebleu's sentence_bleu spends
+most of its time in its tokenizer's regular expressions (one Python template
+expansion for every space of the text) and in building and counting n-gram
+tuples in Python. This module does the same steps with the same rules, and
+only changes how they are computed:
+
+- tokenizer 13a (sacrebleu.tokenizers.tokenizer_13a.Tokenizer13a, the default
+  for BLEU): the same replacements in the same order. Its first rule puts
+  spaces around each of 29 ASCII characters, one character at a time with no
+  context: done here by `str.replace` per character present, not by a regular
+  expression expanding a template at every match (every space of the text is
+  one). The space itself is one of the 29; tripling spaces only lengthens runs
+  of spaces, which the next three rules treat alike (they look at one character
+  on each side of ".", "," or "-", and a space is neither a digit nor one of
+  those) and which the final split() removes, so it is skipped. The three rules
+  with context keep sacrebleu's own regular expressions, run only when the text
+  has a character they can match;
+- n-gram statistics (sacrebleu.metrics.helpers.extract_all_word_ngrams and
+  BLEU._compute_segment_statistics): counted by `collections.Counter` over
+  `zip` in C, once per text (`TextStats`), so that a text shared by several
+  rows or metrics is tokenized and counted once;
+- the score (BLEU.compute_bleu with smooth_method "exp", sacrebleu's default,
+  and one reference): the same floating-point operations in the same order.
+
+tests/test_metrics_text.py compares tokens and scores with sacrebleu on
+thousands of generated cases (Unicode, entities, empty and very long texts).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections import Counter
+
+MAX_NGRAM_ORDER = 4  # sacrebleu's BLEU default
+
+# sacrebleu's TokenizerRegexp rule 1, r'([\{-\~\[-\` -\&\(-\+\:-\@\/])' -> r' \1 ':
+# exactly these 29 characters, none outside ASCII (checked by the tests).
+PUNCTUATION = " !\"#$%&()*+/:;<=>?@[\\]^_`{|}~"
+# every one but the space (see the module docstring)
+_SPACE_AROUND = tuple((c, f" {c} ") for c in PUNCTUATION if c != " ")
+# sacrebleu's TokenizerRegexp rules 2 to 4, unchanged.
+_PERIOD_COMMA_AFTER_NON_DIGIT = re.compile(r"([^0-9])([\.,])")
+_PERIOD_COMMA_BEFORE_NON_DIGIT = re.compile(r"([\.,])([^0-9])")
+_DASH_AFTER_DIGIT = re.compile(r"([0-9])(-)")
+
+
+def tokenize_13a(text: str) -> list[str]:
+    """The tokens sacrebleu's BLEU scores for `text`: BLEU._preprocess_segment
+    (rstrip; no lowercasing by default), then Tokenizer13a, then split()."""
+    line = text.rstrip()
+    # Tokenizer13a's language-independent part
+    line = line.replace("<skipped>", "")
+    line = line.replace("-\n", "")
+    line = line.replace("\n", " ")
+    if "&" in line:
+        line = line.replace("&quot;", '"')
+        line = line.replace("&amp;", "&")
+        line = line.replace("&lt;", "<")
+        line = line.replace("&gt;", ">")
+    line = f" {line} "
+    for c, spaced in _SPACE_AROUND:
+        if c in line:
+            line = line.replace(c, spaced)
+    if "." in line or "," in line:  # rules 2 and 3 need one of them (rule 1 adds neither)
+        line = _PERIOD_COMMA_AFTER_NON_DIGIT.sub(r"\1 \2 ", line)
+        line = _PERIOD_COMMA_BEFORE_NON_DIGIT.sub(r" \1 \2", line)
+    if "-" in line:
+        line = _DASH_AFTER_DIGIT.sub(r"\1 \2 ", line)
+    # sacrebleu joins line.split() with single spaces, and split()s it again for n-grams
+    return line.split()
+
+
+@dataclasses.dataclass(frozen=True)
+class TextStats:
+    """One text's length in 13a tokens and its n-gram counts, orders 1 to 4."""
+
+    length: int
+    ngrams: tuple[Counter, ...]
+
+
+def text_stats(text: str) -> TextStats:
+    tokens = tokenize_13a(text)
+    # the n-grams of order n are the tuples tokens[i:i+n]; zip builds them in C
+    ngrams = tuple(Counter(zip(*(tokens[k:] for k in range(n)))) for n in range(1, MAX_NGRAM_ORDER + 1))
+    return TextStats(len(tokens), ngrams)
+
+
+def _my_log(num: float) -> float:
+    # sacrebleu.utils.my_log
+    if num == 0.0:
+        return -9999999999
+    return math.log(num)
+
+
+def sentence_bleu(hypothesis: TextStats, reference: TextStats, effective_order: bool = True) -> float:
+    """sacrebleu.sentence_bleu(hyp, [ref], use_effective_order=effective_order).score,
+    from the two texts' statistics."""
+    correct = [0] * MAX_NGRAM_ORDER
+    total = [0] * MAX_NGRAM_ORDER
+    for n, (hyp, ref) in enumerate(zip(hypothesis.ngrams, reference.ngrams)):
+        total[n] = max(0, hypothesis.length - n)  # the sum of hyp's counts
+        matched = 0
+        for gram in hyp.keys() & ref.keys():
+            h, r = hyp[gram], ref[gram]
+            matched += h if h < r else r
+        correct[n] = matched
+    return _compute_bleu(correct, total, hypothesis.length, reference.length, effective_order)
+
+
+def _compute_bleu(correct: list[int], total: list[int], sys_len: int, ref_len: int, effective_order: bool) -> float:
+    """sacrebleu BLEU.compute_bleu(..., smooth_method="exp", max_ngram_order=4).score:
+    the same operations in the same order (so the same floating-point result)."""
+    bp = 1.0
+    if sys_len < ref_len:
+        bp = math.exp(1 - ref_len / sys_len) if sys_len > 0 else 0.0
+    precisions = [0.0] * MAX_NGRAM_ORDER
+    if not any(correct):
+        return 0.0
+    smooth_mteval = 1.
+    eff_order = MAX_NGRAM_ORDER
+    for n in range(1, len(precisions) + 1):
+        if total[n - 1] == 0:
+            break
+        if effective_order:
+            eff_order = n
+        if correct[n - 1] == 0:
+            smooth_mteval *= 2
+            precisions[n - 1] = 100. / (smooth_mteval * total[n - 1])
+        else:
+            precisions[n - 1] = 100. * correct[n - 1] / total[n - 1]
+    return bp * math.exp(sum([_my_log(p) for p in precisions[:eff_order]]) / eff_order)
