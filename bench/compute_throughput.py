@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -34,6 +35,7 @@ import sacrebleu
 from rouge_score import rouge_scorer
 from sacrebleu.metrics import BLEU
 
+ROOT = Path(__file__).resolve().parent.parent
 WORDS = """time person year way day thing man world life hand part child eye woman place work week case point
 government company number group problem fact be have do say get make go know take see come think look want give
 use find tell ask work seem feel try leave call good new first last long great little own other old right big high
@@ -159,7 +161,9 @@ def measure(rows: int, beam_args: list[str]) -> None:
 
         evalbeam = str(Path(sys.executable).with_name("evalbeam"))
         start = time.perf_counter()
-        subprocess.run([evalbeam, "run", str(config), *beam_args], check=True, stdout=subprocess.DEVNULL)
+        # the evalbeam of this checkout, whichever one the venv was installed from
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        subprocess.run([evalbeam, "run", str(config), *beam_args], check=True, stdout=subprocess.DEVNULL, env=env)
         pipeline_seconds = time.perf_counter() - start
 
         with duckdb.connect() as con:

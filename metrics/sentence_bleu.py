@@ -18,9 +18,10 @@ only changes how they are computed:
   with context keep sacrebleu's own regular expressions, run only when the text
   has a character they can match;
 - n-gram statistics (sacrebleu.metrics.helpers.extract_all_word_ngrams and
-  BLEU._compute_segment_statistics): counted by `collections.Counter` over
-  `zip` in C, once per text (`TextStats`), so that a text shared by several
-  rows or metrics is tokenized and counted once;
+  BLEU._compute_segment_statistics): the same n-gram tuples, built by `zip` and
+  counted by `frozenset`/`collections.Counter` in C, once per text
+  (`TextStats`), so that a text shared by several rows or metrics is tokenized
+  and counted once;
 - the score (BLEU.compute_bleu with smooth_method "exp", sacrebleu's default,
   and one reference): the same floating-point operations in the same order.
 
@@ -75,17 +76,35 @@ def tokenize_13a(text: str) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class TextStats:
-    """One text's length in 13a tokens and its n-gram counts, orders 1 to 4."""
+    """One text's length in 13a tokens and its n-grams of orders 1 to 4, each
+    order as a frozenset when no n-gram repeats (most texts, for orders >= 2:
+    cheaper to build and to intersect) or else a Counter."""
 
     length: int
-    ngrams: tuple[Counter, ...]
+    ngrams: tuple[frozenset | Counter, ...]
 
 
 def text_stats(text: str) -> TextStats:
     tokens = tokenize_13a(text)
-    # the n-grams of order n are the tuples tokens[i:i+n]; zip builds them in C
-    ngrams = tuple(Counter(zip(*(tokens[k:] for k in range(n)))) for n in range(1, MAX_NGRAM_ORDER + 1))
-    return TextStats(len(tokens), ngrams)
+    ngrams = []
+    for n in range(1, MAX_NGRAM_ORDER + 1):
+        # the n-grams of order n are the tuples tokens[i:i+n] (sacrebleu's); zip builds them in C
+        grams = tokens if n == 1 else list(zip(*(tokens[k:] for k in range(n))))
+        distinct = frozenset(grams)
+        ngrams.append(distinct if len(distinct) == len(grams) else Counter(grams))
+    return TextStats(len(tokens), tuple(ngrams))
+
+
+def _matches(hyp: frozenset | Counter, ref: frozenset | Counter) -> int:
+    """The sum over n-grams of min(count in hyp, count in ref), sacrebleu's "correct"."""
+    if type(hyp) is frozenset or type(ref) is frozenset:
+        # one side counts every n-gram once: min() is 1 for each n-gram in both
+        return len((hyp if type(hyp) is frozenset else hyp.keys()) & (ref if type(ref) is frozenset else ref.keys()))
+    matched = 0
+    for gram in hyp.keys() & ref.keys():
+        h, r = hyp[gram], ref[gram]
+        matched += h if h < r else r
+    return matched
 
 
 def _my_log(num: float) -> float:
@@ -98,15 +117,8 @@ def _my_log(num: float) -> float:
 def sentence_bleu(hypothesis: TextStats, reference: TextStats, effective_order: bool = True) -> float:
     """sacrebleu.sentence_bleu(hyp, [ref], use_effective_order=effective_order).score,
     from the two texts' statistics."""
-    correct = [0] * MAX_NGRAM_ORDER
-    total = [0] * MAX_NGRAM_ORDER
-    for n, (hyp, ref) in enumerate(zip(hypothesis.ngrams, reference.ngrams)):
-        total[n] = max(0, hypothesis.length - n)  # the sum of hyp's counts
-        matched = 0
-        for gram in hyp.keys() & ref.keys():
-            h, r = hyp[gram], ref[gram]
-            matched += h if h < r else r
-        correct[n] = matched
+    correct = [_matches(h, r) for h, r in zip(hypothesis.ngrams, reference.ngrams)]
+    total = [max(0, hypothesis.length - n) for n in range(MAX_NGRAM_ORDER)]  # the hypothesis' n-gram counts
     return _compute_bleu(correct, total, hypothesis.length, reference.length, effective_order)
 
 
