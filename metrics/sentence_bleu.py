@@ -48,6 +48,14 @@ _PERIOD_COMMA_BEFORE_NON_DIGIT = re.compile(r"([\.,])([^0-9])")
 _DASH_AFTER_DIGIT = re.compile(r"([0-9])(-)")
 
 
+def _spaced_after(match: re.Match) -> str:  # r"\1 \2 "
+    return f"{match[1]} {match[2]} "
+
+
+def _spaced_before(match: re.Match) -> str:  # r" \1 \2"
+    return f" {match[1]} {match[2]}"
+
+
 def tokenize_13a(text: str) -> list[str]:
     """The tokens sacrebleu's BLEU scores for `text`: BLEU._preprocess_segment
     (rstrip; no lowercasing by default), then Tokenizer13a, then split()."""
@@ -66,10 +74,11 @@ def tokenize_13a(text: str) -> list[str]:
         if c in line:
             line = line.replace(c, spaced)
     if "." in line or "," in line:  # rules 2 and 3 need one of them (rule 1 adds neither)
-        line = _PERIOD_COMMA_AFTER_NON_DIGIT.sub(r"\1 \2 ", line)
-        line = _PERIOD_COMMA_BEFORE_NON_DIGIT.sub(r" \1 \2", line)
+        # (the replacements as functions: cheaper than expanding the templates r"\1 \2 ", r" \1 \2")
+        line = _PERIOD_COMMA_AFTER_NON_DIGIT.sub(_spaced_after, line)
+        line = _PERIOD_COMMA_BEFORE_NON_DIGIT.sub(_spaced_before, line)
     if "-" in line:
-        line = _DASH_AFTER_DIGIT.sub(r"\1 \2 ", line)
+        line = _DASH_AFTER_DIGIT.sub(_spaced_after, line)
     # sacrebleu joins line.split() with single spaces, and split()s it again for n-grams
     return line.split()
 
@@ -86,12 +95,14 @@ class TextStats:
 
 def text_stats(text: str) -> TextStats:
     tokens = tokenize_13a(text)
-    ngrams = []
-    for n in range(1, MAX_NGRAM_ORDER + 1):
+    ngrams: list[frozenset | Counter] = [Counter(tokens)]  # words repeat: a Counter
+    for n in range(2, MAX_NGRAM_ORDER + 1):
         # the n-grams of order n are the tuples tokens[i:i+n] (sacrebleu's); zip builds them in C
-        grams = tokens if n == 1 else list(zip(*(tokens[k:] for k in range(n))))
-        distinct = frozenset(grams)
-        ngrams.append(distinct if len(distinct) == len(grams) else Counter(grams))
+        distinct = frozenset(zip(*(tokens[k:] for k in range(n))))
+        if len(distinct) == max(0, len(tokens) - n + 1):
+            ngrams.append(distinct)
+        else:
+            ngrams.append(Counter(zip(*(tokens[k:] for k in range(n)))))
     return TextStats(len(tokens), tuple(ngrams))
 
 
