@@ -30,7 +30,6 @@ thousands of generated cases (Unicode, entities, empty and very long texts).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from collections import Counter
@@ -83,34 +82,46 @@ def tokenize_13a(text: str) -> list[str]:
     return line.split()
 
 
-@dataclasses.dataclass(frozen=True)
 class TextStats:
-    """One text's length in 13a tokens and its n-grams of orders 1 to 4, each
-    order as a frozenset when no n-gram repeats (most texts, for orders >= 2:
-    cheaper to build and to intersect) or else a Counter."""
+    """One text's 13a tokens and, when it is a reference, its n-grams of orders
+    1 to 4 (computed once, on first use), each order as a frozenset when no
+    n-gram repeats (most texts, for orders >= 2: cheaper to build and to look
+    up) or else a Counter."""
 
-    length: int
-    ngrams: tuple[frozenset | Counter, ...]
+    __slots__ = ("tokens", "length", "_reference_ngrams")
+
+    def __init__(self, tokens: list[str]):
+        self.tokens = tokens
+        self.length = len(tokens)
+        self._reference_ngrams: tuple[frozenset | Counter, ...] | None = None
+
+    def reference_ngrams(self) -> tuple[frozenset | Counter, ...]:
+        if self._reference_ngrams is None:
+            ngrams: list[frozenset | Counter] = [Counter(self.tokens)]  # words repeat: a Counter
+            for n in range(2, MAX_NGRAM_ORDER + 1):
+                distinct = frozenset(_ngrams(self.tokens, n))
+                ngrams.append(distinct if len(distinct) == max(0, self.length - n + 1)
+                              else Counter(_ngrams(self.tokens, n)))
+            self._reference_ngrams = tuple(ngrams)
+        return self._reference_ngrams
+
+
+def _ngrams(tokens: list[str], n: int):
+    """The n-grams of order n, as sacrebleu makes them (the tuples tokens[i:i+n]), built by zip in C."""
+    return zip(*(tokens[k:] for k in range(n))) if n > 1 else iter(tokens)
 
 
 def text_stats(text: str) -> TextStats:
-    tokens = tokenize_13a(text)
-    ngrams: list[frozenset | Counter] = [Counter(tokens)]  # words repeat: a Counter
-    for n in range(2, MAX_NGRAM_ORDER + 1):
-        # the n-grams of order n are the tuples tokens[i:i+n] (sacrebleu's); zip builds them in C
-        distinct = frozenset(zip(*(tokens[k:] for k in range(n))))
-        if len(distinct) == max(0, len(tokens) - n + 1):
-            ngrams.append(distinct)
-        else:
-            ngrams.append(Counter(zip(*(tokens[k:] for k in range(n)))))
-    return TextStats(len(tokens), tuple(ngrams))
+    return TextStats(tokenize_13a(text))
 
 
-def _matches(hyp: frozenset | Counter, ref: frozenset | Counter) -> int:
-    """The sum over n-grams of min(count in hyp, count in ref), sacrebleu's "correct"."""
-    if type(hyp) is frozenset or type(ref) is frozenset:
-        # one side counts every n-gram once: min() is 1 for each n-gram in both
-        return len((hyp if type(hyp) is frozenset else hyp.keys()) & (ref if type(ref) is frozenset else ref.keys()))
+def _matches(hypothesis: list[str], n: int, ref: frozenset | Counter) -> int:
+    """sacrebleu's "correct" count of order n: the sum over n-grams of
+    min(count in the hypothesis, count in the reference)."""
+    if type(ref) is frozenset:
+        # every reference n-gram occurs once: min() is 1 for each distinct hypothesis n-gram in it
+        return len(ref.intersection(_ngrams(hypothesis, n)))
+    hyp = Counter(_ngrams(hypothesis, n))
     matched = 0
     for gram in hyp.keys() & ref.keys():
         h, r = hyp[gram], ref[gram]
@@ -128,7 +139,7 @@ def _my_log(num: float) -> float:
 def sentence_bleu(hypothesis: TextStats, reference: TextStats, effective_order: bool = True) -> float:
     """sacrebleu.sentence_bleu(hyp, [ref], use_effective_order=effective_order).score,
     from the two texts' statistics."""
-    correct = [_matches(h, r) for h, r in zip(hypothesis.ngrams, reference.ngrams)]
+    correct = [_matches(hypothesis.tokens, n, ref) for n, ref in enumerate(reference.reference_ngrams(), start=1)]
     total = [max(0, hypothesis.length - n) for n in range(MAX_NGRAM_ORDER)]  # the hypothesis' n-gram counts
     return _compute_bleu(correct, total, hypothesis.length, reference.length, effective_order)
 
