@@ -68,10 +68,22 @@ def _bleu(params: BleuParams):
     return score
 
 
-@functools.lru_cache(maxsize=4096)
 def bleu_stats(text: str):
-    """A text's BLEU statistics, shared by every row and metric of this worker
-    that scores the same text (a reference shared by many responses, say)."""
+    """A text's BLEU statistics. Those of short texts are kept (a bounded
+    number, per worker), so that a text many rows share, a reference scored
+    against several responses say, is tokenized and counted once."""
+    from metrics.sentence_bleu import text_stats
+
+    if len(text) > _KEPT_TEXT_CHARS:
+        return text_stats(text)
+    return _kept_bleu_stats(text)
+
+
+_KEPT_TEXT_CHARS = 2000  # memory bound: at most 128 kept texts of this size
+
+
+@functools.lru_cache(maxsize=128)
+def _kept_bleu_stats(text: str):
     from metrics.sentence_bleu import text_stats
 
     return text_stats(text)
