@@ -74,7 +74,7 @@ class PlanJudging(beam.PTransform):
                 | "UsePinned" >> beam.FlatMap(use_pinned).with_outputs(READY, main="requests")
             )
             asks.append(generation.requests)
-            samples = {p.output_name: 1 if p.template.kind == "claims" else config.sampling_count for p in plans}
+            samples = {p.output_name: p.template.samples(config.sampling_count) for p in plans}
             validations.append(instances | "Validations" >> beam.FlatMap(
                 lambda _, s: [(f"{m}:validation", {"asked": n, "upper_bound": 1}) for m, n in s.items()], samples))
         if not asks and not validations:

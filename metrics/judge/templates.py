@@ -158,7 +158,7 @@ def parse_answer(text: str | None, field: str, allowed: tuple[str, ...]) -> tupl
     """The judge's JSON answer -> (the allowed value it chose, its explanation).
     Raises InvalidJudgment for anything else. A rubric stage's answer (field
     rubrics | verdicts | claims) is checked by metrics.judge.rubrics instead."""
-    if field in ("rubrics", "verdicts", "claims"):
+    if field in ("rubrics", "verdicts", "claims", "sentences", "labels"):
         from metrics.judge.rubrics import InvalidRubricAnswer, parse_stage_answer
 
         try:
