@@ -296,13 +296,15 @@ def run_config(tmp_path, rows, server_url, metrics, run_id, **judge):
 
 
 CRITERION = [adk_rubric("concise", "The response is concise.", None)]
+TOOLS_RUBRIC = adk_rubric("tools", "Calls get_weather for the city asked.", "TOOL_USE_QUALITY")
 ROWS = [
     # two turns; sampling_count 2: "y/y" is valid in both samples, "y/n" a tie (invalid)
     trace_row("m", [
         turn("Weather in Paris? #rubrics=2", "Sunny in Paris. #verdicts=y/y #sentences=2 #labels=supported,unsupported",
              [CALL], ["Let me check. #sentences=1 #labels=not_applicable"], expected="Sunny.",
-             rubrics=[adk_rubric("city", "Names the city.", "FINAL_RESPONSE_QUALITY")]),
-        turn("And London? #rubrics=3", "Rainy. #verdicts=y/n #sentences=1 #labels=contradictory", expected="Cloudy.")]),
+             rubrics=[adk_rubric("city", "Names the city.", "FINAL_RESPONSE_QUALITY"), TOOLS_RUBRIC]),
+        turn("And London? #rubrics=3", "Rainy. #verdicts=y/n #sentences=1 #labels=contradictory", expected="Cloudy.",
+             rubrics=[TOOLS_RUBRIC])]),
     # a second turn whose judge always fails: not evaluated, the case is its first turn
     trace_row("p", [
         turn("Weather in Rome? #rubrics=1", "Warm. #verdicts=y/y #sentences=1", [CALL], expected="Warm."),
@@ -346,9 +348,11 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     rb = got[("m", "rubric_based_final_response_quality_v1")]
     assert rb["score"] == pytest.approx(2 / 3) and rb["passed"] is True
     assert extra("m", "rubric_based_final_response_quality_v1")["per_turn"] == [1.0, 0.0]
-    # no TOOL_USE_QUALITY rubric anywhere and none in the criterion: an error on the row, as ADK refuses
-    assert got[("m", "rubric_based_tool_use_quality_v1")]["score"] is None
-    assert "rubrics are required" in got[("m", "rubric_based_tool_use_quality_v1")]["error"]
+    # tool use: the turns' TOOL_USE_QUALITY rubric: turn 1 yes, turn 2 a tie (no): 1 of 2
+    assert got[("m", "rubric_based_tool_use_quality_v1")]["score"] == 0.5
+    # p's turns have no TOOL_USE_QUALITY rubric and the criterion none: ADK refuses the criterion for the case
+    assert got[("p", "rubric_based_tool_use_quality_v1")]["score"] is None
+    assert got[("p", "rubric_based_tool_use_quality_v1")]["error"].startswith("turn 1: rubrics are required")
     assert got[("m", "multi_turn_task_success_v1")]["score"] == 0.0  # judged once, on the last turn (y/n ties)
 
     # p: the second turn's judge fails: not evaluated, the case is its first turn

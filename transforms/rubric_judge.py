@@ -282,6 +282,13 @@ def rubric_metric_row(run: RunKey, plan: RubricPlan, instance_id: str, model: st
     all_failures: list[str] = []
     responses: list[JudgeResponse] = []
     sources, keys = [], []
+    refused = [(unit, rs) for unit, rs, _ in units if rs is not None and rs.source == "criterion" and rs.error]
+    if refused:
+        # ADK raises for the whole criterion when a turn's effective rubrics are empty or repeat an id
+        unit, rubric_set = refused[0]
+        row["error"] = (f"turn {unit.turn + 1}: " if unit is not None and unit.turn is not None and len(units) > 1
+                        else "") + str(rubric_set.error)
+        return row, rows
     for unit, rubric_set, answers in units:
         turn, step = (unit.turn, unit.step) if unit is not None else (None, None)
         if rubric_set is None:
