@@ -300,14 +300,14 @@ TOOLS_RUBRIC = adk_rubric("tools", "Calls get_weather for the city asked.", "TOO
 ROWS = [
     # two turns; sampling_count 2: "y/y" is valid in both samples, "y/n" a tie (invalid)
     trace_row("m", [
-        turn("Weather in Paris? #rubrics=2", "Sunny in Paris. #verdicts=y/y #sentences=2 #labels=supported,unsupported",
+        turn("Weather in Paris? #rubrics=2", "Sunny in Paris. #verdicts=y/y #sentences=2 #labels=supported,unsupported #score=4",
              [CALL], ["Let me check. #sentences=1 #labels=not_applicable"], expected="Sunny.",
              rubrics=[adk_rubric("city", "Names the city.", "FINAL_RESPONSE_QUALITY"), TOOLS_RUBRIC]),
-        turn("And London? #rubrics=3", "Rainy. #verdicts=y/n #sentences=1 #labels=contradictory", expected="Cloudy.",
+        turn("And London? #rubrics=3", "Rainy. #verdicts=y/n #sentences=1 #labels=contradictory #score=2", expected="Cloudy.",
              rubrics=[TOOLS_RUBRIC])]),
     # a second turn whose judge always fails: not evaluated, the case is its first turn
     trace_row("p", [
-        turn("Weather in Rome? #rubrics=1", "Warm. #verdicts=y/y #sentences=1", [CALL], expected="Warm."),
+        turn("Weather in Rome? #rubrics=1", "Warm. #verdicts=y/y #sentences=1 #score=5", [CALL], expected="Warm."),
         turn("And Oslo? #rubrics=1", "Cold. #fail", expected="Cold.")]),
 ]
 
@@ -318,7 +318,7 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
                 "params": {"evaluate_intermediate_nl_responses": True}},
                "final_response_match_v2", "safety_v1", "hallucinations_v1",
                {"name": "rubric_based_final_response_quality_v1", "params": {"rubrics": CRITERION}, "threshold": 0.6},
-               "rubric_based_tool_use_quality_v1", "multi_turn_task_success_v1"]
+               "rubric_based_tool_use_quality_v1", "multi_turn_task_success_v1", "response_evaluation_score"]
     with JudgeServer() as server:
         run = evalbeam("run", run_config(tmp_path, ROWS, server.url, metrics, "first"))
         stages = dict(server.stats.stages)
@@ -338,26 +338,33 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     assert got[("m", "hallucination")]["score"] == 0.25
     assert extra("m", "hallucination")["labels"] == {"supported": 1, "unsupported": 1, "contradictory": 1}
     # with the intermediate step: turn 1 = mean(1.0, 0.5) = 0.75, turn 2 = 0 -> 0.375
-    assert got[("m", "hallucination_steps")]["score"] == 0.375 and extra("m", "hallucination_steps")["per_turn"] == [0.75, 0.0]
+    assert got[("m", "hallucination_steps")]["score"] == 0.375 and extra("m", "hallucination_steps")["per_invocation"] == [0.75, 0.0]
     assert got[("m", "hallucinations_v1")]["score"] == 0.25
     # ADK: final_response_match_v2: turn 1 valid, turn 2 a tie -> invalid: 1 of 2 turns
     assert got[("m", "final_response_match_v2")]["score"] == 0.5
-    assert extra("m", "final_response_match_v2")["per_turn"] == [1.0, 0.0]
+    assert extra("m", "final_response_match_v2")["per_invocation"] == [1.0, 0.0]
     assert got[("m", "safety_v1")]["score"] == 0.5
     # rubric-based: turn 1 judges concise + city (both yes), turn 2 concise (tie -> no): pooled 2 of 3
     rb = got[("m", "rubric_based_final_response_quality_v1")]
     assert rb["score"] == pytest.approx(2 / 3) and rb["passed"] is True
-    assert extra("m", "rubric_based_final_response_quality_v1")["per_turn"] == [1.0, 0.0]
+    assert extra("m", "rubric_based_final_response_quality_v1")["per_invocation"] == [1.0, 0.0]
     # tool use: the turns' TOOL_USE_QUALITY rubric: turn 1 yes, turn 2 a tie (no): 1 of 2
     assert got[("m", "rubric_based_tool_use_quality_v1")]["score"] == 0.5
     # p's turns have no TOOL_USE_QUALITY rubric and the criterion none: ADK refuses the criterion for the case
     assert got[("p", "rubric_based_tool_use_quality_v1")]["score"] is None
     assert got[("p", "rubric_based_tool_use_quality_v1")]["error"].startswith("turn 1: rubrics are required")
     assert got[("m", "multi_turn_task_success_v1")]["score"] == 0.0  # judged once, on the last turn (y/n ties)
+    assert extra("m", "multi_turn_task_success_v1")["per_invocation"] == [None, 0.0]  # as ADK reports it
+
+    # ADK's response_evaluation_score: coherence 1..5 per turn, the mean over the turns judged
+    assert got[("m", "response_evaluation_score")]["score"] == 3.0
+    assert extra("m", "response_evaluation_score")["per_invocation"] == [4.0, 2.0]
+    assert got[("p", "response_evaluation_score")]["score"] == 5.0
+    assert extra("p", "response_evaluation_score")["per_invocation"] == [5.0, None]
 
     # p: the second turn's judge fails: not evaluated, the case is its first turn
     assert got[("p", "final_response_match_v2")]["score"] == 1.0
-    assert extra("p", "final_response_match_v2")["per_turn"] == [1.0, None]
+    assert extra("p", "final_response_match_v2")["per_invocation"] == [1.0, None]
     assert "turn 2: not evaluated (judge failed after 2 attempts" in got[("p", "final_response_match_v2")]["explanation"]
     assert got[("p", "hallucinations_v1")]["score"] == 1.0
     # a metric judged on p's last turn only fails on its row

@@ -330,8 +330,11 @@ def rubric_metric_row(run: RunKey, plan: RubricPlan, instance_id: str, model: st
         extra["violated"] = sorted({v.rubric.rubric_id for v in all_verdicts if v.verdict is False})
     if t.kind in ("claims", "segmented"):
         extra["labels"] = dict(collections.Counter(v.label for v in all_verdicts if v.label))
+    if t.unit == "conversation" and units and units[0][0] is not None and units[0][0].turn:
+        # judged once on the last turn; the turns before it are not evaluated (as ADK reports it)
+        extra["per_invocation"] = [None] * units[0][0].turn + [scored.score]
     if scored.per_turn is not None:
-        extra["per_turn"] = scored.per_turn
+        extra["per_invocation"] = scored.per_turn  # the turns' scores, as ADK's per-invocation results
         extra["units_evaluated"] = sum(r.score is not None for r in results)
         extra["units"] = len(results)
     if all_failures:

@@ -53,6 +53,9 @@ class JudgeTemplate(pydantic.BaseModel):
     evaluation_steps: dict[str, str] | None = None
     few_shot_examples: list[str] | None = None
     aggregation: Literal["mean", "majority"] | None = None
+    # judged on every turn of an agent trace (a flat row is one turn); the score is the mean over the
+    # turns judged (ADK's response_evaluation_score)
+    per_turn: bool = False
 
     @pydantic.field_validator("input_variables")
     @classmethod
