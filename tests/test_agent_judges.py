@@ -392,3 +392,22 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     cached = {(r["instance_id"], r["metric"]): r["score"] for r in table(out / "cached", "metric_results")}
     assert cached == {k: r["score"] for k, r in got.items() if k[0] == "m"}
     assert KEY not in run.stdout + run.stderr
+
+
+def test_demo_agent_judges_config_runs(tmp_path, api_key):
+    with JudgeServer() as server:
+        common = ["--set", f"judge.base_url={server.url}", "--set", f"output.parquet={tmp_path}"]
+        out = evalbeam("run", "configs/demo_agent_judges.yaml", *common, "--set", "run_id=d1").stdout
+        stages = dict(server.stats.stages)
+    got = {(r["instance_id"], r["metric"]): r for r in table(tmp_path / "d1", "metric_results")}
+    metrics = {m for _, m in got}
+    assert {"hallucination", "final_response_quality", "tool_use_quality", "final_response_match_v2",
+            "rubric_based_final_response_quality_v1", "hallucinations_v1", "tool_trajectory_avg_score"} <= metrics
+    judged = [r for r in got.values() if r["metric"] in ("hallucination", "hallucinations_v1",
+                                                          "rubric_based_final_response_quality_v1")]
+    assert judged and all(r["error"] is None and 0 <= r["score"] <= 1 for r in judged)
+    assert stages["segmentation"] > 0 and stages["labels"] > 0
+    [runs] = table(tmp_path / "d1", "runs")
+    config = json.loads(runs["config"])
+    assert config["judge"]["sampling_count"] == 3  # the criteria's num_samples
+    assert "dead-lettered 0" in out
