@@ -157,7 +157,7 @@ def _steps(fields: Mapping[str, Any], turns: list[dict[str, Any]], i: int, inter
                 if text.strip() and e.get("author") != "user":
                     steps.append((text, _event_lines(before)))
                 before.append(e)
-        else:
+        else:  # no events recorded: the order of texts and calls is unknown, so each sees the turn's calls
             steps += [(r["text"], _turn_activity({"tool_calls": turn.get("tool_calls")}))
                       for r in turn.get("intermediate_responses") or [] if r["text"].strip()]
     steps.append((base["response"] or "", _turn_activity(turn)))
