@@ -397,6 +397,23 @@ class OutputConfig(_Model):
         return project, dataset
 
 
+def _with_adk_judge_options(data: dict, text: str) -> dict:
+    """The judge criteria's judge_model_options (judge model, num_samples) as
+    judge.model and judge.sampling_count, unless the config sets them."""
+    import json
+
+    from metrics.adk import judge_options
+
+    try:
+        options = judge_options(json.loads(text).get("criteria"))
+    except ValueError as e:
+        raise ValueError(f"input.adk_criteria: {e}") from None
+    judge = dict(data.get("judge") or {})
+    for key, value in options.items():
+        judge.setdefault(key, value)
+    return {**data, "judge": judge} if options else data
+
+
 class EvalConfig(_Model):
     name: str = pydantic.Field(pattern=NAME_RE)
     run_id: str | None = pydantic.Field(None, pattern=NAME_RE)
@@ -443,7 +460,10 @@ class EvalConfig(_Model):
         else:
             return data
         names = {m if isinstance(m, str) else m.get("as") or m.get("name") for m in metrics}
-        return {**data, "metrics": list(metrics) + [m for m in added if m["name"] not in names]}
+        data = {**data, "metrics": list(metrics) + [m for m in added if m["name"] not in names]}
+        if source.adk_criteria:
+            data = _with_adk_judge_options(data, _read_text(source.adk_criteria))
+        return data
 
     @pydantic.model_validator(mode="after")
     def _some_metric(self) -> "EvalConfig":

@@ -396,6 +396,48 @@ def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, 
     return specs + [{"name": name} for name in INFORMATIONAL_CRITERIA]
 
 
+# ADK's JudgeModelOptions defaults (eval_metrics.py): what a judge criterion without options uses.
+ADK_JUDGE_MODEL, ADK_NUM_SAMPLES = "gemini-2.5-flash", 5
+
+
+def judge_options(criteria: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The judge settings ADK's judge criteria ask for: {"model", "sampling_count"}
+    from their `judge_model_options` (judge_model, num_samples; ADK's defaults where
+    a judge criterion gives none), or {} when no criterion is a judge. evalbeam
+    has one judge per run, so criteria asking for different ones are an error."""
+    from metrics.registry import get_metric
+
+    asked: dict[str, set] = {"model": set(), "sampling_count": set()}
+    for name, criterion in (criteria or {}).items():
+        try:
+            if not get_metric(name).is_judge:
+                continue
+        except KeyError:
+            continue
+        options = {}
+        if isinstance(criterion, dict):
+            options = criterion.get("judge_model_options", criterion.get("judgeModelOptions")) or {}
+            if not isinstance(options, dict):
+                raise ValueError(f"criteria.{name}.judge_model_options must be an object")
+        model = options.get("judge_model", options.get("judgeModel", ADK_JUDGE_MODEL))
+        samples = options.get("num_samples", options.get("numSamples", ADK_NUM_SAMPLES))
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"criteria.{name}.judge_model_options.judge_model must be a model name")
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+            raise ValueError(f"criteria.{name}.judge_model_options.num_samples must be an integer >= 1")
+        asked["model"].add(model)
+        asked["sampling_count"].add(samples)
+    out = {}
+    for key, values in asked.items():
+        if len(values) > 1:
+            raise ValueError(f"the judge criteria ask for different judge_model_options ({key}: "
+                             f"{', '.join(map(str, sorted(values)))}); evalbeam runs one judge: make them agree, "
+                             f"or set judge.{key} in the config")
+        if values:
+            out[key] = values.pop()
+    return out
+
+
 def read_test_config(text: str) -> list[dict[str, Any]]:
     """Metric specs from the text of an ADK test_config.json (EvalConfig)."""
     import json

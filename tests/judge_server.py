@@ -66,6 +66,11 @@ Behaviour:
     #verdicts=yny    the verdict of each rubric asked, in order (the last letter repeats);
                      samples separated by "/" (#verdicts=yy/nn/yn: seed 0, 1, 2); the last
                      marker in the prompt wins (the response comes last)
+    segmentation (a "sentences" list; hallucination):
+    #sentences=N     N sentences (default 2; 0: none)
+    labels (one property per sentence id, each with a "label"):
+    #labels=supported,unsupported   each sentence's label, in order (the last repeats;
+                     default: supported); the last marker in the prompt wins
     claims (grounding, a "claims" list):
     #claims=supported,no_rad,unsupported   the claims' labels, in order (default: one supported)
     #invalid=K       the first K attempts answer against the schema: a generation with an
@@ -245,7 +250,8 @@ class JudgeServer:
         field = "choice" if "choice" in props else "score"
         allowed = props.get(field, {}).get("enum", [])
         stage = "generation" if "rubrics" in props else "claims" if "claims" in props else \
-            field if field in props else "validation"
+            "segmentation" if "sentences" in props else field if field in props else \
+            "labels" if any("label" in (p.get("properties") or {}) for p in props.values()) else "validation"
         with self._lock:
             self.stats.prompts[prompt] += 1
             self.stats.stages[stage] += 1
@@ -261,6 +267,16 @@ class JudgeServer:
             return self._verdicts(prompt, schema.get("required", list(props)), seed, invalid)
         if stage == "claims":
             return self._claims(prompt, invalid)
+        if stage == "segmentation":
+            count = int((re.findall(r"#sentences=(\d+)", prompt) or ["2"])[-1])
+            digest = hashlib.sha256(prompt.encode()).hexdigest()[:8]
+            return json.dumps({"sentences": [f"Sentence {n + 1} of text {digest}." for n in range(count)]})
+        if stage == "labels":
+            ids = schema.get("required", list(props))
+            labels = (re.findall(r"#labels=([a-z_,]+)", prompt) or ["supported"])[-1].split(",")
+            answer = {i: {"reasoning": f"Sentence {i} checked against the context.",
+                          "label": "maybe" if invalid else labels[min(n, len(labels) - 1)]} for n, i in enumerate(ids)}
+            return json.dumps(answer)
         if invalid:
             return json.dumps({"explanation": "out of range", field: "99"})
         if field == "choice":

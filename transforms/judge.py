@@ -68,6 +68,7 @@ class Link:
     metric: str
     sample: int
     order: int  # 0: as given (A = baseline); 1: swapped (pairwise only)
+    unit: int = 0  # per-turn templates: the turn
 
 
 def judge_requests(instance: Instance, plans: list[JudgePlan], settings: JudgeSettings,
@@ -80,14 +81,24 @@ def judge_requests(instance: Instance, plans: list[JudgePlan], settings: JudgeSe
             schema, field, allowed = t.pairwise_schema(), "choice", PAIRWISE_CHOICES
         schema_json = json.dumps(schema, sort_keys=True)
         orders = (0,) if plan.kind == "pointwise" else (0, 1)
-        for sample in range(sampling_count):
-            for order in orders:
-                prompt = t.render_pointwise(instance.fields) if plan.kind == "pointwise" else \
-                    t.render_pairwise(instance.fields, swapped=bool(order))
-                key = request_key(settings, prompt, schema_json, sample)
-                request = JudgeRequest(key, plan.output_name, prompt, schema_json, field, allowed,
-                                       seed=sample if sampling_count > 1 else None)
-                yield key, (request, Link(instance.instance_id, plan.output_name, sample, order))
+        for unit, fields in _judged_units(instance, t):
+            for sample in range(sampling_count):
+                for order in orders:
+                    prompt = t.render_pointwise(fields) if plan.kind == "pointwise" else \
+                        t.render_pairwise(fields, swapped=bool(order))
+                    key = request_key(settings, prompt, schema_json, sample)
+                    request = JudgeRequest(key, plan.output_name, prompt, schema_json, field, allowed,
+                                           seed=sample if sampling_count > 1 else None)
+                    yield key, (request, Link(instance.instance_id, plan.output_name, sample, order, unit))
+
+
+def _judged_units(instance: Instance, t) -> list[tuple[int, dict]]:
+    """(unit, fields) judged: the instance, or each turn with a final response (per-turn templates)."""
+    if not getattr(t, "per_turn", False):
+        return [(0, instance.fields)]
+    from metrics.judge.agent_views import units_of
+
+    return [(u, unit.fields) for u, unit in enumerate(units_of(instance.fields, "turn")) if not unit.skip]
 
 
 TO_CALL = "to_call"
@@ -240,6 +251,39 @@ def judge_row(run: RunKey, plan: JudgePlan, instance_id: str, model: str,
     return row
 
 
+def per_turn_row(run: RunKey, plan: JudgePlan, instance: Instance, model: str, by_metric: dict,
+                 sampling_count: int) -> dict[str, Any]:
+    """A per-turn template's row: each turn judged as judge_row does, then the mean of
+    the turns' scores; a turn with no response or whose judgment failed is not evaluated
+    (ADK's response_evaluation_score: the mean of the non-None per-invocation scores)."""
+    from metrics.judge.agent_views import units_of
+
+    units = units_of(instance.fields, "turn")
+    turn_rows = [None if unit.skip else judge_row(run, plan, instance.instance_id, model,
+                                                  by_metric.get((plan.output_name, u), {}), sampling_count)
+                 for u, unit in enumerate(units)]
+    row = _row_base(run, instance.instance_id, plan.output_name, model)
+    done = [r for r in turn_rows if r is not None]
+    for key in ("prompt_tokens", "output_tokens", "attempts"):
+        row[key] = sum(r[key] for r in done)
+    row["cache_hit"] = bool(done) and all(r["cache_hit"] for r in done)
+    scores = [r["score"] if r is not None and r["error"] is None else None for r in turn_rows]
+    present = [s for s in scores if s is not None]
+    if not present:
+        reasons = [r["error"] for r in done if r["error"]] or [units[0].skip or "nothing to judge"]
+        row["error"] = "; ".join(dict.fromkeys(reasons))
+        return row
+    score = sum(present) / len(present)
+    row.update(score=score, confidence=sum(r["confidence"] for r in done if r["error"] is None) / len(present),
+               explanation=" | ".join(f"turn {i + 1}: " + (r["explanation"] if r is not None and r["error"] is None
+                                                           else f"not evaluated ({units[i].skip or r['error']})")
+                                      for i, r in enumerate(turn_rows)) if len(units) > 1 else done[0]["explanation"],
+               extra=json.dumps({"per_invocation": scores}, sort_keys=True) if len(units) > 1 else None)
+    if plan.threshold is not None:
+        row["passed"] = score >= plan.threshold
+    return row
+
+
 class AssembleFn(beam.DoFn):
     """(instance_id, {instance, judged}) -> ScoredInstance with the instance's judge rows."""
 
@@ -252,12 +296,17 @@ class AssembleFn(beam.DoFn):
 
     def process(self, element):
         instance_id, groups = element
-        by_metric: dict[str, dict[tuple[int, int], JudgeResponse]] = collections.defaultdict(dict)
+        by_metric: dict[tuple[str, int], dict[tuple[int, int], JudgeResponse]] = collections.defaultdict(dict)
         for link, response in groups["judged"]:
-            by_metric[link.metric][(link.sample, link.order)] = response
+            by_metric[(link.metric, link.unit)][(link.sample, link.order)] = response
         for instance in groups["instance"]:
-            rows = [judge_row(self._run, plan, instance_id, self._model, by_metric.get(plan.output_name, {}), self._samples)
-                    for plan in self._plans]
+            rows = []
+            for plan in self._plans:
+                if getattr(plan.template, "per_turn", False):
+                    rows.append(per_turn_row(self._run, plan, instance, self._model, by_metric, self._samples))
+                else:
+                    rows.append(judge_row(self._run, plan, instance_id, self._model,
+                                          by_metric.get((plan.output_name, 0), {}), self._samples))
             self._errors.inc(sum(r["error"] is not None for r in rows))
             yield ScoredInstance(instance, rows)
 

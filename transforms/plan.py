@@ -5,7 +5,7 @@ rubric metrics' generation requests after judge.rubrics_from), joined with
 judge.cache by the same content key, so what is counted as "to call" is
 exactly what the run would send. Rubric validations depend on the rubrics a
 generation returns, so they are counted as an upper bound (one per instance,
-metric and sample) and not matched with the cache.
+metric, unit -- a turn or step for agent judges -- and sample) and not matched with the cache.
 """
 from __future__ import annotations
 
@@ -41,6 +41,17 @@ def plan_key(element) -> Iterable:
     }
 
 
+
+def _validations(instance, plans, sampling_count: int):
+    """Rubric validations an instance asks for, one per unit (the instance, or each
+    turn or step of an agent judge) and sample: an upper bound (the units whose
+    rubrics fail, or that are not evaluated, ask none)."""
+    from transforms.rubric_judge import plan_units
+
+    return [(f"{p.output_name}:validation",
+             {"asked": len(plan_units(instance, p.template)) * p.template.samples(sampling_count), "upper_bound": 1})
+            for p in plans]
+
 class PlanJudging(beam.PTransform):
     """Instances -> one list of (metric or metric:stage, counts)."""
 
@@ -74,9 +85,8 @@ class PlanJudging(beam.PTransform):
                 | "UsePinned" >> beam.FlatMap(use_pinned).with_outputs(READY, main="requests")
             )
             asks.append(generation.requests)
-            samples = {p.output_name: 1 if p.template.kind == "claims" else config.sampling_count for p in plans}
             validations.append(instances | "Validations" >> beam.FlatMap(
-                lambda _, s: [(f"{m}:validation", {"asked": n, "upper_bound": 1}) for m, n in s.items()], samples))
+                _validations, plans, config.sampling_count))
         if not asks and not validations:
             return pipeline | "NothingToJudge" >> beam.Create([[]])
         parts = list(validations)

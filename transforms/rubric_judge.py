@@ -30,15 +30,22 @@ from apache_beam.metrics import Metrics
 
 from metrics.instance import Instance
 from metrics.judge.client import JudgeRequest, JudgeResponse, JudgeSettings, request_key
+from metrics.judge.agent_views import Unit, units_of
 from metrics.judge.rubrics import (
     CLAIMS,
     GENERATE,
+    LABEL,
+    SEGMENT,
     VALIDATE,
     Rubric,
     RubricTemplate,
     RubricVerdict,
+    UnitResult,
+    aggregate_units,
     claim_verdicts,
+    criterion_rubrics,
     given_rubrics,
+    label_verdicts,
     majority_verdicts,
     rubrics_from_json,
     rubrics_to_json,
@@ -67,9 +74,9 @@ def plan_rubric_metrics(specs) -> list[RubricPlan]:
 
 @dataclasses.dataclass(frozen=True)
 class RubricSet:
-    """What one instance's metric is judged against, or why it cannot be."""
+    """What one instance's metric (one unit of it: a turn, a step) is judged against, or why it cannot be."""
 
-    source: str  # generated | pinned | given | static | claims
+    source: str  # generated | pinned | given | static | claims | criterion | segmented
     rubrics: tuple[Rubric, ...] = ()
     generation_key: str | None = None
     error: str | None = None
@@ -79,6 +86,7 @@ class RubricSet:
 class Asker:
     instance_id: str
     metric: str
+    unit: int = 0  # the unit's index in units_of(...) (a turn, a step; 0 for a metric judged once)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,14 +97,16 @@ class Link:
     metric: str
     sample: int
     order: int = 0
+    unit: int = 0
 
 
 # ---------------------------------------------------------------- stage 1: the rubrics each instance needs
 
 
 class RubricNeedsFn(beam.DoFn):
-    """instance -> tagged ready: (instance_id, (metric, RubricSet)) for rubrics known
-    without generating; main: (generation_key, (request, Asker)) for the rest."""
+    """instance -> tagged ready: (instance_id, ((metric, unit), RubricSet)) for rubrics known
+    without generating; main: (generation_key, (request, Asker)) for the rest (a
+    segmented metric's sentences are generated the same way)."""
 
     def __init__(self, plans: list[RubricPlan], settings: JudgeSettings):
         self._plans = plans
@@ -105,18 +115,29 @@ class RubricNeedsFn(beam.DoFn):
     def process(self, instance: Instance):
         for plan in self._plans:
             t = plan.template
-            ready = self._known(instance, t)
-            if ready is not None:
-                yield beam.pvalue.TaggedOutput(READY, (instance.instance_id, (plan.output_name, ready)))
-                continue
-            prompt = t.render_generation(instance.fields)
-            schema_json = json.dumps(t.generation_schema(), sort_keys=True)
-            request = JudgeRequest(request_key(self._settings, prompt, schema_json, 0), f"{plan.output_name}:generation",
-                                   prompt, schema_json, GENERATE, ())
-            yield t.generation_key(instance.fields), (request, Asker(instance.instance_id, plan.output_name))
+            for u, unit in enumerate(plan_units(instance, t)):
+                ready = self._known(instance, t, unit)
+                if ready is not None:
+                    yield beam.pvalue.TaggedOutput(READY, (instance.instance_id, ((plan.output_name, u), ready)))
+                    continue
+                prompt = t.render_generation(unit.fields)
+                schema_json = json.dumps(t.generation_schema(), sort_keys=True)
+                request = JudgeRequest(request_key(self._settings, prompt, schema_json, 0),
+                                       f"{plan.output_name}:{'segmentation' if t.kind == 'segmented' else 'generation'}",
+                                       prompt, schema_json, SEGMENT if t.kind == "segmented" else GENERATE, ())
+                yield t.generation_key(unit.fields), (request, Asker(instance.instance_id, plan.output_name, u))
 
     @staticmethod
-    def _known(instance: Instance, t: RubricTemplate) -> RubricSet | None:
+    def _known(instance: Instance, t: RubricTemplate, unit: Unit) -> RubricSet | None:
+        if unit.skip:
+            return RubricSet(t.kind, error=unit.skip)
+        if t.kind == "criterion":
+            try:
+                return RubricSet("criterion", criterion_rubrics(t, unit.rubrics))
+            except ValueError as e:
+                return RubricSet("criterion", error=str(e))
+        if t.kind == "segmented":
+            return None
         if t.kind == "static":
             return RubricSet("static", t.static_rubrics())
         if t.kind == "claims":
@@ -140,44 +161,53 @@ def use_pinned(element) -> Iterable:
     pinned = next(iter(groups["pinned"]), None)
     for request, asker in groups["asks"]:
         if pinned is not None:
-            yield beam.pvalue.TaggedOutput(READY, (asker.instance_id, (asker.metric, RubricSet(
+            yield beam.pvalue.TaggedOutput(READY, (asker.instance_id, ((asker.metric, asker.unit), RubricSet(
                 "pinned", rubrics_from_json(pinned), key))))
         else:
             yield request.key, (request, (asker, key))
 
 
 def generated_sets(answered) -> Iterable:
-    """(generation response, [(Asker, generation_key)]) -> (instance_id, (metric, RubricSet))."""
+    """(generation response, [(Asker, generation_key)]) -> (instance_id, ((metric, unit), RubricSet))."""
     response, links = answered
+    segmented = response.metric.endswith(":segmentation")
+    source, what = ("segmented", "segmentation") if segmented else ("generated", "rubric generation")
     for asker, key in links:
         if response.error:
-            rubric_set = RubricSet("generated", generation_key=key, error=f"rubric generation failed: {response.error}")
+            rubric_set = RubricSet(source, generation_key=key, error=f"{what} failed: {response.error}")
         else:
-            rubric_set = RubricSet("generated", rubrics_from_json(response.verdict), key)
-        yield asker.instance_id, (asker.metric, rubric_set)
+            rubrics = rubrics_from_json(response.verdict)
+            rubric_set = RubricSet(source, rubrics, key, None if rubrics else "the judge found no sentence to check")
+        yield asker.instance_id, ((asker.metric, asker.unit), rubric_set)
 
 
 # ---------------------------------------------------------------- stage 2: validation
 
 
-def validation_requests(instance: Instance, sets: dict[str, RubricSet], plans: list[RubricPlan],
+def plan_units(instance: Instance, t: RubricTemplate) -> list[Unit]:
+    """The units an instance's metric is judged in (one, or one per turn or step)."""
+    return units_of(instance.fields, t.unit, t.intermediate_steps)
+
+
+def validation_requests(instance: Instance, sets: dict, plans: list[RubricPlan],
                         settings: JudgeSettings, sampling_count: int) -> Iterable:
     for plan in plans:
-        rubric_set = sets.get(plan.output_name)
-        if rubric_set is None or rubric_set.error:
-            continue
         t = plan.template
-        prompt = t.render_validation(instance.fields, rubric_set.rubrics)
-        schema_json = json.dumps(t.validation_schema(rubric_set.rubrics), sort_keys=True)
-        # Claims differ from sample to sample, so grounding is judged once.
-        samples = 1 if t.kind == "claims" else sampling_count
-        kind = CLAIMS if t.kind == "claims" else VALIDATE
-        for sample in range(samples):
-            key = request_key(settings, prompt, schema_json, sample)
-            request = JudgeRequest(key, f"{plan.output_name}:validation", prompt, schema_json, kind,
-                                   tuple(r.rubric_id for r in rubric_set.rubrics),
-                                   seed=sample if samples > 1 else None)
-            yield key, (request, Link(instance.instance_id, plan.output_name, sample))
+        for u, unit in enumerate(plan_units(instance, t)):
+            rubric_set = sets.get((plan.output_name, u))
+            if rubric_set is None or rubric_set.error:
+                continue
+            prompt = t.render_validation(unit.fields, rubric_set.rubrics)
+            schema_json = json.dumps(t.validation_schema(rubric_set.rubrics), sort_keys=True)
+            # Claims differ from sample to sample, so grounding is judged once; so is hallucination (as in ADK).
+            samples = t.samples(sampling_count)
+            kind = CLAIMS if t.kind == "claims" else LABEL if t.kind == "segmented" else VALIDATE
+            for sample in range(samples):
+                key = request_key(settings, prompt, schema_json, sample)
+                request = JudgeRequest(key, f"{plan.output_name}:validation", prompt, schema_json, kind,
+                                       tuple(r.rubric_id for r in rubric_set.rubrics),
+                                       seed=sample if samples > 1 else None)
+                yield key, (request, Link(instance.instance_id, plan.output_name, sample, unit=u))
 
 
 class ValidationRequestsFn(beam.DoFn):
@@ -208,57 +238,107 @@ def _row_base(run: RunKey, instance_id: str, metric: str, model: str) -> dict[st
 
 
 def rubric_rows(run: RunKey, instance_id: str, metric: str, rubric_set: RubricSet,
-                verdicts: tuple[RubricVerdict, ...] | None) -> list[dict[str, Any]]:
+                verdicts: tuple[RubricVerdict, ...] | None, unit: Unit | None = None) -> list[dict[str, Any]]:
     if verdicts is None:
         verdicts = tuple(RubricVerdict(r, None, None) for r in rubric_set.rubrics)
+    turn = unit.turn if unit is not None else None
+    step = unit.step if unit is not None else None
     return [{**run.columns(), "instance_id": instance_id, "metric": metric, "rubric_id": v.rubric.rubric_id,
              "rubric": v.rubric.text, "type": v.rubric.type, "importance": v.rubric.importance,
              "verdict": v.verdict, "label": v.label, "reasoning": v.reasoning, "source": rubric_set.source,
-             "generation_key": rubric_set.generation_key} for v in verdicts]
+             "generation_key": rubric_set.generation_key, "turn": turn, "step": step} for v in verdicts]
 
 
-def rubric_metric_row(run: RunKey, plan: RubricPlan, instance_id: str, model: str, rubric_set: RubricSet | None,
-                      answers: dict[int, JudgeResponse]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """One metric_results row, and the rubrics rows, of an instance's rubric metric."""
-    row = _row_base(run, instance_id, plan.output_name, model)
-    if rubric_set is None:
-        rubric_set = RubricSet("generated", error="no rubrics reached this instance")  # not expected: said, not dropped
-    if rubric_set.error:
-        row["error"] = rubric_set.error
-        return row, rubric_rows(run, instance_id, plan.output_name, rubric_set, None)
+def _unit_verdicts(t: RubricTemplate, rubric_set: RubricSet, answers: dict[int, JudgeResponse], strict: bool
+                   ) -> tuple[tuple[RubricVerdict, ...] | None, float, list[str]]:
+    """A unit's verdicts from its samples' answers (None when none answered, or
+    when `strict`, ADK's rule, and a sample failed), the confidence, and the failures."""
     responses = list(answers.values())
+    good = [r for _, r in sorted(answers.items()) if not r.error]
+    failures = [r.error for r in responses if r.error] or (["no answer"] if not responses else [])
+    if not good or (strict and failures):
+        return None, 0.0, failures
+    if t.kind == "claims":
+        return claim_verdicts(json.loads(good[0].verdict)), 1.0, failures
+    if t.kind == "segmented":
+        labels = {k: (v["label"], v["reasoning"]) for k, v in json.loads(good[0].verdict).items()}
+        return label_verdicts(rubric_set.rubrics, labels), 1.0, failures
+    samples = [{k: (v["verdict"], v["reasoning"]) for k, v in json.loads(r.verdict).items()} for r in good]
+    verdicts, confidence = majority_verdicts(rubric_set.rubrics, samples)
+    return verdicts, confidence, failures
+
+
+def rubric_metric_row(run: RunKey, plan: RubricPlan, instance_id: str, model: str,
+                      units: list[tuple[Unit | None, RubricSet | None, dict[int, JudgeResponse]]]
+                      ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """One metric_results row, and the rubrics rows, of an instance's rubric metric,
+    from its units (one, or one per turn or step), scored by the template's rule."""
+    t = plan.template
+    row = _row_base(run, instance_id, plan.output_name, model)
+    strict = t.aggregate != "single"  # ADK: a turn with a failed sample is not evaluated
+    rows: list[dict[str, Any]] = []
+    results: list[UnitResult] = []
+    all_verdicts: list[RubricVerdict] = []
+    all_failures: list[str] = []
+    responses: list[JudgeResponse] = []
+    sources, keys = [], []
+    refused = [(unit, rs) for unit, rs, _ in units if rs is not None and rs.source == "criterion" and rs.error]
+    if refused:
+        # ADK raises for the whole criterion when a turn's effective rubrics are empty or repeat an id
+        unit, rubric_set = refused[0]
+        row["error"] = (f"turn {unit.turn + 1}: " if unit is not None and unit.turn is not None and len(units) > 1
+                        else "") + str(rubric_set.error)
+        return row, rows
+    for unit, rubric_set, answers in units:
+        turn, step = (unit.turn, unit.step) if unit is not None else (None, None)
+        if rubric_set is None:
+            rubric_set = RubricSet("generated", error="no rubrics reached this instance")  # not expected: said, not dropped
+        sources.append(rubric_set.source)
+        if rubric_set.generation_key:
+            keys.append(rubric_set.generation_key)
+        if rubric_set.error:
+            results.append(UnitResult(turn, step, None, rubric_set.error))
+            rows += rubric_rows(run, instance_id, plan.output_name, rubric_set, None, unit)
+            continue
+        responses += answers.values()
+        verdicts, confidence, failures = _unit_verdicts(t, rubric_set, answers, strict)
+        all_failures += failures
+        rows += rubric_rows(run, instance_id, plan.output_name, rubric_set, verdicts, unit)
+        if verdicts is None:
+            results.append(UnitResult(turn, step, None, "; ".join(dict.fromkeys(failures))))
+            continue
+        all_verdicts += verdicts
+        try:
+            results.append(UnitResult(turn, step, score_verdicts(t, verdicts, confidence)))
+        except MetricError as e:
+            results.append(UnitResult(turn, step, None, str(e)))
     row["prompt_tokens"] = sum(r.prompt_tokens for r in responses if not r.cache_hit)
     row["output_tokens"] = sum(r.output_tokens for r in responses if not r.cache_hit)
     row["attempts"] = sum(r.attempts for r in responses if not r.cache_hit)
     row["cache_hit"] = bool(responses) and all(r.cache_hit for r in responses)
-    good = [r for _, r in sorted(answers.items()) if not r.error]
-    failures = [r.error for r in responses if r.error] or (["no answer"] if not responses else [])
-    t = plan.template
-    if t.kind == "claims":
-        verdicts = claim_verdicts(json.loads(good[0].verdict)) if good else ()
-        confidence = 1.0
-    else:
-        samples = [{k: (v["verdict"], v["reasoning"]) for k, v in json.loads(r.verdict).items()} for r in good]
-        verdicts, confidence = majority_verdicts(rubric_set.rubrics, samples)
-    rows = rubric_rows(run, instance_id, plan.output_name, rubric_set, verdicts if good else None)
     try:
-        if not good:
-            raise MetricError("; ".join(dict.fromkeys(failures)))
-        scored = score_verdicts(t, verdicts, confidence)
+        scored = aggregate_units(t, results)
     except MetricError as e:
         row["error"] = str(e)
         return row, rows
     extra: dict[str, Any] = {"weighted_score": scored.weighted_score, "rubrics_met": scored.met,
-                             "rubrics_judged": scored.judged, "rubric_count": len(verdicts),
-                             "rubric_source": rubric_set.source}
-    if rubric_set.generation_key:
-        extra["generation_key"] = rubric_set.generation_key
+                             "rubrics_judged": scored.judged, "rubric_count": len(all_verdicts),
+                             "rubric_source": sources[0] if len(set(sources)) == 1 else sorted(set(sources))}
+    if len(set(keys)) == 1 and len(units) == 1:
+        extra["generation_key"] = keys[0]
     if t.score == "all":
-        extra["violated"] = [v.rubric.rubric_id for v in verdicts if v.verdict is False]
-    if t.kind == "claims":
-        extra["labels"] = dict(collections.Counter(v.label for v in verdicts))
-    if failures:
-        extra.update(failed_samples=len(failures), errors=sorted(set(failures)))
+        extra["violated"] = sorted({v.rubric.rubric_id for v in all_verdicts if v.verdict is False})
+    if t.kind in ("claims", "segmented"):
+        extra["labels"] = dict(collections.Counter(v.label for v in all_verdicts if v.label))
+    if t.unit == "conversation" and units and units[0][0] is not None and units[0][0].turn:
+        # judged once on the last turn; the turns before it are not evaluated (as ADK reports it)
+        extra["per_invocation"] = [None] * units[0][0].turn + [scored.score]
+    if scored.per_turn is not None:
+        extra["per_invocation"] = scored.per_turn  # the turns' scores, as ADK's per-invocation results
+        extra["units_evaluated"] = sum(r.score is not None for r in results)
+        extra["units"] = len(results)
+    if all_failures:
+        extra.update(failed_samples=len(all_failures), errors=sorted(set(all_failures)))
     row.update(score=scored.score, explanation=scored.explanation, confidence=scored.confidence,
                extra=json.dumps(extra, sort_keys=True))
     if plan.threshold is not None:
@@ -279,14 +359,16 @@ class AssembleRubricsFn(beam.DoFn):
     def process(self, element):
         instance_id, groups = element
         sets = dict(groups["sets"])
-        answers: dict[str, dict[int, JudgeResponse]] = collections.defaultdict(dict)
+        answers: dict[tuple[str, int], dict[int, JudgeResponse]] = collections.defaultdict(dict)
         for link, response in groups["judged"]:
-            answers[link.metric][link.sample] = response
+            answers[(link.metric, link.unit)][link.sample] = response
         for instance in groups["instance"]:
             rows = []
             for plan in self._plans:
-                row, rubrics = rubric_metric_row(self._run, plan, instance_id, self._model,
-                                                 sets.get(plan.output_name), answers.get(plan.output_name, {}))
+                name = plan.output_name
+                units = [(unit, sets.get((name, u)), answers.get((name, u), {}))
+                         for u, unit in enumerate(plan_units(instance, plan.template))]
+                row, rubrics = rubric_metric_row(self._run, plan, instance_id, self._model, units)
                 rows.append(row)
                 for r in rubrics:
                     yield beam.pvalue.TaggedOutput(RUBRIC_ROWS, r)

@@ -154,6 +154,9 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("generation_key", "STRING",
                description="content hash of the metric and the inputs the rubrics were generated from; "
                            "judge.rubrics_from matches on it (null for given, static and claims rubrics)"),
+        Column("turn", "INT64", description="agent judges: the turn (0-based) the rubric was judged on; null when "
+                                            "the metric judges the instance as a whole"),
+        Column("step", "INT64", description="hallucination: the response step (0-based) within the turn"),
     ),
     "comparisons": (
         Column("base_run_id", "STRING", True, "the run compared against"),

@@ -44,5 +44,11 @@ def _register_all() -> None:
                  description=f"LLM judge, baseline (A) against candidate (B), both orders: {name}",
                  inputs_for=lambda p, f=inputs_for: f(p, extra=("baseline_model_response",)))(factory)
 
+    coherence = builtin_templates()["coherence"].model_copy(update={"per_turn": True})
+    register("response_evaluation_score", kind="pointwise", inputs=(("response",), ("invocations",)),
+             score_range="1..5",
+             description="ADK: coherence (1..5) of each turn's final response, then the mean over the turns "
+                         "judged")(lambda p, t=coherence: t)
+
 
 _register_all()

@@ -4,14 +4,16 @@ every version of configs/rubric_metrics.yaml under its versioned name
 (`general_quality`), except where that name already belongs to one of the
 template judge metrics (`safety`, `text_quality`, `instruction_following`
 keep their 1..5 or 0/1 meaning; their rubric forms are the `_v1` names).
-Their factories return the RubricTemplate to run."""
+Their factories return the RubricTemplate to run. ADK's judge criteria
+(`adk: true` in the YAML) are registered under their own names only."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pydantic
 
-from metrics.judge.rubrics import builtin_rubric_templates
+from metrics.judge.rubrics import StaticRubric, builtin_rubric_templates
 from metrics.judge.templates import builtin_templates
 from metrics.registry import NoParams, register
 
@@ -21,6 +23,40 @@ class RubricParams(pydantic.BaseModel):
     rubric_group: str | None = pydantic.Field(
         None, min_length=1,
         description="the rubric_groups key whose rubrics this metric uses (default: the metric's unversioned name)")
+
+
+class CriterionParams(pydantic.BaseModel):
+    """ADK's RubricsBasedCriterion: the criterion's own rubrics (ADK's Rubric objects)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+    rubrics: tuple[dict[str, Any], ...] = pydantic.Field(
+        (), description="ADK rubrics {rubric_id, rubric_content: {text_property}, type}, added to the turn's rubrics")
+
+    @pydantic.field_validator("rubrics")
+    @classmethod
+    def _adk_rubrics(cls, rubrics):
+        for i, r in enumerate(rubrics):
+            content = r.get("rubric_content", r.get("rubricContent")) or {}
+            text = content.get("text_property", content.get("textProperty")) if isinstance(content, dict) else None
+            rubric_id = r.get("rubric_id", r.get("rubricId"))
+            if not isinstance(rubric_id, str) or not rubric_id or not isinstance(text, str) or not text.strip():
+                raise ValueError(f"rubrics[{i}] needs a rubric_id and rubric_content.text_property")
+        return rubrics
+
+    def static(self) -> list[StaticRubric]:
+        out = []
+        for r in self.rubrics:
+            content = r.get("rubric_content", r.get("rubricContent"))
+            out.append(StaticRubric(id=r.get("rubric_id", r.get("rubricId")),
+                                    text=content.get("text_property", content.get("textProperty")), type=r.get("type")))
+        return out
+
+
+class HallucinationParams(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+    evaluate_intermediate_nl_responses: bool = pydantic.Field(
+        False, description="also judge the agent's intermediate natural-language responses, each against the "
+                           "context before it (default: the final response only)")
 
 
 def _version(name: str) -> int:
@@ -35,17 +71,24 @@ def _register_all() -> None:
             latest[template.base_name] = name
     taken = set(builtin_templates())
     names = [(name, name) for name in templates]
-    names += [(base, versioned) for base, versioned in latest.items() if base not in taken]
+    names += [(base, versioned) for base, versioned in latest.items()
+              if base not in taken and not templates[versioned].adk]
     for registered, versioned in names:
         template = templates[versioned]
         score_range = "0/1" if template.score == "all" or template.kind == "static" else "0..1"
 
         def factory(p, template=template):
             group = getattr(p, "rubric_group", None)
+            if isinstance(p, CriterionParams) and p.rubrics:
+                return template.model_copy(update={"criterion_rubrics": p.static()})
+            if isinstance(p, HallucinationParams):
+                return template.model_copy(update={"intermediate_steps": p.evaluate_intermediate_nl_responses})
             return template.model_copy(update={"rubric_group": group}) if group else template
 
-        params = RubricParams if template.kind in ("adaptive", "given") else NoParams  # only these read rubric_groups
-        register(registered, kind="rubric", inputs=template.inputs(), params=params, score_range=score_range,
+        # only adaptive and given metrics read rubric_groups
+        params = {"criterion": CriterionParams, "segmented": HallucinationParams}.get(
+            template.kind, RubricParams if template.kind in ("adaptive", "given") else NoParams)
+        register(registered, kind="rubric", inputs=template.input_alternatives(), params=params, score_range=score_range,
                  description=f"rubric judge ({template.kind}, {versioned}): {template.description}")(factory)
 
 

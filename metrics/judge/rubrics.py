@@ -31,6 +31,7 @@ from typing import Any, Literal
 import pydantic
 
 from metrics.instance import CANONICAL_FIELDS
+from metrics.judge.agent_views import AGENT_VARIABLES
 from metrics.registry import MetricError
 
 BUILTIN_RUBRIC_METRICS = Path(__file__).resolve().parent.parent.parent / "configs" / "rubric_metrics.yaml"
@@ -39,9 +40,13 @@ DEFAULT_IMPORTANCE = "MEDIUM"  # the weight of a rubric that gives none
 VERDICTS = ("yes", "no")
 CLAIM_LABELS = ("supported", "unsupported", "contradicted", "no_rad")
 PASSING_CLAIMS = ("supported", "no_rad")
+# Hallucination's sentence labels (ADK's hallucinations_v1 vocabulary); the first and last pass.
+SENTENCE_LABELS = ("supported", "unsupported", "contradictory", "disputed", "not_applicable")
+PASSING_SENTENCES = ("supported", "not_applicable")
 # The answer kinds of the two stages (JudgeRequest.answer_field); templates.parse_answer hands them here.
 GENERATE, VALIDATE, CLAIMS = "rubrics", "verdicts", "claims"
-STAGE_ANSWERS = (GENERATE, VALIDATE, CLAIMS)
+SEGMENT, LABEL = "sentences", "labels"  # segmented metrics: the response's sentences, then a label for each
+STAGE_ANSWERS = (GENERATE, VALIDATE, CLAIMS, SEGMENT, LABEL)
 RUBRIC_ID_RE = r"^[A-Za-z0-9_.-]{1,64}$"
 
 
@@ -150,8 +155,8 @@ class StageSpec(_Model):
     @classmethod
     def _canonical(cls, variables: list[str]) -> list[str]:
         for v in variables:
-            if v not in CANONICAL_FIELDS:
-                raise ValueError(f"{v!r} is not a canonical field")
+            if v not in CANONICAL_FIELDS and v not in AGENT_VARIABLES:
+                raise ValueError(f"{v!r} is not a canonical field nor one of {', '.join(AGENT_VARIABLES)}")
         return variables
 
 
@@ -166,18 +171,32 @@ class RubricTemplate(_Model):
     """One version of a rubric metric, as configs/rubric_metrics.yaml defines it."""
 
     name: str  # the versioned name, e.g. general_quality_v1
-    kind: Literal["adaptive", "given", "static", "claims"]
+    kind: Literal["adaptive", "given", "static", "claims", "criterion", "segmented"]
     description: str
     score: Literal["share", "all"] = "share"
     generation: StageSpec | None = None
     validation: StageSpec
     rubrics: list[StaticRubric] = pydantic.Field(default_factory=list)
     rubric_group: str | None = None  # the rubric_groups key that gives this metric's rubrics
+    # what one judgment covers (metrics.judge.agent_views) and how the units' results make the score:
+    #   single     one unit: the share of its judged rubrics
+    #   turn_mean  each turn's score, then their mean over the evaluated turns (ADK's final_response_match_v2,
+    #              safety_v1)
+    #   pooled     the share over all (turn, rubric) verdicts pooled (ADK's rubric-based criteria)
+    #   step_mean  each step's share, then the mean per turn, then the mean over turns (ADK's hallucinations_v1)
+    unit: Literal["instance", "turn", "step", "conversation"] = "instance"
+    aggregate: Literal["single", "turn_mean", "pooled", "step_mean"] = "single"
+    inputs_any: list[list[str]] = pydantic.Field(default_factory=list)  # required inputs, alternatives (default: derived)
+    turn_rubric_type: str | None = None  # criterion: the type of the turn's (and case's) rubrics it takes
+    criterion_rubrics: list[StaticRubric] = pydantic.Field(default_factory=list)  # criterion: the criterion's own
+    intermediate_steps: bool = False  # step: also judge the intermediate natural-language responses
+    single_sample: bool = False  # judged once whatever judge.sampling_count (ADK's hallucinations_v1)
+    adk: bool = False  # an ADK criterion: registered under its own name only
 
     @pydantic.model_validator(mode="after")
     def _consistent(self) -> "RubricTemplate":
-        if (self.kind == "adaptive") != (self.generation is not None):
-            raise ValueError("an adaptive metric, and only one, has a generation stage")
+        if (self.kind in ("adaptive", "segmented")) != (self.generation is not None):
+            raise ValueError("an adaptive or segmented metric, and only one, has a generation stage")
         if (self.kind == "static") != bool(self.rubrics):
             raise ValueError("a static metric, and only one, lists its rubrics")
         return self
@@ -190,9 +209,20 @@ class RubricTemplate(_Model):
     def group(self) -> str:
         return self.rubric_group or self.base_name
 
+    def input_alternatives(self) -> tuple[tuple[str, ...], ...]:
+        if self.inputs_any:
+            return tuple(tuple(a) for a in self.inputs_any)
+        return (self.inputs(),)
+
+    def samples(self, sampling_count: int) -> int:
+        """Validation samples: claims and segmented metrics are judged once."""
+        return 1 if self.kind == "claims" or self.single_sample else sampling_count
+
     def inputs(self) -> tuple[str, ...]:
         """The canonical fields an instance needs (rubric_groups for a `given` metric)."""
-        fields = ["response", *self.validation.input_variables]
+        if self.inputs_any:
+            return tuple(self.inputs_any[0])
+        fields = ["response", *(v for v in self.validation.input_variables if v not in AGENT_VARIABLES)]
         if self.generation:
             fields += [v for v in self.generation.input_variables if v not in fields]
         if self.kind == "given":
@@ -220,12 +250,19 @@ class RubricTemplate(_Model):
         if g.guidance:  # type: ignore[union-attr]
             parts.append(g.guidance)  # type: ignore[union-attr]
         parts.append(_inputs(self.generation_inputs(fields)))
+        if self.kind == "segmented":
+            parts.append('Answer with a JSON object: "sentences", the list of the text\'s sentences in order, each '
+                         'copied exactly (an empty list when the text has none).')
+            return "\n\n".join(parts)
         parts.append(
             f'Answer with a JSON object: "rubrics", a list of 1 to {g.max_rubrics} items, each with "text" '  # type: ignore[union-attr]
             '(the property, as a statement about the response), "type" and "importance" (HIGH, MEDIUM or LOW).')
         return "\n\n".join(parts)
 
     def generation_schema(self) -> dict[str, Any]:
+        if self.kind == "segmented":
+            return {"type": "OBJECT", "properties": {"sentences": {"type": "ARRAY", "items": {"type": "STRING"}}},
+                    "required": ["sentences"]}
         rubric = {
             "type": "OBJECT",
             "properties": {
@@ -248,11 +285,18 @@ class RubricTemplate(_Model):
     def render_validation(self, fields: dict[str, Any], rubrics: tuple[Rubric, ...]) -> str:
         v = self.validation
         parts = [v.instruction]
-        if self.kind != "claims":
+        if self.kind == "segmented":
+            parts.append("# Sentences\n" + "\n".join(f"- {r.rubric_id}: {r.text}" for r in rubrics))
+        elif self.kind != "claims":
             parts.append("# Rubrics\n" + "\n".join(f"- {r.rubric_id}: {r.text}" for r in rubrics))
         parts.append(_inputs({name: fields.get(name) for name in v.input_variables}))
         parts.append(f"## Response\n{fields.get('response')}")
-        if self.kind == "claims":
+        if self.kind == "segmented":
+            ids = ", ".join(r.rubric_id for r in rubrics)
+            parts.append(
+                f'Answer with a JSON object with exactly one property per sentence id ({ids}), each an object with '
+                f'"reasoning" (brief, naming the context it rests on) and "label" (one of: {", ".join(SENTENCE_LABELS)}).')
+        elif self.kind == "claims":
             parts.append(
                 'Answer with a JSON object: "claims", a list with one item per claim, in order, each with "claim", '
                 f'"label" (one of: {", ".join(CLAIM_LABELS)}), "reasoning" and "excerpt" (the context it rests on, '
@@ -275,11 +319,12 @@ class RubricTemplate(_Model):
             }
             return {"type": "OBJECT", "properties": {"claims": {"type": "ARRAY", "items": claim}},
                     "required": ["claims"]}
+        answer, values = ("label", SENTENCE_LABELS) if self.kind == "segmented" else ("verdict", VERDICTS)
         verdict = {
             "type": "OBJECT",
-            "properties": {"reasoning": {"type": "STRING"}, "verdict": {"type": "STRING", "enum": list(VERDICTS)}},
-            "required": ["reasoning", "verdict"],
-            "propertyOrdering": ["reasoning", "verdict"],
+            "properties": {"reasoning": {"type": "STRING"}, answer: {"type": "STRING", "enum": list(values)}},
+            "required": ["reasoning", answer],
+            "propertyOrdering": ["reasoning", answer],
         }
         ids = [r.rubric_id for r in rubrics]
         return {"type": "OBJECT", "properties": {i: verdict for i in ids}, "required": ids, "propertyOrdering": ids}
@@ -327,6 +372,15 @@ def parse_stage_answer(text: str | None, kind: str, allowed: tuple[str, ...]) ->
         met = sum(v == "yes" for v, _ in verdicts.values())
         return json.dumps({k: {"verdict": v, "reasoning": r} for k, (v, r) in verdicts.items()},
                           sort_keys=True, ensure_ascii=False), f"{met} of {len(verdicts)} rubrics met"
+    if kind == SEGMENT:
+        sentences = _parse_sentences(answer)
+        return rubrics_to_json(sentences), f"{len(sentences)} sentences"
+    if kind == LABEL:
+        labels = _parse_verdicts(answer, allowed, "label", SENTENCE_LABELS)
+        passed = sum(v in PASSING_SENTENCES for v, _ in labels.values())
+        return json.dumps({k: {"label": v, "reasoning": r} for k, (v, r) in labels.items()},
+                          sort_keys=True, ensure_ascii=False), \
+            f"{passed} of {len(labels)} sentences supported or not applicable"
     if kind == CLAIMS:
         claims = _parse_claims(answer)
         passed = sum(c["label"] in PASSING_CLAIMS for c in claims)
@@ -356,7 +410,16 @@ def _parse_generated(answer: dict[str, Any]) -> tuple[Rubric, ...]:
     return tuple(out)
 
 
-def _parse_verdicts(answer: dict[str, Any], asked: tuple[str, ...]) -> dict[str, tuple[str, str]]:
+def _parse_sentences(answer: dict[str, Any]) -> tuple[Rubric, ...]:
+    items = answer.get("sentences")
+    if not isinstance(items, list):
+        raise InvalidRubricAnswer("'sentences' is not a list")
+    texts = [_text(item, f"sentence {i}") for i, item in enumerate(items)]
+    return tuple(Rubric(f"s{i + 1}", t, "sentence", None) for i, t in enumerate(texts))
+
+
+def _parse_verdicts(answer: dict[str, Any], asked: tuple[str, ...], key: str = "verdict",
+                    values: tuple[str, ...] = VERDICTS) -> dict[str, tuple[str, str]]:
     missing = [i for i in asked if i not in answer]
     invented = sorted(set(answer) - set(asked))
     if missing or invented:
@@ -367,9 +430,10 @@ def _parse_verdicts(answer: dict[str, Any], asked: tuple[str, ...]) -> dict[str,
     out = {}
     for rubric_id in asked:
         item = answer[rubric_id]
-        if not isinstance(item, dict) or item.get("verdict") not in VERDICTS:
-            raise InvalidRubricAnswer(f"rubric {rubric_id}: the verdict is not yes or no")
-        out[rubric_id] = (item["verdict"], _text(item.get("reasoning"), f"rubric {rubric_id} reasoning"))
+        if not isinstance(item, dict) or item.get(key) not in values:
+            raise InvalidRubricAnswer(f"rubric {rubric_id}: the {key} is not "
+                                      + ("yes or no" if values == VERDICTS else f"one of {', '.join(values)}"))
+        out[rubric_id] = (item[key], _text(item.get("reasoning"), f"rubric {rubric_id} reasoning"))
     return out
 
 
@@ -462,3 +526,106 @@ def score_verdicts(template: RubricTemplate, verdicts: tuple[RubricVerdict, ...]
 
 def _clip(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+# ---------------------------------------------------------------- agent judges: rubrics per turn, units' scores
+
+
+def label_verdicts(rubrics: tuple[Rubric, ...], labels: dict[str, tuple[str, str]]) -> tuple[RubricVerdict, ...]:
+    """A segmented metric's sentences with their labels: supported and not_applicable pass."""
+    out = []
+    for r in rubrics:
+        if r.rubric_id in labels:
+            label, reasoning = labels[r.rubric_id]
+            out.append(RubricVerdict(r, label in PASSING_SENTENCES, reasoning, label))
+        else:
+            out.append(RubricVerdict(r, None, None))
+    return tuple(out)
+
+
+def criterion_rubrics(template: RubricTemplate, turn_rubrics: tuple[dict[str, Any], ...]) -> tuple[Rubric, ...]:
+    """ADK's effective rubrics of a turn: the criterion's own (not filtered) and the
+    turn's, its case's copied in, whose type is the metric's
+    (rubric_based_evaluator.py). Raises ValueError on a repeated id or none at all."""
+    out = [Rubric(r.id, r.text, r.type, r.importance) for r in template.criterion_rubrics]
+    for i, item in enumerate(turn_rubrics):
+        if item.get("type") != template.turn_rubric_type:
+            continue
+        content = item.get("rubric_content") or {}
+        text = content.get("text_property") if isinstance(content, dict) else None
+        if not text:
+            raise ValueError(f"rubric {item.get('rubric_id')!r} has no rubric_content.text_property")
+        out.append(Rubric(str(item.get("rubric_id") or f"t{i + 1}"), text, item.get("type"), None))
+    if not out:
+        raise ValueError(f"rubrics are required: give the criterion's 'rubrics', or rubrics of type "
+                         f"{template.turn_rubric_type} in the case or its invocations")
+    ids = [r.rubric_id for r in out]
+    repeated = sorted(k for k, c in Counter(ids).items() if c > 1)
+    if repeated:
+        raise ValueError(f"rubric ids repeat ({', '.join(repeated)})")
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class UnitResult:
+    turn: int | None
+    step: int | None
+    score: RubricScore | None  # None: the unit was not evaluated
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseScore:
+    score: float
+    weighted_score: float
+    met: int
+    judged: int
+    confidence: float
+    explanation: str
+    per_turn: list[float | None] | None  # the turns' scores (None: not evaluated), for multi-unit metrics
+
+
+def aggregate_units(template: RubricTemplate, results: list[UnitResult]) -> CaseScore:
+    """One instance's score from its units' results, by the template's rule (ADK
+    2.13.0's aggregation for its criteria): a unit not evaluated is left out;
+    none evaluated is a MetricError naming why."""
+    done = [r for r in results if r.score is not None]
+    if not done:
+        reasons = list(dict.fromkeys(r.error for r in results if r.error)) or ["nothing to judge"]
+        if len(results) == 1:
+            raise MetricError(reasons[0])
+        raise MetricError(f"no {'turn' if template.unit != 'step' else 'step'} evaluated: " + "; ".join(reasons))
+    met = sum(r.score.met for r in done)
+    judged = sum(r.score.judged for r in done)
+    confidence = sum(r.score.confidence for r in done) / len(done)
+    weighted = sum(r.score.weighted_score for r in done) / len(done)
+    turns = sorted({r.turn for r in results if r.turn is not None})
+    per_turn: list[float | None] | None = None
+    if template.aggregate == "single":
+        only = done[0].score
+        return CaseScore(only.score, only.weighted_score, only.met, only.judged, only.confidence, only.explanation, None)
+    if template.aggregate == "pooled":
+        # mean over all (turn, rubric) verdicts pooled: a micro-average (MeanInvocationResultsSummarizer)
+        score = met / judged
+        weighted = (sum(v.rubric.weight() for r in done for v in r.score.verdicts if v.verdict)
+                    / sum(v.rubric.weight() for r in done for v in r.score.verdicts if v.verdict is not None))
+        per_turn = [next((r.score.score for r in done if r.turn == t), None) for t in turns]
+    elif template.aggregate == "turn_mean":
+        score = sum(r.score.score for r in done) / len(done)
+        per_turn = [next((r.score.score for r in done if r.turn == t), None) for t in turns]
+    else:  # step_mean: steps' shares -> mean per turn -> mean over turns
+        per_turn = []
+        for t in turns:
+            steps = [r.score.score for r in done if r.turn == t]
+            per_turn.append(sum(steps) / len(steps) if steps else None)
+        present = [s for s in per_turn if s is not None]
+        score = sum(present) / len(present)
+    evaluated = sum(s is not None for s in per_turn)
+    what = "steps" if template.aggregate == "step_mean" else "turns"
+    explanation = (f"{evaluated} of {len(turns)} turns evaluated" if len(turns) > 1 else
+                   (f"{len(done)} of {len(results)} {what} evaluated" if len(results) > 1 else done[0].score.explanation))
+    if len(turns) > 1 or len(results) > 1:
+        explanation += "; " + " | ".join(
+            (f"turn {r.turn + 1}" if r.turn is not None else "") + (f" step {r.step + 1}" if r.step is not None else "")
+            + ": " + (r.score.explanation if r.score else f"not evaluated ({r.error})") for r in results)
+    return CaseScore(score, weighted, met, judged, confidence, _clip(explanation, 2000), per_turn)

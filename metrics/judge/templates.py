@@ -53,6 +53,9 @@ class JudgeTemplate(pydantic.BaseModel):
     evaluation_steps: dict[str, str] | None = None
     few_shot_examples: list[str] | None = None
     aggregation: Literal["mean", "majority"] | None = None
+    # judged on every turn of an agent trace (a flat row is one turn); the score is the mean over the
+    # turns judged (ADK's response_evaluation_score)
+    per_turn: bool = False
 
     @pydantic.field_validator("input_variables")
     @classmethod
@@ -158,7 +161,7 @@ def parse_answer(text: str | None, field: str, allowed: tuple[str, ...]) -> tupl
     """The judge's JSON answer -> (the allowed value it chose, its explanation).
     Raises InvalidJudgment for anything else. A rubric stage's answer (field
     rubrics | verdicts | claims) is checked by metrics.judge.rubrics instead."""
-    if field in ("rubrics", "verdicts", "claims"):
+    if field in ("rubrics", "verdicts", "claims", "sentences", "labels"):
         from metrics.judge.rubrics import InvalidRubricAnswer, parse_stage_answer
 
         try:
