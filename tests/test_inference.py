@@ -1,0 +1,149 @@
+"""Inference before scoring: `inference.function` (a real Python function), `inference.model`
+(through the judge layer, against the local generateContent server via the real google-genai
+client) and `inference.agent` (a real ADK LlmAgent with real Python tools, in the .adk venv)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from configs import load_config
+from metrics.inference import apply_result, failed, render_prompt, InferenceError
+from tests.helpers import ROOT, evalbeam, table
+
+
+def write_config(tmp_path, data_uri, inference, metrics, name="infer", run_id="r1", **extra):
+    config = {"name": name, "run_id": run_id, "input": {"uri": str(data_uri), "id_column": "id"} if str(
+        data_uri).endswith(".jsonl") else {"uri": str(data_uri)},
+              "inference": inference, "metrics": metrics, "output": {"parquet": str(tmp_path / "out")}, **extra}
+    path = tmp_path / f"{name}-{run_id}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def rows_by(rows, *keys):
+    return {tuple(r[k] for k in keys): r for r in rows}
+
+
+def test_apply_result_shapes():
+    flat = {"prompt": "p", "reference": "r"}
+    assert apply_result(flat, "hello", 0.5) == {"prompt": "p", "reference": "r", "response": "hello",
+                                                "latency_in_seconds": 0.5, "failure": 0}
+    one_turn = {"invocations": [{"prompt": "p", "expected": {"response": "r", "tool_calls": []}}]}
+    out = apply_result(one_turn, {"response": "x", "tool_calls": [{"tool_name": "t", "tool_input": {"a": 1}}]}, 1.0)
+    assert out["invocations"][0]["expected"] == {"response": "r", "tool_calls": []}
+    assert out["response"] == "x" and out["predicted_trajectory"] == [{"tool_name": "t", "tool_input": {"a": 1}}]
+    two_turns = {"invocations": [{"prompt": "a"}, {"prompt": "b"}]}
+    with pytest.raises(InferenceError, match="2 turns: inference must return a list of turns"):
+        apply_result(two_turns, "x")
+    with pytest.raises(InferenceError, match="unknown keys \\['answer'\\]"):
+        apply_result(flat, {"answer": "x"})
+    with pytest.raises(InferenceError, match="field 'response'.*must be a string"):
+        apply_result(flat, {"response": 3})
+    assert failed(flat, "boom") == {**flat, "failure": 1, "inference_error": "boom"}
+    assert render_prompt('Q: {prompt} {"keep": 1} {unknown}', flat) == 'Q: p {"keep": 1} {unknown}'
+    with pytest.raises(InferenceError, match="uses \\{context\\}"):
+        render_prompt("{context}", flat)
+
+
+def test_function_inference_end_to_end(tmp_path):
+    data = tmp_path / "qa.jsonl"
+    cases = [{"id": "a", "prompt": "weather in Paris?", "reference": "WEATHER IN PARIS?",
+              "reference_trajectory": [{"tool_name": "get_weather", "tool_input": {"city": "Paris"}}]},
+             {"id": "b", "prompt": "Oslo and Lima", "reference": "something else",
+              "reference_trajectory": [{"tool_name": "get_weather", "tool_input": {"city": "Lima"}}]},
+             {"id": "c", "prompt": "boom now", "reference": "x", "reference_trajectory": []},
+             {"id": "d", "prompt": "a slow one", "reference": "A SLOW ONE", "reference_trajectory": []},
+             {"id": "e", "reference": "no prompt", "reference_trajectory": []}]
+    data.write_text("\n".join(json.dumps(c) for c in cases) + "\nnot json\n")
+    config = write_config(tmp_path, data, {"function": "tests.inference_app:answer", "timeout_seconds": 1},
+                          ["exact_match", "trajectory_recall"])
+    evalbeam("run", config)
+    run = tmp_path / "out" / "r1"
+    instances = {r["instance_id"]: r for r in table(run, "instances")}
+    assert set(instances) == {"a", "b", "c", "d", "e"}
+    assert instances["a"]["response"] == "WEATHER IN PARIS?" and instances["a"]["failure"] == 0
+    assert json.loads(instances["b"]["predicted_trajectory"]) == [
+        {"tool_name": "get_weather", "tool_input": {"city": "Oslo"}},
+        {"tool_name": "get_weather", "tool_input": {"city": "Lima"}}]
+    assert instances["a"]["latency_in_seconds"] >= 0
+    assert instances["c"]["failure"] == 1 and instances["c"]["response"] is None
+    assert "RuntimeError: the app broke on 'boom now'" in instances["c"]["inference_error"]
+    assert instances["d"]["failure"] == 1 and instances["d"]["inference_error"] == "inference timed out after 1s"
+    assert instances["e"]["failure"] == 1 and "KeyError" in instances["e"]["inference_error"]
+    results = rows_by(table(run, "metric_results"), "instance_id", "metric")
+    assert results["a", "exact_match"]["score"] == 1.0 and results["b", "exact_match"]["score"] == 0.0
+    assert results["a", "trajectory_recall"]["score"] == 1.0 and results["b", "trajectory_recall"]["score"] == 1.0
+    assert results["c", "exact_match"]["score"] is None
+    assert "the app broke" in results["c", "exact_match"]["error"]
+    assert results["c", "failure"]["score"] == 1.0 and results["a", "failure"]["score"] == 0.0
+    assert ("a", "latency_in_seconds") in results
+    summary = rows_by(table(run, "summary"), "metric", "slice")
+    assert summary["failure", "overall"]["mean"] == pytest.approx(3 / 5)
+    [runs] = table(run, "runs")
+    assert (runs["read_count"], runs["scored_count"], runs["dead_letter_count"]) == (6, 5, 1)
+    assert runs["lines_read"] == runs["lines_skipped"] + runs["lines_scored"] + runs["lines_dead_lettered"]
+
+
+EVAL_SET = {
+    "eval_set_id": "weather",
+    "eval_cases": [
+        {"eval_id": "two_turns", "session_input": {"app_name": "weather", "user_id": "u1", "state": {"unit": "F"}},
+         "conversation": [
+             {"user_content": {"parts": [{"text": "How warm is Paris?"}]},
+              "final_response": {"parts": [{"text": "Paris 77F"}]},
+              "intermediate_data": {"tool_uses": [{"name": "get_weather", "args": {"city": "Paris"}}]}},
+             {"user_content": {"parts": [{"text": "And Oslo?"}]},
+              "final_response": {"parts": [{"text": "Oslo 26.6F"}]},
+              "intermediate_data": {"tool_uses": [{"name": "get_weather", "args": {"city": "Oslo"}}]}}]},
+        {"eval_id": "wrong_tool", "conversation": [
+            {"user_content": {"parts": [{"text": "Lima please"}]},
+             "final_response": {"parts": [{"text": "Lima 19C"}]},
+             "intermediate_data": {"tool_uses": [{"name": "get_weather", "args": {"city": "Quito"}}]}}]},
+    ],
+}
+
+
+def test_function_agent_over_an_adk_eval_set_with_runs(tmp_path):
+    path = tmp_path / "weather.evalset.json"
+    path.write_text(json.dumps(EVAL_SET, indent=1))
+    config = write_config(tmp_path, path, {"function": "tests.inference_app:weather_agent", "num_runs": 2},
+                          [{"name": "tool_trajectory_avg_score", "threshold": 1.0},
+                           {"name": "response_match_score", "threshold": 0.8}])
+    evalbeam("run", config)
+    run = tmp_path / "out" / "r1"
+    instances = {r["instance_id"]: r for r in table(run, "instances")}
+    assert set(instances) == {"weather:two_turns:run1", "weather:two_turns:run2",
+                              "weather:wrong_tool:run1", "weather:wrong_tool:run2"}
+    turns = json.loads(instances["weather:two_turns:run2"]["invocations"])
+    assert [t["response"] for t in turns] == ["Paris 77F", "Oslo 26.6F"]  # the session state's unit
+    assert turns[1]["tool_calls"] == [{"tool_name": "get_weather", "tool_input": {"city": "Oslo"}, "id": "c0",
+                                       "response": {"city": "Oslo", "celsius": -3}}]
+    assert turns[1]["expected"]["response"] == "Oslo 26.6F" and turns[1]["duration"] == {"total": 0.02}
+    assert instances["weather:two_turns:run1"]["latency_in_seconds"] == pytest.approx(0.04)
+    results = rows_by(table(run, "metric_results"), "instance_id", "metric")
+    for k in (1, 2):
+        assert results[f"weather:two_turns:run{k}", "tool_trajectory_avg_score"]["score"] == 1.0
+        assert results[f"weather:two_turns:run{k}", "response_match_score"]["score"] == 1.0
+        assert results[f"weather:two_turns:run{k}", "adk_case_status"]["passed"] is True
+        assert results[f"weather:wrong_tool:run{k}", "tool_trajectory_avg_score"]["score"] == 0.0
+        assert results[f"weather:wrong_tool:run{k}", "adk_case_status"]["passed"] is False
+    [runs] = table(run, "runs")
+    # a case scored num_runs times counts once
+    assert (runs["read_count"], runs["scored_count"], runs["dead_letter_count"]) == (2, 2, 0)
+    assert runs["lines_read"] == runs["lines_skipped"] + runs["lines_scored"] + runs["lines_dead_lettered"]
+
+
+def test_inference_config_errors(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"name": "x", "input": {"uri": "x.jsonl"}, "metrics": ["exact_match"],
+                                   "inference": {"function": "a:b", "model": "m"}, "output": {"parquet": "o"}}))
+    with pytest.raises(Exception, match="exactly one of function, model, agent"):
+        load_config(bad)
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "1", "prompt": "p", "reference": "r"}) + "\n")
+    config = write_config(tmp_path, data, {"function": "tests.no_such_module:answer"}, ["exact_match"])
+    result = evalbeam("run", config, check=False)
+    assert result.returncode != 0
+    assert "inference.function: cannot load 'tests.no_such_module:answer': ModuleNotFoundError" in result.stderr
