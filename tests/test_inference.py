@@ -147,3 +147,64 @@ def test_inference_config_errors(tmp_path):
     result = evalbeam("run", config, check=False)
     assert result.returncode != 0
     assert "inference.function: cannot load 'tests.no_such_module:answer': ModuleNotFoundError" in result.stderr
+
+
+KEY = "AIzaSy-inference-test-key-0123456789"
+
+
+def test_model_inference_through_the_judge_layer_and_its_cache(tmp_path, monkeypatch):
+    from tests.judge_server import JudgeServer
+
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    data = tmp_path / "qa.jsonl"
+    rows = [{"id": "four", "prompt": "What is 2+2? #reply=4", "reference": "4"},
+            {"id": "same", "prompt": "What is 2+2? #reply=4", "reference": "5"},  # the same prompt: asked once
+            {"id": "free", "prompt": "Say anything", "reference": "x"},
+            {"id": "down", "prompt": "#fail", "reference": "x"},
+            {"id": "ctx", "reference": "no prompt"}]
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    inference = {"model": "gemini-test", "prompt_template": "Answer briefly.\n{prompt}"}
+    judge = {"requests_per_minute": 6000, "max_attempts": 2, "timeout_seconds": 10,
+             "prices": {"gemini-2.5-flash": {"input_per_million": 1.0, "output_per_million": 1.0}}}
+    with JudgeServer() as server:
+        judge["base_url"] = server.url
+        first = write_config(tmp_path, data, inference, ["exact_match"], run_id="first", judge=judge)
+        evalbeam("run", first)
+        assert server.stats.stages["text"] == 2  # four and same asked once, free; #fail's 2 attempts are 503s
+        assert server.stats.errors == 2
+        out = tmp_path / "out" / "first"
+        instances = {r["instance_id"]: r for r in table(out, "instances")}
+        assert instances["four"]["response"] == "4" == instances["same"]["response"]
+        import hashlib
+
+        expected = "Answer " + hashlib.sha256(b"Answer briefly.\nSay anything").hexdigest()[:8]
+        assert instances["free"]["response"] == expected and instances["free"]["failure"] == 0
+        assert instances["down"]["failure"] == 1
+        assert instances["down"]["inference_error"].startswith("inference.model: judge failed after 2 attempts; last: HTTP 503")
+        assert instances["ctx"]["failure"] == 1 and "uses {prompt}" in instances["ctx"]["inference_error"]
+        assert KEY not in json.dumps([str(v) for r in instances.values() for v in r.values()])
+        results = rows_by(table(out, "metric_results"), "instance_id", "metric")
+        assert results["four", "exact_match"]["score"] == 1.0 and results["same", "exact_match"]["score"] == 0.0
+        assert results["down", "exact_match"]["error"].startswith("inference.model: judge failed")
+        [runs] = table(out, "runs")
+        assert (runs["read_count"], runs["scored_count"], runs["dead_letter_count"]) == (5, 5, 0)
+        usage = json.loads(runs["judge_usage"])
+        assert usage["inference"]["requests"] == 3 and usage["inference"]["calls"] == 2 + 2
+        assert usage["inference"]["failures"] == 1 and runs["judge_prompt_tokens"] > 0
+        cache = table(out, "judge_cache")
+        assert sorted(r["verdict"] for r in cache) == sorted(["4", expected])
+        assert {r["metric"] for r in cache} == {"inference"} and {r["model"] for r in cache} == {"gemini-test"}
+
+        # the same prompts again, with the first run's answers as judge.cache: nothing generated again
+        answered = server.stats.stages["text"]
+        requests = server.stats.requests
+        second = write_config(tmp_path, data, inference, ["exact_match"], run_id="second",
+                              judge={**judge, "cache": str(out / "judge_cache")})
+        data.write_text("\n".join(json.dumps(r) for r in rows if r["id"] != "down") + "\n")
+        evalbeam("run", second)
+        assert server.stats.stages["text"] == answered and server.stats.requests == requests
+    out2 = tmp_path / "out" / "second"
+    instances2 = {r["instance_id"]: r for r in table(out2, "instances")}
+    assert instances2["four"]["response"] == "4" and instances2["free"]["response"] == expected
+    [runs2] = table(out2, "runs")
+    assert runs2["judge_cache_hits"] == runs2["judge_requests"] == 2 and runs2["judge_calls"] == 0
