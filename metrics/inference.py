@@ -46,9 +46,11 @@ from metrics.instance import (
     turns_from_agent_data,
 )
 
-AGENT_EXTRA = "agent"
-INSTALL_AGENT = (f"agent inference needs google-adk on every worker: pip install 'evalbeam[{AGENT_EXTRA}]' "
-                 "(on Dataflow: --setup_file with that extra, or a Flex Template image that has it)")
+# google-adk is not an evalbeam extra: 2.13.0 requires google-genai < 3, and evalbeam pins
+# google-genai 3.3.0, so no environment satisfies both pins (see the README).
+INSTALL_AGENT = ("agent inference needs google-adk (2.13.0) on the launcher and every worker, and it is not "
+                 "installed here: see the README's 'Inference before scoring' (on Dataflow: a Flex Template "
+                 "image or --setup_file that installs it)")
 # what a turn's actual side is made of (the rest of a turn comes from the input)
 ACTUAL_TURN_KEYS = ("response", "events", "tool_calls", "intermediate_responses", "duration")
 # fields an earlier inference may have derived from the trace, recomputed after a new one

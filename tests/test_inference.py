@@ -208,3 +208,105 @@ def test_model_inference_through_the_judge_layer_and_its_cache(tmp_path, monkeyp
     assert instances2["four"]["response"] == "4" and instances2["free"]["response"] == expected
     [runs2] = table(out2, "runs")
     assert runs2["judge_cache_hits"] == runs2["judge_requests"] == 2 and runs2["judge_calls"] == 0
+
+
+AGENT_SET = {
+    "eval_set_id": "agent",
+    "eval_cases": [
+        {"eval_id": "two_turns", "session_input": {"app_name": "evalbeam", "user_id": "u7", "state": {"unit": "C"}},
+         "conversation": [
+             {"user_content": {"parts": [{"text": 'Paris? #call=get_weather{"city": "Paris"}'}]},
+              "final_response": {"parts": [{"text": 'Done: {"celsius": 25, "city": "Paris"}'}]},
+              "intermediate_data": {"tool_uses": [{"name": "get_weather", "args": {"city": "Paris"}}]}},
+             {"user_content": {"parts": [{"text": 'Keep Oslo #call=remember_city{"city": "Oslo"} '
+                                                  '#call=convert{"celsius": 25}'}]},
+              "final_response": {"parts": [{"text": "whatever"}]},
+              "intermediate_data": {"tool_uses": [{"name": "remember_city", "args": {"city": "Oslo"}},
+                                                  {"name": "convert", "args": {"celsius": 25}}]}}]},
+        {"eval_id": "no_tool", "conversation": [
+            {"user_content": {"parts": [{"text": "Hello there"}]},
+             "final_response": {"parts": [{"text": "No tool needed: Hello there"}]},
+             "intermediate_data": {"tool_uses": []}}]},
+        {"eval_id": "bad_tool", "conversation": [
+            {"user_content": {"parts": [{"text": 'Do it #call=no_such_tool{"x": 1}'}]},
+             "final_response": {"parts": [{"text": "x"}]}}]},
+        {"eval_id": "raises", "conversation": [
+            {"user_content": {"parts": [{"text": 'Go #call=explode{"reason": "disk full"}'}]}}]},
+    ],
+}
+
+
+def test_adk_agent_inference_with_a_real_llm_agent(tmp_path, monkeypatch):
+    """A real LlmAgent with real Python tools, run by metrics.inference.AgentInferrer with ADK's
+    Runner and in-memory sessions, in the .adk venv (google-adk 2.13.0 pins google-genai < 3
+    and opentelemetry <= 1.44, which conflict with evalbeam's own pins); the model's calls go
+    to the local generateContent server, which answers with function calls."""
+    import subprocess
+
+    from metrics import get_metric
+    from metrics.instance import RowSpec, build_instance
+    from tests.judge_server import JudgeServer
+    from transforms.read import Record, parse_file
+
+    adk_python = ROOT / ".adk" / "bin" / "python"
+    if not adk_python.exists():
+        pytest.fail("the ADK environment is missing: run `make adk-env` (google-adk 2.13.0 in .adk/)")
+    path = tmp_path / "agent.evalset.json"
+    path.write_text(json.dumps(AGENT_SET))
+    records = [r for r in parse_file(str(path), "adk_eval_set") if isinstance(r, Record)]
+    spec = RowSpec({}, "instance_id", (), ())
+    cases = [[r.data["instance_id"], build_instance(r.data, spec, "t").fields] for r in records]
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    with JudgeServer() as server:
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "GOOGLE_API_KEY": KEY,
+               "EVALBEAM_TEST_MODEL_URL": server.url}
+        result = subprocess.run([str(adk_python), str(ROOT / "tests" / "adk_env" / "infer_agent.py"),
+                                 "tests.inference_agent:root_agent", str(tmp_path / "cases.json"),
+                                 str(tmp_path / "out.json")], capture_output=True, text=True, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        # per turn: the calls, then the final text; the raising tool's turn stops after its call
+        assert server.stats.stages["agent"] == 2 + 2 + 1 + 2 + 1
+    done = dict(json.loads((tmp_path / "out.json").read_text()))
+    two = done["agent:two_turns"]
+    turns = two["invocations"]
+    assert [t["prompt"] for t in turns] == [c["user_content"]["parts"][0]["text"]
+                                            for c in AGENT_SET["eval_cases"][0]["conversation"]]
+    first, second = turns
+    assert [(c["tool_name"], c["tool_input"], c["response"]) for c in first["tool_calls"]] == [
+        ("get_weather", {"city": "Paris"}, {"city": "Paris", "celsius": 25})]
+    assert first["response"] == 'Done: {"celsius": 25, "city": "Paris"}'
+    # the session's state came from session_input and is kept across the case's turns
+    assert [(c["tool_name"], c["response"]) for c in second["tool_calls"]] == [
+        ("remember_city", {"remembered": 1, "unit": "C"}), ("convert", {"fahrenheit": 77.0})]
+    assert second["response"] == 'Done: {"remembered": 1, "unit": "C"}; {"fahrenheit": 77.0}'
+    assert all(t["duration"]["total"] > 0 and t["invocation_id"] for t in turns)
+    assert turns[0]["invocation_id"] != turns[1]["invocation_id"]
+    usage = [e["usage"] for t in turns for e in t["events"] if "usage" in e]
+    assert len(usage) == 2 and all(u["prompt_token_count"] > 0 for u in usage)  # the function-call events' usage
+    assert two["failure"] == 0 and two["latency_in_seconds"] == pytest.approx(sum(t["duration"]["total"] for t in turns))
+    assert second["expected"]["tool_calls"][0]["tool_name"] == "remember_city"  # the expected side stays
+
+    def score(name, fields, **params):
+        d = get_metric(name)
+        return d.factory(d.params.model_validate(params))(fields)
+
+    assert score("tool_trajectory_avg_score", two).score == 1.0
+    assert done["agent:no_tool"]["response"] == "No tool needed: Hello there"
+    assert score("response_match_score", done["agent:no_tool"]).score == 1.0
+    # a tool the agent does not have: ADK answers the model with an error, recorded as the call's response
+    [call] = done["agent:bad_tool"]["invocations"][0]["tool_calls"]
+    assert call["tool_name"] == "no_such_tool" and "no tool with that name" in call["response"]["error"]
+    # a tool that raises: the case fails with the error, and is kept
+    raised = done["agent:raises"]
+    assert raised["failure"] == 1 and raised["inference_error"] == "inference failed: RuntimeError: the tool exploded: disk full"
+    assert "response" not in raised["invocations"][0]
+
+
+def test_agent_inference_without_google_adk_says_what_to_install(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "1", "prompt": "p", "reference": "r"}) + "\n")
+    config = write_config(tmp_path, data, {"agent": "tests.inference_agent:root_agent"}, ["exact_match"])
+    result = evalbeam("run", config, check=False)
+    assert result.returncode != 0
+    assert "inference.agent: cannot load 'tests.inference_agent:root_agent': ImportError: agent inference needs " \
+           "google-adk (2.13.0) on the launcher and every worker, and it is not installed here" in result.stderr
