@@ -321,8 +321,18 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
     scored_parts, cache_parts, usage_parts = [computed], [], []
     if inference_parts and _model_inference(config):
         cache_parts.append(inference_parts[0]), usage_parts.append(inference_parts[1])
+    judged_instances = instances
+    if config.inference and (judge_specs or rubric_specs):
+        from transforms.infer import inference_error_rows, inferred
+
+        # a case inference could not produce is not judged: its judge rows carry the inference error
+        judged_instances = instances | "Inferred" >> beam.Filter(inferred)
+        scored_parts.append(instances | "NotInferred" >> beam.Filter(lambda i: not inferred(i))
+                            | "InferenceErrorRows" >> beam.Map(
+                                inference_error_rows, run, [s.output_name for s in judge_specs + rubric_specs],
+                                config.judge.model))
     if judge_specs:
-        judged, cache_rows, usage = instances | "Judge" >> judge.JudgeInstances(run, judge_specs, judge_config, cached,
+        judged, cache_rows, usage = judged_instances | "Judge" >> judge.JudgeInstances(run, judge_specs, judge_config, cached,
                                                                                 progress, checkpoint)
         thresholds.update({p.output_name: p.threshold for p in judge.plan_judges(judge_specs)})
         scored_parts.append(judged), cache_parts.append(cache_rows), usage_parts.append(usage)
@@ -334,7 +344,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
             parquet = [p for p in config.judge.rubrics_from if not p.startswith("bq://")]
             pinned = pipeline | "PinnedRubrics" >> ReadPinnedRubrics([parquet_glob(p) for p in parquet],
                                                                      rubric_plans or [])
-        rubric_scored, cache_rows, usage, rubric_rows = instances | "RubricJudge" >> RubricJudge(
+        rubric_scored, cache_rows, usage, rubric_rows = judged_instances | "RubricJudge" >> RubricJudge(
             run, rubric_specs, judge_config.settings(), config.judge.sampling_count, config.judge.shards,
             cached, pinned, progress, checkpoint, config.judge.checkpoint_seconds,
             batch_staging(config.judge.batch_staging, checkpoint))

@@ -168,7 +168,7 @@ def test_model_inference_through_the_judge_layer_and_its_cache(tmp_path, monkeyp
              "prices": {"gemini-2.5-flash": {"input_per_million": 1.0, "output_per_million": 1.0}}}
     with JudgeServer() as server:
         judge["base_url"] = server.url
-        first = write_config(tmp_path, data, inference, ["exact_match"], run_id="first", judge=judge)
+        first = write_config(tmp_path, data, inference, ["exact_match", "fluency"], run_id="first", judge=judge)
         evalbeam("run", first)
         assert server.stats.stages["text"] == 2  # four and same asked once, free; #fail's 2 attempts are 503s
         assert server.stats.errors == 2
@@ -186,19 +186,25 @@ def test_model_inference_through_the_judge_layer_and_its_cache(tmp_path, monkeyp
         results = rows_by(table(out, "metric_results"), "instance_id", "metric")
         assert results["four", "exact_match"]["score"] == 1.0 and results["same", "exact_match"]["score"] == 0.0
         assert results["down", "exact_match"]["error"].startswith("inference.model: judge failed")
+        # a judge metric judges what inference produced; a case it could not produce is not judged
+        assert results["four", "fluency"]["score"] is not None and results["free", "fluency"]["error"] is None
+        assert results["down", "fluency"]["error"].startswith("inference.model: judge failed")
+        assert "uses {prompt}" in results["ctx", "fluency"]["error"]
         [runs] = table(out, "runs")
         assert (runs["read_count"], runs["scored_count"], runs["dead_letter_count"]) == (5, 5, 0)
         usage = json.loads(runs["judge_usage"])
         assert usage["inference"]["requests"] == 3 and usage["inference"]["calls"] == 2 + 2
         assert usage["inference"]["failures"] == 1 and runs["judge_prompt_tokens"] > 0
+        assert usage["fluency"]["requests"] == 2  # four and same judge the same prompt and response
         cache = table(out, "judge_cache")
-        assert sorted(r["verdict"] for r in cache) == sorted(["4", expected])
-        assert {r["metric"] for r in cache} == {"inference"} and {r["model"] for r in cache} == {"gemini-test"}
+        inference_cache = [r for r in cache if r["metric"] == "inference"]
+        assert sorted(r["verdict"] for r in inference_cache) == sorted(["4", expected])
+        assert {r["model"] for r in inference_cache} == {"gemini-test"}
 
         # the same prompts again, with the first run's answers as judge.cache: nothing generated again
         answered = server.stats.stages["text"]
         requests = server.stats.requests
-        second = write_config(tmp_path, data, inference, ["exact_match"], run_id="second",
+        second = write_config(tmp_path, data, inference, ["exact_match", "fluency"], run_id="second",
                               judge={**judge, "cache": str(out / "judge_cache")})
         data.write_text("\n".join(json.dumps(r) for r in rows if r["id"] != "down") + "\n")
         evalbeam("run", second)
@@ -207,7 +213,7 @@ def test_model_inference_through_the_judge_layer_and_its_cache(tmp_path, monkeyp
     instances2 = {r["instance_id"]: r for r in table(out2, "instances")}
     assert instances2["four"]["response"] == "4" and instances2["free"]["response"] == expected
     [runs2] = table(out2, "runs")
-    assert runs2["judge_cache_hits"] == runs2["judge_requests"] == 2 and runs2["judge_calls"] == 0
+    assert runs2["judge_cache_hits"] == runs2["judge_requests"] == 2 + 2 and runs2["judge_calls"] == 0
 
 
 AGENT_SET = {

@@ -60,6 +60,20 @@ def first_run(instance_id: str, num_runs: int) -> bool:
     return num_runs == 1 or instance_id.endswith(":run1")
 
 
+def inferred(instance: Instance) -> bool:
+    return "inference_error" not in instance.fields
+
+
+def inference_error_rows(instance: Instance, run: RunKey, metrics: list[str], model: str):
+    """A case inference could not produce, with a judge metric row per judge metric carrying the error."""
+    from transforms.judge import _row_base
+    from transforms.score import ScoredInstance
+
+    rows = [{**_row_base(run, instance.instance_id, m, model), "error": instance.fields["inference_error"]}
+            for m in metrics]
+    return ScoredInstance(instance, rows)
+
+
 class InferFn(beam.DoFn):
     """[instance] -> instances filled by a function or an ADK agent."""
 
