@@ -259,6 +259,9 @@ def apply_result(fields: dict[str, Any], result: Any, seconds: float | None = No
         complete_agent_fields(out)
     except (InvalidField, ValueError) as e:
         raise InferenceError(f"inference returned an unusable result: {e}") from None
+    turns = out.get("invocations") or []
+    if len(turns) == 1 and "duration" not in turns[0] and "tool_calls" in turns[0] and seconds is not None:
+        turns[0]["duration"] = {"total": float(seconds)}  # a one-turn case: its measured time is the turn's
     if "latency_in_seconds" not in out:
         durations = [t.get("duration", {}).get("total") for t in out.get("invocations", [])]
         if durations and all(d is not None for d in durations):

@@ -316,3 +316,15 @@ def test_agent_inference_without_google_adk_says_what_to_install(tmp_path):
     assert result.returncode != 0
     assert "inference.agent: cannot load 'tests.inference_agent:root_agent': ImportError: agent inference needs " \
            "google-adk (2.13.0) on the launcher and every worker, and it is not installed here" in result.stderr
+
+
+def test_inference_demo(tmp_path):
+    evalbeam("run", "configs/demo_adk_infer.yaml", "--set", f"output.parquet={tmp_path}", "--set", "run_id=demo")
+    status = {r["instance_id"]: r["passed"] for r in table(tmp_path / "demo", "metric_results")
+              if r["metric"] == "adk_case_status"}
+    # the demo agent calls one tool per turn: the case expecting two calls fails, in both runs
+    assert status == {f"weather_inference:{case}:run{k}": case != "london_expects_two_calls"
+                      for case in ("sf_weather", "paris_then_again", "london_expects_two_calls") for k in (1, 2)}
+    instances = {r["instance_id"]: r for r in table(tmp_path / "demo", "instances")}
+    turns = json.loads(instances["weather_inference:paris_then_again:run1"]["invocations"])
+    assert [t["tool_calls"][0]["tool_input"] for t in turns] == [{"city": "Paris"}, {"city": "Paris"}]
