@@ -120,24 +120,33 @@ class AgentInferrer:
             from google.genai import types
         except ImportError as e:
             raise ImportError(f"{INSTALL_AGENT} ({e})") from None
-        agent = load_target(path, "inference.agent")
+        self._agent = load_target(path, "inference.agent")
         self._types = types
+        self._make_runner = Runner
         self._sessions = InMemorySessionService()
         self._app_name = app_name
-        self._runner = Runner(app_name=app_name, agent=agent, session_service=self._sessions)
+        self._runners: dict[str, Any] = {}  # one per app name (a session belongs to its runner's app)
+
+    def _runner_for(self, app_name: str):
+        if app_name not in self._runners:
+            self._runners[app_name] = self._make_runner(app_name=app_name, agent=self._agent,
+                                                        session_service=self._sessions)
+        return self._runners[app_name]
 
     async def infer(self, fields: dict[str, Any]) -> Any:
-        session_input = (fields.get("adk_case") or {}).get("session_input") or {} \
-            if isinstance(fields.get("adk_case"), dict) else {}
+        case = fields.get("adk_case")
+        session_input = (case.get("session_input") or {}) if isinstance(case, dict) else {}
         user_id = session_input.get("user_id") or "evalbeam_user"
+        app_name = session_input.get("app_name") or self._app_name
+        runner = self._runner_for(app_name)
         session = await self._sessions.create_session(
-            app_name=self._app_name, user_id=user_id, state=dict(session_input.get("state") or {}))
+            app_name=app_name, user_id=user_id, state=dict(session_input.get("state") or {}))
         turns = []
         for prompt in user_turns(fields):
             message = self._types.Content(role="user", parts=[self._types.Part(text=prompt)])
             started = time.monotonic()
             events = []
-            async for event in self._runner.run_async(user_id=user_id, session_id=session.id, new_message=message):
+            async for event in runner.run_async(user_id=user_id, session_id=session.id, new_message=message):
                 events.append(event.model_dump(mode="json", exclude_none=True))
             seconds = time.monotonic() - started
             user = {"author": "user", "content": message.model_dump(mode="json", exclude_none=True)}
@@ -149,10 +158,11 @@ class AgentInferrer:
         return turns
 
     async def close(self) -> None:
-        try:
-            await self._runner.close()
-        except Exception:  # noqa: BLE001 - closing is best effort
-            pass
+        for runner in self._runners.values():
+            try:
+                await runner.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
 
 
 def make_inferrer(kind: str, target: str, max_concurrency: int) -> Inferrer:

@@ -219,7 +219,7 @@ def test_model_inference_through_the_judge_layer_and_its_cache(tmp_path, monkeyp
 AGENT_SET = {
     "eval_set_id": "agent",
     "eval_cases": [
-        {"eval_id": "two_turns", "session_input": {"app_name": "evalbeam", "user_id": "u7", "state": {"unit": "C"}},
+        {"eval_id": "two_turns", "session_input": {"app_name": "weather_app", "user_id": "u7", "state": {"unit": "C"}},
          "conversation": [
              {"user_content": {"parts": [{"text": 'Paris? #call=get_weather{"city": "Paris"}'}]},
               "final_response": {"parts": [{"text": 'Done: {"celsius": 25, "city": "Paris"}'}]},
