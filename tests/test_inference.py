@@ -328,3 +328,8 @@ def test_inference_demo(tmp_path):
     instances = {r["instance_id"]: r for r in table(tmp_path / "demo", "instances")}
     turns = json.loads(instances["weather_inference:paris_then_again:run1"]["invocations"])
     assert [t["tool_calls"][0]["tool_input"] for t in turns] == [{"city": "Paris"}, {"city": "Paris"}]
+
+
+def test_plan_says_it_does_not_estimate_inference():
+    result = evalbeam("plan", "configs/demo_adk_infer.yaml", check=False)
+    assert result.returncode != 0 and "evalbeam plan does not estimate runs with inference yet" in result.stderr
