@@ -333,3 +333,18 @@ def test_inference_demo(tmp_path):
 def test_plan_says_it_does_not_estimate_inference():
     result = evalbeam("plan", "configs/demo_adk_infer.yaml", check=False)
     assert result.returncode != 0 and "evalbeam plan does not estimate runs with inference yet" in result.stderr
+
+
+def test_model_runs_are_separate_samples():
+    from metrics.instance import Instance
+    from metrics.judge.client import JudgeSettings
+    from transforms.infer import model_asks, run_copies
+
+    settings = JudgeSettings(model="m")
+    case = Instance("q1", {"prompt": "hi"}, {}, "src")
+    copies = list(run_copies(case, 3))
+    assert [c.instance_id for c in copies] == ["q1:run1", "q1:run2", "q1:run3"]
+    asks = [next(model_asks(c, settings, "{prompt}", 3)) for c in copies]
+    assert len({key for key, _ in asks}) == 3 and [a[1][0].seed for a in asks] == [0, 1, 2]
+    [(key, (request, link))] = list(model_asks(case, settings, "{prompt}", 1))
+    assert request.seed is None and request.schema_json == "" and link == "q1"
