@@ -22,6 +22,7 @@ demo: $(STAMP)
 	$(BIN)/evalbeam run configs/demo.yaml
 	$(BIN)/evalbeam run configs/demo_qa.yaml
 	$(BIN)/evalbeam run configs/demo_adk.yaml
+	$(BIN)/evalbeam run configs/demo_adk_infer.yaml
 
 # The Cloud Storage and BigQuery emulators, each in its own venv (tests/emulators/*.lock).
 $(EMULATORS_STAMP): $(STAMP) tests/emulators/bigquery.lock tests/emulators/storage.lock tests/emulators/control.py

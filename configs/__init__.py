@@ -414,6 +414,41 @@ def _with_adk_judge_options(data: dict, text: str) -> dict:
     return {**data, "judge": judge} if options else data
 
 
+class InferenceConfig(_Model):
+    """Inference before scoring: produce each case's actual side, then score it."""
+
+    function: str | None = pydantic.Field(
+        None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
+        description="'package.module:function': a callable, instance fields -> {response, predicted_trajectory, ...}, "
+                    "text, or a list of turns")
+    model: str | None = pydantic.Field(
+        None, min_length=1, description="a Gemini model, asked prompt_template through the judge layer's client")
+    prompt_template: str = pydantic.Field(
+        "{prompt}", min_length=1, description="model: the prompt, with {field} replaced by the instance's field")
+    agent: str | None = pydantic.Field(
+        None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
+        description="'package.module:agent': an ADK agent, run with ADK's Runner and in-memory sessions "
+                    "(needs the `agent` extra)")
+    num_runs: int = pydantic.Field(1, ge=1, le=100, description="runs per case; > 1: instance ids get :run<k>")
+    max_concurrency: int = pydantic.Field(8, ge=1, le=1024, description="function/agent: cases in flight per worker")
+    timeout_seconds: float = pydantic.Field(300, gt=0, description="function/agent: the longest a case may take")
+
+    @pydantic.model_validator(mode="after")
+    def _one_kind(self) -> "InferenceConfig":
+        given = [k for k in ("function", "model", "agent") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError("give exactly one of function, model, agent" + (f" (got {given})" if given else ""))
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("function", "model", "agent") if getattr(self, k))
+
+    @property
+    def target(self) -> str:
+        return getattr(self, self.kind)
+
+
 class EvalConfig(_Model):
     name: str = pydantic.Field(pattern=NAME_RE)
     run_id: str | None = pydantic.Field(None, pattern=NAME_RE)
@@ -425,6 +460,8 @@ class EvalConfig(_Model):
         default_factory=list,
         description="the metrics to compute; with an ADK input and none given, ADK's default criteria")
     judge: JudgeConfig = pydantic.Field(default_factory=JudgeConfig)
+    inference: InferenceConfig | None = pydantic.Field(
+        None, description="inference before scoring: run a function, a model or an ADK agent on each case")
     output: OutputConfig
     compare_with: str | None = pydantic.Field(
         None, pattern=NAME_RE,

@@ -1,5 +1,8 @@
-"""Example custom metrics, importable by path from a config (see configs/demo.yaml)."""
+"""Example custom metrics, and a demo inference function, importable by path from a
+config (see configs/demo.yaml, configs/demo_adk_infer.yaml)."""
 from __future__ import annotations
+
+import time
 
 
 def word_count(instance):
@@ -7,3 +10,32 @@ def word_count(instance):
     response = instance["response"]
     return {"word_count": len(response.split(" ")), "characters": len(response)}
 
+
+
+WEATHER = {"san francisco": ("foggy", 18), "paris": ("sunny", 25), "london": ("rainy", 12), "berlin": ("cloudy", 9)}
+
+
+def get_weather(city: str) -> dict:
+    """The demo agent's tool: canned weather by city."""
+    sky, celsius = WEATHER.get(city.lower(), ("unknown", None))
+    return {"city": city, "sky": sky, "celsius": celsius}
+
+
+def weather_agent(instance):
+    """A small pure-Python 'agent' for the inference demo (configs/demo_adk_infer.yaml):
+    for each user turn in order, it calls get_weather for the city it names (the one
+    of the previous turn when none is named, as a session would remember) and answers
+    from the tool's response. Returns the case's turns in evalbeam's trace form."""
+    turns, city = [], None
+    for turn in instance["invocations"]:
+        started = time.perf_counter()
+        text = turn["prompt"].lower()
+        city = next((c.title() for c in WEATHER if c in text), city)
+        if city is None:
+            turns.append({"response": "Which city?", "tool_calls": []})
+            continue
+        result = get_weather(city)
+        call = {"tool_name": "get_weather", "tool_input": {"city": city}, "id": f"call-{len(turns)}", "response": result}
+        turns.append({"response": f"It is {result['celsius']}C and {result['sky']} in {city}.", "tool_calls": [call],
+                      "duration": {"total": time.perf_counter() - started}})
+    return turns

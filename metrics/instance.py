@@ -30,8 +30,10 @@ STRUCTURED_FIELDS = ("history", "rubric_groups", "tool_declarations", "intermedi
                      "adk_case")
 NUMBER_FIELDS = ("latency_in_seconds",)
 FLAG_FIELDS = ("failure",)
+# Why inference (metrics.inference) could not produce a case's actual side.
+INFERENCE_FIELDS = ("inference_error",)
 
-CANONICAL_FIELDS = TEXT_FIELDS + TRAJECTORY_FIELDS + STRUCTURED_FIELDS + NUMBER_FIELDS + FLAG_FIELDS
+CANONICAL_FIELDS = TEXT_FIELDS + TRAJECTORY_FIELDS + STRUCTURED_FIELDS + NUMBER_FIELDS + FLAG_FIELDS + INFERENCE_FIELDS
 
 # Keys of the older, flat form of an invocation (still accepted; see metrics.trace).
 INVOCATION_KEYS = ("prompt", "response", "reference", "predicted_trajectory", "reference_trajectory")
@@ -197,7 +199,7 @@ def _normalise(field: str, column: str, value: Any, from_csv: bool) -> Any:
     if from_csv and value == "" and field not in TEXT_FIELDS:
         return None  # an empty CSV cell is a missing value, except for text
     try:
-        if field in TEXT_FIELDS:
+        if field in TEXT_FIELDS or field in INFERENCE_FIELDS:
             if not isinstance(value, str):
                 raise ValueError(f"must be a string, got {_kind(value)}")
             return value

@@ -53,8 +53,19 @@ def row_spec(config: EvalConfig) -> RowSpec:
         # an ADK file's records carry their ADK id (<eval_set_id>:<eval_id>[:<session_id>])
         id_column=config.input.id_column or ("instance_id" if config.input.is_adk else None),
         slice_columns=tuple(config.input.slice_columns),
-        requirements=tuple((m.output_name, m.input_alternatives()) for m in config.metrics),
+        requirements=tuple((m.output_name, _inputs_left(config, m.input_alternatives())) for m in config.metrics),
     )
+
+
+# What inference fills in (metrics.inference.apply_result): not needed from the input.
+INFERRED_FIELDS = ("response", "predicted_trajectory", "invocations", "latency_in_seconds", "failure")
+
+
+def _inputs_left(config: EvalConfig, alternatives):
+    """A metric's input alternatives less what inference produces, when the config infers."""
+    if not config.inference:
+        return alternatives
+    return tuple(tuple(f for f in alt if f not in INFERRED_FIELDS) for alt in alternatives)
 
 
 @dataclasses.dataclass
@@ -89,7 +100,24 @@ def preflight(config: EvalConfig, options: PipelineOptions | None = None, run_id
     _check_columns(config, checked)
     _check_outputs(config, options, run_id or config.resolved_run_id())
     _check_judge(config, options)
+    _check_inference(config)
     return checked
+
+
+def _check_inference(config: EvalConfig) -> None:
+    """The function or agent to run must import here (workers need it installed too)."""
+    inference = config.inference
+    if inference is None or inference.kind == "model":
+        return
+    from metrics.inference import AgentInferrer, load_target
+
+    try:
+        if inference.kind == "agent":
+            AgentInferrer(inference.target)
+        else:
+            load_target(inference.target, "inference.function")
+    except Exception as e:  # noqa: BLE001 - whatever stops the import is what the user must fix
+        raise ConfigError(f"inference.{inference.kind}: cannot load {inference.target!r}: {type(e).__name__}: {e}") from None
 
 
 def parquet_glob(location: str) -> str:
@@ -100,7 +128,7 @@ def parquet_glob(location: str) -> str:
 
 
 def _check_judge(config: EvalConfig, options: PipelineOptions | None) -> None:
-    if not config.judge_specs():
+    if not config.judge_specs() and not _model_inference(config):
         return
     try:
         check_credentials(config.judge.settings())
@@ -178,7 +206,7 @@ def _check_columns(config: EvalConfig, checked: Preflight) -> None:
     mapping = config.input.column_mapping
     problems = []
     for i, spec in enumerate(config.metrics):
-        alternatives = spec.input_alternatives()
+        alternatives = _inputs_left(config, spec.input_alternatives())
         available = {f for alt in alternatives for f in alt if mapping.get(f, f) in columns}
         if not unmet_inputs(alternatives, available):
             continue
@@ -263,6 +291,16 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
 
     records, unparseable, source_lines, instances, invalid = _read(pipeline, config, read_plan)
     dead_letters = (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()
+    cached = None
+    if config.judge.cache and (config.judge_specs() or _model_inference(config)):
+        parquet = [p for p in config.judge.cache if not p.startswith("bq://")]
+        cached = pipeline | "JudgeCache" >> judge.ReadJudgeCache([parquet_glob(p) for p in parquet], cache_plans or [])
+    inference_parts = None
+    if config.inference:
+        from transforms.infer import Infer
+
+        instances, *inference_parts = instances | "Inference" >> Infer(
+            run, config.inference, config.judge, cached, progress, checkpoint)
     computed = instances | "Score" >> ScoreInstances(run, config.computation_specs())
     thresholds = {p.output_name: p.threshold for p in plan_metrics(config.computation_specs())}
     adk_criteria = {s.output_name: s.name for s in config.computation_specs()
@@ -281,12 +319,20 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
     # takes half of the quotas. (The rubric stages run one after the other.)
     judge_config = _quota_share(config.judge, 0.5 if judge_specs and rubric_specs else 1.0)
     scored_parts, cache_parts, usage_parts = [computed], [], []
-    cached = None
-    if config.judge.cache and (judge_specs or rubric_specs):
-        parquet = [p for p in config.judge.cache if not p.startswith("bq://")]
-        cached = pipeline | "JudgeCache" >> judge.ReadJudgeCache([parquet_glob(p) for p in parquet], cache_plans or [])
+    if inference_parts and _model_inference(config):
+        cache_parts.append(inference_parts[0]), usage_parts.append(inference_parts[1])
+    judged_instances = instances
+    if config.inference and (judge_specs or rubric_specs):
+        from transforms.infer import inference_error_rows, inferred
+
+        # a case inference could not produce is not judged: its judge rows carry the inference error
+        judged_instances = instances | "Inferred" >> beam.Filter(inferred)
+        scored_parts.append(instances | "NotInferred" >> beam.Filter(lambda i: not inferred(i))
+                            | "InferenceErrorRows" >> beam.Map(
+                                inference_error_rows, run, [s.output_name for s in judge_specs + rubric_specs],
+                                config.judge.model))
     if judge_specs:
-        judged, cache_rows, usage = instances | "Judge" >> judge.JudgeInstances(run, judge_specs, judge_config, cached,
+        judged, cache_rows, usage = judged_instances | "Judge" >> judge.JudgeInstances(run, judge_specs, judge_config, cached,
                                                                                 progress, checkpoint)
         thresholds.update({p.output_name: p.threshold for p in judge.plan_judges(judge_specs)})
         scored_parts.append(judged), cache_parts.append(cache_rows), usage_parts.append(usage)
@@ -298,7 +344,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
             parquet = [p for p in config.judge.rubrics_from if not p.startswith("bq://")]
             pinned = pipeline | "PinnedRubrics" >> ReadPinnedRubrics([parquet_glob(p) for p in parquet],
                                                                      rubric_plans or [])
-        rubric_scored, cache_rows, usage, rubric_rows = instances | "RubricJudge" >> RubricJudge(
+        rubric_scored, cache_rows, usage, rubric_rows = judged_instances | "RubricJudge" >> RubricJudge(
             run, rubric_specs, judge_config.settings(), config.judge.sampling_count, config.judge.shards,
             cached, pinned, progress, checkpoint, config.judge.checkpoint_seconds,
             batch_staging(config.judge.batch_staging, checkpoint))
@@ -330,7 +376,14 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         read | "ProgressRead" >> beam.ParDo(CountFn(progress, "read"))
         computed | "ProgressScored" >> beam.ParDo(CountFn(progress, "scored"))
         dead_letters | "ProgressDeadLettered" >> beam.ParDo(CountFn(progress, "dead_lettered"))
-    runs = (read, computed, scored, dead_letters, usage, source_lines) | "RunRecord" >> RunRecord(
+    counted = computed
+    if config.inference and config.inference.num_runs > 1:
+        from transforms.infer import first_run
+
+        # a case scored num_runs times counts once: read = scored + dead-lettered
+        counted = computed | "FirstRuns" >> beam.Filter(lambda s, n: first_run(s.instance.instance_id, n),
+                                                        config.inference.num_runs)
+    runs = (read, counted, scored, dead_letters, usage, source_lines) | "RunRecord" >> RunRecord(
         run, config.name, config.to_json(), evalbeam_version(), started_at, config.judge.prices, config.judge.model
     )
 
@@ -377,10 +430,14 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
     if config.output.parquet:
         # the judge checkpoints live beside the attempts, and go with them
         done | "ReplaceRunFolder" >> ReplaceRunFolder(config.output.parquet, run.run_id, attempt)
-    elif checkpoint and (judge_specs or rubric_specs):
+    elif checkpoint and (judge_specs or rubric_specs or _model_inference(config)):
         from transforms.judge_checkpoint import RemoveCheckpoints
 
         done | "RemoveJudgeCheckpoints" >> RemoveCheckpoints(checkpoint)
+
+
+def _model_inference(config: EvalConfig) -> bool:
+    return config.inference is not None and config.inference.kind == "model"
 
 
 def _quota_share(judge_config, share: float):
@@ -440,7 +497,8 @@ def run(config: EvalConfig, options: PipelineOptions):
         if config.input.kind != "files":
             read_plan = bigquery.plan_read(config.input, billing_project(config, options))
         cache_plans = [bigquery.plan_table_read(c.removeprefix("bq://"), billing_project(config, options))
-                       for c in config.judge.cache if c.startswith("bq://")] if config.judge_specs() else []
+                       for c in config.judge.cache if c.startswith("bq://")] \
+            if config.judge_specs() or _model_inference(config) else []
         rubric_plans = [bigquery.plan_table_read(c.removeprefix("bq://"), billing_project(config, options))
                         for c in config.judge.rubrics_from if c.startswith("bq://")] if config.rubric_specs() else []
     except bigquery.BigQueryError as e:
@@ -451,7 +509,7 @@ def run(config: EvalConfig, options: PipelineOptions):
 
     local = options.view_as(StandardOptions).runner in LOCAL_RUNNERS
     checkpoint = checkpoint_folder(config.output.parquet, options.view_as(GoogleCloudOptions).temp_location,
-                                   run_key.run_id) if config.judge_specs() else None
+                                   run_key.run_id) if config.judge_specs() or _model_inference(config) else None
     progress = tempfile.mkdtemp(prefix="evalbeam-progress-") if local else None
     try:
         try:

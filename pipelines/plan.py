@@ -25,6 +25,9 @@ def _write(value, path):
 
 
 def plan(config: EvalConfig) -> dict:
+    if config.inference is not None:
+        raise ConfigError("inference: evalbeam plan does not estimate runs with inference yet (the judge prompts "
+                          "depend on what inference produces, and inference.model calls are not counted)")
     checked = evaluate.preflight(config)
     rubric_specs = config.rubric_specs()
     judge_specs = [s for s in config.judge_specs() if s not in rubric_specs]

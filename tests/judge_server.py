@@ -77,7 +77,17 @@ Behaviour:
                      importance outside HIGH/MEDIUM/LOW, a validation that skips the last
                      rubric and answers one not asked, a claim with an unknown label
   `stats.stages` counts the answers given per stage (generation, validation, claims,
-  score, choice): a test counts generation calls with it.
+  score, choice, text, agent): a test counts generation calls with it.
+  Free text (a request with no response schema: inference.model):
+    #reply=TEXT      answer TEXT (to the end of its line; the last marker wins); without
+                     one, "Answer <first 8 hex digits of the prompt's sha256>"
+  An agent's model calls (a request declaring tools, as ADK's LlmAgent sends them), driven
+  by markers in the latest user text of the conversation:
+    #call=NAME{JSON}  a function call NAME with those args, one per marker, all in the
+                      first answer after the user's text; once every call has its function
+                      response, the final text "Done: " + the responses' JSON, in call
+                      order, joined with "; "
+    without a marker: the final text "No tool needed: <the user's text>"
 """
 from __future__ import annotations
 
@@ -246,6 +256,12 @@ class JudgeServer:
         return latency, error, timeout
 
     def answer(self, prompt: str, schema: dict, seed: int | None = None) -> str:
+        if not schema:  # free text
+            with self._lock:
+                self.stats.prompts[prompt] += 1
+                self.stats.stages["text"] += 1
+            replies = re.findall(r"#reply=([^\n]*)", prompt)
+            return replies[-1] if replies else f"Answer {hashlib.sha256(prompt.encode()).hexdigest()[:8]}"
         props = schema.get("properties", {})
         field = "choice" if "choice" in props else "score"
         allowed = props.get(field, {}).get("enum", [])
@@ -326,6 +342,24 @@ class JudgeServer:
                    "reasoning": f"Labelled {label} against the context.", "excerpt": ""}
                   for n, label in enumerate(labels)]
         return json.dumps({"claims": claims})
+
+    def agent_answer(self, contents: list[dict]) -> list[dict]:
+        """The parts of a model turn answering an agent's conversation (see the markers above)."""
+        with self._lock:
+            self.stats.stages["agent"] += 1
+        # the latest user text, and what came after it
+        start = max((i for i, c in enumerate(contents) if c.get("role", "user") == "user"
+                     and any("text" in p for p in c.get("parts", []))), default=0)
+        text = "\n".join(p["text"] for p in contents[start].get("parts", []) if "text" in p)
+        after = contents[start + 1:]
+        calls = [(m.group(1), json.loads(m.group(2))) for m in re.finditer(r"#call=(\w+)(\{[^}]*\})", text)]
+        if not calls:
+            return [{"text": f"No tool needed: {text}"}]
+        responses = [p["functionResponse"] for c in after for p in c.get("parts", []) if "functionResponse" in p]
+        asked = any("functionCall" in p for c in after for p in c.get("parts", []))
+        if not asked:
+            return [{"functionCall": {"name": name, "args": args}} for name, args in calls]
+        return [{"text": "Done: " + "; ".join(json.dumps(r.get("response"), sort_keys=True) for r in responses)}]
 
     def grant(self, form: dict[str, str]) -> tuple[int, dict]:
         """The token endpoint's answer (status, body) to a form-encoded grant."""
@@ -725,6 +759,11 @@ class JudgeServer:
                         server.stats.in_flight -= 1
 
             def _answer_admitted(self, body: dict, model: str, credential: str | None):
+                if body.get("tools"):  # an agent's model call
+                    parts = server.agent_answer(body.get("contents", []))
+                    answer = _generate_response(json.dumps(body.get("contents")), "", model)
+                    answer["candidates"][0]["content"]["parts"] = parts
+                    return self._send(200, answer)
                 prompt = body["contents"][0]["parts"][0]["text"]
                 latency, error, timeout = server._draw()
                 if timeout:

@@ -330,8 +330,11 @@ def parse_adk_eval_set(path: str, stream) -> Iterator[Record | DeadLetter | Sour
         except ValueError as e:
             yield out.dead(index, f"{label}: {e}", case, _field_of(str(e)))
             continue
+        adk_case = {"eval_set_id": set_id, "eval_id": eval_id}
+        if isinstance(get_key(case, "session_input"), dict):  # the session inference starts the case in
+            adk_case["session_input"] = get_key(case, "session_input")
         yield out.record(index, {"instance_id": f"{set_id}:{eval_id}", "eval_set_id": set_id, "eval_id": eval_id,
-                                 "invocations": turns, "adk_case": {"eval_set_id": set_id, "eval_id": eval_id}}, case)
+                                 "invocations": turns, "adk_case": adk_case}, case)
     yield out.lines()
 
 

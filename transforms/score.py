@@ -77,6 +77,12 @@ def score_instance(run: RunKey, instance: Instance, scorers, base: dict[str, Any
         row = base.copy()
         row["instance_id"] = instance.instance_id
         row["metric"] = plan.output_name
+        inference_error = fields.get("inference_error")
+        if inference_error is not None and plan.name not in PASSTHROUGH_FIELDS:
+            # inference produced nothing to score: the case's error on each of its metrics
+            row["error"] = inference_error
+            rows.append(row)
+            continue
         try:
             value = as_metric_value(scorer(fields))
         except Exception as e:  # noqa: BLE001 - any failure of one metric is recorded on its row

@@ -41,6 +41,7 @@ from metrics.judge.client import (
     check_credentials,
     judge_stream,
     scrub_secrets,
+    structured_output,
 )
 from metrics.judge.templates import InvalidJudgment, parse_answer
 
@@ -53,8 +54,9 @@ DONE_STATES = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED",
 def generation_config(settings: JudgeSettings, request: JudgeRequest) -> dict[str, Any]:
     """The REST generationConfig of a request, as generateContent takes it (the
     same fields JudgeClient.judge sets through the SDK)."""
-    config: dict[str, Any] = {"temperature": settings.temperature, "responseMimeType": "application/json",
-                              "responseSchema": json.loads(request.schema_json)}
+    config: dict[str, Any] = {"temperature": settings.temperature}
+    if request.schema_json:  # else a free-text answer
+        config.update(responseMimeType="application/json", responseSchema=json.loads(request.schema_json))
     if request.seed is not None:
         config["seed"] = request.seed
     if settings.max_output_tokens is not None:
@@ -156,8 +158,7 @@ class BatchJudge:
                 contents=p.request.prompt, metadata={"key": p.request.key},
                 config=self._types.GenerateContentConfig(
                     temperature=self.settings.temperature, seed=p.request.seed,
-                    max_output_tokens=self.settings.max_output_tokens, response_mime_type="application/json",
-                    response_schema=json.loads(p.request.schema_json)))
+                    max_output_tokens=self.settings.max_output_tokens, **structured_output(p.request)))
                 for p in items]
         else:
             uploaded = self._client.files.upload(

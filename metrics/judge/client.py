@@ -68,10 +68,21 @@ class JudgeRequest:
     key: str
     metric: str
     prompt: str
-    schema_json: str  # the response schema, as JSON text
-    answer_field: str  # "score" | "choice"
+    schema_json: str  # the response schema, as JSON text; "" for a free-text answer
+    answer_field: str  # "score" | "choice" | rubric stages | FREE_TEXT
     allowed: tuple[str, ...]
     seed: int | None = None
+
+
+# A free-text answer (inference.model): no response schema; the verdict is the text.
+FREE_TEXT = "text"
+
+
+def structured_output(request: JudgeRequest) -> dict[str, Any]:
+    """The GenerateContentConfig fields asking for JSON of the request's schema (none for free text)."""
+    if not request.schema_json:
+        return {}
+    return {"response_mime_type": "application/json", "response_schema": json.loads(request.schema_json)}
 
 
 @dataclasses.dataclass
@@ -176,8 +187,7 @@ class JudgeClient:
             temperature=self.settings.temperature,
             seed=request.seed,
             max_output_tokens=self.settings.max_output_tokens,
-            response_mime_type="application/json",
-            response_schema=json.loads(request.schema_json),
+            **structured_output(request),
         )
         estimated = len(request.prompt) // CHARS_PER_TOKEN + (self.settings.max_output_tokens or 1024)
         last_error = "no attempt made"

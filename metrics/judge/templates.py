@@ -161,6 +161,10 @@ def parse_answer(text: str | None, field: str, allowed: tuple[str, ...]) -> tupl
     """The judge's JSON answer -> (the allowed value it chose, its explanation).
     Raises InvalidJudgment for anything else. A rubric stage's answer (field
     rubrics | verdicts | claims) is checked by metrics.judge.rubrics instead."""
+    if field == "text":  # a free-text answer (metrics.judge.client.FREE_TEXT): the text itself
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidJudgment("the model's answer has no text")
+        return text, None
     if field in ("rubrics", "verdicts", "claims", "sentences", "labels"):
         from metrics.judge.rubrics import InvalidRubricAnswer, parse_stage_answer
 

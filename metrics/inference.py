@@ -1,0 +1,325 @@
+"""Inference before scoring: producing the actual side of an instance.
+
+One small interface, pure Python (no Beam), used by transforms/infer.py:
+
+    Inferrer.infer(fields) -> awaitable result    one case: its canonical fields in,
+                                                  what inference produced out
+    infer_all(inferrer, items, ...)                many cases with at most
+                                                  `max_concurrency` in flight and a
+                                                  per-case timeout
+    apply_result(fields, result, seconds)          the instance's fields filled from a result
+    failed(fields, error)                          the fields of a case that raised or timed out
+
+Implementations: FunctionInferrer (`inference.function`, any callable) and
+AgentInferrer (`inference.agent`, an ADK agent run with ADK's Runner and an
+in-memory session). `inference.model` (a Gemini model) is not an Inferrer: its
+calls go through the judge layer's client (quota, retries, cache, accounting)
+in transforms/infer.py; only its prompt (`render_prompt`) is built here.
+
+A result is one of:
+- text: the final response;
+- a list: the case's turns (the `invocations` trace form of metrics.instance);
+- an object: canonical fields (`response`, `predicted_trajectory`,
+  `latency_in_seconds`, `invocations`, ...), or the keys of one turn
+  (`response`, `tool_calls`, `events`, `intermediate_responses`, `duration`).
+Returned turns are merged, in order, into the case's turns: what the input had
+(the prompt, the expected turn, rubrics) stays; the actual side is inference's.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import importlib
+import inspect
+import json
+import re
+import time
+from typing import Any, Callable, Iterable, Iterator, Protocol
+
+from metrics.instance import (
+    CANONICAL_FIELDS,
+    InvalidField,
+    _normalise,
+    check_value,
+    complete_agent_fields,
+    parse_turns,
+    turns_from_agent_data,
+)
+
+# google-adk is not an evalbeam extra: 2.13.0 requires google-genai < 3, and evalbeam pins
+# google-genai 3.3.0, so no environment satisfies both pins (see the README).
+INSTALL_AGENT = ("agent inference needs google-adk (2.13.0) on the launcher and every worker, and it is not "
+                 "installed here: see the README's 'Inference before scoring' (on Dataflow: a Flex Template "
+                 "image or --setup_file that installs it)")
+# what a turn's actual side is made of (the rest of a turn comes from the input)
+ACTUAL_TURN_KEYS = ("response", "events", "tool_calls", "intermediate_responses", "duration")
+# fields an earlier inference may have derived from the trace, recomputed after a new one
+DERIVED_FIELDS = ("response", "predicted_trajectory")
+
+
+class InferenceError(Exception):
+    """A case inference could not complete: the message goes on the instance."""
+
+
+class Inferrer(Protocol):
+    async def infer(self, fields: dict[str, Any]) -> Any: ...
+
+    async def close(self) -> None: ...
+
+
+def load_target(path: str, what: str) -> Any:
+    """'package.module:attribute' -> the attribute. ImportError/AttributeError with a clear message."""
+    module_name, sep, attribute = path.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"{what} must be 'package.module:name', got {path!r}")
+    module = importlib.import_module(module_name)
+    target = module
+    for part in attribute.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise AttributeError(f"{what}: module {module_name!r} has no {attribute!r}") from None
+    return target
+
+
+class FunctionInferrer:
+    """inference.function: a callable fields -> result (plain or async). A plain
+    function runs in a thread pool of `max_concurrency` threads, so slow I/O-bound
+    functions overlap; a timed-out call is reported, its thread left to finish."""
+
+    def __init__(self, path: str, max_concurrency: int = 8):
+        self._fn: Callable[[dict[str, Any]], Any] = load_target(path, "inference.function")
+        if not callable(self._fn):
+            raise TypeError(f"inference.function {path!r} is not callable")
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_concurrency, thread_name_prefix="evalbeam-infer")
+
+    async def infer(self, fields: dict[str, Any]) -> Any:
+        if inspect.iscoroutinefunction(self._fn):
+            return await self._fn(dict(fields))
+        result = await asyncio.get_running_loop().run_in_executor(self._pool, self._fn, dict(fields))
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class AgentInferrer:
+    """inference.agent: an ADK agent (an `LlmAgent`, or any BaseAgent), run with
+    ADK's Runner and InMemorySessionService. Each case is one session, created
+    with the case's ADK session_input (app_name, user_id, state) where it has
+    one; its user turns are sent in order, and each turn's events become the
+    actual turn (final response, tool calls with their responses, intermediate
+    responses, token usage), with its measured duration."""
+
+    def __init__(self, path: str, app_name: str = "evalbeam"):
+        try:
+            from google.adk.runners import Runner
+            from google.adk.sessions import InMemorySessionService
+            from google.genai import types
+        except ImportError as e:
+            raise ImportError(f"{INSTALL_AGENT} ({e})") from None
+        self._agent = load_target(path, "inference.agent")
+        self._types = types
+        self._make_runner = Runner
+        self._sessions = InMemorySessionService()
+        self._app_name = app_name
+        self._runners: dict[str, Any] = {}  # one per app name (a session belongs to its runner's app)
+
+    def _runner_for(self, app_name: str):
+        if app_name not in self._runners:
+            self._runners[app_name] = self._make_runner(app_name=app_name, agent=self._agent,
+                                                        session_service=self._sessions)
+        return self._runners[app_name]
+
+    async def infer(self, fields: dict[str, Any]) -> Any:
+        case = fields.get("adk_case")
+        session_input = (case.get("session_input") or {}) if isinstance(case, dict) else {}
+        user_id = session_input.get("user_id") or "evalbeam_user"
+        app_name = session_input.get("app_name") or self._app_name
+        runner = self._runner_for(app_name)
+        session = await self._sessions.create_session(
+            app_name=app_name, user_id=user_id, state=dict(session_input.get("state") or {}))
+        turns = []
+        for prompt in user_turns(fields):
+            message = self._types.Content(role="user", parts=[self._types.Part(text=prompt)])
+            started = time.monotonic()
+            events = []
+            async for event in runner.run_async(user_id=user_id, session_id=session.id, new_message=message):
+                events.append(event.model_dump(mode="json", exclude_none=True))
+            seconds = time.monotonic() - started
+            user = {"author": "user", "content": message.model_dump(mode="json", exclude_none=True)}
+            turn = turns_from_agent_data({"turns": [{"events": [user, *events]}]})[0]
+            if events and events[0].get("invocation_id"):
+                turn["invocation_id"] = events[0]["invocation_id"]
+            turn["duration"] = {"total": seconds}
+            turns.append(turn)
+        return turns
+
+    async def close(self) -> None:
+        for runner in self._runners.values():
+            try:
+                await runner.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+
+
+def make_inferrer(kind: str, target: str, max_concurrency: int) -> Inferrer:
+    if kind == "function":
+        return FunctionInferrer(target, max_concurrency)
+    if kind == "agent":
+        return AgentInferrer(target)
+    raise ValueError(f"no in-process inferrer for {kind!r}")
+
+
+def user_turns(fields: dict[str, Any]) -> list[str]:
+    """The user's texts of a case, in order: its turns' prompts, else its prompt."""
+    turns = fields.get("invocations")
+    if turns:
+        prompts = [t.get("prompt") for t in turns]
+        if any(p is None for p in prompts):
+            raise InferenceError("a turn of the case has no user prompt to send")
+        return prompts
+    if fields.get("prompt") is None:
+        raise InferenceError("the instance has no prompt to send")
+    return [fields["prompt"]]
+
+
+_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
+
+
+def render_prompt(template: str, fields: dict[str, Any]) -> str:
+    """The prompt of `inference.model`: `{field}` replaced by the instance's canonical
+    field (JSON for structured values). Other braces are left as written (a JSON
+    example in a template stays intact), which is why this is not str.format."""
+    def value(match: re.Match) -> str:
+        name = match.group(1)
+        if name not in CANONICAL_FIELDS:
+            return match.group(0)
+        if fields.get(name) is None:
+            raise InferenceError(f"inference.prompt_template uses {{{name}}}, which this instance does not have")
+        v = fields[name]
+        return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, sort_keys=True)
+
+    return _PLACEHOLDER.sub(value, template)
+
+
+def _merge_turns(existing: list[dict[str, Any]], returned: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    merged = []
+    for i in range(max(len(existing), len(returned))):
+        base = dict(existing[i]) if i < len(existing) else {}
+        for key in ACTUAL_TURN_KEYS:
+            base.pop(key, None)
+        if i < len(returned):
+            actual = returned[i]
+            base.update({k: actual[k] for k in ACTUAL_TURN_KEYS if k in actual})
+            if "prompt" not in base and actual.get("prompt") is not None:
+                base["prompt"] = actual["prompt"]
+            if actual.get("invocation_id") is not None:
+                base["invocation_id"] = actual["invocation_id"]
+        merged.append(base)
+    return merged
+
+
+def apply_result(fields: dict[str, Any], result: Any, seconds: float | None = None) -> dict[str, Any]:
+    """The case's fields with inference's result in (see the module doc). Raises
+    InferenceError for a result that is not one of the accepted shapes."""
+    if isinstance(result, str):
+        result = {"response": result}
+    elif isinstance(result, list):
+        result = {"invocations": result}
+    elif not isinstance(result, dict):
+        raise InferenceError(f"inference returned {type(result).__name__}; expected text, a list of turns or an object")
+    result = dict(result)
+    turn_keys = [k for k in ("tool_calls", "events", "intermediate_responses", "duration") if k in result]
+    unknown = set(result) - set(CANONICAL_FIELDS) - set(turn_keys)
+    if unknown:
+        raise InferenceError(f"inference returned unknown keys {sorted(unknown)}; expected canonical fields "
+                             f"or the keys of a turn {list(ACTUAL_TURN_KEYS)}")
+    out = {k: v for k, v in fields.items() if k != "inference_error"}
+    existing = fields.get("invocations")
+    if turn_keys or (existing and "invocations" not in result):
+        if existing and len(existing) > 1:
+            raise InferenceError(f"the case has {len(existing)} turns: inference must return a list of turns")
+        turn = {k: result.pop(k) for k in turn_keys}
+        if "response" in result:
+            turn["response"] = result.pop("response")
+        if "predicted_trajectory" in result and "tool_calls" not in turn:
+            turn["tool_calls"] = result.pop("predicted_trajectory")
+        result["invocations"] = [turn]
+    try:
+        if "invocations" in result:
+            returned = parse_turns(result.pop("invocations"))
+            for field in DERIVED_FIELDS:
+                if field not in result:
+                    out.pop(field, None)
+            out["invocations"] = _merge_turns(existing or [], returned)
+        for field, value in result.items():
+            normalised = _normalise(field, field, value, False)
+            if normalised is None:
+                out.pop(field, None)
+            else:
+                out[field] = normalised
+        for field, value in out.items():
+            try:
+                check_value(value)
+            except ValueError as e:
+                raise InvalidField(field, str(e)) from None
+        complete_agent_fields(out)
+    except (InvalidField, ValueError) as e:
+        raise InferenceError(f"inference returned an unusable result: {e}") from None
+    turns = out.get("invocations") or []
+    if len(turns) == 1 and "duration" not in turns[0] and "tool_calls" in turns[0] and seconds is not None:
+        turns[0]["duration"] = {"total": float(seconds)}  # a one-turn case: its measured time is the turn's
+    if "latency_in_seconds" not in out:
+        durations = [t.get("duration", {}).get("total") for t in out.get("invocations", [])]
+        if durations and all(d is not None for d in durations):
+            out["latency_in_seconds"] = float(sum(durations))
+        elif seconds is not None:
+            out["latency_in_seconds"] = float(seconds)
+    out.setdefault("failure", 0)
+    return out
+
+
+def failed(fields: dict[str, Any], error: str) -> dict[str, Any]:
+    """The fields of a case whose inference failed: `failure` 1 and the error, kept
+    so that every metric of the case reports it (transforms.score)."""
+    return {**fields, "failure": 1, "inference_error": error}
+
+
+def describe(error: BaseException) -> str:
+    if isinstance(error, InferenceError):
+        return str(error)
+    text = str(error).splitlines()[0][:500] if str(error) else ""
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+def infer_all(make: Callable[[], Inferrer], items: Iterable[tuple[Any, dict[str, Any]]], max_concurrency: int,
+              timeout_seconds: float | None) -> Iterator[tuple[Any, dict[str, Any]]]:
+    """(key, fields) items -> (key, fields filled or failed), each case exactly once,
+    at most `max_concurrency` in flight on one asyncio loop. The inferrer is made
+    (and closed) on that loop: ADK's runner and sessions belong to one loop."""
+    items = list(items)
+
+    async def main() -> list:
+        inferrer = make()
+        gate = asyncio.Semaphore(max_concurrency)
+
+        async def one(key, fields):
+            async with gate:
+                started = time.monotonic()
+                try:
+                    result = await asyncio.wait_for(inferrer.infer(fields), timeout_seconds)
+                    return key, apply_result(fields, result, time.monotonic() - started)
+                except (asyncio.TimeoutError, TimeoutError):
+                    return key, failed(fields, f"inference timed out after {timeout_seconds:g}s")
+                except Exception as e:  # noqa: BLE001 - whatever the user's code raises is the case's error
+                    return key, failed(fields, f"inference failed: {describe(e)}")
+
+        try:
+            return await asyncio.gather(*(one(k, f) for k, f in items))
+        finally:
+            await inferrer.close()
+
+    yield from asyncio.run(main())

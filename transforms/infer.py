@@ -1,0 +1,191 @@
+"""Inference before scoring (the `inference` config block).
+
+    instances -> (num_runs > 1) one copy per run, ids <id>:run<k>
+              -> function | agent: batches of cases, each batch inferred in one
+                 DoFn call with `max_concurrency` cases in flight
+                 (metrics.inference.infer_all), each case filled or failed
+              -> model: one free-text request per case, keyed by the content hash
+                 of model, settings and prompt, answered by the judge layer's one
+                 composite (transforms.judge.AnswerJudgeRequests: judge.cache,
+                 checkpoints, shards within the job's quota, retries), then joined
+                 back to its case
+    -> (instances with what inference produced, judge_cache rows, usage)
+
+A case that raises, times out or gets no answer keeps its instance, with
+`failure` 1 and `inference_error` (transforms.score puts the error on each of
+its metrics): nothing is dropped.
+
+The model's calls share the judge's quota without splitting it: judging starts
+only after the join that ends inference (a CoGroupByKey), so the two stages do
+not call at the same time.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from metrics.inference import (
+    AgentInferrer,
+    InferenceError,
+    apply_result,
+    failed,
+    infer_all,
+    load_target,
+    make_inferrer,
+    render_prompt,
+)
+from metrics.instance import Instance
+from metrics.judge.client import FREE_TEXT, JudgeRequest, request_key
+from transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
+from transforms.judge_checkpoint import batch_staging
+from transforms.schema import RunKey
+
+USAGE_METRIC = "inference"  # the line of inference.model's calls in runs.judge_usage
+FAILED = "failed"
+
+
+def run_copies(instance: Instance, num_runs: int):
+    """num_runs > 1: one copy of the case per run, `:run<k>` (k from 1) on its id."""
+    if num_runs == 1:
+        yield instance
+        return
+    for k in range(1, num_runs + 1):
+        yield dataclasses.replace(instance, instance_id=f"{instance.instance_id}:run{k}", fields=dict(instance.fields))
+
+
+def first_run(instance_id: str, num_runs: int) -> bool:
+    """Whether an instance is its case's first run: the one the run's counts count."""
+    return num_runs == 1 or instance_id.endswith(":run1")
+
+
+def inferred(instance: Instance) -> bool:
+    return "inference_error" not in instance.fields
+
+
+def inference_error_rows(instance: Instance, run: RunKey, metrics: list[str], model: str):
+    """A case inference could not produce, with a judge metric row per judge metric carrying the error."""
+    from transforms.judge import _row_base
+    from transforms.score import ScoredInstance
+
+    rows = [{**_row_base(run, instance.instance_id, m, model), "error": instance.fields["inference_error"]}
+            for m in metrics]
+    return ScoredInstance(instance, rows)
+
+
+class InferFn(beam.DoFn):
+    """[instance] -> instances filled by a function or an ADK agent."""
+
+    def __init__(self, kind: str, target: str, max_concurrency: int, timeout_seconds: float):
+        self._kind = kind
+        self._target = target
+        self._max_concurrency = max_concurrency
+        self._timeout = timeout_seconds
+        self._cases = Metrics.counter("evalbeam", "inference_cases")
+        self._failures = Metrics.counter("evalbeam", "inference_failures")
+
+    def setup(self):
+        # fail the worker at once, with the reason, when the code is not installed there
+        if self._kind == "agent":
+            AgentInferrer(self._target)
+        else:
+            load_target(self._target, f"inference.{self._kind}")
+
+    def process(self, batch):
+        by_id = {i.instance_id: i for i in batch}
+        items = [(i.instance_id, i.fields) for i in batch]
+        make = lambda: make_inferrer(self._kind, self._target, self._max_concurrency)  # noqa: E731
+        for instance_id, fields in infer_all(make, items, self._max_concurrency, self._timeout):
+            self._cases.inc()
+            self._failures.inc("inference_error" in fields)
+            yield dataclasses.replace(by_id[instance_id], fields=fields)
+
+
+def model_asks(instance: Instance, settings, template: str, num_runs: int = 1):
+    """instance -> (request_key, (request, instance_id)), or tagged failed: the instance.
+    With num_runs > 1, run k is sample k-1 (its own key and seed), so runs are not
+    answered once for all."""
+    try:
+        turns = instance.fields.get("invocations")
+        if turns and len(turns) > 1:
+            raise InferenceError(f"inference.model answers one prompt per case; this case has {len(turns)} turns "
+                                 "(use inference.function or inference.agent)")
+        prompt = render_prompt(template, instance.fields)
+    except InferenceError as e:
+        yield beam.pvalue.TaggedOutput(FAILED, dataclasses.replace(instance, fields=failed(instance.fields, str(e))))
+        return
+    sample = int(instance.instance_id.rsplit(":run", 1)[1]) - 1 if num_runs > 1 else 0
+    key = request_key(settings, prompt, "", sample)
+    yield key, (JudgeRequest(key, USAGE_METRIC, prompt, "", FREE_TEXT, (), seed=sample if num_runs > 1 else None),
+                instance.instance_id)
+
+
+def fill_from_answer(element):
+    """(instance_id, {instance, answer, failed}) -> the case filled from its answer
+    (or, failed before asking, as it failed)."""
+    instance_id, groups = element
+    failed_before = list(groups["failed"])
+    if failed_before:
+        yield from failed_before
+        return
+    answers = list(groups["answer"])
+    for instance in groups["instance"]:
+        response = answers[0] if answers else None
+        if response is None:
+            fields = failed(instance.fields, "inference.model: no answer reached this case")
+        elif response.error:
+            fields = failed(instance.fields, f"inference.model: {response.error}")
+        else:
+            try:
+                fields = apply_result(instance.fields, response.verdict)
+            except InferenceError as e:
+                fields = failed(instance.fields, str(e))
+        yield dataclasses.replace(instance, fields=fields)
+
+
+class Infer(beam.PTransform):
+    """Instances -> (instances with inference's output, judge_cache rows, usage per metric)."""
+
+    def __init__(self, run: RunKey, inference, judge_config, cached=None, progress: str | None = None,
+                 checkpoint: str | None = None):
+        super().__init__()
+        self._run = run
+        self._inference = inference
+        self._judge = judge_config
+        self._cached = cached
+        self._progress = progress
+        self._checkpoint = checkpoint
+
+    def expand(self, instances):
+        inference = self._inference
+        cases = instances | "Runs" >> beam.FlatMap(run_copies, inference.num_runs)
+        if inference.kind != "model":
+            filled = (
+                cases
+                | "Spread" >> beam.Reshuffle()
+                | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=max(16, 4 * inference.max_concurrency))
+                | "Infer" >> beam.ParDo(InferFn(inference.kind, inference.target, inference.max_concurrency,
+                                                inference.timeout_seconds))
+            )
+            pipeline = instances.pipeline
+            return filled, pipeline | "NoInferenceCache" >> beam.Create([]), pipeline | "NoInferenceUsage" >> beam.Create([{}])
+        judge = self._judge
+        settings = dataclasses.replace(judge.settings(), model=inference.model)
+        asks = cases | "ModelRequests" >> beam.FlatMap(
+            model_asks, settings, inference.prompt_template, inference.num_runs).with_outputs(
+            FAILED, main="asks")
+        answered = asks.asks | "Generate" >> AnswerJudgeRequests(
+            settings, judge.shards, self._cached, self._progress, self._checkpoint, judge.checkpoint_seconds,
+            batch_staging(judge.batch_staging, self._checkpoint))
+        fanned = answered | "ToCases" >> beam.FlatMap(lambda a: [(link, a[0]) for link in a[1]])
+        filled = (
+            {"instance": cases | "ById" >> beam.Map(lambda i: (i.instance_id, i)), "answer": fanned,
+             "failed": asks[FAILED] | "FailedById" >> beam.Map(lambda i: (i.instance_id, i))}
+            | "JoinAnswers" >> beam.CoGroupByKey()
+            | "Fill" >> beam.FlatMap(fill_from_answer)
+        )
+        cache_rows = answered | "InferenceCacheRows" >> beam.FlatMap(
+            lambda a, r, m: [cache_row(r, m, a[0])] if a[0].error is None else [], self._run, inference.model)
+        usage = answered | "InferenceUsage" >> beam.CombineGlobally(UsageFn())
+        return filled, cache_rows, usage
