@@ -39,7 +39,7 @@ setuptools.setup(
     packages=setuptools.find_packages(include=PACKAGES),
     # Files the code opens beside its modules (metrics/judge/templates.py reads
     # configs/judge_metrics.yaml), and the demo configs with their data.
-    package_data={"configs": ["*.yaml", "data/*"]},
+    package_data={"configs": ["*.yaml", "data/*", "data/adk/*"]},
     install_requires=REQUIRES,
     # `report`: the charts of `evalbeam report` (static SVG, pipelines/report_charts.py).
     # `test`: rouge-score is the oracle rouge-score-rs is checked against.
