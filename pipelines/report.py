@@ -369,7 +369,8 @@ def format_judge(judge: dict[str, Any]) -> list[str]:
     for metric, u in sorted(judge["per_metric"].items()):
         lines.append(f"  {metric}: {u.get('requests', 0)} needed, {u.get('cache_hits', 0)} cached, {u.get('calls', 0)} calls, "
                      f"{u.get('rate_limited', 0)} x 429, {u.get('failures', 0)} failed, "
-                     f"{u.get('prompt_tokens', 0)}+{u.get('output_tokens', 0)} tokens")
+                     f"{u.get('prompt_tokens', 0)}+{u.get('output_tokens', 0)} tokens"
+                     + (f", ${u['estimated_cost']:.4f}" if u.get("estimated_cost") is not None else ""))
     return lines
 
 

@@ -470,3 +470,18 @@ def test_demo_rubrics_config_runs_and_its_pinned_rerun_generates_nothing(tmp_pat
     assert {"general_quality", "instruction_following_v1", "final_response_match", "safety_v1"} <= judged
     first, pinned = rubric_table(tmp_path, "demo1"), rubric_table(tmp_path, "demo2")
     assert {k: [r["rubric"] for r in v] for k, v in first.items()} == {k: [r["rubric"] for r in v] for k, v in pinned.items()}
+
+
+def test_runs_prices_each_metric_and_stage():
+    from transforms.runs import judge_totals
+
+    usage = {"general_quality:generation": {"requests": 3, "prompt_tokens": 1_000_000, "output_tokens": 200_000},
+             "general_quality:validation": {"requests": 6, "prompt_tokens": 2_000_000, "output_tokens": 100_000,
+                                            "batch_prompt_tokens": 2_000_000, "batch_output_tokens": 100_000}}
+    totals = judge_totals(usage, {"m": {"input_per_million": 0.3, "output_per_million": 2.5}}, "m")
+    per_stage = json.loads(totals["judge_usage"])
+    assert per_stage["general_quality:generation"]["estimated_cost"] == pytest.approx(0.3 + 0.5)
+    assert per_stage["general_quality:validation"]["estimated_cost"] == pytest.approx((0.6 + 0.25) / 2)  # batch: half
+    assert totals["judge_estimated_cost"] == pytest.approx(sum(u["estimated_cost"] for u in per_stage.values()))
+    unpriced = json.loads(judge_totals(usage, {}, "m")["judge_usage"])
+    assert all("estimated_cost" not in u for u in unpriced.values())

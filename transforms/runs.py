@@ -31,7 +31,11 @@ def judge_totals(usage: dict[str, dict[str, int]], prices: dict[str, dict[str, f
     total = {k: sum(m.get(k, 0) for m in usage.values()) for k in
              ("requests", "cache_hits", "calls", "rate_limited", "failures", "prompt_tokens", "output_tokens",
               "batch_prompt_tokens", "batch_output_tokens")}
-    cost = judge_cost(total, prices.get(model))
+    price = prices.get(model)
+    cost = judge_cost(total, price)
+    if price:  # each metric's (and rubric stage's) share of the cost
+        usage = {m: {**u, "estimated_cost": judge_cost({"prompt_tokens": 0, "output_tokens": 0, **u}, price)}
+                 for m, u in usage.items()}
     return {
         "judge_requests": total["requests"],
         "judge_cache_hits": total["cache_hits"],
