@@ -111,6 +111,31 @@ def check_value(value: Any) -> None:
     """Raise ValueError if a value holds what no output can carry: nesting
     deeper than MAX_NESTING, a non-finite number, or text with a lone surrogate
     (truncated LLM output often ends in half an escape pair)."""
+    if isinstance(value, str):
+        if value.isascii():
+            return
+    else:
+        # The fast path for the common case, in C: JSON text with no NaN or
+        # infinity that encodes as UTF-8 (no lone surrogate anywhere, keys too)
+        # and has fewer brackets than MAX_NESTING (so cannot nest that deep) holds
+        # nothing the walk below would refuse. Anything else (a value JSON cannot
+        # write, bytes, a datetime...) takes the walk, which decides.
+        try:
+            text = json.dumps(value, ensure_ascii=False, allow_nan=False, check_circular=False)
+        except (TypeError, ValueError, RecursionError):
+            pass
+        else:
+            if text.count("[") + text.count("{") < MAX_NESTING:
+                try:
+                    text.encode("utf-8")
+                    return
+                except UnicodeEncodeError:
+                    pass
+    check_by_walk(value)
+
+
+def check_by_walk(value: Any) -> None:
+    """check_value's rule itself: every value inside is visited."""
     for item, depth in _nodes(value, MAX_NESTING):
         if isinstance(item, str):
             try:

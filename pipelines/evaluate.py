@@ -21,12 +21,12 @@ from metrics.judge.client import JudgeCredentialsError, check_credentials
 from transforms import bigquery, judge
 from transforms.judge_checkpoint import batch_staging, checkpoint_folder
 from transforms.local_cloud import storage_client
-from transforms.read import ReadRecords, match_files, sample_records
+from transforms.read import FileParts, ReadRecords, match_files, sample_records
 from transforms.runs import RunRecord
 from transforms.schema import RunKey, instance_row, utc_now
 from transforms.score import ScoreInstances, plan_metrics
 from transforms.summarize import SummarizeScores
-from transforms.validate import ToInstances
+from transforms.validate import ToInstances, UniqueIdDecisions
 from transforms.write import (
     OutputFolderError,
     ReplaceRunFolder,
@@ -253,11 +253,22 @@ def _check_outputs(config: EvalConfig, options: PipelineOptions | None, run_id: 
             raise ConfigError("output.bigquery without output.parquet needs --temp_location=gs://... to stage files")
 
 
+def lean_local(pipeline: beam.Pipeline, config: EvalConfig) -> bool:
+    """Whether ids are checked by reading the files twice (transforms.validate): on a
+    local runner, whose shuffles hold their data in memory, when the input is files."""
+    return config.input.kind == "files" and pipeline.options.view_as(StandardOptions).runner in LOCAL_RUNNERS
+
+
 def _read(pipeline: beam.Pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
     """-> records, unparseable, source lines, instances, invalid."""
+    decisions = None
     if read_plan is None:
-        records, unparseable, source_lines = pipeline | "Read" >> ReadRecords(
-            config.input.uri, config.input.inferred_format())
+        fmt = config.input.inferred_format()
+        parts = pipeline | "FileParts" >> FileParts(config.input.uri, fmt)
+        records, unparseable, source_lines = pipeline | "Read" >> ReadRecords(config.input.uri, fmt, parts=parts)
+        if lean_local(pipeline, config):
+            first_read = pipeline | "ReadIds" >> ReadRecords(config.input.uri, fmt, counted=False, parts=parts)
+            decisions = first_read[0] | "IdDecisions" >> UniqueIdDecisions(row_spec(config))
     else:
         records, source_lines = pipeline | "ReadBigQuery" >> bigquery.ReadBigQueryRows(read_plan)
         unparseable = pipeline | "NoUnparseableRows" >> beam.Create([])
@@ -265,14 +276,21 @@ def _read(pipeline: beam.Pipeline, config: EvalConfig, read_plan: bigquery.ReadP
             from transforms.read_adk import GroupAgentEvents
 
             records, unparseable = records | "AgentSessions" >> GroupAgentEvents(config.input.granularity, read_plan.label)
-    instances, invalid = records | "Validate" >> ToInstances(row_spec(config))
+    instances, invalid = records | "Validate" >> ToInstances(row_spec(config), decisions)
     return records, unparseable, source_lines, instances, invalid
+
+
+def read_marks(records, unparseable):
+    """One small mark per record read, parseable or not: what the counts need. (A
+    Flatten of the records themselves would be held whole by the local runner.)"""
+    return ((records | "ReadMarks" >> beam.Map(lambda _: 1), unparseable | "UnparseableMarks" >> beam.Map(lambda _: 1))
+            | "AllRead" >> beam.Flatten())
 
 
 def read_instances(pipeline: beam.Pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None = None):
     """The input read and validated as a run reads it -> (instances, records read, dead letters)."""
     records, unparseable, _, instances, invalid = _read(pipeline, config, read_plan)
-    read = (records, unparseable) | "AllRead" >> beam.Flatten()
+    read = read_marks(records, unparseable)
     dead = (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()
     return instances, read, dead
 
@@ -369,7 +387,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
                     if s.definition() is not None and s.definition().kind == "adk"}
         scored | "AdkEvalHistory" >> WriteEvalHistory(config.output.adk_eval_history, config.name,
                                                       started_at.timestamp(), criteria)
-    read = (records, unparseable) | "AllRead" >> beam.Flatten()
+    read = read_marks(records, unparseable)
     if progress:
         from transforms.progress import CountFn
 

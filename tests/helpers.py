@@ -10,11 +10,11 @@ EVALBEAM = str(Path(sys.executable).with_name("evalbeam"))
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def evalbeam(*args, check=True, path_first=()):
+def evalbeam(*args, check=True, path_first=(), env=None):
     # Custom metric modules must be importable, as for any user: tests/ is put on the path
     # (after `path_first`, folders to import from first). The environment (emulator
     # variables included) is inherited.
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, path_first), str(ROOT)])}
+    env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([*map(str, path_first), str(ROOT)])}
     result = subprocess.run(["timeout", "600", EVALBEAM, *map(str, args)], capture_output=True, text=True,
                             cwd=ROOT, env=env)
     if check and result.returncode != 0:

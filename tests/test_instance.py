@@ -83,3 +83,50 @@ def test_alternative_inputs_and_id_column():
         build_instance({"id": 1, "predicted_trajectory": TRAJ}, s, "f:1")
     with pytest.raises(InvalidField, match="unknown keys"):
         build_instance({"id": 1, "invocations": [{"answer": "x"}]}, s, "f:1")
+
+
+def _hostile_value(rng, depth=0):
+    """Random JSON-like values with what check_value refuses mixed in: NaN and
+    infinities, lone surrogates (in values and keys), deep nesting, tuples and
+    values JSON cannot write."""
+    kind = rng.random()
+    if depth > 3 or kind < 0.35:
+        return rng.choice(["plain", "café ☕", "x\ud800y", 1, 2.5, float("nan"), float("-inf"), True, None,
+                           b"bytes", ("tu", float("nan")), "[" * 60, 10 ** 30, -0.0])
+    if kind < 0.45:
+        value = "deep"
+        for _ in range(rng.choice([50, 99, 100, 101, 150])):
+            value = [value] if rng.random() < 0.5 else {"k": value}
+        return value
+    if kind < 0.75:
+        return [_hostile_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    keys = ["a", "b", "k\udc80", "é", "{"]
+    return {rng.choice(keys): _hostile_value(rng, depth + 1) for _ in range(rng.randint(0, 4))}
+
+
+def test_check_value_fast_path_agrees_with_the_walk():
+    """check_value takes a fast path through json.dumps for most values; on many
+    generated values (clean and hostile) it refuses exactly what the walk over
+    every value refuses, with the same message."""
+    import random
+
+    from metrics.instance import check_by_walk, check_value
+
+    def outcome(check, value):
+        try:
+            check(value)
+        except ValueError as e:
+            return str(e)
+        return None
+
+    rng = random.Random(7)
+    outcomes = []
+    for _ in range(3000):
+        value = _hostile_value(rng)
+        expected = outcome(check_by_walk, value)
+        assert outcome(check_value, value) == expected, repr(value)[:200]
+        outcomes.append(expected)
+    # both kinds were met, and every reason
+    assert outcomes.count(None) > 300
+    assert {o.split(" (")[0] for o in outcomes if o} >= {
+        "holds a non-finite number", "holds text that is not valid Unicode", "is nested more than 100 levels deep"}

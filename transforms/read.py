@@ -6,8 +6,9 @@ file is parsed by one DoFn call, streaming line by line. Reading whole files
 per worker, rather than Beam's splittable text source, is deliberate: it is
 what gives each record its true line number for the dead-letter table, and CSV
 cannot be split at arbitrary byte offsets anyway (quoted cells may hold
-newlines). Large datasets are usually many files, which parallelise across
-workers; the shuffle on instance ids after validation spreads the records.
+newlines). A large uncompressed JSONL file is read in line-aligned parts
+(file_parts: one pass counts its line breaks, so every part knows its first
+line), which spread over the workers like files do.
 
 Accounting is by the source, not by what a parser produced: every physical
 line of a file is counted, and each one belongs to exactly one record (scored
@@ -27,6 +28,7 @@ import dataclasses
 import gzip
 import io
 import json
+import os
 from typing import Any, Iterable, Iterator
 
 import apache_beam as beam
@@ -69,6 +71,7 @@ class Record:
     origin: str = ""  # the file (or BigQuery stream) it came from
     line: int = 0  # its first physical line (or row) there
     line_count: int = 1  # the physical lines it spans
+    index: int = 0  # its number among the records read from its origin (from 1; 0: not numbered)
 
 
 @dataclasses.dataclass
@@ -118,10 +121,10 @@ class _Lines:
     MAX_RECORD_BYTES keeps only its head. `count` is the lines seen so far;
     `error` is set when the stream itself failed (e.g. a corrupt .gz)."""
 
-    def __init__(self, stream, keep_cr: bool = False):
+    def __init__(self, stream, keep_cr: bool = False, first_line: int = 1):
         self._stream = stream
         self._keep_cr = keep_cr
-        self.count = 0
+        self.count = first_line - 1  # a part of a file starts at its own line
         self.error: str | None = None
 
     def __iter__(self) -> Iterator[_Line]:
@@ -177,12 +180,13 @@ class _Lines:
         return line
 
 
-def parse_jsonl(path: str, stream) -> Iterator[Record | DeadLetter | SourceLines]:
+def parse_jsonl(path: str, stream, first_line: int = 1, file_start: bool = True) -> Iterator[Record | DeadLetter | SourceLines]:
     """JSON Lines; a file whose first non-blank line opens a JSON array is read
-    as one array of records instead (the shape many exporters write)."""
-    lines = _Lines(stream)
+    as one array of records instead (the shape many exporters write).
+    first_line, file_start: where `stream` starts, for a part of a file (FilePart)."""
+    lines = _Lines(stream, first_line=first_line)
     skipped = 0
-    first = True
+    first = file_start
     iterator = iter(lines)
     for line in iterator:
         source = f"{path}:{line.number}"
@@ -208,7 +212,7 @@ def parse_jsonl(path: str, stream) -> Iterator[Record | DeadLetter | SourceLines
             continue
         yield _json_record(source, data, text, path, line.number, 1, "a record")
     yield from _unreadable_rest(path, lines)
-    yield SourceLines(path, lines.count, skipped)
+    yield SourceLines(path, lines.count - (first_line - 1), skipped)
 
 
 def _json_array(path: str, first: _Line, rest: Iterable[_Line], lines: _Lines):
@@ -471,15 +475,112 @@ def parse_file(path: str, fmt: str) -> Iterator[Record | DeadLetter | SourceLine
         yield from PARSERS[fmt](path, stream)
 
 
-class ParseFileFn(beam.DoFn):
-    def __init__(self, fmt: str):
-        self._fmt = fmt
-        self._read = Metrics.counter("evalbeam", "records_read")
-        self._bad = Metrics.counter("evalbeam", "records_unparseable")
-        self._lines = Metrics.counter("evalbeam", "lines_read")
+@dataclasses.dataclass(frozen=True)
+class FilePart:
+    """A file to parse whole (end None), or the lines of a large JSONL file from
+    byte `start` (a line's start) to byte `end` (just after a line break), the
+    first being line `first_line`."""
 
-    def process(self, path: str):
-        for item in parse_file(path, self._fmt):
+    path: str
+    start: int = 0
+    end: int | None = None
+    first_line: int = 1
+
+
+# A plain JSONL file larger than this is read in parts of about this size, so
+# that its records are parsed and scored on several workers at once and no
+# shuffle of the records is needed to spread them.
+# (EVALBEAM_PART_BYTES sets another size, read where the parts are planned.)
+PART_BYTES = 32 * 1024 * 1024
+
+
+def default_part_bytes() -> int:
+    return int(os.environ.get("EVALBEAM_PART_BYTES") or PART_BYTES)
+
+
+def file_parts(path: str, fmt: str, size: int, part_bytes: int | None = None) -> list[FilePart]:
+    """The parts to read a file of `size` bytes in: line-aligned byte ranges of an
+    uncompressed JSON Lines file over part_bytes (the line numbers come from one
+    pass counting its line breaks, at memory-copy speed), else the whole file."""
+    part_bytes = part_bytes or default_part_bytes()
+    if fmt != "jsonl" or size <= part_bytes or path.endswith(".gz") or \
+            CompressionTypes.detect_compression_type(path) != CompressionTypes.UNCOMPRESSED:
+        return [FilePart(path)]
+    parts, start, first_line, line = [], 0, 1, 1
+    with FileSystems.open(path, mime_type="application/octet-stream",
+                          compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+        head = stream.read(_CHUNK)
+        lead = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+        if not lead or lead.startswith(b"["):
+            return [FilePart(path)]  # one JSON array (or a head of blanks): read whole
+        offset, block = 0, head
+        while block:
+            target = start + part_bytes
+            if offset + len(block) > target:
+                nl = block.find(b"\n", max(0, target - offset))
+                if nl >= 0:
+                    line += block.count(b"\n", 0, nl + 1)
+                    end = offset + nl + 1
+                    parts.append(FilePart(path, start, end, first_line))
+                    start, first_line = end, line
+                    block = block[nl + 1:]
+                    offset = end
+                    continue
+            line += block.count(b"\n")
+            offset += len(block)
+            block = stream.read(_CHUNK)
+    if start < offset:
+        parts.append(FilePart(path, start, None if not parts else offset, first_line))
+    return parts
+
+
+class _Range(io.RawIOBase):
+    """The bytes of a stream from its position on, up to `size` of them."""
+
+    def __init__(self, stream, size: int):
+        self._stream = stream
+        self._left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        n = self._left if n is None or n < 0 else min(n, self._left)
+        data = self._stream.read(n) if n else b""
+        self._left -= len(data)
+        return data
+
+
+def parse_part(part: FilePart, fmt: str) -> Iterator[Record | DeadLetter | SourceLines]:
+    """Every record, dead letter and the line count of a FilePart."""
+    if part.end is None and part.start == 0:
+        yield from parse_file(part.path, fmt)
+        return
+    with FileSystems.open(part.path, mime_type="application/octet-stream",
+                          compression_type=CompressionTypes.UNCOMPRESSED) as stream:
+        stream.seek(part.start)
+        yield from parse_jsonl(part.path, _Range(stream, part.end - part.start), part.first_line, part.start == 0)
+
+
+class ParseFileFn(beam.DoFn):
+    """counted: False for a second read of the same files (its records are not counted again)."""
+
+    def __init__(self, fmt: str, counted: bool = True):
+        self._fmt = fmt
+        prefix = "" if counted else "reread_"
+        self._read = Metrics.counter("evalbeam", prefix + "records_read")
+        self._bad = Metrics.counter("evalbeam", prefix + "records_unparseable")
+        self._lines = Metrics.counter("evalbeam", prefix + "lines_read")
+
+    def process(self, part: FilePart):
+        index = 0
+        whole = part.end is None and part.start == 0
+        for item in parse_part(part, self._fmt):
+            if isinstance(item, Record):
+                # a record's number in its file: counted in a whole file; in a
+                # part of a JSONL file (one record per line), its line
+                index += 1
+                item.index = index if whole else item.line
             if isinstance(item, SourceLines):
                 self._lines.inc(item.lines)
                 yield beam.pvalue.TaggedOutput(LINES, item)
@@ -494,7 +595,29 @@ class ParseFileFn(beam.DoFn):
 
 class ReadRecords(beam.PTransform):
     """Files matching ``uri`` -> Records (main), DeadLetters (tag 'dead_letter')
-    and one SourceLines per file (tag 'lines')."""
+    and one SourceLines per file (tag 'lines').
+    counted: False for a second read of the same files (see ParseFileFn)."""
+
+    def __init__(self, uri: str, fmt: str, counted: bool = True, parts=None):
+        super().__init__()
+        self._uri = uri
+        self._fmt = fmt
+        self._counted = counted
+        self._parts = parts
+
+    def expand(self, pbegin):
+        parts = self._parts if self._parts is not None else pbegin | "Parts" >> FileParts(self._uri, self._fmt)
+        parsed = (
+            parts
+            # one file (or part of one) per worker: the files, not their records, are spread here
+            | "SpreadFiles" >> beam.Reshuffle()
+            | "ParseFiles" >> beam.ParDo(ParseFileFn(self._fmt, self._counted)).with_outputs(DEAD_LETTER, LINES, main="records")
+        )
+        return parsed.records, parsed[DEAD_LETTER], parsed[LINES]
+
+
+class FileParts(beam.PTransform):
+    """The files matching ``uri`` -> the FileParts to read them in."""
 
     def __init__(self, uri: str, fmt: str):
         super().__init__()
@@ -502,15 +625,11 @@ class ReadRecords(beam.PTransform):
         self._fmt = fmt
 
     def expand(self, pbegin):
-        parsed = (
+        return (
             pbegin
             | "MatchFiles" >> fileio.MatchFiles(self._uri, empty_match_treatment=fileio.EmptyMatchTreatment.DISALLOW)
-            | "Paths" >> beam.Map(lambda metadata: metadata.path)
-            # one file per worker: the files, not their records, are spread here
-            | "SpreadFiles" >> beam.Reshuffle()
-            | "ParseFiles" >> beam.ParDo(ParseFileFn(self._fmt)).with_outputs(DEAD_LETTER, LINES, main="records")
+            | "Split" >> beam.FlatMap(lambda metadata, fmt: file_parts(metadata.path, fmt, metadata.size_in_bytes), self._fmt)
         )
-        return parsed.records, parsed[DEAD_LETTER], parsed[LINES]
 
 
 def match_files(uri: str) -> list[str]:

@@ -66,6 +66,10 @@ def _runs_row(_, *, base, prices, model, read, scored, dead, metric_errors, usag
     }
 
 
+def _sum_tuples(rows) -> tuple:
+    return tuple(map(sum, zip((0, 0, 0, 0), *rows)))
+
+
 def _sum(pcoll, label, value):
     return pcoll | f"{label}Each" >> beam.Map(value) | f"{label}Sum" >> beam.CombineGlobally(sum)
 
@@ -95,14 +99,19 @@ class RunRecord(beam.PTransform):
     def expand(self, inputs):
         read, computed, scored, dead, usage, source_lines = inputs
         metric_errors = _sum(scored, "MetricErrors", lambda s: sum(r["error"] is not None for r in s.results))
+        # each part is summed before the parts meet: a Flatten of one tuple per row
+        # would be held whole by the local runner
         lines = (
             (
-                source_lines | "LinesRead" >> beam.Map(lambda s: (s.lines, s.skipped, 0, 0)),
-                computed | "LinesScored" >> beam.Map(lambda s: (0, 0, s.instance.line_count, 0)),
-                dead | "LinesDead" >> beam.Map(lambda d: (0, 0, 0, d.line_count)),
+                source_lines | "LinesRead" >> beam.Map(lambda s: (s.lines, s.skipped, 0, 0))
+                | "SumLinesRead" >> beam.CombineGlobally(_sum_tuples),
+                computed | "LinesScored" >> beam.Map(lambda s: (0, 0, s.instance.line_count, 0))
+                | "SumLinesScored" >> beam.CombineGlobally(_sum_tuples),
+                dead | "LinesDead" >> beam.Map(lambda d: (0, 0, 0, d.line_count))
+                | "SumLinesDead" >> beam.CombineGlobally(_sum_tuples),
             )
             | "AllLines" >> beam.Flatten()
-            | "SumLines" >> beam.CombineGlobally(lambda rows: tuple(map(sum, zip((0, 0, 0, 0), *rows))))
+            | "SumLines" >> beam.CombineGlobally(_sum_tuples)
         )
         side = beam.pvalue.AsSingleton
         return (

@@ -8,6 +8,13 @@ in source order (file, then line):
   dead-lettered, naming the first;
 - with the default content-hash id, identical rows are all kept, the k-th
   occurrence (k >= 2) getting the id `<hash>-k`, so ids stay deterministic.
+
+On a local runner, grouping whole instances by id holds every row in memory
+(the local runner keeps a shuffle's data in its own process). There the input
+is read twice instead (`UniqueIdDecisions`): a first pass groups only
+(id, position) pairs and keeps the decisions for the few ids seen more than
+once; the second pass builds each instance and looks its position up in them,
+so the instances stream from the reader to the writers without being held.
 """
 from __future__ import annotations
 
@@ -24,9 +31,10 @@ from transforms.read import DEAD_LETTER, MAX_RAW_CHARS, DeadLetter, Record
 class Candidate:
     """An instance waiting for its id to be checked, with what a dead letter would need."""
 
-    order: tuple[str, int]  # (origin, line): source order
+    order: tuple[str, int]  # (origin, line), for its dead letter
     instance: Instance
     raw: str
+    position: tuple[str, int]  # (origin, number among the origin's records): source order, one per record
 
 
 class ToInstanceFn(beam.DoFn):
@@ -34,7 +42,7 @@ class ToInstanceFn(beam.DoFn):
         self._spec = spec
         self._bad = Metrics.counter("evalbeam", "records_invalid")
 
-    def process(self, record: Record):
+    def process(self, record: Record, count: bool = True):
         try:
             instance = build_instance(record.data, self._spec, record.source, record.from_csv, record.line_count)
         except InvalidField as e:
@@ -42,53 +50,135 @@ class ToInstanceFn(beam.DoFn):
         except Exception as e:  # noqa: BLE001 - no single record may stop the run
             reason, field = f"cannot be used: {type(e).__name__}: {e}", None
         else:
-            yield instance.instance_id, Candidate((record.origin, record.line), instance, record.raw[:MAX_RAW_CHARS])
+            yield instance.instance_id, Candidate((record.origin, record.line), instance, record.raw[:MAX_RAW_CHARS],
+                                                  (record.origin, record.index or record.line))
             return
-        self._bad.inc()
+        if count:
+            self._bad.inc()
         yield beam.pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(
             record.source, reason, record.raw, field, record.origin, record.line, record.line_count))
 
 
-class UniqueIdFn(beam.DoFn):
-    def __init__(self, keep_first: bool, id_column: str | None):
-        self._keep_first = keep_first
+def id_decisions(keep_first: bool, instance_id: str, seen) -> list:
+    """The fate of every occurrence of an id but the first: seen is [(position, source)]
+    of all of them, in source order -> [(position, ("duplicate", first's source) or
+    ("rename", new id))]."""
+    first_source = seen[0][1]
+    return [(position, ("duplicate", first_source) if keep_first else ("rename", f"{instance_id}-{k}"))
+            for k, (position, _) in enumerate(seen[1:], start=2)]
+
+
+class _Decide:
+    """Applies an id decision to a candidate: yields the instance or its dead letter."""
+
+    def __init__(self, id_column: str | None):
         self._id_column = id_column
         self._ok = Metrics.counter("evalbeam", "instances")
         self._duplicates = Metrics.counter("evalbeam", "records_duplicate_id")
 
+    def __call__(self, instance_id: str, c: Candidate, decision):
+        if decision is None:
+            self._ok.inc()
+            yield c.instance
+        elif decision[0] == "rename":
+            self._ok.inc()
+            yield dataclasses.replace(c.instance, instance_id=decision[1])
+        else:
+            self._duplicates.inc()
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(
+                c.instance.source,
+                f"duplicate id {instance_id!r} in column {self._id_column!r}: first seen at {decision[1]}",
+                c.raw, "instance_id", *c.order, c.instance.line_count))
+
+
+class UniqueIdFn(beam.DoFn):
+    """(id, every candidate with it) -> instances and duplicate dead letters."""
+
+    def __init__(self, keep_first: bool, id_column: str | None):
+        self._keep_first = keep_first
+        self._id_column = id_column
+
+    def setup(self):
+        self._decide = _Decide(self._id_column)
+
     def process(self, element):
         instance_id, candidates = element
-        ordered = sorted(candidates, key=lambda c: c.order)
-        first = ordered[0]
-        self._ok.inc()
-        yield first.instance
-        for k, c in enumerate(ordered[1:], start=2):
-            if self._keep_first:
-                self._duplicates.inc()
-                yield beam.pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(
-                    c.instance.source,
-                    f"duplicate id {instance_id!r} in column {self._id_column!r}: first seen at {first.instance.source}",
-                    c.raw, "instance_id", *c.order, c.instance.line_count))
-            else:
-                self._ok.inc()
-                yield dataclasses.replace(c.instance, instance_id=f"{instance_id}-{k}")
+        ordered = sorted(candidates, key=lambda c: c.position)
+        decisions = id_decisions(self._keep_first, instance_id, [(i, c.instance.source) for i, c in enumerate(ordered)])
+        for c, decision in zip(ordered, [None] + [d for _, d in decisions]):
+            yield from self._decide(instance_id, c, decision)
 
 
-class ToInstances(beam.PTransform):
-    """Records -> Instances with unique ids (main) and DeadLetters (tag 'dead_letter')."""
+class DecideIdFn(beam.DoFn):
+    """(id, candidate) and the decisions for repeated ids (a side input) -> instance or dead letter."""
+
+    def __init__(self, id_column: str | None):
+        self._id_column = id_column
+
+    def setup(self):
+        self._decide = _Decide(self._id_column)
+
+    def process(self, element, decisions):
+        instance_id, candidate = element
+        yield from self._decide(instance_id, candidate, decisions.get(candidate.position))
+
+
+class _IdsFn(beam.DoFn):
+    """A record -> (its instance id, (position, source)); nothing for a record that is not an instance."""
+
+    def __init__(self, spec: RowSpec):
+        self._build = ToInstanceFn(spec)
+
+    def process(self, record: Record):
+        for out in self._build.process(record, count=False):
+            if not isinstance(out, beam.pvalue.TaggedOutput):
+                instance_id, candidate = out
+                yield instance_id, (candidate.position, candidate.instance.source)
+
+
+class UniqueIdDecisions(beam.PTransform):
+    """Records (a first read of the input) -> (position, decision) for every
+    occurrence of an id but its first: small, for a side input."""
 
     def __init__(self, spec: RowSpec):
         super().__init__()
         self._spec = spec
 
     def expand(self, records):
+        keep_first = self._spec.id_column is not None
+        return (
+            records
+            | "Ids" >> beam.ParDo(_IdsFn(self._spec))
+            | "ById" >> beam.GroupByKey()
+            | "Repeated" >> beam.FlatMap(lambda kv: id_decisions(keep_first, kv[0], sorted(kv[1])) if len(kv[1]) > 1 else [])
+        )
+
+
+class ToInstances(beam.PTransform):
+    """Records -> Instances with unique ids (main) and DeadLetters (tag 'dead_letter').
+
+    decisions: None to group the instances by id (a shuffle, which also spreads
+    them over the workers), or the output of UniqueIdDecisions over the same
+    records read once more (the lean local path)."""
+
+    def __init__(self, spec: RowSpec, decisions=None):
+        super().__init__()
+        self._spec = spec
+        self._decisions = decisions
+
+    def expand(self, records):
         built = records | "BuildInstances" >> beam.ParDo(ToInstanceFn(self._spec)).with_outputs(
             DEAD_LETTER, main="candidates")
-        unique = (
-            built.candidates
-            | "ById" >> beam.GroupByKey()
-            | "UniqueIds" >> beam.ParDo(UniqueIdFn(self._spec.id_column is not None, self._spec.id_column))
-            .with_outputs(DEAD_LETTER, main="instances")
-        )
+        if self._decisions is None:
+            unique = (
+                built.candidates
+                | "ById" >> beam.GroupByKey()
+                | "UniqueIds" >> beam.ParDo(UniqueIdFn(self._spec.id_column is not None, self._spec.id_column))
+                .with_outputs(DEAD_LETTER, main="instances")
+            )
+        else:
+            unique = built.candidates | "UniqueIds" >> beam.ParDo(
+                DecideIdFn(self._spec.id_column), beam.pvalue.AsDict(self._decisions)).with_outputs(
+                DEAD_LETTER, main="instances")
         dead = (built[DEAD_LETTER], unique[DEAD_LETTER]) | "InvalidOrDuplicate" >> beam.Flatten()
         return unique.instances, dead

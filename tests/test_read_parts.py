@@ -1,0 +1,96 @@
+"""A large JSONL file read in line-aligned parts gives what reading it whole gives:
+the same records with the same line numbers, the same dead letters, the same
+line counts; and a whole run over such a file scores and counts every row."""
+import json
+import random
+
+import duckdb
+import pytest
+
+from tests.helpers import evalbeam
+from transforms.read import DeadLetter, FilePart, Record, SourceLines, file_parts, parse_file, parse_part
+
+
+def _hostile_jsonl(rng: random.Random, rows: int) -> bytes:
+    out = [b"\xef\xbb\xbf"]  # a byte order mark at the start
+    for i in range(rows):
+        kind = rng.random()
+        if kind < 0.05:
+            out.append(b"\n")  # blank
+        elif kind < 0.08:
+            out.append(b"{not json\n")
+        elif kind < 0.10:
+            out.append(b'{"id": "bad", "response": "\xff\xfe"}\n')  # not UTF-8
+        elif kind < 0.12:
+            out.append(b"[1, 2]\n")  # an array line, not a record (and not an array file)
+        elif kind < 0.15:
+            out.append(json.dumps({"id": f"r{i}", "response": "x" * rng.randint(0, 3000)}).encode() + b"\r\n")
+        else:
+            out.append(json.dumps({"id": f"r{i}", "response": f"row {i} é", "n": i}).encode() + b"\n")
+    out.append(b'{"id": "last", "response": "no final newline"}')
+    return b"".join(out)
+
+
+def _summary(items):
+    records = [(r.source, r.line, r.line_count, r.data) for r in items if isinstance(r, Record)]
+    dead = [(d.source, d.line, d.reason) for d in items if isinstance(d, DeadLetter)]
+    lines = [(s.lines, s.skipped) for s in items if isinstance(s, SourceLines)]
+    return sorted(records, key=lambda r: r[1]), sorted(dead, key=lambda d: d[1]), tuple(map(sum, zip(*lines)))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_parts_read_what_the_whole_file_reads(tmp_path, seed):
+    rng = random.Random(seed)
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(_hostile_jsonl(rng, rng.randint(200, 2000)))
+    part_bytes = rng.choice([1000, 4096, 20_000, 50_000])
+    parts = file_parts(str(path), "jsonl", path.stat().st_size, part_bytes)
+    assert len(parts) > 1
+    # contiguous, line-aligned, covering the file
+    assert parts[0].start == 0 and parts[0].first_line == 1 and parts[-1].end == path.stat().st_size
+    data = path.read_bytes()
+    for a, b in zip(parts, parts[1:]):
+        assert a.end == b.start and data[b.start - 1:b.start] == b"\n"
+        assert b.first_line == data[:b.start].count(b"\n") + 1
+    whole = _summary(list(parse_file(str(path), "jsonl")))
+    split = _summary([item for part in parts for item in parse_part(part, "jsonl")])
+    assert split == whole
+    assert whole[0] and whole[1]  # both kinds were met
+
+
+def test_small_compressed_csv_and_array_files_are_read_whole(tmp_path):
+    array = tmp_path / "a.jsonl"
+    array.write_text("[\n" + ",\n".join(json.dumps({"id": i}) for i in range(5000)) + "\n]\n")
+    assert file_parts(str(array), "jsonl", array.stat().st_size, 1000) == [FilePart(str(array))]
+    small = tmp_path / "s.jsonl"
+    small.write_text('{"id": 1}\n')
+    assert file_parts(str(small), "jsonl", small.stat().st_size, 1000) == [FilePart(str(small))]
+    for name, fmt in (("c.csv", "csv"), ("z.jsonl.gz", "jsonl"), ("z.jsonl.bz2", "jsonl")):
+        assert file_parts(str(tmp_path / name), fmt, 10 ** 9, 1000) == [FilePart(str(tmp_path / name))]
+
+
+def test_a_run_over_a_file_read_in_parts_counts_every_row(tmp_path, monkeypatch):
+    """A whole run with parts of 64 KB: every row scored or dead-lettered with its
+    true line, duplicates across parts found (the id check spans the parts)."""
+    rows = []
+    for i in range(3000):
+        rows.append(json.dumps({"id": f"r{i % 2900}", "response": f"answer {i}", "reference": f"answer {i % 7}"}))
+    rows[1234] = "{broken"
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    assert path.stat().st_size > 3 * 65536
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps({"name": "parts", "run_id": "p1", "input": {"uri": str(path), "id_column": "id"},
+                                  "metrics": ["exact_match"], "output": {"parquet": str(tmp_path / "out")}}))
+    evalbeam("run", str(config), env={"EVALBEAM_PART_BYTES": "65536"})
+    out = tmp_path / "out" / "p1"
+    with duckdb.connect() as con:
+        read, scored, dead = con.execute(f"SELECT read_count, scored_count, dead_letter_count FROM '{out}/runs/*.parquet'").fetchone()
+        reasons = con.execute(f"SELECT line, reason FROM '{out}/dead_letter/*.parquet' ORDER BY line").fetchall()
+        ids = con.execute(f"SELECT count(DISTINCT instance_id), count(*) FROM '{out}/instances/*.parquet'").fetchone()
+    assert (read, scored, dead) == (3000, 2899, 101)
+    assert reasons[0][0] == 1235 and reasons[0][1].startswith("invalid JSON")
+    # rows 2900..2999 repeat the ids of rows 0..99: the first occurrence is kept
+    assert [line for line, _ in reasons[1:]] == list(range(2901, 3001))
+    assert all("duplicate id" in reason for _, reason in reasons[1:])
+    assert ids == (2899, 2899)
