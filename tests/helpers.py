@@ -10,12 +10,13 @@ EVALBEAM = str(Path(sys.executable).with_name("evalbeam"))
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def evalbeam(*args, check=True, path_first=(), env=None):
+def evalbeam(*args, check=True, path_first=(), env=None, command=EVALBEAM):
     # Custom metric modules must be importable, as for any user: tests/ is put on the path
     # (after `path_first`, folders to import from first). The environment (emulator
-    # variables included) is inherited.
+    # variables included) is inherited, with `env` added. `command`: another venv's
+    # evalbeam (e.g. .agent's).
     env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([*map(str, path_first), str(ROOT)])}
-    result = subprocess.run(["timeout", "600", EVALBEAM, *map(str, args)], capture_output=True, text=True,
+    result = subprocess.run(["timeout", "600", str(command), *map(str, args)], capture_output=True, text=True,
                             cwd=ROOT, env=env)
     if check and result.returncode != 0:
         raise AssertionError(f"evalbeam {args} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")

@@ -1,6 +1,7 @@
 """Inference before scoring: `inference.function` (a real Python function), `inference.model`
 (through the judge layer, against the local generateContent server via the real google-genai
-client) and `inference.agent` (a real ADK LlmAgent with real Python tools, in the .adk venv)."""
+client) and `inference.agent` (a real ADK LlmAgent with real Python tools, in the .agent venv:
+evalbeam with its `agent` extra from requirements-agent.lock, as a user installs it)."""
 from __future__ import annotations
 
 import json
@@ -242,11 +243,19 @@ AGENT_SET = {
 }
 
 
+def agent_env():
+    """The venv of evalbeam with its `agent` extra (make agent-env)."""
+    venv = ROOT / ".agent"
+    if not (venv / ".installed").exists():
+        pytest.fail("the agent environment is missing: run `make agent-env` (evalbeam[agent] in .agent/)")
+    return venv
+
+
 def test_adk_agent_inference_with_a_real_llm_agent(tmp_path, monkeypatch):
     """A real LlmAgent with real Python tools, run by metrics.inference.AgentInferrer with ADK's
-    Runner and in-memory sessions, in the .adk venv (google-adk 2.13.0 pins google-genai < 3
-    and opentelemetry <= 1.44, which conflict with evalbeam's own pins); the model's calls go
-    to the local generateContent server, which answers with function calls."""
+    Runner and in-memory sessions, in the .agent venv (evalbeam[agent]: google-adk 2.13.0 with
+    google-genai 2.34.0, requirements-agent.lock); the model's calls go to the local
+    generateContent server, which answers with function calls."""
     import subprocess
 
     from metrics import get_metric
@@ -254,9 +263,7 @@ def test_adk_agent_inference_with_a_real_llm_agent(tmp_path, monkeypatch):
     from tests.judge_server import JudgeServer
     from transforms.read import Record, parse_file
 
-    adk_python = ROOT / ".adk" / "bin" / "python"
-    if not adk_python.exists():
-        pytest.fail("the ADK environment is missing: run `make adk-env` (google-adk 2.13.0 in .adk/)")
+    agent_python = agent_env() / "bin" / "python"
     path = tmp_path / "agent.evalset.json"
     path.write_text(json.dumps(AGENT_SET))
     records = [r for r in parse_file(str(path), "adk_eval_set") if isinstance(r, Record)]
@@ -266,7 +273,7 @@ def test_adk_agent_inference_with_a_real_llm_agent(tmp_path, monkeypatch):
     with JudgeServer() as server:
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "GOOGLE_API_KEY": KEY,
                "EVALBEAM_TEST_MODEL_URL": server.url}
-        result = subprocess.run([str(adk_python), str(ROOT / "tests" / "adk_env" / "infer_agent.py"),
+        result = subprocess.run([str(agent_python), str(ROOT / "tests" / "agent_env" / "infer_agent.py"),
                                  "tests.inference_agent:root_agent", str(tmp_path / "cases.json"),
                                  str(tmp_path / "out.json")], capture_output=True, text=True, env=env, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
@@ -306,6 +313,108 @@ def test_adk_agent_inference_with_a_real_llm_agent(tmp_path, monkeypatch):
     raised = done["agent:raises"]
     assert raised["failure"] == 1 and raised["inference_error"] == "inference failed: RuntimeError: the tool exploded: disk full"
     assert "response" not in raised["invocations"][0]
+
+
+def adk_turn(text, response=None, calls=None):
+    turn = {"user_content": {"parts": [{"text": text}]}}
+    if response is not None:
+        turn["final_response"] = {"parts": [{"text": response}]}
+    if calls is not None:
+        turn["intermediate_data"] = {"tool_uses": [{"name": n, "args": a} for n, a in calls]}
+    return turn
+
+
+RUN_SET = {
+    "eval_set_id": "agentrun",
+    "eval_cases": [
+        {"eval_id": "two_turns", "session_input": {"app_name": "weather_app", "user_id": "u7", "state": {"unit": "C"}},
+         "conversation": [
+             adk_turn('Paris? #call=get_weather{"city": "Paris"}', 'Done: {"celsius": 25, "city": "Paris"}',
+                      [("get_weather", {"city": "Paris"})]),
+             adk_turn('Keep Oslo #call=remember_city{"city": "Oslo"} #call=convert{"celsius": 25}',
+                      'Done: {"remembered": 1, "unit": "C"}; {"fahrenheit": 77.0}',
+                      [("remember_city", {"city": "Oslo"}), ("convert", {"celsius": 25})])]},
+        {"eval_id": "no_tool", "conversation": [adk_turn("Hello there", "No tool needed: Hello there", [])]},
+        # the agent asks for Quito where Lima was expected: the trajectory fails, the case fails
+        {"eval_id": "wrong_city", "conversation": [
+            adk_turn('Lima? #call=get_weather{"city": "Quito"}', 'Done: {"celsius": 19, "city": "Lima"}',
+                     [("get_weather", {"city": "Lima"})])]},
+        {"eval_id": "raises", "conversation": [
+            adk_turn('Go #call=explode{"reason": "disk full"}', "never", [])]},
+        # no user content: dead-lettered by the reader, never run
+        {"eval_id": "no_user", "conversation": [{"final_response": {"parts": [{"text": "x"}]}}]},
+    ],
+}
+
+
+def test_a_whole_evalbeam_run_of_an_adk_agent(tmp_path, monkeypatch):
+    """`evalbeam run` (the CLI, DirectRunner) of the .agent venv over an ADK eval set with
+    `inference.agent`: the real LlmAgent's model calls and an LLM judge metric's calls both go
+    to the local generateContent server through google-genai 2.34.0 (the version google-adk
+    2.13.0 accepts); the Parquet tables hold each case's ADK criteria, its verdict, the failed
+    case's error and counts that reconcile."""
+    import subprocess
+
+    from tests.judge_server import JudgeServer
+
+    venv = agent_env()
+    evalbeam_agent = venv / "bin" / "evalbeam"
+    # the environment is the lock's: google-genai as google-adk 2.13.0 needs it, not requirements.lock's 3.3.0
+    versions = subprocess.run([venv / "bin" / "python", "-c", "from importlib.metadata import version as v; "
+                               "print(v('google-genai'), v('google-adk'))"], capture_output=True, text=True, check=True)
+    assert versions.stdout.split() == ["2.34.0", "2.13.0"]
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    path = tmp_path / "agentrun.evalset.json"
+    path.write_text(json.dumps(RUN_SET, indent=1))
+    with JudgeServer() as server:
+        monkeypatch.setenv("EVALBEAM_TEST_MODEL_URL", server.url)
+        config = write_config(
+            tmp_path, path, {"agent": "tests.inference_agent:root_agent", "max_concurrency": 4, "timeout_seconds": 120},
+            [{"name": "tool_trajectory_avg_score", "threshold": 1.0},
+             {"name": "response_match_score", "threshold": 0.8}, "response_evaluation_score"],
+            judge={"base_url": server.url, "requests_per_minute": 6000, "max_attempts": 2, "timeout_seconds": 10})
+        result = evalbeam("run", config, command=evalbeam_agent)
+        # per turn: the calls, then the final text; the raising tool's turn stops after its call
+        assert server.stats.stages["agent"] == (2 + 2) + 1 + 2 + 1
+        # ADK's response_evaluation_score judges each turn's final response (not the failed case's)
+        assert server.stats.stages["score"] == 2 + 1 + 1
+        assert server.stats.api_keys == {KEY}
+    assert "read 5 = scored 4 + dead-lettered 1" in result.stdout, result.stdout
+    run = tmp_path / "out" / "r1"
+    instances = {r["instance_id"]: r for r in table(run, "instances")}
+    assert set(instances) == {"agentrun:two_turns", "agentrun:no_tool", "agentrun:wrong_city", "agentrun:raises"}
+    turns = json.loads(instances["agentrun:two_turns"]["invocations"])
+    assert [[(c["tool_name"], c["response"]) for c in t["tool_calls"]] for t in turns] == [
+        [("get_weather", {"city": "Paris", "celsius": 25})],
+        [("remember_city", {"remembered": 1, "unit": "C"}), ("convert", {"fahrenheit": 77.0})]]
+    assert instances["agentrun:two_turns"]["failure"] == 0 and instances["agentrun:two_turns"]["latency_in_seconds"] > 0
+    raised = instances["agentrun:raises"]
+    assert raised["failure"] == 1
+    assert raised["inference_error"] == "inference failed: RuntimeError: the tool exploded: disk full"
+
+    results = rows_by(table(run, "metric_results"), "instance_id", "metric")
+    score = {(i.split(":")[1], m): r["score"] for (i, m), r in results.items()}
+    assert score["two_turns", "tool_trajectory_avg_score"] == 1.0 and score["two_turns", "response_match_score"] == 1.0
+    assert score["no_tool", "tool_trajectory_avg_score"] == 1.0 and score["no_tool", "response_match_score"] == 1.0
+    assert score["wrong_city", "tool_trajectory_avg_score"] == 0.0
+    assert 0 < score["wrong_city", "response_match_score"] < 0.8
+    status = {i.split(":")[1]: r["passed"] for (i, m), r in results.items() if m == "adk_case_status"}
+    assert status["two_turns"] is True and status["no_tool"] is True and status["wrong_city"] is False
+    for metric in ("tool_trajectory_avg_score", "response_match_score", "response_evaluation_score"):
+        failed_row = results["agentrun:raises", metric]
+        assert failed_row["score"] is None and "the tool exploded: disk full" in failed_row["error"], metric
+    assert all(1 <= score[c, "response_evaluation_score"] <= 5 for c in ("two_turns", "no_tool", "wrong_city"))
+    assert score["raises", "failure"] == 1.0 and score["two_turns", "failure"] == 0.0
+    assert results["agentrun:raises", "adk_case_status"]["passed"] is None
+    assert results["agentrun:raises", "adk_case_status"]["error"].startswith("NOT_EVALUATED")
+
+    [dead] = table(run, "dead_letter")
+    assert "no_user" in dead["reason"] and "user_content" in dead["reason"]
+    [runs] = table(run, "runs")
+    assert (runs["read_count"], runs["scored_count"], runs["dead_letter_count"]) == (5, 4, 1)
+    assert runs["read_count"] == runs["scored_count"] + runs["dead_letter_count"]
+    assert runs["lines_read"] == runs["lines_skipped"] + runs["lines_scored"] + runs["lines_dead_lettered"]
+    assert json.loads(runs["judge_usage"])["response_evaluation_score"]["calls"] == 4
 
 
 def test_agent_inference_without_google_adk_says_what_to_install(tmp_path):

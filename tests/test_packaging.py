@@ -24,7 +24,8 @@ KEY_ENV = "EVALBEAM_PACKAGING_JUDGE_KEY"
 KEY = "AIzaSy-packaging-test-key-0123456789"
 
 # Copied to the build tree from the top of the repository: never these (not sources, and large).
-TOP_LEVEL_SKIP = {".git", ".venv", ".emulators", ".pytest_cache", ".ci", "output", "build", "dist", "bench"}
+TOP_LEVEL_SKIP = {".git", ".venv", ".emulators", ".adk", ".agent", ".airflow", ".browser", ".pytest_cache", ".ci", "output",
+                  "build", "dist", "bench"}
 
 T = {"tool_name": "get", "tool_input": {"id": 1}}
 U = {"tool_name": "set", "tool_input": {"id": 1, "on": True}}
@@ -180,3 +181,52 @@ def test_an_installed_copy_does_not_submit_workers_that_lack_evalbeam(installed,
                             cwd=tmp_path, env=outside_env(venv), capture_output=True, text=True, timeout=300)
     assert result.returncode == 2
     assert "remote workers need evalbeam installed" in result.stderr and "--setup_file" in result.stderr
+
+
+def setup_arguments() -> dict:
+    """The keyword arguments setup.py gives setuptools.setup (run without building anything)."""
+    import setuptools
+
+    captured = {}
+    original = setuptools.setup
+    setuptools.setup = lambda **kwargs: captured.update(kwargs)
+    try:
+        exec(compile((ROOT / "setup.py").read_text(), "setup.py", "exec"), {"__name__": "__main__"})
+    finally:
+        setuptools.setup = original
+    return captured
+
+
+def read_lock(path: Path) -> dict:
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.strip().split("==")
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def test_both_locks_satisfy_setup_py_and_differ_only_where_google_adk_needs_it():
+    """requirements.lock (the default environment) and requirements-agent.lock (with the `agent` extra)
+    each pin every requirement of setup.py to a version it allows; the agent lock differs from the
+    default one only in what google-adk 2.13.0 requires (google-genai < 3, opentelemetry <= 1.44,
+    websockets < 16), what google-genai 3 alone needs, and google-adk's own dependencies."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    args = setup_arguments()
+    default, agent = read_lock(ROOT / "requirements.lock"), read_lock(ROOT / "requirements-agent.lock")
+    for lock, extras in ((default, ("test", "report")), (agent, ("test", "report", "agent"))):
+        wanted = args["install_requires"] + [r for e in extras for r in args["extras_require"][e]]
+        for requirement in map(Requirement, wanted):
+            name = canonicalize_name(requirement.name)
+            assert name in lock and lock[name] in requirement.specifier, (requirement, lock.get(name))
+    assert agent["google-adk"] == "2.13.0" and agent["google-genai"] == "2.34.0" and default["google-genai"] == "3.3.0"
+    changed = {n for n in set(default) & set(agent) if default[n] != agent[n]}
+    assert changed == {"google-genai", "opentelemetry-api", "opentelemetry-sdk", "opentelemetry-semantic-conventions",
+                       "websockets"}
+    # google-genai 3's HTTP stack, which 2.34 does not use
+    assert set(default) - set(agent) == {"httpx2", "httpcore2", "truststore"}
+    assert {"google-adk", "httpx", "fastapi", "uvicorn"} <= set(agent) - set(default)

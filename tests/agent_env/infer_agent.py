@@ -1,5 +1,5 @@
 """Run metrics.inference's AgentInferrer (what transforms/infer.py runs on each worker)
-over cases given as JSON, in the ADK venv: python infer_agent.py AGENT CASES.json OUT.json.
+over cases given as JSON, in the agent venv (.agent/, evalbeam[agent]): python infer_agent.py AGENT CASES.json OUT.json.
 CASES: [[key, fields]]; OUT: [[key, fields filled or failed]]."""
 import json
 import sys
