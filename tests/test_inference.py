@@ -136,6 +136,31 @@ def test_function_agent_over_an_adk_eval_set_with_runs(tmp_path):
     assert runs["lines_read"] == runs["lines_skipped"] + runs["lines_scored"] + runs["lines_dead_lettered"]
 
 
+def test_a_judge_metric_over_multi_turn_cases_from_inference(tmp_path, monkeypatch):
+    """A pointwise judge reads the one `response` a multi-turn case does not have:
+    that case's row carries why, the one-turn cases are judged, and the run goes on."""
+    from tests.judge_server import JudgeServer
+
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    path = tmp_path / "weather.evalset.json"
+    path.write_text(json.dumps(EVAL_SET, indent=1))
+    with JudgeServer() as server:
+        config = write_config(tmp_path, path, {"function": "tests.inference_app:weather_agent"},
+                              ["fluency", "tool_trajectory_avg_score"],
+                              judge={"base_url": server.url, "requests_per_minute": 6000, "max_attempts": 2})
+        evalbeam("run", config)
+        assert server.stats.requests == 1  # the one-turn case only
+    run = tmp_path / "out" / "r1"
+    results = rows_by(table(run, "metric_results"), "instance_id", "metric")
+    assert results["weather:two_turns", "fluency"]["score"] is None
+    assert results["weather:two_turns", "fluency"]["error"] == \
+        "cannot be judged: the instance has no 'response' (needed by fluency)"
+    assert results["weather:two_turns", "tool_trajectory_avg_score"]["score"] == 1.0
+    assert results["weather:wrong_tool", "fluency"]["score"] is not None
+    [runs] = table(run, "runs")
+    assert (runs["read_count"], runs["scored_count"], runs["dead_letter_count"], runs["metric_error_count"]) == (2, 2, 0, 1)
+
+
 def test_inference_config_errors(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"name": "x", "input": {"uri": "x.jsonl"}, "metrics": ["exact_match"],

@@ -81,7 +81,20 @@ def judge_requests(instance: Instance, plans: list[JudgePlan], settings: JudgeSe
             schema, field, allowed = t.pairwise_schema(), "choice", PAIRWISE_CHOICES
         schema_json = json.dumps(schema, sort_keys=True)
         orders = (0,) if plan.kind == "pointwise" else (0, 1)
+        needed = ("response", *t.input_variables, *(("baseline_model_response",) if plan.kind == "pairwise" else ()))
         for unit, fields in _judged_units(instance, t):
+            missing = [f for f in dict.fromkeys(needed) if fields.get(f) is None]
+            if missing:
+                # e.g. inference made a multi-turn case, which has no single response:
+                # no question to ask; the row carries why (never a crash, never a lost row)
+                error = (f"cannot be judged: the instance has no {', '.join(map(repr, missing))} "
+                         f"(needed by {plan.output_name})")
+                for sample in range(sampling_count):
+                    for order in orders:
+                        yield beam.pvalue.TaggedOutput(UNASKED, (instance.instance_id, (
+                            Link(instance.instance_id, plan.output_name, sample, order, unit),
+                            JudgeResponse("", plan.output_name, error=error))))
+                continue
             for sample in range(sampling_count):
                 for order in orders:
                     prompt = t.render_pointwise(fields) if plan.kind == "pointwise" else \
@@ -102,6 +115,7 @@ def _judged_units(instance: Instance, t) -> list[tuple[int, dict]]:
 
 
 TO_CALL = "to_call"
+UNASKED = "unasked"  # judge_requests' (instance_id, (link, error response)) for a unit with an input missing
 
 
 class ResolveFn(beam.DoFn):
@@ -418,12 +432,14 @@ class JudgeInstances(beam.PTransform):
 
     def expand(self, instances):
         settings, config, run, plans = self._settings, self._config, self._run, self._plans
-        asks = instances | "JudgeRequests" >> beam.FlatMap(judge_requests, plans, settings, config.sampling_count)
+        requests = instances | "JudgeRequests" >> beam.FlatMap(
+            judge_requests, plans, settings, config.sampling_count).with_outputs(UNASKED, main="asks")
+        asks = requests.asks
         answered = asks | "Answer" >> AnswerJudgeRequests(
             settings, config.shards, self._cached, self._progress, self._checkpoint, config.checkpoint_seconds,
             batch_staging(config.batch_staging, self._checkpoint))
-        fanned = answered | "BackToInstances" >> beam.FlatMap(
-            lambda a: [(link.instance_id, (link, a[0])) for link in a[1]])
+        fanned = (answered | "BackToInstances" >> beam.FlatMap(
+            lambda a: [(link.instance_id, (link, a[0])) for link in a[1]]), requests[UNASKED]) | "AndUnasked" >> beam.Flatten()
         scored = (
             {"instance": instances | "ById" >> beam.Map(lambda i: (i.instance_id, i)), "judged": fanned}
             | "JoinInstances" >> beam.CoGroupByKey()
