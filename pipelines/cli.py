@@ -214,6 +214,11 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(planned, indent=2) if args.json else format_plan(planned))
             return 0
         logging.getLogger().setLevel(logging.WARNING)
+        workers = evaluate.local_worker_args(config, beam_args)
+        if workers:
+            print(f"evalbeam: a large input: {workers[0].split('=')[1]} local worker processes "
+                  "(--direct_num_workers=1 for one)", file=sys.stderr)
+            beam_args = [*beam_args, *workers]
         options = PipelineOptions(beam_args)
         _check_runner(options)
         if options.view_as(StandardOptions).runner not in evaluate.LOCAL_RUNNERS:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -11,6 +12,7 @@ from importlib import metadata
 
 import apache_beam as beam
 from apache_beam.io.filesystem import BeamIOError
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
 from configs import ConfigError, EvalConfig
@@ -251,6 +253,31 @@ def _check_outputs(config: EvalConfig, options: PipelineOptions | None, run_id: 
         temp = options.view_as(GoogleCloudOptions).temp_location
         if parquet is None and runner not in LOCAL_RUNNERS and not (temp or "").startswith("gs://"):
             raise ConfigError("output.bigquery without output.parquet needs --temp_location=gs://... to stage files")
+
+
+# A local run over at least this much input uses every core (worker processes),
+# when the user sets no --direct_* flag: below it, starting the workers costs
+# more than they save.
+PARALLEL_INPUT_BYTES = 64 * 1024 * 1024
+
+
+def local_worker_args(config: EvalConfig, beam_args: list[str]) -> list[str]:
+    """The flags that make a local run of a large file input use every core:
+    [] when the runner is not local, the user chose (any --direct_ flag), the
+    run calls a judge or runs inference (waiting, not computing), or the input is small."""
+    options = PipelineOptions(beam_args)
+    cores = os.cpu_count() or 1
+    if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS or any(a.startswith("--direct_") for a in beam_args):
+        return []
+    if cores < 2 or config.input.kind != "files" or config.judge_specs() or config.inference:
+        return []
+    try:
+        size = sum(m.size_in_bytes for m in FileSystems.match([config.input.uri])[0].metadata_list)
+    except Exception:  # noqa: BLE001 - preflight reports an input it cannot list
+        return []
+    if size < PARALLEL_INPUT_BYTES:
+        return []
+    return [f"--direct_num_workers={cores}", "--direct_running_mode=multi_processing"]
 
 
 def lean_local(pipeline: beam.Pipeline, config: EvalConfig) -> bool:

@@ -414,6 +414,12 @@ class AnswerJudgeRequests(beam.PTransform):
         return (resolved.cached, called) | "AllAnswers" >> beam.Flatten()
 
 
+def _keyed_for_join(instance: Instance, per_turn: bool):
+    """(id, what the judge rows need of an instance): its id, slices and lines, not
+    its fields (a shuffle's data stays small), unless a per-turn metric reads its turns."""
+    return instance.instance_id, instance if per_turn else dataclasses.replace(instance, fields={})
+
+
 class JudgeInstances(beam.PTransform):
     """Instances -> (ScoredInstances with the judge rows, judge_cache rows, usage per metric).
     `cached` is a PCollection of (request_key, JudgeResponse) from judge.cache, or None;
@@ -441,7 +447,8 @@ class JudgeInstances(beam.PTransform):
         fanned = (answered | "BackToInstances" >> beam.FlatMap(
             lambda a: [(link.instance_id, (link, a[0])) for link in a[1]]), requests[UNASKED]) | "AndUnasked" >> beam.Flatten()
         scored = (
-            {"instance": instances | "ById" >> beam.Map(lambda i: (i.instance_id, i)), "judged": fanned}
+            {"instance": instances | "ById" >> beam.Map(_keyed_for_join, any(
+                getattr(p.template, "per_turn", False) for p in plans)), "judged": fanned}
             | "JoinInstances" >> beam.CoGroupByKey()
             | "JudgeRows" >> beam.ParDo(AssembleFn(run, plans, settings.model, config.sampling_count))
         )

@@ -1,0 +1,135 @@
+"""Scale on the local runner: `evalbeam run` as a user runs it (no flags) over N
+generated rows, reporting wall time, rows/s and the peak memory of the run: the
+largest sum of the resident memory of evalbeam's process and all its worker
+processes, sampled every 0.2 s from /proc (a local run over a large input starts
+one worker process per core).
+
+The rows are those of bench/compute_throughput.py (80-word texts, trajectories),
+20,000 of them generated and then repeated with new ids; the metrics are the
+same eleven (ROUGE x4, BLEU, six trajectory metrics). With --judge, a pointwise
+judge metric (fluency) is added, answered by the local generateContent test
+server (tests/judge_server.py) with no latency and a quota that never binds.
+
+    .venv/bin/python bench/scale.py [--rows 100000 1000000] [--judge] [-- BEAM FLAGS...]
+
+Prints, per N: seconds, rows/s, peak memory (MB), and at the end the growth of
+peak memory from the first N to the last.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.compute_throughput import CONFIG, generate  # noqa: E402
+
+
+def write_rows(path: Path, rows: int) -> None:
+    base = generate(min(rows, 20_000), seed=1)
+    with path.open("w") as f:
+        for i in range(rows):
+            row = dict(base[i % len(base)], id=f"row-{i}")
+            f.write(json.dumps(row) + "\n")
+
+
+def _tree_rss_mb(root: int) -> float:
+    """Resident memory of a process and all its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/statm") as f:
+                rss[int(entry)] = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return total / 2 ** 20
+
+
+def run_measured(command: list[str], env: dict) -> tuple[float, float]:
+    """(seconds, peak MB of the process tree)."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    peak = 0.0
+    stderr: list[str] = []
+    reader = threading.Thread(target=lambda: stderr.extend(process.stderr), daemon=True)
+    reader.start()
+    while process.poll() is None:
+        peak = max(peak, _tree_rss_mb(process.pid))
+        time.sleep(0.2)
+    seconds = time.perf_counter() - start
+    reader.join()
+    if process.returncode != 0:
+        sys.exit(f"evalbeam run failed ({process.returncode}):\n{''.join(stderr)[-3000:]}")
+    return seconds, peak
+
+
+def measure(rows: int, judge: bool, beam_args: list[str], tmp: Path, server=None) -> float:
+    data = tmp / f"rows-{rows}.jsonl"
+    write_rows(data, rows)
+    config = yaml.safe_load(CONFIG.format(data=data, out=tmp / f"out-{rows}"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    if judge:
+        config["metrics"].append("fluency")
+        config["judge"] = {"base_url": server.url, "requests_per_minute": 10_000_000, "max_concurrency": 64}
+        env["GOOGLE_API_KEY"] = "bench-key"
+    path = tmp / "scale.yaml"
+    path.write_text(yaml.safe_dump(config))
+    evalbeam = str(Path(sys.executable).with_name("evalbeam"))
+    seconds, peak = run_measured([evalbeam, "run", str(path), *beam_args], env)
+    with duckdb.connect() as con:
+        read, scored, dead = con.execute(
+            f"SELECT read_count, scored_count, dead_letter_count FROM '{tmp}/out-{rows}/bench/runs/*.parquet'").fetchone()
+        results = con.execute(f"SELECT count(*) FROM '{tmp}/out-{rows}/bench/metric_results/*.parquet'").fetchone()[0]
+    data.unlink()
+    print(f"rows {rows:>9,}: {seconds:8.1f} s  {rows / seconds:8.0f} rows/s  peak memory {peak:7.0f} MB  "
+          f"(read {read:,} = scored {scored:,} + dead-lettered {dead:,}; {results:,} metric rows)", flush=True)
+    return peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--judge", action="store_true", help="add a judge metric (the local test server)")
+    parser.add_argument("beam_args", nargs="*", help="extra flags for evalbeam run (after --)")
+    args = parser.parse_args()
+    print(f"beam flags: {args.beam_args or '(none)'}; judge metric: {'fluency' if args.judge else 'none'}; "
+          f"cores: {os.cpu_count()}", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        server = None
+        if args.judge:
+            from tests.judge_server import Behaviour, JudgeServer  # the test stand-in, never in the product
+
+            server = JudgeServer(Behaviour(latency_median=0.0, latency_sigma=0.0)).__enter__()
+        try:
+            peaks = [measure(rows, args.judge, args.beam_args, Path(tmp), server) for rows in args.rows]
+        finally:
+            if server is not None:
+                server.__exit__(None, None, None)
+    if len(peaks) > 1:
+        print(f"peak memory growth from {args.rows[0]:,} to {args.rows[-1]:,} rows: {peaks[-1] / peaks[0]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
