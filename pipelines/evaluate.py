@@ -257,7 +257,7 @@ def _check_outputs(config: EvalConfig, options: PipelineOptions | None, run_id: 
 
 # A local run over at least this much input uses every core (worker processes),
 # when the user sets no --direct_* flag: below it, starting the workers costs
-# more than they save.
+# more than they save. (EVALBEAM_PARALLEL_INPUT_BYTES sets another size.)
 PARALLEL_INPUT_BYTES = 64 * 1024 * 1024
 
 
@@ -275,7 +275,7 @@ def local_worker_args(config: EvalConfig, beam_args: list[str]) -> list[str]:
         size = sum(m.size_in_bytes for m in FileSystems.match([config.input.uri])[0].metadata_list)
     except Exception:  # noqa: BLE001 - preflight reports an input it cannot list
         return []
-    if size < PARALLEL_INPUT_BYTES:
+    if size < int(os.environ.get("EVALBEAM_PARALLEL_INPUT_BYTES") or PARALLEL_INPUT_BYTES):
         return []
     return [f"--direct_num_workers={cores}", "--direct_running_mode=multi_processing"]
 

@@ -139,11 +139,11 @@ def test_rerunning_a_run_id_replaces_its_output(dataset):
     assert len(table(run_dir, "metric_results")) == len(METRICS) + 1
 
 
-def evalbeam_pid(*args):
+def evalbeam_pid(*args, env=None):
     """Runs `evalbeam` as helpers.evalbeam does, but started directly rather
     than under `timeout` (whose pid would not be the command's), and returns
     the command's pid."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, **(env or {}), "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([EVALBEAM, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             cwd=ROOT, env=env, start_new_session=True)
     try:

@@ -94,3 +94,41 @@ def test_a_run_over_a_file_read_in_parts_counts_every_row(tmp_path, monkeypatch)
     assert [line for line, _ in reasons[1:]] == list(range(2901, 3001))
     assert all("duplicate id" in reason for _, reason in reasons[1:])
     assert ids == (2899, 2899)
+
+
+def test_a_large_input_uses_every_core_by_default_with_the_same_results(tmp_path):
+    """With no flags, a local run over a large input (the size lowered here) scores in
+    worker processes the command started, one per core, reading the file in parts;
+    its tables equal those of a run in one process (--direct_num_workers=1)."""
+    import os
+
+    from tests.test_cli import evalbeam_pid
+
+    rows = [json.dumps({"id": f"r{i}", "response": f"answer {i % 13}", "reference": f"answer {i % 7}"})
+            for i in range(4000)]
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps({
+        "name": "cores", "run_id": "many", "input": {"uri": str(path), "id_column": "id"},
+        "metrics": ["exact_match", "rouge_l", {"name": "scoring_process", "function": "tests.custom_metrics:scoring_process",
+                                               "inputs": ["response"]}],
+        "output": {"parquet": str(tmp_path / "out")}}))
+    small = {"EVALBEAM_PARALLEL_INPUT_BYTES": "1000", "EVALBEAM_PART_BYTES": "20000"}
+    launcher = evalbeam_pid("run", config, env=small)
+    evalbeam("run", config, "--set", "run_id=one", "--direct_num_workers=1", env=small)
+    out = tmp_path / "out"
+    with duckdb.connect() as con:
+        extras = [json.loads(e) for (e,) in con.execute(
+            f"SELECT extra FROM '{out}/many/metric_results/*.parquet' WHERE metric = 'scoring_process'").fetchall()]
+        tables = [con.execute(f"SELECT instance_id, metric, score FROM '{out}/{run}/metric_results/*.parquet' "
+                              "WHERE metric != 'scoring_process' ORDER BY ALL").fetchall() for run in ("many", "one")]
+        summaries = [con.execute(f"SELECT metric, slice, valid_count, mean, ci_low, ci_high FROM '{out}/{run}/summary/*.parquet' "
+                                 "WHERE metric != 'scoring_process' ORDER BY ALL").fetchall() for run in ("many", "one")]
+    pids = {e["pid"] for e in extras}
+    assert len(extras) == 4000 and launcher not in pids and all(launcher in e["ancestors"] for e in extras)
+    assert 1 <= len(pids) <= os.cpu_count()  # the machine's cores (this one has 2)
+    assert tables[0] == tables[1] and len(tables[0]) == 8000
+    # the same statistics; the floats may differ in their last bits (sums taken in another order)
+    assert [r[:3] for r in summaries[0]] == [r[:3] for r in summaries[1]]
+    assert [r[3:] for r in summaries[0]] == [pytest.approx(r[3:], rel=1e-12) for r in summaries[1]]
