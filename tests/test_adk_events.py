@@ -146,7 +146,10 @@ def test_one_instance_per_turn(events_table, tmp_path):
     run_dir = run(tmp_path, "turn", "events-turns")
     instances = {r["instance_id"]: json.loads(r["invocations"]) for r in table(run_dir, "instances")}
     assert set(instances) == {"s1:inv1", "s1:inv2", "s2:inv9"}
-    assert instances["s2:inv9"][0]["tool_calls"][0]["response"] == {"error": "no seats"}
+    # the tool's error ended the turn (AGENT_ERROR, no model call after it): the call has no response,
+    # as in ADK's own session (see test_the_real_plugins_rows_become_adks_own_invocations)
+    [failed_call] = instances["s2:inv9"][0]["tool_calls"]
+    assert failed_call["tool_name"] == "book" and "response" not in failed_call
     assert instances["s1:inv2"][0]["response"] == "You are welcome."
 
 
@@ -158,6 +161,36 @@ def test_response_text_unwraps_the_plugins_rendering():
     assert response_text("plain") == "plain"
 
 
+def test_a_failed_tool_call_gets_the_response_the_model_was_sent():
+    """TOOL_ERROR rows leave out what the model was answered; the next LLM_REQUEST row's
+    content_parts carry it (part_attributes.function_response, the history in call order)."""
+    def request(ts, *responses):
+        parts = [{"mime_type": "text/plain", "text": "Weather?", "part_index": 0, "part_attributes": "{}",
+                  "storage_mode": "INLINE"}]
+        parts += [{"mime_type": "application/json", "text": f"Function response: {name}", "part_index": 0,
+                   "part_attributes": json.dumps({"function_response": {"name": name, "response": response}}),
+                   "storage_mode": "INLINE"} for name, response in responses]
+        return row(ts, "LLM_REQUEST", content={"prompt": []}, content_parts=parts)
+
+    earlier = ("get_weather", {"temp_c": 1})  # an earlier step's response to the same tool, still in the history
+    rows = [json.loads(json.dumps(r)) for r in (
+        user("10:00:00.000", "Weather?"),
+        row("10:00:00.100", "TOOL_STARTING", content={"tool": "get_weather", "args": {"city": "SF"}}),
+        row("10:00:00.110", "TOOL_STARTING", content={"tool": "get_weather", "args": {"city": "??"}}),
+        row("10:00:00.200", "TOOL_COMPLETED", content={"tool": "get_weather", "result": {"temp_c": 18}}),
+        row("10:00:00.210", "TOOL_ERROR", content={"tool": "get_weather", "args": {"city": "??"}},
+            error_message="ValueError: no such city"),
+        request("10:00:00.300", earlier, ("get_weather", {"temp_c": 18}), ("get_weather", {"error": "retry"})),
+        row("10:00:00.400", "TOOL_STARTING", content={"tool": "book", "args": {}}),
+        row("10:00:00.500", "TOOL_ERROR", content={"tool": "book", "args": {}}, error_message="no seats"))]
+    turn = turn_from_events(rows)
+    assert [c.get("response") for c in turn["tool_calls"]] == [{"temp_c": 18}, {"error": "retry"}, {"error": "no seats"}]
+    # the same turn ended by the error (an AGENT_ERROR row after it): the last call has no response
+    turn = turn_from_events(rows + [row("10:00:00.600", "AGENT_ERROR")])
+    assert [c.get("response") for c in turn["tool_calls"]] == [{"temp_c": 18}, {"error": "retry"}, None]
+    assert sum("function_response" in p for e in turn["events"] for p in e["parts"]) == 2
+
+
 def test_streamed_partial_responses_are_not_counted_twice():
     rows = [json.loads(json.dumps(r)) for r in (
         user("10:00:00.000", "hi"),
@@ -167,3 +200,4 @@ def test_streamed_partial_responses_are_not_counted_twice():
     turn = turn_from_events(rows)
     assert [e.get("usage") for e in turn["events"]] == [{"prompt_token_count": 5, "candidates_token_count": 7}]
     assert turn["response"] == "hello"
+
