@@ -1,6 +1,8 @@
 """Recorded agent runs: the table of ADK's BigQueryAgentAnalyticsPlugin, read from the BigQuery
 emulator, grouped per session (or turn) by the runner, scored with the reference-free criteria.
-The table is created with the plugin's own schema (from google-adk 2.13.0, in the ADK environment)."""
+The table is created with the plugin's own schema (from google-adk 2.13.0, in the ADK environment),
+filled with hand-written rows for the edge cases, and, in the last test, with the rows the real
+plugin writes while a real agent runs, checked against ADK's own projection of the same sessions."""
 from __future__ import annotations
 
 import collections
@@ -146,7 +148,10 @@ def test_one_instance_per_turn(events_table, tmp_path):
     run_dir = run(tmp_path, "turn", "events-turns")
     instances = {r["instance_id"]: json.loads(r["invocations"]) for r in table(run_dir, "instances")}
     assert set(instances) == {"s1:inv1", "s1:inv2", "s2:inv9"}
-    assert instances["s2:inv9"][0]["tool_calls"][0]["response"] == {"error": "no seats"}
+    # the tool's error ended the turn (AGENT_ERROR, no model call after it): the call has no response,
+    # as in ADK's own session (see test_the_real_plugins_rows_become_adks_own_invocations)
+    [failed_call] = instances["s2:inv9"][0]["tool_calls"]
+    assert failed_call["tool_name"] == "book" and "response" not in failed_call
     assert instances["s1:inv2"][0]["response"] == "You are welcome."
 
 
@@ -158,6 +163,36 @@ def test_response_text_unwraps_the_plugins_rendering():
     assert response_text("plain") == "plain"
 
 
+def test_a_failed_tool_call_gets_the_response_the_model_was_sent():
+    """TOOL_ERROR rows leave out what the model was answered; the next LLM_REQUEST row's
+    content_parts carry it (part_attributes.function_response, the history in call order)."""
+    def request(ts, *responses):
+        parts = [{"mime_type": "text/plain", "text": "Weather?", "part_index": 0, "part_attributes": "{}",
+                  "storage_mode": "INLINE"}]
+        parts += [{"mime_type": "application/json", "text": f"Function response: {name}", "part_index": 0,
+                   "part_attributes": json.dumps({"function_response": {"name": name, "response": response}}),
+                   "storage_mode": "INLINE"} for name, response in responses]
+        return row(ts, "LLM_REQUEST", content={"prompt": []}, content_parts=parts)
+
+    earlier = ("get_weather", {"temp_c": 1})  # an earlier step's response to the same tool, still in the history
+    rows = [json.loads(json.dumps(r)) for r in (
+        user("10:00:00.000", "Weather?"),
+        row("10:00:00.100", "TOOL_STARTING", content={"tool": "get_weather", "args": {"city": "SF"}}),
+        row("10:00:00.110", "TOOL_STARTING", content={"tool": "get_weather", "args": {"city": "??"}}),
+        row("10:00:00.200", "TOOL_COMPLETED", content={"tool": "get_weather", "result": {"temp_c": 18}}),
+        row("10:00:00.210", "TOOL_ERROR", content={"tool": "get_weather", "args": {"city": "??"}},
+            error_message="ValueError: no such city"),
+        request("10:00:00.300", earlier, ("get_weather", {"temp_c": 18}), ("get_weather", {"error": "retry"})),
+        row("10:00:00.400", "TOOL_STARTING", content={"tool": "book", "args": {}}),
+        row("10:00:00.500", "TOOL_ERROR", content={"tool": "book", "args": {}}, error_message="no seats"))]
+    turn = turn_from_events(rows)
+    assert [c.get("response") for c in turn["tool_calls"]] == [{"temp_c": 18}, {"error": "retry"}, {"error": "no seats"}]
+    # the same turn ended by the error (an AGENT_ERROR row after it): the last call has no response
+    turn = turn_from_events(rows + [row("10:00:00.600", "AGENT_ERROR")])
+    assert [c.get("response") for c in turn["tool_calls"]] == [{"temp_c": 18}, {"error": "retry"}, None]
+    assert sum("function_response" in p for e in turn["events"] for p in e["parts"]) == 2
+
+
 def test_streamed_partial_responses_are_not_counted_twice():
     rows = [json.loads(json.dumps(r)) for r in (
         user("10:00:00.000", "hi"),
@@ -167,3 +202,112 @@ def test_streamed_partial_responses_are_not_counted_twice():
     turn = turn_from_events(rows)
     assert [e.get("usage") for e in turn["events"]] == [{"prompt_token_count": 5, "candidates_token_count": 7}]
     assert turn["response"] == "hello"
+
+
+# ---------------------------------------------------------------------------
+# The rows the REAL plugin writes: a real LlmAgent with real tools, run by ADK's Runner with
+# BigQueryAgentAnalyticsPlugin attached, in the ADK reference venv (tests/adk_env/plugin_sessions.py),
+# its model calls answered by the local generateContent server. The same process dumps ADK's own
+# projection of the sessions (convert_events_to_eval_invocations, read with ADK's helpers) and
+# ADK's own scores of the efficiency criteria; evalbeam must read the plugin's rows into the same turns.
+
+RECORDED = f"{PROJECT}.plugin_logs.agent_events"
+
+
+@pytest.fixture(scope="module")
+def recorded(cloud, tmp_path_factory):
+    """The plugin's rows loaded into the emulator's table (created by the plugin), and ADK's side."""
+    import os
+
+    from tests.judge_server import JudgeServer
+    from transforms.local_cloud import bigquery_client
+
+    python = ROOT / ".adk" / "bin" / "python"
+    if not python.exists():
+        pytest.fail("the ADK reference environment is missing: run `make adk-env`")
+    client = bigquery_client(PROJECT)
+    client.create_dataset(f"{PROJECT}.plugin_logs", exists_ok=True)
+    out = tmp_path_factory.mktemp("plugin") / "recorded.json"
+    with JudgeServer() as server:
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "GOOGLE_API_KEY": "test-key",
+               "EVALBEAM_TEST_MODEL_URL": server.url, "BIGQUERY_EMULATOR_HOST": os.environ["BIGQUERY_EMULATOR_HOST"]}
+        result = subprocess.run([str(python), str(ROOT / "tests" / "adk_env" / "plugin_sessions.py"), RECORDED,
+                                 str(out)], capture_output=True, text=True, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+        # per turn: the calls, then the final text; the raising tool's turn stops after its call
+        assert server.stats.stages["agent"] == (2 + 2 + 1) + (2 + 2) + (1 + 1)
+    recorded = json.loads(out.read_text())
+    # the plugin created its table in the emulator, with its own schema and daily partitions
+    created = client.get_table(RECORDED)
+    assert [f.name for f in created.schema] == [f["name"] for f in plugin_schema()]
+    assert created.time_partitioning.field == "timestamp"
+    # everything it logged reached the write call, on the table's default stream: nothing dropped
+    assert not any(recorded["drops"].values()) and recorded["stream"] == [
+        f"projects/{PROJECT}/datasets/plugin_logs/tables/agent_events/_default"]
+    assert client.insert_rows_json(RECORDED, recorded["rows"]) == []
+    return recorded
+
+
+def test_the_real_plugins_rows_become_adks_own_invocations(recorded, tmp_path):
+    rows = recorded["rows"]
+    config = tmp_path / "eval.yaml"
+    config.write_text(f"""
+name: recorded-agents
+run_id: recorded
+input:
+  uri: bq://{RECORDED}
+  format: adk_agent_events
+  project: {PROJECT}
+metrics: [tool_call_count_v1, token_usage_v1, inference_call_count_v1,
+          {{name: trajectory_single_tool_use, params: {{tool_name: get_weather}}}}]
+output:
+  parquet: {tmp_path}/out
+""")
+    evalbeam("run", config)
+    run_dir = tmp_path / "out" / "recorded"
+    instances = {r["instance_id"]: r for r in table(run_dir, "instances")}
+    assert set(instances) == set(recorded["projection"]) == {"trip", "bad_tool", "raises"}
+    for session, adk_turns in recorded["projection"].items():
+        turns = json.loads(instances[session]["invocations"])
+        ours = [{"invocation_id": t["invocation_id"], "user": t["prompt"] or None, "response": t["response"] or None,
+                 "tool_calls": [{"name": c["tool_name"], "args": c.get("tool_input"), "response": c.get("response")}
+                                for c in t["tool_calls"]],
+                 "usage": [e["usage"] for e in t["events"] if "usage" in e]} for t in turns]
+        assert ours == adk_turns, session
+
+    # what the real rows hold, and ADK's session does not say the same way:
+    by_type = collections.defaultdict(list)
+    for r in rows:
+        by_type[r["session_id"], r["event_type"]].append(r)
+    # a tool the agent does not have: the TOOL_ERROR row carries ADK's exception text, while the model
+    # was answered ADK's "no tool with that name" payload, which only the next LLM_REQUEST row holds
+    [missing] = by_type["bad_tool", "TOOL_ERROR"]
+    assert missing["error_message"].startswith("Tool 'no_such_tool' not found.")
+    [bad_turn, _] = recorded["projection"]["bad_tool"]
+    assert bad_turn["tool_calls"][0]["response"]["error"].startswith("Invoking `no_such_tool()` failed as no tool")
+    # a tool that raises: TOOL_ERROR, AGENT_ERROR and INVOCATION_ERROR rows; ADK's session keeps the
+    # call with no response (the error ended the turn), and the session's next turn goes on
+    assert [r["error_message"] for r in by_type["raises", "TOOL_ERROR"] + by_type["raises", "AGENT_ERROR"]
+            + by_type["raises", "INVOCATION_ERROR"]] == ["the tool exploded: disk full"] * 3
+    assert recorded["errors"] == {"raises": ["RuntimeError: the tool exploded: disk full"]}
+    raised, after = recorded["projection"]["raises"]
+    assert raised["tool_calls"] == [{"name": "explode", "args": {"reason": "disk full"}, "response": None}]
+    assert raised["response"] is None and after["response"] == "No tool needed: Hello again"
+
+    # the efficiency criteria: ADK's own evaluators' scores on ADK's invocations
+    results = collections.defaultdict(dict)
+    for r in table(run_dir, "metric_results"):
+        results[r["instance_id"]][r["metric"]] = r
+    for session, scores in recorded["scores"].items():
+        for metric in ("tool_call_count_v1", "token_usage_v1", "inference_call_count_v1"):
+            assert results[session][metric]["score"] == pytest.approx(scores[metric]["score"]), (session, metric)
+        assert results[session]["failure"]["score"] == (1.0 if session == "raises" else 0.0)
+    assert results["trip"]["trajectory_single_tool_use"]["score"] == 1.0
+    assert results["raises"]["trajectory_single_tool_use"]["score"] == 0.0
+    # the turn's measured duration, which ADK's projection of stored events does not have
+    assert all(t["duration"]["total"] > 0 for t in json.loads(instances["trip"]["invocations"]))
+
+    assert table(run_dir, "dead_letter") == []
+    runs = table(run_dir, "runs")[0]
+    assert runs["read_count"] == runs["scored_count"] + runs["dead_letter_count"] == 3
+    assert runs["lines_read"] == len(rows) == runs["lines_scored"] + runs["lines_dead_lettered"]

@@ -352,9 +352,16 @@ def parse_adk_eval_set(path: str, stream) -> Iterator[Record | DeadLetter | Sour
 # - USER_MESSAGE_RECEIVED: the user's text (inline text/plain content parts in
 #   part order, else the content's text); "Function response: ..." rows are not user text;
 # - TOOL_STARTING: a tool call (name, args), TOOL_COMPLETED its response (a
-#   non-object result as {"result": ...}), TOOL_ERROR an {"error": ...} response,
-#   paired with the earliest open call of the same tool; `transfer_to_agent` and
-#   ADK's `adk_request_*` tools are left out, as in the plugin's views;
+#   non-object result as {"result": ...}), paired with the earliest open call of
+#   the same tool; `transfer_to_agent` and ADK's `adk_request_*` tools are left
+#   out, as in the plugin's views;
+# - TOOL_ERROR: the row leaves out what the model was answered (ADK's "no tool
+#   with that name" payload, or an error callback's answer). The next LLM_REQUEST
+#   of the turn holds it, in content_parts (part_attributes.function_response, in
+#   call order): that is the call's response. With no model call after it, the
+#   error ended the turn: ADK's session has the call with no response, and so
+#   does the trace (unless no error row follows either, e.g. LLM_REQUEST rows
+#   were filtered out: then {"error": error_message});
 # - AGENT_RESPONSE: agent text (the plugin's `text: '...'` rendering unwrapped);
 #   a turn's last one is its final response, earlier ones intermediate responses;
 # - LLM_RESPONSE: a model call, with attributes.usage_metadata and model_version
@@ -413,6 +420,33 @@ def _is_skipped_tool(name: Any) -> bool:
     return not isinstance(name, str) or name in _SKIPPED_TOOLS or name.startswith("adk_request_")
 
 
+def _request_responses(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The function responses an LLM_REQUEST row sends the model (the whole history), in order."""
+    found = []
+    for part in row.get("content_parts") or []:
+        attributes = _json(part.get("part_attributes"), "content_parts.part_attributes") \
+            if isinstance(part, dict) else None
+        response = attributes.get("function_response") if isinstance(attributes, dict) else None
+        if isinstance(response, dict) and isinstance(response.get("name"), str):
+            found.append(response)
+    return found
+
+
+def _answer_errors(pending: list[dict[str, Any]], step: list[dict[str, Any]], request: dict[str, Any]) -> None:
+    """Give each failed call of this step the response the next model request carries for it.
+
+    The request's history ends with this step's responses in call order; a tool's
+    last k responses there are those of its k calls in the step."""
+    history = _request_responses(request)
+    for failed in list(pending):
+        name = failed["call"]["name"]
+        calls = [c for c in step if c["name"] == name]
+        answers = [r for r in history if r["name"] == name][-len(calls):] if calls else []
+        if len(answers) == len(calls) and failed["call"] in calls:
+            failed["part"]["response"] = answers[calls.index(failed["call"])].get("response")
+            pending.remove(failed)
+
+
 def turn_from_events(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """One invocation's event rows (in timestamp order) -> a trace turn."""
     llm = [r for r in rows if r.get("event_type") == "LLM_RESPONSE"]
@@ -420,6 +454,9 @@ def turn_from_events(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 and (a.get("finish_reason") is not None or a.get("cache_type") is not None)]
     counted = {id(r) for r in (terminal or llm)}
     prompts, events, open_calls, responses = [], [], [], []
+    step: list[dict[str, Any]] = []  # the calls since the last model request
+    pending: list[dict[str, Any]] = []  # failed calls whose response the next model request tells
+    failed_after = False  # an agent or invocation error row after the last pending call
     duration = None
     for row in rows:
         kind = row.get("event_type")
@@ -434,6 +471,7 @@ def turn_from_events(rows: list[dict[str, Any]]) -> dict[str, Any]:
             if isinstance(content.get("args"), dict):
                 call["args"] = content["args"]
             open_calls.append(call)
+            step.append(call)
             events.append({"author": author, "parts": [{"function_call": call}]})
         elif kind in ("TOOL_COMPLETED", "TOOL_ERROR") and isinstance(content, dict) \
                 and not _is_skipped_tool(content.get("tool")):
@@ -448,7 +486,17 @@ def turn_from_events(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 open_calls.remove(call)
                 responses.append(call)
                 fr["id"] = call["id"]
-            events.append({"author": author, "parts": [{"function_response": fr}]})
+            event = {"author": author, "parts": [{"function_response": fr}]}
+            events.append(event)
+            if kind == "TOOL_ERROR" and call is not None:
+                pending.append({"call": call, "part": fr, "event": event})
+                failed_after = False
+        elif kind == "LLM_REQUEST":
+            if pending:
+                _answer_errors(pending, step, row)
+            step = []
+        elif kind in ("AGENT_ERROR", "INVOCATION_ERROR"):
+            failed_after = True
         elif kind == "AGENT_RESPONSE":
             text = response_text(content.get("response") if isinstance(content, dict) else content)
             if text:
@@ -472,6 +520,9 @@ def turn_from_events(rows: list[dict[str, Any]]) -> dict[str, Any]:
             latency = _json(row.get("latency_ms"), "latency_ms")
             if isinstance(latency, dict) and isinstance(latency.get("total_ms"), (int, float)):
                 duration = latency["total_ms"] / 1000
+    if failed_after:  # the error ended the turn before the model was answered: no response, as in ADK's session
+        for failed in pending:
+            events.remove(failed["event"])
     final = next((e for e in reversed(events) if e.get("agent_response")), None)
     kept = [{k: v for k, v in e.items() if k != "agent_response"} for e in events if e is not final]
     turn: dict[str, Any] = {"invocation_id": rows[0].get("invocation_id"), "prompt": "\n".join(prompts),
