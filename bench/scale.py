@@ -43,8 +43,9 @@ def write_rows(path: Path, rows: int) -> None:
             f.write(json.dumps(row) + "\n")
 
 
-def _tree_rss_mb(root: int) -> float:
-    """Resident memory of a process and all its descendants, from /proc."""
+def _tree_rss_mb(root: int, peaks: dict | None = None) -> float:
+    """Resident memory of a process and all its descendants, from /proc (and,
+    into `peaks`, the largest seen of each of them)."""
     children: dict[int, list[int]] = {}
     rss: dict[int, int] = {}
     for entry in os.listdir("/proc"):
@@ -63,26 +64,29 @@ def _tree_rss_mb(root: int) -> float:
     while stack:
         pid = stack.pop()
         total += rss.get(pid, 0)
+        if peaks is not None:
+            peaks[pid] = max(peaks.get(pid, 0), rss.get(pid, 0) / 2 ** 20)
         stack.extend(children.get(pid, []))
     return total / 2 ** 20
 
 
-def run_measured(command: list[str], env: dict) -> tuple[float, float]:
-    """(seconds, peak MB of the process tree)."""
+def run_measured(command: list[str], env: dict) -> tuple[float, float, list[float]]:
+    """(seconds, peak MB of the process tree, the peak MB of each process in it over 50 MB)."""
     start = time.perf_counter()
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     peak = 0.0
+    peaks: dict[int, float] = {}
     stderr: list[str] = []
     reader = threading.Thread(target=lambda: stderr.extend(process.stderr), daemon=True)
     reader.start()
     while process.poll() is None:
-        peak = max(peak, _tree_rss_mb(process.pid))
+        peak = max(peak, _tree_rss_mb(process.pid, peaks))
         time.sleep(0.2)
     seconds = time.perf_counter() - start
     reader.join()
     if process.returncode != 0:
         sys.exit(f"evalbeam run failed ({process.returncode}):\n{''.join(stderr)[-3000:]}")
-    return seconds, peak
+    return seconds, peak, sorted((round(m) for m in peaks.values() if m > 50), reverse=True)
 
 
 def measure(rows: int, judge: bool, beam_args: list[str], tmp: Path, server=None) -> float:
@@ -97,14 +101,15 @@ def measure(rows: int, judge: bool, beam_args: list[str], tmp: Path, server=None
     path = tmp / "scale.yaml"
     path.write_text(yaml.safe_dump(config))
     evalbeam = str(Path(sys.executable).with_name("evalbeam"))
-    seconds, peak = run_measured([evalbeam, "run", str(path), *beam_args], env)
+    seconds, peak, each = run_measured([evalbeam, "run", str(path), *beam_args], env)
     with duckdb.connect() as con:
         read, scored, dead = con.execute(
             f"SELECT read_count, scored_count, dead_letter_count FROM '{tmp}/out-{rows}/bench/runs/*.parquet'").fetchone()
         results = con.execute(f"SELECT count(*) FROM '{tmp}/out-{rows}/bench/metric_results/*.parquet'").fetchone()[0]
     data.unlink()
     print(f"rows {rows:>9,}: {seconds:8.1f} s  {rows / seconds:8.0f} rows/s  peak memory {peak:7.0f} MB  "
-          f"(read {read:,} = scored {scored:,} + dead-lettered {dead:,}; {results:,} metric rows)", flush=True)
+          f"(processes' own peaks {each} MB; read {read:,} = scored {scored:,} + dead-lettered {dead:,}; "
+          f"{results:,} metric rows)", flush=True)
     return peak
 
 

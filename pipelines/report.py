@@ -18,6 +18,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
@@ -60,20 +61,32 @@ class ParquetResults:
             self._tables[key] = self._read_files(pattern, table)
         return self._tables[key]
 
-    def _read_files(self, pattern: str, table: str) -> pa.Table:
+    def _read_files(self, pattern: str, table: str, columns: list[str] | None = None, keep=None) -> pa.Table:
+        """columns: only these; keep: a batch -> the mask of its rows to keep. Files are
+        read a record batch at a time, so a large table read for a few of its rows
+        (the metric errors of a million-row run) never sits in memory whole."""
         paths = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
         tables = []
         for path in paths:
             try:
+                if columns is None and keep is None:
+                    with FileSystems.open(path, mime_type="application/octet-stream") as f:
+                        tables.append(pq.read_table(pa.BufferReader(f.read())))
+                    continue
                 with FileSystems.open(path, mime_type="application/octet-stream") as f:
-                    tables.append(pq.read_table(pa.BufferReader(f.read())))
+                    parquet = pq.ParquetFile(f)
+                    present = [c for c in columns or parquet.schema_arrow.names if c in parquet.schema_arrow.names]
+                    batches = [b.filter(keep(b)) if keep else b for b in parquet.iter_batches(columns=present)]
+                    tables.append(pa.Table.from_batches(batches, schema=parquet.schema_arrow.empty_table().select(present).schema))
             except (OSError, pa.ArrowException) as e:  # one broken file must not hide every other run
                 print(f"evalbeam: skipped unreadable file {path}: {e}", file=sys.stderr)
-        schema = arrow_schema(table)
+        empty = arrow_schema(table).empty_table()
+        if columns is not None:
+            empty = empty.select(columns)
         if not tables:
-            return schema.empty_table()
+            return empty
         # older runs may lack newer columns: they read as nulls
-        return pa.concat_tables([schema.empty_table(), *tables], promote_options="permissive")
+        return pa.concat_tables([empty, *tables], promote_options="permissive")
 
     def query(self, sql: str, params: dict[str, Any], **tables: str | tuple[str, str]) -> list[dict[str, Any]]:
         """Run DuckDB SQL over tables given as {name: Parquet glob}, each registered under its name
@@ -108,9 +121,18 @@ class ParquetResults:
             "summary": self.query(SUMMARY_SQL.format(summary="summary", param="$run_id"), params, summary=pattern("summary")),
             "dead_letter": self.query(DEAD_LETTER_SQL.format(dead_letter="dead_letter", param="$run_id"), params,
                                       dead_letter=pattern("dead_letter")),
-            "metric_errors": self.query(METRIC_ERRORS_SQL.format(metric_results="metric_results", param="$run_id"),
-                                        params, metric_results=pattern("metric_results")),
+            "metric_errors": self._metric_errors(pattern("metric_results"), params),
         }
+
+    def _metric_errors(self, pattern: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """METRIC_ERRORS_SQL over only the rows with an error (and three columns)."""
+        errors = self._read_files(pattern, "metric_results", ["run_id", "metric", "error"],
+                                  keep=lambda batch: pc.is_valid(batch.column("error")))
+        with duckdb.connect() as con:
+            con.register("metric_results", errors)
+            rel = con.execute(METRIC_ERRORS_SQL.format(metric_results="metric_results", param="$run_id"), params)
+            columns = [d[0] for d in rel.description]
+            return [dict(zip(columns, row)) for row in rel.fetchall()]
 
 
 class BigQueryResults:

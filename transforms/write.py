@@ -132,18 +132,22 @@ def replace_run_folder(output: str, run_id: str, attempt: str) -> None:
         os.rmdir(attempts)
 
 
-RECORD_BATCH_ROWS = 1000  # WriteToParquet's defaults
-ROW_GROUP_BYTES = 64 * 1024 * 1024
+RECORD_BATCH_ROWS = 1000  # WriteToParquet's default
+# A table (a Parquet row group) every 16 MiB, where WriteToParquet's default is 64:
+# a worker holds at most this much of each table it writes, and writes two large
+# ones (instances, metric_results) at once.
+ROW_GROUP_BYTES = 16 * 1024 * 1024
 
 
 class _ArrowTablesFn(beam.DoFn):
-    """Row dicts -> pyarrow Tables for Beam's Parquet sink. The same as the first
-    step of Beam's WriteToParquet (record batches of 1,000 rows, a table every
-    64 MiB and at the end of the bundle; a missing column is null), but pyarrow
-    builds each batch from the dicts (`RecordBatch.from_pylist`), where Beam's
-    step appends every value to a column list in Python and asks for the window
-    and pane of every row: about 6x less CPU per row. The pipeline is in the
-    global window (batch), where the tables belong."""
+    """Row dicts -> pyarrow Tables for Beam's Parquet sink. Beam's WriteToParquet
+    does this step too (record batches of 1,000 rows, a table every 64 MiB and at
+    the end of the bundle; a missing column is null), but here pyarrow builds
+    each batch from the dicts (`RecordBatch.from_pylist`), where Beam's step
+    appends every value to a column list in Python and asks for the window and
+    pane of every row: about 6x less CPU per row; and a table is emitted every
+    ROW_GROUP_BYTES. The pipeline is in the global window (batch), where the
+    tables belong."""
 
     def __init__(self, schema):
         self._schema = schema
