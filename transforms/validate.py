@@ -12,16 +12,18 @@ in source order (file, then line):
 On a local runner, grouping whole instances by id holds every row in memory
 (the local runner keeps a shuffle's data in its own process). There the input
 is read twice instead (`UniqueIdDecisions`): a first pass groups only
-(id, position) pairs and keeps the decisions for the few ids seen more than
-once; the second pass builds each instance and looks its position up in them,
+(id, position) pairs, in batches per shard of ids, and keeps the decisions
+for the few ids seen more than once; the second pass builds each instance and looks its position up in them,
 so the instances stream from the reader to the writers without being held.
 """
 from __future__ import annotations
 
 import dataclasses
+import zlib
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
+from apache_beam.transforms import window
 
 from metrics.instance import Instance, InvalidField, RowSpec, build_instance
 from transforms.read import DEAD_LETTER, MAX_RAW_CHARS, DeadLetter, Record
@@ -123,17 +125,45 @@ class DecideIdFn(beam.DoFn):
         yield from self._decide(instance_id, candidate, decisions.get(candidate.position))
 
 
-class _IdsFn(beam.DoFn):
-    """A record -> (its instance id, (position, source)); nothing for a record that is not an instance."""
+ID_SHARDS = 64
+
+
+class _IdBatchesFn(beam.DoFn):
+    """Records -> (shard, [(instance id, position, line), ...]) once per shard and
+    bundle: the ids go to the shuffle in a few large batches, not one element per
+    record (the local runner holds each element of a shuffle as its own objects,
+    several hundred bytes apiece). A record that is not an instance gives nothing."""
 
     def __init__(self, spec: RowSpec):
         self._build = ToInstanceFn(spec)
+
+    def start_bundle(self):
+        self._batches: dict[int, list] = {}
 
     def process(self, record: Record):
         for out in self._build.process(record, count=False):
             if not isinstance(out, beam.pvalue.TaggedOutput):
                 instance_id, candidate = out
-                yield instance_id, (candidate.position, candidate.instance.source)
+                shard = zlib.crc32(instance_id.encode("utf-8", "surrogatepass")) % ID_SHARDS
+                self._batches.setdefault(shard, []).append((instance_id, candidate.position, candidate.order[1]))
+
+    def finish_bundle(self):
+        for shard, batch in self._batches.items():
+            yield window.GlobalWindows.windowed_value((shard, batch))
+        self._batches = {}
+
+
+def _repeated_ids(shard_batches, keep_first: bool):
+    """(shard, its batches) -> the decisions for the ids seen more than once in it."""
+    _, batches = shard_batches
+    seen: dict[str, list] = {}
+    for batch in batches:
+        for instance_id, position, line in batch:
+            seen.setdefault(instance_id, []).append((position, line))
+    for instance_id, where in seen.items():
+        if len(where) > 1:
+            yield from id_decisions(keep_first, instance_id,
+                                    [(position, f"{position[0]}:{line}") for position, line in sorted(where)])
 
 
 class UniqueIdDecisions(beam.PTransform):
@@ -145,12 +175,11 @@ class UniqueIdDecisions(beam.PTransform):
         self._spec = spec
 
     def expand(self, records):
-        keep_first = self._spec.id_column is not None
         return (
             records
-            | "Ids" >> beam.ParDo(_IdsFn(self._spec))
-            | "ById" >> beam.GroupByKey()
-            | "Repeated" >> beam.FlatMap(lambda kv: id_decisions(keep_first, kv[0], sorted(kv[1])) if len(kv[1]) > 1 else [])
+            | "IdBatches" >> beam.ParDo(_IdBatchesFn(self._spec))
+            | "ByShard" >> beam.GroupByKey()
+            | "Repeated" >> beam.FlatMap(_repeated_ids, self._spec.id_column is not None)
         )
 
 
