@@ -85,6 +85,8 @@ def main() -> None:
         middle = (b - a) / (times[b] - times[a]) * 60
         print(f"  steady state (middle 80% of requests): {middle:.0f}/min = {middle / args.quota:.3f}; first 10% of "
               f"requests took {times[a] - times[0]:.1f}s, last 10% {times[-1] - times[b]:.1f}s (ramp-up, retry tail)")
+    print(f"judgments per minute while judging: {args.judgments / span * 60:.0f}; calls beyond one per judgment: "
+          f"{stats.requests - args.judgments} ({stats.duplicates} of them copies of a call in flight, hedges)")
     print(f"429s: {stats.rate_limited / stats.requests:.2%} of requests")
     print(f"lost judgments: {args.judgments - ok} (rows {rows}, scored {ok})")
     if k:

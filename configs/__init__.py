@@ -185,6 +185,11 @@ class JudgeConfig(_Model):
         1024, ge=1, le=4096,
         description="the most calls in flight per shard (a memory bound); below it the number in flight is sized "
                     "from the quota and the observed latency")
+    hedge_share: float = pydantic.Field(
+        0.02, ge=0, le=0.5,
+        description="at the end of a run, once the input has ended, a call slower than 3 in 4 recent calls gets one "
+                    "copy (the first answer wins) when the pace has room; copies are calls, paced and counted, at most "
+                    "this share of the calls made (0: never)")
     shards: int = pydantic.Field(
         1, ge=1, le=1024,
         description="judge calls are split into this many shards, each on one worker with 1/shards of the quotas",
@@ -252,7 +257,7 @@ class JudgeConfig(_Model):
             model=self.model, backend=self.backend, base_url=self.base_url, project=self.project,
             location=self.location, api_key_env=self.api_key_env, requests_per_minute=self.requests_per_minute,
             tokens_per_minute=self.tokens_per_minute, max_attempts=self.max_attempts,
-            timeout_seconds=self.timeout_seconds, max_concurrency=self.max_concurrency,
+            timeout_seconds=self.timeout_seconds, max_concurrency=self.max_concurrency, hedge_share=self.hedge_share,
             temperature=self.temperature, max_output_tokens=self.max_output_tokens, mode=self.mode,
             batch_max_requests=self.batch_max_requests, batch_inline_max_bytes=self.batch_inline_max_bytes,
             batch_max_bytes=self.batch_max_bytes, batch_poll_seconds=self.batch_poll_seconds,

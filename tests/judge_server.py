@@ -49,6 +49,10 @@ Behaviour:
     #malformed=K    the first K attempts at this prompt answer non-JSON text
     #invalid=K      the first K attempts answer a score outside the rubric
     #fail           always 503 (in a batch: an item error)
+    #slow=S         the first request with this prompt is answered S seconds late (later
+                    ones as usual): a call in the latency tail
+    #unavailable_at=2,3  the 2nd and 3rd requests with this prompt answer 503 (counted as
+                    they arrive)
     #batchfail=K    the first K batch attempts at this prompt fail as an item error (a
                     batch job's per-request failure); online calls are unaffected
     #echo_key=N     answer HTTP status N with an error message that repeats the
@@ -146,6 +150,8 @@ class Stats:
     echoed: int = 0  # error answers that repeated the request's credential
     in_flight: int = 0  # admitted requests not yet answered
     peak_in_flight: int = 0
+    duplicates: int = 0  # admitted requests asking what another one in flight asks
+    # (a client's hedged copy, or its retry after a timeout)
     # Vertex AI: (project, location, model) per request, the bearer tokens presented, refusals
     vertex_resources: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     bearer_tokens: set = dataclasses.field(default_factory=set)
@@ -202,6 +208,8 @@ class JudgeServer:
         self.stats = Stats()
         self._lock = threading.Lock()
         self._window: collections.deque = collections.deque()
+        self._open: collections.Counter = collections.Counter()  # the contents of the requests in flight
+        self._asked: collections.Counter = collections.Counter()  # generateContent requests per prompt
         self._rng = random.Random(self.behaviour.seed)
         self._trusted: dict = {}  # service account email -> RSA public key
         self._batches: dict = {}  # id -> _BatchJob
@@ -749,14 +757,18 @@ class JudgeServer:
                 if retry_after is not None:
                     return self._send(429, {"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).",
                                                       "status": "RESOURCE_EXHAUSTED"}}, {"Retry-After": str(int(retry_after))})
+                asked = json.dumps(body.get("contents"), sort_keys=True)
                 with server._lock:
                     server.stats.in_flight += 1
                     server.stats.peak_in_flight = max(server.stats.peak_in_flight, server.stats.in_flight)
+                    server.stats.duplicates += server._open[asked] > 0
+                    server._open[asked] += 1
                 try:
                     self._answer_admitted(body, model, credential)
                 finally:
                     with server._lock:
                         server.stats.in_flight -= 1
+                        server._open[asked] -= 1
 
             def _answer_admitted(self, body: dict, model: str, credential: str | None):
                 if body.get("tools"):  # an agent's model call
@@ -772,6 +784,14 @@ class JudgeServer:
                     time.sleep(server.behaviour.timeout_delay)
                 elif latency:
                     time.sleep(latency)
+                with server._lock:
+                    server._asked[prompt] += 1
+                    nth = server._asked[prompt]
+                slow = re.search(r"#slow=(\d+(?:\.\d+)?)", prompt)
+                if slow and nth == 1:
+                    time.sleep(float(slow.group(1)))
+                unavailable_at = re.search(r"#unavailable_at=([\d,]+)", prompt)
+                error = error or bool(unavailable_at and str(nth) in unavailable_at.group(1).split(","))
                 echo = re.search(r"#echo_key=(\d{3})", prompt)
                 if echo:
                     code = int(echo.group(1))

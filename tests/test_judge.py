@@ -109,7 +109,7 @@ def test_client_stays_under_the_quota(api_key):
         start = time.monotonic()
         results = list(judge_stream(settings, requests_for([f"p{i} #score=3" for i in range(50)], settings), lambda r: r))
         elapsed = time.monotonic() - start
-    assert len(results) == 50 and all(r.verdict == "3" and r.attempts == 1 for _, r in results)
+    assert len(results) == 50 and all(r.verdict == "3" and r.attempts == 1 + r.hedged for _, r in results)
     assert server.stats.rate_limited == 0
     assert elapsed >= 49 / 8 - 0.2  # paced at 8 a second, not sent at once
 
@@ -413,3 +413,97 @@ def test_a_judge_shard_logs_its_progress_from_the_worker(api_key, caplog, monkey
     assert lines[-1].startswith("judge shard 2/4: 3 judgments done (1 failed, 0 rate-limited answers) in 0:00:")
     assert "against this shard's quota of 150/min" in lines[-1]
     assert lines[0].startswith("judge shard 2/4: 1 judgments done")
+
+
+def test_retries_after_transient_errors_start_short_and_grow():
+    from metrics.judge.client import BACKOFF_CAP, _backoff
+
+    first = [_backoff(1) for _ in range(2000)]
+    assert max(first) <= 0.25  # a transient 503 is retried within a quarter second
+    fifth = [_backoff(5) for _ in range(2000)]
+    assert 2.0 < max(fifth) <= 4.0 and min(fifth) < 1.0  # exponential, with full jitter
+    assert max(_backoff(20) for _ in range(200)) <= BACKOFF_CAP
+
+
+def test_latency_quantile_and_the_tail_hedge_turn_and_budget():
+    import asyncio
+
+    from metrics.judge.ratelimit import AdaptiveRateLimiter, InFlightWindow, TailHedge
+
+    window = InFlightWindow(cap=100, initial_latency=2.0)
+    assert window.quantile(0.75) == 2.0  # before any call: the initial guess
+    for seconds in range(1, 101):
+        window.observe(float(seconds))
+    assert window.quantile(0.75) == 76.0 and window.quantile(0.5) == 51.0
+    for _ in range(InFlightWindow.RECENT):
+        window.observe(0.5)
+    assert window.quantile(0.75) == 0.5  # only recent calls count
+
+    async def scenario():
+        limiter = AdaptiveRateLimiter(600)  # a place every 0.1 s
+        hedge = TailHedge(window, limiter, share=0.02)
+        hedge.calls = 50
+        order = []
+
+        async def call(i):
+            await limiter.acquire()
+            order.append(f"call{i}")
+
+        async def copy(name, wanted=True):
+            order.append(f"{name}:{await hedge.turn(0.0, 0, lambda: wanted)}")
+
+        first = asyncio.ensure_future(copy("copy1"))
+        await asyncio.sleep(0.3)
+        before_the_end = list(order)  # no copy while input remains
+        calls = [asyncio.ensure_future(call(i)) for i in range(3)]
+        await asyncio.sleep(0)
+        hedge.end_of_input()
+        await asyncio.gather(first, *calls)
+        await copy("copy2")  # a second copy in 50 calls is more than 2%
+        hedge.calls = 100
+        await copy("copy3", wanted=False)  # the call answered meanwhile
+        await copy("copy4")
+        return before_the_end, order, hedge.hedges
+
+    # the copy waits for the calls that wait for the pace
+    assert asyncio.run(scenario()) == (
+        [], ["call0", "call1", "call2", "copy1:True", "copy2:False", "copy3:False", "copy4:True"], 2)
+
+
+@pytest.mark.parametrize("share", [0.1, 0.0])
+def test_a_slow_call_at_the_end_gets_one_copy_counted_as_a_call(api_key, share):
+    # 100 quick judgments; the first call of one takes 30 s (timeout 20 s). Once the input
+    # has ended, it gets a copy, which answers: one hedge, two calls. With hedge_share 0
+    # it waits for its timeout and is retried: two calls, no hedge.
+    with JudgeServer() as server:
+        settings = JudgeSettings(model="m", base_url=server.url, requests_per_minute=6000, timeout_seconds=20,
+                                 hedge_share=share)
+        prompts = ["late #score=5 #slow=30"] + [f"h{i} #score=3" for i in range(99)]
+        results = {r.prompt: resp for r, resp in judge_stream(settings, requests_for(prompts, settings), lambda r: r)}
+    late = results.pop("late #score=5 #slow=30")
+    assert (late.verdict, late.error, late.attempts, late.hedged) == ("5", None, 2, 1 if share else 0)
+    assert all((r.verdict, r.error) == ("3", None) for r in results.values())
+    calls = late.attempts + sum(r.attempts for r in results.values())
+    hedges = late.hedged + sum(r.hedged for r in results.values())
+    assert calls == 100 + 1 + hedges - late.hedged  # every call counted: one each, the late one's second, copies
+    assert hedges <= share * calls
+    # beside the slow call on the server: its copy, or without one, its retry after the timeout
+    assert 1 <= server.stats.duplicates <= (hedges if share else 1)
+    assert server.stats.requests <= calls
+
+
+def test_a_slow_call_whose_copy_fails_gets_one_more_copy(api_key):
+    # "late": its copy fails at once; the call left is still slow, so a second copy goes,
+    # and answers, rather than the client waiting for the slow call (here: its timeout).
+    # "doomed": both copies fail; no third copy: the attempt ends with the slow call's
+    # timeout, and the retries after it are not slow.
+    with JudgeServer() as server:
+        settings = JudgeSettings(model="m", base_url=server.url, requests_per_minute=6000, timeout_seconds=20,
+                                 hedge_share=0.1)
+        late, doomed = "late #score=5 #slow=30 #unavailable_at=2", "doomed #score=4 #slow=30 #unavailable_at=2,3,4"
+        prompts = [late, doomed] + [f"h{i} #score=3" for i in range(98)]
+        results = {r.prompt: resp for r, resp in judge_stream(settings, requests_for(prompts, settings), lambda r: r)}
+    assert (results[late].verdict, results[late].error, results[late].attempts, results[late].hedged) == ("5", None, 3, 2)
+    # calls: the slow one, two failed copies, a failed retry, the retry that answers
+    assert (results[doomed].verdict, results[doomed].attempts, results[doomed].hedged) == ("4", 5, 2)
+    assert server.stats.errors == 1 + 3 and server.stats.requests <= sum(r.attempts for r in results.values())

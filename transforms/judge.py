@@ -161,6 +161,7 @@ class CallJudgeFn(beam.DoFn):
         self._checkpoint_seconds = checkpoint_seconds
         self._calls = Metrics.counter("evalbeam", "judge_calls")
         self._limited = Metrics.counter("evalbeam", "judge_rate_limited")
+        self._hedged = Metrics.counter("evalbeam", "judge_hedged")
         self._failed = Metrics.counter("evalbeam", "judge_failures")
         self._prompt_tokens = Metrics.counter("evalbeam", "judge_prompt_tokens")
         self._output_tokens = Metrics.counter("evalbeam", "judge_output_tokens")
@@ -199,6 +200,7 @@ class CallJudgeFn(beam.DoFn):
                 log.add(bool(response.error), response.rate_limited)
                 self._calls.inc(response.attempts)
                 self._limited.inc(response.rate_limited)
+                self._hedged.inc(response.hedged)
                 self._prompt_tokens.inc(response.prompt_tokens)
                 self._output_tokens.inc(response.output_tokens)
                 if response.error:

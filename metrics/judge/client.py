@@ -20,11 +20,14 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-from metrics.judge.ratelimit import AdaptiveRateLimiter, InFlightWindow
+from metrics.judge.ratelimit import AdaptiveRateLimiter, InFlightWindow, TailHedge
 from metrics.judge.templates import InvalidJudgment, parse_answer
 
 T = TypeVar("T")
-BACKOFF_BASE = 1.0
+# Every retry also waits for its place with the limiter (paced within the quota, paused
+# by a 429's Retry-After), so the backoff only spreads retries after transient errors;
+# a long first wait idles the quota at the end of a run, where the last retries are.
+BACKOFF_BASE = 0.25
 BACKOFF_CAP = 60.0
 CHARS_PER_TOKEN = 4  # for reserving tokens before a call; settled with the real count after
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
@@ -47,6 +50,7 @@ class JudgeSettings:
     max_attempts: int = 6
     timeout_seconds: float = 60
     max_concurrency: int = 1024  # the most calls in flight; the window is sized from latency and rate below it
+    hedge_share: float = 0.02  # the most copies of slow calls at the end of a run, as a share of the calls
     temperature: float = 0.0
     max_output_tokens: int | None = 2048
     mode: str = "online"  # online | batch (metrics.judge.batch)
@@ -93,8 +97,9 @@ class JudgeResponse:
     explanation: str | None = None
     prompt_tokens: int = 0
     output_tokens: int = 0
-    attempts: int = 0
+    attempts: int = 0  # calls made, retries and copies (hedged) included
     rate_limited: int = 0
+    hedged: int = 0  # calls sent as a copy of a slow call at the end of a run (ratelimit.TailHedge)
     error: str | None = None
     cache_hit: bool = False  # from judge.cache: paid for by an earlier run
     checkpointed: bool = False  # reused from this run_id's checkpoints (paid for by an attempt that died)
@@ -161,11 +166,12 @@ def scrub_secrets(text: str, secret: str | None, credentials) -> str:
 
 class JudgeClient:
     def __init__(self, settings: JudgeSettings, limiter: AdaptiveRateLimiter,
-                 observe_latency: Callable[[float], None] | None = None):
+                 observe_latency: Callable[[float], None] | None = None, hedge: TailHedge | None = None):
         from google.genai import types
 
         self.settings = settings
         self.limiter = limiter
+        self.hedge = hedge
         self._observe = observe_latency or (lambda seconds: None)
         check_credentials(settings)
         http = types.HttpOptions(
@@ -192,52 +198,116 @@ class JudgeClient:
         estimated = len(request.prompt) // CHARS_PER_TOKEN + (self.settings.max_output_tokens or 1024)
         last_error = "no attempt made"
         for attempt in range(1, self.settings.max_attempts + 1):
-            response.attempts = attempt
             await self.limiter.acquire(estimated)
-            retry_after = None
-            started = time.monotonic()
-            try:
-                answer = await asyncio.wait_for(
-                    self._client.aio.models.generate_content(model=self.settings.model, contents=request.prompt, config=config),
-                    timeout=self.settings.timeout_seconds,
-                )
-            except errors.APIError as e:
-                self._observe(time.monotonic() - started)
-                self.limiter.correct_tokens(estimated, 0)
-                last_error = f"HTTP {e.code}: {e.message or e.status}"
-                if e.code == 429:
-                    response.rate_limited += 1
-                    retry_after = _retry_after(e)
-                    self.limiter.on_rate_limited(retry_after)
-                elif not (e.code >= 500 or e.code == 408):
-                    response.error = self.scrub(f"{last_error} (not retried)")
-                    return response
-            except (asyncio.TimeoutError, TimeoutError) as e:
-                self._observe(time.monotonic() - started)
-                self.limiter.correct_tokens(estimated, 0)
-                last_error = f"timed out after {self.settings.timeout_seconds:g}s ({type(e).__name__})"
-            except Exception as e:  # noqa: BLE001 - transport errors (httpx) are retried like 5xx
-                self.limiter.correct_tokens(estimated, 0)
-                last_error = f"{type(e).__name__}: {e}"
-            else:
-                self._observe(time.monotonic() - started)
-                usage = answer.usage_metadata
-                prompt_tokens = (usage.prompt_token_count or 0) if usage else 0
-                output_tokens = (usage.candidates_token_count or 0) if usage else 0
-                response.prompt_tokens += prompt_tokens
-                response.output_tokens += output_tokens
-                self.limiter.correct_tokens(estimated, prompt_tokens + output_tokens)
-                self.limiter.on_success()
+            answer, error, retry_after = await self._attempt(request, config, estimated, response)
+            if answer is not None:
                 try:
                     response.verdict, response.explanation = parse_answer(
                         answer.text, request.answer_field, request.allowed)
                     return response
                 except InvalidJudgment as e:
                     last_error = f"invalid judge output: {e}"
+            elif isinstance(error, errors.APIError):
+                last_error = f"HTTP {error.code}: {error.message or error.status}"
+                if not (error.code == 429 or error.code >= 500 or error.code == 408):
+                    response.error = self.scrub(f"{last_error} (not retried)")
+                    return response
+            elif isinstance(error, (asyncio.TimeoutError, TimeoutError)):
+                last_error = f"timed out after {self.settings.timeout_seconds:g}s ({type(error).__name__})"
+            else:  # transport errors (httpx) are retried like 5xx
+                last_error = f"{type(error).__name__}: {error}"
             if attempt < self.settings.max_attempts:
                 await asyncio.sleep(max(retry_after or 0.0, _backoff(attempt)))
-        response.error = self.scrub(f"judge failed after {response.attempts} attempts; last: {last_error}")
+        hedged = f" ({response.attempts} calls, {response.hedged} of them copies of a slow call)" \
+            if response.hedged else ""
+        response.error = self.scrub(f"judge failed after {self.settings.max_attempts} attempts{hedged}; last: {last_error}")
         return response
+
+    async def _attempt(self, request: JudgeRequest, config, estimated: int, response: JudgeResponse):
+        """One attempt, its place with the limiter already taken: a call and, when
+        the tail hedge allows, a copy once the call alone in flight has run past
+        the hedge's delay (and one more if a copy failed first: the call left may
+        be slow too); the first answer wins. (answer, None, None) or, when every call
+        failed, the last one's (None, error, Retry-After)."""
+        first = asyncio.ensure_future(self._call(request, config, estimated, response))
+        if self.hedge is None:
+            return await first
+        sent = {first: time.monotonic()}
+        pending, turn, outcome = {first}, None, None
+        try:
+            while pending:
+                if turn is None and len(pending) == 1 and len(sent) <= TailHedge.COPIES:
+                    [alone] = pending
+                    delay = max(0.0, sent[alone] + self.hedge.delay() - time.monotonic())
+                    turn = asyncio.ensure_future(self.hedge.turn(delay, estimated, lambda: not alone.done()))
+                done, _ = await asyncio.wait(pending | {turn} if turn else pending,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                for task in done - {turn}:
+                    pending.discard(task)
+                    outcome = task.result()
+                    if outcome[0] is not None:
+                        return outcome
+                if turn in done and pending:
+                    if turn.result():
+                        response.hedged += 1
+                        copy = asyncio.ensure_future(self._call(request, config, estimated, response))
+                        sent[copy] = time.monotonic()
+                        pending.add(copy)
+                        turn = None
+                    else:  # the budget is spent: no copy, and no other turn
+                        turn = asyncio.get_running_loop().create_future()
+            return outcome
+        finally:
+            if turn is not None and turn.done() and not turn.cancelled() and turn.result():
+                self.hedge.hedges -= 1  # its place came as the last call ended: no copy was sent
+            for task in (*sent, turn):
+                if task is not None:
+                    task.cancel()
+
+    async def _call(self, request: JudgeRequest, config, estimated: int, response: JudgeResponse):
+        """One generateContent call, counted in the response's attempts, with its
+        tokens settled and its duration observed: (answer, None, None) or (None,
+        error, Retry-After). A call cancelled in flight (the losing copy) counts,
+        with no tokens: like a timed-out call, what it used is not known."""
+        from google.genai import errors
+
+        response.attempts += 1
+        if self.hedge is not None:
+            self.hedge.calls += 1
+        started = time.monotonic()
+        try:
+            answer = await asyncio.wait_for(
+                self._client.aio.models.generate_content(model=self.settings.model, contents=request.prompt, config=config),
+                timeout=self.settings.timeout_seconds,
+            )
+        except asyncio.CancelledError:
+            self.limiter.correct_tokens(estimated, 0)
+            raise
+        except errors.APIError as e:
+            self._observe(time.monotonic() - started)
+            self.limiter.correct_tokens(estimated, 0)
+            retry_after = None
+            if e.code == 429:
+                response.rate_limited += 1
+                retry_after = _retry_after(e)
+                self.limiter.on_rate_limited(retry_after)
+            return None, e, retry_after
+        except (asyncio.TimeoutError, TimeoutError) as e:
+            self._observe(time.monotonic() - started)
+            self.limiter.correct_tokens(estimated, 0)
+            return None, e, None
+        except Exception as e:  # noqa: BLE001 - transport errors (httpx) are retried like 5xx
+            self.limiter.correct_tokens(estimated, 0)
+            return None, e, None
+        self._observe(time.monotonic() - started)
+        usage = answer.usage_metadata
+        prompt_tokens = (usage.prompt_token_count or 0) if usage else 0
+        output_tokens = (usage.candidates_token_count or 0) if usage else 0
+        response.prompt_tokens += prompt_tokens
+        response.output_tokens += output_tokens
+        self.limiter.correct_tokens(estimated, prompt_tokens + output_tokens)
+        self.limiter.on_success()
+        return answer, None, None
 
     async def close(self) -> None:
         try:
@@ -268,7 +338,8 @@ def judge_stream(settings: JudgeSettings, items: Iterable[T], request_of: Callab
     """Judge every item on one asyncio loop (in a helper thread), within `share`
     of the configured quotas, with as many calls in flight as the rate and the
     observed latency need (ratelimit.InFlightWindow), at most
-    settings.max_concurrency. Items are read from the calling thread (a Beam
+    settings.max_concurrency, and copies of slow calls once the items have
+    ended (ratelimit.TailHedge, at most settings.hedge_share of the calls). Items are read from the calling thread (a Beam
     iterable must be) and results are yielded to it as they complete, so memory
     stays bounded by what is in flight."""
     inbox: queue.Queue = queue.Queue(maxsize=settings.max_concurrency)
@@ -278,7 +349,8 @@ def judge_stream(settings: JudgeSettings, items: Iterable[T], request_of: Callab
         limiter = AdaptiveRateLimiter(settings.requests_per_minute * share,
                                       settings.tokens_per_minute * share if settings.tokens_per_minute else None)
         window = InFlightWindow(settings.max_concurrency, initial_latency=min(2.0, settings.timeout_seconds))
-        client = JudgeClient(settings, limiter, window.observe)
+        hedge = TailHedge(window, limiter, settings.hedge_share) if settings.hedge_share > 0 else None
+        client = JudgeClient(settings, limiter, window.observe, hedge)
         loop = asyncio.get_running_loop()
         tasks = set()
 
@@ -293,6 +365,8 @@ def judge_stream(settings: JudgeSettings, items: Iterable[T], request_of: Callab
             item = await loop.run_in_executor(None, inbox.get)
             if item is _DONE:
                 await window.release()
+                if hedge:
+                    hedge.end_of_input()
                 break
             task = asyncio.create_task(one(item))
             tasks.add(task)

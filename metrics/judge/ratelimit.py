@@ -1,5 +1,6 @@
 """An asyncio rate limiter for judge calls: requests per minute and,
-optionally, tokens per minute.
+optionally, tokens per minute; and how many calls may be in flight
+(InFlightWindow) and when a slow one gets a copy at the end of a run (TailHedge).
 
 Requests are paced, not burst: a request may start 1/rate seconds after the
 previous one, so no window of any length sees more than its share plus one.
@@ -12,6 +13,7 @@ libraries on PyPI are either thread-based, or fixed-rate without adaptation to
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 import time
 
@@ -52,6 +54,10 @@ class AdaptiveRateLimiter:
         if delay > 0:
             await self._sleep(delay)
 
+    def backlog(self) -> float:
+        """Seconds until a request asking now could start (0: the pace has room now)."""
+        return max(0.0, self._next_start - self._clock(), self._paused_until - self._clock())
+
     def correct_tokens(self, estimated: int, actual: int) -> None:
         """Settle a request's token reservation with what it really used."""
         if self.tokens_per_second:
@@ -80,6 +86,7 @@ class InFlightWindow:
 
     ALPHA = 1 / 8  # RFC 6298's gains
     BETA = 1 / 4
+    RECENT = 256  # the calls whose durations give the quantiles (TailHedge's delay)
 
     def __init__(self, cap: int, initial_latency: float = 2.0, floor: int = 4):
         self.cap = cap
@@ -89,6 +96,7 @@ class InFlightWindow:
         self.deviation = 0.0
         self.in_flight = 0
         self.peak = 0
+        self._recent: collections.deque = collections.deque(maxlen=self.RECENT)
         self._changed = asyncio.Condition()
 
     def latency(self) -> float:
@@ -97,8 +105,16 @@ class InFlightWindow:
     def limit(self, rate_per_second: float) -> int:
         return max(self.floor, min(self.cap, math.ceil(rate_per_second * self.latency())))
 
+    def quantile(self, q: float) -> float:
+        """The q-quantile of the recent calls' durations (the initial guess before any)."""
+        if not self._recent:
+            return self.initial_latency
+        ordered = sorted(self._recent)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
     def observe(self, seconds: float) -> None:
         """One call's duration (an HTTP attempt, not the waits around it)."""
+        self._recent.append(seconds)
         if self.smoothed is None:
             self.smoothed, self.deviation = seconds, seconds / 2
         else:
@@ -116,3 +132,49 @@ class InFlightWindow:
         async with self._changed:
             self.in_flight -= 1
             self._changed.notify_all()
+
+
+class TailHedge:
+    """When a slow call gets a second, identical copy (a hedged request, as in
+    Dean and Barroso's "The Tail at Scale"). A run ends with its slowest calls:
+    one admitted in its last second that fails after a tail latency is retried
+    seconds after every other call has finished, while the quota sits idle. So,
+    once the input has ended and the pace has room (a copy never delays a first
+    call or a retry), a call that has run longer than the QUANTILE of recent
+    calls gets a copy, and the first answer wins. A copy is a call like any
+    other: paced by the limiter, counted in the judgment's attempts, and in all
+    no more than `share` of the calls made (0: never)."""
+
+    QUANTILE = 0.75
+    COPIES = 2  # per attempt: a copy, and one more if a copy fails while the call is still slow
+
+    def __init__(self, window: InFlightWindow, limiter: AdaptiveRateLimiter, share: float):
+        self.window = window
+        self.limiter = limiter
+        self.share = share
+        self.calls = 0  # every call sent, copies included
+        self.hedges = 0
+        self._ended = asyncio.Event()
+
+    def end_of_input(self) -> None:
+        self._ended.set()
+
+    def delay(self) -> float:
+        """How long a call runs before it may get a copy."""
+        return self.window.quantile(self.QUANTILE)
+
+    async def turn(self, delay: float, estimated_tokens: int, wanted) -> bool:
+        """Wait until a call sent now may get its copy: after `delay`, at the end
+        of the input, when nothing waits for the pace; then, if `wanted()` still
+        and the budget allows, count the copy and take its place with the limiter
+        (True). Checking and taking the place do not yield, so copies take only
+        places nobody else wants: a retry coming later is not queued behind them."""
+        await asyncio.sleep(delay)
+        await self._ended.wait()
+        while (wait := self.limiter.backlog()) > 0:
+            await asyncio.sleep(wait)
+        if not wanted() or self.hedges + 1 > self.share * self.calls:
+            return False
+        self.hedges += 1
+        await self.limiter.acquire(estimated_tokens)
+        return True
