@@ -214,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(planned, indent=2) if args.json else format_plan(planned))
             return 0
         logging.getLogger().setLevel(logging.WARNING)
+        # the local worker processes' own start-up warnings (relayed by this logger) are
+        # Beam's, about options and registries evalbeam does not use: not the user's concern
+        logging.getLogger("apache_beam.runners.portability.local_job_service").setLevel(logging.ERROR)
         workers = evaluate.local_worker_args(config, beam_args)
         if workers:
             print(f"evalbeam: a large input: {workers[0].split('=')[1]} local worker processes "

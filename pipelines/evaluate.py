@@ -418,9 +418,13 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
     if progress:
         from transforms.progress import CountFn
 
-        read | "ProgressRead" >> beam.ParDo(CountFn(progress, "read"))
+        # counted where they are made, not after a Flatten: the local runner runs a
+        # Flatten's consumers only once every input is complete
+        records | "ProgressRead" >> beam.ParDo(CountFn(progress, "read"))
+        unparseable | "ProgressReadUnparseable" >> beam.ParDo(CountFn(progress, "read"))
         computed | "ProgressScored" >> beam.ParDo(CountFn(progress, "scored"))
-        dead_letters | "ProgressDeadLettered" >> beam.ParDo(CountFn(progress, "dead_lettered"))
+        unparseable | "ProgressUnparseable" >> beam.ParDo(CountFn(progress, "dead_lettered"))
+        invalid | "ProgressInvalid" >> beam.ParDo(CountFn(progress, "dead_lettered"))
     counted = computed
     if config.inference and config.inference.num_runs > 1:
         from transforms.infer import first_run

@@ -39,3 +39,24 @@ def test_a_run_prints_its_run_id_first_and_its_final_counts(tmp_path):
     assert lines[0].startswith("evalbeam: run progress-test (run date ")
     assert [line for line in lines if line.startswith("evalbeam progress:")][-1].startswith(
         "evalbeam progress: read 15 | scored 15 | dead-lettered 0")
+
+
+def test_rows_are_counted_read_as_they_are_read(tmp_path):
+    """Every progress line of a run over a large input (in parts, in worker processes)
+    counts a row read no later than scored: read >= scored + dead-lettered in each."""
+    import json
+    import re
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"id": f"r{i}", "response": "an answer " * 20, "reference": "an answer " * 19})
+                            + "\n" for i in range(30000)) + "{bad\n")
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps({"name": "p", "run_id": "p", "input": {"uri": str(data), "id_column": "id"},
+                                  "metrics": ["rouge_l", "bleu"], "output": {"parquet": str(tmp_path / "out")}}))
+    result = evalbeam("run", str(config), env={"EVALBEAM_PROGRESS_SECONDS": "0.2", "EVALBEAM_PARALLEL_INPUT_BYTES": "1000",
+                                               "EVALBEAM_PART_BYTES": "500000"})
+    counts = [tuple(int(n.replace(",", "")) for n in m.groups()) for m in re.finditer(
+        r"evalbeam progress: read ([\d,]+) \| scored ([\d,]+) \| dead-lettered ([\d,]+)", result.stderr)]
+    assert counts[-1] == (30001, 30000, 1)
+    assert any(0 < scored < 30000 for _, scored, _ in counts)  # lines from the middle of the run
+    assert all(read >= scored + dead for read, scored, dead in counts), counts
