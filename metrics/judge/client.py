@@ -339,9 +339,10 @@ def judge_stream(settings: JudgeSettings, items: Iterable[T], request_of: Callab
     of the configured quotas, with as many calls in flight as the rate and the
     observed latency need (ratelimit.InFlightWindow), at most
     settings.max_concurrency, and copies of slow calls once the items have
-    ended (ratelimit.TailHedge, at most settings.hedge_share of the calls). Items are read from the calling thread (a Beam
-    iterable must be) and results are yielded to it as they complete, so memory
-    stays bounded by what is in flight."""
+    ended (ratelimit.TailHedge, at most settings.hedge_share of the calls).
+    Items are read from the calling thread (a Beam iterable must be) and results
+    are yielded to it as they complete, so memory stays bounded by what is in
+    flight."""
     inbox: queue.Queue = queue.Queue(maxsize=settings.max_concurrency)
     outbox: queue.Queue = queue.Queue()
 
