@@ -13,7 +13,7 @@ from importlib import metadata
 import apache_beam as beam
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions
 
 from configs import ConfigError, EvalConfig
 from metrics.compare import ALPHA
@@ -286,6 +286,17 @@ def lean_local(pipeline: beam.Pipeline, config: EvalConfig) -> bool:
     return config.input.kind == "files" and pipeline.options.view_as(StandardOptions).runner in LOCAL_RUNNERS
 
 
+def stream_judge(pipeline: beam.Pipeline, config: EvalConfig) -> bool:
+    """Whether template judge metrics are answered as the rows stream by
+    (transforms.judge.StreamJudgeFn): on the DirectRunner with one worker
+    process, which then keeps the whole quota, judging online, and with no
+    inference or rubric metric (whose stages join on shuffles)."""
+    options = pipeline.options
+    return (options.view_as(StandardOptions).runner in (None, "DirectRunner", "direct")
+            and options.view_as(DirectOptions).direct_num_workers == 1
+            and config.judge.mode == "online" and not config.inference and not config.rubric_specs())
+
+
 def _read(pipeline: beam.Pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
     """-> records, unparseable, source lines, instances, invalid."""
     decisions = None
@@ -376,7 +387,13 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
                             | "InferenceErrorRows" >> beam.Map(
                                 inference_error_rows, run, [s.output_name for s in judge_specs + rubric_specs],
                                 config.judge.model))
-    if judge_specs:
+    if judge_specs and stream_judge(pipeline, config):
+        # the computation rows and the judge rows of an instance come out together: no Flatten
+        scored_parts[0], cache_rows, usage = computed | "Judge" >> judge.JudgeInstances(
+            run, judge_specs, judge_config, cached, progress, checkpoint, stream=True)
+        thresholds.update({p.output_name: p.threshold for p in judge.plan_judges(judge_specs)})
+        cache_parts.append(cache_rows), usage_parts.append(usage)
+    elif judge_specs:
         judged, cache_rows, usage = judged_instances | "Judge" >> judge.JudgeInstances(run, judge_specs, judge_config, cached,
                                                                                 progress, checkpoint)
         thresholds.update({p.output_name: p.threshold for p in judge.plan_judges(judge_specs)})
@@ -397,7 +414,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         scored_parts.append(rubric_scored), cache_parts.append(cache_rows), usage_parts.append(usage)
     else:
         rubric_rows = pipeline | "NoRubrics" >> beam.Create([])
-    scored = tuple(scored_parts) | "AllScores" >> beam.Flatten() if len(scored_parts) > 1 else computed
+    scored = tuple(scored_parts) | "AllScores" >> beam.Flatten() if len(scored_parts) > 1 else scored_parts[0]
     cache_rows = tuple(cache_parts) | "AllJudgeCache" >> beam.Flatten() if cache_parts else (
         pipeline | "NoJudgeCache" >> beam.Create([]))
     if len(usage_parts) > 1:

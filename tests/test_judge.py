@@ -210,11 +210,17 @@ ROWS = [
 ]
 
 
-def test_judge_metrics_end_to_end(tmp_path, api_key):
+# A local run in one process judges rows as they stream by (StreamJudgeFn); with two
+# workers it takes Dataflow's path: shards of the quota, joined back by id (AnswerJudgeRequests).
+PATHS = {"stream": [], "shards": ["--direct_num_workers=2", "--direct_running_mode=multi_threading"]}
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_judge_metrics_end_to_end(tmp_path, api_key, path):
     data = write_data(tmp_path, ROWS)
     with JudgeServer(Behaviour(latency_median=0.01)) as server:
         config = judge_config(tmp_path, data, server.url, ["fluency", "pairwise_fluency", FOLLOWS, "exact_match"])
-        run = evalbeam("run", config)
+        run = evalbeam("run", config, *PATHS[path])
         requests_made = server.stats.requests
     assert "read 5 = scored 5 + dead-lettered 0; metric errors 3" in run.stdout
     out = tmp_path / "out" / "j1"
@@ -284,15 +290,16 @@ def test_a_key_echoed_in_judge_errors_is_redacted_end_to_end(tmp_path, api_key):
             assert KEY.encode() not in path.read_bytes(), path
 
 
-def test_a_rerun_with_the_cache_makes_no_call(tmp_path, api_key):
+@pytest.mark.parametrize("path", PATHS)
+def test_a_rerun_with_the_cache_makes_no_call(tmp_path, api_key, path):
     data = write_data(tmp_path, [r for r in ROWS if r["id"] != "c"])
     with JudgeServer() as server:
         first = judge_config(tmp_path, data, server.url, ["fluency", "pairwise_fluency"], run_id="first")
-        evalbeam("run", first)
+        evalbeam("run", first, *PATHS[path])
         calls_before = server.stats.requests
         cache = str(tmp_path / "out" / "first" / "judge_cache")
         second = judge_config(tmp_path, data, server.url, ["fluency", "pairwise_fluency"], run_id="second", cache=cache)
-        evalbeam("run", second)
+        evalbeam("run", second, *PATHS[path])
         assert server.stats.requests == calls_before  # zero calls
     score = lambda run: {(r["instance_id"], r["metric"]): (r["score"], r["explanation"])  # noqa: E731
                          for r in table(tmp_path / "out" / run, "metric_results")}
@@ -507,3 +514,25 @@ def test_a_slow_call_whose_copy_fails_gets_one_more_copy(api_key):
     # calls: the slow one, two failed copies, a failed retry, the retry that answers
     assert (results[doomed].verdict, results[doomed].attempts, results[doomed].hedged) == ("4", 5, 2)
     assert server.stats.errors == 1 + 3 and server.stats.requests <= sum(r.attempts for r in results.values())
+
+
+@pytest.mark.parametrize("flags, overrides, streams", [
+    ([], [], True),
+    (["--direct_running_mode=multi_threading"], [], True),  # still one worker
+    (["--direct_num_workers=2", "--direct_running_mode=multi_processing"], [], False),  # two would each take the quota
+    (["--runner=DataflowRunner"], [], False),
+    (["--runner=PrismRunner"], [], False),
+    ([], ["judge.mode=batch"], False),
+    ([], ["metrics=[fluency,general_quality]"], False),
+])
+def test_rows_stream_through_the_judge_only_where_one_process_keeps_the_quota(tmp_path, flags, overrides, streams):
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from configs import load_config
+    from pipelines.evaluate import stream_judge
+
+    data = write_data(tmp_path, ROWS)
+    config = load_config(judge_config(tmp_path, data, "http://localhost:1", ["fluency"]), overrides)
+    # (the options name the runner; the pipeline is only built, never run)
+    assert stream_judge(beam.Pipeline(runner="DirectRunner", options=PipelineOptions(flags)), config) is streams

@@ -300,6 +300,22 @@ def per_turn_row(run: RunKey, plan: JudgePlan, instance: Instance, model: str, b
     return row
 
 
+def judge_rows(run: RunKey, plans: list[JudgePlan], instance: Instance, model: str,
+               judged: Iterable[tuple[Link, JudgeResponse]], sampling_count: int) -> list[dict[str, Any]]:
+    """An instance's judge rows (one per plan) from the answers to its judgments."""
+    by_metric: dict[tuple[str, int], dict[tuple[int, int], JudgeResponse]] = collections.defaultdict(dict)
+    for link, response in judged:
+        by_metric[(link.metric, link.unit)][(link.sample, link.order)] = response
+    rows = []
+    for plan in plans:
+        if getattr(plan.template, "per_turn", False):
+            rows.append(per_turn_row(run, plan, instance, model, by_metric, sampling_count))
+        else:
+            rows.append(judge_row(run, plan, instance.instance_id, model,
+                                  by_metric.get((plan.output_name, 0), {}), sampling_count))
+    return rows
+
+
 class AssembleFn(beam.DoFn):
     """(instance_id, {instance, judged}) -> ScoredInstance with the instance's judge rows."""
 
@@ -312,17 +328,9 @@ class AssembleFn(beam.DoFn):
 
     def process(self, element):
         instance_id, groups = element
-        by_metric: dict[tuple[str, int], dict[tuple[int, int], JudgeResponse]] = collections.defaultdict(dict)
-        for link, response in groups["judged"]:
-            by_metric[(link.metric, link.unit)][(link.sample, link.order)] = response
+        judged = list(groups["judged"])
         for instance in groups["instance"]:
-            rows = []
-            for plan in self._plans:
-                if getattr(plan.template, "per_turn", False):
-                    rows.append(per_turn_row(self._run, plan, instance, self._model, by_metric, self._samples))
-                else:
-                    rows.append(judge_row(self._run, plan, instance_id, self._model,
-                                          by_metric.get((plan.output_name, 0), {}), self._samples))
+            rows = judge_rows(self._run, self._plans, instance, self._model, judged, self._samples)
             self._errors.inc(sum(r["error"] is not None for r in rows))
             yield ScoredInstance(instance, rows)
 
@@ -416,6 +424,157 @@ class AnswerJudgeRequests(beam.PTransform):
         return (resolved.cached, called) | "AllAnswers" >> beam.Flatten()
 
 
+ANSWERED = "answered"  # StreamJudgeFn: (response, ()) once per distinct key answered, as AnswerJudgeRequests gives
+NEEDED = "needed"  # StreamJudgeFn: a mark per key not in judge.cache (progress: judgments needed)
+
+
+class StreamJudgeFn(beam.DoFn):
+    """ScoredInstance -> the same with its judge rows added, judged as the rows
+    stream by: the judge path of a local run in one process, whose shuffles and
+    Flattens would each hold every row in memory (see JudgeInstances).
+
+    Each request key is answered once: by an answer this run already has (kept
+    on disk: metrics.judge.answers), by judge.cache (the side input), by this
+    run_id's checkpoints, else by a call on one judge stream (the one judge
+    layer: quotas, retries, hedging), checkpointed as it completes. An instance
+    is held in memory only while its calls are in flight."""
+
+    def __init__(self, run: RunKey, plans: list[JudgePlan], settings: JudgeSettings, sampling_count: int,
+                 checkpoint: str | None = None, checkpoint_seconds: float = 5.0):
+        self._run = run
+        self._plans = plans
+        self._settings = settings
+        self._samples = sampling_count
+        self._checkpoint = checkpoint
+        self._checkpoint_seconds = checkpoint_seconds
+
+    def setup(self):
+        self._counters = {name: Metrics.counter("evalbeam", name) for name in (
+            "judge_cache_hits", "judge_requests_deduplicated", "judge_requests_to_call", "judge_calls",
+            "judge_rate_limited", "judge_hedged", "judge_failures", "judge_prompt_tokens", "judge_output_tokens",
+            "judge_checkpoint_reused", "metric_errors")}
+        self._given = self._known = None
+        self._stream = None
+
+    def _load(self, cached) -> None:
+        """The answers this run may reuse, on disk: this run_id's checkpoints, and
+        judge.cache over them (the cache is looked up first, as ResolveFn does)."""
+        from metrics.judge.answers import AnswerStore
+        from transforms import judge_checkpoint
+
+        self._given, self._known = AnswerStore(), AnswerStore()  # answers given out; answers to reuse
+        if self._checkpoint:
+            self._known.put_all(judge_checkpoint.read_checkpoints(self._checkpoint).values())
+        self._known.put_all(response for _, response in cached)
+
+    def _start(self) -> None:
+        from metrics.judge.client import JudgeStream
+        from transforms import judge_checkpoint
+
+        self._stream = JudgeStream(self._settings, lambda request: request)
+        self._writer = judge_checkpoint.CheckpointWriter(self._checkpoint, 0, self._checkpoint_seconds) \
+            if self._checkpoint else None
+        self._log = JudgeShardLog(0, 1, self._settings.requests_per_minute)
+        self._waiting: dict[str, list] = {}  # key in flight -> [(entry, link)]
+
+    def process(self, scored: ScoredInstance, cached=()):
+        if self._given is None:
+            self._load(cached)
+        count = self._counters
+        entry = [scored, 1, []]  # the instance, its answers still to come (+1 until all are asked), [(link, response)]
+        for asked in judge_requests(scored.instance, self._plans, self._settings, self._samples):
+            if isinstance(asked, beam.pvalue.TaggedOutput):  # a unit with an input missing: its error
+                entry[2].append(asked.value[1])
+                continue
+            key, (request, link) = asked
+            if self._stream is not None and key in self._waiting:
+                count["judge_requests_deduplicated"].inc()
+                self._waiting[key].append((entry, link))
+                entry[1] += 1
+                continue
+            response = self._given.get(key)
+            if response is not None:
+                count["judge_requests_deduplicated"].inc()
+                entry[2].append((link, response))
+                continue
+            response = self._known.get(key)
+            if response is not None:
+                response = dataclasses.replace(response, metric=request.metric)
+                self._given.put(response)
+                if response.cache_hit:
+                    count["judge_cache_hits"].inc()
+                else:
+                    count["judge_checkpoint_reused"].inc()
+                    count["judge_requests_to_call"].inc()
+                    yield beam.pvalue.TaggedOutput(NEEDED, 1)
+                entry[2].append((link, response))
+                yield beam.pvalue.TaggedOutput(ANSWERED, (response, ()))
+                continue
+            count["judge_requests_to_call"].inc()
+            yield beam.pvalue.TaggedOutput(NEEDED, 1)
+            if self._stream is None:
+                self._start()
+            self._waiting[key] = [(entry, link)]
+            entry[1] += 1
+            for done in self._stream.put(request):
+                yield from self._answered(*done)
+        yield from self._release(entry)
+        if self._stream is not None:
+            for done in self._stream.ready():
+                yield from self._answered(*done)
+
+    def _answered(self, request: JudgeRequest, response: JudgeResponse):
+        count = self._counters
+        self._given.put(response)
+        if self._writer:
+            self._writer.add(response)
+        self._log.add(bool(response.error), response.rate_limited)
+        count["judge_calls"].inc(response.attempts)
+        count["judge_rate_limited"].inc(response.rate_limited)
+        count["judge_hedged"].inc(response.hedged)
+        count["judge_prompt_tokens"].inc(response.prompt_tokens)
+        count["judge_output_tokens"].inc(response.output_tokens)
+        if response.error:
+            count["judge_failures"].inc()
+        yield beam.pvalue.TaggedOutput(ANSWERED, (response, ()))
+        for entry, link in self._waiting.pop(request.key):
+            entry[2].append((link, response))
+            yield from self._release(entry)
+
+    def _release(self, entry):
+        entry[1] -= 1
+        if entry[1] == 0:
+            scored = entry[0]
+            rows = judge_rows(self._run, self._plans, scored.instance, self._settings.model, entry[2], self._samples)
+            self._counters["metric_errors"].inc(sum(r["error"] is not None for r in rows))
+            yield ScoredInstance(scored.instance, scored.results + rows)
+
+    def finish_bundle(self):
+        from apache_beam.transforms.window import GlobalWindows
+
+        if self._stream is None:
+            return
+        try:
+            for done in self._stream.close():
+                for out in self._answered(*done):
+                    if isinstance(out, beam.pvalue.TaggedOutput):
+                        yield beam.pvalue.TaggedOutput(out.tag, GlobalWindows.windowed_value(out.value))
+                    else:
+                        yield GlobalWindows.windowed_value(out)
+            self._log.finish()
+        finally:
+            self._stream = None
+            if self._writer:
+                self._writer.close()
+        if self._waiting:  # every key put on the stream is answered by close(): a broken promise, not a lost row
+            raise RuntimeError(f"{len(self._waiting)} judge requests got no answer")
+
+    def teardown(self):
+        for store in (self._given, self._known):
+            if store is not None:
+                store.close()
+
+
 def _keyed_for_join(instance: Instance, per_turn: bool):
     """(id, what the judge rows need of an instance): its id, slices and lines, not
     its fields (a shuffle's data stays small), unless a per-turn metric reads its turns."""
@@ -425,11 +584,19 @@ def _keyed_for_join(instance: Instance, per_turn: bool):
 class JudgeInstances(beam.PTransform):
     """Instances -> (ScoredInstances with the judge rows, judge_cache rows, usage per metric).
     `cached` is a PCollection of (request_key, JudgeResponse) from judge.cache, or None;
-    `checkpoint` the run's judge checkpoint folder (transforms.judge_checkpoint), or None."""
+    `checkpoint` the run's judge checkpoint folder (transforms.judge_checkpoint), or None.
+
+    With `stream` (a local run in one process: pipelines.evaluate.stream_judge),
+    the input is the ScoredInstances of the computation metrics, judged as they
+    come by StreamJudgeFn, and the output carries their rows and the judge rows:
+    the same answers and rows without a shuffle, which the local runner would
+    hold whole in memory. Otherwise requests are answered by AnswerJudgeRequests
+    (shards, for a quota shared by many workers) and joined back by id."""
 
     def __init__(self, run: RunKey, specs, judge_config, cached=None, progress: str | None = None,
-                 checkpoint: str | None = None):
+                 checkpoint: str | None = None, stream: bool = False):
         super().__init__()
+        self._stream = stream
         self._checkpoint = checkpoint
         self._progress = progress
         self._run = run
@@ -439,6 +606,8 @@ class JudgeInstances(beam.PTransform):
         self._cached = cached
 
     def expand(self, instances):
+        if self._stream:
+            return self._expand_stream(instances)
         settings, config, run, plans = self._settings, self._config, self._run, self._plans
         requests = instances | "JudgeRequests" >> beam.FlatMap(
             judge_requests, plans, settings, config.sampling_count).with_outputs(UNASKED, main="asks")
@@ -454,10 +623,24 @@ class JudgeInstances(beam.PTransform):
             | "JoinInstances" >> beam.CoGroupByKey()
             | "JudgeRows" >> beam.ParDo(AssembleFn(run, plans, settings.model, config.sampling_count))
         )
+        return (scored, *self._cache_rows_and_usage(answered))
+
+    def _cache_rows_and_usage(self, answered):
         cache_rows = answered | "CacheRows" >> beam.FlatMap(
-            lambda a, r, m: [cache_row(r, m, a[0])] if a[0].error is None else [], run, settings.model)
-        usage = answered | "Usage" >> beam.CombineGlobally(UsageFn())
-        return scored, cache_rows, usage
+            lambda a, r, m: [cache_row(r, m, a[0])] if a[0].error is None else [], self._run, self._settings.model)
+        return cache_rows, answered | "Usage" >> beam.CombineGlobally(UsageFn())
+
+    def _expand_stream(self, scored):
+        """stream: ScoredInstances in, judged as they come (StreamJudgeFn), with no shuffle."""
+        cached = [beam.pvalue.AsIter(self._cached)] if self._cached is not None else []
+        judged = scored | "JudgeAsTheyCome" >> beam.ParDo(StreamJudgeFn(
+            self._run, self._plans, self._settings, self._config.sampling_count, self._checkpoint,
+            self._config.checkpoint_seconds), *cached).with_outputs(ANSWERED, NEEDED, main="scored")
+        if self._progress:
+            judged[NEEDED] | "ProgressJudgeNeeded" >> beam.ParDo(CountFn(self._progress, "judge_needed"))
+            (judged[ANSWERED] | "Called" >> beam.Filter(lambda a: not a[0].cache_hit)
+             | "ProgressJudgeDone" >> beam.ParDo(CountFn(self._progress, "judge_done")))
+        return (judged.scored, *self._cache_rows_and_usage(judged[ANSWERED]))
 
 
 class ReadJudgeCache(beam.PTransform):

@@ -333,20 +333,28 @@ def _retry_after(error) -> float | None:
 _DONE = object()
 
 
-def judge_stream(settings: JudgeSettings, items: Iterable[T], request_of: Callable[[T], JudgeRequest],
-                 share: float = 1.0) -> Iterator[tuple[T, JudgeResponse]]:
-    """Judge every item on one asyncio loop (in a helper thread), within `share`
-    of the configured quotas, with as many calls in flight as the rate and the
-    observed latency need (ratelimit.InFlightWindow), at most
-    settings.max_concurrency, and copies of slow calls once the items have
-    ended (ratelimit.TailHedge, at most settings.hedge_share of the calls).
-    Items are read from the calling thread (a Beam iterable must be) and results
-    are yielded to it as they complete, so memory stays bounded by what is in
-    flight."""
-    inbox: queue.Queue = queue.Queue(maxsize=settings.max_concurrency)
-    outbox: queue.Queue = queue.Queue()
+class JudgeStream:
+    """Judges items handed to it one at a time, on one asyncio loop (in a helper
+    thread), within `share` of the configured quotas, with as many calls in
+    flight as the rate and the observed latency need (ratelimit.InFlightWindow),
+    at most settings.max_concurrency, and copies of slow calls once the items
+    have ended (ratelimit.TailHedge, at most settings.hedge_share of the calls).
 
-    async def main() -> None:
+    `put` hands over an item, waiting while settings.max_concurrency are
+    queued, and yields the results finished meanwhile; `close` ends the input
+    and yields the rest. Results are (item, JudgeResponse) as they complete, so
+    memory stays bounded by what is in flight. Items come from the calling
+    thread (a Beam iterable or DoFn must be read there)."""
+
+    def __init__(self, settings: JudgeSettings, request_of: Callable[[T], JudgeRequest], share: float = 1.0):
+        self._inbox: queue.Queue = queue.Queue(maxsize=settings.max_concurrency)
+        self._outbox: queue.Queue = queue.Queue()
+        self._settings, self._request_of, self._share = settings, request_of, share
+        self._worker = threading.Thread(target=self._run, name="evalbeam-judge", daemon=True)
+        self._worker.start()
+
+    async def _main(self) -> None:
+        settings, share, outbox = self._settings, self._share, self._outbox
         limiter = AdaptiveRateLimiter(settings.requests_per_minute * share,
                                       settings.tokens_per_minute * share if settings.tokens_per_minute else None)
         window = InFlightWindow(settings.max_concurrency, initial_latency=min(2.0, settings.timeout_seconds))
@@ -357,13 +365,13 @@ def judge_stream(settings: JudgeSettings, items: Iterable[T], request_of: Callab
 
         async def one(item):
             try:
-                outbox.put((item, await client.judge(request_of(item))))
+                outbox.put((item, await client.judge(self._request_of(item))))
             finally:
                 await window.release()
 
         while True:
             await window.acquire(lambda: limiter.rate)
-            item = await loop.run_in_executor(None, inbox.get)
+            item = await loop.run_in_executor(None, self._inbox.get)
             if item is _DONE:
                 await window.release()
                 if hedge:
@@ -376,21 +384,19 @@ def judge_stream(settings: JudgeSettings, items: Iterable[T], request_of: Callab
             await asyncio.gather(*tasks)
         await client.close()
 
-    def run() -> None:
+    def _run(self) -> None:
         try:
-            asyncio.run(main())
+            asyncio.run(self._main())
         except BaseException as e:  # noqa: BLE001 - handed to the calling thread
-            outbox.put(e)
-        outbox.put(_DONE)
+            self._outbox.put(e)
+        self._outbox.put(_DONE)
 
-    worker = threading.Thread(target=run, name="evalbeam-judge", daemon=True)
-    worker.start()
-
-    def ready() -> list:
+    def ready(self) -> list:
+        """The results finished so far (never waits)."""
         out = []
         while True:
             try:
-                got = outbox.get_nowait()
+                got = self._outbox.get_nowait()
             except queue.Empty:
                 return out
             if got is _DONE:
@@ -399,21 +405,33 @@ def judge_stream(settings: JudgeSettings, items: Iterable[T], request_of: Callab
                 raise got
             out.append(got)
 
-    def put(item):
-        """Hand the loop an item, yielding finished results while it is busy."""
+    def _hand(self, item) -> Iterator[tuple[Any, JudgeResponse]]:
         while True:
             try:
-                inbox.put(item, timeout=0.05)
+                self._inbox.put(item, timeout=0.05)
                 return
             except queue.Full:
-                yield from ready()
+                yield from self.ready()
 
+    def put(self, item) -> Iterator[tuple[Any, JudgeResponse]]:
+        """Hand the loop an item, yielding finished results while it is busy."""
+        yield from self._hand(item)
+        yield from self.ready()
+
+    def close(self) -> Iterator[tuple[Any, JudgeResponse]]:
+        """End the input; yield every result still to come."""
+        yield from self._hand(_DONE)
+        while (got := self._outbox.get()) is not _DONE:
+            if isinstance(got, BaseException):
+                raise got
+            yield got
+        self._worker.join()
+
+
+def judge_stream(settings: JudgeSettings, items: Iterable[T], request_of: Callable[[T], JudgeRequest],
+                 share: float = 1.0) -> Iterator[tuple[T, JudgeResponse]]:
+    """Judge every item (JudgeStream), yielding (item, response) as each completes."""
+    stream = JudgeStream(settings, request_of, share)
     for item in items:
-        yield from put(item)
-        yield from ready()
-    yield from put(_DONE)
-    while (got := outbox.get()) is not _DONE:
-        if isinstance(got, BaseException):
-            raise got
-        yield got
-    worker.join()
+        yield from stream.put(item)
+    yield from stream.close()
