@@ -536,3 +536,23 @@ def test_rows_stream_through_the_judge_only_where_one_process_keeps_the_quota(tm
     config = load_config(judge_config(tmp_path, data, "http://localhost:1", ["fluency"]), overrides)
     # (the options name the runner; the pipeline is only built, never run)
     assert stream_judge(beam.Pipeline(runner="DirectRunner", options=PipelineOptions(flags)), config) is streams
+
+
+def test_the_answer_store_keeps_answers_on_disk_and_returns_them_whole(tmp_path):
+    from metrics.judge.answers import COMMIT_EVERY, AnswerStore
+    from metrics.judge.client import JudgeResponse
+
+    store = AnswerStore(str(tmp_path))
+    [path] = tmp_path.iterdir()
+    answers = [JudgeResponse(key=f"{i:064x}", metric="fluency", verdict=str(i % 5 + 1), explanation=f"why {i} \ud800?"[:7],
+                             prompt_tokens=i, output_tokens=2 * i, attempts=1 + i % 3, error=None if i % 7 else "HTTP 503",
+                             cache_hit=i % 11 == 0, checkpointed=i % 13 == 0)
+               for i in range(3 * COMMIT_EVERY + 5)]  # across commits, and some not committed
+    store.put_all(answers[:-1])
+    store.put(answers[-1])
+    assert all(store.get(a.key) == a for a in answers)
+    assert store.get("f" * 64) is None
+    store.put(JudgeResponse(key=answers[0].key, metric="other", verdict="2"))  # a later answer replaces
+    assert store.get(answers[0].key).metric == "other"
+    store.close()
+    assert not path.exists()

@@ -14,6 +14,11 @@
               -> answers fanned back to the instances that asked, and turned
                  into one metric_results row per instance and judge metric.
 
+On a local run in one process (the DirectRunner, whose shuffles and Flattens
+hold all their data in memory) the same answers come from StreamJudgeFn
+instead: each row is judged as it streams by, a key asked again is answered
+from the answers kept on disk, and the rows need no join.
+
 Why shards: a quota belongs to the whole job, and workers share nothing. With
 a fixed number of shards, each holding a fixed share, the job stays within its
 quota however many workers Dataflow starts; one shard's asyncio loop keeps
