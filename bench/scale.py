@@ -8,7 +8,10 @@ The rows are those of bench/compute_throughput.py (80-word texts, trajectories),
 20,000 of them generated and then repeated with new ids; the metrics are the
 same eleven (ROUGE x4, BLEU, six trajectory metrics). With --judge, a pointwise
 judge metric (fluency) is added, answered by the local generateContent test
-server (tests/judge_server.py) with no latency and a quota that never binds.
+server (tests/judge_server.py) with no latency and a quota that never binds,
+and each response carries its row's number, so that every row is one more
+judgment to make (none is answered by another row's); the judgments asked and
+the calls made are printed from the run's `runs` row.
 
     .venv/bin/python bench/scale.py [--rows 100000 1000000] [--judge] [-- BEAM FLAGS...]
 
@@ -35,11 +38,16 @@ sys.path.insert(0, str(ROOT))
 from bench.compute_throughput import CONFIG, generate  # noqa: E402
 
 
-def write_rows(path: Path, rows: int) -> None:
+def write_rows(path: Path, rows: int, distinct: bool = False) -> None:
+    """N rows from 20,000 generated ones, repeated with new ids; with `distinct`,
+    every response also carries its row's number, so that each judgment differs
+    (no row's is answered by another's: a judge is asked N times)."""
     base = generate(min(rows, 20_000), seed=1)
     with path.open("w") as f:
         for i in range(rows):
             row = dict(base[i % len(base)], id=f"row-{i}")
+            if distinct:
+                row["response"] = f"{row['response']} ({i})"
             f.write(json.dumps(row) + "\n")
 
 
@@ -91,7 +99,7 @@ def run_measured(command: list[str], env: dict) -> tuple[float, float, list[floa
 
 def measure(rows: int, judge: bool, beam_args: list[str], tmp: Path, server=None) -> float:
     data = tmp / f"rows-{rows}.jsonl"
-    write_rows(data, rows)
+    write_rows(data, rows, distinct=judge)
     config = yaml.safe_load(CONFIG.format(data=data, out=tmp / f"out-{rows}"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if judge:
@@ -106,10 +114,13 @@ def measure(rows: int, judge: bool, beam_args: list[str], tmp: Path, server=None
         read, scored, dead = con.execute(
             f"SELECT read_count, scored_count, dead_letter_count FROM '{tmp}/out-{rows}/bench/runs/*.parquet'").fetchone()
         results = con.execute(f"SELECT count(*) FROM '{tmp}/out-{rows}/bench/metric_results/*.parquet'").fetchone()[0]
+        judged = con.execute(
+            f"SELECT judge_requests, judge_calls, judge_failures FROM '{tmp}/out-{rows}/bench/runs/*.parquet'").fetchone()
     data.unlink()
     print(f"rows {rows:>9,}: {seconds:8.1f} s  {rows / seconds:8.0f} rows/s  peak memory {peak:7.0f} MB  "
           f"(processes' own peaks {each} MB; read {read:,} = scored {scored:,} + dead-lettered {dead:,}; "
-          f"{results:,} metric rows)", flush=True)
+          f"{results:,} metric rows" + (f"; {judged[0]:,} judgments, {judged[1]:,} calls, {judged[2]:,} failed"
+                                         if judge else "") + ")", flush=True)
     return peak
 
 
