@@ -538,13 +538,24 @@ def test_rows_stream_through_the_judge_only_where_one_process_keeps_the_quota(tm
     assert stream_judge(beam.Pipeline(runner="DirectRunner", options=PipelineOptions(flags)), config) is streams
 
 
-def test_the_answer_store_keeps_answers_on_disk_and_returns_them_whole(tmp_path):
+def _open_files() -> set[str]:
+    found = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found.add(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:  # the listing's own descriptor, closed since
+            pass
+    return found
+
+
+def test_the_answer_store_keeps_answers_on_disk_and_returns_them_whole():
     from metrics.judge.answers import COMMIT_EVERY, AnswerStore
     from metrics.judge.client import JudgeResponse
 
-    store = AnswerStore(str(tmp_path))
-    [path] = tmp_path.iterdir()
-    answers = [JudgeResponse(key=f"{i:064x}", metric="fluency", verdict=str(i % 5 + 1), explanation=f"why {i} \ud800?"[:7],
+    before = _open_files()
+    store = AnswerStore()
+    answers = [JudgeResponse(key=f"{i:064x}", metric="fluency", verdict=str(i % 5 + 1),
+                             explanation=f"why {i} \ud800?"[:7] + "." * 600,  # 4 MB in all: more than SQLite's cache
                              prompt_tokens=i, output_tokens=2 * i, attempts=1 + i % 3, error=None if i % 7 else "HTTP 503",
                              cache_hit=i % 11 == 0, checkpointed=i % 13 == 0)
                for i in range(3 * COMMIT_EVERY + 5)]  # across commits, and some not committed
@@ -554,5 +565,8 @@ def test_the_answer_store_keeps_answers_on_disk_and_returns_them_whole(tmp_path)
     assert store.get("f" * 64) is None
     store.put(JudgeResponse(key=answers[0].key, metric="other", verdict="2"))  # a later answer replaces
     assert store.get(answers[0].key).metric == "other"
+    # on disk, in a file unlinked as it was opened: nothing is left behind, even after a SIGKILL
+    opened = _open_files() - before
+    assert opened and all(f.endswith("(deleted)") for f in opened), opened
     store.close()
-    assert not path.exists()
+    assert not _open_files() - before
