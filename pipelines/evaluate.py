@@ -32,6 +32,7 @@ from transforms.validate import ToInstances, UniqueIdDecisions
 from transforms.write import (
     OutputFolderError,
     ReplaceRunFolder,
+    WriteEmptyTables,
     WriteParquetTable,
     attempt_folder,
     check_run_folder,
@@ -40,6 +41,7 @@ from transforms.write import (
 )
 
 LOCAL_RUNNERS = (None, "DirectRunner", "direct", "PrismRunner", "prism")
+DIRECT_RUNNERS = (None, "DirectRunner", "direct")  # Beam's Python runner: runs each bundle once, in memory
 
 
 def evalbeam_version() -> str:
@@ -286,14 +288,20 @@ def lean_local(pipeline: beam.Pipeline, config: EvalConfig) -> bool:
     return config.input.kind == "files" and pipeline.options.view_as(StandardOptions).runner in LOCAL_RUNNERS
 
 
+def direct_runner(pipeline: beam.Pipeline) -> bool:
+    """Whether the pipeline runs on the DirectRunner, which holds shuffles in memory
+    and never retries a bundle: each bundle then writes its own Parquet files
+    (transforms.write.WriteParquetTable's `direct`)."""
+    return pipeline.options.view_as(StandardOptions).runner in DIRECT_RUNNERS
+
+
 def stream_judge(pipeline: beam.Pipeline, config: EvalConfig) -> bool:
     """Whether template judge metrics are answered as the rows stream by
     (transforms.judge.StreamJudgeFn): on the DirectRunner with one worker
     process, which then keeps the whole quota, judging online, and with no
     inference or rubric metric (whose stages join on shuffles)."""
     options = pipeline.options
-    return (options.view_as(StandardOptions).runner in (None, "DirectRunner", "direct")
-            and options.view_as(DirectOptions).direct_num_workers == 1
+    return (direct_runner(pipeline) and options.view_as(DirectOptions).direct_num_workers == 1
             and config.judge.mode == "online" and not config.inference and not config.rubric_specs())
 
 
@@ -484,10 +492,12 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
     else:
         folder = run_folder(staging, run.run_id)
     written = {
-        table: rows | f"Write_{table}" >> WriteParquetTable(folder, table, slices)
+        table: rows | f"Write_{table}" >> WriteParquetTable(folder, table, slices, direct=direct_runner(pipeline))
         for table, rows in tables.items()
     }
     done = dict(written)
+    if direct_runner(pipeline) and config.output.parquet:
+        done["empty_tables"] = written | "EmptyTables" >> WriteEmptyTables(folder, slices)
     if config.output.bigquery:
         done["published"] = written | "PublishToBigQuery" >> bigquery.PublishToBigQuery(
             config.output.bigquery, run, slices, attempt, config.output.bigquery_location,

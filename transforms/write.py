@@ -139,36 +139,31 @@ RECORD_BATCH_ROWS = 1000  # WriteToParquet's default
 ROW_GROUP_BYTES = 16 * 1024 * 1024
 
 
-class _ArrowTablesFn(beam.DoFn):
-    """Row dicts -> pyarrow Tables for Beam's Parquet sink. Beam's WriteToParquet
-    does this step too (record batches of 1,000 rows, a table every 64 MiB and at
-    the end of the bundle; a missing column is null), but here pyarrow builds
-    each batch from the dicts (`RecordBatch.from_pylist`), where Beam's step
-    appends every value to a column list in Python and asks for the window and
-    pane of every row: about 6x less CPU per row; and a table is emitted every
-    ROW_GROUP_BYTES. The pipeline is in the global window (batch), where the
-    tables belong."""
+class _ArrowBatches:
+    """Row dicts -> pyarrow Tables of about ROW_GROUP_BYTES each: pyarrow builds a
+    record batch from every RECORD_BATCH_ROWS dicts (`RecordBatch.from_pylist`),
+    where Beam's own step appends every value to a column list in Python and
+    asks for the window and pane of every row (about 6x less CPU per row)."""
 
     def __init__(self, schema):
         self._schema = schema
-
-    def start_bundle(self):
         self._rows: list = []
         self._batches: list = []
         self._bytes = 0
 
-    def process(self, row):
+    def add(self, row) -> pa.Table | None:
+        """Take a row; a Table when a row group's worth is ready."""
         self._rows.append(row)
         if len(self._rows) >= RECORD_BATCH_ROWS:
             self._flush_rows()
             if self._bytes >= ROW_GROUP_BYTES:
-                yield self._table()
+                return self._table()
+        return None
 
-    def finish_bundle(self):
+    def rest(self) -> pa.Table | None:
         if self._rows:
             self._flush_rows()
-        if self._batches:
-            yield window.GlobalWindows.windowed_value_at_end_of_window(self._table())
+        return self._table() if self._batches else None
 
     def _flush_rows(self):
         batch = pa.RecordBatch.from_pylist(self._rows, schema=self._schema)
@@ -182,16 +177,121 @@ class _ArrowTablesFn(beam.DoFn):
         return table
 
 
+class _ArrowTablesFn(beam.DoFn):
+    """Row dicts -> pyarrow Tables for Beam's Parquet sink (_ArrowBatches): a table
+    every ROW_GROUP_BYTES and at the end of the bundle. The pipeline is in the
+    global window (batch), where the tables belong."""
+
+    def __init__(self, schema):
+        self._schema = schema
+
+    def start_bundle(self):
+        self._batches = _ArrowBatches(self._schema)
+
+    def process(self, row):
+        table = self._batches.add(row)
+        if table is not None:
+            yield table
+
+    def finish_bundle(self):
+        table = self._batches.rest()
+        if table is not None:
+            yield window.GlobalWindows.windowed_value_at_end_of_window(table)
+
+
+def _parquet_writer(path: str, schema):
+    """A file and a pyarrow ParquetWriter on it, with the settings of Beam's Parquet sink."""
+    import pyarrow.parquet as pq
+
+    file = FileSystems.create(path, mime_type="application/octet-stream")
+    return file, pq.ParquetWriter(file, schema, compression="snappy", use_deprecated_int96_timestamps=False,
+                                  use_compliant_nested_type=False)
+
+
+class _WriteFilesFn(beam.DoFn):
+    """Row dicts -> Parquet files written where the rows are made, one per bundle
+    that has rows, a row group every ROW_GROUP_BYTES; emits each file's path."""
+
+    def __init__(self, prefix: str, schema):
+        self._prefix = prefix
+        self._schema = schema
+
+    def start_bundle(self):
+        self._batches = _ArrowBatches(self._schema)
+        self._writer = None
+
+    def process(self, row):
+        table = self._batches.add(row)
+        if table is not None:
+            self._write(table)
+
+    def _write(self, table):
+        if self._writer is None:
+            self._path = f"{self._prefix}-{uuid.uuid4().hex}.parquet"
+            self._file, self._writer = _parquet_writer(self._path, self._schema)
+        self._writer.write_table(table)
+
+    def finish_bundle(self):
+        table = self._batches.rest()
+        if table is not None:
+            self._write(table)
+        if self._writer is not None:
+            self._writer.close()
+            self._file.close()
+            yield window.GlobalWindows.windowed_value_at_end_of_window(self._path)
+
+
+class _EmptyTablesFn(beam.DoFn):
+    def __init__(self, folder: str, slice_columns):
+        self._folder = folder
+        self._slices = tuple(slice_columns)
+
+    def process(self, _, **written):
+        for table, files in written.items():
+            if not files:
+                path = FileSystems.join(self._folder, table, "part-empty.parquet")
+                file, writer = _parquet_writer(path, arrow_schema(table, self._slices))
+                writer.close()
+                file.close()
+                yield path
+
+
+class WriteEmptyTables(beam.PTransform):
+    """{table: PCollection of the files written} -> for each table that got no
+    rows (and so, with direct writes, no file), a file with its schema and no
+    rows, as Beam's sink writes one: readers of <table>/*.parquet find the table."""
+
+    def __init__(self, folder: str, slice_columns=()):
+        super().__init__()
+        self._fn = _EmptyTablesFn(folder, slice_columns)
+
+    def expand(self, written: dict):
+        pipeline = next(iter(written.values())).pipeline
+        side = {table: beam.pvalue.AsList(files) for table, files in written.items()}
+        return pipeline | "Once" >> beam.Create([None]) | "EmptyFiles" >> beam.ParDo(self._fn, **side)
+
+
 class WriteParquetTable(beam.PTransform):
     """Rows -> Parquet files under <folder>/<table>/; the output is the final
-    file names, emitted once every file is written."""
+    file names, emitted once every file is written.
 
-    def __init__(self, folder: str, table: str, slice_columns=()):
+    `direct` (local runs, pipelines.evaluate.direct_writes): each bundle writes its
+    own file as its rows come, with no further stage. Beam's sink instead writes
+    each bundle to a temporary file and renames the files of the bundles that
+    succeeded in a last step, after a shuffle: what a runner that retries bundles
+    (Dataflow) needs, and some six stages per table, which cost a local run about
+    a second in all. The local runner does not retry a bundle: a failure fails the
+    run, whose attempt folder is then never put in place (ReplaceRunFolder)."""
+
+    def __init__(self, folder: str, table: str, slice_columns=(), direct: bool = False):
         super().__init__()
         self._prefix = FileSystems.join(folder, table, "part")
         self._schema = arrow_schema(table, slice_columns)
+        self._direct = direct
 
     def expand(self, rows):
+        if self._direct:  # a table that gets no rows gets no file here: see WriteEmptyTables
+            return rows | "WriteFiles" >> beam.ParDo(_WriteFilesFn(self._prefix, self._schema))
         return (
             rows
             | "ToArrow" >> beam.ParDo(_ArrowTablesFn(self._schema))
