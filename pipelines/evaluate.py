@@ -439,7 +439,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
                     if s.definition() is not None and s.definition().kind == "adk"}
         scored | "AdkEvalHistory" >> WriteEvalHistory(config.output.adk_eval_history, config.name,
                                                       started_at.timestamp(), criteria)
-    read = read_marks(records, unparseable)
+    read = (records, unparseable)  # the records read: parsed or not (tallied apart, then summed)
     if progress:
         from transforms.progress import CountFn
 

@@ -6,12 +6,9 @@ import datetime as dt
 import json
 
 import apache_beam as beam
+from apache_beam.transforms import window
 
 from transforms.schema import RunKey, utc_now
-
-
-def _count(pcoll, label):
-    return pcoll | label >> beam.combiners.Count.Globally()
 
 
 def judge_cost(totals: dict[str, int], price: dict[str, float] | None) -> float | None:
@@ -49,34 +46,58 @@ def judge_totals(usage: dict[str, dict[str, int]], prices: dict[str, dict[str, f
     }
 
 
-def _runs_row(_, *, base, prices, model, read, scored, dead, metric_errors, usage, lines):
-    lines_read, lines_skipped, lines_scored, lines_dead = lines
+# The run's counts, as one tuple: each input is tallied where it is made, one
+# partial tuple per bundle, and the partials are summed in one combine.
+COUNTS = ("read", "scored", "dead", "metric_errors", "lines_read", "lines_skipped", "lines_scored", "lines_dead")
+
+
+def _runs_row(_, *, base, prices, model, counts, usage):
+    c = dict(zip(COUNTS, counts))
     return {
         **base,
         "finished_at": utc_now(),
-        "read_count": read,
-        "scored_count": scored,
-        "dead_letter_count": dead,
-        "metric_error_count": metric_errors,
-        "lines_read": lines_read,
-        "lines_skipped": lines_skipped,
-        "lines_scored": lines_scored,
-        "lines_dead_lettered": lines_dead,
+        "read_count": c["read"],
+        "scored_count": c["scored"],
+        "dead_letter_count": c["dead"],
+        "metric_error_count": c["metric_errors"],
+        "lines_read": c["lines_read"],
+        "lines_skipped": c["lines_skipped"],
+        "lines_scored": c["lines_scored"],
+        "lines_dead_lettered": c["lines_dead"],
         **judge_totals(usage, prices, model),
     }
 
 
 def _sum_tuples(rows) -> tuple:
-    return tuple(map(sum, zip((0, 0, 0, 0), *rows)))
+    return tuple(map(sum, zip((0,) * len(COUNTS), *rows)))
 
 
-def _sum(pcoll, label, value):
-    return pcoll | f"{label}Each" >> beam.Map(value) | f"{label}Sum" >> beam.CombineGlobally(sum)
+class _TallyFn(beam.DoFn):
+    """Elements -> one tuple of COUNTS per bundle: the sums of `counts(element)`,
+    named {count: function of an element}. (A Flatten of one tuple per element
+    would be held whole by the local runner; one per bundle is nothing.)"""
+
+    def __init__(self, **counts):
+        self._counts = [(COUNTS.index(name), fn) for name, fn in counts.items()]
+
+    def start_bundle(self):
+        self._sums = [0] * len(COUNTS)
+        self._seen = False
+
+    def process(self, element):
+        self._seen = True
+        for i, fn in self._counts:
+            self._sums[i] += fn(element)
+        return ()
+
+    def finish_bundle(self):
+        if self._seen:
+            yield window.GlobalWindows.windowed_value_at_end_of_window(tuple(self._sums))
 
 
 class RunRecord(beam.PTransform):
-    """(records read, scored instances, every scored part, dead letters, judge
-    usage, source lines) -> the one `runs` row.
+    """(records read (a PCollection, or a tuple of them), scored instances, every
+    scored part, dead letters, judge usage, source lines) -> the one `runs` row.
 
     Two accounts must balance: records (read = scored + dead-lettered) and the
     source's physical lines (read = skipped + in scored records + in dead
@@ -98,35 +119,31 @@ class RunRecord(beam.PTransform):
 
     def expand(self, inputs):
         read, computed, scored, dead, usage, source_lines = inputs
-        metric_errors = _sum(scored, "MetricErrors", lambda s: sum(r["error"] is not None for r in s.results))
-        # each part is summed before the parts meet: a Flatten of one tuple per row
-        # would be held whole by the local runner
-        lines = (
+        one = lambda _: 1  # noqa: E731
+        reads = read if isinstance(read, (tuple, list)) else (read,)  # every part counts one per record
+        counts = (
             (
-                source_lines | "LinesRead" >> beam.Map(lambda s: (s.lines, s.skipped, 0, 0))
-                | "SumLinesRead" >> beam.CombineGlobally(_sum_tuples),
-                computed | "LinesScored" >> beam.Map(lambda s: (0, 0, s.instance.line_count, 0))
-                | "SumLinesScored" >> beam.CombineGlobally(_sum_tuples),
-                dead | "LinesDead" >> beam.Map(lambda d: (0, 0, 0, d.line_count))
-                | "SumLinesDead" >> beam.CombineGlobally(_sum_tuples),
+                *(part | f"TallyRead{i}" >> beam.ParDo(_TallyFn(read=one)) for i, part in enumerate(reads)),
+                computed | "TallyScored" >> beam.ParDo(_TallyFn(scored=one, lines_scored=lambda s: s.instance.line_count)),
+                dead | "TallyDead" >> beam.ParDo(_TallyFn(dead=one, lines_dead=lambda d: d.line_count)),
+                scored | "TallyMetricErrors" >> beam.ParDo(_TallyFn(
+                    metric_errors=lambda s: sum(r["error"] is not None for r in s.results))),
+                source_lines | "TallyLines" >> beam.ParDo(_TallyFn(lines_read=lambda s: s.lines,
+                                                                   lines_skipped=lambda s: s.skipped)),
             )
-            | "AllLines" >> beam.Flatten()
-            | "SumLines" >> beam.CombineGlobally(_sum_tuples)
+            | "AllCounts" >> beam.Flatten()
+            | "SumCounts" >> beam.CombineGlobally(_sum_tuples)
         )
         side = beam.pvalue.AsSingleton
         return (
-            read.pipeline
+            computed.pipeline
             | "Start" >> beam.Create([None])
             | "RunRow" >> beam.Map(
                 _runs_row,
                 base=self._base,
                 prices=self._prices,
                 model=self._model,
-                read=side(_count(read, "CountRead")),
-                scored=side(_count(computed, "CountScored")),
-                dead=side(_count(dead, "CountDeadLetters")),
-                metric_errors=side(metric_errors),
+                counts=side(counts),
                 usage=side(usage),
-                lines=side(lines),
             )
         )
