@@ -395,16 +395,16 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
                             | "InferenceErrorRows" >> beam.Map(
                                 inference_error_rows, run, [s.output_name for s in judge_specs + rubric_specs],
                                 config.judge.model))
+    if judge_specs:
+        thresholds.update({p.output_name: p.threshold for p in judge.plan_judges(judge_specs)})
     if judge_specs and stream_judge(pipeline, config):
         # the computation rows and the judge rows of an instance come out together: no Flatten
         scored_parts[0], cache_rows, usage = computed | "Judge" >> judge.JudgeInstances(
             run, judge_specs, judge_config, cached, progress, checkpoint, stream=True)
-        thresholds.update({p.output_name: p.threshold for p in judge.plan_judges(judge_specs)})
         cache_parts.append(cache_rows), usage_parts.append(usage)
     elif judge_specs:
         judged, cache_rows, usage = judged_instances | "Judge" >> judge.JudgeInstances(run, judge_specs, judge_config, cached,
                                                                                 progress, checkpoint)
-        thresholds.update({p.output_name: p.threshold for p in judge.plan_judges(judge_specs)})
         scored_parts.append(judged), cache_parts.append(cache_rows), usage_parts.append(usage)
     if rubric_specs:
         from transforms.rubric_judge import ReadPinnedRubrics, RubricJudge, plan_rubric_metrics

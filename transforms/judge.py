@@ -147,6 +147,28 @@ class ResolveFn(beam.DoFn):
                 yield beam.pvalue.TaggedOutput(TO_CALL, (shard_of(key, self._shards), (request, links)))
 
 
+class CallCounters:
+    """The counters of answers from calls (Beam metrics), and their logging and
+    checkpointing: one place for both judge paths (CallJudgeFn, StreamJudgeFn)."""
+
+    def __init__(self):
+        self._counters = {name: Metrics.counter("evalbeam", f"judge_{name}") for name in (
+            "calls", "rate_limited", "hedged", "failures", "prompt_tokens", "output_tokens")}
+
+    def add(self, response: JudgeResponse, log: JudgeShardLog, writer=None) -> None:
+        if writer:
+            writer.add(response)
+        log.add(bool(response.error), response.rate_limited)
+        c = self._counters
+        c["calls"].inc(response.attempts)
+        c["rate_limited"].inc(response.rate_limited)
+        c["hedged"].inc(response.hedged)
+        c["prompt_tokens"].inc(response.prompt_tokens)
+        c["output_tokens"].inc(response.output_tokens)
+        if response.error:
+            c["failures"].inc()
+
+
 class CallJudgeFn(beam.DoFn):
     """(shard, [(request, links)]) -> (response, links), within the shard's share of the quotas.
 
@@ -164,12 +186,7 @@ class CallJudgeFn(beam.DoFn):
         self._share = 1.0 / shards
         self._checkpoint = checkpoint
         self._checkpoint_seconds = checkpoint_seconds
-        self._calls = Metrics.counter("evalbeam", "judge_calls")
-        self._limited = Metrics.counter("evalbeam", "judge_rate_limited")
-        self._hedged = Metrics.counter("evalbeam", "judge_hedged")
-        self._failed = Metrics.counter("evalbeam", "judge_failures")
-        self._prompt_tokens = Metrics.counter("evalbeam", "judge_prompt_tokens")
-        self._output_tokens = Metrics.counter("evalbeam", "judge_output_tokens")
+        self._counted = CallCounters()
         self._reused = Metrics.counter("evalbeam", "judge_checkpoint_reused")
 
     def process(self, element):
@@ -200,16 +217,7 @@ class CallJudgeFn(beam.DoFn):
             if self._checkpoint else None
         try:
             for (request, links), response in answers:
-                if writer:
-                    writer.add(response)
-                log.add(bool(response.error), response.rate_limited)
-                self._calls.inc(response.attempts)
-                self._limited.inc(response.rate_limited)
-                self._hedged.inc(response.hedged)
-                self._prompt_tokens.inc(response.prompt_tokens)
-                self._output_tokens.inc(response.output_tokens)
-                if response.error:
-                    self._failed.inc()
+                self._counted.add(response, log, writer)
                 yield response, links
                 while reused:
                     self._reused.inc()
@@ -455,9 +463,9 @@ class StreamJudgeFn(beam.DoFn):
 
     def setup(self):
         self._counters = {name: Metrics.counter("evalbeam", name) for name in (
-            "judge_cache_hits", "judge_requests_deduplicated", "judge_requests_to_call", "judge_calls",
-            "judge_rate_limited", "judge_hedged", "judge_failures", "judge_prompt_tokens", "judge_output_tokens",
-            "judge_checkpoint_reused", "metric_errors")}
+            "judge_cache_hits", "judge_requests_deduplicated", "judge_requests_to_call", "judge_checkpoint_reused",
+            "metric_errors")}
+        self._counted = CallCounters()
         self._given = self._known = None
         self._stream = None
 
@@ -529,18 +537,8 @@ class StreamJudgeFn(beam.DoFn):
                 yield from self._answered(*done)
 
     def _answered(self, request: JudgeRequest, response: JudgeResponse):
-        count = self._counters
         self._given.put(response)
-        if self._writer:
-            self._writer.add(response)
-        self._log.add(bool(response.error), response.rate_limited)
-        count["judge_calls"].inc(response.attempts)
-        count["judge_rate_limited"].inc(response.rate_limited)
-        count["judge_hedged"].inc(response.hedged)
-        count["judge_prompt_tokens"].inc(response.prompt_tokens)
-        count["judge_output_tokens"].inc(response.output_tokens)
-        if response.error:
-            count["judge_failures"].inc()
+        self._counted.add(response, self._log, self._writer)
         yield beam.pvalue.TaggedOutput(ANSWERED, (response, ()))
         for entry, link in self._waiting.pop(request.key):
             entry[2].append((link, response))
