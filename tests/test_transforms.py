@@ -99,27 +99,40 @@ def test_summarize_by_slice_with_thresholds():
                               ("grp=b", 3, pytest.approx(2 / 3), pytest.approx(2 / 3), 0.5)]))
 
 
-def test_to_instances_makes_ids_unique_in_source_order():
+@pytest.mark.parametrize("lean", [False, True], ids=["grouped", "read-twice"])
+def test_to_instances_makes_ids_unique_in_source_order(lean):
+    """Both ways of making ids unique: grouping the instances by id, and the
+    local runner's (a first read packs ids and positions into batches per shard,
+    the second applies the decisions)."""
     from transforms.read import Record
+    from transforms.validate import UniqueIdDecisions
 
     def rec(line, data, origin="f"):
         return Record(f"{origin}:{line}", data, json.dumps(data), False, origin, line)
 
+    def unique(p, label, records, spec):
+        made = p | label >> beam.Create(records)
+        decisions = made | f"{label}Decisions" >> UniqueIdDecisions(spec) if lean else None
+        return made | f"{label}Unique" >> ToInstances(spec, decisions)
+
     same = {"response": "x", "reference": "x"}
+    odd = "é😀\n\u2028,"  # multi-byte characters and line breaks (a lone surrogate is dead-lettered earlier)
     # given out of order: source order (file, then line) decides which is first
     records = [rec(9, {**same, "id": "a", "n": 3}), rec(2, {**same, "id": "a", "n": 1}),
-               rec(5, {**same, "id": "b"}), rec(1, {**same, "id": "a", "n": 0}, origin="g")]
+               rec(5, {**same, "id": "b"}), rec(1, {**same, "id": "a", "n": 0}, origin="g"),
+               rec(6, {**same, "id": odd}), rec(8, {**same, "id": odd, "n": 1}), rec(3, {**same, "id": odd + "x"})]
     spec = RowSpec({}, "id", (), (("exact_match", (("response", "reference"),)),))
     with TestPipeline() as p:
-        instances, dead = p | "ById" >> beam.Create(records) | "WithIdColumn" >> ToInstances(spec)
-        assert_that(instances | beam.Map(lambda i: (i.instance_id, i.source)), equal_to([("a", "f:2"), ("b", "f:5")]),
-                    label="first kept")
+        instances, dead = unique(p, "WithIdColumn", records, spec)
+        assert_that(instances | beam.Map(lambda i: (i.instance_id, i.source)),
+                    equal_to([("a", "f:2"), ("b", "f:5"), (odd, "f:6"), (odd + "x", "f:3")]), label="first kept")
         assert_that(dead | beam.Map(lambda d: (d.source, d.field, d.reason)), equal_to([
             ("f:9", "instance_id", "duplicate id 'a' in column 'id': first seen at f:2"),
-            ("g:1", "instance_id", "duplicate id 'a' in column 'id': first seen at f:2")]), label="later dead")
+            ("g:1", "instance_id", "duplicate id 'a' in column 'id': first seen at f:2"),
+            ("f:8", "instance_id", f"duplicate id {odd!r} in column 'id': first seen at f:6")]), label="later dead")
         # content-hash ids: identical rows are all kept, numbered by occurrence
-        hashed = (p | "Identical" >> beam.Create([rec(7, same), rec(3, same), rec(4, {**same, "response": "y"})])
-                  | "ByContent" >> ToInstances(RowSpec({}, None, (), ())))[0]
+        hashed = unique(p, "ByContent", [rec(7, same), rec(3, same), rec(4, {**same, "response": "y"})],
+                        RowSpec({}, None, (), ()))[0]
         assert_that(hashed | beam.Map(lambda i: (i.source, i.instance_id.split("-")[1:])),
                     equal_to([("f:3", []), ("f:7", ["2"]), ("f:4", [])]), label="numbered")
 

@@ -18,6 +18,7 @@ so the instances stream from the reader to the writers without being held.
 """
 from __future__ import annotations
 
+import array
 import dataclasses
 import zlib
 
@@ -128,37 +129,79 @@ class DecideIdFn(beam.DoFn):
 ID_SHARDS = 64
 
 
+class _IdBatch:
+    """One shard's ids from one bundle, packed: each row costs its id's UTF-8
+    bytes and 20 bytes of numbers (origin number, position, line), instead of a
+    tuple of Python objects (about 300 bytes a row, which the local runner's
+    shuffle held for every row of the input)."""
+
+    _NUMBERS = "q"  # position and line: 64-bit; lengths and origin numbers: 32-bit
+
+    def __init__(self):
+        self.origins: dict[str, int] = {}
+        self.ids = bytearray()
+        self.lengths = array.array("I")
+        self.origin_of = array.array("I")
+        self.positions = array.array(self._NUMBERS)
+        self.lines = array.array(self._NUMBERS)
+
+    def add(self, instance_id: str, position: tuple[str, int], line: int) -> None:
+        data = instance_id.encode("utf-8", "surrogatepass")
+        self.ids += data
+        self.lengths.append(len(data))
+        self.origin_of.append(self.origins.setdefault(position[0], len(self.origins)))
+        self.positions.append(position[1])
+        self.lines.append(line)
+
+    def packed(self) -> tuple:
+        return (tuple(self.origins), bytes(self.ids), self.lengths.tobytes(), self.origin_of.tobytes(),
+                self.positions.tobytes(), self.lines.tobytes())
+
+    @classmethod
+    def rows(cls, packed: tuple):
+        """A packed batch -> (instance id, position, line) per row, in the order added."""
+        origins, ids, *numbers = packed
+        lengths, origin_of, positions, lines = (array.array(code, data) for code, data in zip(
+            ("I", "I", cls._NUMBERS, cls._NUMBERS), numbers))
+        start = 0
+        for length, origin, position, line in zip(lengths, origin_of, positions, lines):
+            yield ids[start:start + length].decode("utf-8", "surrogatepass"), (origins[origin], position), line
+            start += length
+
+
 class _IdBatchesFn(beam.DoFn):
-    """Records -> (shard, [(instance id, position, line), ...]) once per shard and
-    bundle: the ids go to the shuffle in a few large batches, not one element per
-    record (the local runner holds each element of a shuffle as its own objects,
-    several hundred bytes apiece). A record that is not an instance gives nothing."""
+    """Records -> (shard, a packed _IdBatch) once per shard and bundle: the ids
+    go to the shuffle in a few large, compact batches, not one element per
+    record (the local runner holds each element of a shuffle as its own
+    objects, several hundred bytes apiece). A record that is not an instance
+    gives nothing."""
 
     def __init__(self, spec: RowSpec):
         self._build = ToInstanceFn(spec)
 
     def start_bundle(self):
-        self._batches: dict[int, list] = {}
+        self._batches: dict[int, _IdBatch] = {}
 
     def process(self, record: Record):
         for out in self._build.process(record, count=False):
             if not isinstance(out, beam.pvalue.TaggedOutput):
                 instance_id, candidate = out
                 shard = zlib.crc32(instance_id.encode("utf-8", "surrogatepass")) % ID_SHARDS
-                self._batches.setdefault(shard, []).append((instance_id, candidate.position, candidate.order[1]))
+                batch = self._batches.get(shard) or self._batches.setdefault(shard, _IdBatch())
+                batch.add(instance_id, candidate.position, candidate.order[1])
 
     def finish_bundle(self):
         for shard, batch in self._batches.items():
-            yield window.GlobalWindows.windowed_value((shard, batch))
+            yield window.GlobalWindows.windowed_value((shard, batch.packed()))
         self._batches = {}
 
 
 def _repeated_ids(shard_batches, keep_first: bool):
-    """(shard, its batches) -> the decisions for the ids seen more than once in it."""
+    """(shard, its packed batches) -> the decisions for the ids seen more than once in it."""
     _, batches = shard_batches
     seen: dict[str, list] = {}
     for batch in batches:
-        for instance_id, position, line in batch:
+        for instance_id, position, line in _IdBatch.rows(batch):
             seen.setdefault(instance_id, []).append((position, line))
     for instance_id, where in seen.items():
         if len(where) > 1:
