@@ -106,9 +106,10 @@ IMAGE ?= $(REGION)-docker.pkg.dev/$(PROJECT)/$(REPOSITORY)/evalbeam:0.1.0
 TEMPLATE ?= gs://$(BUCKET)/templates/evalbeam.json
 SCHEDULE ?= 0 2 * * *
 JOB ?= evalbeam-nightly
+LOCK ?= requirements.lock
 
 flex-template:
-	gcloud builds submit --project=$(PROJECT) --config=pipelines/flex_template/cloudbuild.yaml --substitutions=_IMAGE=$(IMAGE) .
+	gcloud builds submit --project=$(PROJECT) --config=pipelines/flex_template/cloudbuild.yaml --substitutions=_IMAGE=$(IMAGE),_LOCK=$(LOCK) .
 	gcloud dataflow flex-template build $(TEMPLATE) --project=$(PROJECT) --image=$(IMAGE) --sdk-language=PYTHON \
 	  --metadata-file=pipelines/flex_template/metadata.json
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from pipelines import flex_main
 from pipelines.nightly import launch_body
@@ -71,3 +72,12 @@ def test_dockerfile_matches_the_project():
         assert (ROOT / Path(env[key]).relative_to("/template")).exists(), key
     beam = re.search(r'"apache-beam\[gcp\]==([\d.]+)"', (ROOT / "setup.py").read_text()).group(1)
     assert f"apache/beam_python3.11_sdk:{beam}" in dockerfile
+    # the image installs the lock named by its LOCK argument (default: Cloud Build's _LOCK, the default lock)
+    lock = re.search(r"^ARG LOCK=(\S+)$", dockerfile, re.M).group(1)
+    assert "-r ${LOCK}" in dockerfile and lock == "requirements.lock"
+    build = yaml.safe_load((ROOT / "pipelines/flex_template/cloudbuild.yaml").read_text())
+    assert "LOCK=${_LOCK}" in build["steps"][0]["args"] and build["substitutions"]["_LOCK"] == lock
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^LOCK \?= requirements\.lock$", makefile, re.M) and "_LOCK=$(LOCK)" in makefile
+    for name in (lock, "requirements-agent.lock"):  # what a user may pass as LOCK
+        assert (ROOT / name).is_file(), name
