@@ -502,18 +502,24 @@ def test_a_slow_call_at_the_end_gets_one_copy_counted_as_a_call(api_key, share):
 def test_a_slow_call_whose_copy_fails_gets_one_more_copy(api_key):
     # "late": its copy fails at once; the call left is still slow, so a second copy goes,
     # and answers, rather than the client waiting for the slow call (here: its timeout).
-    # "doomed": both copies fail; no third copy: the attempt ends with the slow call's
-    # timeout, and the retries after it are not slow.
+    # "doomed": both copies fail; no third copy (it would fail too: #unavailable_at=4): the
+    # attempt waits for the slow call, which answers within the timeout. (Not after a
+    # timeout: the retry that would follow is a call like any other, and under CPU load
+    # it runs longer than 3 in 4 of the calls before it and legitimately gets copies.)
+    # The share leaves copies of every slow call within the budget, though under load
+    # the last of the 98 others get copies too.
     with JudgeServer() as server:
         settings = JudgeSettings(model="m", base_url=server.url, requests_per_minute=6000, timeout_seconds=20,
-                                 hedge_share=0.1)
-        late, doomed = "late #score=5 #slow=30 #unavailable_at=2", "doomed #score=4 #slow=30 #unavailable_at=2,3,4"
+                                 hedge_share=1.0)
+        late, doomed = "late #score=5 #slow=30 #unavailable_at=2", "doomed #score=4 #slow=10 #unavailable_at=2,3,4"
         prompts = [late, doomed] + [f"h{i} #score=3" for i in range(98)]
         results = {r.prompt: resp for r, resp in judge_stream(settings, requests_for(prompts, settings), lambda r: r)}
     assert (results[late].verdict, results[late].error, results[late].attempts, results[late].hedged) == ("5", None, 3, 2)
-    # calls: the slow one, two failed copies, a failed retry, the retry that answers
-    assert (results[doomed].verdict, results[doomed].attempts, results[doomed].hedged) == ("4", 5, 2)
-    assert server.stats.errors == 1 + 3 and server.stats.requests <= sum(r.attempts for r in results.values())
+    # calls: the slow one, which answers, and two failed copies
+    assert (results[doomed].verdict, results[doomed].error, results[doomed].attempts, results[doomed].hedged) == \
+        ("4", None, 3, 2)
+    assert server.stats.errors == 1 + 2 and server.stats.prompts[doomed] == 1
+    assert server.stats.requests <= sum(r.attempts for r in results.values())
 
 
 @pytest.mark.parametrize("flags, overrides, streams", [
