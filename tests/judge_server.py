@@ -649,6 +649,10 @@ class JudgeServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            # keep-alive, as Google's endpoints: a connection per call would cost the
+            # client a TCP connect each time (every answer carries its Content-Length)
+            protocol_version = "HTTP/1.1"
+
             def log_message(self, *args):
                 pass
 
