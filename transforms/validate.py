@@ -131,7 +131,7 @@ ID_SHARDS = 64
 
 class _IdBatch:
     """One shard's ids from one bundle, packed: each row costs its id's UTF-8
-    bytes and 20 bytes of numbers (origin number, position, line), instead of a
+    bytes and 24 bytes of numbers (its length, origin number, position, line), instead of a
     tuple of Python objects (about 300 bytes a row, which the local runner's
     shuffle held for every row of the input)."""
 
