@@ -477,7 +477,8 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
 
     tables = {
         "instances": instances | "InstanceRows" >> beam.Map(lambda i, r: instance_row(r, i), run),
-        "metric_results": scored | "MetricRows" >> beam.FlatMap(lambda s: s.results),
+        # an instance's rows as one element (the runner's cost is per element)
+        "metric_results": scored | "MetricRows" >> beam.Map(lambda s: s.results),
         "summary": summary,
         "runs": runs,
         "dead_letter": dead_letters | "DeadLetterRows" >> beam.Map(lambda d, r: d.row(r), run),
@@ -492,7 +493,8 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
     else:
         folder = run_folder(staging, run.run_id)
     written = {
-        table: rows | f"Write_{table}" >> WriteParquetTable(folder, table, slices, direct=direct_runner(pipeline))
+        table: rows | f"Write_{table}" >> WriteParquetTable(folder, table, slices, direct=direct_runner(pipeline),
+                                                           lists=table == "metric_results")
         for table, rows in tables.items()
     }
     done = dict(written)

@@ -160,6 +160,15 @@ class _ArrowBatches:
                 return self._table()
         return None
 
+    def extend(self, rows) -> list[pa.Table]:
+        """Take several rows; the Tables made ready by them (usually none)."""
+        tables = []
+        for row in rows:
+            table = self.add(row)
+            if table is not None:
+                tables.append(table)
+        return tables
+
     def rest(self) -> pa.Table | None:
         if self._rows:
             self._flush_rows()
@@ -182,16 +191,15 @@ class _ArrowTablesFn(beam.DoFn):
     every ROW_GROUP_BYTES and at the end of the bundle. The pipeline is in the
     global window (batch), where the tables belong."""
 
-    def __init__(self, schema):
+    def __init__(self, schema, lists: bool = False):
         self._schema = schema
+        self._lists = lists
 
     def start_bundle(self):
         self._batches = _ArrowBatches(self._schema)
 
     def process(self, row):
-        table = self._batches.add(row)
-        if table is not None:
-            yield table
+        yield from self._batches.extend(row if self._lists else (row,))
 
     def finish_bundle(self):
         table = self._batches.rest()
@@ -212,17 +220,17 @@ class _WriteFilesFn(beam.DoFn):
     """Row dicts -> Parquet files written where the rows are made, one per bundle
     that has rows, a row group every ROW_GROUP_BYTES; emits each file's path."""
 
-    def __init__(self, prefix: str, schema):
+    def __init__(self, prefix: str, schema, lists: bool = False):
         self._prefix = prefix
         self._schema = schema
+        self._lists = lists
 
     def start_bundle(self):
         self._batches = _ArrowBatches(self._schema)
         self._writer = None
 
     def process(self, row):
-        table = self._batches.add(row)
-        if table is not None:
+        for table in self._batches.extend(row if self._lists else (row,)):
             self._write(table)
 
     def _write(self, table):
@@ -281,20 +289,24 @@ class WriteParquetTable(beam.PTransform):
     succeeded in a last step, after a shuffle: what a runner that retries bundles
     (Dataflow) needs, and some six stages per table, which cost a local run about
     a second in all. The local runner does not retry a bundle: a failure fails the
-    run, whose attempt folder is then never put in place (ReplaceRunFolder)."""
+    run, whose attempt folder is then never put in place (ReplaceRunFolder).
 
-    def __init__(self, folder: str, table: str, slice_columns=(), direct: bool = False):
+    `lists`: each element is a list of rows (an instance's metric_results rows, say),
+    which costs the runner one element where a row each would cost one per row."""
+
+    def __init__(self, folder: str, table: str, slice_columns=(), direct: bool = False, lists: bool = False):
         super().__init__()
         self._prefix = FileSystems.join(folder, table, "part")
         self._schema = arrow_schema(table, slice_columns)
         self._direct = direct
+        self._lists = lists
 
     def expand(self, rows):
         if self._direct:  # a table that gets no rows gets no file here: see WriteEmptyTables
-            return rows | "WriteFiles" >> beam.ParDo(_WriteFilesFn(self._prefix, self._schema))
+            return rows | "WriteFiles" >> beam.ParDo(_WriteFilesFn(self._prefix, self._schema, self._lists))
         return (
             rows
-            | "ToArrow" >> beam.ParDo(_ArrowTablesFn(self._schema))
+            | "ToArrow" >> beam.ParDo(_ArrowTablesFn(self._schema, self._lists))
             | "WriteParquet" >> WriteToParquetBatched(
                 self._prefix, self._schema, file_name_suffix=".parquet", codec="snappy")
         )
