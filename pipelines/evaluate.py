@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import shutil
 import sys
@@ -23,7 +24,7 @@ from metrics.judge.client import JudgeCredentialsError, check_credentials
 from transforms import bigquery, judge
 from transforms.judge_checkpoint import batch_staging, checkpoint_folder
 from transforms.local_cloud import storage_client
-from transforms.read import FileParts, ReadRecords, match_files, sample_records
+from transforms.read import FileParts, ReadRecords, default_part_bytes, match_files, sample_records
 from transforms.runs import RunRecord
 from transforms.schema import RunKey, instance_row, utc_now
 from transforms.score import ScoreInstances, plan_metrics
@@ -259,8 +260,22 @@ def _check_outputs(config: EvalConfig, options: PipelineOptions | None, run_id: 
 
 # A local run over at least this much input uses every core (worker processes),
 # when the user sets no --direct_* flag: below it, starting the workers costs
-# more than they save. (EVALBEAM_PARALLEL_INPUT_BYTES sets another size.)
-PARALLEL_INPUT_BYTES = 64 * 1024 * 1024
+# more than they save. Measured with bench/compute_throughput.py's rows (ROUGE,
+# BLEU and trajectories; 1.4 KB a row) on 2 cores: 8.5 MB took as long either
+# way, 17 MB 10% less time with two workers, 28 MB 27% less.
+# (EVALBEAM_PARALLEL_INPUT_BYTES sets another size.)
+PARALLEL_INPUT_BYTES = 16 * 1024 * 1024
+
+
+def input_bytes(config: EvalConfig) -> int | None:
+    """The size of a file input, all files together; None when it cannot be listed
+    (preflight reports that) or the input is not files."""
+    if config.input.kind != "files":
+        return None
+    try:
+        return sum(m.size_in_bytes for m in FileSystems.match([config.input.uri])[0].metadata_list)
+    except Exception:  # noqa: BLE001 - preflight reports an input it cannot list
+        return None
 
 
 def local_worker_args(config: EvalConfig, beam_args: list[str]) -> list[str]:
@@ -273,13 +288,34 @@ def local_worker_args(config: EvalConfig, beam_args: list[str]) -> list[str]:
         return []
     if cores < 2 or config.input.kind != "files" or config.judge_specs() or config.inference:
         return []
-    try:
-        size = sum(m.size_in_bytes for m in FileSystems.match([config.input.uri])[0].metadata_list)
-    except Exception:  # noqa: BLE001 - preflight reports an input it cannot list
-        return []
-    if size < int(os.environ.get("EVALBEAM_PARALLEL_INPUT_BYTES") or PARALLEL_INPUT_BYTES):
+    size = input_bytes(config)
+    if size is None or size < int(os.environ.get("EVALBEAM_PARALLEL_INPUT_BYTES") or PARALLEL_INPUT_BYTES):
         return []
     return [f"--direct_num_workers={cores}", "--direct_running_mode=multi_processing"]
+
+
+def local_workers(pipeline: beam.Pipeline) -> int:
+    """How many worker processes (or threads) a local run spreads its bundles over."""
+    options = pipeline.options
+    if options.view_as(StandardOptions).runner not in DIRECT_RUNNERS:
+        return 1
+    direct = options.view_as(DirectOptions)
+    if direct.direct_running_mode not in ("multi_processing", "multi_threading"):
+        return 1
+    return direct.direct_num_workers or os.cpu_count() or 1
+
+
+def part_bytes(pipeline: beam.Pipeline, config: EvalConfig) -> int | None:
+    """The size of the parts a large JSONL input is read in, when a local run has
+    several workers: a whole multiple of the workers' number of parts (at least two
+    each), so that each worker gets an equal share (the local runner deals a stage's
+    input out to its workers in turn). None (transforms.read.PART_BYTES) otherwise."""
+    workers = local_workers(pipeline)
+    size = input_bytes(config) if workers > 1 else None
+    if not size:
+        return None
+    parts = workers * max(2, math.ceil(size / (workers * default_part_bytes())))
+    return max(1, math.ceil(size / parts))
 
 
 def lean_local(pipeline: beam.Pipeline, config: EvalConfig) -> bool:
@@ -310,7 +346,7 @@ def _read(pipeline: beam.Pipeline, config: EvalConfig, read_plan: bigquery.ReadP
     decisions = None
     if read_plan is None:
         fmt = config.input.inferred_format()
-        parts = pipeline | "FileParts" >> FileParts(config.input.uri, fmt)
+        parts = pipeline | "FileParts" >> FileParts(config.input.uri, fmt, part_bytes(pipeline, config))
         records, unparseable, source_lines = pipeline | "Read" >> ReadRecords(config.input.uri, fmt, parts=parts)
         if lean_local(pipeline, config):
             first_read = pipeline | "ReadIds" >> ReadRecords(config.input.uri, fmt, counted=False, parts=parts)

@@ -491,7 +491,8 @@ class FilePart:
 
 # A plain JSONL file larger than this is read in parts of about this size, so
 # that its records are parsed and scored on several workers at once and no
-# shuffle of the records is needed to spread them.
+# shuffle of the records is needed to spread them. A local run with several
+# workers reads in smaller parts, an equal share each (pipelines.evaluate.part_bytes).
 # (EVALBEAM_PART_BYTES sets another size, read where the parts are planned.)
 PART_BYTES = 32 * 1024 * 1024
 
@@ -619,18 +620,21 @@ class ReadRecords(beam.PTransform):
 
 
 class FileParts(beam.PTransform):
-    """The files matching ``uri`` -> the FileParts to read them in."""
+    """The files matching ``uri`` -> the FileParts to read them in (of about
+    `part_bytes`; None: default_part_bytes())."""
 
-    def __init__(self, uri: str, fmt: str):
+    def __init__(self, uri: str, fmt: str, part_bytes: int | None = None):
         super().__init__()
         self._uri = uri
         self._fmt = fmt
+        self._part_bytes = part_bytes
 
     def expand(self, pbegin):
         return (
             pbegin
             | "MatchFiles" >> fileio.MatchFiles(self._uri, empty_match_treatment=fileio.EmptyMatchTreatment.DISALLOW)
-            | "Split" >> beam.FlatMap(lambda metadata, fmt: file_parts(metadata.path, fmt, metadata.size_in_bytes), self._fmt)
+            | "Split" >> beam.FlatMap(lambda metadata, fmt, size: file_parts(metadata.path, fmt, metadata.size_in_bytes, size),
+                                      self._fmt, self._part_bytes)
         )
 
 
