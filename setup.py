@@ -49,5 +49,5 @@ setuptools.setup(
     # requirements-agent.lock (see the README).
     extras_require={"test": ["pytest==9.2.0", "rouge-score==0.1.2"], "report": ["matplotlib==3.11.2"],
                     "agent": ["google-adk==2.13.0"], "adk": ["google-adk==2.13.0"]},
-    entry_points={"console_scripts": ["evalbeam = pipelines.cli:main"]},
+    entry_points={"console_scripts": ["evalbeam = pipelines.cli:entry"]},
 )
