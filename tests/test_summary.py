@@ -74,3 +74,56 @@ def test_errors_nan_and_pass_rate():
     single = moments_of([3.0]).statistics()
     assert single["mean"] == 3.0 and single["std"] is None and single["ci_low"] is None
     assert ScoreMoments().merge(moments_of([1.0, 3.0])).statistics()["mean"] == 2.0
+
+
+def test_bootstrap_weights_are_poisson_draws_whatever_the_batch():
+    """The weights of 20,000 ids, made as one matrix: Poisson(1) in mean, variance and
+    the frequency of each count, no correlation between replicates or ids; an id's
+    row is the same in any batch it comes in."""
+    import math
+
+    from metrics.summary import BOOTSTRAP_REPLICATES, bootstrap_weight_matrix
+
+    ids = [f"instance-{i}" for i in range(20000)]
+    w = bootstrap_weight_matrix(ids)
+    assert w.shape == (20000, BOOTSTRAP_REPLICATES) and w.dtype == np.float64
+    assert w.mean() == pytest.approx(1.0, abs=0.005) and w.var() == pytest.approx(1.0, abs=0.01)
+    for k in range(5):
+        assert (w == k).mean() == pytest.approx(math.exp(-1) / math.factorial(k), abs=0.002)
+    assert abs(np.corrcoef(w[:, 0], w[:, 1])[0, 1]) < 0.03 and abs(np.corrcoef(w[0], w[1])[0, 1]) < 0.3
+    assert np.array_equal(bootstrap_weight_matrix(ids[7:9] + ["other"])[:2], w[7:9])
+    assert np.array_equal(bootstrap_weights("instance-3"), w[3])
+
+
+def test_the_batched_slice_accumulator_equals_adding_one_instance_at_a_time():
+    """transforms.summarize.SliceMomentsFn weighs instances a batch at a time (and
+    merges partial accumulators): its statistics equal those of ScoreMoments given
+    each instance's weights as it comes, with errors, NaN, missing scores, pass
+    marks and pairwise choices, over several batches and merges in any order."""
+    from transforms.summarize import BOOTSTRAP_BATCH, SliceMomentsFn
+
+    rng = random.Random(3)
+    rows = []
+    for i in range(3 * BOOTSTRAP_BATCH + 77):
+        score = rng.choice([rng.random(), rng.random(), None, float("nan"), 1.0])
+        error = score is None and rng.random() < 0.5
+        rows.append((f"id-{i}", [("a", score, error, score is not None and score > 0.5, None),
+                                 ("b", rng.random(), False, None, rng.choice(["CANDIDATE", "BASELINE", "TIE"]))]))
+    expected = {"a": ScoreMoments(), "b": ScoreMoments()}
+    for instance_id, results in rows:
+        for metric, score, error, passed, choice in results:
+            expected[metric].add(score, error, passed, bootstrap_weights(instance_id), choice)
+    fn = SliceMomentsFn()
+    parts = []
+    for start in range(0, len(rows), 700):
+        acc = fn.create_accumulator()
+        for row in rows[start:start + 700]:
+            acc = fn.add_input(acc, row)
+        parts.append(acc)
+    for order in (parts, parts[::-1]):
+        got = fn.extract_output(fn.merge_accumulators([fn.compact(p) for p in order]))
+        for metric in ("a", "b"):
+            want, have = expected[metric].statistics(0.5), got[metric].statistics(0.5)
+            assert have.keys() == want.keys()
+            for key, value in want.items():
+                assert have[key] == (value if value is None or isinstance(value, int) else pytest.approx(value, rel=1e-12)), key

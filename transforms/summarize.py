@@ -3,16 +3,19 @@
 As in TensorFlow Model Analysis, each instance is keyed by each slice it falls
 in ("overall" and "column=value") and one CombinePerKey accumulates every
 metric of that slice together, so the summary is one pass whatever the number
-of metrics. The accumulators are constant-size (metrics.summary.ScoreMoments),
-so no worker ever holds a metric's scores.
+of metrics. The accumulators are of bounded size (metrics.summary.ScoreMoments,
+and the scores of at most BOOTSTRAP_BATCH instances waiting to be weighed), so no
+worker ever holds a metric's scores.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 import apache_beam as beam
+import numpy as np
 
-from metrics.summary import ScoreMoments, bootstrap_weights
+from metrics.summary import ScoreMoments, bootstrap_weight_matrix
 from transforms.schema import RunKey
 from transforms.score import ScoredInstance
 
@@ -20,10 +23,10 @@ OVERALL = "overall"
 
 
 def slice_keys(scored: ScoredInstance):
-    """(slice, (bootstrap weights, [(metric, score, is_error, passed, pairwise choice), ...])) for
+    """(slice, (instance id, [(metric, score, is_error, passed, pairwise choice), ...])) for
     "overall" and each slice the instance falls in."""
     values = (
-        bootstrap_weights(scored.instance.instance_id),
+        scored.instance.instance_id,
         [(r["metric"], r["score"], r["error"] is not None, r["passed"], r.get("pairwise_choice")) for r in scored.results],
     )
     yield OVERALL, values
@@ -31,30 +34,69 @@ def slice_keys(scored: ScoredInstance):
         yield f"{column}={'(missing)' if value is None else value}", values
 
 
+# Instances whose bootstrap sums wait to be added together (one matrix product a
+# metric): about 0.8 MB of weights, whatever the number of metrics.
+BOOTSTRAP_BATCH = 512
+
+
+class SliceAccumulator:
+    """{metric: ScoreMoments} for one slice; the bootstrap part of the last few
+    instances' scores is added a batch at a time (bootstrap_weight_matrix)."""
+
+    __slots__ = ("moments", "ids", "pending")
+
+    def __init__(self):
+        self.moments: dict[str, ScoreMoments] = {}
+        self.ids: list[str] = []  # the instances waiting
+        self.pending: dict[str, tuple[list[int], list[float]]] = {}  # metric -> (their rows in ids, valid scores)
+
+    def add(self, instance_id: str, results) -> None:
+        row = len(self.ids)
+        self.ids.append(instance_id)
+        for metric, score, error, passed, choice in results:
+            moments = self.moments.get(metric)
+            if moments is None:
+                moments = self.moments[metric] = ScoreMoments()
+            moments.add(score, error, passed, None, choice)
+            if not error and score is not None and math.isfinite(score):  # what ScoreMoments.add weighs
+                rows, scores = self.pending.get(metric) or self.pending.setdefault(metric, ([], []))
+                rows.append(row)
+                scores.append(score)
+        if len(self.ids) >= BOOTSTRAP_BATCH:
+            self.flush()
+
+    def flush(self) -> "SliceAccumulator":
+        if self.ids:
+            weights = bootstrap_weight_matrix(self.ids)
+            for metric, (rows, scores) in self.pending.items():
+                drawn = weights[rows]
+                self.moments[metric].add_bootstrap(np.asarray(scores) @ drawn, drawn.sum(axis=0))
+            self.ids, self.pending = [], {}
+        return self
+
+
 class SliceMomentsFn(beam.CombineFn):
-    """Accumulator: {metric: ScoreMoments} for one slice."""
+    """Accumulator: a SliceAccumulator for one slice; output {metric: ScoreMoments}."""
 
     def create_accumulator(self):
-        return {}
+        return SliceAccumulator()
 
     def add_input(self, accumulator, values):
-        weights, results = values
-        for metric, score, error, passed, choice in results:
-            moments = accumulator.get(metric)
-            if moments is None:
-                moments = accumulator[metric] = ScoreMoments()
-            moments.add(score, error, passed, weights, choice)
+        accumulator.add(*values)
         return accumulator
 
     def merge_accumulators(self, accumulators):
-        merged: dict[str, ScoreMoments] = {}
+        merged = SliceAccumulator()
         for acc in accumulators:
-            for metric, moments in acc.items():
-                merged[metric] = merged[metric].merge(moments) if metric in merged else moments
+            for metric, moments in acc.flush().moments.items():
+                merged.moments[metric] = merged.moments[metric].merge(moments) if metric in merged.moments else moments
         return merged
 
+    def compact(self, accumulator):
+        return accumulator.flush()
+
     def extract_output(self, accumulator):
-        return accumulator
+        return accumulator.flush().moments
 
 
 def summary_rows(run: RunKey, thresholds: dict[str, float | None], keyed) -> Iterable[dict[str, Any]]:
