@@ -132,3 +132,36 @@ def test_a_large_input_uses_every_core_by_default_with_the_same_results(tmp_path
     # the same statistics; the floats may differ in their last bits (sums taken in another order)
     assert [r[:3] for r in summaries[0]] == [r[:3] for r in summaries[1]]
     assert [r[3:] for r in summaries[0]] == [pytest.approx(r[3:], rel=1e-12) for r in summaries[1]]
+
+
+@pytest.mark.parametrize("workers, size, cap, parts", [
+    (2, 28_000_000, 32 * 2**20, 4),  # under the cap: two parts a worker
+    (2, 150_000_000, 32 * 2**20, 6),  # over it: parts of at most the cap, an even number
+    (3, 150_000_000, 32 * 2**20, 6),
+    (2, 1_400_000_000, 32 * 2**20, 42),
+])
+def test_a_run_with_several_workers_reads_an_equal_share_each(tmp_path, monkeypatch, workers, size, cap, parts):
+    """pipelines.evaluate.part_bytes: with several local workers, a file is read in
+    a whole multiple of the workers' number of parts, two at least each, none over
+    the part size; with one worker, in parts of the part size (None)."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from configs import EvalConfig
+    from pipelines import evaluate
+
+    monkeypatch.setattr(evaluate, "input_bytes", lambda config: size)
+    monkeypatch.setenv("EVALBEAM_PART_BYTES", str(cap))
+    config = EvalConfig.model_validate({"name": "p", "input": {"uri": str(tmp_path / "d.jsonl")}, "metrics": ["exact_match"],
+                                        "output": {"parquet": str(tmp_path / "out")}})
+    several = beam.Pipeline(options=PipelineOptions([f"--direct_num_workers={workers}",
+                                                     "--direct_running_mode=multi_processing"]))
+    got = evaluate.part_bytes(several, config)
+    assert got <= cap and -(-size // got) == parts and parts % workers == 0
+    assert evaluate.part_bytes(beam.Pipeline(options=PipelineOptions([])), config) is None
+    # and the parts of such a file: contiguous, as many as planned, the same size but for the last
+    path = tmp_path / "d.jsonl"
+    path.write_bytes(b"".join(json.dumps({"id": i, "text": "w" * (i % 50)}).encode() + b"\n" for i in range(20000)))
+    monkeypatch.setattr(evaluate, "input_bytes", lambda config: path.stat().st_size)
+    planned = file_parts(str(path), "jsonl", path.stat().st_size, evaluate.part_bytes(several, config))
+    assert len(planned) == 2 * workers and planned[-1].end == path.stat().st_size

@@ -518,7 +518,10 @@ def file_parts(path: str, fmt: str, size: int, part_bytes: int | None = None) ->
             return [FilePart(path)]  # one JSON array (or a head of blanks): read whole
         offset, block = 0, head
         while block:
-            target = start + part_bytes
+            # a part ends at the first line end from the next multiple of part_bytes on: the
+            # file's parts are then ceil(size / part_bytes), whatever the lines' lengths
+            # (unless a line is longer than a part), and so an equal share for each worker
+            target = (start // part_bytes + 1) * part_bytes
             if offset + len(block) > target:
                 nl = block.find(b"\n", max(0, target - offset))
                 if nl >= 0:
