@@ -28,3 +28,18 @@ def scoring_process(instance):
             pid = int(stat.read().rpartition(")")[2].split()[1])
         ancestors.append(pid)
     return {"scoring_process": 1.0, "pid": os.getpid(), "ancestors": ancestors}
+
+
+def exit_marker(instance):
+    """Registers once per process an exit handler that appends a line to the file
+    EVALBEAM_TEST_AT_EXIT names (code a run imports may count on its exit handlers),
+    then fails: a metric with no valid score, which makes `evalbeam run` end with status 1."""
+    import atexit
+    import os
+
+    global _exit_marker_registered
+    if not globals().get("_exit_marker_registered"):
+        path = os.environ["EVALBEAM_TEST_AT_EXIT"]
+        atexit.register(lambda: open(path, "a").write(f"exit handler of {os.getpid()}\n"))
+        _exit_marker_registered = True
+    raise ValueError("exit_marker never scores")

@@ -236,3 +236,27 @@ def test_metrics_command_lists_every_computation_metric():
                  "rouge_l", "rouge_l_sum", "tool_call_valid", "tool_name_match", "tool_parameter_key_match",
                  "tool_parameter_kv_match", "latency_in_seconds", "failure", "tool_trajectory_avg_score", "response_match_score"):
         assert f"\n{name}\n" in "\n" + out, name
+
+
+def test_the_command_ends_after_its_exit_handlers_and_whole_output(dataset, tmp_path):
+    """`evalbeam` ends its process without the interpreter's teardown
+    (pipelines.cli.entry): the exit handlers registered by code the run imported
+    (a custom metric's here) still run, and the output reaches a pipe whole, with
+    the status of the run: 1 for a run with problems (a metric with no valid score)."""
+    config, _, _ = dataset
+    raw = yaml.safe_load(config.read_text())
+    raw["metrics"].append({"name": "exit_marker", "function": "tests.custom_metrics:exit_marker", "inputs": ["response"]})
+    config = tmp_path / "with_exit_handler.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    marker = tmp_path / "at_exit.txt"
+    result = evalbeam("run", config, "--direct_num_workers=1", check=False, env={"EVALBEAM_TEST_AT_EXIT": str(marker)})
+    assert result.returncode == 1, result.stderr
+    assert "finished with problems" in result.stderr and "metric exit_marker has no valid score" in result.stdout
+    assert marker.read_text().startswith("exit handler of ")
+    assert result.stdout.rstrip().endswith(f"results: {tmp_path / 'out'}")
+    assert "read 9 = scored 4 + dead-lettered 5" in result.stdout
+    # a long output through a pipe: all of it, as main() writes it in the test's own process
+    from pipelines.cli import _metrics_table
+
+    listed = evalbeam("metrics")
+    assert listed.returncode == 0 and listed.stdout == _metrics_table() + "\n"
