@@ -21,8 +21,9 @@ at the largest smaller N of the same run, and the scores of (b) are compared
 with those of (p).
 
 evalbeam's start-up (importing Beam, building and optimising the pipeline,
-about 5 s here) is part of its time, so the ratios grow with N; a local run
-over an input of 64 MB or more uses one worker process per core.
+about 2 s here) is part of its time, so the ratios grow with N; a local run
+over an input of 16 MB or more (some 11,000 of these rows) uses one worker
+process per core. The checkout's modules are compiled first (compile_checkout).
 
     .venv/bin/python bench/compute_throughput.py [--rows 6000 20000 100000] [--loop-max 20000] [-- BEAM FLAGS...]
 """
