@@ -9,12 +9,13 @@
   (SplitMix64 of the id's hash and the replicate's number, turned into
   Poisson(1) draws by its inverse distribution function), so that the weights
   of a whole batch of instances are made by a few NumPy operations
-  (`bootstrap_weight_matrix`) rather than a generator seeded per instance. Replicates are sums, so they merge exactly and
-  never hold the scores; the interval is the 2.5th and 97.5th percentile of the
-  replicate means. Unlike a normal/t interval it stays inside the range of the
-  scores (a 0/1 metric never gets a bound below 0), and seeding by instance id
-  makes it reproducible whatever the bundling, and the same resample of
-  instances is used for every metric.
+  (`bootstrap_weight_matrix`) rather than a generator seeded per instance.
+  Replicates are sums, so they merge exactly and never hold the scores; the
+  interval is the 2.5th and 97.5th percentile of the replicate means. Unlike
+  a normal/t interval it stays inside the range of the scores (a 0/1 metric
+  never gets a bound below 0), and seeding by instance id makes it
+  reproducible whatever the bundling, and the same resample of instances is
+  used for every metric.
 """
 from __future__ import annotations
 

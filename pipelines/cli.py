@@ -352,9 +352,11 @@ def entry() -> None:
     import threading
 
     main_thread = threading.main_thread()
-    if any(t is not main_thread and not t.daemon and t.is_alive() for t in threading.enumerate()):
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython's, as the interpreter runs them
+    if run_exit_handlers is None or any(t is not main_thread and not t.daemon and t.is_alive()
+                                        for t in threading.enumerate()):
         sys.exit(status)
-    atexit._run_exitfuncs()  # what the interpreter would run before its teardown
+    run_exit_handlers()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
