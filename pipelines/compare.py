@@ -211,7 +211,9 @@ def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOpti
         staging = f"{temp.rstrip('/')}/evalbeam-staging/compare-{attempt}"
     compared_at = utc_now()
     base = infos[base_run_id]
-    pipeline = beam.Pipeline(options=options)
+    from pipelines.evaluate import new_pipeline
+
+    pipeline = new_pipeline(options)
     for i, run_id in enumerate(run_ids):
         run = infos[run_id]
         label = f"Run{i}"

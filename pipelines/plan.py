@@ -42,7 +42,7 @@ def plan(config: EvalConfig) -> dict:
         raise ConfigError(str(e)) from None
     with tempfile.TemporaryDirectory(prefix="evalbeam-plan-") as folder:
         counts_path, totals_path = os.path.join(folder, "counts.json"), os.path.join(folder, "totals.json")
-        with beam.Pipeline(options=PipelineOptions(["--runner=DirectRunner"])) as p:
+        with evaluate.new_pipeline(PipelineOptions(["--runner=DirectRunner"])) as p:
             instances, read, dead = evaluate.read_instances(p, config, read_plan)
             cached = pinned = None
             if config.judge.cache and config.judge_specs():

@@ -260,3 +260,24 @@ def test_the_command_ends_after_its_exit_handlers_and_whole_output(dataset, tmp_
 
     listed = evalbeam("metrics")
     assert listed.returncode == 0 and listed.stdout == _metrics_table() + "\n"
+
+
+def test_a_local_run_goes_to_beams_fnapirunner_and_fetches_nothing(dataset, tmp_path):
+    """Beam's DirectRunner first tries Prism, whose binary it downloads from GitHub
+    into ~/.apache_beam/cache/prism (and, where it cannot, falls back to the
+    FnApiRunner): a local evalbeam run goes to the FnApiRunner directly, so it
+    neither fetches nor caches anything, whatever the machine's network."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
+
+    from pipelines.evaluate import new_pipeline
+
+    config, _, _ = dataset
+    home = tmp_path / "home"
+    home.mkdir()
+    result = evalbeam("run", config, env={"HOME": str(home)})
+    assert "read 9 = scored 4 + dead-lettered 5" in result.stdout
+    assert list(home.iterdir()) == []  # no ~/.apache_beam: Prism was not tried
+    for flags in ([], ["--runner=DirectRunner"], ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]):
+        assert isinstance(new_pipeline(PipelineOptions(flags)).runner, FnApiRunner), flags
+    assert not isinstance(new_pipeline(PipelineOptions(["--runner=PrismRunner"])).runner, FnApiRunner)
