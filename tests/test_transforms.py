@@ -1,5 +1,6 @@
 """Each transform in a real Beam pipeline."""
 import json
+import random
 
 import apache_beam as beam
 import pytest
@@ -192,11 +193,13 @@ def _rows_of(schema, n, seed):
     return [{f.name: value(f, i) for f in schema} for i in range(n)]
 
 
-@pytest.mark.parametrize("table, rows", [("metric_results", 0), ("metric_results", 2600), ("runs", 3)])
-def test_direct_parquet_writes_hold_what_beams_sink_writes(tmp_path, monkeypatch, table, rows):
+@pytest.mark.parametrize("table, rows, lists", [("metric_results", 0, True), ("metric_results", 2600, False),
+                                                ("metric_results", 2600, True), ("runs", 3, False)])
+def test_direct_parquet_writes_hold_what_beams_sink_writes(tmp_path, monkeypatch, table, rows, lists):
     """Local runs write each bundle's Parquet file directly (WriteParquetTable direct);
     Dataflow's path goes through Beam's sink. Same schema, same rows, several row
-    groups when the rows pass ROW_GROUP_BYTES, and a table with no rows still gets a file."""
+    groups when the rows pass ROW_GROUP_BYTES, and a table with no rows still gets a file.
+    With `lists` the elements are lists of rows (an instance's metric rows: 1 to 12 here)."""
     import pyarrow.parquet as pq
 
     from transforms import write
@@ -204,11 +207,18 @@ def test_direct_parquet_writes_hold_what_beams_sink_writes(tmp_path, monkeypatch
 
     monkeypatch.setattr(write, "ROW_GROUP_BYTES", 64 * 1024)  # several row groups from 2,600 rows
     data = _rows_of(arrow_schema(table, ("dataset",)), rows, seed=rows)
+    elements = data
+    if lists:
+        sizes = random.Random(rows).choices(range(1, 13), k=len(data))
+        elements, at = [], 0
+        while at < len(data):
+            elements.append(data[at:at + sizes[len(elements)]])
+            at += len(elements[-1])
     for direct in (False, True):
         folder = str(tmp_path / ("direct" if direct else "sink"))
         with TestPipeline() as p:
-            written = {table: p | beam.Create(data, reshuffle=False)
-                       | write.WriteParquetTable(folder, table, ("dataset",), direct=direct)}
+            written = {table: p | beam.Create(elements, reshuffle=False)
+                       | write.WriteParquetTable(folder, table, ("dataset",), direct=direct, lists=lists)}
             if direct:
                 written | write.WriteEmptyTables(folder, ("dataset",))
     read = {}
