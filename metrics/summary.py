@@ -74,13 +74,15 @@ class ScoreMoments:
     boot_weight: np.ndarray | None = None  # per replicate: sum of w
 
     def add(self, score: float | None, error: bool = False, passed: bool | None = None,
-            weights: np.ndarray | None = None, choice: str | None = None) -> None:
+            choice: str | None = None) -> bool:
+        """Count one row; whether its score is valid (finite), and so is to be
+        weighed in the bootstrap sums (add_bootstrap)."""
         self.rows += 1
         if error:
             self.errors += 1
-            return
+            return False
         if score is None or not math.isfinite(score):
-            return
+            return False
         self.n += 1
         delta = score - self.mean
         self.mean += delta / self.n
@@ -91,12 +93,11 @@ class ScoreMoments:
             self.choices += 1
             self.candidate_wins += choice == "CANDIDATE"
             self.baseline_wins += choice == "BASELINE"
-        if weights is not None:
-            self.add_bootstrap(weights * score, weights)
+        return True
 
     def add_bootstrap(self, weighted_scores: np.ndarray, weights: np.ndarray) -> None:
-        """Add sums over instances already counted by `add` (without weights): of
-        w * score, and of w, per replicate."""
+        """Add sums over instances whose valid scores `add` counted: of w * score,
+        and of w, per replicate."""
         if self.boot_sum is None:
             self.boot_sum = weighted_scores.copy()
             self.boot_weight = weights.copy()

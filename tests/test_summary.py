@@ -8,10 +8,17 @@ import pytest
 from metrics.summary import ScoreMoments, bootstrap_weights
 
 
+def add_weighed(m, score, instance_id, error=False, passed=None, choice=None):
+    """One instance's row, weighed by its own bootstrap weights when its score is valid."""
+    if m.add(score, error, passed, choice):
+        weights = bootstrap_weights(instance_id)
+        m.add_bootstrap(weights * score, weights)
+
+
 def moments_of(scores, ids=None):
     m = ScoreMoments()
     for i, s in enumerate(scores):
-        m.add(s, weights=bootstrap_weights(ids[i] if ids else f"id-{i}"))
+        add_weighed(m, s, ids[i] if ids else f"id-{i}")
     return m
 
 
@@ -112,7 +119,7 @@ def test_the_batched_slice_accumulator_equals_adding_one_instance_at_a_time():
     expected = {"a": ScoreMoments(), "b": ScoreMoments()}
     for instance_id, results in rows:
         for metric, score, error, passed, choice in results:
-            expected[metric].add(score, error, passed, bootstrap_weights(instance_id), choice)
+            add_weighed(expected[metric], score, instance_id, error, passed, choice)
     fn = SliceMomentsFn()
     parts = []
     for start in range(0, len(rows), 700):

@@ -9,7 +9,6 @@ worker ever holds a metric's scores.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable
 
 import apache_beam as beam
@@ -57,8 +56,7 @@ class SliceAccumulator:
             moments = self.moments.get(metric)
             if moments is None:
                 moments = self.moments[metric] = ScoreMoments()
-            moments.add(score, error, passed, None, choice)
-            if not error and score is not None and math.isfinite(score):  # what ScoreMoments.add weighs
+            if moments.add(score, error, passed, choice):  # a valid score: to be weighed
                 rows, scores = self.pending.get(metric) or self.pending.setdefault(metric, ([], []))
                 rows.append(row)
                 scores.append(score)
