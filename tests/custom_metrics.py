@@ -19,7 +19,8 @@ def die_on_marker(instance):
 
 def scoring_process(instance):
     """Records the process that scored the instance and its ancestors (Linux
-    /proc), so a test can tell in which process the runner ran pipeline code."""
+    /proc), so a test can tell in which process the runner ran pipeline code, and
+    the objects frozen there (gc.get_freeze_count)."""
     import os
 
     pid, ancestors = os.getpid(), []
@@ -27,7 +28,10 @@ def scoring_process(instance):
         with open(f"/proc/{pid}/stat") as stat:  # "pid (comm) state ppid ..."
             pid = int(stat.read().rpartition(")")[2].split()[1])
         ancestors.append(pid)
-    return {"scoring_process": 1.0, "pid": os.getpid(), "ancestors": ancestors}
+    import gc
+
+    # and how many objects that process keeps out of the collector's sight (transforms.worker)
+    return {"scoring_process": 1.0, "pid": os.getpid(), "ancestors": ancestors, "frozen": gc.get_freeze_count()}
 
 
 def exit_marker(instance):

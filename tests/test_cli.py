@@ -169,10 +169,12 @@ def test_beam_flags_pass_through_and_results_do_not_depend_on_the_runner_mode(da
         assert len(rows) == 4, rows  # the four valid instances
         return [json.loads(r["extra"]) for r in rows]
 
-    # The default runner (DirectRunner: the FnApiRunner in memory, here where Prism
-    # cannot be fetched) runs pipeline code in the command's own process ...
+    # The default runner (DirectRunner: Beam's FnApiRunner, in memory; evalbeam never
+    # tries Prism) runs pipeline code in the command's own process, which freezes
+    # nothing (it ends without the interpreter's teardown) ...
     single = evalbeam_pid("run", config)
     assert {p["pid"] for p in scoring_processes("r1")} == {single}
+    assert {p["frozen"] for p in scoring_processes("r1")} == {0}
     # ... and with these flags in worker processes that the command started:
     # proof that the flags reached Beam and took effect.
     multi = evalbeam_pid("run", config, "--set", "run_id=r2", "--direct_num_workers=2",
@@ -180,6 +182,7 @@ def test_beam_flags_pass_through_and_results_do_not_depend_on_the_runner_mode(da
     workers = scoring_processes("r2")
     assert all(p["pid"] != multi and multi in p["ancestors"] for p in workers), (multi, workers)
     assert len({p["pid"] for p in workers}) <= 2, workers  # no more workers than asked for
+    assert all(p["frozen"] > 10000 for p in workers), workers  # their start-up objects (transforms.worker)
 
     key = lambda r: (r["metric"], r["slice"])  # noqa: E731
     one = sorted(({k: v for k, v in r.items() if k != "run_id"} for r in table(run_dir, "summary")), key=key)

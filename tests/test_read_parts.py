@@ -127,6 +127,8 @@ def test_a_large_input_uses_every_core_by_default_with_the_same_results(tmp_path
                                  "WHERE metric != 'scoring_process' ORDER BY ALL").fetchall() for run in ("many", "one")]
     pids = {e["pid"] for e in extras}
     assert len(extras) == 4000 and launcher not in pids and all(launcher in e["ancestors"] for e in extras)
+    # each worker froze its start-up objects before scoring (transforms.worker)
+    assert all(e["frozen"] > 10000 for e in extras)
     assert 1 <= len(pids) <= os.cpu_count()  # the machine's cores (this one has 2)
     assert tables[0] == tables[1] and len(tables[0]) == 8000
     # the same statistics; the floats may differ in their last bits (sums taken in another order)
