@@ -285,8 +285,8 @@ def _check_outputs(config: EvalConfig, options: PipelineOptions | None, run_id: 
 # A local run over at least this much input uses every core (worker processes),
 # when the user sets no --direct_* flag: below it, starting the workers costs
 # more than they save. Measured with bench/compute_throughput.py's rows (ROUGE,
-# BLEU and trajectories; 1.4 KB a row) on 2 cores: 8.5 MB took as long either
-# way, 17 MB 10% less time with two workers, 28 MB 27% less.
+# BLEU and trajectories; 1.4 KB a row) on 2 cores: 8.5 MB took about as long
+# either way (two workers slightly longer), 17 MB 20% less time with two, 28 MB 27% less.
 # (EVALBEAM_PARALLEL_INPUT_BYTES sets another size.)
 PARALLEL_INPUT_BYTES = 16 * 1024 * 1024
 
