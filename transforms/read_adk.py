@@ -25,6 +25,7 @@ none (the file's own keys and punctuation).
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -86,6 +87,21 @@ def _load(doc: _Document) -> tuple[Any, bool] | str:
         except (json.JSONDecodeError, RecursionError):
             return "the file holds a JSON string that is not itself valid JSON"
     return value, True
+
+
+def _whole_document(parse):
+    """parse(doc, value, positional) -> a file parser, (path, stream) -> items: the
+    file read and parsed whole first, and dead-lettered whole when it cannot be."""
+    @functools.wraps(parse)
+    def parse_file(path: str, stream) -> Iterator[Record | DeadLetter | SourceLines]:
+        doc = _Document(path, stream)
+        loaded = _load(doc)
+        if isinstance(loaded, str):
+            yield from doc.dead_file(loaded)
+            return
+        yield from parse(doc, *loaded)
+
+    return parse_file
 
 
 def _element_spans(doc: _Document, keys: tuple[str, ...] | None, count: int) -> list[tuple[int, int]] | None:
@@ -163,13 +179,8 @@ def _field_of(reason: str) -> str:
     return reason.split(" ", 1)[0]
 
 
-def parse_adk_eval_result(path: str, stream) -> Iterator[Record | DeadLetter | SourceLines]:
-    doc = _Document(path, stream)
-    loaded = _load(doc)
-    if isinstance(loaded, str):
-        yield from doc.dead_file(loaded)
-        return
-    value, positional = loaded
+@_whole_document
+def parse_adk_eval_result(doc: _Document, value: Any, positional: bool) -> Iterator[Record | DeadLetter | SourceLines]:
     if not isinstance(value, dict) or get_key(value, "eval_case_results") is None:
         yield from doc.dead_file("not an ADK EvalSetResult: expected an object with eval_case_results")
         return
@@ -246,13 +257,9 @@ def _legacy_turn(turn: Any, where: str) -> dict[str, Any]:
     return turn_from_adk(None, invocation, where)
 
 
-def parse_adk_eval_set(path: str, stream) -> Iterator[Record | DeadLetter | SourceLines]:
-    doc = _Document(path, stream)
-    loaded = _load(doc)
-    if isinstance(loaded, str):
-        yield from doc.dead_file(loaded)
-        return
-    value, positional = loaded
+@_whole_document
+def parse_adk_eval_set(doc: _Document, value: Any, positional: bool) -> Iterator[Record | DeadLetter | SourceLines]:
+    path = doc.path
     name = os.path.basename(path)
     for suffix in (".evalset.json", ".test.json", ".json"):
         if name.endswith(suffix):
