@@ -371,9 +371,9 @@ def _read(pipeline: beam.Pipeline, config: EvalConfig, read_plan: bigquery.ReadP
     if read_plan is None:
         fmt = config.input.inferred_format()
         parts = pipeline | "FileParts" >> FileParts(config.input.uri, fmt, part_bytes(pipeline, config))
-        records, unparseable, source_lines = pipeline | "Read" >> ReadRecords(config.input.uri, fmt, parts=parts)
+        records, unparseable, source_lines = pipeline | "Read" >> ReadRecords(fmt, parts=parts)
         if lean_local(pipeline, config):
-            first_read = pipeline | "ReadIds" >> ReadRecords(config.input.uri, fmt, counted=False, parts=parts)
+            first_read = pipeline | "ReadIds" >> ReadRecords(fmt, parts=parts, counted=False)
             decisions = first_read[0] | "IdDecisions" >> UniqueIdDecisions(row_spec(config))
     else:
         records, source_lines = pipeline | "ReadBigQuery" >> bigquery.ReadBigQueryRows(read_plan)

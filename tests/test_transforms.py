@@ -30,7 +30,7 @@ def test_read_jsonl_numbers_lines_and_dead_letters_bad_ones(tmp_path):
         b'{"a": 3}'  # no final newline
     )
     with TestPipeline() as p:
-        records, dead, lines = p | ReadRecords(str(path), "jsonl")
+        records, dead, lines = p | ReadRecords("jsonl", uri=str(path))
         assert_that(records | beam.Map(lambda r: (r.source.rsplit(":", 1)[1], r.line, r.data)),
                     equal_to([("1", 1, {"a": 1}), ("3", 3, {"a": 2, "b": "café"}), ("7", 7, {"a": 3})]), label="records")
         assert_that(dead | beam.Map(lambda d: (d.source.rsplit(":", 1)[1], d.line, d.reason.split(":")[0].split(" (")[0])),
@@ -43,7 +43,7 @@ def test_read_csv_quoted_newlines_and_short_rows(tmp_path):
     path = tmp_path / "d.csv"
     path.write_text('id,response\n1,"two\nlines"\n2,ok\n3\n\n4,"x,y"\n', encoding="utf-8")
     with TestPipeline() as p:
-        records, dead, lines = p | ReadRecords(str(tmp_path / "*.csv"), "csv")
+        records, dead, lines = p | ReadRecords("csv", uri=str(tmp_path / "*.csv"))
         assert_that(records | beam.Map(lambda r: (r.source.split(":", 1)[1], r.line_count, r.data)),
                     equal_to([("row 1 (lines 2-3)", 2, {"id": "1", "response": "two\nlines"}),
                               ("row 2 (line 4)", 1, {"id": "2", "response": "ok"}),

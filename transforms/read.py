@@ -600,12 +600,15 @@ class ParseFileFn(beam.DoFn):
 
 
 class ReadRecords(beam.PTransform):
-    """Files matching ``uri`` -> Records (main), DeadLetters (tag 'dead_letter')
-    and one SourceLines per file (tag 'lines').
+    """The files matching ``uri``, or the FileParts ``parts`` (a PCollection, to
+    read the same parts twice) -> Records (main), DeadLetters (tag
+    'dead_letter') and one SourceLines per file (tag 'lines').
     counted: False for a second read of the same files (see ParseFileFn)."""
 
-    def __init__(self, uri: str, fmt: str, counted: bool = True, parts=None):
+    def __init__(self, fmt: str, *, uri: str | None = None, parts=None, counted: bool = True):
         super().__init__()
+        if (uri is None) == (parts is None):
+            raise ValueError("ReadRecords reads either a uri or parts")
         self._uri = uri
         self._fmt = fmt
         self._counted = counted
