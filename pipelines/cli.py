@@ -344,7 +344,8 @@ def entry() -> None:
     teardown, freeing one by one the objects of Beam and the cloud client
     libraries, work nobody waits for once the command is done. What that teardown
     does that matters is done first: the exit handlers (logging's flush,
-    temporary files' removal) and the standard streams' buffers. When a
+    temporary files' removal) and the standard streams' buffers, with the status
+    the interpreter would give an output it could not write. When a
     non-daemon thread is still running (none should be), or main() raises, the
     process exits the usual way."""
     status = main()
@@ -357,12 +358,34 @@ def entry() -> None:
                                         for t in threading.enumerate()):
         sys.exit(status)
     run_exit_handlers()
-    for stream in (sys.stdout, sys.stderr):
+    os._exit(_flushed(status))
+
+
+# What CPython exits with when it cannot flush stdout at shutdown.
+UNWRITTEN_OUTPUT_STATUS = 120
+
+
+def _flushed(status: int) -> int:
+    """The status to end with once the standard streams are flushed: `status`,
+    unless stdout could not be written (a full disk, an I/O error): then
+    UNWRITTEN_OUTPUT_STATUS, said on stderr, as the interpreter's own shutdown
+    would. A reader that closed the pipe (`| head`) stopped reading by choice,
+    and a closed stream takes nothing more: neither changes the status."""
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):
+        pass
+    except OSError as e:
         try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+            print(f"evalbeam: could not write the output: {e}", file=sys.stderr)
+        except (OSError, ValueError):
             pass
-    os._exit(status)
+        status = status or UNWRITTEN_OUTPUT_STATUS
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):  # nowhere left to say so
+        pass
+    return status
 
 
 if __name__ == "__main__":

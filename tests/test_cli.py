@@ -265,6 +265,25 @@ def test_the_command_ends_after_its_exit_handlers_and_whole_output(dataset, tmp_
     assert listed.returncode == 0 and listed.stdout == _metrics_table() + "\n"
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a device whose writes fail")
+def test_output_that_cannot_be_written_is_not_a_success(tmp_path):
+    """An output the command could not write (a full disk: /dev/full) ends it
+    with status 120 and says so, as Python's own shutdown would, whatever main()
+    returned; written to a file, the same output ends it with 0. (stdout is
+    block-buffered here, as it is for any user whose environment does not set
+    PYTHONUNBUFFERED: the output is still in the buffer when main() returns.)"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | {"PYTHONPATH": str(ROOT)}
+    command = [EVALBEAM, "validate", "configs/demo.yaml"]
+    with open("/dev/full", "w") as full:
+        failed = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env, timeout=600)
+    assert failed.returncode == 120, failed.stderr
+    assert "evalbeam: could not write the output: [Errno 28]" in failed.stderr
+    with open(tmp_path / "out.txt", "w") as out:
+        written = subprocess.run(command, stdout=out, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env, timeout=600)
+    assert written.returncode == 0, written.stderr
+    assert (tmp_path / "out.txt").read_text().startswith("config ok: ")
+
+
 def test_a_local_run_goes_to_beams_fnapirunner_and_fetches_nothing(dataset, tmp_path):
     """Beam's DirectRunner first tries Prism, whose binary it downloads from GitHub
     into ~/.apache_beam/cache/prism (and, where it cannot, falls back to the
