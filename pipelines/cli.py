@@ -347,8 +347,19 @@ def entry() -> None:
     temporary files' removal) and the standard streams' buffers, with the status
     the interpreter would give an output it could not write. When a
     non-daemon thread is still running (none should be), or main() raises, the
-    process exits the usual way."""
-    status = main()
+    process exits the usual way.
+
+    A reader of the output that goes away before it is written (`evalbeam show
+    RUN --json | head`) ends the command with status 141, as a shell reports a
+    command that SIGPIPE ended, and no traceback."""
+    try:
+        status = main()
+    except BrokenPipeError:
+        if not _reader_gone(sys.stdout):
+            raise
+        # what is left to write goes nowhere, so that the shutdown's flush does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(STDOUT_READER_GONE_STATUS)
     import atexit
     import threading
 
@@ -363,17 +374,34 @@ def entry() -> None:
 
 # What CPython exits with when it cannot flush stdout at shutdown.
 UNWRITTEN_OUTPUT_STATUS = 120
+# What a shell reports for a command that SIGPIPE ended (128 + 13).
+STDOUT_READER_GONE_STATUS = 141
+
+
+def _reader_gone(stream) -> bool:
+    """Whether `stream` is a pipe whose reading end is closed (poll says POLLERR):
+    a BrokenPipeError is then stdout's, not a socket's or a child process's."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(stream.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll, or no file behind the stream
+        return False
 
 
 def _flushed(status: int) -> int:
     """The status to end with once the standard streams are flushed: `status`,
-    unless stdout could not be written (a full disk, an I/O error): then
-    UNWRITTEN_OUTPUT_STATUS, said on stderr, as the interpreter's own shutdown
-    would. A reader that closed the pipe (`| head`) stopped reading by choice,
-    and a closed stream takes nothing more: neither changes the status."""
+    unless stdout could not be written: UNWRITTEN_OUTPUT_STATUS (a full disk,
+    an I/O error), said on stderr, as the interpreter's own shutdown would, or
+    STDOUT_READER_GONE_STATUS (a reader that closed the pipe: `| head`), as
+    entry() ends when that happens earlier. A closed stream takes nothing more."""
     try:
         sys.stdout.flush()
-    except (BrokenPipeError, ValueError):
+    except BrokenPipeError:
+        status = status or STDOUT_READER_GONE_STATUS
+    except ValueError:
         pass
     except OSError as e:
         try:

@@ -284,6 +284,26 @@ def test_output_that_cannot_be_written_is_not_a_success(tmp_path):
     assert (tmp_path / "out.txt").read_text().startswith("config ok: ")
 
 
+@pytest.mark.parametrize("buffered", [True, False])
+def test_a_reader_gone_before_the_output_ends_the_command_with_status_141(buffered):
+    """A pipe whose reader is gone (its end closed before anything is read):
+    status 141, as a shell reports a command SIGPIPE ended, and no traceback,
+    whether the output is still buffered when main() returns or written as it
+    is printed (PYTHONUNBUFFERED)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | {"PYTHONPATH": str(ROOT)}
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run([EVALBEAM, "validate", "configs/demo.yaml"], stdout=write_end, stderr=subprocess.PIPE,
+                                text=True, cwd=ROOT, env=env, timeout=600)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 141, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+
+
 def test_a_local_run_goes_to_beams_fnapirunner_and_fetches_nothing(dataset, tmp_path):
     """Beam's DirectRunner first tries Prism, whose binary it downloads from GitHub
     into ~/.apache_beam/cache/prism (and, where it cannot, falls back to the
