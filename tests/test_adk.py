@@ -85,6 +85,26 @@ def test_eval_set_top_level_keys_must_be_snake_case(tmp_path):
     assert not records and "top-level keys must be snake_case" in dead[0].reason
 
 
+@pytest.mark.parametrize("ext", ["gz", "bz2"])
+def test_a_truncated_compressed_adk_file_is_one_dead_letter(tmp_path, ext):
+    """An ADK file is read whole: one cut short in its compression is
+    dead-lettered whole, saying why, rather than failing the run; whole, the
+    same file reads as the plain one."""
+    import bz2
+    import gzip
+
+    compress = {"gz": gzip.compress, "bz2": bz2.compress}[ext]
+    packed = compress(json.dumps(EVAL_SET, indent=2).encode())
+    whole, cut = tmp_path / f"weather.evalset.json.{ext}", tmp_path / f"cut.evalset.json.{ext}"
+    whole.write_bytes(packed)
+    cut.write_bytes(packed[: len(packed) // 2])
+    records, _ = parse(whole, "adk_eval_set")
+    assert [r.data["instance_id"] for r in records] == ["weather:sf", "weather:paris"]
+    records, dead = parse(cut, "adk_eval_set")
+    assert not records and [d.reason.split(" (")[0] for d in dead] == ["the file cannot be read"]
+    assert "EOFError" in dead[0].reason
+
+
 def test_legacy_eval_set_forms(tmp_path):
     flat = tmp_path / "home.test.json"
     flat.write_text(json.dumps([

@@ -365,16 +365,58 @@ def _without_identical(case: Case) -> Case:
     return case
 
 
-def test_a_corrupt_gzip_costs_only_what_cannot_be_read(tmp_path):
+COMPRESSIONS = {
+    "gz": gzip.compress,
+    "bz2": lambda data: __import__("bz2").compress(data),
+    "xz": lambda data: __import__("lzma").compress(data),
+    "zst": lambda data: __import__("zstandard").ZstdCompressor().compress(data),
+    "deflate": lambda data: __import__("zlib").compress(data),
+}
+
+
+@pytest.mark.parametrize("ext", sorted(COMPRESSIONS))
+def test_every_compression_reads_whole_and_says_where_a_truncated_file_ends(tmp_path, ext):
+    """A file of two compressed streams (as `cat a.gz b.gz` makes) reads as the
+    plain file does; cut short, it gives every row decompressed before the cut,
+    then one dead letter saying the file cannot be read on, and its lines still
+    account for every record (Beam's own reader, and zstandard's, read such a
+    file as a shorter one, without a word)."""
+    from transforms.read import DeadLetter, Record, SourceLines, parse_file
+
+    rows = b"".join(b'{"id": "r%d", "response": "text %d"}\n' % (i, i * i) for i in range(20000))
+    middle = rows.index(b"\n", len(rows) // 2) + 1
+    second = COMPRESSIONS[ext](rows[middle:])
+    packed = COMPRESSIONS[ext](rows[:middle]) + second
+    plain, whole, cut = tmp_path / "plain.jsonl", tmp_path / f"whole.jsonl.{ext}", tmp_path / f"cut.jsonl.{ext}"
+    plain.write_bytes(rows)
+    whole.write_bytes(packed)
+    cut.write_bytes(packed[: len(packed) - len(second) // 2])
+
+    def read(path):
+        items = list(parse_file(str(path), "jsonl"))
+        [lines] = [i for i in items if isinstance(i, SourceLines)]
+        return [i.data for i in items if isinstance(i, Record)], [i for i in items if isinstance(i, DeadLetter)], lines
+
+    expected, _, _ = read(plain)
+    records, dead, lines = read(whole)
+    assert records == expected and not dead and lines.lines == 20000
+    records, dead, lines = read(cut)
+    assert records == expected[: len(records)] and len(records) < 20000
+    assert "cannot be read on from here" in dead[-1].reason and dead[-1].line == lines.lines + 1, dead[-1]
+    assert len(records) + len(dead) - 1 == lines.lines  # a partial last line is its own dead letter
+
+
+@pytest.mark.parametrize("ext", ["gz", "zst"])
+def test_a_corrupt_compressed_file_costs_only_what_cannot_be_read(tmp_path, ext):
     case = Case("corrupt")
     for n in range(1, 2001):
         case.add(_jsonl_record(case, n))
-    packed = gzip.compress(case.data())
+    packed = COMPRESSIONS[ext](case.data())
     data = tmp_path / "d"
     data.mkdir()
-    (data / "corrupt.jsonl.gz").write_bytes(packed[: len(packed) // 2])
+    (data / f"corrupt.jsonl.{ext}").write_bytes(packed[: len(packed) * 9 // 10])  # zstd decodes whole blocks (128 KiB)
     config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({"name": "gz", "run_id": "gz", "input": {"uri": str(data / "*.jsonl.gz"), "id_column": "id"},
+    config.write_text(yaml.safe_dump({"name": "gz", "run_id": "gz", "input": {"uri": str(data / f"*.jsonl.{ext}"), "id_column": "id"},
                                       "metrics": ["exact_match"], "output": {"parquet": str(tmp_path / "out")}}))
     result = evalbeam("run", config)
     [run] = table(tmp_path / "out" / "gz", "runs")

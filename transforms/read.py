@@ -1,7 +1,8 @@
 """Reading dataset files into records, accounting for every physical line.
 
 Files are matched with Beam's filesystems (local paths, globs, gs://; `.gz`
-and the other compressions Beam knows are decompressed by extension) and each
+and the other compressions Beam names are decompressed by extension, a
+truncated one reported as such: Decompressed) and each
 file is parsed by one DoFn call, streaming line by line. Reading whole files
 per worker, rather than Beam's splittable text source, is deliberate: it is
 what gives each record its true line number for the dead-letter table, and CSV
@@ -465,16 +466,128 @@ PARSERS.update({fmt: _adk_parser(fmt) for fmt in ADK_FORMATS})
 
 
 def parse_file(path: str, fmt: str) -> Iterator[Record | DeadLetter | SourceLines]:
-    """Every record, dead letter and the line count of one file (decompressed by its extension)."""
-    if path.endswith(".gz"):
-        # Python's gzip, not Beam's decompressor: Beam's reads a truncated .gz as a
-        # shorter file without a word, and whole rows would vanish unaccounted.
-        with FileSystems.open(path, mime_type="application/octet-stream",
-                              compression_type=CompressionTypes.UNCOMPRESSED) as raw, gzip.GzipFile(fileobj=raw) as stream:
-            yield from PARSERS[fmt](path, stream)
-        return
-    with FileSystems.open(path, mime_type="application/octet-stream") as stream:
-        yield from PARSERS[fmt](path, stream)
+    """Every record, dead letter and the line count of one file (decompressed by its
+    extension, as Beam names compressions: .gz, .bz2, .zst/.zstd, .xz/.lzma, .deflate)."""
+    kind = CompressionTypes.detect_compression_type(path)
+    with FileSystems.open(path, mime_type="application/octet-stream",
+                          compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+        if kind == CompressionTypes.UNCOMPRESSED:
+            yield from PARSERS[fmt](path, raw)
+        elif kind == CompressionTypes.GZIP:
+            with gzip.GzipFile(fileobj=raw) as stream:
+                yield from PARSERS[fmt](path, stream)
+        else:
+            yield from PARSERS[fmt](path, Decompressed(raw, kind))
+
+
+class _Decompressor:
+    """One compressed stream's decompressor, giving at most _CHUNK bytes a call
+    where the library can bound it (bz2, lzma, zlib; zstandard's cannot, so it
+    is fed 64 KiB at a time)."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        if kind == CompressionTypes.BZIP2:
+            import bz2
+
+            self._d = bz2.BZ2Decompressor()
+        elif kind == CompressionTypes.LZMA:
+            import lzma
+
+            self._d = lzma.LZMADecompressor()
+        elif kind == CompressionTypes.DEFLATE:
+            import zlib
+
+            self._d = zlib.decompressobj()
+        elif kind == CompressionTypes.ZSTD:
+            import zstandard
+
+            # the window Beam's own reader allows (2 GiB): files Beam reads, this reads
+            self._d = zstandard.ZstdDecompressor(max_window_size=2**31).decompressobj()
+        else:
+            raise ValueError(f"no decompressor for {kind}")
+        self._tail = b""  # zlib's input not yet consumed
+
+    @property
+    def eof(self) -> bool:
+        return self._d.eof
+
+    @property
+    def unused_data(self) -> bytes:
+        return self._d.unused_data
+
+    def input_size(self) -> int:
+        return 64 * 1024 if self.kind == CompressionTypes.ZSTD else _CHUNK
+
+    def needs_input(self) -> bool:
+        if self.kind == CompressionTypes.DEFLATE:
+            return not self._tail
+        if self.kind == CompressionTypes.ZSTD:
+            return True
+        return self._d.needs_input
+
+    def decompress(self, data: bytes) -> bytes:
+        if self.kind == CompressionTypes.DEFLATE:
+            out = self._d.decompress(self._tail + data, _CHUNK)
+            self._tail = self._d.unconsumed_tail
+            return out
+        if self.kind == CompressionTypes.ZSTD:
+            return self._d.decompress(data)
+        return self._d.decompress(data, _CHUNK)
+
+
+class Decompressed:
+    """The bytes of a compressed file (bz2, lzma/xz, zstd, deflate), every stream
+    of a concatenation in turn, as read()/read1() give them; at a truncated end
+    (the input ends inside a stream), everything decompressed before it, then
+    EOFError. Written here because the readers at hand read a truncated file as a
+    shorter one, without a word: Beam's CompressedFile for every compression, and
+    zstandard's stream_reader; rows would vanish unaccounted. (Python's gzip
+    raises, and reads .gz files here; the standard library has no zstd reader
+    before Python 3.14.)"""
+
+    def __init__(self, raw, kind: str):
+        self._raw = raw
+        self._kind = kind
+        self._d: _Decompressor | None = None
+        self._out = b""
+        self._done = False
+
+    def read1(self, n: int = -1) -> bytes:
+        while not self._out and not self._done:
+            self._fill()
+        n = len(self._out) if n is None or n < 0 else n
+        data, self._out = self._out[:n], self._out[n:]
+        return data
+
+    def read(self, n: int = -1) -> bytes:
+        parts, size = [], 0
+        while n is None or n < 0 or size < n:
+            chunk = self.read1(-1 if n is None or n < 0 else n - size)
+            if not chunk:
+                break
+            parts.append(chunk)
+            size += len(chunk)
+        return b"".join(parts)
+
+    def _fill(self) -> None:
+        d = self._d
+        if d is not None and not d.eof and not d.needs_input():
+            self._out = d.decompress(b"")
+            return
+        data = b""
+        if d is not None and d.eof:
+            data, self._d = d.unused_data, None  # what follows a stream: the next one
+        if not data:
+            data = self._raw.read(d.input_size() if d is not None else 64 * 1024)
+        if not data:
+            self._done = True
+            if self._d is not None:
+                raise EOFError("the compressed data ends inside a stream (the file is truncated)")
+            return
+        if self._d is None:
+            self._d = _Decompressor(self._kind)
+        self._out = self._d.decompress(data)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -506,7 +619,7 @@ def file_parts(path: str, fmt: str, size: int, part_bytes: int | None = None) ->
     uncompressed JSON Lines file over part_bytes (the line numbers come from one
     pass counting its line breaks, at memory-copy speed), else the whole file."""
     part_bytes = part_bytes or default_part_bytes()
-    if fmt != "jsonl" or size <= part_bytes or path.endswith(".gz") or \
+    if fmt != "jsonl" or size <= part_bytes or \
             CompressionTypes.detect_compression_type(path) != CompressionTypes.UNCOMPRESSED:
         return [FilePart(path)]
     parts, start, first_line, line = [], 0, 1, 1

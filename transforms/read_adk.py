@@ -45,7 +45,11 @@ class _Document:
 
     def __init__(self, path: str, stream):
         self.path = path
-        data = stream.read(MAX_ADK_FILE_BYTES + 1)
+        unreadable = None
+        try:
+            data = stream.read(MAX_ADK_FILE_BYTES + 1)
+        except Exception as e:  # noqa: BLE001 - a corrupt or truncated compressed file: the file is its dead letter
+            data, unreadable = b"", f"the file cannot be read ({type(e).__name__}: {e})"
         self.too_large = len(data) > MAX_ADK_FILE_BYTES
         if data.startswith(b"\xef\xbb\xbf"):
             data = data[3:]
@@ -57,6 +61,8 @@ class _Document:
             self.error = f"the file is not valid UTF-8 ({e.reason} at byte {e.start})"
         if self.too_large:
             self.error = f"the file is over {MAX_ADK_FILE_BYTES:,} bytes, the limit for one ADK file"
+        if unreadable:
+            self.error = unreadable
         self.lines = self.text.count("\n") + (0 if self.text.endswith("\n") or not self.text else 1)
         self._starts = [m.end() for m in re.finditer("\n", self.text)]
 
