@@ -606,13 +606,29 @@ def format_errors(error: pydantic.ValidationError) -> str:
     return "\n".join(lines)
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as safe_load reads it, but a date-like scalar stays text: the config's
+    one date (run_date) is parsed by its field, which names it when it is not a
+    date (`2026-02-30`), and a string field keeps what was typed. (PyYAML builds
+    a date object as it reads, and raises a bare ValueError on an impossible one.)"""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
+def _yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
+
+
 def _override_value(text: str) -> Any:
     """A --set value: YAML (numbers, lists, mappings...), else the text as typed
     (`*.jsonl` or `%x` are not valid YAML, and are meant as text)."""
     if not text:
         return ""
     try:
-        return yaml.safe_load(text)
+        return _yaml(text)
     except yaml.YAMLError:
         return text
 
@@ -659,7 +675,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> EvalCon
     path = str(path)
     try:
         with FileSystems.open(path, mime_type="application/octet-stream") as f:
-            raw = yaml.safe_load(f.read().decode("utf-8"))
+            raw = _yaml(f.read().decode("utf-8"))
     except (FileNotFoundError, IOError) as e:
         if not FileSystems.exists(path):
             raise ConfigError(f"config file {path!r} does not exist") from None

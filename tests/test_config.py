@@ -103,3 +103,19 @@ def test_missing_and_invalid_files(tmp_path):
 def test_demo_configs_are_valid():
     for path in ("configs/demo.yaml", "configs/demo_qa.yaml"):
         assert load_config(path).metrics
+
+
+def test_dates_are_read_by_their_field_and_a_string_keeps_its_text(tmp_path):
+    """A date-like value is text to the YAML reader: run_date parses it and names
+    an impossible date; run_id (a string) keeps what was typed, even where it
+    looks like a date, from the file or from --set."""
+    import datetime as dt
+
+    config = load_config(write(tmp_path, BASE + "run_date: 2026-11-22\n"))
+    assert config.run_date == dt.date(2026, 11, 22) and config.resolved_run_id() == "t-20261122"
+    for text, overrides in ((BASE + "run_date: 2026-02-30\n", None), (BASE, ["run_date=2026-13-45"])):
+        message = error_of(tmp_path, text, overrides)
+        assert "run_date: Input should be a valid date" in message, message
+    assert load_config(write(tmp_path, BASE + "run_id: 2026-11-22\n")).run_id == "2026-11-22"
+    assert load_config(write(tmp_path, BASE), ["run_id=2026-13-45"]).run_id == "2026-13-45"
+    assert load_config(write(tmp_path, BASE), ["run_date=2026-11-23"]).run_date == dt.date(2026, 11, 23)
