@@ -192,6 +192,10 @@ def _check_files(config: EvalConfig) -> Preflight:
         raise ConfigError(f"input.uri: cannot list {uri!r}: {_short(reason)}") from None
     if not files:
         raise ConfigError(f"input.uri: no file matches {uri!r}")
+    if "://" not in uri and os.path.isdir(uri):  # Beam's local match gives a folder named alone
+        ext = {"csv": "csv"}.get(config.input.format or "", "jsonl")
+        raise ConfigError(f"input.uri: {uri!r} is a folder: name its files, e.g. "
+                          f"{os.path.join(uri, '*.' + ext)!r}")
     sample = sample_records(files, config.input.inferred_format())
     return Preflight(f"{len(files)} file(s)", len(sample.records), present_columns(map(_with_trace_fields, sample.records)),
                      sample.dead_letters)

@@ -210,6 +210,9 @@ def test_validate_ok_and_missing_input_files(dataset, tmp_path):
     assert "config ok: 5 metrics; input 1 file(s); columns checked on 7 row(s)" in ok.stdout  # 9 lines, 2 unparseable
     missing = evalbeam("validate", config, "--set", f"input.uri={tmp_path}/nothing*.jsonl", check=False)
     assert missing.returncode == 2 and "input.uri: no file matches" in missing.stderr
+    folder = evalbeam("validate", config, "--set", f"input.uri={tmp_path}", "--set", "input.format=jsonl", check=False)
+    assert folder.returncode == 2 and "Traceback" not in folder.stderr
+    assert f"input.uri: '{tmp_path}' is a folder: name its files, e.g. '{tmp_path}/*.jsonl'" in folder.stderr
     bad = evalbeam("validate", config, "--set", "metrics.0.params.x=1", check=False)
     assert bad.returncode == 2 and "metrics.0: params: x: Extra inputs are not permitted" in bad.stderr
 
