@@ -156,8 +156,20 @@ class ReadRunSlices(beam.PTransform):
 
 
 def _require_files(pattern: str, run_id: str, table: str) -> None:
-    if not FileSystems.match([pattern])[0].metadata_list:
+    """The run's files of `table` exist and each is readable Parquet (its footer
+    read): a comparison is a gate on every row of both runs, so a file it cannot
+    read stops it, named, rather than leaving its rows out (as `show` may) or
+    failing deep in the pipeline."""
+    files = FileSystems.match([pattern])[0].metadata_list
+    if not files:
         raise CompareError(f"run {run_id}: no {table} files at {pattern}")
+    for file in files:
+        try:
+            with FileSystems.open(file.path, mime_type="application/octet-stream") as f:
+                pq.ParquetFile(f).schema_arrow
+        except (OSError, pa.ArrowException) as e:
+            raise CompareError(f"run {run_id}: {table} file {file.path} is not readable Parquet ({e}); "
+                               "remove it or re-run that run to compare it") from None
 
 
 def _bigquery_plan(location: Location, table: str, run_id: str, fields: list[str]):

@@ -209,6 +209,12 @@ def test_compare_refuses_unknown_runs(tmp_path):
     assert result.returncode == 2 and "no run 'nosuch'" in result.stderr
     result = evalbeam("compare", "only", "only", "--parquet", out, "--tolerance=-1", check=False)
     assert result.returncode == 2
+    # a run whose table holds a file that is not Parquet: named, status 2, no traceback
+    broken = out / "only" / "metric_results" / "part-zzz.parquet"
+    broken.write_text("garbage")
+    result = evalbeam("compare", "only", "only", "--parquet", out, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"run only: metric_results file {broken} is not readable Parquet" in result.stderr
 
 
 def test_compare_in_bigquery_with_views(cloud, tmp_path):
