@@ -105,11 +105,18 @@ def _unknown_beam_args(beam_args: list[str]) -> list[str]:
     """The arguments no Beam option knows: Beam would drop them with a warning,
     and a mistyped flag (`--sett run_id=x`) would silently not apply."""
     parsers = []
+
+    def keep(parser) -> None:
+        parsers.append(parser)
+        # a bad value (--direct_num_workers=abc): said as evalbeam's usage error, not
+        # after the usage of every Beam option (some 130 lines)
+        parser.error = lambda message: _parser().error(message)
+
     beam_log = logging.getLogger("apache_beam.options.pipeline_options")
     level = beam_log.level
     beam_log.setLevel(logging.ERROR)  # its "Discarding unparseable args" warning: we say it as an error
     try:
-        PipelineOptions(beam_args).get_all_options(add_extra_args_fn=parsers.append)
+        PipelineOptions(beam_args).get_all_options(add_extra_args_fn=keep)
     finally:
         beam_log.setLevel(level)
     _, unknown = parsers[0].parse_known_args(beam_args)
@@ -119,6 +126,10 @@ def _unknown_beam_args(beam_args: list[str]) -> list[str]:
 def _check_runner(options: PipelineOptions) -> None:
     from apache_beam.runners.runner import create_runner
 
+    from apache_beam.options.pipeline_options import DirectOptions
+
+    if (options.view_as(DirectOptions).direct_num_workers or 0) < 0:
+        raise ConfigError("--direct_num_workers: must be 0 (one per core) or more")
     runner = options.view_as(StandardOptions).runner
     if runner is None:
         return

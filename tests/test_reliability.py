@@ -153,6 +153,13 @@ def test_mistyped_flags_and_unknown_runners_are_errors(tmp_path):
     runner = evalbeam("run", config, "--runner=Nope", check=False)
     assert runner.returncode == 2 and runner.stderr.startswith("evalbeam: --runner=Nope: Unexpected pipeline runner")
     assert "Traceback" not in runner.stderr
+    negative = evalbeam("run", config, "--direct_num_workers=-3", check=False)
+    assert negative.returncode == 2 and "Traceback" not in negative.stderr
+    assert negative.stderr.startswith("evalbeam: --direct_num_workers: must be 0 (one per core) or more")
+    # a bad value of a Beam flag: one usage error, not the usage of every Beam option
+    bad = evalbeam("run", config, "--direct_num_workers=abc", check=False)
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 2, bad.stderr
+    assert "evalbeam: error: argument --direct_num_workers: invalid int value: 'abc'" in bad.stderr
     assert not (tmp_path / "out").exists()
 
 
