@@ -363,6 +363,13 @@ def entry() -> None:
     A reader of the output that goes away before it is written (`evalbeam show
     RUN --json | head`) ends the command with status 141, as a shell reports a
     command that SIGPIPE ended, and no traceback."""
+    import atexit
+    import signal
+    import threading
+
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython's, as the interpreter runs them
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _interrupt)
     try:
         status = main()
     except BrokenPipeError:
@@ -371,16 +378,44 @@ def entry() -> None:
         # what is left to write goes nowhere, so that the shutdown's flush does not fail again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(STDOUT_READER_GONE_STATUS)
-    import atexit
-    import threading
+    except BaseException as e:
+        from transforms.progress import INTERRUPTED
+
+        # Beam re-raises a KeyboardInterrupt met inside a step as a RuntimeError
+        if not (isinstance(e, KeyboardInterrupt) or INTERRUPTED.is_set()):
+            raise
+        print("evalbeam: interrupted", file=sys.stderr)
+        if run_exit_handlers is None:
+            sys.exit(INTERRUPTED_STATUS)
+        # Beam's threads waiting on worker processes may be left: end without waiting for them
+        run_exit_handlers()
+        os._exit(_flushed(INTERRUPTED_STATUS))
 
     main_thread = threading.main_thread()
-    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython's, as the interpreter runs them
     if run_exit_handlers is None or any(t is not main_thread and not t.daemon and t.is_alive()
                                         for t in threading.enumerate()):
         sys.exit(status)
     run_exit_handlers()
     os._exit(_flushed(status))
+
+
+# What a shell reports for a command that SIGINT (Ctrl-C) ended (128 + 2).
+INTERRUPTED_STATUS = 130
+
+
+def _interrupt(signum, frame):
+    """Ctrl-C: what Beam logs as it tears a local run down after it (its worker
+    processes' failures relayed, handlers it cannot close, its threads' errors)
+    is not the user's concern; the command says it was interrupted (entry). (The
+    worker processes, which the terminal interrupts too, print their own.)"""
+    import threading
+
+    from transforms.progress import INTERRUPTED
+
+    INTERRUPTED.set()
+    logging.disable(logging.CRITICAL)
+    threading.excepthook = lambda args: None  # Beam's threads failing as its workers go
+    raise KeyboardInterrupt
 
 
 # What CPython exits with when it cannot flush stdout at shutdown.

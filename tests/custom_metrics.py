@@ -47,3 +47,17 @@ def exit_marker(instance):
         atexit.register(lambda: open(path, "a").write(f"exit handler of {os.getpid()}\n"))
         _exit_marker_registered = True
     raise ValueError("exit_marker never scores")
+
+
+def slow_scoring(instance):
+    """Announces each scoring process once (a file named by its pid in the folder
+    EVALBEAM_TEST_SCORING names), then takes 50 ms a row: a run long enough to
+    interrupt while every worker is scoring."""
+    import os
+    import time
+
+    marker = os.path.join(os.environ["EVALBEAM_TEST_SCORING"], str(os.getpid()))
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+    time.sleep(0.05)
+    return {"slow_scoring": 1.0}

@@ -307,6 +307,46 @@ def test_a_reader_gone_before_the_output_ends_the_command_with_status_141(buffer
     assert "Traceback" not in result.stderr, result.stderr
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ctrl_c_ends_a_run_in_one_line_with_status_130(tmp_path, workers):
+    """Ctrl-C (SIGINT to the command's process group, as a terminal sends it)
+    while every process is scoring: status 130, the last progress line and
+    `evalbeam: interrupted`, no traceback from the command or its worker
+    processes, and nothing of the run installed."""
+    import time
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"id": f"r{i}", "response": "x", "reference": "x"}) + "\n" for i in range(600)))
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "slow", "run_id": "slow", "input": {"uri": str(data), "id_column": "id"},
+        "metrics": ["exact_match", {"name": "slow_scoring", "function": "tests.custom_metrics:slow_scoring",
+                                    "inputs": ["response"]}],
+        "output": {"parquet": str(tmp_path / "out")}}))
+    scoring = tmp_path / "scoring"
+    scoring.mkdir()
+    flags = [f"--direct_num_workers={workers}"] + (["--direct_running_mode=multi_processing"] if workers > 1 else [])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALBEAM_TEST_SCORING": str(scoring)}
+    proc = subprocess.Popen([EVALBEAM, "run", str(config), *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while len(list(scoring.iterdir())) < workers and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(list(scoring.iterdir())) == workers and proc.poll() is None, "the run did not start scoring"
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    lines = err.splitlines()
+    assert lines[-1] == "evalbeam: interrupted" and lines[-2].endswith("(interrupted)"), err
+    assert not (tmp_path / "out" / "slow" / "runs").exists()
+
+
 def test_a_local_run_goes_to_beams_fnapirunner_and_fetches_nothing(dataset, tmp_path):
     """Beam's DirectRunner first tries Prism, whose binary it downloads from GitHub
     into ~/.apache_beam/cache/prism (and, where it cannot, falls back to the

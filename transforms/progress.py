@@ -130,6 +130,12 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
+# Set by the `evalbeam` command's Ctrl-C handler (pipelines.cli): Beam reports a
+# KeyboardInterrupt raised inside a step as a RuntimeError, so the exception
+# alone does not tell an interrupted run from a failed one.
+INTERRUPTED = threading.Event()
+
+
 class ProgressDisplay:
     """A thread that shows the counts: one rewritten status line on a terminal
     (tqdm's), a plain log line every `interval` seconds otherwise."""
@@ -143,12 +149,16 @@ class ProgressDisplay:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="evalbeam-progress", daemon=True)
         self._started = time.monotonic()
+        self._outcome = "finished"
 
     def __enter__(self):
         self._thread.start()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, *exc):
+        # the last line says how the run ended: it may have been interrupted (Ctrl-C) or failed
+        self._outcome = "interrupted" if INTERRUPTED.is_set() or (exc_type and issubclass(exc_type, KeyboardInterrupt)) \
+            else "finished" if exc_type is None else "failed"
         self._stop.set()
         self._thread.join(timeout=5)
 
@@ -163,7 +173,7 @@ class ProgressDisplay:
             return
         while not self._stop.wait(self._interval):
             print(f"evalbeam progress: {self._line()}", file=self._stream, flush=True)
-        print(f"evalbeam progress: {self._line()} (finished)", file=self._stream, flush=True)
+        print(f"evalbeam progress: {self._line()} ({self._outcome})", file=self._stream, flush=True)
 
     def _line(self) -> str:
         return describe(read_counts(self._folder), time.monotonic() - self._started, self._quota)

@@ -691,6 +691,11 @@ class ParseFileFn(beam.DoFn):
         self._bad = Metrics.counter("evalbeam", prefix + "records_unparseable")
         self._lines = Metrics.counter("evalbeam", prefix + "lines_read")
 
+    def setup(self):
+        from transforms.worker import quiet_interrupts
+
+        quiet_interrupts()  # the first of a run's DoFns a worker sets up
+
     def process(self, part: FilePart):
         index = 0
         whole = part.end is None and part.start == 0

@@ -21,7 +21,7 @@ from metrics.custom import custom_scorer
 from metrics.instance import Instance
 from metrics.registry import as_metric_value, get_metric
 from transforms.schema import RunKey
-from transforms.worker import freeze_start_up_objects
+from transforms.worker import freeze_start_up_objects, quiet_interrupts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +125,7 @@ class ScoreFn(beam.DoFn):
 
     def setup(self):
         freeze_start_up_objects()
+        quiet_interrupts()
         self._base = result_base(self._run)
         self._scorers = [
             (plan, plan.build(), plan.name if plan.output_name in self._automatic else None)

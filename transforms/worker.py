@@ -1,5 +1,5 @@
 """What a Beam worker process running evalbeam's DoFns does once: keep its
-start-up objects out of the garbage collector's sight.
+start-up objects out of the garbage collector's sight, and end quietly on Ctrl-C.
 
 By the time the scoring step is set up in a worker, the modules of Beam, the
 cloud client libraries, NumPy, PyArrow and evalbeam are imported: some 170,000
@@ -16,6 +16,13 @@ in its environment; the launching process of a local run skips the teardown
 anyway, pipelines.cli.entry), and not where DuckDB is loaded: its bindings
 (nanobind) report their objects still alive when the interpreter ends as leaks,
 on the process's stderr.
+
+Ctrl-C reaches a local run's worker processes too (they share the terminal's
+process group), and each would print its KeyboardInterrupt traceback; the
+launching process says the run was interrupted (pipelines.cli.entry). A worker
+cannot change its signal handler from the threads that run DoFns, so
+quiet_interrupts() changes what its main thread's uncaught KeyboardInterrupt
+prints: nothing.
 """
 from __future__ import annotations
 
@@ -36,8 +43,32 @@ def freeze_start_up_objects() -> bool:
         if _done:
             return False
         _done = True
-        if "CONTROL_API_SERVICE_DESCRIPTOR" not in os.environ or "duckdb" in sys.modules:
+        if not in_worker_process() or "duckdb" in sys.modules:
             return False
         gc.collect()  # what is garbage already is not kept for good
         gc.freeze()
         return True
+
+
+_quiet = False
+
+
+def in_worker_process() -> bool:
+    return "CONTROL_API_SERVICE_DESCRIPTOR" in os.environ
+
+
+def quiet_interrupts() -> None:
+    """In a worker process, once: an uncaught KeyboardInterrupt ends it without a
+    traceback (any other exception is printed as before)."""
+    global _quiet
+    with _lock:
+        if _quiet or not in_worker_process():
+            return
+        _quiet = True
+        previous = sys.excepthook
+
+        def hook(kind, value, traceback):
+            if not issubclass(kind, KeyboardInterrupt):
+                previous(kind, value, traceback)
+
+        sys.excepthook = hook
