@@ -397,16 +397,17 @@ def format_judge(judge: dict[str, Any]) -> list[str]:
 
 
 _FIELD_PREFIX = re.compile(r"^field '[^']*'(?: \(column '[^']*'\))?: ")
-_GOT_VALUE = re.compile(r"\bgot ('[^']*'|\"[^\"]*\")")
-_NUMBER = re.compile(r"\d+")
+_GOT_VALUE = re.compile(r"\b(got|id) ('[^']*'|\"[^\"]*\")")
+# a number standing alone (a line, a column, a count), not part of a word or name (UTF-8, \\ud83d)
+_NUMBER = re.compile(r"(?<![A-Za-z]-)(?<!\w)\d+(?!\w)")
 
 
 def reason_kind(reason: str) -> str:
     """A dead letter's reason without its particulars, so that `must be a number, got 'slow'`
-    and `..., got 'fast'` count as one: the field (shown beside it) and the value it got
-    taken out, numbers (columns, lines) as N."""
+    and `..., got 'fast'` count as one: the field (shown beside it), the value it got
+    and a repeated id taken out, numbers standing alone (columns, lines) as N."""
     text = _FIELD_PREFIX.sub("", " ".join(str(reason).split()))
-    return _NUMBER.sub("N", _GOT_VALUE.sub("got '...'", text))
+    return _NUMBER.sub("N", _GOT_VALUE.sub(r"\1 '...'", text))
 
 
 def dead_letter_reasons(results, run_id: str) -> list[dict[str, Any]]:

@@ -302,3 +302,26 @@ def test_report_runs_and_show_from_bigquery(cloud, tmp_path):
     shown = json.loads(evalbeam("show", "cand", "--bigquery", dataset, "--json").stdout)
     assert shown["counts"]["read_count"] == len(cases(True)) and shown["judge"] is None
     assert shown["results"] == f"BigQuery {dataset}"
+
+
+def test_dead_letter_reasons_are_grouped_by_kind_keeping_words_with_digits():
+    """by_reason: the particulars of a reason go (values, repeated ids, line and
+    column numbers), what names the kind stays (UTF-8, an escape like \\ud83d)."""
+    from pipelines.report import reason_kind
+
+    assert reason_kind("line 12 is not valid UTF-8 (invalid start byte at byte 3)") == \
+        "line N is not valid UTF-8 (invalid start byte at byte N)"
+    assert reason_kind("field 'r': lone surrogate '\\ud83d' at 5") == "lone surrogate '\\ud83d' at N"
+    assert reason_kind("duplicate id 'r12' in column 'id': first seen at d.jsonl:3") == \
+        reason_kind("duplicate id 'r7' in column 'id': first seen at d.jsonl:40") == \
+        "duplicate id '...' in column 'id': first seen at d.jsonl:N"
+    assert reason_kind("field 'latency': must be a number, got 'slow'") == "must be a number, got '...'"
+
+
+def test_an_invalid_json_line_says_what_and_where_once():
+    import io
+
+    from transforms.read import DeadLetter, parse_jsonl
+
+    [dead] = [i for i in parse_jsonl("f", io.BytesIO(b'{"id": "a", "response": "unterminated\n')) if isinstance(i, DeadLetter)]
+    assert dead.reason == "invalid JSON: Unterminated string starting at: column 25"

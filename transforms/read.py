@@ -206,7 +206,7 @@ def parse_jsonl(path: str, stream, first_line: int = 1, file_start: bool = True)
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            yield DeadLetter(source, f"invalid JSON: {e.msg} at column {e.colno}", text, origin=path, line=line.number)
+            yield DeadLetter(source, f"invalid JSON: {e.msg}: column {e.colno}", text, origin=path, line=line.number)
             continue
         except RecursionError:
             yield DeadLetter(source, "invalid JSON: nested too deeply to read", text, origin=path, line=line.number)
@@ -265,7 +265,7 @@ def _json_array(path: str, first: _Line, rest: Iterable[_Line], lines: _Lines):
         try:
             value, end = decoder.raw_decode(text, pos)
         except (json.JSONDecodeError, RecursionError) as e:
-            reason = (f"invalid JSON: {e.msg} at line {line_at(e.pos)} column {e.colno}"
+            reason = (f"invalid JSON: {e.msg}: line {line_at(e.pos)} column {e.colno}"
                       if isinstance(e, json.JSONDecodeError) else "invalid JSON: nested too deeply to read")
             yield rest_of_file(pos, f"{reason}; element {n} of the JSON array and the rest of the file cannot be read")
             break

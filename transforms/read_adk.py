@@ -84,7 +84,7 @@ def _load(doc: _Document) -> tuple[Any, bool] | str:
     try:
         value = json.loads(doc.text)
     except json.JSONDecodeError as e:
-        return f"invalid JSON: {e.msg} at line {e.lineno} column {e.colno}"
+        return f"invalid JSON: {e.msg}: line {e.lineno} column {e.colno}"
     except RecursionError:
         return "invalid JSON: nested too deeply to read"
     if isinstance(value, str):  # the legacy double-encoded form: the file holds a JSON string
