@@ -504,16 +504,6 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         scored | "AdkEvalHistory" >> WriteEvalHistory(config.output.adk_eval_history, config.name,
                                                       started_at.timestamp(), criteria)
     read = (records, unparseable)  # the records read: parsed or not (tallied apart, then summed)
-    if progress:
-        from transforms.progress import CountFn
-
-        # counted where they are made, not after a Flatten: the local runner runs a
-        # Flatten's consumers only once every input is complete
-        records | "ProgressRead" >> beam.ParDo(CountFn(progress, "read"))
-        unparseable | "ProgressReadUnparseable" >> beam.ParDo(CountFn(progress, "read"))
-        computed | "ProgressScored" >> beam.ParDo(CountFn(progress, "scored"))
-        unparseable | "ProgressUnparseable" >> beam.ParDo(CountFn(progress, "dead_lettered"))
-        invalid | "ProgressInvalid" >> beam.ParDo(CountFn(progress, "dead_lettered"))
     counted = computed
     if config.inference and config.inference.num_runs > 1:
         from transforms.infer import first_run
@@ -521,6 +511,16 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         # a case scored num_runs times counts once: read = scored + dead-lettered
         counted = computed | "FirstRuns" >> beam.Filter(lambda s, n: first_run(s.instance.instance_id, n),
                                                         config.inference.num_runs)
+    if progress:
+        from transforms.progress import CountFn
+
+        # counted where they are made, not after a Flatten: the local runner runs a
+        # Flatten's consumers only once every input is complete
+        records | "ProgressRead" >> beam.ParDo(CountFn(progress, "read"))
+        unparseable | "ProgressReadUnparseable" >> beam.ParDo(CountFn(progress, "read"))
+        counted | "ProgressScored" >> beam.ParDo(CountFn(progress, "scored"))
+        unparseable | "ProgressUnparseable" >> beam.ParDo(CountFn(progress, "dead_lettered"))
+        invalid | "ProgressInvalid" >> beam.ParDo(CountFn(progress, "dead_lettered"))
     runs = (read, counted, scored, dead_letters, usage, source_lines) | "RunRecord" >> RunRecord(
         run, config.name, config.to_json(), evalbeam_version(), started_at, config.judge.prices, config.judge.model
     )

@@ -112,7 +112,10 @@ def test_function_agent_over_an_adk_eval_set_with_runs(tmp_path):
     config = write_config(tmp_path, path, {"function": "tests.inference_app:weather_agent", "num_runs": 2},
                           [{"name": "tool_trajectory_avg_score", "threshold": 1.0},
                            {"name": "response_match_score", "threshold": 0.8}])
-    evalbeam("run", config)
+    result = evalbeam("run", config)
+    # the progress counts cases as the runs table does, whatever the runs of each
+    assert [line for line in result.stderr.splitlines() if line.startswith("evalbeam progress:")][-1].startswith(
+        "evalbeam progress: read 2 | scored 2 | dead-lettered 0"), result.stderr
     run = tmp_path / "out" / "r1"
     instances = {r["instance_id"]: r for r in table(run, "instances")}
     assert set(instances) == {"weather:two_turns:run1", "weather:two_turns:run2",

@@ -25,6 +25,12 @@ def test_the_line_says_rate_quota_and_eta():
                     "ETA 0:03:00 | 0:01:00")
 
 
+def test_read_is_never_shown_below_what_was_scored_or_dead_lettered_from_it():
+    # each process tallies per bundle: a moment's read count may lag the others
+    assert describe({"read": 3336, "scored": 3338, "dead_lettered": 1}, elapsed=1, quota_per_minute=None).startswith(
+        "read 3,339 | scored 3,338 | dead-lettered 1 |")
+
+
 def test_plain_lines_when_not_a_terminal(tmp_path):
     out = io.StringIO()
     with ProgressDisplay(str(tmp_path), None, stream=out, interval=0.05):

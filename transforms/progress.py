@@ -112,6 +112,9 @@ def read_counts(folder: str) -> dict[str, int]:
 
 def describe(counts: dict[str, int], elapsed: float, quota_per_minute: float | None) -> str:
     read, scored, dead = counts.get("read", 0), counts.get("scored", 0), counts.get("dead_lettered", 0)
+    # each process tallies its counts per bundle, so a moment's read may lag what was
+    # scored or dead-lettered from it: every such row was read
+    read = max(read, scored + dead)
     text = f"read {read:,} | scored {scored:,} | dead-lettered {dead:,}"
     needed = counts.get("judge_needed")
     if needed:
