@@ -255,7 +255,8 @@ def run_report(results, run_id: str, tables: dict | None = None) -> str:
                 lines.append(f"  {metric}: ... and {n - 5} other reasons")
     dead = tables["dead_letter"]
     if dead:
-        lines.append(f"\ndead letters ({r['dead_letter_count']}{', the first 20' if r['dead_letter_count'] > 20 else ''}):")
+        more = "; the first 20 here, all of them in the run's dead_letter table" if r["dead_letter_count"] > 20 else ""
+        lines.append(f"\ndead letters ({r['dead_letter_count']}{more}):")
         lines += [f"  {d['source']}: {d['reason']}" for d in dead]
     problems = run_problems(tables)
     if problems:
