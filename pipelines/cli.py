@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from configs import ConfigError, load_config
 
@@ -125,8 +125,6 @@ def _unknown_beam_args(beam_args: list[str]) -> list[str]:
 
 def _check_runner(options: PipelineOptions) -> None:
     from apache_beam.runners.runner import create_runner
-
-    from apache_beam.options.pipeline_options import DirectOptions
 
     if (options.view_as(DirectOptions).direct_num_workers or 0) < 0:
         raise ConfigError("--direct_num_workers: must be 0 (one per core) or more")
