@@ -406,6 +406,41 @@ def test_every_compression_reads_whole_and_says_where_a_truncated_file_ends(tmp_
     assert len(records) + len(dead) - 1 == lines.lines  # a partial last line is its own dead letter
 
 
+def test_xz_stream_padding_is_not_damage(tmp_path):
+    """NUL bytes between and after .xz streams are the format's stream padding
+    (xz reads past them): every row of both streams, no dead letter."""
+    import lzma
+
+    from transforms.read import DeadLetter, Record, parse_file
+
+    first = b"".join(b'{"id": "a%d"}\n' % i for i in range(1000))
+    second = b"".join(b'{"id": "b%d"}\n' % i for i in range(1000))
+    path = tmp_path / "padded.jsonl.xz"
+    path.write_bytes(lzma.compress(first) + b"\0" * 4 + lzma.compress(second) + b"\0" * 8)
+    items = list(parse_file(str(path), "jsonl"))
+    assert [i.data["id"] for i in items if isinstance(i, Record)] == [f"a{i}" for i in range(1000)] + [
+        f"b{i}" for i in range(1000)]
+    assert not [i for i in items if isinstance(i, DeadLetter)]
+
+
+def test_decompression_hands_over_bounded_pieces():
+    """A small file that expands enormously (128 MiB of NULs in 4 KB of zstd) is
+    decompressed 32 MiB at most at a time, whatever read1 asks for: memory stays
+    bounded, and no piece is copied again for each read."""
+    import io
+
+    import zstandard
+
+    from transforms.read import Decompressed
+
+    stream = Decompressed(io.BytesIO(zstandard.ZstdCompressor(level=19).compress(bytes(128 << 20))), "zstd")
+    sizes = []
+    while chunk := stream.read1(1 << 40):
+        assert not chunk.strip(b"\0")
+        sizes.append(len(chunk))
+    assert sum(sizes) == 128 << 20 and max(sizes) <= 32 << 20, sizes
+
+
 @pytest.mark.parametrize("ext", ["gz", "zst"])
 def test_a_corrupt_compressed_file_costs_only_what_cannot_be_read(tmp_path, ext):
     case = Case("corrupt")

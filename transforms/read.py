@@ -481,9 +481,10 @@ def parse_file(path: str, fmt: str) -> Iterator[Record | DeadLetter | SourceLine
 
 
 class _Decompressor:
-    """One compressed stream's decompressor, giving at most _CHUNK bytes a call
-    where the library can bound it (bz2, lzma, zlib; zstandard's cannot, so it
-    is fed 64 KiB at a time)."""
+    """One compressed stream's decompressor, giving a bounded output a call: at
+    most _CHUNK bytes where the library can bound it (bz2, lzma, zlib), and for
+    zstd, whose decompressobj cannot, from at most _ZSTD_INPUT bytes of input
+    (zstd's densest block, run-length, expands about 32,000 times: 32 MiB)."""
 
     def __init__(self, kind: str):
         self.kind = kind
@@ -506,7 +507,7 @@ class _Decompressor:
             self._d = zstandard.ZstdDecompressor(max_window_size=2**31).decompressobj()
         else:
             raise ValueError(f"no decompressor for {kind}")
-        self._tail = b""  # zlib's input not yet consumed
+        self._tail = b""  # input given but not yet consumed (zlib's, and zstd's beyond _ZSTD_INPUT)
 
     @property
     def eof(self) -> bool:
@@ -514,16 +515,12 @@ class _Decompressor:
 
     @property
     def unused_data(self) -> bytes:
-        return self._d.unused_data
-
-    def input_size(self) -> int:
-        return 64 * 1024 if self.kind == CompressionTypes.ZSTD else _CHUNK
+        """Once its stream has ended: the input that followed it."""
+        return self._d.unused_data + self._tail
 
     def needs_input(self) -> bool:
-        if self.kind == CompressionTypes.DEFLATE:
+        if self.kind in (CompressionTypes.DEFLATE, CompressionTypes.ZSTD):
             return not self._tail
-        if self.kind == CompressionTypes.ZSTD:
-            return True
         return self._d.needs_input
 
     def decompress(self, data: bytes) -> bytes:
@@ -532,32 +529,40 @@ class _Decompressor:
             self._tail = self._d.unconsumed_tail
             return out
         if self.kind == CompressionTypes.ZSTD:
-            return self._d.decompress(data)
+            data = self._tail + data
+            self._tail = data[_ZSTD_INPUT:]
+            return self._d.decompress(data[:_ZSTD_INPUT])
         return self._d.decompress(data, _CHUNK)
+
+
+_ZSTD_INPUT = 1024
 
 
 class Decompressed:
     """The bytes of a compressed file (bz2, lzma/xz, zstd, deflate), every stream
-    of a concatenation in turn, as read()/read1() give them; at a truncated end
-    (the input ends inside a stream), everything decompressed before it, then
-    EOFError. Written here because the readers at hand read a truncated file as a
-    shorter one, without a word: Beam's CompressedFile for every compression, and
-    zstandard's stream_reader; rows would vanish unaccounted. (Python's gzip
-    raises, and reads .gz files here; the standard library has no zstd reader
-    before Python 3.14.)"""
+    of a concatenation in turn (an xz file's stream padding skipped), as
+    read()/read1() give them; at a truncated end (the input ends inside a
+    stream), everything decompressed before it, then EOFError. Written here
+    because the readers at hand read a truncated file as a shorter one, without
+    a word: Beam's CompressedFile for every compression, and zstandard's
+    stream_reader; rows would vanish unaccounted. (Python's gzip raises, and
+    reads .gz files here; the standard library has no zstd reader before Python
+    3.14.)"""
 
     def __init__(self, raw, kind: str):
         self._raw = raw
         self._kind = kind
         self._d: _Decompressor | None = None
         self._out = b""
+        self._pos = 0  # what of _out was given (slicing the rest off each time would copy it)
         self._done = False
 
     def read1(self, n: int = -1) -> bytes:
-        while not self._out and not self._done:
-            self._fill()
-        n = len(self._out) if n is None or n < 0 else n
-        data, self._out = self._out[:n], self._out[n:]
+        while self._pos >= len(self._out) and not self._done:
+            self._out, self._pos = self._fill(), 0
+        end = len(self._out) if n is None or n < 0 else min(len(self._out), self._pos + n)
+        data = self._out[self._pos:end]
+        self._pos = end
         return data
 
     def read(self, n: int = -1) -> bytes:
@@ -570,24 +575,31 @@ class Decompressed:
             size += len(chunk)
         return b"".join(parts)
 
-    def _fill(self) -> None:
+    def _fill(self) -> bytes:
+        """The next piece of output (possibly empty); sets _done at the end."""
         d = self._d
-        if d is not None and not d.eof and not d.needs_input():
-            self._out = d.decompress(b"")
-            return
-        data = b""
-        if d is not None and d.eof:
-            data, self._d = d.unused_data, None  # what follows a stream: the next one
-        if not data:
-            data = self._raw.read(d.input_size() if d is not None else 64 * 1024)
-        if not data:
-            self._done = True
-            if self._d is not None:
+        if d is not None and not d.eof:
+            if not d.needs_input():
+                return d.decompress(b"")
+            data = self._raw.read(_CHUNK)
+            if not data:
+                self._done = True
                 raise EOFError("the compressed data ends inside a stream (the file is truncated)")
-            return
-        if self._d is None:
-            self._d = _Decompressor(self._kind)
-        self._out = self._d.decompress(data)
+            return d.decompress(data)
+        # between streams: what the last one left over, then the file's next bytes
+        data = d.unused_data if d is not None else b""
+        self._d = None
+        if self._kind == CompressionTypes.LZMA:
+            data = data.lstrip(b"\0")  # stream padding: NUL bytes between and after xz streams
+        while not data:
+            data = self._raw.read(_CHUNK)
+            if not data:
+                self._done = True
+                return b""
+            if self._kind == CompressionTypes.LZMA:
+                data = data.lstrip(b"\0")
+        self._d = _Decompressor(self._kind)
+        return self._d.decompress(data)
 
 
 @dataclasses.dataclass(frozen=True)
