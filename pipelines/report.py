@@ -400,7 +400,7 @@ def format_judge(judge: dict[str, Any]) -> list[str]:
 _FIELD_PREFIX = re.compile(r"^field '[^']*'(?: \(column '[^']*'\))?: ")
 _GOT_VALUE = re.compile(r"\b(got|id) ('[^']*'|\"[^\"]*\")")
 # a number standing alone (a line, a column, a count), not part of a word or name (UTF-8, \\ud83d)
-_NUMBER = re.compile(r"(?<![A-Za-z]-)(?<!\w)\d+(?!\w)")
+_NUMBER = re.compile(r"(?<![A-Za-z]-)(?<!\w)\d+(?:,\d{3})*(?!\w)")
 
 
 def reason_kind(reason: str) -> str:

@@ -316,6 +316,8 @@ def test_dead_letter_reasons_are_grouped_by_kind_keeping_words_with_digits():
         reason_kind("duplicate id 'r7' in column 'id': first seen at d.jsonl:40") == \
         "duplicate id '...' in column 'id': first seen at d.jsonl:N"
     assert reason_kind("field 'latency': must be a number, got 'slow'") == "must be a number, got '...'"
+    assert reason_kind("line 3 is 1,073,741,824 bytes, over the limit of 67,108,864 bytes for one record") == \
+        "line N is N bytes, over the limit of N bytes for one record"
 
 
 def test_an_invalid_json_line_says_what_and_where_once():
