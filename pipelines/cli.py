@@ -368,6 +368,8 @@ def entry() -> None:
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython's, as the interpreter runs them
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupt)
+    if sys.stdout is not None:
+        sys.stdout = _Stdout(sys.stdout)
     try:
         status = main()
     except BrokenPipeError:
@@ -376,13 +378,21 @@ def entry() -> None:
         # what is left to write goes nowhere, so that the shutdown's flush does not fail again
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(STDOUT_READER_GONE_STATUS)
+    except OSError as e:
+        if getattr(sys.stdout, "failed", None) is not e:
+            raise
+        _say(f"evalbeam: could not write the output: {e}")
+        if run_exit_handlers is None:
+            sys.exit(UNWRITTEN_OUTPUT_STATUS)
+        run_exit_handlers()
+        os._exit(UNWRITTEN_OUTPUT_STATUS)
     except BaseException as e:
         from transforms.progress import INTERRUPTED
 
         # Beam re-raises a KeyboardInterrupt met inside a step as a RuntimeError
         if not (isinstance(e, KeyboardInterrupt) or INTERRUPTED.is_set()):
             raise
-        print("evalbeam: interrupted", file=sys.stderr)
+        _say("evalbeam: interrupted")
         if run_exit_handlers is None:
             sys.exit(INTERRUPTED_STATUS)
         # Beam's threads waiting on worker processes may be left: end without waiting for them
@@ -405,15 +415,54 @@ def _interrupt(signum, frame):
     """Ctrl-C: what Beam logs as it tears a local run down after it (its worker
     processes' failures relayed, handlers it cannot close, its threads' errors)
     is not the user's concern; the command says it was interrupted (entry). (The
-    worker processes, which the terminal interrupts too, print their own.)"""
+    worker processes, which the terminal interrupts too, print their own.) A
+    second Ctrl-C ends the process at once, should the first land where Beam
+    swallows it (a worker being started), or its teardown wait on a worker."""
     import threading
 
     from transforms.progress import INTERRUPTED
 
+    if INTERRUPTED.is_set():
+        _say("evalbeam: interrupted")
+        os._exit(INTERRUPTED_STATUS)  # its worker processes end with their connection to it
     INTERRUPTED.set()
     logging.disable(logging.CRITICAL)
     threading.excepthook = lambda args: None  # Beam's threads failing as its workers go
     raise KeyboardInterrupt
+
+
+def _say(text: str) -> None:
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (AttributeError, OSError, ValueError):  # no stderr left to say it on
+        pass
+
+
+class _Stdout:
+    """sys.stdout as the command writes to it, remembering the error a write or
+    flush met (`failed`): an OSError main() raises is then known to be the
+    output's (a full disk), not a file's the run was writing."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.failed: OSError | None = None
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as e:
+            self.failed = e
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as e:
+            self.failed = e
+            raise
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 # What CPython exits with when it cannot flush stdout at shutdown.
@@ -442,19 +491,18 @@ def _flushed(status: int) -> int:
     STDOUT_READER_GONE_STATUS (a reader that closed the pipe: `| head`), as
     entry() ends when that happens earlier. A closed stream takes nothing more."""
     try:
-        sys.stdout.flush()
+        if sys.stdout is not None:  # None: started with stdout closed (`>&-`)
+            sys.stdout.flush()
     except BrokenPipeError:
         status = status or STDOUT_READER_GONE_STATUS
     except ValueError:
         pass
     except OSError as e:
-        try:
-            print(f"evalbeam: could not write the output: {e}", file=sys.stderr)
-        except (OSError, ValueError):
-            pass
+        _say(f"evalbeam: could not write the output: {e}")
         status = status or UNWRITTEN_OUTPUT_STATUS
     try:
-        sys.stderr.flush()
+        if sys.stderr is not None:
+            sys.stderr.flush()
     except (OSError, ValueError):  # nowhere left to say so
         pass
     return status

@@ -61,3 +61,12 @@ def slow_scoring(instance):
         open(marker, "w").close()
     time.sleep(0.05)
     return {"slow_scoring": 1.0}
+
+
+def swallows_interrupts(instance):
+    """slow_scoring that catches the KeyboardInterrupt a Ctrl-C raises in it, as
+    code the run calls may (Beam itself does at some moments): the run goes on."""
+    try:
+        return {"swallows_interrupts": slow_scoring(instance)["slow_scoring"]}
+    except KeyboardInterrupt:
+        return {"swallows_interrupts": 0.0}

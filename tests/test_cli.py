@@ -269,22 +269,30 @@ def test_the_command_ends_after_its_exit_handlers_and_whole_output(dataset, tmp_
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a device whose writes fail")
-def test_output_that_cannot_be_written_is_not_a_success(tmp_path):
+@pytest.mark.parametrize("buffered", [True, False])
+@pytest.mark.parametrize("command", [["validate", "configs/demo.yaml"], ["metrics"]])
+def test_output_that_cannot_be_written_is_not_a_success(tmp_path, buffered, command):
     """An output the command could not write (a full disk: /dev/full) ends it
-    with status 120 and says so, as Python's own shutdown would, whatever main()
-    returned; written to a file, the same output ends it with 0. (stdout is
-    block-buffered here, as it is for any user whose environment does not set
-    PYTHONUNBUFFERED: the output is still in the buffer when main() returns.)"""
+    with status 120 and one line saying so, as Python's own shutdown would,
+    whatever main() returned: found when the buffer is flushed at the end, or
+    when a write fails inside main() (unbuffered, or an output larger than the
+    buffer: `metrics`). Written to a file, the same output ends it with 0."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"} | {"PYTHONPATH": str(ROOT)}
-    command = [EVALBEAM, "validate", "configs/demo.yaml"]
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"
+    command = [EVALBEAM, *command]
     with open("/dev/full", "w") as full:
         failed = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env, timeout=600)
     assert failed.returncode == 120, failed.stderr
-    assert "evalbeam: could not write the output: [Errno 28]" in failed.stderr
+    assert failed.stderr.splitlines() == ["evalbeam: could not write the output: [Errno 28] No space left on device"]
     with open(tmp_path / "out.txt", "w") as out:
         written = subprocess.run(command, stdout=out, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env, timeout=600)
     assert written.returncode == 0, written.stderr
-    assert (tmp_path / "out.txt").read_text().startswith("config ok: ")
+    assert (tmp_path / "out.txt").read_text()
+    # started with no stdout at all (`>&-`): nothing to write to, nothing to fail on
+    closed = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env,
+                            timeout=600, preexec_fn=lambda: os.close(1))
+    assert closed.returncode == 0 and "Traceback" not in closed.stderr, closed.stderr
 
 
 @pytest.mark.parametrize("buffered", [True, False])
@@ -344,6 +352,44 @@ def test_ctrl_c_ends_a_run_in_one_line_with_status_130(tmp_path, workers):
     assert "Traceback" not in err, err
     lines = err.splitlines()
     assert lines[-1] == "evalbeam: interrupted" and lines[-2].endswith("(interrupted)"), err
+    assert not (tmp_path / "out" / "slow" / "runs").exists()
+
+
+def test_a_second_ctrl_c_ends_the_command_at_once(tmp_path):
+    """A first Ctrl-C that code in the run swallows (a metric here; Beam at some
+    moments of starting its workers): the run goes on, and a second one ends the
+    command at once, with status 130 and `evalbeam: interrupted`."""
+    import time
+
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"id": f"r{i}", "response": "x", "reference": "x"}) + "\n" for i in range(600)))
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "slow", "run_id": "slow", "input": {"uri": str(data), "id_column": "id"},
+        "metrics": [{"name": "swallows_interrupts", "function": "tests.custom_metrics:swallows_interrupts",
+                     "inputs": ["response"]}],
+        "output": {"parquet": str(tmp_path / "out")}}))
+    scoring = tmp_path / "scoring"
+    scoring.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALBEAM_TEST_SCORING": str(scoring)}
+    proc = subprocess.Popen([EVALBEAM, "run", str(config), "--direct_num_workers=1"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not any(scoring.iterdir()) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert any(scoring.iterdir()) and proc.poll() is None, "the run did not start scoring"
+        os.kill(proc.pid, signal.SIGINT)
+        time.sleep(1)
+        assert proc.poll() is None  # swallowed: the run goes on
+        os.kill(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    assert proc.returncode == 130, err
+    assert err.splitlines()[-1] == "evalbeam: interrupted" and "Traceback" not in err, err
     assert not (tmp_path / "out" / "slow" / "runs").exists()
 
 
