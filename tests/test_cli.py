@@ -1,5 +1,6 @@
 """The `evalbeam` command end to end: a real DirectRunner pipeline on a dataset
 with bad rows, every output table read back and checked."""
+import contextlib
 import json
 import os
 import signal
@@ -315,12 +316,11 @@ def test_a_reader_gone_before_the_output_ends_the_command_with_status_141(buffer
     assert "Traceback" not in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_ctrl_c_ends_a_run_in_one_line_with_status_130(tmp_path, workers):
-    """Ctrl-C (SIGINT to the command's process group, as a terminal sends it)
-    while every process is scoring: status 130, the last progress line and
-    `evalbeam: interrupted`, no traceback from the command or its worker
-    processes, and nothing of the run installed."""
+@contextlib.contextmanager
+def slow_run(tmp_path, metric: str, flags: list[str], processes: int):
+    """A 600-row run whose metric (tests.custom_metrics) takes 50 ms a row, started
+    in its own session like a command in a terminal; yields the process once
+    `processes` processes are scoring, and kills the session if the test fails."""
     import time
 
     data = tmp_path / "d.jsonl"
@@ -328,26 +328,35 @@ def test_ctrl_c_ends_a_run_in_one_line_with_status_130(tmp_path, workers):
     config = tmp_path / "c.yaml"
     config.write_text(yaml.safe_dump({
         "name": "slow", "run_id": "slow", "input": {"uri": str(data), "id_column": "id"},
-        "metrics": ["exact_match", {"name": "slow_scoring", "function": "tests.custom_metrics:slow_scoring",
-                                    "inputs": ["response"]}],
+        "metrics": ["exact_match", {"name": metric, "function": f"tests.custom_metrics:{metric}", "inputs": ["response"]}],
         "output": {"parquet": str(tmp_path / "out")}}))
     scoring = tmp_path / "scoring"
     scoring.mkdir()
-    flags = [f"--direct_num_workers={workers}"] + (["--direct_running_mode=multi_processing"] if workers > 1 else [])
     env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALBEAM_TEST_SCORING": str(scoring)}
     proc = subprocess.Popen([EVALBEAM, "run", str(config), *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, cwd=ROOT, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
-        while len(list(scoring.iterdir())) < workers and proc.poll() is None and time.monotonic() < deadline:
+        while len(list(scoring.iterdir())) < processes and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert len(list(scoring.iterdir())) == workers and proc.poll() is None, "the run did not start scoring"
-        os.killpg(proc.pid, signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        assert len(list(scoring.iterdir())) == processes and proc.poll() is None, "the run did not start scoring"
+        yield proc
     except BaseException:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ctrl_c_ends_a_run_in_one_line_with_status_130(tmp_path, workers):
+    """Ctrl-C (SIGINT to the command's process group, as a terminal sends it)
+    while every process is scoring: status 130, the last progress line and
+    `evalbeam: interrupted`, no traceback from the command or its worker
+    processes, and nothing of the run installed."""
+    flags = [f"--direct_num_workers={workers}"] + (["--direct_running_mode=multi_processing"] if workers > 1 else [])
+    with slow_run(tmp_path, "slow_scoring", flags, workers) as proc:
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "Traceback" not in err, err
     lines = err.splitlines()
@@ -361,33 +370,12 @@ def test_a_second_ctrl_c_ends_the_command_at_once(tmp_path):
     command at once, with status 130 and `evalbeam: interrupted`."""
     import time
 
-    data = tmp_path / "d.jsonl"
-    data.write_text("".join(json.dumps({"id": f"r{i}", "response": "x", "reference": "x"}) + "\n" for i in range(600)))
-    config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({
-        "name": "slow", "run_id": "slow", "input": {"uri": str(data), "id_column": "id"},
-        "metrics": [{"name": "swallows_interrupts", "function": "tests.custom_metrics:swallows_interrupts",
-                     "inputs": ["response"]}],
-        "output": {"parquet": str(tmp_path / "out")}}))
-    scoring = tmp_path / "scoring"
-    scoring.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALBEAM_TEST_SCORING": str(scoring)}
-    proc = subprocess.Popen([EVALBEAM, "run", str(config), "--direct_num_workers=1"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while not any(scoring.iterdir()) and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert any(scoring.iterdir()) and proc.poll() is None, "the run did not start scoring"
+    with slow_run(tmp_path, "swallows_interrupts", ["--direct_num_workers=1"], 1) as proc:
         os.kill(proc.pid, signal.SIGINT)
         time.sleep(1)
         assert proc.poll() is None  # swallowed: the run goes on
         os.kill(proc.pid, signal.SIGINT)
         out, err = proc.communicate(timeout=60)
-    except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise
     assert proc.returncode == 130, err
     assert err.splitlines()[-1] == "evalbeam: interrupted" and "Traceback" not in err, err
     assert not (tmp_path / "out" / "slow" / "runs").exists()
