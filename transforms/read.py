@@ -507,7 +507,7 @@ class _Decompressor:
             self._d = zstandard.ZstdDecompressor(max_window_size=2**31).decompressobj()
         else:
             raise ValueError(f"no decompressor for {kind}")
-        self._tail = b""  # input given but not yet consumed (zlib's, and zstd's beyond _ZSTD_INPUT)
+        self._tail = b""  # input given but not yet consumed: zlib's unconsumed tail, or zstd's beyond _ZSTD_INPUT (a view)
 
     @property
     def eof(self) -> bool:
@@ -516,7 +516,7 @@ class _Decompressor:
     @property
     def unused_data(self) -> bytes:
         """Once its stream has ended: the input that followed it."""
-        return self._d.unused_data + self._tail
+        return self._d.unused_data + bytes(self._tail)
 
     def needs_input(self) -> bool:
         if self.kind in (CompressionTypes.DEFLATE, CompressionTypes.ZSTD):
@@ -524,14 +524,16 @@ class _Decompressor:
         return self._d.needs_input
 
     def decompress(self, data: bytes) -> bytes:
+        """Output for `data` (new input only when needs_input(), else b"" to go on)."""
         if self.kind == CompressionTypes.DEFLATE:
-            out = self._d.decompress(self._tail + data, _CHUNK)
+            out = self._d.decompress(self._tail or data, _CHUNK)
             self._tail = self._d.unconsumed_tail
             return out
         if self.kind == CompressionTypes.ZSTD:
-            data = self._tail + data
-            self._tail = data[_ZSTD_INPUT:]
-            return self._d.decompress(data[:_ZSTD_INPUT])
+            # a view, so that taking _ZSTD_INPUT bytes at a time copies none of the rest
+            pending = self._tail or memoryview(data)
+            self._tail = pending[_ZSTD_INPUT:]
+            return self._d.decompress(pending[:_ZSTD_INPUT])
         return self._d.decompress(data, _CHUNK)
 
 
@@ -589,15 +591,15 @@ class Decompressed:
         # between streams: what the last one left over, then the file's next bytes
         data = d.unused_data if d is not None else b""
         self._d = None
-        if self._kind == CompressionTypes.LZMA:
-            data = data.lstrip(b"\0")  # stream padding: NUL bytes between and after xz streams
-        while not data:
+        while True:
+            if self._kind == CompressionTypes.LZMA:
+                data = data.lstrip(b"\0")  # stream padding: NUL bytes between and after xz streams
+            if data:
+                break
             data = self._raw.read(_CHUNK)
             if not data:
                 self._done = True
                 return b""
-            if self._kind == CompressionTypes.LZMA:
-                data = data.lstrip(b"\0")
         self._d = _Decompressor(self._kind)
         return self._d.decompress(data)
 
