@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
@@ -361,11 +362,9 @@ def entry() -> None:
     A reader of the output that goes away before it is written (`evalbeam show
     RUN --json | head`) ends the command with status 141, as a shell reports a
     command that SIGPIPE ended, and no traceback."""
-    import atexit
     import signal
     import threading
 
-    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython's, as the interpreter runs them
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupt)
     if sys.stdout is not None:
@@ -381,11 +380,7 @@ def entry() -> None:
     except OSError as e:
         if getattr(sys.stdout, "failed", None) is not e:
             raise
-        _say(f"evalbeam: could not write the output: {e}")
-        if run_exit_handlers is None:
-            sys.exit(UNWRITTEN_OUTPUT_STATUS)
-        run_exit_handlers()
-        os._exit(UNWRITTEN_OUTPUT_STATUS)
+        _end(UNWRITTEN_OUTPUT_STATUS)
     except BaseException as e:
         from transforms.progress import INTERRUPTED
 
@@ -393,15 +388,22 @@ def entry() -> None:
         if not (isinstance(e, KeyboardInterrupt) or INTERRUPTED.is_set()):
             raise
         _say("evalbeam: interrupted")
-        if run_exit_handlers is None:
-            sys.exit(INTERRUPTED_STATUS)
-        # Beam's threads waiting on worker processes may be left: end without waiting for them
-        run_exit_handlers()
-        os._exit(_flushed(INTERRUPTED_STATUS))
+        _end(INTERRUPTED_STATUS)  # Beam's threads waiting on worker processes may be left: not waited for
 
     main_thread = threading.main_thread()
-    if run_exit_handlers is None or any(t is not main_thread and not t.daemon and t.is_alive()
-                                        for t in threading.enumerate()):
+    if any(t is not main_thread and not t.daemon and t.is_alive() for t in threading.enumerate()):
+        sys.exit(status)
+    _end(status)
+
+
+def _end(status: int) -> NoReturn:
+    """End the process now: the exit handlers run, the standard streams flushed
+    (with the status an unwritable output gives, _flushed), no teardown. Where
+    the interpreter is not CPython (no atexit._run_exitfuncs), the usual exit."""
+    import atexit
+
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython's, as the interpreter runs them
+    if run_exit_handlers is None:
         sys.exit(status)
     run_exit_handlers()
     os._exit(_flushed(status))
@@ -489,16 +491,20 @@ def _flushed(status: int) -> int:
     unless stdout could not be written: UNWRITTEN_OUTPUT_STATUS (a full disk,
     an I/O error), said on stderr, as the interpreter's own shutdown would, or
     STDOUT_READER_GONE_STATUS (a reader that closed the pipe: `| head`), as
-    entry() ends when that happens earlier. A closed stream takes nothing more."""
+    entry() ends when that happens earlier. A closed stream takes nothing more.
+    An output whose write already failed (_Stdout.failed) is said once, not tried again."""
+    failed = getattr(sys.stdout, "failed", None)
     try:
-        if sys.stdout is not None:  # None: started with stdout closed (`>&-`)
+        if sys.stdout is not None and failed is None:  # None: started with stdout closed (`>&-`)
             sys.stdout.flush()
     except BrokenPipeError:
         status = status or STDOUT_READER_GONE_STATUS
     except ValueError:
         pass
     except OSError as e:
-        _say(f"evalbeam: could not write the output: {e}")
+        failed = e
+    if failed is not None and not isinstance(failed, BrokenPipeError):
+        _say(f"evalbeam: could not write the output: {failed}")
         status = status or UNWRITTEN_OUTPUT_STATUS
     try:
         if sys.stderr is not None:

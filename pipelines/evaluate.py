@@ -192,7 +192,7 @@ def _check_files(config: EvalConfig) -> Preflight:
         raise ConfigError(f"input.uri: cannot list {uri!r}: {_short(reason)}") from None
     if not files:
         raise ConfigError(f"input.uri: no file matches {uri!r}")
-    if "://" not in uri and os.path.isdir(uri):  # Beam's local match gives a folder named alone
+    if FileSystems.get_scheme(uri) is None and os.path.isdir(uri):  # Beam's local match gives a folder named alone
         ext = {"csv": "csv"}.get(config.input.format or "", "jsonl")
         raise ConfigError(f"input.uri: {uri!r} is a folder: name its files, e.g. "
                           f"{os.path.join(uri, '*.' + ext)!r}")
