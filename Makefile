@@ -114,7 +114,7 @@ flex-template:
 	  --metadata-file=pipelines/flex_template/metadata.json
 
 schedule-nightly: $(STAMP)
-	$(BIN)/python -m pipelines.nightly --template=$(TEMPLATE) --config=$(CONFIG) --job-name=$(JOB) \
+	$(BIN)/python -m evalbeam.pipelines.nightly --template=$(TEMPLATE) --config=$(CONFIG) --job-name=$(JOB) \
 	  --temp-location=gs://$(BUCKET)/tmp --image=$(IMAGE) > .nightly-launch.json
 	gcloud scheduler jobs create http $(JOB) --project=$(PROJECT) --location=$(REGION) \
 	  --schedule="$(SCHEDULE)" --time-zone=UTC --http-method=POST \

@@ -24,24 +24,26 @@ REQUIRES = [
     "scipy==1.17.1",
 ]
 
-PACKAGES = [
-    "configs", "configs.*",
-    "metrics", "metrics.*",
-    "pipelines", "pipelines.*",
-    "transforms", "transforms.*",
-]
+# Installed, evalbeam is one top-level package, `evalbeam`: the repository's four folders are its
+# subpackages (evalbeam.configs, evalbeam.metrics, evalbeam.pipelines, evalbeam.transforms), so
+# nothing of evalbeam's shadows, or is shadowed by, a user's own `metrics` or `configs` package.
+# `evalbeam` itself is a namespace package: it has no folder (nor __init__.py) of its own.
+FOLDERS = ("configs", "metrics", "pipelines", "transforms")
+PACKAGE_DIR = {f"evalbeam.{folder}": folder for folder in FOLDERS}
+# Every subpackage too (evalbeam.metrics.judge, ...): Dataflow workers and the Flex
+# Template image get only what is listed here (tests/test_packaging.py).
+PACKAGES = [f"evalbeam.{p}" for p in setuptools.find_packages(include=[f for folder in FOLDERS for f in (folder, f"{folder}.*")])]
 
 setuptools.setup(
     name="evalbeam",
     version="0.1.0",
     description="Batch evaluation of LLM and agent outputs on Apache Beam",
     python_requires=">=3.10",
-    # Every subpackage too (metrics.judge, ...): Dataflow workers and the Flex
-    # Template image get only what is listed here (tests/test_packaging.py).
-    packages=setuptools.find_packages(include=PACKAGES),
+    packages=PACKAGES,
+    package_dir=PACKAGE_DIR,
     # Files the code opens beside its modules (metrics/judge/templates.py reads
     # configs/judge_metrics.yaml), and the demo configs with their data.
-    package_data={"configs": ["*.yaml", "data/*", "data/adk/*"]},
+    package_data={"evalbeam.configs": ["*.yaml", "data/*", "data/adk/*"]},
     install_requires=REQUIRES,
     # `report`: the charts of `evalbeam report` (static SVG, pipelines/report_charts.py).
     # `test`: rouge-score is the oracle rouge-score-rs is checked against.
@@ -49,5 +51,5 @@ setuptools.setup(
     # requirements-agent.lock (see the README).
     extras_require={"test": ["pytest==9.2.0", "rouge-score==0.1.2"], "report": ["matplotlib==3.11.2"],
                     "agent": ["google-adk==2.13.0"], "adk": ["google-adk==2.13.0"]},
-    entry_points={"console_scripts": ["evalbeam = pipelines.cli:entry"]},
+    entry_points={"console_scripts": ["evalbeam = evalbeam.pipelines.cli:entry"]},
 )

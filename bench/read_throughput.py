@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from transforms.read import Record, parse_csv, parse_jsonl  # noqa: E402
+from evalbeam.transforms.read import Record, parse_csv, parse_jsonl  # noqa: E402
 
 WORDS = "the a cat dog ran sat quickly model agent tool pipeline évaluation 東京 data".split()
 

@@ -13,9 +13,9 @@ from typing import Any, Literal
 import pydantic
 import yaml
 
-from metrics.instance import CANONICAL_FIELDS
-from metrics.judge.templates import JudgeTemplate
-from metrics.registry import MetricDef, get_metric
+from evalbeam.metrics.instance import CANONICAL_FIELDS
+from evalbeam.metrics.judge.templates import JudgeTemplate
+from evalbeam.metrics.registry import MetricDef, get_metric
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 COLUMN_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -30,7 +30,7 @@ BQ_DATASET_RE = rf"^(?P<project>{PROJECT_RE})\.(?P<dataset>{DATASET_RE})$"
 def reserved_columns() -> frozenset[str]:
     """The instances table's own columns, which a slice column may not shadow:
     read from the one schema definition."""
-    from transforms.schema import TABLES
+    from evalbeam.transforms.schema import TABLES
 
     return frozenset(c.name for c in TABLES["instances"])
 
@@ -251,7 +251,7 @@ class JudgeConfig(_Model):
         return locations
 
     def settings(self):
-        from metrics.judge.client import JudgeSettings
+        from evalbeam.metrics.judge.client import JudgeSettings
 
         return JudgeSettings(
             model=self.model, backend=self.backend, base_url=self.base_url, project=self.project,
@@ -304,7 +304,7 @@ class MetricSpec(_Model):
                 raise ValueError(
                     "params: " + "; ".join(f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors())
                 ) from None
-            from metrics.adk import INFORMATIONAL_CRITERIA
+            from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA
 
             if self.name in INFORMATIONAL_CRITERIA and self.threshold is not None:
                 raise ValueError(f"{self.name} is informational (as in ADK): it reports a value and never passes "
@@ -315,7 +315,7 @@ class MetricSpec(_Model):
             for field in self.inputs or []:
                 if field not in CANONICAL_FIELDS:
                     raise ValueError(f"inputs: {field!r} is not a canonical field")
-            from metrics.custom import load_function
+            from evalbeam.metrics.custom import load_function
 
             try:
                 load_function(self.function)
@@ -407,7 +407,7 @@ def _with_adk_judge_options(data: dict, text: str) -> dict:
     judge.model and judge.sampling_count, unless the config sets them."""
     import json
 
-    from metrics.adk import judge_options
+    from evalbeam.metrics.adk import judge_options
 
     try:
         options = judge_options(json.loads(text).get("criteria"))
@@ -488,14 +488,14 @@ class EvalConfig(_Model):
             return data  # reported by the field's own validation
         metrics = data.get("metrics") or []
         if source.adk_criteria:
-            from metrics.adk import read_test_config
+            from evalbeam.metrics.adk import read_test_config
 
             try:
                 added = read_test_config(_read_text(source.adk_criteria))
             except (OSError, ValueError) as e:
                 raise ValueError(f"input.adk_criteria: {source.adk_criteria}: {e}") from None
         elif source.is_adk and not metrics:
-            from metrics.adk import metrics_from_criteria
+            from evalbeam.metrics.adk import metrics_from_criteria
 
             # recorded runs have no expected side: the reference-free (efficiency) criteria
             added = metrics_from_criteria({} if source.format == "adk_agent_events" else None)
@@ -550,8 +550,8 @@ class EvalConfig(_Model):
     def metric_directions(self) -> dict[str, str]:
         """output name -> which way is better, for every metric the run reports
         (the passed-through agent values included)."""
-        from metrics.registry import get_metric
-        from metrics.agent import PASSTHROUGH_FIELDS
+        from evalbeam.metrics.registry import get_metric
+        from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
 
         directions = {f: get_metric(f).direction for f in PASSTHROUGH_FIELDS}
         directions.update({m.output_name: m.effective_direction() for m in self.metrics})

@@ -19,8 +19,8 @@ from typing import Any, Callable, Literal, Mapping, Optional
 
 import pydantic
 
-from metrics.instance import trace_of
-from metrics.registry import MetricError, MetricValue, register
+from evalbeam.metrics.instance import trace_of
+from evalbeam.metrics.registry import MetricError, MetricValue, register
 
 # Reported by ADK on every eval; they never pass or fail, and ADK refuses a threshold on them.
 INFORMATIONAL_CRITERIA = ("tool_call_count_v1", "token_usage_v1", "inference_call_count_v1", "invocation_duration_v1")
@@ -356,7 +356,7 @@ def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, 
     them). ADK's defaults apply when `criteria`
     is None; the informational efficiency criteria are always added, and naming
     one is an error (ADK refuses a threshold on them). Raises ValueError."""
-    from metrics.registry import get_metric
+    from evalbeam.metrics.registry import get_metric
 
     criteria = DEFAULT_CRITERIA if criteria is None else criteria
     if not isinstance(criteria, Mapping):
@@ -405,7 +405,7 @@ def judge_options(criteria: Mapping[str, Any] | None) -> dict[str, Any]:
     from their `judge_model_options` (judge_model, num_samples; ADK's defaults where
     a judge criterion gives none), or {} when no criterion is a judge. evalbeam
     has one judge per run, so criteria asking for different ones are an error."""
-    from metrics.registry import get_metric
+    from evalbeam.metrics.registry import get_metric
 
     asked: dict[str, set] = {"model": set(), "sampling_count": set()}
     for name, criterion in (criteria or {}).items():

@@ -1,7 +1,7 @@
 """Agent performance values the service always reports: passed through as metrics."""
 from __future__ import annotations
 
-from metrics.registry import register
+from evalbeam.metrics.registry import register
 
 PASSTHROUGH_FIELDS = ("latency_in_seconds", "failure")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Callable
 
-from metrics.registry import MetricError, MetricValue
+from evalbeam.metrics.registry import MetricError, MetricValue
 
 
 def load_function(path: str) -> Callable[[dict[str, Any]], Any]:

@@ -36,7 +36,7 @@ import re
 import time
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
-from metrics.instance import (
+from evalbeam.metrics.instance import (
     CANONICAL_FIELDS,
     InvalidField,
     _normalise,

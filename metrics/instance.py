@@ -12,8 +12,8 @@ import json
 import math
 from typing import Any, Iterable, Iterator, Mapping
 
-from metrics.calls import CallFormatError, parse_trajectory
-from metrics.registry import unmet_inputs
+from evalbeam.metrics.calls import CallFormatError, parse_trajectory
+from evalbeam.metrics.registry import unmet_inputs
 
 TEXT_FIELDS = (
     "prompt",

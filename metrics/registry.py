@@ -113,8 +113,8 @@ def register(
 
 def _load_builtin_metrics() -> None:
     # Importing the metric modules registers them.
-    from metrics import adk, agent, text, tool_call, trajectory  # noqa: F401
-    from metrics.judge import library, rubric_library  # noqa: F401
+    from evalbeam.metrics import adk, agent, text, tool_call, trajectory  # noqa: F401
+    from evalbeam.metrics.judge import library, rubric_library  # noqa: F401
 
 
 def get_metric(name: str) -> MetricDef:

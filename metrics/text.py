@@ -23,7 +23,7 @@ from typing import Literal
 
 import pydantic
 
-from metrics.registry import register
+from evalbeam.metrics.registry import register
 
 TEXT = ("response", "reference")
 
@@ -55,7 +55,7 @@ class BleuParams(pydantic.BaseModel):
     description="sentence BLEU of response against reference, sacrebleu's score / 100",
 )
 def _bleu(params: BleuParams):
-    from metrics.sentence_bleu import sentence_bleu
+    from evalbeam.metrics.sentence_bleu import sentence_bleu
 
     effective_order = params.use_effective_order
 
@@ -72,7 +72,7 @@ def bleu_stats(text: str):
     """A text's BLEU statistics. Those of short texts are kept (a bounded
     number, per worker), so that a text many rows share, a reference scored
     against several responses say, is tokenized and counted once."""
-    from metrics.sentence_bleu import text_stats
+    from evalbeam.metrics.sentence_bleu import text_stats
 
     if len(text) > _KEPT_TEXT_CHARS:
         return text_stats(text)
@@ -84,7 +84,7 @@ _KEPT_TEXT_CHARS = 2000  # memory bound: at most 128 kept texts of this size
 
 @functools.lru_cache(maxsize=128)
 def _kept_bleu_stats(text: str):
-    from metrics.sentence_bleu import text_stats
+    from evalbeam.metrics.sentence_bleu import text_stats
 
     return text_stats(text)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pydantic
 
-from metrics.calls import CallFormatError, json_key, parse_tool_call_message
-from metrics.registry import MetricError, MetricValue, register
+from evalbeam.metrics.calls import CallFormatError, json_key, parse_tool_call_message
+from evalbeam.metrics.registry import MetricError, MetricValue, register
 
 
 def _calls(fields, field):

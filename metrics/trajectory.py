@@ -11,8 +11,8 @@ from typing import Any, Sequence
 
 import pydantic
 
-from metrics.calls import call_key
-from metrics.registry import register
+from evalbeam.metrics.calls import call_key
+from evalbeam.metrics.registry import register
 
 BOTH = ("predicted_trajectory", "reference_trajectory")
 

@@ -23,7 +23,7 @@ from typing import NoReturn
 
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
-from configs import ConfigError, load_config
+from evalbeam.configs import ConfigError, load_config
 
 
 def _config_args(parser: argparse.ArgumentParser) -> None:
@@ -93,7 +93,7 @@ def _results_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _results(args):
-    from pipelines.report import BigQueryResults, ParquetResults, results_for
+    from evalbeam.pipelines.report import BigQueryResults, ParquetResults, results_for
 
     if args.config:
         return results_for(load_config(args.config))
@@ -156,7 +156,7 @@ def _with_setup_file(beam_args: list[str]) -> list[str]:
 
 
 def _metrics_table() -> str:
-    from metrics import all_metrics
+    from evalbeam.metrics import all_metrics
 
     lines = []
     for d in all_metrics():
@@ -182,8 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         _parser().error(f"unrecognized arguments: {' '.join(beam_args)}")
     if args.command in beam_commands and (unknown := _unknown_beam_args(beam_args)):
         _parser().error(f"unrecognized arguments (neither evalbeam's nor Beam's): {' '.join(unknown)}")
-    from pipelines import evaluate
-    from pipelines.report import ResultsError, results_for, run_problems, run_report, runs_report
+    from evalbeam.pipelines import evaluate
+    from evalbeam.pipelines.report import ResultsError, results_for, run_problems, run_report, runs_report
 
     if args.command == "compare":
         return _compare(args, beam_args)
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"evalbeam: no run {args.run_id!r} in {results.location}", file=sys.stderr)
                 return 1
             if args.json:
-                from pipelines.report import show_data, to_json
+                from evalbeam.pipelines.report import show_data, to_json
 
                 print(to_json(show_data(results, args.run_id, tables)))
             else:
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "plan":
             import json
 
-            from pipelines.plan import format_plan, plan
+            from evalbeam.pipelines.plan import format_plan, plan
 
             logging.getLogger().setLevel(logging.WARNING)
             planned = plan(config)
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"evalbeam: run {run_key.run_id} finished with problems (listed above)", file=sys.stderr)
         status = 1
     if config.compare_with:
-        from pipelines.compare import format_comparison, run_comparisons
+        from evalbeam.pipelines.compare import format_comparison, run_comparisons
 
         rows = run_comparisons(results, run_key.run_id)
         if rows:
@@ -268,8 +268,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _compare(args, beam_args: list[str]) -> int:
-    from pipelines.compare import CompareError, compare, format_comparison, unpaired_note
-    from pipelines.report import ResultsError
+    from evalbeam.pipelines.compare import CompareError, compare, format_comparison, unpaired_note
+    from evalbeam.pipelines.report import ResultsError
 
     if args.tolerance < 0 or not 0 < args.alpha <= 1:
         _parser().error("--tolerance must be >= 0 and --alpha in (0, 1]")
@@ -297,16 +297,16 @@ def _compare(args, beam_args: list[str]) -> int:
 
 
 def _report(args, beam_args: list[str]) -> int:
-    from pipelines import report_charts
-    from pipelines.compare import CompareError
-    from pipelines.report import ResultsError, comparison_rows, report_data
+    from evalbeam.pipelines import report_charts
+    from evalbeam.pipelines.compare import CompareError
+    from evalbeam.pipelines.report import ResultsError, comparison_rows, report_data
 
     try:
         report_charts.require()  # before reading anything: say what to install
     except report_charts.ChartsUnavailable as e:
         print(f"evalbeam: {e}", file=sys.stderr)
         return 2
-    from pipelines.report_html import render
+    from evalbeam.pipelines.report_html import render
 
     logging.getLogger().setLevel(logging.WARNING)
     try:
@@ -341,7 +341,7 @@ def _report(args, beam_args: list[str]) -> int:
 
 
 def evaluate_local_runners():
-    from pipelines.evaluate import LOCAL_RUNNERS
+    from evalbeam.pipelines.evaluate import LOCAL_RUNNERS
 
     return LOCAL_RUNNERS
 
@@ -382,7 +382,7 @@ def entry() -> None:
             raise
         _end(UNWRITTEN_OUTPUT_STATUS)
     except BaseException as e:
-        from transforms.progress import INTERRUPTED
+        from evalbeam.transforms.progress import INTERRUPTED
 
         # Beam re-raises a KeyboardInterrupt met inside a step as a RuntimeError
         if not (isinstance(e, KeyboardInterrupt) or INTERRUPTED.is_set()):
@@ -422,7 +422,7 @@ def _interrupt(signum, frame):
     swallows it (a worker being started), or its teardown wait on a worker."""
     import threading
 
-    from transforms.progress import INTERRUPTED
+    from evalbeam.transforms.progress import INTERRUPTED
 
     if INTERRUPTED.is_set():
         _say("evalbeam: interrupted")

@@ -27,11 +27,11 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
-from configs import EvalConfig
-from metrics.compare import ALPHA
-from transforms.compare import CompareRuns, PairSpec, result_entry, slice_names
-from transforms.schema import RunKey, utc_now
-from transforms.write import ATTEMPTS, WriteParquetTable, delete_tree, is_evalbeam_folder, run_folder
+from evalbeam.configs import EvalConfig
+from evalbeam.metrics.compare import ALPHA
+from evalbeam.transforms.compare import CompareRuns, PairSpec, result_entry, slice_names
+from evalbeam.transforms.schema import RunKey, utc_now
+from evalbeam.transforms.write import ATTEMPTS, WriteParquetTable, delete_tree, is_evalbeam_folder, run_folder
 
 SCORE_COLUMNS = ["instance_id", "metric", "score", "error"]
 
@@ -121,7 +121,7 @@ class ReadRunScores(beam.PTransform):
     def expand(self, pbegin):
         from apache_beam.io.parquetio import ReadFromParquet
 
-        from transforms.bigquery import ReadBigQueryRows
+        from evalbeam.transforms.bigquery import ReadBigQueryRows
 
         if self._plan is not None:
             rows = (pbegin | "Read" >> ReadBigQueryRows(self._plan))[0] | "Data" >> beam.Map(lambda r: r.data)
@@ -146,7 +146,7 @@ class ReadRunSlices(beam.PTransform):
     def expand(self, pbegin):
         from apache_beam.io.parquetio import ReadFromParquet
 
-        from transforms.bigquery import ReadBigQueryRows
+        from evalbeam.transforms.bigquery import ReadBigQueryRows
 
         if self._plan is not None:
             rows = (pbegin | "Read" >> ReadBigQueryRows(self._plan))[0] | "Data" >> beam.Map(lambda r: r.data)
@@ -173,7 +173,7 @@ def _require_files(pattern: str, run_id: str, table: str) -> None:
 
 
 def _bigquery_plan(location: Location, table: str, run_id: str, fields: list[str]):
-    from transforms.bigquery import BigQueryError, plan_table_read
+    from evalbeam.transforms.bigquery import BigQueryError, plan_table_read
 
     try:
         # run_id is a NAME_RE name ([A-Za-z0-9_.-]): safe inside the quotes
@@ -223,7 +223,7 @@ def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOpti
         staging = f"{temp.rstrip('/')}/evalbeam-staging/compare-{attempt}"
     compared_at = utc_now()
     base = infos[base_run_id]
-    from pipelines.evaluate import new_pipeline
+    from evalbeam.pipelines.evaluate import new_pipeline
 
     pipeline = new_pipeline(options)
     for i, run_id in enumerate(run_ids):
@@ -235,7 +235,7 @@ def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOpti
         rows = inputs | f"{label}Compare" >> CompareRuns(pair_spec(base, run, tolerance, alpha, compared_at))
         written = rows | f"{label}Write" >> WriteParquetTable(FileSystems.join(staging, run_id), "comparisons")
         if location.bigquery:
-            from transforms.bigquery import PublishToBigQuery
+            from evalbeam.transforms.bigquery import PublishToBigQuery
 
             written_map = {"comparisons": written}
             _ = written_map | f"{label}Publish" >> PublishToBigQuery(
@@ -283,7 +283,7 @@ def install_comparison(output: str, run_id: str, base_run_id: str, files: list[s
 def format_comparison(rows: list[dict[str, Any]], brief: bool = False) -> str:
     """The comparison as a table, flagged rows first; `brief`: only the overall
     rows and the flagged ones."""
-    from pipelines.report import _fmt, format_table
+    from evalbeam.pipelines.report import _fmt, format_table
 
     if brief:
         rows = [r for r in rows if r["slice"] == "overall" or r["regression"] or r["improvement"]]

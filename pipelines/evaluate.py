@@ -16,21 +16,21 @@ from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions
 
-from configs import ConfigError, EvalConfig
-from metrics.compare import ALPHA
-from metrics.instance import RowSpec, present_columns
-from metrics.registry import unmet_inputs
-from metrics.judge.client import JudgeCredentialsError, check_credentials
-from transforms import bigquery, judge
-from transforms.judge_checkpoint import batch_staging, checkpoint_folder
-from transforms.local_cloud import storage_client
-from transforms.read import FileParts, ReadRecords, default_part_bytes, match_files, sample_records
-from transforms.runs import RunRecord
-from transforms.schema import RunKey, instance_row, utc_now
-from transforms.score import ScoreInstances, plan_metrics
-from transforms.summarize import SummarizeScores
-from transforms.validate import ToInstances, UniqueIdDecisions
-from transforms.write import (
+from evalbeam.configs import ConfigError, EvalConfig
+from evalbeam.metrics.compare import ALPHA
+from evalbeam.metrics.instance import RowSpec, present_columns
+from evalbeam.metrics.registry import unmet_inputs
+from evalbeam.metrics.judge.client import JudgeCredentialsError, check_credentials
+from evalbeam.transforms import bigquery, judge
+from evalbeam.transforms.judge_checkpoint import batch_staging, checkpoint_folder
+from evalbeam.transforms.local_cloud import storage_client
+from evalbeam.transforms.read import FileParts, ReadRecords, default_part_bytes, match_files, sample_records
+from evalbeam.transforms.runs import RunRecord
+from evalbeam.transforms.schema import RunKey, instance_row, utc_now
+from evalbeam.transforms.score import ScoreInstances, plan_metrics
+from evalbeam.transforms.summarize import SummarizeScores
+from evalbeam.transforms.validate import ToInstances, UniqueIdDecisions
+from evalbeam.transforms.write import (
     OutputFolderError,
     ReplaceRunFolder,
     WriteEmptyTables,
@@ -138,7 +138,7 @@ def _check_inference(config: EvalConfig) -> None:
     inference = config.inference
     if inference is None or inference.kind == "model":
         return
-    from metrics.inference import AgentInferrer, load_target
+    from evalbeam.metrics.inference import AgentInferrer, load_target
 
     try:
         if inference.kind == "agent":
@@ -206,7 +206,7 @@ def _with_trace_fields(record: dict) -> dict:
     which the column check counts as provided."""
     if not any(k in record for k in ("invocations", "agent_data", "intermediate_events")):
         return record
-    from metrics.instance import build_instance
+    from evalbeam.metrics.instance import build_instance
 
     try:
         fields = build_instance(record, RowSpec({}, None, (), ()), "preflight").fields
@@ -383,7 +383,7 @@ def _read(pipeline: beam.Pipeline, config: EvalConfig, read_plan: bigquery.ReadP
         records, source_lines = pipeline | "ReadBigQuery" >> bigquery.ReadBigQueryRows(read_plan)
         unparseable = pipeline | "NoUnparseableRows" >> beam.Create([])
         if config.input.format == "adk_agent_events":
-            from transforms.read_adk import GroupAgentEvents
+            from evalbeam.transforms.read_adk import GroupAgentEvents
 
             records, unparseable = records | "AgentSessions" >> GroupAgentEvents(config.input.granularity, read_plan.label)
     instances, invalid = records | "Validate" >> ToInstances(row_spec(config), decisions)
@@ -425,7 +425,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         cached = pipeline | "JudgeCache" >> judge.ReadJudgeCache([parquet_glob(p) for p in parquet], cache_plans or [])
     inference_parts = None
     if config.inference:
-        from transforms.infer import Infer
+        from evalbeam.transforms.infer import Infer
 
         instances, *inference_parts = instances | "Inference" >> Infer(
             run, config.inference, config.judge, cached, progress, checkpoint)
@@ -433,11 +433,11 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
     thresholds = {p.output_name: p.threshold for p in plan_metrics(config.computation_specs())}
     adk_criteria = {s.output_name: s.name for s in config.computation_specs()
                     if s.definition() is not None and s.definition().kind == "adk"}
-    from metrics.adk import INFORMATIONAL_CRITERIA
+    from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA
 
     # a verdict needs a criterion that passes or fails (the efficiency ones never do)
     if config.input.is_adk and set(adk_criteria.values()) - set(INFORMATIONAL_CRITERIA):
-        from transforms.adk_status import THRESHOLD, add_case_status
+        from evalbeam.transforms.adk_status import THRESHOLD, add_case_status
 
         computed = computed | "AdkCaseStatus" >> beam.Map(add_case_status, run, adk_criteria)
         thresholds["adk_case_status"] = THRESHOLD
@@ -451,7 +451,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         cache_parts.append(inference_parts[0]), usage_parts.append(inference_parts[1])
     judged_instances = instances
     if config.inference and (judge_specs or rubric_specs):
-        from transforms.infer import inference_error_rows, inferred
+        from evalbeam.transforms.infer import inference_error_rows, inferred
 
         # a case inference could not produce is not judged: its judge rows carry the inference error
         judged_instances = instances | "Inferred" >> beam.Filter(inferred)
@@ -471,7 +471,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
                                                                                 progress, checkpoint)
         scored_parts.append(judged), cache_parts.append(cache_rows), usage_parts.append(usage)
     if rubric_specs:
-        from transforms.rubric_judge import ReadPinnedRubrics, RubricJudge, plan_rubric_metrics
+        from evalbeam.transforms.rubric_judge import ReadPinnedRubrics, RubricJudge, plan_rubric_metrics
 
         pinned = None
         if config.judge.rubrics_from:
@@ -490,14 +490,14 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
     cache_rows = tuple(cache_parts) | "AllJudgeCache" >> beam.Flatten() if cache_parts else (
         pipeline | "NoJudgeCache" >> beam.Create([]))
     if len(usage_parts) > 1:
-        from transforms.rubric_judge import merge_usage
+        from evalbeam.transforms.rubric_judge import merge_usage
 
         usage = tuple(usage_parts) | "AllJudgeUsage" >> beam.Flatten() | "MergeJudgeUsage" >> beam.CombineGlobally(merge_usage)
     else:
         usage = usage_parts[0] if usage_parts else pipeline | "NoJudgeUsage" >> beam.Create([{}])
     summary = scored | "Summarize" >> SummarizeScores(run, thresholds)
     if config.output.adk_eval_history and config.input.is_adk:
-        from transforms.adk_history import WriteEvalHistory
+        from evalbeam.transforms.adk_history import WriteEvalHistory
 
         criteria = {s.output_name: (s.name, s.effective_threshold()) for s in config.computation_specs()
                     if s.definition() is not None and s.definition().kind == "adk"}
@@ -506,13 +506,13 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
     read = (records, unparseable)  # the records read: parsed or not (tallied apart, then summed)
     counted = computed
     if config.inference and config.inference.num_runs > 1:
-        from transforms.infer import first_run
+        from evalbeam.transforms.infer import first_run
 
         # a case scored num_runs times counts once: read = scored + dead-lettered
         counted = computed | "FirstRuns" >> beam.Filter(lambda s, n: first_run(s.instance.instance_id, n),
                                                         config.inference.num_runs)
     if progress:
-        from transforms.progress import CountFn
+        from evalbeam.transforms.progress import CountFn
 
         # counted where they are made, not after a Flatten: the local runner runs a
         # Flatten's consumers only once every input is complete
@@ -526,8 +526,8 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
     )
 
     if compare_base is not None:
-        from pipelines.compare import compare_inputs, pair_spec
-        from transforms.compare import CompareRuns, result_entry
+        from evalbeam.pipelines.compare import compare_inputs, pair_spec
+        from evalbeam.transforms.compare import CompareRuns, result_entry
 
         location, base_info, this_run = compare_base
         inputs = compare_inputs(pipeline, location, base_info, this_run, "Previous")
@@ -573,7 +573,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: EvalConfig, run: RunKey, sta
         # the judge checkpoints live beside the attempts, and go with them
         done | "ReplaceRunFolder" >> ReplaceRunFolder(config.output.parquet, run.run_id, attempt)
     elif checkpoint and (judge_specs or rubric_specs or _model_inference(config)):
-        from transforms.judge_checkpoint import RemoveCheckpoints
+        from evalbeam.transforms.judge_checkpoint import RemoveCheckpoints
 
         done | "RemoveJudgeCheckpoints" >> RemoveCheckpoints(checkpoint)
 
@@ -596,8 +596,8 @@ def plan_comparison(config: EvalConfig, run_key: RunKey, started_at):
     None when there is nothing to compare with (no compare_with; no earlier run yet)."""
     if not config.compare_with:
         return None
-    from pipelines.compare import location_of, previous_run, run_info, runs_row
-    from pipelines.report import ResultsError, results_for
+    from evalbeam.pipelines.compare import location_of, previous_run, run_info, runs_row
+    from evalbeam.pipelines.report import ResultsError, results_for
 
     try:
         results = results_for(config)
@@ -647,7 +647,7 @@ def run(config: EvalConfig, options: PipelineOptions):
         raise ConfigError(str(e)) from None
     compare_base = plan_comparison(config, run_key, started_at)
     pipeline = new_pipeline(options)
-    from pipelines.compare import CompareError
+    from evalbeam.pipelines.compare import CompareError
 
     local = options.view_as(StandardOptions).runner in LOCAL_RUNNERS
     checkpoint = checkpoint_folder(config.output.parquet, options.view_as(GoogleCloudOptions).temp_location,
@@ -662,7 +662,7 @@ def run(config: EvalConfig, options: PipelineOptions):
         print(f"evalbeam: run {run_key.run_id} (run date {run_key.run_date}) started", file=sys.stderr, flush=True)
         if not local:
             return run_key, pipeline.run()
-        from transforms.progress import ProgressDisplay
+        from evalbeam.transforms.progress import ProgressDisplay
 
         quota = config.judge.requests_per_minute if config.judge_specs() else None
         with ProgressDisplay(progress, quota):

@@ -14,8 +14,8 @@ import sys
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from configs import ConfigError, load_config
-from pipelines import evaluate
+from evalbeam.configs import ConfigError, load_config
+from evalbeam.pipelines import evaluate
 
 
 class TemplateOptions(PipelineOptions):

@@ -2,7 +2,7 @@
 
 One definition for both ways of scheduling: `make schedule-nightly` (Cloud
 Scheduler posting to the Dataflow flexTemplates:launch API) writes it with
-`python -m pipelines.nightly`, and the Airflow DAG (pipelines/nightly_dag.py)
+`python -m evalbeam.pipelines.nightly`, and the Airflow DAG (pipelines/nightly_dag.py)
 passes it to DataflowStartFlexTemplateOperator.
 """
 from __future__ import annotations

@@ -25,7 +25,8 @@ Airflow variables, read when a task runs (Jinja), not when this file is parsed:
   evalbeam_eval_name      the config's `name`
 
 Deploy with pipelines/__init__.py and pipelines/nightly.py beside it, as
-DAGS_FOLDER/pipelines/ (see the README).
+DAGS_FOLDER/evalbeam/pipelines/ (see the README): the module it imports is
+evalbeam.pipelines.nightly, and `evalbeam` needs no __init__.py (a namespace package).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from airflow import DAG
 from airflow.providers.google.cloud.operators.bigquery import BigQueryCheckOperator
 from airflow.providers.google.cloud.operators.dataflow import DataflowStartFlexTemplateOperator
 
-from pipelines.nightly import launch_body
+from evalbeam.pipelines.nightly import launch_body
 
 # One row; every value must be true for the check to pass (SQLCheckOperator's rule).
 # `regressed` is never empty, so only `no_regressions` decides; it names the flagged

@@ -11,12 +11,12 @@ import tempfile
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from configs import ConfigError, EvalConfig
-from metrics.judge.client import CHARS_PER_TOKEN
-from pipelines import evaluate
-from transforms import bigquery, judge
-from transforms.plan import PlanJudging
-from transforms.runs import judge_cost
+from evalbeam.configs import ConfigError, EvalConfig
+from evalbeam.metrics.judge.client import CHARS_PER_TOKEN
+from evalbeam.pipelines import evaluate
+from evalbeam.transforms import bigquery, judge
+from evalbeam.transforms.plan import PlanJudging
+from evalbeam.transforms.runs import judge_cost
 
 
 def _write(value, path):
@@ -49,7 +49,7 @@ def plan(config: EvalConfig) -> dict:
                 parquet = [evaluate.parquet_glob(c) for c in config.judge.cache if not c.startswith("bq://")]
                 cached = p | "JudgeCache" >> judge.ReadJudgeCache(parquet, cache_plans)
             if config.judge.rubrics_from and rubric_specs:
-                from transforms.rubric_judge import ReadPinnedRubrics
+                from evalbeam.transforms.rubric_judge import ReadPinnedRubrics
 
                 parquet = [evaluate.parquet_glob(c) for c in config.judge.rubrics_from if not c.startswith("bq://")]
                 pinned = p | "PinnedRubrics" >> ReadPinnedRubrics(parquet, rubric_plans)

@@ -22,8 +22,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
-from transforms.local_cloud import bigquery_client
-from transforms.schema import arrow_schema
+from evalbeam.transforms.local_cloud import bigquery_client
+from evalbeam.transforms.schema import arrow_schema
 
 RUNS_SQL = """
 SELECT run_id, name, run_date, started_at, finished_at, read_count, scored_count, dead_letter_count, metric_error_count, config
@@ -547,9 +547,9 @@ WORST_SHOWN = 5
 def metric_info(config_text: str | None) -> dict[str, dict[str, Any]]:
     """output name -> {direction, range (lo, hi) or None, threshold} from the config a run
     ran with and the registry (a config no longer valid here: nothing; charts use the data)."""
-    from configs import EvalConfig
-    from metrics.agent import PASSTHROUGH_FIELDS
-    from metrics.registry import get_metric
+    from evalbeam.configs import EvalConfig
+    from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
+    from evalbeam.metrics.registry import get_metric
 
     try:
         config = EvalConfig.model_validate(json.loads(config_text or ""))
@@ -604,7 +604,7 @@ def comparison_rows(results, base_run_id: str, run_id: str, options, also_parque
                     ) -> tuple[list[dict[str, Any]], bool]:
     """The comparison of run_id with base_run_id: the rows already in the comparisons table,
     else computed (and written there) by `evalbeam compare`'s pipeline. -> (rows, computed)."""
-    from pipelines.compare import compare, run_comparisons
+    from evalbeam.pipelines.compare import compare, run_comparisons
 
     rows = [r for r in run_comparisons(results, run_id) if r["base_run_id"] == base_run_id]
     if rows:

@@ -12,8 +12,8 @@ import math
 import re
 from typing import Any
 
-from pipelines import report_charts as charts
-from pipelines.compare import flagged_first
+from evalbeam.pipelines import report_charts as charts
+from evalbeam.pipelines.compare import flagged_first
 
 # Inline styles only (Matplotlib's SVG carries style attributes); nothing else from anywhere.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
@@ -243,7 +243,7 @@ def _worst(metric: str, worst: list[dict[str, Any]], base: str) -> str:
 
 
 def _fields(base: dict[str, Any], run: dict[str, Any]) -> list[str]:
-    from pipelines.report import SHOWN_FIELDS
+    from evalbeam.pipelines.report import SHOWN_FIELDS
 
     skip = {"run_id", "run_date", "instance_id"}
     present = [f for f in SHOWN_FIELDS if base.get(f) is not None or run.get(f) is not None]
@@ -253,7 +253,7 @@ def _fields(base: dict[str, Any], run: dict[str, Any]) -> list[str]:
 
 
 def _canonical() -> tuple[str, ...]:
-    from metrics.instance import CANONICAL_FIELDS
+    from evalbeam.metrics.instance import CANONICAL_FIELDS
 
     return tuple(CANONICAL_FIELDS)
 

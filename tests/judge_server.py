@@ -505,7 +505,7 @@ class JudgeServer:
 
     @staticmethod
     def _gcs(uri: str):
-        from transforms.local_cloud import storage_client
+        from evalbeam.transforms.local_cloud import storage_client
 
         bucket, _, path = uri.removeprefix("gs://").partition("/")
         return storage_client().bucket(bucket).blob(path)

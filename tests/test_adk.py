@@ -6,12 +6,12 @@ import random
 
 import pytest
 
-from configs import ConfigError, InputConfig, load_config
-from metrics import get_metric
-from metrics.instance import InvalidField, RowSpec, build_instance, parse_turns
-from metrics.registry import MetricError
+from evalbeam.configs import ConfigError, InputConfig, load_config
+from evalbeam.metrics import get_metric
+from evalbeam.metrics.instance import InvalidField, RowSpec, build_instance, parse_turns
+from evalbeam.metrics.registry import MetricError
 from tests.adk_cases import eval_set_result
-from transforms.read import DeadLetter, Record, SourceLines, parse_file
+from evalbeam.transforms.read import DeadLetter, Record, SourceLines, parse_file
 
 
 def parse(path, fmt):
@@ -178,7 +178,7 @@ def test_trace_normalisation_is_idempotent():
     rng = random.Random(5)
     doc = eval_set_result(rng.randrange(1000), "s", 40)
     for case in doc["eval_case_results"]:
-        from metrics.instance import turn_from_adk
+        from evalbeam.metrics.instance import turn_from_adk
 
         turns = [turn_from_adk(p["actual_invocation"], p.get("expected_invocation"), "x")
                  for p in case["eval_metric_result_per_invocation"]]
@@ -229,7 +229,7 @@ def test_vertex_agent_data_and_intermediate_events():
 
 
 def test_response_match_score_reads_every_script():
-    from metrics.text import make_rouge_scorer
+    from evalbeam.metrics.text import make_rouge_scorer
 
     plain = make_rouge_scorer("rouge1", use_stemmer=True, split_summaries=False)
     for response, reference in (("東京の天気は晴れです", "東京は晴れ"), ("สวัสดีครับ", "สวัสดีค่ะ"), ("Привет мир", "привет")):

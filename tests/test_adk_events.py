@@ -13,7 +13,7 @@ import pytest
 
 from tests.emulators.control import PROJECT
 from tests.helpers import ROOT, evalbeam, table
-from transforms.read_adk import response_text, turn_from_events
+from evalbeam.transforms.read_adk import response_text, turn_from_events
 
 TABLE = f"{PROJECT}.agent_logs.agent_events"
 
@@ -81,7 +81,7 @@ OTHER_DAY = [dict(user("09:00:00.000", "yesterday", session="old"), timestamp="2
 def events_table(cloud):
     from google.cloud import bigquery
 
-    from transforms.local_cloud import bigquery_client
+    from evalbeam.transforms.local_cloud import bigquery_client
 
     client = bigquery_client(PROJECT)
     client.create_dataset(f"{PROJECT}.agent_logs", exists_ok=True)
@@ -220,7 +220,7 @@ def recorded(cloud, tmp_path_factory):
     import os
 
     from tests.judge_server import JudgeServer
-    from transforms.local_cloud import bigquery_client
+    from evalbeam.transforms.local_cloud import bigquery_client
 
     python = ROOT / ".adk" / "bin" / "python"
     if not python.exists():

@@ -21,15 +21,15 @@ import subprocess
 
 import pytest
 
-from configs import MetricSpec
-from metrics.adk import CASE_STATUS, criterion_status, read_test_config
-from metrics.instance import RowSpec, build_instance
+from evalbeam.configs import MetricSpec
+from evalbeam.metrics.adk import CASE_STATUS, criterion_status, read_test_config
+from evalbeam.metrics.instance import RowSpec, build_instance
 from tests.adk_cases import CONFIGS, camel, eval_set_result, eval_set_sets
 from tests.helpers import ROOT, evalbeam, table
-from transforms.adk_status import add_case_status
-from transforms.read import Record, parse_file
-from transforms.schema import RunKey
-from transforms.score import plan_metrics, score_instance
+from evalbeam.transforms.adk_status import add_case_status
+from evalbeam.transforms.read import Record, parse_file
+from evalbeam.transforms.schema import RunKey
+from evalbeam.transforms.score import plan_metrics, score_instance
 
 ADK_PYTHON = ROOT / ".adk" / "bin" / "python"
 RUN = RunKey("fidelity", dt.date(2026, 11, 23))

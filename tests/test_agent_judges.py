@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from configs import ConfigError, load_config
-from metrics.adk import judge_options
-from metrics.judge.agent_views import units_of
-from metrics.judge.rubrics import (
+from evalbeam.configs import ConfigError, load_config
+from evalbeam.metrics.adk import judge_options
+from evalbeam.metrics.judge.agent_views import units_of
+from evalbeam.metrics.judge.rubrics import (
     Rubric,
     RubricScore,
     RubricVerdict,
@@ -23,8 +23,8 @@ from metrics.judge.rubrics import (
     majority_verdicts,
     score_verdicts,
 )
-from metrics.judge.templates import InvalidJudgment, parse_answer
-from metrics.registry import MetricError, get_metric
+from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
+from evalbeam.metrics.registry import MetricError, get_metric
 from tests.helpers import evalbeam, table
 from tests.judge_server import JudgeServer
 
@@ -62,7 +62,7 @@ CALL = {"tool_name": "get_weather", "tool_input": {"city": "Paris"}, "response":
 
 
 def fields_of(row):
-    from metrics.instance import RowSpec, build_instance
+    from evalbeam.metrics.instance import RowSpec, build_instance
 
     return build_instance(row, RowSpec({}, "id", (), ()), "test").fields
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.helpers import EVALBEAM, ROOT, evalbeam, table
-from transforms.schema import arrow_schema
+from evalbeam.transforms.schema import arrow_schema
 
 T = {"tool_name": "get", "tool_input": {"id": 1}}
 U = {"tool_name": "set", "tool_input": {"id": 1, "on": True}}
@@ -263,7 +263,7 @@ def test_the_command_ends_after_its_exit_handlers_and_whole_output(dataset, tmp_
     assert result.stdout.rstrip().endswith(f"results: {tmp_path / 'out'}")
     assert "read 9 = scored 4 + dead-lettered 5" in result.stdout
     # a long output through a pipe: all of it, as main() writes it in the test's own process
-    from pipelines.cli import _metrics_table
+    from evalbeam.pipelines.cli import _metrics_table
 
     listed = evalbeam("metrics")
     assert listed.returncode == 0 and listed.stdout == _metrics_table() + "\n"
@@ -389,7 +389,7 @@ def test_a_local_run_goes_to_beams_fnapirunner_and_fetches_nothing(dataset, tmp_
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 
-    from pipelines.evaluate import new_pipeline
+    from evalbeam.pipelines.evaluate import new_pipeline
 
     config, _, _ = dataset
     home = tmp_path / "home"

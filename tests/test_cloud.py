@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tests.emulators.control import BUCKET, PROJECT
-from transforms import schema
+from evalbeam.transforms import schema
 from tests.helpers import evalbeam
 
 T = {"tool_name": "get", "tool_input": {"id": 1}}
@@ -17,13 +17,13 @@ U = {"tool_name": "set", "tool_input": {"id": 1, "on": True}}
 
 
 def gcs():
-    from transforms.local_cloud import storage_client
+    from evalbeam.transforms.local_cloud import storage_client
 
     return storage_client(PROJECT).bucket(BUCKET)
 
 
 def bq():
-    from transforms.local_cloud import bigquery_client
+    from evalbeam.transforms.local_cloud import bigquery_client
 
     return bigquery_client(PROJECT)
 
@@ -267,9 +267,9 @@ def test_dataflow_dry_run_builds_the_whole_job(cloud, monkeypatch):
     from apache_beam.portability import common_urns, python_urns
     from apache_beam.portability.api import beam_runner_api_pb2
 
-    from configs import load_config
-    from pipelines import evaluate
-    from pipelines.cli import _with_setup_file
+    from evalbeam.configs import load_config
+    from evalbeam.pipelines import evaluate
+    from evalbeam.pipelines.cli import _with_setup_file
 
     secret = "AIzaSy-not-a-real-key-but-secret-0123456789"
     monkeypatch.setenv("GOOGLE_API_KEY", secret)
@@ -327,8 +327,8 @@ def test_judge_cache_in_bigquery_is_reused(cloud, tmp_path, monkeypatch):
 def test_dataflow_dry_run_with_judge_metrics_keeps_the_key_out(cloud, monkeypatch, tmp_path):
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from configs import load_config
-    from pipelines import evaluate
+    from evalbeam.configs import load_config
+    from evalbeam.pipelines import evaluate
 
     secret = "AIzaSy-judge-key-must-not-leak-987654321"
     monkeypatch.setenv("GOOGLE_API_KEY", secret)

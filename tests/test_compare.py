@@ -9,8 +9,8 @@ import pytest
 import yaml
 from scipy import stats
 
-from metrics.compare import PairedMoments, better_sign, finish, holm
-from metrics.summary import bootstrap_weights
+from evalbeam.metrics.compare import PairedMoments, better_sign, finish, holm
+from evalbeam.metrics.summary import bootstrap_weights
 from tests.helpers import evalbeam, table
 
 
@@ -221,7 +221,7 @@ def test_compare_in_bigquery_with_views(cloud, tmp_path):
     """Both forms against the BigQuery emulator: compare_with inside the run, and
     `evalbeam compare --bigquery` replacing that pair's rows; the views carry it."""
     from tests.emulators.control import BUCKET, PROJECT
-    from transforms.local_cloud import bigquery_client
+    from evalbeam.transforms.local_cloud import bigquery_client
 
     def rows(sql):
         return [dict(r.items()) for r in bigquery_client(PROJECT).query(sql).result()]

@@ -2,7 +2,7 @@ import textwrap
 
 import pytest
 
-from configs import ConfigError, load_config
+from evalbeam.configs import ConfigError, load_config
 
 BASE = """
 name: t
@@ -43,7 +43,7 @@ def test_minimal_config_and_defaults(tmp_path):
         ("  - nonexistent_metric", "unknown metric 'nonexistent_metric'"),
         ("  - {name: trajectory_single_tool_use}", "tool_name: Field required"),
         ("  - {name: x, function: 'no_such_module:f'}", "function: cannot import module 'no_such_module'"),
-        ("  - {name: x, function: 'metrics.examples:nope'}", "has no attribute 'nope'"),
+        ("  - {name: x, function: 'evalbeam.metrics.examples:nope'}", "has no attribute 'nope'"),
         ("  - {name: x, function: 'metrics.examples'}", "not of the form 'package.module:function'"),
         ("  - {name: exact_match, as: exact_match}", "two metrics are named 'exact_match'"),
         ("  - {name: bleu, as: 'bad name'}", "metrics.1.as: String should match pattern"),

@@ -9,8 +9,8 @@ import json
 import pytest
 import yaml
 
-from configs import load_config
-from metrics.inference import apply_result, failed, render_prompt, InferenceError
+from evalbeam.configs import load_config
+from evalbeam.metrics.inference import apply_result, failed, render_prompt, InferenceError
 from tests.helpers import ROOT, evalbeam, table
 
 
@@ -286,10 +286,10 @@ def test_adk_agent_inference_with_a_real_llm_agent(tmp_path, monkeypatch):
     generateContent server, which answers with function calls."""
     import subprocess
 
-    from metrics import get_metric
-    from metrics.instance import RowSpec, build_instance
+    from evalbeam.metrics import get_metric
+    from evalbeam.metrics.instance import RowSpec, build_instance
     from tests.judge_server import JudgeServer
-    from transforms.read import Record, parse_file
+    from evalbeam.transforms.read import Record, parse_file
 
     agent_python = agent_env() / "bin" / "python"
     path = tmp_path / "agent.evalset.json"
@@ -473,9 +473,9 @@ def test_plan_says_it_does_not_estimate_inference():
 
 
 def test_model_runs_are_separate_samples():
-    from metrics.instance import Instance
-    from metrics.judge.client import JudgeSettings
-    from transforms.infer import model_asks, run_copies
+    from evalbeam.metrics.instance import Instance
+    from evalbeam.metrics.judge.client import JudgeSettings
+    from evalbeam.transforms.infer import model_asks, run_copies
 
     settings = JudgeSettings(model="m")
     case = Instance("q1", {"prompt": "hi"}, {}, "src")

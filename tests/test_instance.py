@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from metrics.instance import InvalidField, RowSpec, build_instance, content_id
+from evalbeam.metrics.instance import InvalidField, RowSpec, build_instance, content_id
 
 TRAJ = [{"tool_name": "a", "tool_input": {"x": 1}}]
 
@@ -110,7 +110,7 @@ def test_check_value_fast_path_agrees_with_the_walk():
     every value refuses, with the same message."""
     import random
 
-    from metrics.instance import check_by_walk, check_value
+    from evalbeam.metrics.instance import check_by_walk, check_value
 
     def outcome(check, value):
         try:

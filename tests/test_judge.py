@@ -10,9 +10,9 @@ import apache_beam as beam
 import pytest
 import yaml
 
-from metrics.instance import CANONICAL_FIELDS
-from metrics.judge.client import JudgeRequest, JudgeSettings, judge_stream, request_key
-from metrics.judge.templates import (
+from evalbeam.metrics.instance import CANONICAL_FIELDS
+from evalbeam.metrics.judge.client import JudgeRequest, JudgeSettings, judge_stream, request_key
+from evalbeam.metrics.judge.templates import (
     InvalidJudgment,
     JudgeTemplate,
     aggregate_pairwise,
@@ -23,7 +23,7 @@ from metrics.judge.templates import (
 )
 from tests.helpers import evalbeam, table
 from tests.judge_server import Behaviour, JudgeServer
-from transforms.judge import CallJudgeFn
+from evalbeam.transforms.judge import CallJudgeFn
 
 KEY = "AIzaSy-test-key-do-not-leak-0123456789"
 FIELDS = {f: f"<{f} text>" for f in CANONICAL_FIELDS}
@@ -333,7 +333,7 @@ def test_missing_credentials_fail_before_the_pipeline(tmp_path, monkeypatch):
         assert "judge metrics with backend gemini_api need an API key: set the environment variable GOOGLE_API_KEY" in result.stderr
     assert not (tmp_path / "out").exists()
     # a config without judge metrics needs no key
-    no_judge = judge_config(tmp_path, data, "http://127.0.0.1:9", [{"name": "w", "function": "metrics.examples:word_count"}])
+    no_judge = judge_config(tmp_path, data, "http://127.0.0.1:9", [{"name": "w", "function": "evalbeam.metrics.examples:word_count"}])
     assert "config ok" in evalbeam("validate", no_judge).stdout
 
 
@@ -369,7 +369,7 @@ def test_demo_judge_configs_run(tmp_path, api_key, config):
 def test_in_flight_window_follows_latency_and_rate():
     import asyncio
 
-    from metrics.judge.ratelimit import InFlightWindow
+    from evalbeam.metrics.judge.ratelimit import InFlightWindow
 
     window = InFlightWindow(cap=1000, initial_latency=2.0)
     assert window.limit(100) == 200  # before any call: the rate times the initial guess
@@ -423,7 +423,7 @@ def test_a_judge_shard_logs_its_progress_from_the_worker(api_key, caplog, monkey
 
 
 def test_retries_after_transient_errors_start_short_and_grow():
-    from metrics.judge.client import BACKOFF_CAP, _backoff
+    from evalbeam.metrics.judge.client import BACKOFF_CAP, _backoff
 
     first = [_backoff(1) for _ in range(2000)]
     assert max(first) <= 0.25  # a transient 503 is retried within a quarter second
@@ -435,7 +435,7 @@ def test_retries_after_transient_errors_start_short_and_grow():
 def test_latency_quantile_and_the_tail_hedge_turn_and_budget():
     import asyncio
 
-    from metrics.judge.ratelimit import AdaptiveRateLimiter, InFlightWindow, TailHedge
+    from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter, InFlightWindow, TailHedge
 
     window = InFlightWindow(cap=100, initial_latency=2.0)
     assert window.quantile(0.75) == 2.0  # before any call: the initial guess
@@ -535,8 +535,8 @@ def test_rows_stream_through_the_judge_only_where_one_process_keeps_the_quota(tm
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from configs import load_config
-    from pipelines.evaluate import stream_judge
+    from evalbeam.configs import load_config
+    from evalbeam.pipelines.evaluate import stream_judge
 
     data = write_data(tmp_path, ROWS)
     config = load_config(judge_config(tmp_path, data, "http://localhost:1", ["fluency"]), overrides)
@@ -555,8 +555,8 @@ def _open_files() -> set[str]:
 
 
 def test_the_answer_store_keeps_answers_on_disk_and_returns_them_whole():
-    from metrics.judge.answers import COMMIT_EVERY, AnswerStore
-    from metrics.judge.client import JudgeResponse
+    from evalbeam.metrics.judge.answers import COMMIT_EVERY, AnswerStore
+    from evalbeam.metrics.judge.client import JudgeResponse
 
     before = _open_files()
     store = AnswerStore()

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from configs import ConfigError, load_config
-from metrics.judge.batch import judge_batch
-from metrics.judge.client import JudgeSettings
+from evalbeam.configs import ConfigError, load_config
+from evalbeam.metrics.judge.batch import judge_batch
+from evalbeam.metrics.judge.client import JudgeSettings
 from tests.helpers import evalbeam, table
 from tests.judge_server import Behaviour, JudgeServer
 from tests.test_judge import FOLLOWS, KEY, ROWS, judge_config, requests_for, write_data
@@ -140,7 +140,7 @@ def test_vertex_ai_batch_prediction_through_cloud_storage(cloud, tmp_path, key, 
     Cloud Storage (the storage emulator), with Application Default Credentials."""
     from tests.emulators.control import BUCKET
     from tests.test_judge_vertex import CLIENT_EMAIL, service_account_file, vertex_judge
-    from transforms.local_cloud import storage_client
+    from evalbeam.transforms.local_cloud import storage_client
 
     data = write_data(tmp_path, [r for r in ROWS if r["id"] != "c"])
     staging = f"gs://{BUCKET}/vertex-batch/{tmp_path.name}"

@@ -168,10 +168,10 @@ def test_a_batch_run_killed_while_its_jobs_run_resumes_them_without_resubmitting
 def test_with_bigquery_output_only_checkpoints_live_under_the_temp_location(cloud, tmp_path, api_key):
     """Without output.parquet the checkpoints live under --temp_location; they are
     read like any others, and removed once the run has published its tables."""
-    from metrics.judge.client import JudgeResponse
+    from evalbeam.metrics.judge.client import JudgeResponse
     from tests.emulators.control import PROJECT
-    from transforms.judge_checkpoint import write_chunk
-    from transforms.local_cloud import bigquery_client
+    from evalbeam.transforms.judge_checkpoint import write_chunk
+    from evalbeam.transforms.local_cloud import bigquery_client
 
     with JudgeServer() as server:
         probe = write_run(tmp_path, server.url, "probe")

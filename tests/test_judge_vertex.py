@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from metrics.judge.client import JudgeSettings, judge_stream
+from evalbeam.metrics.judge.client import JudgeSettings, judge_stream
 from tests.helpers import evalbeam, table
 from tests.judge_server import JudgeServer
 from tests.test_judge import KEY, ROWS, judge_config, requests_for, write_data

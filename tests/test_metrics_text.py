@@ -5,8 +5,8 @@ import pytest
 import sacrebleu
 from rouge_score import rouge_scorer
 
-from metrics import get_metric
-from metrics.text import ROUGE_TYPES, english_sentence_splitter
+from evalbeam.metrics import get_metric
+from evalbeam.metrics.text import ROUGE_TYPES, english_sentence_splitter
 from tests.conftest import text_pairs
 
 
@@ -103,7 +103,7 @@ def test_bleu_tokens_are_sacrebleus_13a_tokens():
 
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-    from metrics.sentence_bleu import PUNCTUATION, tokenize_13a
+    from evalbeam.metrics.sentence_bleu import PUNCTUATION, tokenize_13a
 
     # the characters rule 1 spaces out are exactly the ones sacrebleu's rule matches, in all of Unicode
     rule1 = re.compile(r"([\{-\~\[-\` -\&\(-\+\:-\@\/])")

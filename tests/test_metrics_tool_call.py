@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from metrics import MetricError, get_metric
+from evalbeam.metrics import MetricError, get_metric
 
 
 def run(name, response, reference=None, **params):

@@ -1,8 +1,8 @@
 import pytest
 
-from metrics import get_metric
-from metrics.calls import json_key
-from metrics.instance import parse_turns
+from evalbeam.metrics import get_metric
+from evalbeam.metrics.calls import json_key
+from evalbeam.metrics.instance import parse_turns
 
 
 def score(name, params=None, **fields):
@@ -112,7 +112,7 @@ def test_adk_response_match_score_is_rouge1_stemmed_mean():
 
 
 def test_adk_errors_name_the_problem():
-    from metrics import MetricError
+    from evalbeam.metrics import MetricError
 
     d = get_metric("response_match_score")
     fn = d.factory(d.params())

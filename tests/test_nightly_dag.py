@@ -17,12 +17,13 @@ import subprocess
 
 import pytest
 
-from pipelines.nightly import launch_body
+from evalbeam.pipelines.nightly import launch_body
 from tests.helpers import ROOT, evalbeam
 from tests.test_compare import cases, write_run
 
 AIRFLOW = ROOT / ".airflow"
-DEPLOYED = ("pipelines/__init__.py", "pipelines/nightly.py", "pipelines/nightly_dag.py")  # as in the README
+# as in the README: the repository's pipelines/ files, deployed as DAGS_FOLDER/evalbeam/pipelines/
+DEPLOYED = ("pipelines/__init__.py", "pipelines/nightly.py", "pipelines/nightly_dag.py")
 METADATA = json.loads((ROOT / "pipelines/flex_template/metadata.json").read_text())
 PARAMS = {p["name"]: p for p in METADATA["parameters"]}
 DATASET = "local-project.evals_nightly"  # the emulator's project (tests/emulators/control.py)
@@ -48,8 +49,8 @@ def airflow(tmp_path_factory):
     root = tmp_path_factory.mktemp("airflow")
     dags = root / "dags"
     for path in DEPLOYED:
-        (dags / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / path, dags / path)
+        (dags / "evalbeam" / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / path, dags / "evalbeam" / path)
     (root / "home" / "config").mkdir(parents=True)
     shutil.copy(ROOT / "tests/airflow_env/airflow_local_settings.py", root / "home" / "config")
 
@@ -88,12 +89,12 @@ def test_the_dag_loads_in_airflow_with_no_import_errors(airflow, tmp_path):
         "check_regressions": {"operator": "BigQueryCheckOperator", "upstream": ["evaluate"], "retries": 0},
     }}
     # the same DagBag reports a deployment that misses a file, so the assertion above can fail
-    (airflow.dags / "pipelines/nightly.py").rename(airflow.dags / "nightly.py.away")
+    (airflow.dags / "evalbeam/pipelines/nightly.py").rename(airflow.dags / "nightly.py.away")
     try:
         loaded = load_dags(airflow, tmp_path / "bag.json")
     finally:
-        (airflow.dags / "nightly.py.away").rename(airflow.dags / "pipelines/nightly.py")
-    assert "No module named 'pipelines.nightly'" in loaded["import_errors"]["pipelines/nightly_dag.py"]
+        (airflow.dags / "nightly.py.away").rename(airflow.dags / "evalbeam/pipelines/nightly.py")
+    assert "No module named 'evalbeam.pipelines.nightly'" in loaded["import_errors"]["evalbeam/pipelines/nightly_dag.py"]
     assert loaded["dags"] == {}
 
 
@@ -129,7 +130,7 @@ def night(airflow, date: str) -> tuple[str, str]:
 
 def test_the_check_fails_a_night_that_regressed_and_keeps_its_results(airflow, cloud, tmp_path):
     from tests.emulators.control import BUCKET, PROJECT
-    from transforms.local_cloud import bigquery_client
+    from evalbeam.transforms.local_cloud import bigquery_client
 
     def count(sql):
         return list(bigquery_client(PROJECT).query(sql).result())[0][0]

@@ -106,13 +106,14 @@ def test_the_installed_package_is_what_gets_imported(installed):
     assert site_packages.is_relative_to(venv) and not site_packages.is_relative_to(ROOT)
     probe = textwrap.dedent("""
         import json
-        import configs, metrics, metrics.judge, metrics.judge.client, pipelines, pipelines.cli, transforms
-        from metrics.judge.templates import BUILTIN_TEMPLATES, builtin_templates
+        from importlib import import_module
         from importlib.metadata import files
-        from metrics import all_metrics
+        from evalbeam.metrics.judge.templates import BUILTIN_TEMPLATES, builtin_templates
+        from evalbeam.metrics import all_metrics
+        names = ("configs", "metrics", "metrics.judge", "metrics.judge.client", "pipelines", "pipelines.cli", "transforms")
         print(json.dumps({
             "installed": sorted(str(f) for f in files("evalbeam")),
-            "modules": {m.__name__: m.__file__ for m in (configs, metrics, metrics.judge, pipelines, transforms)},
+            "modules": {n: import_module(f"evalbeam.{n}").__file__ for n in names},
             "templates_file": str(BUILTIN_TEMPLATES),
             "templates": sorted(builtin_templates()),
             "metrics": sorted(d.name for d in all_metrics()),
@@ -125,27 +126,49 @@ def test_the_installed_package_is_what_gets_imported(installed):
     assert {"fluency", "safety", "coherence"} <= set(got["templates"])
     assert {"fluency", "pairwise_fluency", "exact_match", "rouge_1", "trajectory_exact_match",
             "general_quality", "safety_v1", "grounding"} <= set(got["metrics"])
-    # what the distribution installed: the four packages with their data files, not the tests
+    # what the distribution installed: one top-level package, evalbeam, holding the four with their
+    # data files, not the tests
     installed_files = set(got["installed"])
     top_level = {f.split("/")[0] for f in installed_files if not f.startswith("..")}  # "../../../bin/evalbeam"
-    assert {t for t in top_level if not t.endswith(".dist-info")} == {"configs", "metrics", "pipelines", "transforms"}
-    assert {"metrics/judge/__init__.py", "metrics/judge/templates.py", "configs/judge_metrics.yaml",
-            "metrics/judge/rubrics.py", "configs/rubric_metrics.yaml", "transforms/rubric_judge.py",
-            "configs/data/agents.jsonl", "configs/demo.yaml"} <= installed_files
+    assert {t for t in top_level if not t.endswith(".dist-info")} == {"evalbeam"}
+    assert {f.split("/")[1] for f in installed_files if f.startswith("evalbeam/")} == {
+        "configs", "metrics", "pipelines", "transforms"}
+    assert {f"evalbeam/{f}" for f in ("metrics/judge/__init__.py", "metrics/judge/templates.py", "configs/judge_metrics.yaml",
+                                      "metrics/judge/rubrics.py", "configs/rubric_metrics.yaml", "transforms/rubric_judge.py",
+                                      "configs/data/agents.jsonl", "configs/demo.yaml")} <= installed_files
+
+
+def user_packages(root: Path) -> Path:
+    """A user's own code, as a repository often has it: packages named `metrics` (holding a
+    custom metric) and `configs`, the names of evalbeam's folders in its repository."""
+    (root / "metrics").mkdir(parents=True)
+    (root / "metrics" / "__init__.py").write_text('"""the user\'s own metrics package"""\n')
+    (root / "metrics" / "mine.py").write_text(textwrap.dedent("""
+        def length_ratio(instance):
+            return {"length_ratio": len(instance["response"]) / len(instance["reference"])}
+        """))
+    (root / "configs").mkdir()
+    (root / "configs" / "__init__.py").write_text("raise ImportError('the user\\'s configs: evalbeam must not import it')\n")
+    return root
 
 
 def test_run_from_the_installed_package_in_worker_processes(installed, tmp_path):
+    """With a user's packages named `metrics` and `configs` on the path, evalbeam (one top-level
+    package, `evalbeam`) imports none of them, and runs the user's `metrics.mine:length_ratio`
+    in its two worker processes."""
     venv, python, _ = installed
     data = tmp_path / "cases.jsonl"
     data.write_text("\n".join(json.dumps(r) for r in ROWS) + "\n")
     config = tmp_path / "eval.yaml"
-    env = {**outside_env(venv), KEY_ENV: KEY}
+    env = {**outside_env(venv), KEY_ENV: KEY, "PYTHONPATH": str(user_packages(tmp_path / "user"))}
     with JudgeServer() as server:
         config.write_text(textwrap.dedent(f"""
             name: packaged
             run_id: pkg1
             input: {{uri: {data}, id_column: id}}
-            metrics: {json.dumps(METRICS + [{"name": "words", "function": "metrics.examples:word_count", "inputs": ["response"]}])}
+            metrics: {json.dumps(METRICS + [{"name": "words", "function": "evalbeam.metrics.examples:word_count", "inputs": ["response"]},
+                                            {"name": "length_ratio", "function": "metrics.mine:length_ratio",
+                                             "inputs": ["response", "reference"]}])}
             judge: {{base_url: "{server.url}", api_key_env: {KEY_ENV}, requests_per_minute: 6000, max_attempts: 3, timeout_seconds: 10}}
             output: {{parquet: {tmp_path / 'out'}}}
             """))
@@ -155,16 +178,17 @@ def test_run_from_the_installed_package_in_worker_processes(installed, tmp_path)
     assert "read 4 = scored 4 + dead-lettered 0; metric errors 0" in result.stdout, result.stdout
 
     results = {(r["instance_id"], r["metric"]): r for r in table(tmp_path / "out" / "pkg1", "metric_results")}
-    metrics = METRICS + ["words"]
+    metrics = METRICS + ["words", "length_ratio"]
     assert set(results) == {(r["id"], m) for r in ROWS for m in metrics}
     for (instance, metric), r in results.items():
         assert r["error"] is None and r["score"] is not None, (instance, metric, r)
-        low, high = {"fluency": (1, 5), "words": (1, 10)}.get(metric, (0, 1))
+        low, high = {"fluency": (1, 5), "words": (1, 10), "length_ratio": (0, 10)}.get(metric, (0, 1))
         assert low - 1e-9 <= r["score"] <= high + 1e-9, (instance, metric, r)  # bleu's 1.0 may be 1.0000000000000004
     assert {i: results[(i, "fluency")]["score"] for i in FLUENCY} == FLUENCY
     assert results[("p1", "fluency")]["judge_model"] and results[("p1", "fluency")]["prompt_tokens"] > 0
     assert [results[(r["id"], "trajectory_exact_match")]["score"] for r in ROWS] == [1.0, 0.0, 1.0, 0.0]
     assert [results[(r["id"], "exact_match")]["score"] for r in ROWS] == [0.0, 0.0, 1.0, 0.0]
+    assert [results[(r["id"], "length_ratio")]["score"] for r in ROWS] == [len(r["response"]) / len(r["reference"]) for r in ROWS]
     assert results[("p1", "rouge_1")]["score"] > results[("p2", "rouge_1")]["score"]
 
 

@@ -5,7 +5,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from tests.helpers import evalbeam
-from transforms.progress import CountFn, ProgressDisplay, describe, read_counts
+from evalbeam.transforms.progress import CountFn, ProgressDisplay, describe, read_counts
 
 
 def test_counts_from_worker_processes_are_summed(tmp_path):

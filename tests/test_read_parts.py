@@ -8,7 +8,7 @@ import duckdb
 import pytest
 
 from tests.helpers import evalbeam
-from transforms.read import DeadLetter, FilePart, Record, SourceLines, file_parts, parse_file, parse_part
+from evalbeam.transforms.read import DeadLetter, FilePart, Record, SourceLines, file_parts, parse_file, parse_part
 
 
 def _hostile_jsonl(rng: random.Random, rows: int) -> bytes:
@@ -149,8 +149,8 @@ def test_a_run_with_several_workers_reads_an_equal_share_each(tmp_path, monkeypa
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    from configs import EvalConfig
-    from pipelines import evaluate
+    from evalbeam.configs import EvalConfig
+    from evalbeam.pipelines import evaluate
 
     monkeypatch.setattr(evaluate, "input_bytes", lambda config: size)
     monkeypatch.setenv("EVALBEAM_PART_BYTES", str(cap))

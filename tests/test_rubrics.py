@@ -7,8 +7,8 @@ import json
 import pytest
 import yaml
 
-from metrics.instance import CANONICAL_FIELDS
-from metrics.judge.rubrics import (
+from evalbeam.metrics.instance import CANONICAL_FIELDS
+from evalbeam.metrics.judge.rubrics import (
     IMPORTANCE_WEIGHT,
     Rubric,
     RubricVerdict,
@@ -19,8 +19,8 @@ from metrics.judge.rubrics import (
     parse_stage_answer,
     score_verdicts,
 )
-from metrics.judge.templates import InvalidJudgment, parse_answer
-from metrics.registry import MetricError, get_metric
+from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
+from evalbeam.metrics.registry import MetricError, get_metric
 from tests.helpers import evalbeam, table
 from tests.judge_server import Behaviour, JudgeServer
 
@@ -428,7 +428,7 @@ def test_multi_turn_metrics_read_the_history(tmp_path, api_key):
 
 def test_rubrics_table_in_bigquery_and_pinned_from_it(cloud, tmp_path, api_key):
     from tests.emulators.control import PROJECT
-    from transforms.local_cloud import bigquery_client
+    from evalbeam.transforms.local_cloud import bigquery_client
 
     dataset = f"{PROJECT}.evals_rubrics"
     rows = [{"id": f"b{i}", "prompt": f"P{i % 2} #rubrics=2 #importance=HL", "response": "#verdicts=yn"} for i in range(4)]
@@ -473,7 +473,7 @@ def test_demo_rubrics_config_runs_and_its_pinned_rerun_generates_nothing(tmp_pat
 
 
 def test_runs_prices_each_metric_and_stage():
-    from transforms.runs import judge_totals
+    from evalbeam.transforms.runs import judge_totals
 
     usage = {"general_quality:generation": {"requests": 3, "prompt_tokens": 1_000_000, "output_tokens": 200_000},
              "general_quality:validation": {"requests": 6, "prompt_tokens": 2_000_000, "output_tokens": 100_000,

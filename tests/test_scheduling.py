@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipelines import flex_main
-from pipelines.nightly import launch_body
+from evalbeam.pipelines import flex_main
+from evalbeam.pipelines.nightly import launch_body
 from tests.helpers import ROOT, table
 
 METADATA = json.loads((ROOT / "pipelines/flex_template/metadata.json").read_text())
@@ -52,7 +52,7 @@ def test_metadata_declares_exactly_the_entry_points_options():
 
 
 def test_launch_body_for_cloud_scheduler():
-    out = subprocess.run([sys.executable, "-m", "pipelines.nightly", "--template=gs://b/templates/evalbeam.json",
+    out = subprocess.run([sys.executable, "-m", "evalbeam.pipelines.nightly", "--template=gs://b/templates/evalbeam.json",
                           "--config=gs://b/evals/agents.yaml", "--temp-location=gs://b/tmp"],
                          capture_output=True, text=True, check=True, cwd=ROOT).stdout
     body = json.loads(out)["launchParameter"]

@@ -5,7 +5,7 @@ import statistics
 import numpy as np
 import pytest
 
-from metrics.summary import ScoreMoments, bootstrap_weights
+from evalbeam.metrics.summary import ScoreMoments, bootstrap_weights
 
 
 def add_weighed(m, score, instance_id, error=False, passed=None, choice=None):
@@ -89,7 +89,7 @@ def test_bootstrap_weights_are_poisson_draws_whatever_the_batch():
     row is the same in any batch it comes in."""
     import math
 
-    from metrics.summary import BOOTSTRAP_REPLICATES, bootstrap_weight_matrix
+    from evalbeam.metrics.summary import BOOTSTRAP_REPLICATES, bootstrap_weight_matrix
 
     ids = [f"instance-{i}" for i in range(20000)]
     w = bootstrap_weight_matrix(ids)
@@ -107,7 +107,7 @@ def test_the_batched_slice_accumulator_equals_adding_one_instance_at_a_time():
     merges partial accumulators): its statistics equal those of ScoreMoments given
     each instance's weights as it comes, with errors, NaN, missing scores, pass
     marks and pairwise choices, over several batches and merges in any order."""
-    from transforms.summarize import BOOTSTRAP_BATCH, SliceMomentsFn
+    from evalbeam.transforms.summarize import BOOTSTRAP_BATCH, SliceMomentsFn
 
     rng = random.Random(3)
     rows = []

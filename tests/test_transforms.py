@@ -9,13 +9,13 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from configs import MetricSpec
-from metrics.instance import Instance, RowSpec
-from transforms.read import ReadRecords
-from transforms.schema import RunKey
-from transforms.score import ScoreInstances
-from transforms.summarize import SummarizeScores
-from transforms.validate import ToInstances
+from evalbeam.configs import MetricSpec
+from evalbeam.metrics.instance import Instance, RowSpec
+from evalbeam.transforms.read import ReadRecords
+from evalbeam.transforms.schema import RunKey
+from evalbeam.transforms.score import ScoreInstances
+from evalbeam.transforms.summarize import SummarizeScores
+from evalbeam.transforms.validate import ToInstances
 
 
 def test_read_jsonl_numbers_lines_and_dead_letters_bad_ones(tmp_path):
@@ -63,7 +63,7 @@ def _instance(i, response, reference="gold", **fields):
 
 def test_to_instances_splits_valid_and_invalid():
     spec = RowSpec({}, None, (), (("exact_match", (("response", "reference"),)),))
-    from transforms.read import Record
+    from evalbeam.transforms.read import Record
 
     records = [Record("f:1", {"response": "x", "reference": "x"}, "{}", False),
                Record("f:2", {"response": 3, "reference": "x"}, "{raw}", False)]
@@ -107,8 +107,8 @@ def test_to_instances_makes_ids_unique_in_source_order(lean):
     """Both ways of making ids unique: grouping the instances by id, and the
     local runner's (a first read packs ids and positions into batches per shard,
     the second applies the decisions)."""
-    from transforms.read import Record
-    from transforms.validate import UniqueIdDecisions
+    from evalbeam.transforms.read import Record
+    from evalbeam.transforms.validate import UniqueIdDecisions
 
     def rec(line, data, origin="f"):
         return Record(f"{origin}:{line}", data, json.dumps(data), False, origin, line)
@@ -143,9 +143,9 @@ def test_to_instances_makes_ids_unique_in_source_order(lean):
 def test_lost_records_show_as_a_line_mismatch():
     """The runs row counts the source's lines apart from the records: drop a
     scored record on the way and the two accounts no longer balance."""
-    from transforms.read import DeadLetter, SourceLines
-    from transforms.runs import RunRecord
-    from transforms.score import ScoredInstance
+    from evalbeam.transforms.read import DeadLetter, SourceLines
+    from evalbeam.transforms.runs import RunRecord
+    from evalbeam.transforms.score import ScoredInstance
 
     def runs_row(drop):
         scored = [ScoredInstance(_instance(i, "x"), []) for i in range(3)]
@@ -204,8 +204,8 @@ def test_direct_parquet_writes_hold_what_beams_sink_writes(tmp_path, monkeypatch
     With `lists` the elements are lists of rows (an instance's metric rows: 1 to 12 here)."""
     import pyarrow.parquet as pq
 
-    from transforms import write
-    from transforms.schema import arrow_schema
+    from evalbeam.transforms import write
+    from evalbeam.transforms.schema import arrow_schema
 
     monkeypatch.setattr(write, "ROW_GROUP_BYTES", 64 * 1024)  # several row groups from 2,600 rows
     data = _rows_of(arrow_schema(table, ("dataset",)), rows, seed=rows)
@@ -246,7 +246,7 @@ def test_a_worker_process_freezes_its_start_up_objects_once(worker, duckdb, froz
 
     code = ("import gc, sys\n"
             + ("import duckdb\n" if duckdb else "")
-            + "from transforms.worker import freeze_start_up_objects as f\n"
+            + "from evalbeam.transforms.worker import freeze_start_up_objects as f\n"
             "first, count = f(), gc.get_freeze_count()\n"
             "again = f()\n"
             "print(first, count > 1000, again, gc.get_freeze_count() == count)\n")

@@ -1,4 +1,4 @@
 """evalbeam's Beam pieces: read, validate, score, summarize, write."""
-from transforms.local_cloud import route_beam_to_emulators
+from evalbeam.transforms.local_cloud import route_beam_to_emulators
 
 route_beam_to_emulators()

@@ -16,8 +16,8 @@ from typing import Any, Iterable
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from metrics.adk import CASE_STATUS, FAILED, INFORMATIONAL, INFORMATIONAL_CRITERIA, NOT_EVALUATED, PASSED, criterion_status
-from transforms.score import ScoredInstance
+from evalbeam.metrics.adk import CASE_STATUS, FAILED, INFORMATIONAL, INFORMATIONAL_CRITERIA, NOT_EVALUATED, PASSED, criterion_status
+from evalbeam.transforms.score import ScoredInstance
 
 STATUS_CODES = {PASSED: 1, FAILED: 2, NOT_EVALUATED: 3, INFORMATIONAL: 4}  # ADK's EvalStatus
 

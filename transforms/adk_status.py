@@ -7,9 +7,9 @@ is ADK's pass rate over the evaluated cases (per eval set, in its slice).
 """
 from __future__ import annotations
 
-from metrics.adk import CASE_STATUS, NOT_EVALUATED, PASSED, case_status, criterion_status
-from transforms.schema import RunKey
-from transforms.score import JUDGE_COLUMNS_ABSENT, ScoredInstance
+from evalbeam.metrics.adk import CASE_STATUS, NOT_EVALUATED, PASSED, case_status, criterion_status
+from evalbeam.transforms.schema import RunKey
+from evalbeam.transforms.score import JUDGE_COLUMNS_ABSENT, ScoredInstance
 
 THRESHOLD = 1.0
 

@@ -29,11 +29,11 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from configs import NAME_RE
-from transforms.local_cloud import bigquery_client, bigquery_read_client
-from transforms.read import LINES, Record, SourceLines
-from transforms.schema import CLUSTERING, TABLES, RunKey, bigquery_schema, table_columns
-from transforms.write import delete_tree
+from evalbeam.configs import NAME_RE
+from evalbeam.transforms.local_cloud import bigquery_client, bigquery_read_client
+from evalbeam.transforms.read import LINES, Record, SourceLines
+from evalbeam.transforms.schema import CLUSTERING, TABLES, RunKey, bigquery_schema, table_columns
+from evalbeam.transforms.write import delete_tree
 
 STAGING_PREFIX = "_evalbeam_staging_"
 STAGING_EXPIRY = dt.timedelta(days=1)

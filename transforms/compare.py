@@ -19,9 +19,9 @@ from typing import Any, Iterable
 
 import apache_beam as beam
 
-from metrics.compare import ERROR, ONLY_BASE, ONLY_RUN, PAIRED, PairedMoments, better_sign, compared_value, finish
-from metrics.summary import bootstrap_weights
-from transforms.summarize import OVERALL
+from evalbeam.metrics.compare import ERROR, ONLY_BASE, ONLY_RUN, PAIRED, PairedMoments, better_sign, compared_value, finish
+from evalbeam.metrics.summary import bootstrap_weights
+from evalbeam.transforms.summarize import OVERALL
 
 
 def result_entry(row: dict[str, Any]) -> tuple[str, tuple[str, float | None, bool]]:

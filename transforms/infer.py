@@ -26,7 +26,7 @@ import dataclasses
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from metrics.inference import (
+from evalbeam.metrics.inference import (
     AgentInferrer,
     InferenceError,
     apply_result,
@@ -36,11 +36,11 @@ from metrics.inference import (
     make_inferrer,
     render_prompt,
 )
-from metrics.instance import Instance
-from metrics.judge.client import FREE_TEXT, JudgeRequest, request_key
-from transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
-from transforms.judge_checkpoint import batch_staging
-from transforms.schema import RunKey
+from evalbeam.metrics.instance import Instance
+from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, request_key
+from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
+from evalbeam.transforms.judge_checkpoint import batch_staging
+from evalbeam.transforms.schema import RunKey
 
 USAGE_METRIC = "inference"  # the line of inference.model's calls in runs.judge_usage
 FAILED = "failed"
@@ -66,8 +66,8 @@ def inferred(instance: Instance) -> bool:
 
 def inference_error_rows(instance: Instance, run: RunKey, metrics: list[str], model: str):
     """A case inference could not produce, with a judge metric row per judge metric carrying the error."""
-    from transforms.judge import _row_base
-    from transforms.score import ScoredInstance
+    from evalbeam.transforms.judge import _row_base
+    from evalbeam.transforms.score import ScoredInstance
 
     rows = [{**_row_base(run, instance.instance_id, m, model), "error": instance.fields["inference_error"]}
             for m in metrics]

@@ -35,8 +35,8 @@ from typing import Any, Iterable
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from metrics.judge.client import JudgeRequest, JudgeResponse, JudgeSettings, judge_stream, request_key
-from metrics.judge.templates import (
+from evalbeam.metrics.judge.client import JudgeRequest, JudgeResponse, JudgeSettings, judge_stream, request_key
+from evalbeam.metrics.judge.templates import (
     CHOICE_SCORE,
     PAIRWISE_CHOICES,
     JudgeTemplate,
@@ -44,13 +44,13 @@ from metrics.judge.templates import (
     aggregate_pointwise,
     pairwise_verdict,
 )
-from metrics.instance import Instance
-from metrics.registry import MetricError
-from transforms.judge_checkpoint import batch_staging, shard_of
-from transforms.progress import CountFn, JudgeShardLog
-from transforms.schema import RunKey
-from transforms.tables import ReadTableRows
-from transforms.score import ScoredInstance
+from evalbeam.metrics.instance import Instance
+from evalbeam.metrics.registry import MetricError
+from evalbeam.transforms.judge_checkpoint import batch_staging, shard_of
+from evalbeam.transforms.progress import CountFn, JudgeShardLog
+from evalbeam.transforms.schema import RunKey
+from evalbeam.transforms.tables import ReadTableRows
+from evalbeam.transforms.score import ScoredInstance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +114,7 @@ def _judged_units(instance: Instance, t) -> list[tuple[int, dict]]:
     """(unit, fields) judged: the instance, or each turn with a final response (per-turn templates)."""
     if not getattr(t, "per_turn", False):
         return [(0, instance.fields)]
-    from metrics.judge.agent_views import units_of
+    from evalbeam.metrics.judge.agent_views import units_of
 
     return [(u, unit.fields) for u, unit in enumerate(units_of(instance.fields, "turn")) if not unit.skip]
 
@@ -190,7 +190,7 @@ class CallJudgeFn(beam.DoFn):
         self._reused = Metrics.counter("evalbeam", "judge_checkpoint_reused")
 
     def process(self, element):
-        from transforms import judge_checkpoint
+        from evalbeam.transforms import judge_checkpoint
 
         shard, items = element
         log = JudgeShardLog(shard, self._shards, self._settings.requests_per_minute * self._share)
@@ -206,7 +206,7 @@ class CallJudgeFn(beam.DoFn):
                     yield request, links
 
         if self._settings.mode == "batch":
-            from metrics.judge.batch import judge_batch
+            from evalbeam.metrics.judge.batch import judge_batch
 
             journal = judge_checkpoint.BatchJournal(self._checkpoint, shard, self._shards) if self._checkpoint else None
             staging = judge_checkpoint.GcsStaging(self._staging) if self._staging else None
@@ -285,7 +285,7 @@ def per_turn_row(run: RunKey, plan: JudgePlan, instance: Instance, model: str, b
     """A per-turn template's row: each turn judged as judge_row does, then the mean of
     the turns' scores; a turn with no response or whose judgment failed is not evaluated
     (ADK's response_evaluation_score: the mean of the non-None per-invocation scores)."""
-    from metrics.judge.agent_views import units_of
+    from evalbeam.metrics.judge.agent_views import units_of
 
     units = units_of(instance.fields, "turn")
     turn_rows = [None if unit.skip else judge_row(run, plan, instance.instance_id, model,
@@ -472,8 +472,8 @@ class StreamJudgeFn(beam.DoFn):
     def _load(self, cached) -> None:
         """The answers this run may reuse, on disk: this run_id's checkpoints, and
         judge.cache over them (the cache is looked up first, as ResolveFn does)."""
-        from metrics.judge.answers import AnswerStore
-        from transforms import judge_checkpoint
+        from evalbeam.metrics.judge.answers import AnswerStore
+        from evalbeam.transforms import judge_checkpoint
 
         self._given, self._known = AnswerStore(), AnswerStore()  # answers given out; answers to reuse
         if self._checkpoint:
@@ -481,8 +481,8 @@ class StreamJudgeFn(beam.DoFn):
         self._known.put_all(response for _, response in cached)
 
     def _start(self) -> None:
-        from metrics.judge.client import JudgeStream
-        from transforms import judge_checkpoint
+        from evalbeam.metrics.judge.client import JudgeStream
+        from evalbeam.transforms import judge_checkpoint
 
         self._stream = JudgeStream(self._settings, lambda request: request)
         self._writer = judge_checkpoint.CheckpointWriter(self._checkpoint, 0, self._checkpoint_seconds) \

@@ -34,7 +34,7 @@ import uuid
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from metrics.judge.client import JudgeResponse
+from evalbeam.metrics.judge.client import JudgeResponse
 
 log = logging.getLogger(__name__)
 FOLDER = "judge_checkpoints"
@@ -44,7 +44,7 @@ def checkpoint_folder(output_parquet: str | None, temp_location: str | None, run
     """Where a run_id's judge checkpoints live: beside its attempts (removed with
     them when the run completes), else under the temp location."""
     if output_parquet:
-        from transforms.write import ATTEMPTS
+        from evalbeam.transforms.write import ATTEMPTS
 
         return FileSystems.join(output_parquet, ATTEMPTS, run_id, FOLDER)
     import tempfile
@@ -248,7 +248,7 @@ class _RemoveFn(beam.DoFn):
         self._folder = folder
 
     def process(self, _, **done):
-        from transforms.write import delete_tree
+        from evalbeam.transforms.write import delete_tree
 
         delete_tree(self._folder)
         yield self._folder

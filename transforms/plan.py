@@ -14,7 +14,7 @@ from typing import Iterable
 
 import apache_beam as beam
 
-from transforms.judge import judge_requests, plan_judges
+from evalbeam.transforms.judge import judge_requests, plan_judges
 
 COUNTS = ("asked", "distinct", "cached", "to_call", "prompt_chars", "cached_output_tokens", "upper_bound")
 
@@ -46,7 +46,7 @@ def _validations(instance, plans, sampling_count: int):
     """Rubric validations an instance asks for, one per unit (the instance, or each
     turn or step of an agent judge) and sample: an upper bound (the units whose
     rubrics fail, or that are not evaluated, ask none)."""
-    from transforms.rubric_judge import plan_units
+    from evalbeam.transforms.rubric_judge import plan_units
 
     return [(f"{p.output_name}:validation",
              {"asked": len(plan_units(instance, p.template)) * p.template.samples(sampling_count), "upper_bound": 1})
@@ -73,7 +73,7 @@ class PlanJudging(beam.PTransform):
                 judge_requests, plan_judges(self._judge_specs), settings, config.sampling_count))
         validations = []
         if self._rubric_specs:
-            from transforms.rubric_judge import READY, RubricNeedsFn, plan_rubric_metrics, use_pinned
+            from evalbeam.transforms.rubric_judge import READY, RubricNeedsFn, plan_rubric_metrics, use_pinned
 
             plans = plan_rubric_metrics(self._rubric_specs)
             needs = instances | "RubricNeeds" >> beam.ParDo(RubricNeedsFn(plans, settings)).with_outputs(

@@ -38,7 +38,7 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from metrics.instance import MAX_NESTING, deepest_column
+from evalbeam.metrics.instance import MAX_NESTING, deepest_column
 
 DEAD_LETTER = "dead_letter"
 LINES = "lines"
@@ -455,7 +455,7 @@ ADK_FORMATS = ("adk_eval_result", "adk_eval_set")
 
 def _adk_parser(fmt: str):
     def parse(path: str, stream):
-        from transforms import read_adk
+        from evalbeam.transforms import read_adk
 
         return getattr(read_adk, f"parse_{fmt}")(path, stream)
 
@@ -706,7 +706,7 @@ class ParseFileFn(beam.DoFn):
         self._lines = Metrics.counter("evalbeam", prefix + "lines_read")
 
     def setup(self):
-        from transforms.worker import quiet_interrupts
+        from evalbeam.transforms.worker import quiet_interrupts
 
         quiet_interrupts()  # the first of a run's DoFns a worker sets up
 

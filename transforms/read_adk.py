@@ -33,8 +33,8 @@ from typing import Any, Iterator
 
 import apache_beam as beam
 
-from metrics.instance import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
-from transforms.read import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
+from evalbeam.metrics.instance import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
+from evalbeam.transforms.read import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
 
 # A whole ADK file is read at once: bounded, so a wrong file cannot take a worker's memory.
 MAX_ADK_FILE_BYTES = 16 * MAX_RECORD_BYTES

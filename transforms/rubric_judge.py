@@ -28,10 +28,10 @@ from typing import Any, Iterable
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from metrics.instance import Instance
-from metrics.judge.client import JudgeRequest, JudgeResponse, JudgeSettings, request_key
-from metrics.judge.agent_views import Unit, units_of
-from metrics.judge.rubrics import (
+from evalbeam.metrics.instance import Instance
+from evalbeam.metrics.judge.client import JudgeRequest, JudgeResponse, JudgeSettings, request_key
+from evalbeam.metrics.judge.agent_views import Unit, units_of
+from evalbeam.metrics.judge.rubrics import (
     CLAIMS,
     GENERATE,
     LABEL,
@@ -51,11 +51,11 @@ from metrics.judge.rubrics import (
     rubrics_to_json,
     score_verdicts,
 )
-from metrics.registry import MetricError
-from transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
-from transforms.schema import TABLES, RunKey
-from transforms.tables import ReadTableRows
-from transforms.score import ScoredInstance
+from evalbeam.metrics.registry import MetricError
+from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
+from evalbeam.transforms.schema import TABLES, RunKey
+from evalbeam.transforms.tables import ReadTableRows
+from evalbeam.transforms.score import ScoredInstance
 
 READY = "ready"
 RUBRIC_ROWS = "rubric_rows"

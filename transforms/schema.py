@@ -12,7 +12,7 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-from metrics.instance import (
+from evalbeam.metrics.instance import (
     CANONICAL_FIELDS,
     FLAG_FIELDS,
     NUMBER_FIELDS,

@@ -16,12 +16,12 @@ from typing import Any, Callable
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from metrics.agent import PASSTHROUGH_FIELDS
-from metrics.custom import custom_scorer
-from metrics.instance import Instance
-from metrics.registry import as_metric_value, get_metric
-from transforms.schema import RunKey
-from transforms.worker import freeze_start_up_objects, quiet_interrupts
+from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
+from evalbeam.metrics.custom import custom_scorer
+from evalbeam.metrics.instance import Instance
+from evalbeam.metrics.registry import as_metric_value, get_metric
+from evalbeam.transforms.schema import RunKey
+from evalbeam.transforms.worker import freeze_start_up_objects, quiet_interrupts
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,9 +14,9 @@ from typing import Any, Iterable
 import apache_beam as beam
 import numpy as np
 
-from metrics.summary import ScoreMoments, bootstrap_weight_matrix
-from transforms.schema import RunKey
-from transforms.score import ScoredInstance
+from evalbeam.metrics.summary import ScoreMoments, bootstrap_weight_matrix
+from evalbeam.transforms.schema import RunKey
+from evalbeam.transforms.score import ScoredInstance
 
 OVERALL = "overall"
 

@@ -16,7 +16,7 @@ class ReadTableRows(beam.PTransform):
     def expand(self, pbegin):
         from apache_beam.io.parquetio import ReadFromParquet
 
-        from transforms.bigquery import ReadBigQueryRows
+        from evalbeam.transforms.bigquery import ReadBigQueryRows
 
         parts = [pbegin | f"ReadParquet{i}" >> ReadFromParquet(p) for i, p in enumerate(self._patterns)]
         parts += [(pbegin | f"ReadBigQuery{i}" >> ReadBigQueryRows(plan))[0] | f"RowData{i}" >> beam.Map(lambda r: r.data)

@@ -26,8 +26,8 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.transforms import window
 
-from metrics.instance import Instance, InvalidField, RowSpec, build_instance
-from transforms.read import DEAD_LETTER, MAX_RAW_CHARS, DeadLetter, Record
+from evalbeam.metrics.instance import Instance, InvalidField, RowSpec, build_instance
+from evalbeam.transforms.read import DEAD_LETTER, MAX_RAW_CHARS, DeadLetter, Record
 
 
 @dataclasses.dataclass

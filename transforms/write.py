@@ -23,7 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.parquetio import WriteToParquetBatched
 from apache_beam.transforms import window
 
-from transforms.schema import arrow_schema, utc_now
+from evalbeam.transforms.schema import arrow_schema, utc_now
 
 MARKER = "_evalbeam_run.json"
 ATTEMPTS = "_evalbeam_attempts"

@@ -19,7 +19,7 @@ import dataclasses
 import json
 from typing import Any, Mapping
 
-from metrics.instance import get_key, trace_of
+from evalbeam.metrics.instance import get_key, trace_of
 
 AGENT_VARIABLES = ("tool_calls", "intermediate_responses", "grounding_metadata", "conversation", "step_context",
                    "agent_instructions", "user_turns")

@@ -15,7 +15,7 @@ import pickle
 import sqlite3
 from typing import Iterable
 
-from metrics.judge.client import JudgeResponse
+from evalbeam.metrics.judge.client import JudgeResponse
 
 COMMIT_EVERY = 2000  # writes per transaction (the connection reads its own uncommitted writes)
 

@@ -33,7 +33,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 
-from metrics.judge.client import (
+from evalbeam.metrics.judge.client import (
     JudgeRequest,
     JudgeResponse,
     JudgeSettings,
@@ -43,7 +43,7 @@ from metrics.judge.client import (
     scrub_secrets,
     structured_output,
 )
-from metrics.judge.templates import InvalidJudgment, parse_answer
+from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
 
 T = TypeVar("T")
 POLL_GROWTH = 1.5

@@ -20,8 +20,8 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
-from metrics.judge.ratelimit import AdaptiveRateLimiter, InFlightWindow, TailHedge
-from metrics.judge.templates import InvalidJudgment, parse_answer
+from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter, InFlightWindow, TailHedge
+from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
 
 T = TypeVar("T")
 # Every retry also waits for its place with the limiter (paced within the quota, paused

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pydantic
 
-from metrics.judge.templates import builtin_templates
-from metrics.registry import NoParams, register
+from evalbeam.metrics.judge.templates import builtin_templates
+from evalbeam.metrics.registry import NoParams, register
 
 
 class UseReferenceParams(pydantic.BaseModel):

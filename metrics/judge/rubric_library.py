@@ -13,9 +13,9 @@ from typing import Any
 
 import pydantic
 
-from metrics.judge.rubrics import StaticRubric, builtin_rubric_templates
-from metrics.judge.templates import builtin_templates
-from metrics.registry import NoParams, register
+from evalbeam.metrics.judge.rubrics import StaticRubric, builtin_rubric_templates
+from evalbeam.metrics.judge.templates import builtin_templates
+from evalbeam.metrics.registry import NoParams, register
 
 
 class RubricParams(pydantic.BaseModel):

@@ -30,9 +30,9 @@ from typing import Any, Literal
 
 import pydantic
 
-from metrics.instance import CANONICAL_FIELDS
-from metrics.judge.agent_views import AGENT_VARIABLES
-from metrics.registry import MetricError
+from evalbeam.metrics.instance import CANONICAL_FIELDS
+from evalbeam.metrics.judge.agent_views import AGENT_VARIABLES
+from evalbeam.metrics.registry import MetricError
 
 BUILTIN_RUBRIC_METRICS = Path(__file__).resolve().parent.parent.parent / "configs" / "rubric_metrics.yaml"
 IMPORTANCE_WEIGHT = {"HIGH": 3, "MEDIUM": 2, "LOW": 1}

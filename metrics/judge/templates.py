@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 import pydantic
 
-from metrics.instance import CANONICAL_FIELDS
-from metrics.registry import MetricError
+from evalbeam.metrics.instance import CANONICAL_FIELDS
+from evalbeam.metrics.registry import MetricError
 
 BUILTIN_TEMPLATES = Path(__file__).resolve().parent.parent.parent / "configs" / "judge_metrics.yaml"
 PAIRWISE_CHOICES = ("A", "B", "SAME")
@@ -166,7 +166,7 @@ def parse_answer(text: str | None, field: str, allowed: tuple[str, ...]) -> tupl
             raise InvalidJudgment("the model's answer has no text")
         return text, None
     if field in ("rubrics", "verdicts", "claims", "sentences", "labels"):
-        from metrics.judge.rubrics import InvalidRubricAnswer, parse_stage_answer
+        from evalbeam.metrics.judge.rubrics import InvalidRubricAnswer, parse_stage_answer
 
         try:
             return parse_stage_answer(text, field, allowed)

@@ -4,7 +4,7 @@ CASES: [[key, fields]]; OUT: [[key, fields filled or failed]]."""
 import json
 import sys
 
-from metrics.inference import infer_all, make_inferrer
+from evalbeam.metrics.inference import infer_all, make_inferrer
 
 agent, cases_path, out_path = sys.argv[1:4]
 cases = json.load(open(cases_path))
