@@ -17,14 +17,8 @@ from evalbeam.metrics.instance import CANONICAL_FIELDS
 from evalbeam.metrics.judge.templates import JudgeTemplate
 from evalbeam.metrics.registry import MetricDef, get_metric
 
-NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-COLUMN_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
-# BigQuery names, checked before any of them reaches SQL or an API call.
-PROJECT_RE = r"[a-z][a-z0-9-]{4,28}[a-z0-9]|[a-z0-9.-]+:[a-z][a-z0-9-]{4,28}[a-z0-9]"
-DATASET_RE = r"[A-Za-z0-9_]{1,1024}"
-TABLE_RE = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,1023}"
-BQ_TABLE_URI_RE = rf"^bq://(?P<project>{PROJECT_RE})\.(?P<dataset>{DATASET_RE})\.(?P<table>{TABLE_RE})$"
-BQ_DATASET_RE = rf"^(?P<project>{PROJECT_RE})\.(?P<dataset>{DATASET_RE})$"
+from evalbeam.metrics.judge.settings import JudgeSettings
+from evalbeam.metrics.names import BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE
 
 
 def reserved_columns() -> frozenset[str]:
@@ -162,108 +156,6 @@ class InputConfig(_Model):
         if name.endswith(".csv"):
             return "csv"
         return None
-
-
-class JudgeConfig(_Model):
-    model: str = pydantic.Field("gemini-2.5-flash", min_length=1)
-    backend: Literal["gemini_api", "vertex_ai"] = pydantic.Field(
-        "gemini_api", description="gemini_api (key from the api_key_env variable) | vertex_ai (project, location, ADC)"
-    )
-    base_url: str | None = pydantic.Field(None, description="endpoint override: a proxy, a local server")
-    project: str | None = pydantic.Field(None, description="vertex_ai: the Google Cloud project")
-    location: str | None = pydantic.Field(None, description="vertex_ai: the region, e.g. us-central1")
-    api_key_env: str = pydantic.Field("GOOGLE_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-                                      description="gemini_api: the environment variable holding the API key")
-    requests_per_minute: float = pydantic.Field(600, gt=0, description="the whole job's quota, however many workers run")
-    tokens_per_minute: float | None = pydantic.Field(None, gt=0, description="optional second budget")
-    max_attempts: int = pydantic.Field(6, ge=1, le=20)
-    timeout_seconds: float = pydantic.Field(60, gt=0)
-    sampling_count: int = pydantic.Field(1, ge=1, le=32, description="samples per judgment, aggregated with a confidence")
-    temperature: float = pydantic.Field(0.0, ge=0, le=2)
-    max_output_tokens: int | None = pydantic.Field(2048, gt=0)
-    max_concurrency: int = pydantic.Field(
-        1024, ge=1, le=4096,
-        description="the most calls in flight per shard (a memory bound); below it the number in flight is sized "
-                    "from the quota and the observed latency")
-    hedge_share: float = pydantic.Field(
-        0.02, ge=0, le=0.5,
-        description="at the end of a run, once the input has ended, a call slower than 3 in 4 recent calls gets one "
-                    "copy (the first answer wins) when the pace has room; copies are calls, paced and counted, at most "
-                    "this share of the calls made (0: never)")
-    shards: int = pydantic.Field(
-        1, ge=1, le=1024,
-        description="judge calls are split into this many shards, each on one worker with 1/shards of the quotas",
-    )
-    cache: list[str] = pydantic.Field(
-        default_factory=list,
-        description="earlier judge_cache tables to reuse: Parquet folders or globs, or bq://project.dataset.table",
-    )
-    rubrics_from: list[str] = pydantic.Field(
-        default_factory=list,
-        description="rubric metrics: earlier rubrics tables (Parquet folders or globs, or bq://project.dataset.table) "
-                    "whose rubrics are used, matched by the metric and its generation inputs, instead of generating",
-    )
-    prices: dict[str, dict[Literal["input_per_million", "output_per_million", "batch_input_per_million",
-                                   "batch_output_per_million"], pydantic.NonNegativeFloat]] = pydantic.Field(
-        default_factory=dict,
-        description="model -> USD per million input and output tokens, for the cost estimate; batch_* for "
-                    "judge.mode batch (default: half the online price)")
-    checkpoint_seconds: float = pydantic.Field(
-        5.0, gt=0, le=30,
-        description="judgments are checkpointed this often while judging; a re-run of the same run_id reuses them")
-    mode: Literal["online", "batch"] = pydantic.Field(
-        "online", description="online: generateContent calls within the quota; batch: Gemini Batch jobs at half "
-                              "price, answered within hours (gemini_api only)")
-    batch_max_requests: int = pydantic.Field(
-        10000, ge=1, le=1_000_000, description="batch mode: the most judgments in one batch job")
-    batch_inline_max_bytes: int = pydantic.Field(
-        10_000_000, ge=0, le=20_000_000,
-        description="batch mode: a job whose requests take at most this many bytes is sent inline; a larger one "
-                    "as a JSONL file uploaded with the Files API (the API takes 20 MB inline)")
-    batch_max_bytes: int = pydantic.Field(
-        1_000_000_000, ge=1000, le=2_000_000_000,
-        description="batch mode: the most bytes of requests in one job's JSONL file (the API takes 2 GB)")
-    batch_poll_seconds: float = pydantic.Field(
-        30.0, gt=0, description="batch mode: the first wait between polls of a job's state; it grows 1.5x per poll")
-    batch_poll_max_seconds: float = pydantic.Field(300.0, gt=0, description="batch mode: the longest wait between polls")
-    batch_timeout_hours: float = pydantic.Field(
-        48.0, gt=0, description="batch mode: a job not done after this long is cancelled and its judgments retried")
-    batch_staging: str | None = pydantic.Field(
-        None, pattern=r"^gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/.*)?$",
-        description="batch mode on vertex_ai: a gs:// folder for the batch prediction jobs' input and output files; "
-                    "default: beside the run's attempts when output.parquet is on gs://")
-    batch_retry: Literal["online", "batch"] = pydantic.Field(
-        "online",
-        description="batch mode: judgments a job failed (or answered invalidly) are retried online (with the quota "
-                    "and retries of online mode) or in follow-up batch jobs (up to max_attempts in all)")
-
-    @pydantic.field_validator("cache", "rubrics_from", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
-
-    @pydantic.field_validator("cache", "rubrics_from")
-    @classmethod
-    def _valid_tables(cls, locations: list[str]) -> list[str]:
-        for location in locations:
-            if location.startswith("bq://") and not re.fullmatch(BQ_TABLE_URI_RE, location):
-                raise ValueError(f"{location!r} is not a valid bq://project.dataset.table")
-        return locations
-
-    def settings(self):
-        from evalbeam.metrics.judge.client import JudgeSettings
-
-        return JudgeSettings(
-            model=self.model, backend=self.backend, base_url=self.base_url, project=self.project,
-            location=self.location, api_key_env=self.api_key_env, requests_per_minute=self.requests_per_minute,
-            tokens_per_minute=self.tokens_per_minute, max_attempts=self.max_attempts,
-            timeout_seconds=self.timeout_seconds, max_concurrency=self.max_concurrency, hedge_share=self.hedge_share,
-            temperature=self.temperature, max_output_tokens=self.max_output_tokens, mode=self.mode,
-            batch_max_requests=self.batch_max_requests, batch_inline_max_bytes=self.batch_inline_max_bytes,
-            batch_max_bytes=self.batch_max_bytes, batch_poll_seconds=self.batch_poll_seconds,
-            batch_poll_max_seconds=self.batch_poll_max_seconds,
-            batch_timeout_seconds=self.batch_timeout_hours * 3600, batch_retry=self.batch_retry,
-        )
 
 
 class MetricSpec(_Model):
@@ -464,7 +356,7 @@ class EvalConfig(_Model):
     metrics: list[MetricSpec] = pydantic.Field(
         default_factory=list,
         description="the metrics to compute; with an ADK input and none given, ADK's default criteria")
-    judge: JudgeConfig = pydantic.Field(default_factory=JudgeConfig)
+    judge: JudgeSettings = pydantic.Field(default_factory=JudgeSettings)
     inference: InferenceConfig | None = pydantic.Field(
         None, description="inference before scoring: run a function, a model or an ADK agent on each case")
     output: OutputConfig
@@ -546,6 +438,18 @@ class EvalConfig(_Model):
 
     def rubric_specs(self) -> list[MetricSpec]:
         return [m for m in self.metrics if m.judge_kind() == "rubric"]
+
+    def template_judge_specs(self) -> list[MetricSpec]:
+        """The judge metrics answered from one prompt template (not rubric metrics)."""
+        return [m for m in self.metrics if m.judge_kind() and m.judge_kind() != "rubric"]
+
+    def model_inference(self) -> bool:
+        """Whether inference calls a model (through the judge layer)."""
+        return self.inference is not None and self.inference.kind == "model"
+
+    def calls_a_model(self) -> bool:
+        """Whether the run calls a model: a judge metric or model inference (credentials, checkpoints, judge.cache)."""
+        return bool(self.judge_specs()) or self.model_inference()
 
     def metric_directions(self) -> dict[str, str]:
         """output name -> which way is better, for every metric the run reports

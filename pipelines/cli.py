@@ -183,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in beam_commands and (unknown := _unknown_beam_args(beam_args)):
         _parser().error(f"unrecognized arguments (neither evalbeam's nor Beam's): {' '.join(unknown)}")
     from evalbeam.pipelines import evaluate
+    from evalbeam.pipelines.local import LOCAL_RUNNERS, local_worker_args
+    from evalbeam.pipelines.preflight import preflight
     from evalbeam.pipelines.report import ResultsError, results_for, run_problems, run_report, runs_report
 
     if args.command == "compare":
@@ -208,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         config = load_config(args.config, args.overrides)
         if args.command == "validate":
-            checked = evaluate.preflight(config.for_run_date(config.resolved_run_date()))
+            checked = preflight(config.for_run_date(config.resolved_run_date()))
             if checked.checked_rows == 0 and checked.unreadable:
                 reasons = "\n".join(f"  {d.source}: {d.reason}" for d in checked.unreadable[:10])
                 raise ConfigError(f"no row of the dataset ({checked.source}) could be read; the first reasons:\n{reasons}")
@@ -228,20 +230,20 @@ def main(argv: list[str] | None = None) -> int:
         # the local worker processes' own start-up warnings (relayed by this logger) are
         # Beam's, about options and registries evalbeam does not use: not the user's concern
         logging.getLogger("apache_beam.runners.portability.local_job_service").setLevel(logging.ERROR)
-        workers = evaluate.local_worker_args(config, beam_args)
+        workers = local_worker_args(config, beam_args)
         if workers:
             print(f"evalbeam: a large input: {workers[0].split('=')[1]} local worker processes "
                   "(--direct_num_workers=1 for one)", file=sys.stderr)
             beam_args = [*beam_args, *workers]
         options = PipelineOptions(beam_args)
         _check_runner(options)
-        if options.view_as(StandardOptions).runner not in evaluate.LOCAL_RUNNERS:
+        if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS:
             options = PipelineOptions(_with_setup_file(beam_args))
         run_key, result = evaluate.run(config, options)
     except (ConfigError, ResultsError) as e:
         print(f"evalbeam: {e}", file=sys.stderr)
         return 2
-    if options.view_as(StandardOptions).runner not in evaluate.LOCAL_RUNNERS:
+    if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS:
         job_id = getattr(result, "job_id", lambda: None)()
         print(f"submitted run {run_key.run_id} (run date {run_key.run_date})" + (f" as job {job_id}" if job_id else ""))
         return 0
@@ -341,7 +343,7 @@ def _report(args, beam_args: list[str]) -> int:
 
 
 def evaluate_local_runners():
-    from evalbeam.pipelines.evaluate import LOCAL_RUNNERS
+    from evalbeam.pipelines.local import LOCAL_RUNNERS
 
     return LOCAL_RUNNERS
 

@@ -223,7 +223,7 @@ def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOpti
         staging = f"{temp.rstrip('/')}/evalbeam-staging/compare-{attempt}"
     compared_at = utc_now()
     base = infos[base_run_id]
-    from evalbeam.pipelines.evaluate import new_pipeline
+    from evalbeam.pipelines.local import new_pipeline
 
     pipeline = new_pipeline(options)
     for i, run_id in enumerate(run_ids):

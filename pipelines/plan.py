@@ -13,7 +13,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from evalbeam.configs import ConfigError, EvalConfig
 from evalbeam.metrics.judge.client import CHARS_PER_TOKEN
-from evalbeam.pipelines import evaluate
+from evalbeam.pipelines.local import new_pipeline
+from evalbeam.pipelines.preflight import billing_project, parquet_glob, preflight
+from evalbeam.pipelines.stages.read import read_instances
 from evalbeam.transforms import bigquery, judge
 from evalbeam.transforms.plan import PlanJudging
 from evalbeam.transforms.runs import judge_cost
@@ -28,10 +30,10 @@ def plan(config: EvalConfig) -> dict:
     if config.inference is not None:
         raise ConfigError("inference: evalbeam plan does not estimate runs with inference yet (the judge prompts "
                           "depend on what inference produces, and inference.model calls are not counted)")
-    checked = evaluate.preflight(config)
+    checked = preflight(config)
     rubric_specs = config.rubric_specs()
-    judge_specs = [s for s in config.judge_specs() if s not in rubric_specs]
-    project = evaluate.billing_project(config, None)
+    judge_specs = config.template_judge_specs()
+    project = billing_project(config, None)
     try:
         read_plan = bigquery.plan_read(config.input, project) if config.input.kind != "files" else None
         cache_plans = [bigquery.plan_table_read(c.removeprefix("bq://"), project)
@@ -42,16 +44,16 @@ def plan(config: EvalConfig) -> dict:
         raise ConfigError(str(e)) from None
     with tempfile.TemporaryDirectory(prefix="evalbeam-plan-") as folder:
         counts_path, totals_path = os.path.join(folder, "counts.json"), os.path.join(folder, "totals.json")
-        with evaluate.new_pipeline(PipelineOptions(["--runner=DirectRunner"])) as p:
-            instances, read, dead = evaluate.read_instances(p, config, read_plan)
+        with new_pipeline(PipelineOptions(["--runner=DirectRunner"])) as p:
+            instances, read, dead = read_instances(p, config, read_plan)
             cached = pinned = None
             if config.judge.cache and config.judge_specs():
-                parquet = [evaluate.parquet_glob(c) for c in config.judge.cache if not c.startswith("bq://")]
+                parquet = [parquet_glob(c) for c in config.judge.cache if not c.startswith("bq://")]
                 cached = p | "JudgeCache" >> judge.ReadJudgeCache(parquet, cache_plans)
             if config.judge.rubrics_from and rubric_specs:
                 from evalbeam.transforms.rubric_judge import ReadPinnedRubrics
 
-                parquet = [evaluate.parquet_glob(c) for c in config.judge.rubrics_from if not c.startswith("bq://")]
+                parquet = [parquet_glob(c) for c in config.judge.rubrics_from if not c.startswith("bq://")]
                 pinned = p | "PinnedRubrics" >> ReadPinnedRubrics(parquet, rubric_plans)
             counted = instances | "Plan" >> PlanJudging(judge_specs, rubric_specs, config.judge, cached, pinned)
             counted | "WriteCounts" >> beam.Map(_write, counts_path)

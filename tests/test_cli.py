@@ -389,7 +389,7 @@ def test_a_local_run_goes_to_beams_fnapirunner_and_fetches_nothing(dataset, tmp_
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiRunner
 
-    from evalbeam.pipelines.evaluate import new_pipeline
+    from evalbeam.pipelines.local import new_pipeline
 
     config, _, _ = dataset
     home = tmp_path / "home"

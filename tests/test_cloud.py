@@ -282,9 +282,11 @@ def test_dataflow_dry_run_builds_the_whole_job(cloud, monkeypatch):
     _, result = evaluate.run(config, options)
     job = result.job
     proto = job.proto_pipeline
-    top_level = {t.unique_name.split("/")[0] for t in proto.components.transforms.values()}
-    assert {"Read", "Validate", "Score", "Summarize", "RunRecord", "Write_instances", "Write_metric_results",
-            "Write_summary", "Write_runs", "Write_dead_letter"} <= top_level
+    # the pipeline is its named stages (pipelines.stages), each holding its steps
+    names = {t.unique_name for t in proto.components.transforms.values()}
+    assert {n.split("/")[0] for n in names} == {"Read", "Scoring", "Summaries", "Write"}
+    assert {"Read/Validate", "Scoring/Score", "Summaries/Summarize", "Summaries/RunRecord", "Write/Write_instances",
+            "Write/Write_metric_results", "Write/Write_summary", "Write/Write_runs", "Write/Write_dead_letter"} <= names
     dofns = set()
     for t in proto.components.transforms.values():
         if t.spec.urn == common_urns.primitives.PAR_DO.urn:
@@ -341,7 +343,8 @@ def test_dataflow_dry_run_with_judge_metrics_keeps_the_key_out(cloud, monkeypatc
     _, result = evaluate.run(load_config(config_path), options)
     job = result.job
     names = {t.unique_name for t in job.proto_pipeline.components.transforms.values()}
-    assert any(n.startswith("Judge/Answer/CallJudge") for n in names) and any(n.startswith("Judge/Answer/JoinCache") for n in names)
+    assert any(n.startswith("Judges/Judge/Answer/CallJudge") for n in names)
+    assert any(n.startswith("Judges/Judge/Answer/JoinCache") for n in names)
     assert secret not in job.json()
     assert secret.encode() not in job.proto_pipeline.SerializeToString()
     assert secret not in str(job.options.get_all_options())

@@ -24,6 +24,7 @@ from evalbeam.metrics.judge.templates import (
 from tests.helpers import evalbeam, table
 from tests.judge_server import Behaviour, JudgeServer
 from evalbeam.transforms.judge import CallJudgeFn
+from evalbeam.transforms.judge_context import JudgeContext
 
 KEY = "AIzaSy-test-key-do-not-leak-0123456789"
 FIELDS = {f: f"<{f} text>" for f in CANONICAL_FIELDS}
@@ -411,10 +412,10 @@ def test_a_judge_shard_logs_its_progress_from_the_worker(api_key, caplog, monkey
     monkeypatch.setenv("EVALBEAM_JUDGE_LOG_SECONDS", "0")
     caplog.set_level(logging.INFO, logger="evalbeam.judge")
     with JudgeServer() as server:
-        settings = JudgeSettings(model="m", base_url=server.url, requests_per_minute=600, max_attempts=1)
+        settings = JudgeSettings(model="m", base_url=server.url, requests_per_minute=600, max_attempts=1, shards=4)
         items = [(r, [r.prompt]) for r in requests_for(["a #score=2", "b #score=4", "c #fail"], settings)]
         with beam.Pipeline() as p:
-            _ = p | beam.Create([(1, items)]) | beam.ParDo(CallJudgeFn(settings, shards=4))
+            _ = p | beam.Create([(1, items)]) | beam.ParDo(CallJudgeFn(JudgeContext(settings)))
     lines = [r.getMessage() for r in caplog.records if r.name == "evalbeam.judge"]
     assert len(lines) == 4 and lines[-1].endswith("(shard finished)")
     assert lines[-1].startswith("judge shard 2/4: 3 judgments done (1 failed, 0 rate-limited answers) in 0:00:")
@@ -509,8 +510,9 @@ def test_a_slow_call_whose_copy_fails_gets_one_more_copy(api_key):
     # The share leaves copies of every slow call within the budget, though under load
     # the last of the 98 others get copies too.
     with JudgeServer() as server:
-        settings = JudgeSettings(model="m", base_url=server.url, requests_per_minute=6000, timeout_seconds=20,
-                                 hedge_share=1.0)
+        # a share past what a config may set (0.5): copies of every slow call, whatever the load
+        settings = JudgeSettings(model="m", base_url=server.url, requests_per_minute=6000,
+                                 timeout_seconds=20).model_copy(update={"hedge_share": 1.0})
         late, doomed = "late #score=5 #slow=30 #unavailable_at=2", "doomed #score=4 #slow=10 #unavailable_at=2,3,4"
         prompts = [late, doomed] + [f"h{i} #score=3" for i in range(98)]
         results = {r.prompt: resp for r, resp in judge_stream(settings, requests_for(prompts, settings), lambda r: r)}
@@ -536,7 +538,7 @@ def test_rows_stream_through_the_judge_only_where_one_process_keeps_the_quota(tm
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from evalbeam.configs import load_config
-    from evalbeam.pipelines.evaluate import stream_judge
+    from evalbeam.pipelines.local import stream_judge
 
     data = write_data(tmp_path, ROWS)
     config = load_config(judge_config(tmp_path, data, "http://localhost:1", ["fluency"]), overrides)

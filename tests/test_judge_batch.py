@@ -68,7 +68,7 @@ def test_a_failed_batch_job_is_retried_in_a_follow_up_batch(api_key):
 
 def test_a_batch_job_not_done_in_time_is_cancelled_and_its_judgments_asked_online(api_key):
     with JudgeServer(Behaviour(batch_seconds=60)) as server:
-        s = settings(server, batch_timeout_seconds=0.5)
+        s = settings(server, batch_timeout_hours=0.5 / 3600)
         requests = requests_for([f"t{i} #score=4" for i in range(3)], s)
         got = [r for _, r in judge_batch(s, requests, lambda r: r)]
     assert server.stats.cancelled == 1 and server.stats.batch_items == 0 and server.stats.requests == 3

@@ -143,14 +143,14 @@ def test_a_large_input_uses_every_core_by_default_with_the_same_results(tmp_path
     (2, 1_400_000_000, 32 * 2**20, 42),
 ])
 def test_a_run_with_several_workers_reads_an_equal_share_each(tmp_path, monkeypatch, workers, size, cap, parts):
-    """pipelines.evaluate.part_bytes: with several local workers, a file is read in
+    """pipelines.local.part_bytes: with several local workers, a file is read in
     a whole multiple of the workers' number of parts, two at least each, none over
     the part size; with one worker, in parts of the part size (None)."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
     from evalbeam.configs import EvalConfig
-    from evalbeam.pipelines import evaluate
+    from evalbeam.pipelines import local
 
     monkeypatch.setattr(evaluate, "input_bytes", lambda config: size)
     monkeypatch.setenv("EVALBEAM_PART_BYTES", str(cap))
@@ -158,12 +158,12 @@ def test_a_run_with_several_workers_reads_an_equal_share_each(tmp_path, monkeypa
                                         "output": {"parquet": str(tmp_path / "out")}})
     several = beam.Pipeline(options=PipelineOptions([f"--direct_num_workers={workers}",
                                                      "--direct_running_mode=multi_processing"]))
-    got = evaluate.part_bytes(several, config)
+    got = local.part_bytes(several, config)
     assert got <= cap and -(-size // got) == parts and parts % workers == 0
-    assert evaluate.part_bytes(beam.Pipeline(options=PipelineOptions([])), config) is None
+    assert local.part_bytes(beam.Pipeline(options=PipelineOptions([])), config) is None
     # and the parts of such a file: contiguous, as many as planned, the same size but for the last
     path = tmp_path / "d.jsonl"
     path.write_bytes(b"".join(json.dumps({"id": i, "text": "w" * (i % 50)}).encode() + b"\n" for i in range(20000)))
     monkeypatch.setattr(evaluate, "input_bytes", lambda config: path.stat().st_size)
-    planned = file_parts(str(path), "jsonl", path.stat().st_size, evaluate.part_bytes(several, config))
+    planned = file_parts(str(path), "jsonl", path.stat().st_size, local.part_bytes(several, config))
     assert len(planned) == 2 * workers and planned[-1].end == path.stat().st_size

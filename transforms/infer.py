@@ -39,7 +39,7 @@ from evalbeam.metrics.inference import (
 from evalbeam.metrics.instance import Instance
 from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, request_key
 from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
-from evalbeam.transforms.judge_checkpoint import batch_staging
+from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.schema import RunKey
 
 USAGE_METRIC = "inference"  # the line of inference.model's calls in runs.judge_usage
@@ -147,15 +147,11 @@ def fill_from_answer(element):
 class Infer(beam.PTransform):
     """Instances -> (instances with inference's output, judge_cache rows, usage per metric)."""
 
-    def __init__(self, run: RunKey, inference, judge_config, cached=None, progress: str | None = None,
-                 checkpoint: str | None = None):
+    def __init__(self, run: RunKey, inference, context: JudgeContext):
         super().__init__()
         self._run = run
         self._inference = inference
-        self._judge = judge_config
-        self._cached = cached
-        self._progress = progress
-        self._checkpoint = checkpoint
+        self._context = context
 
     def expand(self, instances):
         inference = self._inference
@@ -170,14 +166,11 @@ class Infer(beam.PTransform):
             )
             pipeline = instances.pipeline
             return filled, pipeline | "NoInferenceCache" >> beam.Create([]), pipeline | "NoInferenceUsage" >> beam.Create([{}])
-        judge = self._judge
-        settings = dataclasses.replace(judge.settings(), model=inference.model)
+        context = self._context.for_model(inference.model)
         asks = cases | "ModelRequests" >> beam.FlatMap(
-            model_asks, settings, inference.prompt_template, inference.num_runs).with_outputs(
+            model_asks, context.settings, inference.prompt_template, inference.num_runs).with_outputs(
             FAILED, main="asks")
-        answered = asks.asks | "Generate" >> AnswerJudgeRequests(
-            settings, judge.shards, self._cached, self._progress, self._checkpoint, judge.checkpoint_seconds,
-            batch_staging(judge.batch_staging, self._checkpoint))
+        answered = asks.asks | "Generate" >> AnswerJudgeRequests(context)
         fanned = answered | "ToCases" >> beam.FlatMap(lambda a: [(link, a[0]) for link in a[1]])
         filled = (
             {"instance": cases | "ById" >> beam.Map(lambda i: (i.instance_id, i)), "answer": fanned,

@@ -35,7 +35,8 @@ from typing import Any, Iterable
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from evalbeam.metrics.judge.client import JudgeRequest, JudgeResponse, JudgeSettings, judge_stream, request_key
+from evalbeam.metrics.judge.client import JudgeRequest, JudgeResponse, judge_stream, request_key
+from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import (
     CHOICE_SCORE,
     PAIRWISE_CHOICES,
@@ -46,7 +47,8 @@ from evalbeam.metrics.judge.templates import (
 )
 from evalbeam.metrics.instance import Instance
 from evalbeam.metrics.registry import MetricError
-from evalbeam.transforms.judge_checkpoint import batch_staging, shard_of
+from evalbeam.transforms.judge_checkpoint import shard_of
+from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.progress import CountFn, JudgeShardLog
 from evalbeam.transforms.schema import RunKey
 from evalbeam.transforms.tables import ReadTableRows
@@ -178,14 +180,12 @@ class CallJudgeFn(beam.DoFn):
     (metrics.judge.client.judge_stream); batch sends the rest as Gemini Batch
     jobs (metrics.judge.batch.judge_batch)."""
 
-    def __init__(self, settings: JudgeSettings, shards: int, checkpoint: str | None = None,
-                 checkpoint_seconds: float = 5.0, batch_staging: str | None = None):
-        self._settings = settings
-        self._staging = batch_staging
-        self._shards = shards
-        self._share = 1.0 / shards
-        self._checkpoint = checkpoint
-        self._checkpoint_seconds = checkpoint_seconds
+    def __init__(self, context: JudgeContext):
+        self._settings = context.shard_settings()
+        self._staging = context.staging
+        self._shards = context.settings.shards
+        self._checkpoint = context.checkpoint
+        self._checkpoint_seconds = context.settings.checkpoint_seconds
         self._counted = CallCounters()
         self._reused = Metrics.counter("evalbeam", "judge_checkpoint_reused")
 
@@ -193,7 +193,7 @@ class CallJudgeFn(beam.DoFn):
         from evalbeam.transforms import judge_checkpoint
 
         shard, items = element
-        log = JudgeShardLog(shard, self._shards, self._settings.requests_per_minute * self._share)
+        log = JudgeShardLog(shard, self._shards, self._settings.requests_per_minute)
         saved = judge_checkpoint.read_checkpoints(self._checkpoint, shard, self._shards) if self._checkpoint else {}
         reused: list = []
 
@@ -210,9 +210,9 @@ class CallJudgeFn(beam.DoFn):
 
             journal = judge_checkpoint.BatchJournal(self._checkpoint, shard, self._shards) if self._checkpoint else None
             staging = judge_checkpoint.GcsStaging(self._staging) if self._staging else None
-            answers = judge_batch(self._settings, fresh(), lambda item: item[0], self._share, journal, staging=staging)
+            answers = judge_batch(self._settings, fresh(), lambda item: item[0], journal, staging=staging)
         else:
-            answers = judge_stream(self._settings, fresh(), lambda item: item[0], self._share)
+            answers = judge_stream(self._settings, fresh(), lambda item: item[0])
         writer = judge_checkpoint.CheckpointWriter(self._checkpoint, shard, self._checkpoint_seconds) \
             if self._checkpoint else None
         try:
@@ -407,33 +407,26 @@ class AnswerJudgeRequests(beam.PTransform):
     shards (online or in batch jobs). Every judge stage (template metrics, both
     rubric stages) answers through this one composite."""
 
-    def __init__(self, settings: JudgeSettings, shards: int, cached=None, progress: str | None = None,
-                 checkpoint: str | None = None, checkpoint_seconds: float = 5.0, staging: str | None = None):
+    def __init__(self, context: JudgeContext):
         super().__init__()
-        self._settings = settings
-        self._shards = shards
-        self._cached = cached
-        self._progress = progress
-        self._checkpoint = checkpoint
-        self._checkpoint_seconds = checkpoint_seconds
-        self._staging = staging
+        self._context = context
 
     def expand(self, asks):
-        cached = self._cached if self._cached is not None else asks.pipeline | "NoCache" >> beam.Create([])
+        context = self._context
+        cached = context.cached if context.cached is not None else asks.pipeline | "NoCache" >> beam.Create([])
         resolved = (
             {"asks": asks, "cached": cached}
             | "JoinCache" >> beam.CoGroupByKey()
-            | "ResolveOnce" >> beam.ParDo(ResolveFn(self._shards)).with_outputs(TO_CALL, main="cached")
+            | "ResolveOnce" >> beam.ParDo(ResolveFn(context.settings.shards)).with_outputs(TO_CALL, main="cached")
         )
         called = (
             resolved[TO_CALL]
             | "IntoShards" >> beam.GroupByKey()
-            | "CallJudge" >> beam.ParDo(CallJudgeFn(
-                self._settings, self._shards, self._checkpoint, self._checkpoint_seconds, self._staging))
+            | "CallJudge" >> beam.ParDo(CallJudgeFn(context))
         )
-        if self._progress:
-            resolved[TO_CALL] | "ProgressJudgeNeeded" >> beam.ParDo(CountFn(self._progress, "judge_needed"))
-            called | "ProgressJudgeDone" >> beam.ParDo(CountFn(self._progress, "judge_done"))
+        if context.progress:
+            resolved[TO_CALL] | "ProgressJudgeNeeded" >> beam.ParDo(CountFn(context.progress, "judge_needed"))
+            called | "ProgressJudgeDone" >> beam.ParDo(CountFn(context.progress, "judge_done"))
         return (resolved.cached, called) | "AllAnswers" >> beam.Flatten()
 
 
@@ -452,14 +445,13 @@ class StreamJudgeFn(beam.DoFn):
     layer: quotas, retries, hedging), checkpointed as it completes. An instance
     is held in memory only while its calls are in flight."""
 
-    def __init__(self, run: RunKey, plans: list[JudgePlan], settings: JudgeSettings, sampling_count: int,
-                 checkpoint: str | None = None, checkpoint_seconds: float = 5.0):
+    def __init__(self, run: RunKey, plans: list[JudgePlan], settings: JudgeSettings, checkpoint: str | None = None):
         self._run = run
         self._plans = plans
         self._settings = settings
-        self._samples = sampling_count
+        self._samples = settings.sampling_count
         self._checkpoint = checkpoint
-        self._checkpoint_seconds = checkpoint_seconds
+        self._checkpoint_seconds = settings.checkpoint_seconds
 
     def setup(self):
         self._counters = {name: Metrics.counter("evalbeam", name) for name in (
@@ -585,9 +577,8 @@ def _keyed_for_join(instance: Instance, per_turn: bool):
 
 
 class JudgeInstances(beam.PTransform):
-    """Instances -> (ScoredInstances with the judge rows, judge_cache rows, usage per metric).
-    `cached` is a PCollection of (request_key, JudgeResponse) from judge.cache, or None;
-    `checkpoint` the run's judge checkpoint folder (transforms.judge_checkpoint), or None.
+    """Instances -> (ScoredInstances with the judge rows, judge_cache rows, usage per metric),
+    through the stage's JudgeContext (settings, judge.cache, checkpoints, progress).
 
     With `stream` (a local run in one process: pipelines.evaluate.stream_judge),
     the input is the ScoredInstances of the computation metrics, judged as they
@@ -596,35 +587,29 @@ class JudgeInstances(beam.PTransform):
     hold whole in memory. Otherwise requests are answered by AnswerJudgeRequests
     (shards, for a quota shared by many workers) and joined back by id."""
 
-    def __init__(self, run: RunKey, specs, judge_config, cached=None, progress: str | None = None,
-                 checkpoint: str | None = None, stream: bool = False):
+    def __init__(self, run: RunKey, specs, context: JudgeContext, stream: bool = False):
         super().__init__()
         self._stream = stream
-        self._checkpoint = checkpoint
-        self._progress = progress
         self._run = run
         self._plans = plan_judges(specs)
-        self._config = judge_config
-        self._settings = judge_config.settings()
-        self._cached = cached
+        self._context = context
+        self._settings = context.settings
 
     def expand(self, instances):
         if self._stream:
             return self._expand_stream(instances)
-        settings, config, run, plans = self._settings, self._config, self._run, self._plans
+        settings, run, plans = self._settings, self._run, self._plans
         requests = instances | "JudgeRequests" >> beam.FlatMap(
-            judge_requests, plans, settings, config.sampling_count).with_outputs(UNASKED, main="asks")
+            judge_requests, plans, settings, settings.sampling_count).with_outputs(UNASKED, main="asks")
         asks = requests.asks
-        answered = asks | "Answer" >> AnswerJudgeRequests(
-            settings, config.shards, self._cached, self._progress, self._checkpoint, config.checkpoint_seconds,
-            batch_staging(config.batch_staging, self._checkpoint))
+        answered = asks | "Answer" >> AnswerJudgeRequests(self._context)
         fanned = (answered | "BackToInstances" >> beam.FlatMap(
             lambda a: [(link.instance_id, (link, a[0])) for link in a[1]]), requests[UNASKED]) | "AndUnasked" >> beam.Flatten()
         scored = (
             {"instance": instances | "ById" >> beam.Map(_keyed_for_join, any(
                 getattr(p.template, "per_turn", False) for p in plans)), "judged": fanned}
             | "JoinInstances" >> beam.CoGroupByKey()
-            | "JudgeRows" >> beam.ParDo(AssembleFn(run, plans, settings.model, config.sampling_count))
+            | "JudgeRows" >> beam.ParDo(AssembleFn(run, plans, settings.model, settings.sampling_count))
         )
         return (scored, *self._cache_rows_and_usage(answered))
 
@@ -635,14 +620,15 @@ class JudgeInstances(beam.PTransform):
 
     def _expand_stream(self, scored):
         """stream: ScoredInstances in, judged as they come (StreamJudgeFn), with no shuffle."""
-        cached = [beam.pvalue.AsIter(self._cached)] if self._cached is not None else []
+        context = self._context
+        cached = [beam.pvalue.AsIter(context.cached)] if context.cached is not None else []
         judged = scored | "JudgeAsTheyCome" >> beam.ParDo(StreamJudgeFn(
-            self._run, self._plans, self._settings, self._config.sampling_count, self._checkpoint,
-            self._config.checkpoint_seconds), *cached).with_outputs(ANSWERED, NEEDED, main="scored")
-        if self._progress:
-            judged[NEEDED] | "ProgressJudgeNeeded" >> beam.ParDo(CountFn(self._progress, "judge_needed"))
+            self._run, self._plans, context.settings, context.checkpoint), *cached).with_outputs(
+            ANSWERED, NEEDED, main="scored")
+        if context.progress:
+            judged[NEEDED] | "ProgressJudgeNeeded" >> beam.ParDo(CountFn(context.progress, "judge_needed"))
             (judged[ANSWERED] | "Called" >> beam.Filter(lambda a: not a[0].cache_hit)
-             | "ProgressJudgeDone" >> beam.ParDo(CountFn(self._progress, "judge_done")))
+             | "ProgressJudgeDone" >> beam.ParDo(CountFn(context.progress, "judge_done")))
         return (judged.scored, *self._cache_rows_and_usage(judged[ANSWERED]))
 
 

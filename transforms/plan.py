@@ -14,6 +14,7 @@ from typing import Iterable
 
 import apache_beam as beam
 
+from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.transforms.judge import judge_requests, plan_judges
 
 COUNTS = ("asked", "distinct", "cached", "to_call", "prompt_chars", "cached_output_tokens", "upper_bound")
@@ -55,22 +56,21 @@ def _validations(instance, plans, sampling_count: int):
 class PlanJudging(beam.PTransform):
     """Instances -> one list of (metric or metric:stage, counts)."""
 
-    def __init__(self, judge_specs, rubric_specs, judge_config, cached=None, pinned=None):
+    def __init__(self, judge_specs, rubric_specs, settings: JudgeSettings, cached=None, pinned=None):
         super().__init__()
         self._judge_specs = judge_specs
         self._rubric_specs = rubric_specs
-        self._config = judge_config
+        self._settings = settings
         self._cached = cached
         self._pinned = pinned
 
     def expand(self, instances):
-        config = self._config
-        settings = config.settings()
+        settings = self._settings
         pipeline = instances.pipeline
         asks = []
         if self._judge_specs:
             asks.append(instances | "JudgeRequests" >> beam.FlatMap(
-                judge_requests, plan_judges(self._judge_specs), settings, config.sampling_count))
+                judge_requests, plan_judges(self._judge_specs), settings, settings.sampling_count))
         validations = []
         if self._rubric_specs:
             from evalbeam.transforms.rubric_judge import READY, RubricNeedsFn, plan_rubric_metrics, use_pinned
@@ -86,7 +86,7 @@ class PlanJudging(beam.PTransform):
             )
             asks.append(generation.requests)
             validations.append(instances | "Validations" >> beam.FlatMap(
-                _validations, plans, config.sampling_count))
+                _validations, plans, settings.sampling_count))
         if not asks and not validations:
             return pipeline | "NothingToJudge" >> beam.Create([[]])
         parts = list(validations)

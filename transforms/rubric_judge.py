@@ -29,7 +29,8 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from evalbeam.metrics.instance import Instance
-from evalbeam.metrics.judge.client import JudgeRequest, JudgeResponse, JudgeSettings, request_key
+from evalbeam.metrics.judge.client import JudgeRequest, JudgeResponse, request_key
+from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.agent_views import Unit, units_of
 from evalbeam.metrics.judge.rubrics import (
     CLAIMS,
@@ -53,6 +54,7 @@ from evalbeam.metrics.judge.rubrics import (
 )
 from evalbeam.metrics.registry import MetricError
 from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
+from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.schema import TABLES, RunKey
 from evalbeam.transforms.tables import ReadTableRows
 from evalbeam.transforms.score import ScoredInstance
@@ -421,24 +423,19 @@ def merge_usage(usages: Iterable[dict]) -> dict:
 
 class RubricJudge(beam.PTransform):
     """Instances -> (ScoredInstances with the rubric metric rows, judge_cache rows,
-    usage per metric and stage, rubrics rows). `cached`: (request_key, JudgeResponse)
-    from judge.cache, or None; `pinned`: (generation_key, rubrics JSON) from
-    judge.rubrics_from, or None."""
+    usage per metric and stage, rubrics rows), through the stage's JudgeContext;
+    `pinned`: (generation_key, rubrics JSON) from judge.rubrics_from, or None."""
 
-    def __init__(self, run: RunKey, specs, settings: JudgeSettings, sampling_count: int, shards: int,
-                 cached=None, pinned=None, progress: str | None = None, checkpoint: str | None = None,
-                 checkpoint_seconds: float = 5.0, staging: str | None = None):
+    def __init__(self, run: RunKey, specs, context: JudgeContext, pinned=None):
         super().__init__()
-        # both stages checkpoint into the run's one folder: their keys are content hashes
-        self._answer = dict(checkpoint=checkpoint, checkpoint_seconds=checkpoint_seconds, staging=staging)
+        # both stages answer through the one context: they checkpoint into the run's one
+        # folder (their keys are content hashes)
+        self._context = context
         self._run = run
         self._plans = plan_rubric_metrics(specs)
-        self._settings = settings
-        self._samples = sampling_count
-        self._shards = shards
-        self._cached = cached
+        self._settings = context.settings
+        self._samples = context.settings.sampling_count
         self._pinned = pinned
-        self._progress = progress
 
     def expand(self, instances):
         plans, settings, run = self._plans, self._settings, self._run
@@ -449,8 +446,7 @@ class RubricJudge(beam.PTransform):
             | "JoinPinned" >> beam.CoGroupByKey()
             | "UsePinned" >> beam.FlatMap(use_pinned).with_outputs(READY, main="requests")
         )
-        generated = to_generate.requests | "Generate" >> AnswerJudgeRequests(
-            settings, self._shards, self._cached, self._progress, **self._answer)
+        generated = to_generate.requests | "Generate" >> AnswerJudgeRequests(self._context)
         sets = (
             (needs[READY], to_generate[READY], generated | "GeneratedSets" >> beam.FlatMap(generated_sets))
             | "AllRubricSets" >> beam.Flatten()
@@ -462,8 +458,7 @@ class RubricJudge(beam.PTransform):
             | "ValidationRequests" >> beam.ParDo(ValidationRequestsFn(plans, settings, self._samples)).with_outputs(
                 READY, main="asks")
         )
-        validated = asked.asks | "Validate" >> AnswerJudgeRequests(
-            settings, self._shards, self._cached, self._progress, **self._answer)
+        validated = asked.asks | "Validate" >> AnswerJudgeRequests(self._context)
         fanned = validated | "BackToInstances" >> beam.FlatMap(lambda a: [(link.instance_id, (link, a[0])) for link in a[1]])
         assembled = (
             {"instance": by_id, "sets": asked[READY], "judged": fanned}

@@ -33,10 +33,10 @@ import time
 import uuid
 from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
 
+from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.client import (
     JudgeRequest,
     JudgeResponse,
-    JudgeSettings,
     build_genai_client,
     check_credentials,
     judge_stream,
@@ -261,12 +261,12 @@ class Journal(Protocol):
 
 
 def judge_batch(settings: JudgeSettings, items: Iterable[T], request_of: Callable[[T], JudgeRequest],
-                share: float = 1.0, journal: Journal | None = None,
+                journal: Journal | None = None,
                 sleep: Callable[[float], None] = time.sleep,
                 staging: Staging | None = None) -> Iterator[tuple[T, JudgeResponse]]:
     """Judge every item through Batch jobs, yielding (item, response) as each
-    job's results are read. `share` is this shard's share of the quotas, for
-    the online retries. With a journal, every job is recorded once created, and
+    job's results are read. The settings' quotas (this shard's share) pace the
+    online retries. With a journal, every job is recorded once created, and
     judgments already sent in a recorded job are not sent again: that job is
     polled (or its results read) instead."""
     judge = BatchJudge(settings, sleep, staging)
@@ -374,8 +374,8 @@ def judge_batch(settings: JudgeSettings, items: Iterable[T], request_of: Callabl
         # Online, through the one client layer: its quota share, retries and timeouts.
         # The batch attempt counts against max_attempts; the tokens of both are kept.
         by_key = {p.request.key: p for p in failed}
-        online = dataclasses.replace(settings, max_attempts=settings.max_attempts - 1)
-        for p, answer in judge_stream(online, failed, lambda p: p.request, share):
+        online = settings.model_copy(update={"max_attempts": settings.max_attempts - 1})
+        for p, answer in judge_stream(online, failed, lambda p: p.request):
             kept = by_key[p.request.key].response
             answer.attempts += kept.attempts
             answer.prompt_tokens += kept.prompt_tokens

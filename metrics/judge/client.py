@@ -21,6 +21,7 @@ import time
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter, InFlightWindow, TailHedge
+from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
 
 T = TypeVar("T")
@@ -35,36 +36,6 @@ CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 
 class JudgeCredentialsError(RuntimeError):
     """No usable credentials for the configured backend; the message says what to set."""
-
-
-@dataclasses.dataclass(frozen=True)
-class JudgeSettings:
-    model: str
-    backend: str = "gemini_api"  # gemini_api | vertex_ai
-    base_url: str | None = None
-    project: str | None = None
-    location: str | None = None
-    api_key_env: str = "GOOGLE_API_KEY"
-    requests_per_minute: float = 600
-    tokens_per_minute: float | None = None
-    max_attempts: int = 6
-    timeout_seconds: float = 60
-    max_concurrency: int = 1024  # the most calls in flight; the window is sized from latency and rate below it
-    hedge_share: float = 0.02  # the most copies of slow calls at the end of a run, as a share of the calls
-    temperature: float = 0.0
-    max_output_tokens: int | None = 2048
-    mode: str = "online"  # online | batch (metrics.judge.batch)
-    batch_max_requests: int = 10000
-    batch_inline_max_bytes: int = 10_000_000
-    batch_max_bytes: int = 1_000_000_000
-    batch_poll_seconds: float = 30.0
-    batch_poll_max_seconds: float = 300.0
-    batch_timeout_seconds: float = 48 * 3600
-    batch_retry: str = "online"  # online | batch
-
-    def generation(self) -> dict[str, Any]:
-        """The settings that shape an answer, part of every request's cache key."""
-        return {"model": self.model, "temperature": self.temperature, "max_output_tokens": self.max_output_tokens}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -335,7 +306,7 @@ _DONE = object()
 
 class JudgeStream:
     """Judges items handed to it one at a time, on one asyncio loop (in a helper
-    thread), within `share` of the configured quotas, with as many calls in
+    thread), within the settings' quotas (already this shard's share), with as many calls in
     flight as the rate and the observed latency need (ratelimit.InFlightWindow),
     at most settings.max_concurrency, and copies of slow calls once the items
     have ended (ratelimit.TailHedge, at most settings.hedge_share of the calls).
@@ -346,17 +317,16 @@ class JudgeStream:
     memory stays bounded by what is in flight. Items come from the calling
     thread (a Beam iterable or DoFn must be read there)."""
 
-    def __init__(self, settings: JudgeSettings, request_of: Callable[[T], JudgeRequest], share: float = 1.0):
+    def __init__(self, settings: JudgeSettings, request_of: Callable[[T], JudgeRequest]):
         self._inbox: queue.Queue = queue.Queue(maxsize=settings.max_concurrency)
         self._outbox: queue.Queue = queue.Queue()
-        self._settings, self._request_of, self._share = settings, request_of, share
+        self._settings, self._request_of = settings, request_of
         self._worker = threading.Thread(target=self._run, name="evalbeam-judge", daemon=True)
         self._worker.start()
 
     async def _main(self) -> None:
-        settings, share, outbox = self._settings, self._share, self._outbox
-        limiter = AdaptiveRateLimiter(settings.requests_per_minute * share,
-                                      settings.tokens_per_minute * share if settings.tokens_per_minute else None)
+        settings, outbox = self._settings, self._outbox
+        limiter = AdaptiveRateLimiter(settings.requests_per_minute, settings.tokens_per_minute)
         window = InFlightWindow(settings.max_concurrency, initial_latency=min(2.0, settings.timeout_seconds))
         hedge = TailHedge(window, limiter, settings.hedge_share) if settings.hedge_share > 0 else None
         client = JudgeClient(settings, limiter, window.observe, hedge)
@@ -428,10 +398,10 @@ class JudgeStream:
         self._worker.join()
 
 
-def judge_stream(settings: JudgeSettings, items: Iterable[T], request_of: Callable[[T], JudgeRequest],
-                 share: float = 1.0) -> Iterator[tuple[T, JudgeResponse]]:
+def judge_stream(settings: JudgeSettings, items: Iterable[T],
+                 request_of: Callable[[T], JudgeRequest]) -> Iterator[tuple[T, JudgeResponse]]:
     """Judge every item (JudgeStream), yielding (item, response) as each completes."""
-    stream = JudgeStream(settings, request_of, share)
+    stream = JudgeStream(settings, request_of)
     for item in items:
         yield from stream.put(item)
     yield from stream.close()

@@ -1,0 +1,213 @@
+"""Checks made before any work: that the input exists and its columns provide every
+metric's inputs, that the outputs can be written (and the run's folder is
+evalbeam's to replace), that the judge has credentials and its tables exist, and
+that an inference function or agent imports. Each failure is a ConfigError that
+names the resource or field at fault; nothing is created."""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from apache_beam.io.filesystem import BeamIOError
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
+
+from evalbeam.configs import ConfigError, EvalConfig
+from evalbeam.metrics.instance import RowSpec, present_columns
+from evalbeam.metrics.judge.client import JudgeCredentialsError, check_credentials
+from evalbeam.metrics.registry import unmet_inputs
+from evalbeam.pipelines.local import LOCAL_RUNNERS
+from evalbeam.pipelines.stages.read import inputs_left
+from evalbeam.transforms import bigquery
+from evalbeam.transforms.local_cloud import storage_client
+from evalbeam.transforms.read import match_files, sample_records
+from evalbeam.transforms.write import OutputFolderError, check_run_folder, check_writable
+
+
+@dataclasses.dataclass
+class Preflight:
+    source: str  # what was checked: the files matched, or the BigQuery table/query
+    checked_rows: int | None  # rows sampled for the column check (None: the table schema was used)
+    columns: set[str]
+    unreadable: list = dataclasses.field(default_factory=list)  # dead letters met while sampling
+
+
+def billing_project(config: EvalConfig, options: PipelineOptions | None) -> str | None:
+    if config.input.project:
+        return config.input.project
+    if config.output.bigquery:
+        return config.output.bigquery_dataset()[0]
+    return options.view_as(GoogleCloudOptions).project if options else None
+
+
+def preflight(config: EvalConfig, options: PipelineOptions | None = None, run_id: str | None = None) -> Preflight:
+    """Check, before any work, that the input exists, that its columns provide
+    every input of every metric, and that the outputs can be written (and, for
+    `run_id`, that its Parquet folder is evalbeam's to replace). Raises
+    ConfigError naming the resource or field at fault. Creates nothing."""
+    if config.input.kind == "files":
+        checked = _check_files(config)
+    else:
+        try:
+            label, columns = bigquery.describe_input(config.input, billing_project(config, options))
+        except bigquery.BigQueryError as e:
+            raise ConfigError(str(e)) from None
+        checked = Preflight(label, None, set(columns))
+    _check_columns(config, checked)
+    _check_outputs(config, options, run_id or config.resolved_run_id())
+    _check_judge(config, options)
+    _check_inference(config)
+    return checked
+
+
+def _check_inference(config: EvalConfig) -> None:
+    """The function or agent to run must import here (workers need it installed too)."""
+    inference = config.inference
+    if inference is None or inference.kind == "model":
+        return
+    from evalbeam.metrics.inference import AgentInferrer, load_target
+
+    try:
+        if inference.kind == "agent":
+            AgentInferrer(inference.target)
+        else:
+            load_target(inference.target, "inference.function")
+    except Exception as e:  # noqa: BLE001 - whatever stops the import is what the user must fix
+        raise ConfigError(f"inference.{inference.kind}: cannot load {inference.target!r}: {type(e).__name__}: {e}") from None
+
+
+def parquet_glob(location: str) -> str:
+    """A judge.cache location: a glob as given, else a judge_cache folder."""
+    if any(c in location for c in "*?[") or location.endswith(".parquet"):
+        return location
+    return location.rstrip("/") + "/*.parquet"
+
+
+def _check_judge(config: EvalConfig, options: PipelineOptions | None) -> None:
+    if not config.judge_specs() and not config.model_inference():
+        return
+    try:
+        check_credentials(config.judge)
+    except JudgeCredentialsError as e:
+        raise ConfigError(str(e)) from None
+    tables = [("cache", "judge_cache", loc) for loc in config.judge.cache]
+    if config.rubric_specs():
+        tables += [("rubrics_from", "rubrics", loc) for loc in config.judge.rubrics_from]
+    seen: dict[str, int] = {}
+    for field, table, location in tables:
+        i = seen[field] = seen.get(field, -1) + 1
+        if location.startswith("bq://"):
+            try:
+                bigquery.describe_table(location.removeprefix("bq://"), billing_project(config, options), f"judge.{field}.{i}")
+            except bigquery.BigQueryError as e:
+                raise ConfigError(str(e)) from None
+        else:
+            try:
+                found = match_files(parquet_glob(location))
+            except BeamIOError as e:
+                raise ConfigError(f"judge.{field}.{i}: cannot list {location!r}: {_short(e)}") from None
+            if not found:
+                raise ConfigError(f"judge.{field}.{i}: no {table} Parquet files at {parquet_glob(location)!r}")
+
+
+def _check_files(config: EvalConfig) -> Preflight:
+    uri = config.input.uri
+    try:
+        files = match_files(uri)
+    except BeamIOError as e:
+        reason = next(iter(e.exception_details.values()), e) if getattr(e, "exception_details", None) else e
+        raise ConfigError(f"input.uri: cannot list {uri!r}: {_short(reason)}") from None
+    if not files:
+        raise ConfigError(f"input.uri: no file matches {uri!r}")
+    if FileSystems.get_scheme(uri) is None and os.path.isdir(uri):  # Beam's local match gives a folder named alone
+        ext = {"csv": "csv"}.get(config.input.format or "", "jsonl")
+        raise ConfigError(f"input.uri: {uri!r} is a folder: name its files, e.g. "
+                          f"{os.path.join(uri, '*.' + ext)!r}")
+    sample = sample_records(files, config.input.inferred_format())
+    return Preflight(f"{len(files)} file(s)", len(sample.records), present_columns(map(_with_trace_fields, sample.records)),
+                     sample.dead_letters)
+
+
+def _with_trace_fields(record: dict) -> dict:
+    """A sampled row with the fields its agent trace implies (a one-turn case's response...),
+    which the column check counts as provided."""
+    if not any(k in record for k in ("invocations", "agent_data", "intermediate_events")):
+        return record
+    from evalbeam.metrics.instance import build_instance
+
+    try:
+        fields = build_instance(record, RowSpec({}, None, (), ()), "preflight").fields
+    except Exception:  # noqa: BLE001 - such a row is dead-lettered when read; here it provides what it has
+        return record
+    return {**record, **fields}
+
+
+def _short(error) -> str:
+    text = str(error)
+    if "NotFound" in text or "404" in text:
+        return "the bucket or path does not exist or is not reachable"
+    return text.splitlines()[0][:300]
+
+
+AGENT_EVENT_COLUMNS = ("timestamp", "event_type", "agent", "session_id", "invocation_id", "content")
+
+
+def _check_columns(config: EvalConfig, checked: Preflight) -> None:
+    if checked.checked_rows == 0:
+        return  # an empty dataset is an empty run: nothing to check against
+    columns = checked.columns
+    if config.input.format == "adk_agent_events":
+        # the rows are events, not instances: the plugin's columns are what is needed
+        missing = [c for c in AGENT_EVENT_COLUMNS if c not in columns]
+        if missing:
+            raise ConfigError(f"input: {checked.source} is not an ADK agent events table (BigQueryAgentAnalyticsPlugin): "
+                              f"no column {', '.join(missing)}")
+        return
+    mapping = config.input.column_mapping
+    problems = []
+    for i, spec in enumerate(config.metrics):
+        alternatives = inputs_left(config, spec.input_alternatives())
+        available = {f for alt in alternatives for f in alt if mapping.get(f, f) in columns}
+        if not unmet_inputs(alternatives, available):
+            continue
+        needs = " or ".join(
+            "(" + ", ".join(f"{f}" + (f" [column {mapping[f]!r}]" if f in mapping else "") for f in alt) + ")"
+            for alt in alternatives
+        )
+        problems.append(f"  metrics.{i} ({spec.output_name}): needs {needs}; no column provides "
+                        + ", ".join(sorted({f for alt in alternatives for f in alt} - available)))
+    for col in config.input.slice_columns:
+        if col not in columns:
+            problems.append(f"  input.slice_columns: column {col!r} is not in the dataset")
+    if config.input.id_column and config.input.id_column not in columns:
+        problems.append(f"  input.id_column: column {config.input.id_column!r} is not in the dataset")
+    if problems:
+        seen = "its schema" if checked.checked_rows is None else f"the first {checked.checked_rows} rows"
+        raise ConfigError(
+            f"the dataset ({checked.source}) does not fit the config "
+            f"(columns in {seen}: {', '.join(sorted(columns))}):\n" + "\n".join(problems)
+        )
+
+
+def _check_outputs(config: EvalConfig, options: PipelineOptions | None, run_id: str | None) -> None:
+    parquet = config.output.parquet
+    if parquet and parquet.startswith("gs://"):
+        bucket = parquet[len("gs://"):].split("/", 1)[0]
+        try:
+            exists = storage_client().bucket(bucket).exists()
+        except Exception as e:  # noqa: BLE001 - any failure to reach the bucket is reported as such
+            raise ConfigError(f"output.parquet: cannot reach bucket {bucket!r}: {_short(e)}") from None
+        if not exists:
+            raise ConfigError(f"output.parquet: bucket {bucket!r} does not exist")
+    if parquet:
+        try:
+            check_writable(parquet)
+            if run_id:
+                check_run_folder(parquet, run_id)
+        except OutputFolderError as e:
+            raise ConfigError(str(e)) from None
+    if config.output.bigquery and options is not None:
+        runner = options.view_as(StandardOptions).runner
+        temp = options.view_as(GoogleCloudOptions).temp_location
+        if parquet is None and runner not in LOCAL_RUNNERS and not (temp or "").startswith("gs://"):
+            raise ConfigError("output.bigquery without output.parquet needs --temp_location=gs://... to stage files")

@@ -1,0 +1,27 @@
+"""The comparison stage (compare_with): this run's scores paired with a base run's,
+per metric and slice, into the comparisons table (transforms.compare)."""
+from __future__ import annotations
+
+import apache_beam as beam
+
+from evalbeam.metrics.compare import ALPHA
+from evalbeam.pipelines.compare import compare_inputs, pair_spec
+from evalbeam.transforms.compare import CompareRuns, result_entry
+
+
+class ComparisonStage(beam.PTransform):
+    """scored, instances -> comparisons."""
+
+    def __init__(self, context):
+        super().__init__()
+        self._context = context
+
+    def expand(self, named):
+        context = self._context
+        location, base_info, this_run = context.compare_base
+        inputs = compare_inputs(named["instances"].pipeline, location, base_info, this_run, "Previous")
+        inputs["run"] = named["scored"] | "ThisRunScores" >> beam.FlatMap(lambda s: [result_entry(r) for r in s.results])
+        inputs["run_slices"] = named["instances"] | "ThisRunSlices" >> beam.Map(
+            lambda i: (i.instance_id, [f"{c}={'(missing)' if v is None else v}" for c, v in i.slices.items()]))
+        return {"comparisons": inputs | "CompareWithBase" >> CompareRuns(
+            pair_spec(base_info, this_run, context.config.compare_tolerance, ALPHA, context.started_at))}

@@ -1,0 +1,25 @@
+"""The inference stage: a model, a function or an agent run on each case before it
+is scored (transforms.infer); a model's calls go through the one judge layer."""
+from __future__ import annotations
+
+import apache_beam as beam
+
+from evalbeam.transforms.infer import Infer
+
+
+class InferenceStage(beam.PTransform):
+    """instances -> instances with what inference produced; for a model, also
+    judge_cache/inference and usage/inference."""
+
+    def __init__(self, context):
+        super().__init__()
+        self._context = context
+
+    def expand(self, named):
+        context = self._context
+        config = context.config
+        instances, cache_rows, usage = named["instances"] | "Infer" >> Infer(
+            context.run, config.inference, context.judge_context(named))
+        if not config.model_inference():
+            return {"instances": instances}
+        return {"instances": instances, "judge_cache/inference": cache_rows, "usage/inference": usage}

@@ -1,0 +1,22 @@
+"""The judge.cache stage: earlier judge_cache tables read once, for every stage that
+calls the judge layer (inference, template judges, rubrics) to reuse."""
+from __future__ import annotations
+
+import apache_beam as beam
+
+from evalbeam.pipelines.preflight import parquet_glob
+from evalbeam.transforms.judge import ReadJudgeCache
+
+
+class JudgeCacheStage(beam.PTransform):
+    """-> cached: (request_key, JudgeResponse) from judge.cache (Parquet or planned BigQuery reads)."""
+
+    def __init__(self, context):
+        super().__init__()
+        self._context = context
+
+    def expand(self, named):
+        context = self._context
+        parquet = [parquet_glob(p) for p in context.config.judge.cache if not p.startswith("bq://")]
+        pipeline = named["instances"].pipeline
+        return {"cached": pipeline | "ReadJudgeCache" >> ReadJudgeCache(parquet, list(context.cache_plans))}

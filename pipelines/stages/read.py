@@ -1,0 +1,86 @@
+"""The read stage: the input's files or BigQuery rows read, each made an instance
+or dead-lettered with its reason (transforms.read, transforms.validate)."""
+from __future__ import annotations
+
+import apache_beam as beam
+
+from evalbeam.configs import EvalConfig
+from evalbeam.metrics.instance import RowSpec
+from evalbeam.pipelines.local import lean_local, part_bytes
+from evalbeam.transforms import bigquery
+from evalbeam.transforms.read import FileParts, ReadRecords
+from evalbeam.transforms.validate import ToInstances, UniqueIdDecisions
+
+
+class ReadStage(beam.PTransform):
+    """PBegin -> records, unparseable, source_lines, instances, invalid, dead_letters."""
+
+    def __init__(self, context):
+        super().__init__()
+        self._context = context
+
+    def expand(self, pbegin):
+        context = self._context
+        records, unparseable, source_lines, instances, invalid = read(pbegin, context.config, context.read_plan)
+        return {"records": records, "unparseable": unparseable, "source_lines": source_lines,
+                "instances": instances, "invalid": invalid,
+                "dead_letters": (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()}
+
+
+def row_spec(config: EvalConfig) -> RowSpec:
+    return RowSpec(
+        column_mapping=dict(config.input.column_mapping),
+        # an ADK file's records carry their ADK id (<eval_set_id>:<eval_id>[:<session_id>])
+        id_column=config.input.id_column or ("instance_id" if config.input.is_adk else None),
+        slice_columns=tuple(config.input.slice_columns),
+        requirements=tuple((m.output_name, inputs_left(config, m.input_alternatives())) for m in config.metrics),
+    )
+
+
+# What inference fills in (metrics.inference.apply_result): not needed from the input.
+INFERRED_FIELDS = ("response", "predicted_trajectory", "invocations", "latency_in_seconds", "failure")
+
+
+def inputs_left(config: EvalConfig, alternatives):
+    """A metric's input alternatives less what inference produces, when the config infers."""
+    if not config.inference:
+        return alternatives
+    return tuple(tuple(f for f in alt if f not in INFERRED_FIELDS) for alt in alternatives)
+
+
+def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
+    """The input read and validated -> records, unparseable, source lines, instances, invalid.
+    `pipeline`: the pipeline, or the PBegin a composite is applied to."""
+    decisions = None
+    owner = getattr(pipeline, "pipeline", pipeline)  # a PBegin's pipeline, or the pipeline
+    if read_plan is None:
+        fmt = config.input.inferred_format()
+        parts = pipeline | "FileParts" >> FileParts(config.input.uri, fmt, part_bytes(owner, config))
+        records, unparseable, source_lines = pipeline | "Read" >> ReadRecords(fmt, parts=parts)
+        if lean_local(owner, config):
+            first_read = pipeline | "ReadIds" >> ReadRecords(fmt, parts=parts, counted=False)
+            decisions = first_read[0] | "IdDecisions" >> UniqueIdDecisions(row_spec(config))
+    else:
+        records, source_lines = pipeline | "ReadBigQuery" >> bigquery.ReadBigQueryRows(read_plan)
+        unparseable = pipeline | "NoUnparseableRows" >> beam.Create([])
+        if config.input.format == "adk_agent_events":
+            from evalbeam.transforms.read_adk import GroupAgentEvents
+
+            records, unparseable = records | "AgentSessions" >> GroupAgentEvents(config.input.granularity, read_plan.label)
+    instances, invalid = records | "Validate" >> ToInstances(row_spec(config), decisions)
+    return records, unparseable, source_lines, instances, invalid
+
+
+def read_marks(records, unparseable):
+    """One small mark per record read, parseable or not: what the counts need. (A
+    Flatten of the records themselves would be held whole by the local runner.)"""
+    return ((records | "ReadMarks" >> beam.Map(lambda _: 1), unparseable | "UnparseableMarks" >> beam.Map(lambda _: 1))
+            | "AllRead" >> beam.Flatten())
+
+
+def read_instances(pipeline: beam.Pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None = None):
+    """The input read and validated as a run reads it -> (instances, records read, dead letters)."""
+    records, unparseable, _, instances, invalid = read(pipeline, config, read_plan)
+    marks = read_marks(records, unparseable)
+    dead = (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()
+    return instances, marks, dead

@@ -1,0 +1,28 @@
+"""The rubric metrics' stage (transforms.rubric_judge): rubrics generated (or pinned
+from judge.rubrics_from), then validated, through the one judge layer."""
+from __future__ import annotations
+
+import apache_beam as beam
+
+from evalbeam.pipelines.preflight import parquet_glob
+from evalbeam.transforms.rubric_judge import ReadPinnedRubrics, RubricJudge
+
+
+class RubricStage(beam.PTransform):
+    """-> scores/rubric, judge_cache/rubric, usage/rubric, rubrics."""
+
+    def __init__(self, context):
+        super().__init__()
+        self._context = context
+
+    def expand(self, named):
+        context = self._context
+        config = context.config
+        instances = named.get("judged_instances", named["instances"])
+        pinned = None
+        if config.judge.rubrics_from:
+            parquet = [parquet_glob(p) for p in config.judge.rubrics_from if not p.startswith("bq://")]
+            pinned = instances.pipeline | "PinnedRubrics" >> ReadPinnedRubrics(parquet, list(context.rubric_plans))
+        scored, cache_rows, usage, rubric_rows = instances | "RubricJudge" >> RubricJudge(
+            context.run, config.rubric_specs(), context.judge_context(named, context.judges_share()), pinned)
+        return {"scores/rubric": scored, "judge_cache/rubric": cache_rows, "usage/rubric": usage, "rubrics": rubric_rows}

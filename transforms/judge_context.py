@@ -1,0 +1,40 @@
+"""What every judge stage is handed: template judges (transforms.judge), both rubric
+stages (transforms.rubric_judge) and model inference (transforms.infer) all answer
+through one composite (judge.AnswerJudgeRequests) with one JudgeContext."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from evalbeam.metrics.judge.settings import JudgeSettings
+from evalbeam.transforms.judge_checkpoint import batch_staging
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeContext:
+    """settings: the judge settings with this stage's share of the job's quotas
+    (JudgeSettings.with_quota_share, the one place a quota is split);
+    cached: (request_key, JudgeResponse) from judge.cache, a PCollection, or None;
+    checkpoint: the run's judge checkpoint folder (transforms.judge_checkpoint), or None;
+    progress: the local folder live counts go to (transforms.progress), or None."""
+    settings: JudgeSettings
+    cached: Any = None
+    checkpoint: str | None = None
+    progress: str | None = None
+
+    @property
+    def staging(self) -> str | None:
+        """Where Vertex AI batch jobs' files go."""
+        return batch_staging(self.settings.batch_staging, self.checkpoint)
+
+    def shard_settings(self) -> JudgeSettings:
+        """The settings one of the `judge.shards` shards calls with: 1/shards of the stage's quotas."""
+        return self.settings.with_quota_share(1.0 / self.settings.shards)
+
+    def share(self, fraction: float) -> "JudgeContext":
+        """This context for a stage that runs beside others: `fraction` of the quotas."""
+        return dataclasses.replace(self, settings=self.settings.with_quota_share(fraction))
+
+    def for_model(self, model: str) -> "JudgeContext":
+        """This context calling another model (inference.model)."""
+        return dataclasses.replace(self, settings=self.settings.for_model(model))
