@@ -1,0 +1,142 @@
+"""The README is a front page and every relative link of the documentation resolves.
+
+Plain Python, no Beam and no evalbeam import: the markdown links of README.md and
+docs/*.md are parsed, each relative target must exist, and each #anchor must be the
+GitHub slug of a heading of its target."""
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README_MAX_LINES = 250
+
+FENCE = re.compile(r"^\s*(```|~~~)")
+HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+INLINE_CODE = re.compile(r"(`+)(?:.+?)\1")
+# [text](target) and ![alt](target); the target may have a "title" after it
+INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(\s*<?([^()\s>]*(?:\([^()\s]*\)[^()\s>]*)*)>?(?:\s+\"[^\"]*\")?\s*\)")
+REFERENCE_LINK = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+\"[^\"]*\")?\s*$")
+HTML_LINK = re.compile(r"""<(?:a|img)\s[^>]*?(?:href|src)=["']([^"']+)["']""", re.IGNORECASE)
+EXTERNAL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")  # http:, https:, mailto:, gs:, ...
+
+
+def _text_lines(markdown: str):
+    """(line number, line) outside fenced code blocks."""
+    in_fence = None
+    for number, line in enumerate(markdown.splitlines(), 1):
+        fence = FENCE.match(line)
+        if fence:
+            if in_fence is None:
+                in_fence = fence.group(1)
+            elif fence.group(1) == in_fence:
+                in_fence = None
+            continue
+        if in_fence is None:
+            yield number, line
+
+
+def links(markdown: str) -> list[tuple[int, str]]:
+    """Every link target of a markdown text, with its line number."""
+    found = []
+    for number, line in _text_lines(markdown):
+        line = INLINE_CODE.sub("", line)  # `[a](b)` in code is not a link
+        for pattern in (INLINE_LINK, REFERENCE_LINK, HTML_LINK):
+            found += [(number, m.group(1)) for m in pattern.finditer(line)]
+    return found
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: inline markup dropped, lower case, punctuation other
+    than - and _ removed, each space a hyphen."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link: its text
+    text = re.sub(r"<[^>]+>", "", text)  # inline HTML
+    text = text.replace("`", "").replace("*", "")
+    text = re.sub(r"(?<!\w)_+|_+(?!\w)", "", text)  # _emphasis_, not snake_case
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def anchors(markdown: str) -> set[str]:
+    """The anchors of a markdown text's headings; a repeated one gets -1, -2, ... as on GitHub."""
+    seen: dict[str, int] = {}
+    result = set()
+    for _, line in _text_lines(markdown):
+        heading = HEADING.match(line)
+        if not heading:
+            continue
+        base = slug(heading.group(2))
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        result.add(base if count == 0 else f"{base}-{count}")
+    return result
+
+
+def broken_links(path: Path) -> list[str]:
+    """What is wrong with the relative links of one markdown file, one message each."""
+    problems = []
+    for number, target in links(path.read_text(encoding="utf-8")):
+        if not target or EXTERNAL.match(target):
+            continue
+        file_part, _, anchor = target.partition("#")
+        linked = (path.parent / file_part).resolve() if file_part else path
+        where = f"{path.name}:{number}: {target}"
+        if not linked.exists():
+            problems.append(f"{where}: no file {linked}")
+        elif anchor and linked.suffix == ".md":
+            if anchor.lower() not in anchors(linked.read_text(encoding="utf-8")):
+                problems.append(f"{where}: no heading with the anchor #{anchor} in {linked.name}")
+        elif anchor:
+            problems.append(f"{where}: an anchor into a file that is not markdown")
+    return problems
+
+
+def documentation() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+@pytest.mark.parametrize("path", documentation(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves(path):
+    assert broken_links(path) == []
+
+
+def test_the_docs_pages_have_links_to_check():
+    assert len(documentation()) > 1
+    assert any(not EXTERNAL.match(t) for _, t in links((ROOT / "README.md").read_text(encoding="utf-8")))
+
+
+def test_readme_is_a_front_page():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines; at most {README_MAX_LINES}"
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    linked = {(ROOT / t.partition("#")[0]).resolve() for _, t in links(readme) if not EXTERNAL.match(t)}
+    unlinked = [p.name for p in documentation()[1:] if p.resolve() not in linked]
+    assert unlinked == []
+
+
+def test_slugs_are_githubs():
+    assert slug("Agent judges (Vertex's and ADK's)") == "agent-judges-vertexs-and-adks"
+    assert slug("Airflow (Cloud Composer)") == "airflow-cloud-composer"
+    assert slug("`evalbeam run` and `--set`") == "evalbeam-run-and---set"
+    assert slug("judge_cache and rubrics") == "judge_cache-and-rubrics"
+    assert slug("A million rows in bounded memory") == "a-million-rows-in-bounded-memory"
+    assert anchors("# Speed\n## Crashes\n## Crashes\n```\n# not a heading\n```\n## `evalbeam plan`\n") == {
+        "speed", "crashes", "crashes-1", "evalbeam-plan"}
+
+
+def test_a_broken_link_is_found(tmp_path):
+    (tmp_path / "other.md").write_text("# Other page\n## A section\n", encoding="utf-8")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Page\n"
+        "[fine](other.md) [fine too](other.md#a-section) [here](#page) [web](https://example.com)\n"
+        "`[in code](missing-in-code.md)`\n"
+        "```\n[in a fence](missing-in-fence.md)\n```\n"
+        "[gone](missing.md) [no such heading](other.md#nowhere) ![picture](img/none.png)\n"
+        "[ref]: missing-ref.md\n",
+        encoding="utf-8")
+    problems = broken_links(page)
+    assert [p.split(": ")[1] for p in problems] == [
+        "missing.md", "other.md#nowhere", "img/none.png", "missing-ref.md"]
