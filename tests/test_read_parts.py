@@ -152,7 +152,7 @@ def test_a_run_with_several_workers_reads_an_equal_share_each(tmp_path, monkeypa
     from evalbeam.configs import EvalConfig
     from evalbeam.pipelines import local
 
-    monkeypatch.setattr(evaluate, "input_bytes", lambda config: size)
+    monkeypatch.setattr(local, "input_bytes", lambda config: size)
     monkeypatch.setenv("EVALBEAM_PART_BYTES", str(cap))
     config = EvalConfig.model_validate({"name": "p", "input": {"uri": str(tmp_path / "d.jsonl")}, "metrics": ["exact_match"],
                                         "output": {"parquet": str(tmp_path / "out")}})
@@ -164,6 +164,6 @@ def test_a_run_with_several_workers_reads_an_equal_share_each(tmp_path, monkeypa
     # and the parts of such a file: contiguous, as many as planned, the same size but for the last
     path = tmp_path / "d.jsonl"
     path.write_bytes(b"".join(json.dumps({"id": i, "text": "w" * (i % 50)}).encode() + b"\n" for i in range(20000)))
-    monkeypatch.setattr(evaluate, "input_bytes", lambda config: path.stat().st_size)
+    monkeypatch.setattr(local, "input_bytes", lambda config: path.stat().st_size)
     planned = file_parts(str(path), "jsonl", path.stat().st_size, local.part_bytes(several, config))
     assert len(planned) == 2 * workers and planned[-1].end == path.stat().st_size
