@@ -400,3 +400,47 @@ def test_a_local_run_goes_to_beams_fnapirunner_and_fetches_nothing(dataset, tmp_
     for flags in ([], ["--runner=DirectRunner"], ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]):
         assert isinstance(new_pipeline(PipelineOptions(flags)).runner, FnApiRunner), flags
     assert not isinstance(new_pipeline(PipelineOptions(["--runner=PrismRunner"])).runner, FnApiRunner)
+
+
+def test_version_is_the_installed_distributions():
+    import importlib.metadata
+
+    result = evalbeam("--version")
+    assert result.stdout == f"evalbeam {importlib.metadata.version('evalbeam')}\n"
+    assert importlib.metadata.version("evalbeam") in (ROOT / "setup.py").read_text()  # setup.py's, as pip recorded it
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--num_workers=-3"], "argument --num_workers: must be at least 1, got -3"),
+    (["--num_workers=0"], "argument --num_workers: must be at least 1, got 0"),
+    (["--max_num_workers=-1"], "argument --max_num_workers: must be at least 1, got -1"),
+    (["--num_workers=5", "--max_num_workers=2"], "argument --max_num_workers: must be at least --num_workers (5), got 2"),
+    (["--number_of_worker_harness_threads=0"], "argument --number_of_worker_harness_threads: must be at least 1, got 0"),
+    (["--disk_size_gb=-10"], "argument --disk_size_gb: must be 0 or more, got -10"),
+    (["--direct_num_workers=-2"], "argument --direct_num_workers: must be 0 (one per core) or more, got -2"),
+    (["--parallelism=-5"], "argument --parallelism: must be -1 (the runner's default) or at least 1, got -5"),
+])
+def test_beams_numeric_flags_out_of_range_are_usage_errors(tmp_path, flags, message):
+    """Beam passes a count like --num_workers=-3 on to the runner unchecked: refused before
+    anything is read (the config here does not even exist), for every command taking Beam flags."""
+    commands = [["run", tmp_path / "none.yaml"]]
+    if flags == ["--num_workers=-3"]:
+        commands += [["compare", "a", "b", "--parquet", tmp_path], ["report", "a", "--compare", "b", "--parquet", tmp_path]]
+    for command in commands:
+        result = evalbeam(*command, *flags, check=False)
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert result.stderr.splitlines()[-1] == f"evalbeam: error: {message}"
+
+
+def test_runs_with_a_config_lists_that_configs_eval_only(dataset, tmp_path):
+    config, data, _ = dataset
+    other = tmp_path / "other.yaml"
+    other.write_text(config.read_text().replace("name: e2e", "name: other-eval").replace("run_id: r1", "run_id: o1"))
+    evalbeam("run", config, check=False)  # exits 1: the dataset has bad rows
+    evalbeam("run", other, check=False)
+    every = evalbeam("runs", "--parquet", tmp_path / "out").stdout
+    assert " e2e " in every and " other-eval " in every
+    listed = evalbeam("runs", "--config", other).stdout.splitlines()[2:]
+    assert [line.split()[:2] for line in listed] == [["o1", "other-eval"]]
+    named = evalbeam("runs", "--config", other, "--eval", "e2e").stdout.splitlines()[2:]  # --eval still chooses
+    assert [line.split()[:2] for line in named] == [["r1", "e2e"]]
