@@ -113,11 +113,13 @@ def billing_project(config: EvalConfig, options: PipelineOptions | None) -> str 
     return options.view_as(GoogleCloudOptions).project if options else None
 
 
-def preflight(config: EvalConfig, options: PipelineOptions | None = None, run_id: str | None = None) -> Preflight:
+def preflight(config: EvalConfig, options: PipelineOptions | None = None, run_id: str | None = None,
+              credentials: bool = True) -> Preflight:
     """Check, before any work, that the input exists, that its columns provide
     every input of every metric, and that the outputs can be written (and, for
     `run_id`, that its Parquet folder is evalbeam's to replace). Raises
-    ConfigError naming the resource or field at fault. Creates nothing."""
+    ConfigError naming the resource or field at fault. Creates nothing.
+    credentials: False for what calls no model (`plan`): the judge's key is not needed."""
     if config.input.kind == "files":
         checked = _check_files(config)
     else:
@@ -128,7 +130,7 @@ def preflight(config: EvalConfig, options: PipelineOptions | None = None, run_id
         checked = Preflight(label, None, set(columns))
     _check_columns(config, checked)
     _check_outputs(config, options, run_id or config.resolved_run_id())
-    _check_judge(config, options)
+    _check_judge(config, options, credentials)
     _check_inference(config)
     return checked
 
@@ -156,11 +158,12 @@ def parquet_glob(location: str) -> str:
     return location.rstrip("/") + "/*.parquet"
 
 
-def _check_judge(config: EvalConfig, options: PipelineOptions | None) -> None:
+def _check_judge(config: EvalConfig, options: PipelineOptions | None, credentials: bool = True) -> None:
     if not config.judge_specs() and not _model_inference(config):
         return
     try:
-        check_credentials(config.judge.settings())
+        if credentials:
+            check_credentials(config.judge.settings())
     except JudgeCredentialsError as e:
         raise ConfigError(str(e)) from None
     tables = [("cache", "judge_cache", loc) for loc in config.judge.cache]

@@ -28,7 +28,7 @@ def plan(config: EvalConfig) -> dict:
     if config.inference is not None:
         raise ConfigError("inference: evalbeam plan does not estimate runs with inference yet (the judge prompts "
                           "depend on what inference produces, and inference.model calls are not counted)")
-    checked = evaluate.preflight(config)
+    checked = evaluate.preflight(config, credentials=False)  # plan calls nothing: no key needed
     rubric_specs = config.rubric_specs()
     judge_specs = [s for s in config.judge_specs() if s not in rubric_specs]
     project = evaluate.billing_project(config, None)
