@@ -4,6 +4,7 @@ Every bad field gets a message naming it (``metrics.2.params.rouge_type: ...``).
 """
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import json
 import re
@@ -62,6 +63,11 @@ class InputConfig(_Model):
                           "when omitted (*.evalset_result.json, *.evalset.json and *.test.json are ADK files); "
                           "adk_agent_events for BigQuery rows of ADK's BigQueryAgentAnalyticsPlugin table"
     )
+    encoding: str = pydantic.Field(
+        "utf-8", min_length=1,
+        description="jsonl and csv files: their text encoding, any codec Python knows (latin-1, cp1252, utf-16, "
+                    "shift_jis, ...); default utf-8 (a byte order mark is skipped). A line that does not decode "
+                    "is dead-lettered with its line number")
     granularity: Literal["session", "turn"] = pydantic.Field(
         "session", description="adk_agent_events: one instance per session (id: session_id) or per turn "
                                "(<session_id>:<invocation_id>)")
@@ -85,6 +91,18 @@ class InputConfig(_Model):
                 raise ValueError(f"{key!r} is not a canonical field; known: {', '.join(CANONICAL_FIELDS)}")
         return mapping
 
+    @pydantic.field_validator("encoding")
+    @classmethod
+    def _known_codec(cls, encoding: str) -> str:
+        try:
+            info = codecs.lookup(encoding)
+        except LookupError:
+            raise ValueError(f"unknown encoding {encoding!r}: give a codec Python knows, e.g. utf-8, latin-1, "
+                             "cp1252, utf-16 (https://docs.python.org/3/library/codecs.html#standard-encodings)") from None
+        if not getattr(info, "_is_text_encoding", True):  # base64, zlib, rot13...: bytes to bytes, not a text encoding
+            raise ValueError(f"{encoding!r} is not a text encoding: give one such as utf-8, latin-1, cp1252, utf-16")
+        return encoding
+
     @pydantic.field_validator("slice_columns")
     @classmethod
     def _slice_names(cls, columns: list[str]) -> list[str]:
@@ -106,6 +124,11 @@ class InputConfig(_Model):
                              "bq://project.dataset.agent_events, or input.query")
         if self.format in ("adk_eval_result", "adk_eval_set") and self.kind != "files":
             raise ValueError(f"format {self.format} reads files; BigQuery rows of agent events are adk_agent_events")
+        if codecs.lookup(self.encoding).name != "utf-8" and self.inferred_format() not in ("jsonl", "csv", None):
+            raise ValueError(f"input.encoding applies to jsonl and csv files; {self.inferred_format()} files are JSON "
+                             "documents, read as UTF-8")
+        if codecs.lookup(self.encoding).name != "utf-8" and self.kind != "files":
+            raise ValueError("input.encoding applies to jsonl and csv files; BigQuery rows have no encoding to set")
         if self.uri is not None and self.uri.startswith("bq://"):
             if not re.fullmatch(BQ_TABLE_URI_RE, self.uri):
                 raise ValueError(

@@ -199,7 +199,7 @@ def _check_files(config: EvalConfig) -> Preflight:
         ext = {"csv": "csv"}.get(config.input.format or "", "jsonl")
         raise ConfigError(f"input.uri: {uri!r} is a folder: name its files, e.g. "
                           f"{os.path.join(uri, '*.' + ext)!r}")
-    sample = sample_records(files, config.input.inferred_format())
+    sample = sample_records(files, config.input.inferred_format(), encoding=config.input.encoding)
     return Preflight(f"{len(files)} file(s)", len(sample.records), present_columns(map(_with_trace_fields, sample.records)),
                      sample.dead_letters)
 
@@ -377,10 +377,11 @@ def _read(pipeline: beam.Pipeline, config: EvalConfig, read_plan: bigquery.ReadP
     decisions = None
     if read_plan is None:
         fmt = config.input.inferred_format()
-        parts = pipeline | "FileParts" >> FileParts(config.input.uri, fmt, part_bytes(pipeline, config))
-        records, unparseable, source_lines = pipeline | "Read" >> ReadRecords(fmt, parts=parts)
+        encoding = config.input.encoding
+        parts = pipeline | "FileParts" >> FileParts(config.input.uri, fmt, part_bytes(pipeline, config), encoding)
+        records, unparseable, source_lines = pipeline | "Read" >> ReadRecords(fmt, parts=parts, encoding=encoding)
         if lean_local(pipeline, config):
-            first_read = pipeline | "ReadIds" >> ReadRecords(fmt, parts=parts, counted=False)
+            first_read = pipeline | "ReadIds" >> ReadRecords(fmt, parts=parts, counted=False, encoding=encoding)
             decisions = first_read[0] | "IdDecisions" >> UniqueIdDecisions(row_spec(config))
     else:
         records, source_lines = pipeline | "ReadBigQuery" >> bigquery.ReadBigQueryRows(read_plan)

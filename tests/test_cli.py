@@ -444,3 +444,20 @@ def test_runs_with_a_config_lists_that_configs_eval_only(dataset, tmp_path):
     assert [line.split()[:2] for line in listed] == [["o1", "other-eval"]]
     named = evalbeam("runs", "--config", other, "--eval", "e2e").stdout.splitlines()[2:]  # --eval still chooses
     assert [line.split()[:2] for line in named] == [["r1", "e2e"]]
+
+
+def test_a_latin1_csv_is_read_with_input_encoding(tmp_path):
+    data = tmp_path / "latin.csv"
+    data.write_bytes("id,response,reference\n1,café,café\n2,naïve,naive\n".encode("latin-1"))
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"name": "latin", "run_id": "l1", "input": {"uri": str(data), "id_column": "id"},
+                                      "metrics": ["exact_match"], "output": {"parquet": str(tmp_path / "out")}}))
+    # as UTF-8 (the default): no row can be read, and the reason says what to set
+    refused = evalbeam("validate", config, check=False)
+    assert refused.returncode == 2 and "set input.encoding (e.g. latin-1, cp1252, utf-16)" in refused.stderr
+    result = evalbeam("run", config, "--set", "input.encoding=latin-1")
+    assert "read 2 = scored 2 + dead-lettered 0" in result.stdout
+    assert {i["response"] for i in table(tmp_path / "out" / "l1", "instances")} == {"café", "naïve"}
+    unknown = evalbeam("validate", config, "--set", "input.encoding=klingon", check=False)
+    assert unknown.returncode == 2
+    assert "input.encoding: unknown encoding 'klingon': give a codec Python knows" in unknown.stderr

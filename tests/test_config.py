@@ -73,6 +73,8 @@ def test_bad_metric_fields_are_named(tmp_path, change, expected):
         ("uri: data.jsonl", "uri: bq://proj.ds.t", "not a valid BigQuery table"),
         ("uri: data.jsonl", "uri: bq://my-project.ds;DROP.t", "not a valid BigQuery table"),
         ("uri: data.jsonl", "uri: data.jsonl\n  query: SELECT 1", "set exactly one of input.uri and input.query"),
+        ("uri: data.jsonl", "uri: data.jsonl\n  encoding: base64", "input.encoding: Value error, 'base64' is not a text encoding"),
+        ("uri: data.jsonl", "uri: a.evalset.json\n  encoding: latin-1", "input.encoding applies to jsonl and csv files"),
         ("uri: data.jsonl", "format: csv", "set exactly one of input.uri and input.query"),
         ("name: t", "name: t\nextra_key: 1", "extra_key: Extra inputs are not permitted"),
     ],
