@@ -192,9 +192,9 @@ def _check_files(config: EvalConfig) -> Preflight:
         files = match_files(uri)
     except BeamIOError as e:
         reason = next(iter(e.exception_details.values()), e) if getattr(e, "exception_details", None) else e
-        raise ConfigError(f"input.uri: cannot list {uri!r}: {_short(reason)}") from None
+        raise ConfigError(f"input.uri: cannot list {uri!r}{config.path_note('input.uri')}: {_short(reason)}") from None
     if not files:
-        raise ConfigError(f"input.uri: no file matches {uri!r}")
+        raise ConfigError(f"input.uri: no file matches {uri!r}{config.path_note('input.uri')}")
     if FileSystems.get_scheme(uri) is None and os.path.isdir(uri):  # Beam's local match gives a folder named alone
         ext = {"csv": "csv"}.get(config.input.format or "", "jsonl")
         raise ConfigError(f"input.uri: {uri!r} is a folder: name its files, e.g. "

@@ -461,3 +461,22 @@ def test_a_latin1_csv_is_read_with_input_encoding(tmp_path):
     unknown = evalbeam("validate", config, "--set", "input.encoding=klingon", check=False)
     assert unknown.returncode == 2
     assert "input.encoding: unknown encoding 'klingon': give a codec Python knows" in unknown.stderr
+
+
+def test_a_configs_relative_paths_are_found_from_any_current_folder(tmp_path):
+    """The command runs in the repository (tests.helpers); the config, its data and its output
+    are in a folder of their own, named relatively in the config."""
+    evals = tmp_path / "evals"
+    (evals / "data").mkdir(parents=True)
+    (evals / "data" / "d.jsonl").write_text(json.dumps({"response": "a", "reference": "a"}) + "\n")
+    config = evals / "c.yaml"
+    config.write_text("name: rel\nrun_id: r1\ninput: {uri: data/*.jsonl}\nmetrics: [exact_match]\noutput: {parquet: ../out/}\n")
+    result = evalbeam("run", config)
+    assert "read 1 = scored 1 + dead-lettered 0" in result.stdout
+    assert [r["score"] for r in table(tmp_path / "out" / "r1", "metric_results")] == [1.0]
+    assert evalbeam("runs", "--config", config).stdout.splitlines()[2].startswith("r1 ")
+    config.write_text(config.read_text().replace("data/*.jsonl", "dat/*.jsonl"))
+    missing = evalbeam("validate", config, check=False)
+    assert missing.returncode == 2
+    assert missing.stderr == (f"evalbeam: input.uri: no file matches '{evals}/dat/*.jsonl' ('dat/*.jsonl' in the config "
+                              f"file: a relative path there is relative to the config file's folder, '{evals}')\n")
