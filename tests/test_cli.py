@@ -480,3 +480,20 @@ def test_a_configs_relative_paths_are_found_from_any_current_folder(tmp_path):
     assert missing.returncode == 2
     assert missing.stderr == (f"evalbeam: input.uri: no file matches '{evals}/dat/*.jsonl' ('dat/*.jsonl' in the config "
                               f"file: a relative path there is relative to the config file's folder, '{evals}')\n")
+
+
+def test_make_demo_judge_runs_a_judge_config_against_the_stand_in_and_says_its_scores_mean_nothing(tmp_path):
+    """`make demo-judge`: the stand-in started, configs/demo_judge.yaml run against it with no key of the
+    user's, the stand-in stopped; the output says twice (first and last) that the scores mean nothing."""
+    env = {k: v for k, v in os.environ.items() if k != "GOOGLE_API_KEY"}
+    result = subprocess.run(["make", "-s", "-o", ".venv/.installed", "demo-judge",
+                             f"DEMO_JUDGE_ARGS=--set output.parquet={tmp_path} --set run_id=standin"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    notice = "Its scores are drawn from a hash of each prompt: they mean NOTHING about the responses."
+    assert result.stdout.count(notice) == 2 and result.stdout.rstrip().endswith("evalbeam run configs/demo_judge.yaml")
+    [run] = table(tmp_path / "standin", "runs")
+    assert run["name"] == "demo-judge-agents-stand-in" and run["judge_failures"] == 0
+    overall = {s["metric"]: s["valid_count"] for s in table(tmp_path / "standin", "summary") if s["slice"] == "overall"}
+    assert {k: overall[k] for k in ("fluency", "safety", "instruction_following", "response_follows_trajectory")} == {
+        "fluency": 15, "safety": 15, "instruction_following": 15, "response_follows_trajectory": 15}
