@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 EMULATORS := .emulators
 EMULATORS_STAMP := $(EMULATORS)/.installed
 
-.PHONY: env adk-env agent-env demo test bench emulators emulators-stop airflow flex-template schedule-nightly clean
+.PHONY: env adk-env agent-env demo demo-judge test bench emulators emulators-stop airflow flex-template schedule-nightly clean
 
 env: $(STAMP)
 
@@ -23,6 +23,12 @@ demo: $(STAMP)
 	$(BIN)/evalbeam run configs/demo_qa.yaml
 	$(BIN)/evalbeam run configs/demo_adk.yaml
 	$(BIN)/evalbeam run configs/demo_adk_infer.yaml
+
+# A judge config (configs/demo_judge.yaml; DEMO_JUDGE_ARGS: more `evalbeam run` arguments) against the
+# local Gemini-protocol stand-in the tests use, started and stopped around it: to see judge metrics
+# work without a key. Its scores mean nothing (it says so). The stand-in stays in tests/.
+demo-judge: $(STAMP)
+	$(BIN)/python -m tests.demo_judge configs/demo_judge.yaml $(DEMO_JUDGE_ARGS)
 
 # The Cloud Storage and BigQuery emulators, each in its own venv (tests/emulators/*.lock).
 $(EMULATORS_STAMP): $(STAMP) tests/emulators/bigquery.lock tests/emulators/storage.lock tests/emulators/control.py

@@ -4,8 +4,11 @@ Every bad field gets a message naming it (``metrics.2.params.rouge_type: ...``).
 """
 from __future__ import annotations
 
+import codecs
 import datetime as dt
 import json
+import os
+import posixpath
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -40,7 +43,8 @@ class _Model(pydantic.BaseModel):
 class InputConfig(_Model):
     uri: str | None = pydantic.Field(
         None, min_length=1,
-        description="files: a local path or glob, or gs://bucket/path/*.jsonl; a BigQuery table: bq://project.dataset.table",
+        description="files: a local path or glob (relative: to the config file's folder), or gs://bucket/path/*.jsonl; "
+                    "a BigQuery table: bq://project.dataset.table",
     )
     query: str | None = pydantic.Field(None, min_length=1, description="a BigQuery standard SQL query, instead of uri")
     query_dataset: str = pydantic.Field(
@@ -56,12 +60,18 @@ class InputConfig(_Model):
                           "when omitted (*.evalset_result.json, *.evalset.json and *.test.json are ADK files); "
                           "adk_agent_events for BigQuery rows of ADK's BigQueryAgentAnalyticsPlugin table"
     )
+    encoding: str = pydantic.Field(
+        "utf-8", min_length=1,
+        description="jsonl and csv files: their text encoding, any codec Python knows (latin-1, cp1252, utf-16, "
+                    "shift_jis, ...); default utf-8 (a byte order mark is skipped). A line that does not decode "
+                    "is dead-lettered with its line number")
     granularity: Literal["session", "turn"] = pydantic.Field(
         "session", description="adk_agent_events: one instance per session (id: session_id) or per turn "
                                "(<session_id>:<invocation_id>)")
     adk_criteria: str | None = pydantic.Field(
         None, min_length=1,
-        description="an ADK test_config.json (local or gs://): its criteria become metrics with their thresholds",
+        description="an ADK test_config.json (local, relative to the config file's folder, or gs://): its criteria "
+                    "become metrics with their thresholds",
     )
     column_mapping: dict[str, str] = pydantic.Field(
         default_factory=dict, description="canonical field -> dataset column"
@@ -78,6 +88,18 @@ class InputConfig(_Model):
             if key not in CANONICAL_FIELDS:
                 raise ValueError(f"{key!r} is not a canonical field; known: {', '.join(CANONICAL_FIELDS)}")
         return mapping
+
+    @pydantic.field_validator("encoding")
+    @classmethod
+    def _known_codec(cls, encoding: str) -> str:
+        try:
+            info = codecs.lookup(encoding)
+        except LookupError:
+            raise ValueError(f"unknown encoding {encoding!r}: give a codec Python knows, e.g. utf-8, latin-1, "
+                             "cp1252, utf-16 (https://docs.python.org/3/library/codecs.html#standard-encodings)") from None
+        if not getattr(info, "_is_text_encoding", True):  # base64, zlib, rot13...: bytes to bytes, not a text encoding
+            raise ValueError(f"{encoding!r} is not a text encoding: give one such as utf-8, latin-1, cp1252, utf-16")
+        return encoding
 
     @pydantic.field_validator("slice_columns")
     @classmethod
@@ -100,6 +122,11 @@ class InputConfig(_Model):
                              "bq://project.dataset.agent_events, or input.query")
         if self.format in ("adk_eval_result", "adk_eval_set") and self.kind != "files":
             raise ValueError(f"format {self.format} reads files; BigQuery rows of agent events are adk_agent_events")
+        if codecs.lookup(self.encoding).name != "utf-8" and self.inferred_format() not in ("jsonl", "csv", None):
+            raise ValueError(f"input.encoding applies to jsonl and csv files; {self.inferred_format()} files are JSON "
+                             "documents, read as UTF-8")
+        if codecs.lookup(self.encoding).name != "utf-8" and self.kind != "files":
+            raise ValueError("input.encoding applies to jsonl and csv files; BigQuery rows have no encoding to set")
         if self.uri is not None and self.uri.startswith("bq://"):
             if not re.fullmatch(BQ_TABLE_URI_RE, self.uri):
                 raise ValueError(
@@ -270,7 +297,8 @@ class MetricSpec(_Model):
 class OutputConfig(_Model):
     parquet: str | None = pydantic.Field(
         None, min_length=1,
-        description="a local folder or gs:// prefix under which each run writes <run_id>/<table>/",
+        description="a local folder (relative: to the config file's folder) or gs:// prefix under which each run "
+                    "writes <run_id>/<table>/",
     )
     bigquery: str | None = pydantic.Field(
         None, pattern=BQ_DATASET_RE, description="project.dataset to write the tables and views to"
@@ -280,7 +308,8 @@ class OutputConfig(_Model):
     )
     adk_eval_history: str | None = pydantic.Field(
         None, min_length=1,
-        description="ADK inputs: a folder (local or gs://) to write one EvalSetResult JSON per eval set to, in ADK's "
+        description="ADK inputs: a folder (local, relative to the config file's folder, or gs://) to write one "
+                    "EvalSetResult JSON per eval set to, in ADK's "
                     "format and file naming (for adk web and other ADK tooling)")
 
     @pydantic.model_validator(mode="after")
@@ -366,6 +395,15 @@ class EvalConfig(_Model):
                     "same pipeline, into the comparisons table")
     compare_tolerance: float = pydantic.Field(
         0.0, ge=0, description="T of the comparison flags: a change within +-T is never flagged")
+    # field path -> (the relative path as the config file gives it, the folder it was taken relative to)
+    _relative_paths: dict[str, tuple[str, str]] = pydantic.PrivateAttr(default_factory=dict)
+
+    def path_note(self, field: str) -> str:
+        """For an error about a path: where a relative path of the config file was resolved, when it was."""
+        if field not in self._relative_paths:
+            return ""
+        written, folder = self._relative_paths[field]
+        return f" ({written!r} in the config file: a relative path there is relative to the config file's folder, {folder!r})"
 
     @pydantic.model_validator(mode="before")
     @classmethod
@@ -573,7 +611,76 @@ def _set_path(raw: dict[str, Any], path: str, value: Any) -> None:
             raise ConfigError(f"--set {path}: {'.'.join(parts[:i])} is not a mapping")
 
 
+# The paths a config file names, each (section, field): a relative local one is taken
+# relative to the config file's folder, so that a config means the same files wherever it is
+# run from. (judge.cache and judge.rubrics_from hold one location or a list of them.)
+PATH_FIELDS = (("input", "uri"), ("input", "adk_criteria"), ("output", "parquet"), ("output", "adk_eval_history"),
+               ("judge", "cache"), ("judge", "rubrics_from"))
+
+
+def _config_folder(path: str) -> str:
+    """The folder of the config file, as the path names it ('' for one in the current folder)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    if FileSystems.get_scheme(path) is None:
+        return os.path.dirname(path)
+    return path.rsplit("/", 1)[0] if "/" in path.split("://", 1)[1] else path
+
+
+def _relative_to(folder: str, value: Any) -> Any:
+    """`value` taken relative to `folder`, if it is a relative local path (a URL, an
+    absolute path or a non-text value is kept); a trailing / stays."""
+    from apache_beam.io.filesystems import FileSystems
+
+    if not folder or not isinstance(value, str) or not value or os.path.isabs(value) or \
+            FileSystems.get_scheme(value) is not None:
+        return value
+    if FileSystems.get_scheme(folder) is None:
+        joined = os.path.normpath(os.path.join(folder, value))
+    else:  # gs://bucket/evals + data/x.jsonl: the path within the bucket normalised, its scheme and bucket kept
+        scheme, rest = folder.split("://", 1)
+        bucket, _, within = rest.partition("/")
+        joined = f"{scheme}://{bucket}/" + posixpath.normpath(posixpath.join(within, value)).lstrip("/")
+    return joined + "/" if value.endswith("/") and not joined.endswith("/") else joined
+
+
+def resolve_paths(raw: dict[str, Any], folder: str) -> dict[tuple[str, ...], str]:
+    """Make the relative local paths of a config file's PATH_FIELDS relative to its folder,
+    in place; returns what was changed: field path -> the value as written."""
+    changed = {}
+    for section, field in PATH_FIELDS:
+        node = raw.get(section)
+        if not isinstance(node, dict) or field not in node:
+            continue
+        values = node[field]
+        for i, value in enumerate(values if isinstance(values, list) else [values]):
+            resolved = _relative_to(folder, value)
+            if resolved == value:
+                continue
+            if isinstance(values, list):
+                values[i] = resolved
+                changed[(section, field, str(i))] = value
+            else:
+                node[field] = resolved
+                changed[(section, field)] = value
+    return changed
+
+
+def _value_at(raw: Any, path: tuple[str, ...]) -> Any:
+    for part in path:
+        if isinstance(raw, dict):
+            raw = raw.get(part)
+        elif isinstance(raw, list) and part.isdigit() and int(part) < len(raw):
+            raw = raw[int(part)]
+        else:
+            return None
+    return raw
+
+
 def load_config(path: str | Path, overrides: list[str] | None = None) -> EvalConfig:
+    """The config file at `path` (local or gs://) with the `--set` overrides applied.
+    A relative local path in the file (PATH_FIELDS) is relative to the file's folder;
+    one given in an override is taken as typed (relative to the current folder)."""
     from apache_beam.io.filesystems import FileSystems
 
     path = str(path)
@@ -588,9 +695,16 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> EvalCon
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")
+    folder = _config_folder(path)
+    resolved = {loc: (written, _value_at(raw, loc)) for loc, written in resolve_paths(raw, folder).items()}
     raw = apply_overrides(raw, overrides or [])
+    # the notes errors give: for the paths that came from the file (an override replaces its note)
+    notes = {".".join(loc): (written, folder or ".") for loc, (written, value) in resolved.items()
+             if _value_at(raw, loc) == value}
     try:
-        return EvalConfig.model_validate(raw)
+        config = EvalConfig.model_validate(raw)
+        config._relative_paths.update(notes)
+        return config
     except pydantic.ValidationError as e:
         error = e
     # A string field set with --set takes the text as typed (`--set run_id=20261122`
@@ -602,7 +716,9 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> EvalCon
         for loc in as_text:
             _set_path(raw, ".".join(loc), typed[loc])
         try:
-            return EvalConfig.model_validate(raw)
+            config = EvalConfig.model_validate(raw)
+            config._relative_paths.update(notes)
+            return config
         except pydantic.ValidationError as e:
             error = e
     raise ConfigError(f"{path}: invalid config\n{format_errors(error)}") from None

@@ -5,6 +5,7 @@
     evalbeam plan CONFIG [--set ...] [--json]
     evalbeam metrics
     evalbeam runs [--eval NAME] [--last N] [--config CONFIG | --parquet DIR | --bigquery PROJECT.DATASET]
+    evalbeam --version
     evalbeam show RUN_ID [--json] [--config CONFIG | --parquet DIR | --bigquery PROJECT.DATASET]
     evalbeam report RUN_ID [--compare BASE_RUN_ID] [-o report.html] [--config C | --parquet DIR | --bigquery P.D]
     evalbeam compare BASE_RUN_ID RUN_ID [RUN_ID ...] [--tolerance T] [--config C | --parquet DIR | --bigquery P.D]
@@ -21,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from evalbeam.configs import ConfigError, load_config
 
@@ -35,7 +36,8 @@ def _config_args(parser: argparse.ArgumentParser) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="evalbeam", description="Batch evaluation of LLM and agent outputs on Apache Beam.",
                                      allow_abbrev=False)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"evalbeam {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = sub.add_parser("run", help="run an evaluation (extra arguments go to Beam)", allow_abbrev=False)
     _config_args(run)
     run.add_argument("--fail-on-regression", action="store_true",
@@ -49,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     sub.add_parser("metrics", help="list every metric")
     runs = sub.add_parser("runs", help="list runs, newest first", allow_abbrev=False)
-    runs.add_argument("--eval", help="only the runs of this eval (config name)")
+    runs.add_argument("--eval", help="only the runs of this eval (config name); with --config, default: the config's name")
     runs.add_argument("--last", type=_positive, metavar="N", help="only the last N runs (default: all)")
     _results_args(runs)
     compare = sub.add_parser(
@@ -78,6 +80,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    """The installed distribution's version (setup.py's, as pip recorded it)."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("evalbeam")
+    except importlib.metadata.PackageNotFoundError:  # imported from a checkout that was never installed
+        return "(not installed)"
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -102,9 +114,11 @@ def _results(args):
     return ParquetResults(args.parquet or "output/")
 
 
-def _unknown_beam_args(beam_args: list[str]) -> list[str]:
-    """The arguments no Beam option knows: Beam would drop them with a warning,
-    and a mistyped flag (`--sett run_id=x`) would silently not apply."""
+def _check_beam_args(beam_args: list[str]) -> None:
+    """A usage error (status 2) for an argument no Beam option knows (Beam would
+    drop it with a warning, and a mistyped flag, `--sett run_id=x`, would silently
+    not apply), or a numeric Beam option out of its range (Beam passes
+    `--num_workers=-3` on to the runner unchecked)."""
     parsers = []
 
     def keep(parser) -> None:
@@ -120,15 +134,40 @@ def _unknown_beam_args(beam_args: list[str]) -> list[str]:
         PipelineOptions(beam_args).get_all_options(add_extra_args_fn=keep)
     finally:
         beam_log.setLevel(level)
-    _, unknown = parsers[0].parse_known_args(beam_args)
-    return unknown
+    given, unknown = parsers[0].parse_known_args(beam_args)
+    if unknown:
+        _parser().error(f"unrecognized arguments (neither evalbeam's nor Beam's): {' '.join(unknown)}")
+    for action in parsers[0]._actions:
+        value = getattr(given, action.dest, None)
+        if action.type in (int, float) and value is not None and value != action.default:
+            if problem := _out_of_range(action.dest, value):
+                _parser().error(f"argument {action.option_strings[0]}: {problem}, got {value}")
+    workers, most = getattr(given, "num_workers", None), getattr(given, "max_num_workers", None)
+    if workers and most and most < workers:
+        _parser().error(f"argument --max_num_workers: must be at least --num_workers ({workers}), got {most}")
+
+
+# Beam's numeric options are counts, sizes, ports and durations: none may be negative
+# (-1 is the default of Flink's parallelism, meaning the runner's own); these must be
+# at least 1 (a 0 would be taken as not set, silently).
+BEAM_OPTION_MINIMUMS = {"num_workers": 1, "max_num_workers": 1, "number_of_worker_harness_threads": 1,
+                        "element_processing_timeout_minutes": 1}
+
+
+def _out_of_range(option: str, value: float) -> str | None:
+    if option in ("parallelism", "max_parallelism"):
+        return None if value == -1 or value >= 1 else "must be -1 (the runner's default) or at least 1"
+    if option == "direct_num_workers":
+        return None if value >= 0 else "must be 0 (one per core) or more"
+    if option == "profile_sample_rate":
+        return None if 0 <= value <= 1 else "must be between 0 and 1"
+    least = BEAM_OPTION_MINIMUMS.get(option, 0)
+    return None if value >= least else f"must be at least {least}" if least else "must be 0 or more"
 
 
 def _check_runner(options: PipelineOptions) -> None:
     from apache_beam.runners.runner import create_runner
 
-    if (options.view_as(DirectOptions).direct_num_workers or 0) < 0:
-        raise ConfigError("--direct_num_workers: must be 0 (one per core) or more")
     runner = options.view_as(StandardOptions).runner
     if runner is None:
         return
@@ -180,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     beam_commands = ("run", "compare", "report")
     if args.command not in beam_commands and beam_args:
         _parser().error(f"unrecognized arguments: {' '.join(beam_args)}")
-    if args.command in beam_commands and (unknown := _unknown_beam_args(beam_args)):
-        _parser().error(f"unrecognized arguments (neither evalbeam's nor Beam's): {' '.join(unknown)}")
+    if args.command in beam_commands:
+        _check_beam_args(beam_args)
     from evalbeam.pipelines import evaluate
     from evalbeam.pipelines.local import LOCAL_RUNNERS, local_worker_args
     from evalbeam.pipelines.preflight import preflight
@@ -193,7 +232,10 @@ def main(argv: list[str] | None = None) -> int:
         return _report(args, beam_args)
     try:
         if args.command == "runs":
-            print(runs_report(_results(args), args.eval, args.last))
+            results, eval_name = _results(args), args.eval
+            if args.config and not eval_name:
+                eval_name = load_config(args.config).name  # the config's own runs, not the other evals' beside them
+            print(runs_report(results, eval_name, args.last))
             return 0
         if args.command == "show":
             results = _results(args)

@@ -30,7 +30,7 @@ def plan(config: EvalConfig) -> dict:
     if config.inference is not None:
         raise ConfigError("inference: evalbeam plan does not estimate runs with inference yet (the judge prompts "
                           "depend on what inference produces, and inference.model calls are not counted)")
-    checked = preflight(config)
+    checked = preflight(config, credentials=False)  # plan calls nothing: no key needed
     rubric_specs = config.rubric_specs()
     judge_specs = config.template_judge_specs()
     project = billing_project(config, None)

@@ -40,11 +40,13 @@ def billing_project(config: EvalConfig, options: PipelineOptions | None) -> str 
     return options.view_as(GoogleCloudOptions).project if options else None
 
 
-def preflight(config: EvalConfig, options: PipelineOptions | None = None, run_id: str | None = None) -> Preflight:
+def preflight(config: EvalConfig, options: PipelineOptions | None = None, run_id: str | None = None,
+              credentials: bool = True) -> Preflight:
     """Check, before any work, that the input exists, that its columns provide
     every input of every metric, and that the outputs can be written (and, for
     `run_id`, that its Parquet folder is evalbeam's to replace). Raises
-    ConfigError naming the resource or field at fault. Creates nothing."""
+    ConfigError naming the resource or field at fault. Creates nothing.
+    credentials: False for what calls no model (`plan`): the judge's key is not needed."""
     if config.input.kind == "files":
         checked = _check_files(config)
     else:
@@ -55,7 +57,7 @@ def preflight(config: EvalConfig, options: PipelineOptions | None = None, run_id
         checked = Preflight(label, None, set(columns))
     _check_columns(config, checked)
     _check_outputs(config, options, run_id or config.resolved_run_id())
-    _check_judge(config, options)
+    _check_judge(config, options, credentials)
     _check_inference(config)
     return checked
 
@@ -83,11 +85,12 @@ def parquet_glob(location: str) -> str:
     return location.rstrip("/") + "/*.parquet"
 
 
-def _check_judge(config: EvalConfig, options: PipelineOptions | None) -> None:
+def _check_judge(config: EvalConfig, options: PipelineOptions | None, credentials: bool = True) -> None:
     if not config.judge_specs() and not config.model_inference():
         return
     try:
-        check_credentials(config.judge)
+        if credentials:
+            check_credentials(config.judge)
     except JudgeCredentialsError as e:
         raise ConfigError(str(e)) from None
     tables = [("cache", "judge_cache", loc) for loc in config.judge.cache]
@@ -116,14 +119,14 @@ def _check_files(config: EvalConfig) -> Preflight:
         files = match_files(uri)
     except BeamIOError as e:
         reason = next(iter(e.exception_details.values()), e) if getattr(e, "exception_details", None) else e
-        raise ConfigError(f"input.uri: cannot list {uri!r}: {_short(reason)}") from None
+        raise ConfigError(f"input.uri: cannot list {uri!r}{config.path_note('input.uri')}: {_short(reason)}") from None
     if not files:
-        raise ConfigError(f"input.uri: no file matches {uri!r}")
+        raise ConfigError(f"input.uri: no file matches {uri!r}{config.path_note('input.uri')}")
     if FileSystems.get_scheme(uri) is None and os.path.isdir(uri):  # Beam's local match gives a folder named alone
         ext = {"csv": "csv"}.get(config.input.format or "", "jsonl")
         raise ConfigError(f"input.uri: {uri!r} is a folder: name its files, e.g. "
                           f"{os.path.join(uri, '*.' + ext)!r}")
-    sample = sample_records(files, config.input.inferred_format())
+    sample = sample_records(files, config.input.inferred_format(), encoding=config.input.encoding)
     return Preflight(f"{len(files)} file(s)", len(sample.records), present_columns(map(_with_trace_fields, sample.records)),
                      sample.dead_letters)
 

@@ -367,8 +367,9 @@ SHOWN_FIELDS = ("prompt", "instruction", "history", "context", "reference", "res
 
 
 def config_digest(config_text: str | None) -> str | None:
-    """Which config a run ran with, in 12 hex digits: the sha256 of the config stored in its runs row."""
-    return hashlib.sha256(config_text.encode("utf-8")).hexdigest()[:12] if config_text else None
+    """Which config a run ran with: the sha256 (64 hex digits, as `sha256sum` prints it) of
+    the config stored in its runs row (`config`, UTF-8), so that anyone can recompute it."""
+    return hashlib.sha256(config_text.encode("utf-8")).hexdigest() if config_text else None
 
 
 def judge_accounting(run: dict[str, Any]) -> dict[str, Any] | None:

@@ -400,3 +400,100 @@ def test_a_local_run_goes_to_beams_fnapirunner_and_fetches_nothing(dataset, tmp_
     for flags in ([], ["--runner=DirectRunner"], ["--direct_num_workers=2", "--direct_running_mode=multi_processing"]):
         assert isinstance(new_pipeline(PipelineOptions(flags)).runner, FnApiRunner), flags
     assert not isinstance(new_pipeline(PipelineOptions(["--runner=PrismRunner"])).runner, FnApiRunner)
+
+
+def test_version_is_the_installed_distributions():
+    import importlib.metadata
+
+    result = evalbeam("--version")
+    assert result.stdout == f"evalbeam {importlib.metadata.version('evalbeam')}\n"
+    assert importlib.metadata.version("evalbeam") in (ROOT / "setup.py").read_text()  # setup.py's, as pip recorded it
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--num_workers=-3"], "argument --num_workers: must be at least 1, got -3"),
+    (["--num_workers=0"], "argument --num_workers: must be at least 1, got 0"),
+    (["--max_num_workers=-1"], "argument --max_num_workers: must be at least 1, got -1"),
+    (["--num_workers=5", "--max_num_workers=2"], "argument --max_num_workers: must be at least --num_workers (5), got 2"),
+    (["--number_of_worker_harness_threads=0"], "argument --number_of_worker_harness_threads: must be at least 1, got 0"),
+    (["--disk_size_gb=-10"], "argument --disk_size_gb: must be 0 or more, got -10"),
+    (["--direct_num_workers=-2"], "argument --direct_num_workers: must be 0 (one per core) or more, got -2"),
+    (["--parallelism=-5"], "argument --parallelism: must be -1 (the runner's default) or at least 1, got -5"),
+])
+def test_beams_numeric_flags_out_of_range_are_usage_errors(tmp_path, flags, message):
+    """Beam passes a count like --num_workers=-3 on to the runner unchecked: refused before
+    anything is read (the config here does not even exist), for every command taking Beam flags."""
+    commands = [["run", tmp_path / "none.yaml"]]
+    if flags == ["--num_workers=-3"]:
+        commands += [["compare", "a", "b", "--parquet", tmp_path], ["report", "a", "--compare", "b", "--parquet", tmp_path]]
+    for command in commands:
+        result = evalbeam(*command, *flags, check=False)
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert result.stderr.splitlines()[-1] == f"evalbeam: error: {message}"
+
+
+def test_runs_with_a_config_lists_that_configs_eval_only(dataset, tmp_path):
+    config, data, _ = dataset
+    other = tmp_path / "other.yaml"
+    other.write_text(config.read_text().replace("name: e2e", "name: other-eval").replace("run_id: r1", "run_id: o1"))
+    evalbeam("run", config, check=False)  # exits 1: the dataset has bad rows
+    evalbeam("run", other, check=False)
+    every = evalbeam("runs", "--parquet", tmp_path / "out").stdout
+    assert " e2e " in every and " other-eval " in every
+    listed = evalbeam("runs", "--config", other).stdout.splitlines()[2:]
+    assert [line.split()[:2] for line in listed] == [["o1", "other-eval"]]
+    named = evalbeam("runs", "--config", other, "--eval", "e2e").stdout.splitlines()[2:]  # --eval still chooses
+    assert [line.split()[:2] for line in named] == [["r1", "e2e"]]
+
+
+def test_a_latin1_csv_is_read_with_input_encoding(tmp_path):
+    data = tmp_path / "latin.csv"
+    data.write_bytes("id,response,reference\n1,café,café\n2,naïve,naive\n".encode("latin-1"))
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"name": "latin", "run_id": "l1", "input": {"uri": str(data), "id_column": "id"},
+                                      "metrics": ["exact_match"], "output": {"parquet": str(tmp_path / "out")}}))
+    # as UTF-8 (the default): no row can be read, and the reason says what to set
+    refused = evalbeam("validate", config, check=False)
+    assert refused.returncode == 2 and "set input.encoding (e.g. latin-1, cp1252, utf-16)" in refused.stderr
+    result = evalbeam("run", config, "--set", "input.encoding=latin-1")
+    assert "read 2 = scored 2 + dead-lettered 0" in result.stdout
+    assert {i["response"] for i in table(tmp_path / "out" / "l1", "instances")} == {"café", "naïve"}
+    unknown = evalbeam("validate", config, "--set", "input.encoding=klingon", check=False)
+    assert unknown.returncode == 2
+    assert "input.encoding: unknown encoding 'klingon': give a codec Python knows" in unknown.stderr
+
+
+def test_a_configs_relative_paths_are_found_from_any_current_folder(tmp_path):
+    """The command runs in the repository (tests.helpers); the config, its data and its output
+    are in a folder of their own, named relatively in the config."""
+    evals = tmp_path / "evals"
+    (evals / "data").mkdir(parents=True)
+    (evals / "data" / "d.jsonl").write_text(json.dumps({"response": "a", "reference": "a"}) + "\n")
+    config = evals / "c.yaml"
+    config.write_text("name: rel\nrun_id: r1\ninput: {uri: data/*.jsonl}\nmetrics: [exact_match]\noutput: {parquet: ../out/}\n")
+    result = evalbeam("run", config)
+    assert "read 1 = scored 1 + dead-lettered 0" in result.stdout
+    assert [r["score"] for r in table(tmp_path / "out" / "r1", "metric_results")] == [1.0]
+    assert evalbeam("runs", "--config", config).stdout.splitlines()[2].startswith("r1 ")
+    config.write_text(config.read_text().replace("data/*.jsonl", "dat/*.jsonl"))
+    missing = evalbeam("validate", config, check=False)
+    assert missing.returncode == 2
+    assert missing.stderr == (f"evalbeam: input.uri: no file matches '{evals}/dat/*.jsonl' ('dat/*.jsonl' in the config "
+                              f"file: a relative path there is relative to the config file's folder, '{evals}')\n")
+
+
+def test_make_demo_judge_runs_a_judge_config_against_the_stand_in_and_says_its_scores_mean_nothing(tmp_path):
+    """`make demo-judge`: the stand-in started, configs/demo_judge.yaml run against it with no key of the
+    user's, the stand-in stopped; the output says twice (first and last) that the scores mean nothing."""
+    env = {k: v for k, v in os.environ.items() if k != "GOOGLE_API_KEY"}
+    result = subprocess.run(["make", "-s", "-o", ".venv/.installed", "demo-judge",
+                             f"DEMO_JUDGE_ARGS=--set output.parquet={tmp_path} --set run_id=standin"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    notice = "Its scores are drawn from a hash of each prompt: they mean NOTHING about the responses."
+    assert result.stdout.count(notice) == 2 and result.stdout.rstrip().endswith("evalbeam run configs/demo_judge.yaml")
+    [run] = table(tmp_path / "standin", "runs")
+    assert run["name"] == "demo-judge-agents-stand-in" and run["judge_failures"] == 0
+    overall = {s["metric"]: s["valid_count"] for s in table(tmp_path / "standin", "summary") if s["slice"] == "overall"}
+    assert {k: overall[k] for k in ("fluency", "safety", "instruction_following", "response_follows_trajectory")} == {
+        "fluency": 15, "safety": 15, "instruction_following": 15, "response_follows_trajectory": 15}

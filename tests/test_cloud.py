@@ -10,7 +10,7 @@ import yaml
 
 from tests.emulators.control import BUCKET, PROJECT
 from evalbeam.transforms import schema
-from tests.helpers import evalbeam
+from tests.helpers import ROOT, evalbeam
 
 T = {"tool_name": "get", "tool_input": {"id": 1}}
 U = {"tool_name": "set", "tool_input": {"id": 1, "on": True}}
@@ -247,8 +247,8 @@ def test_empty_bigquery_input_is_an_empty_run(cloud, tmp_path):
         (f"uri: bq://{PROJECT}.src.missing_table", "parquet: out/", f"input.uri: BigQuery table {PROJECT}.src.missing_table does not exist"),
         ("query: SELEC response FROM t", "parquet: out/", "input.query: BigQuery refused the query: Syntax error"),
         (f"uri: bq://{PROJECT}.src.t;DROP", "parquet: out/", "is not a valid BigQuery table"),
-        ("uri: configs/data/agents.jsonl\ncolumn_mapping: {response: answer}", "parquet: gs://no-such-bucket/out", "output.parquet: bucket 'no-such-bucket' does not exist"),
-        ("uri: configs/data/agents.jsonl\ncolumn_mapping: {response: answer}", "bigquery: local-project.bad-name", "output.bigquery: String should match pattern"),
+        (f"uri: {ROOT}/configs/data/agents.jsonl\ncolumn_mapping: {{response: answer}}", "parquet: gs://no-such-bucket/out", "output.parquet: bucket 'no-such-bucket' does not exist"),
+        (f"uri: {ROOT}/configs/data/agents.jsonl\ncolumn_mapping: {{response: answer}}", "bigquery: local-project.bad-name", "output.bigquery: String should match pattern"),
     ],
 )
 def test_bad_cloud_resources_fail_before_any_work(cloud, tmp_path, input_block, output_block, message):

@@ -1,3 +1,4 @@
+import os
 import textwrap
 
 import pytest
@@ -73,6 +74,8 @@ def test_bad_metric_fields_are_named(tmp_path, change, expected):
         ("uri: data.jsonl", "uri: bq://proj.ds.t", "not a valid BigQuery table"),
         ("uri: data.jsonl", "uri: bq://my-project.ds;DROP.t", "not a valid BigQuery table"),
         ("uri: data.jsonl", "uri: data.jsonl\n  query: SELECT 1", "set exactly one of input.uri and input.query"),
+        ("uri: data.jsonl", "uri: data.jsonl\n  encoding: base64", "input.encoding: Value error, 'base64' is not a text encoding"),
+        ("uri: data.jsonl", "uri: a.evalset.json\n  encoding: latin-1", "input.encoding applies to jsonl and csv files"),
         ("uri: data.jsonl", "format: csv", "set exactly one of input.uri and input.query"),
         ("name: t", "name: t\nextra_key: 1", "extra_key: Extra inputs are not permitted"),
     ],
@@ -119,3 +122,34 @@ def test_dates_are_read_by_their_field_and_a_string_keeps_its_text(tmp_path):
     assert load_config(write(tmp_path, BASE + "run_id: 2026-11-22\n")).run_id == "2026-11-22"
     assert load_config(write(tmp_path, BASE), ["run_id=2026-13-45"]).run_id == "2026-13-45"
     assert load_config(write(tmp_path, BASE), ["run_date=2026-11-23"]).run_date == dt.date(2026, 11, 23)
+
+
+def test_relative_paths_in_a_config_file_are_relative_to_its_folder(tmp_path):
+    folder = tmp_path / "evals"
+    folder.mkdir()
+    text = BASE.replace("  parquet: out/", "  parquet: ../out/\n  adk_eval_history: history") + textwrap.dedent(f"""
+        judge:
+          cache: [cache/j1, {tmp_path}/abs/j2, gs://bucket/j3, bq://my-project.d.judge_cache]
+          rubrics_from: rubrics/*.parquet
+        """)
+    path = folder / "c.yaml"
+    path.write_text(textwrap.dedent(text))
+    config = load_config(path)
+    assert config.input.uri == f"{folder}/data.jsonl"
+    assert (config.output.parquet, config.output.adk_eval_history) == (f"{tmp_path}/out/", f"{folder}/history")
+    assert config.judge.cache == [f"{folder}/cache/j1", f"{tmp_path}/abs/j2", "gs://bucket/j3", "bq://my-project.d.judge_cache"]
+    assert config.judge.rubrics_from == [f"{folder}/rubrics/*.parquet"]
+    assert config.path_note("input.uri") == (f" ('data.jsonl' in the config file: a relative path there is relative "
+                                             f"to the config file's folder, '{folder}')")
+    # --set takes a path as typed on the command line: relative to the current folder
+    overridden = load_config(path, ["input.uri=here/*.jsonl", "output.parquet=out2/"])
+    assert (overridden.input.uri, overridden.output.parquet) == ("here/*.jsonl", "out2/")
+    assert overridden.path_note("input.uri") == "" and overridden.judge.cache[0] == f"{folder}/cache/j1"
+    # a config named relative to the current folder gives paths relative to it as well
+    relative = load_config(os.path.relpath(path))
+    assert relative.input.uri == os.path.join(os.path.relpath(folder), "data.jsonl")
+    # a config in Cloud Storage: its relative paths are in the same bucket
+    from evalbeam.configs import _relative_to
+
+    assert _relative_to("gs://bucket/evals", "data/*.jsonl") == "gs://bucket/evals/data/*.jsonl"
+    assert _relative_to("gs://bucket/evals", "../out/") == "gs://bucket/out/"

@@ -72,3 +72,16 @@ def test_plan_prints_a_table_and_checks_inputs_like_validate(tmp_path, monkeypat
     bad = judge_config(tmp_path, data, "http://127.0.0.1:9", ["bleu"], run_id="bad")
     failed = evalbeam("plan", bad, check=False)
     assert failed.returncode == 2 and "bleu" in failed.stderr and "reference" in failed.stderr
+
+
+def test_plan_needs_no_key_and_run_still_does(tmp_path, monkeypatch):
+    """plan calls nothing, so it runs without the judge's API key; run still refuses without one."""
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    data = write_data(tmp_path, ROWS)
+    with JudgeServer() as server:
+        config = judge_config(tmp_path, data, server.url, ["fluency"])
+        planned = json.loads(evalbeam("plan", config, "--json").stdout)
+        assert server.stats.requests == 0
+    assert {r["metric"]: r["to_call"] for r in planned["metrics"]} == {"fluency": 4}
+    run = evalbeam("run", config, check=False)
+    assert run.returncode == 2 and "GOOGLE_API_KEY" in run.stderr

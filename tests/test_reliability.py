@@ -155,7 +155,7 @@ def test_mistyped_flags_and_unknown_runners_are_errors(tmp_path):
     assert "Traceback" not in runner.stderr
     negative = evalbeam("run", config, "--direct_num_workers=-3", check=False)
     assert negative.returncode == 2 and "Traceback" not in negative.stderr
-    assert negative.stderr.startswith("evalbeam: --direct_num_workers: must be 0 (one per core) or more")
+    assert "evalbeam: error: argument --direct_num_workers: must be 0 (one per core) or more, got -3" in negative.stderr
     # a bad value of a Beam flag: one usage error, not the usage of every Beam option
     bad = evalbeam("run", config, "--direct_num_workers=abc", check=False)
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 2, bad.stderr

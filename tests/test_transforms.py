@@ -54,6 +54,43 @@ def test_read_csv_quoted_newlines_and_short_rows(tmp_path):
         assert_that(lines | beam.Map(lambda s: (s.lines, s.skipped)), equal_to([(7, 2)]), label="lines")
 
 
+def test_read_in_another_encoding_by_lines_and_transcoded(tmp_path):
+    """input.encoding: a cp1252 CSV split at its line bytes, a UTF-16 JSONL file (two bytes a line
+    break, with a byte order mark, gzipped) transcoded as it is read; a line that does not decode
+    is dead-lettered alone, with its line and the encoding named."""
+    import gzip
+
+    rows = [{"id": "1", "response": "café – “quoted”"}, {"id": "2", "response": "naïve"}]
+    # 0x81 is one of the five bytes cp1252 leaves undefined
+    (tmp_path / "d.csv").write_bytes("id,response\r\n1,café – “quoted”\r\n2,naïve\r\n".encode("cp1252") + b"3,\x81\r\n")
+    lines = [json.dumps(r, ensure_ascii=False).encode("utf-16-le") for r in rows]
+    lines.insert(1, '{"id": "x", "response": "'.encode("utf-16-le") + b"\x00\xd8" + '"}'.encode("utf-16-le"))  # a lone surrogate
+    with gzip.open(tmp_path / "d.jsonl.gz", "wb") as f:
+        f.write(b"\xff\xfe" + "\n".encode("utf-16-le").join(lines) + "\n".encode("utf-16-le"))
+    with TestPipeline() as p:
+        csv_records, csv_dead, _ = p | "Csv" >> ReadRecords("csv", uri=str(tmp_path / "*.csv"), encoding="cp1252")
+        json_records, json_dead, json_lines = p | "Json" >> ReadRecords("jsonl", uri=str(tmp_path / "*.gz"), encoding="utf-16")
+        assert_that(csv_records | beam.Map(lambda r: r.data), equal_to(rows), label="csv")
+        assert_that(csv_dead | beam.Map(lambda d: (d.line, d.reason)), equal_to(
+            [(4, "line 4 is not valid cp1252 (input.encoding): character maps to <undefined> at byte 2")]), label="csv dead")
+        assert_that(json_records | beam.Map(lambda r: (r.line, r.data)), equal_to([(1, rows[0]), (3, rows[1])]), label="json")
+        assert_that(json_dead | beam.Map(lambda d: (d.line, d.reason)), equal_to(
+            [(2, "line 2 is not valid utf-16 (input.encoding)")]), label="json dead")
+        assert_that(json_lines | beam.Map(lambda s: (s.lines, s.skipped)), equal_to([(3, 0)]), label="json lines")
+
+
+def test_a_line_that_is_not_utf8_suggests_input_encoding(tmp_path):
+    from evalbeam.transforms.read import DeadLetter, Record, parse_file
+
+    path = tmp_path / "latin.csv"
+    path.write_bytes("id,response\n1,café\n2,plain\n".encode("latin-1"))
+    dead = [i for i in parse_file(str(path), "csv") if isinstance(i, DeadLetter)]
+    assert [d.reason for d in dead] == ["line 2 is not valid UTF-8 (unexpected end of data at byte 5); if the file is "
+                                        "in another encoding, set input.encoding (e.g. latin-1, cp1252, utf-16)"]
+    assert [i.data for i in parse_file(str(path), "csv", "latin-1") if isinstance(i, Record)] == [
+        {"id": "1", "response": "café"}, {"id": "2", "response": "plain"}]
+
+
 RUN = RunKey("r1", __import__("datetime").date(2026, 11, 20))
 
 

@@ -23,6 +23,7 @@ in, with its true line, and reading goes on with the next one.
 from __future__ import annotations
 
 import bisect
+import codecs
 import collections
 import csv
 import dataclasses
@@ -107,6 +108,51 @@ class SourceLines:
     skipped: int
 
 
+UTF8 = "utf-8"
+# Named by the reason a line that is not UTF-8 is dead-lettered with.
+ENCODING_HINT = "if the file is in another encoding, set input.encoding (e.g. latin-1, cp1252, utf-16)"
+
+
+def splits_as_ascii(encoding: str) -> bool:
+    """Whether a file in this encoding can be split into lines at its b"\n" bytes
+    and each line decoded alone (UTF-8, Latin-1, cp1252, Shift JIS, ...); not so
+    UTF-16 or UTF-32, whose line break is two or four bytes: those files are
+    transcoded to UTF-8 as they are read (_Transcoded)."""
+    try:
+        return "\n\r".encode(encoding) == b"\n\r" and b"\n\r".decode(encoding) == "\n\r"
+    except (UnicodeError, LookupError):
+        return False
+
+
+def _undecodable(error: UnicodeDecodeError) -> tuple[str, int]:
+    """Bytes a codec cannot decode, in a transcoded file: a mark that becomes the one
+    byte 0xFF in UTF-8 (never valid there), so the line holding them is found bad."""
+    return "\udcff", error.end
+
+
+codecs.register_error("evalbeam.undecodable", _undecodable)
+
+
+class _Transcoded:
+    """A byte stream in `encoding` (one _Lines cannot split: UTF-16, UTF-32) as
+    UTF-8 bytes, decoded incrementally (a byte order mark is read, as the codec
+    reads it); undecodable bytes become an invalid UTF-8 byte (_undecodable)."""
+
+    def __init__(self, stream, encoding: str):
+        self._read = getattr(stream, "read1", stream.read)
+        self._decoder = codecs.getincrementaldecoder(encoding)(errors="evalbeam.undecodable")
+        self._done = False
+
+    def read(self, n: int = -1) -> bytes:  # at least one character's bytes, however many n asks
+        while not self._done:
+            chunk = self._read(_CHUNK)
+            self._done = not chunk
+            text = self._decoder.decode(chunk, final=self._done)
+            if text:
+                return text.encode(UTF8, "surrogateescape")
+        return b""
+
+
 @dataclasses.dataclass
 class _Line:
     number: int
@@ -120,10 +166,15 @@ class _Lines:
     """The physical lines of a byte stream, numbered from 1, decoded one by one
     (a line with a bad byte damages only itself). A line longer than
     MAX_RECORD_BYTES keeps only its head. `count` is the lines seen so far;
-    `error` is set when the stream itself failed (e.g. a corrupt .gz)."""
+    `error` is set when the stream itself failed (e.g. a corrupt .gz).
+    encoding: the file's (input.encoding), any codec Python knows."""
 
-    def __init__(self, stream, keep_cr: bool = False, first_line: int = 1):
-        self._stream = stream
+    def __init__(self, stream, keep_cr: bool = False, first_line: int = 1, encoding: str = UTF8):
+        self._encoding = encoding
+        self._utf8 = codecs.lookup(encoding).name == UTF8
+        self._transcoded = not self._utf8 and not splits_as_ascii(encoding)
+        self._decode = UTF8 if self._utf8 or self._transcoded else encoding
+        self._stream = _Transcoded(stream, encoding) if self._transcoded else stream
         self._keep_cr = keep_cr
         self.count = first_line - 1  # a part of a file starts at its own line
         self.error: str | None = None
@@ -167,25 +218,31 @@ class _Lines:
         if data.endswith(b"\r") and not self._keep_cr:
             data = data[:-1]
             size -= 1
-        if self.count == 1 and data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark
+        if self.count == 1 and self._decode == UTF8 and data.startswith(b"\xef\xbb\xbf"):  # a byte order mark
             data = data[3:]
             size -= 3
         line = _Line(self.count, data, size)
         try:
-            line.text = data.decode("utf-8")
+            line.text = data.decode(self._decode)
         except UnicodeDecodeError as e:
-            line.text = data.decode("utf-8", "replace")
-            line.bad = f"line {self.count} is not valid UTF-8 ({e.reason} at byte {e.start})"
+            line.text = data.decode(self._decode, "replace")
+            if self._utf8:
+                line.bad = f"line {self.count} is not valid UTF-8 ({e.reason} at byte {e.start}); {ENCODING_HINT}"
+            elif self._transcoded:  # the offset would be the transcoded text's
+                line.bad = f"line {self.count} is not valid {self._encoding} (input.encoding)"
+            else:
+                line.bad = f"line {self.count} is not valid {self._encoding} (input.encoding): {e.reason} at byte {e.start}"
         if size > MAX_RECORD_BYTES:
             line.bad = f"line {self.count} is {size:,} bytes, over the limit of {MAX_RECORD_BYTES:,} bytes for one record"
         return line
 
 
-def parse_jsonl(path: str, stream, first_line: int = 1, file_start: bool = True) -> Iterator[Record | DeadLetter | SourceLines]:
+def parse_jsonl(path: str, stream, first_line: int = 1, file_start: bool = True,
+                encoding: str = UTF8) -> Iterator[Record | DeadLetter | SourceLines]:
     """JSON Lines; a file whose first non-blank line opens a JSON array is read
     as one array of records instead (the shape many exporters write).
     first_line, file_start: where `stream` starts, for a part of a file (FilePart)."""
-    lines = _Lines(stream, first_line=first_line)
+    lines = _Lines(stream, first_line=first_line, encoding=encoding)
     skipped = 0
     first = file_start
     iterator = iter(lines)
@@ -384,8 +441,8 @@ def _csv_records(feed: _Feed):
         yield cells, feed.taken, None
 
 
-def parse_csv(path: str, stream) -> Iterator[Record | DeadLetter | SourceLines]:
-    lines = _Lines(stream, keep_cr=True)
+def parse_csv(path: str, stream, encoding: str = UTF8) -> Iterator[Record | DeadLetter | SourceLines]:
+    lines = _Lines(stream, keep_cr=True, encoding=encoding)
     feed = _Feed(lines)
     records = _csv_records(feed)
     skipped = 0
@@ -454,7 +511,7 @@ ADK_FORMATS = ("adk_eval_result", "adk_eval_set")
 
 
 def _adk_parser(fmt: str):
-    def parse(path: str, stream):
+    def parse(path: str, stream, encoding: str = UTF8):  # JSON documents: UTF-8 (RFC 8259; the config allows no other)
         from evalbeam.transforms import read_adk
 
         return getattr(read_adk, f"parse_{fmt}")(path, stream)
@@ -465,19 +522,20 @@ def _adk_parser(fmt: str):
 PARSERS.update({fmt: _adk_parser(fmt) for fmt in ADK_FORMATS})
 
 
-def parse_file(path: str, fmt: str) -> Iterator[Record | DeadLetter | SourceLines]:
+def parse_file(path: str, fmt: str, encoding: str = UTF8) -> Iterator[Record | DeadLetter | SourceLines]:
     """Every record, dead letter and the line count of one file (decompressed by its
-    extension, as Beam names compressions: .gz, .bz2, .zst/.zstd, .xz/.lzma, .deflate)."""
+    extension, as Beam names compressions: .gz, .bz2, .zst/.zstd, .xz/.lzma, .deflate),
+    whose text is in `encoding`."""
     kind = CompressionTypes.detect_compression_type(path)
     with FileSystems.open(path, mime_type="application/octet-stream",
                           compression_type=CompressionTypes.UNCOMPRESSED) as raw:
         if kind == CompressionTypes.UNCOMPRESSED:
-            yield from PARSERS[fmt](path, raw)
+            yield from PARSERS[fmt](path, raw, encoding=encoding)
         elif kind == CompressionTypes.GZIP:
             with gzip.GzipFile(fileobj=raw) as stream:
-                yield from PARSERS[fmt](path, stream)
+                yield from PARSERS[fmt](path, stream, encoding=encoding)
         else:
-            yield from PARSERS[fmt](path, Decompressed(raw, kind))
+            yield from PARSERS[fmt](path, Decompressed(raw, kind), encoding=encoding)
 
 
 class _Decompressor:
@@ -628,12 +686,13 @@ def default_part_bytes() -> int:
     return int(os.environ.get("EVALBEAM_PART_BYTES") or PART_BYTES)
 
 
-def file_parts(path: str, fmt: str, size: int, part_bytes: int | None = None) -> list[FilePart]:
+def file_parts(path: str, fmt: str, size: int, part_bytes: int | None = None, encoding: str = UTF8) -> list[FilePart]:
     """The parts to read a file of `size` bytes in: line-aligned byte ranges of an
     uncompressed JSON Lines file over part_bytes (the line numbers come from one
-    pass counting its line breaks, at memory-copy speed), else the whole file."""
+    pass counting its line breaks, at memory-copy speed), else the whole file
+    (always for an encoding whose lines cannot be found by their b"\n" bytes)."""
     part_bytes = part_bytes or default_part_bytes()
-    if fmt != "jsonl" or size <= part_bytes or \
+    if fmt != "jsonl" or size <= part_bytes or not splits_as_ascii(encoding) or \
             CompressionTypes.detect_compression_type(path) != CompressionTypes.UNCOMPRESSED:
         return [FilePart(path)]
     parts, start, first_line, line = [], 0, 1, 1
@@ -684,22 +743,24 @@ class _Range(io.RawIOBase):
         return data
 
 
-def parse_part(part: FilePart, fmt: str) -> Iterator[Record | DeadLetter | SourceLines]:
+def parse_part(part: FilePart, fmt: str, encoding: str = UTF8) -> Iterator[Record | DeadLetter | SourceLines]:
     """Every record, dead letter and the line count of a FilePart."""
     if part.end is None and part.start == 0:
-        yield from parse_file(part.path, fmt)
+        yield from parse_file(part.path, fmt, encoding)
         return
     with FileSystems.open(part.path, mime_type="application/octet-stream",
                           compression_type=CompressionTypes.UNCOMPRESSED) as stream:
         stream.seek(part.start)
-        yield from parse_jsonl(part.path, _Range(stream, part.end - part.start), part.first_line, part.start == 0)
+        yield from parse_jsonl(part.path, _Range(stream, part.end - part.start), part.first_line, part.start == 0,
+                               encoding)
 
 
 class ParseFileFn(beam.DoFn):
     """counted: False for a second read of the same files (its records are not counted again)."""
 
-    def __init__(self, fmt: str, counted: bool = True):
+    def __init__(self, fmt: str, counted: bool = True, encoding: str = UTF8):
         self._fmt = fmt
+        self._encoding = encoding
         prefix = "" if counted else "reread_"
         self._read = Metrics.counter("evalbeam", prefix + "records_read")
         self._bad = Metrics.counter("evalbeam", prefix + "records_unparseable")
@@ -713,7 +774,7 @@ class ParseFileFn(beam.DoFn):
     def process(self, part: FilePart):
         index = 0
         whole = part.end is None and part.start == 0
-        for item in parse_part(part, self._fmt):
+        for item in parse_part(part, self._fmt, self._encoding):
             if isinstance(item, Record):
                 # a record's number in its file: counted in a whole file; in a
                 # part of a JSONL file (one record per line), its line
@@ -735,44 +796,50 @@ class ReadRecords(beam.PTransform):
     """The files matching ``uri``, or the FileParts ``parts`` (a PCollection, to
     read the same parts twice) -> Records (main), DeadLetters (tag
     'dead_letter') and one SourceLines per file (tag 'lines').
-    counted: False for a second read of the same files (see ParseFileFn)."""
+    counted: False for a second read of the same files (see ParseFileFn).
+    encoding: the files' text encoding (input.encoding)."""
 
-    def __init__(self, fmt: str, *, uri: str | None = None, parts=None, counted: bool = True):
+    def __init__(self, fmt: str, *, uri: str | None = None, parts=None, counted: bool = True, encoding: str = UTF8):
         super().__init__()
         if (uri is None) == (parts is None):
             raise ValueError("ReadRecords reads either a uri or parts")
         self._uri = uri
         self._fmt = fmt
+        self._encoding = encoding
         self._counted = counted
         self._parts = parts
 
     def expand(self, pbegin):
-        parts = self._parts if self._parts is not None else pbegin | "Parts" >> FileParts(self._uri, self._fmt)
+        parts = self._parts if self._parts is not None else \
+            pbegin | "Parts" >> FileParts(self._uri, self._fmt, encoding=self._encoding)
         parsed = (
             parts
             # one file (or part of one) per worker: the files, not their records, are spread here
             | "SpreadFiles" >> beam.Reshuffle()
-            | "ParseFiles" >> beam.ParDo(ParseFileFn(self._fmt, self._counted)).with_outputs(DEAD_LETTER, LINES, main="records")
+            | "ParseFiles" >> beam.ParDo(ParseFileFn(self._fmt, self._counted, self._encoding)).with_outputs(
+                DEAD_LETTER, LINES, main="records")
         )
         return parsed.records, parsed[DEAD_LETTER], parsed[LINES]
 
 
 class FileParts(beam.PTransform):
     """The files matching ``uri`` -> the FileParts to read them in (of about
-    `part_bytes`; None: default_part_bytes())."""
+    `part_bytes`; None: default_part_bytes()), in `encoding`."""
 
-    def __init__(self, uri: str, fmt: str, part_bytes: int | None = None):
+    def __init__(self, uri: str, fmt: str, part_bytes: int | None = None, encoding: str = UTF8):
         super().__init__()
         self._uri = uri
         self._fmt = fmt
         self._part_bytes = part_bytes
+        self._encoding = encoding
 
     def expand(self, pbegin):
         return (
             pbegin
             | "MatchFiles" >> fileio.MatchFiles(self._uri, empty_match_treatment=fileio.EmptyMatchTreatment.DISALLOW)
-            | "Split" >> beam.FlatMap(lambda metadata, fmt, size: file_parts(metadata.path, fmt, metadata.size_in_bytes, size),
-                                      self._fmt, self._part_bytes)
+            | "Split" >> beam.FlatMap(
+                lambda metadata, fmt, size, encoding: file_parts(metadata.path, fmt, metadata.size_in_bytes, size, encoding),
+                self._fmt, self._part_bytes, self._encoding)
         )
 
 
@@ -788,12 +855,12 @@ class Sample:
     dead_letters: list[DeadLetter]
 
 
-def sample_records(paths: list[str], fmt: str, limit: int = 200) -> Sample:
+def sample_records(paths: list[str], fmt: str, limit: int = 200, encoding: str = UTF8) -> Sample:
     """Up to ``limit`` parseable records from the first files (and the dead
     letters met on the way), for checking columns before the pipeline starts."""
     sample = Sample([], [])
     for path in paths:
-        for item in parse_file(path, fmt):
+        for item in parse_file(path, fmt, encoding):
             if isinstance(item, Record):
                 sample.records.append(item.data)
                 if len(sample.records) >= limit:

@@ -55,10 +55,11 @@ def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
     owner = getattr(pipeline, "pipeline", pipeline)  # a PBegin's pipeline, or the pipeline
     if read_plan is None:
         fmt = config.input.inferred_format()
-        parts = pipeline | "FileParts" >> FileParts(config.input.uri, fmt, part_bytes(owner, config))
-        records, unparseable, source_lines = pipeline | "Read" >> ReadRecords(fmt, parts=parts)
+        encoding = config.input.encoding
+        parts = pipeline | "FileParts" >> FileParts(config.input.uri, fmt, part_bytes(owner, config), encoding)
+        records, unparseable, source_lines = pipeline | "Read" >> ReadRecords(fmt, parts=parts, encoding=encoding)
         if lean_local(owner, config):
-            first_read = pipeline | "ReadIds" >> ReadRecords(fmt, parts=parts, counted=False)
+            first_read = pipeline | "ReadIds" >> ReadRecords(fmt, parts=parts, counted=False, encoding=encoding)
             decisions = first_read[0] | "IdDecisions" >> UniqueIdDecisions(row_spec(config))
     else:
         records, source_lines = pipeline | "ReadBigQuery" >> bigquery.ReadBigQueryRows(read_plan)
