@@ -95,9 +95,11 @@ def test_a_run_killed_while_judging_repeats_only_its_last_seconds(tmp_path, api_
         usable = set(checkpointed_keys(folder))
         assert usable == set(saved) - set(damaged_keys)
 
-        # a different run_id never reads them
+        # a different run_id never reads them: it asks every judgment (plus any copy of a slow
+        # call at its end, TailHedge, which a loaded machine makes: seen once in CI)
+        copies_before = server.stats.duplicates
         evalbeam("run", write_run(tmp_path, server.url, "other"), *flags)
-        assert server.stats.requests - first_calls == JUDGMENTS
+        assert server.stats.requests - first_calls - (server.stats.duplicates - copies_before) == JUDGMENTS
         assert sorted(folder.glob("*.parquet")) == chunks
 
         # the re-run of k1 asks exactly what no usable checkpoint holds
