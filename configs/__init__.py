@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import secrets
 from pathlib import Path
 from typing import Any, Literal
 
@@ -562,13 +563,15 @@ class EvalConfig(_Model):
 
     def resolved_run_id(self, now: dt.datetime | None = None) -> str:
         """run_id, else <name>-<run_date> when a run date is given (so that a
-        scheduled night's re-run replaces that night), else <name>-<UTC timestamp>."""
+        scheduled night's re-run replaces that night), else <name>-<UTC timestamp>-<4 random
+        hex digits>: runs started in the same second get different run_ids (the
+        suffix), which still sort by their start (the timestamp comes first)."""
         if self.run_id:
             return self.run_id
         if self.run_date:
             return f"{self.name}-{self.run_date:%Y%m%d}"
         now = now or dt.datetime.now(dt.timezone.utc)
-        return f"{self.name}-{now:%Y%m%dT%H%M%SZ}"
+        return f"{self.name}-{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
 
     def resolved_run_date(self, now: dt.datetime | None = None) -> dt.date:
         return self.run_date or (now or dt.datetime.now(dt.timezone.utc)).date()

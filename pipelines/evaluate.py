@@ -32,6 +32,7 @@ from evalbeam.transforms.summarize import SummarizeScores
 from evalbeam.transforms.validate import ToInstances, UniqueIdDecisions
 from evalbeam.transforms.write import (
     OutputFolderError,
+    remove_attempt,
     ReplaceRunFolder,
     WriteEmptyTables,
     WriteParquetTable,
@@ -628,6 +629,44 @@ def run(config: EvalConfig, options: PipelineOptions):
     config = config.for_run_date(run_key.run_date)
     preflight(config, options, run_key.run_id)
     attempt = uuid.uuid4().hex[:12]
+    lock = hold_run_id(config, options, run_key.run_id, attempt, started_at)
+    try:
+        return _run(config, options, started_at, run_key, attempt)
+    except BaseException:
+        if lock is not None:
+            remove_attempt(config.output.parquet, run_key.run_id, attempt)
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def hold_run_id(config: EvalConfig, options: PipelineOptions, run_id: str, attempt: str, started_at):
+    """The run_id's lock (transforms.run_lock), taken before any work, for a local
+    run writing Parquet locally or to gs://: None when the run is not locked (a remote
+    runner, whose launcher does not live as long as the job; BigQuery-only output).
+    A held run_id is a ConfigError naming its holder. Once the lock is held, what
+    dead runs of this run_id left (attempt folders, not judge checkpoints) is deleted."""
+    from evalbeam.transforms.run_lock import RunIdHeld, RunLock
+    from evalbeam.transforms.write import sweep_dead_attempts
+
+    parquet = config.output.parquet
+    if not parquet or options.view_as(StandardOptions).runner not in LOCAL_RUNNERS \
+            or FileSystems.get_scheme(parquet) not in (None, "gs"):
+        return None
+    try:
+        lock = RunLock(parquet, run_id, attempt, started_at).acquire()
+    except RunIdHeld as e:
+        raise ConfigError(str(e)) from None
+    try:
+        sweep_dead_attempts(parquet, run_id)
+    except Exception:
+        lock.release()
+        raise
+    return lock
+
+
+def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunKey, attempt: str):
     staging = None
     if config.output.bigquery and not config.output.parquet:
         temp = options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir()
