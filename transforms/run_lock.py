@@ -223,9 +223,12 @@ class RunLock:
             # read back: a store that ignored the precondition (the emulator) shows the last writer
             check = _blob(self.path)
             check.reload()
-            if json.loads(check.download_as_text()).get("attempt") != self.holder["attempt"]:
-                raise RunIdHeld(_holder_text(read_holder_from_blob(check) or {"run_id": self.run_id}, self.path))
-            self._generation = check.generation
+            generation = check.generation
+            now_held = read_holder_from_blob(check) or {}
+            if now_held.get("attempt") != self.holder["attempt"]:
+                self._generation = None  # not this run's to give back
+                raise RunIdHeld(_holder_text(now_held or {"run_id": self.run_id}, self.path))
+            self._generation = generation
             return
         raise RunIdHeld(f"run_id {self.run_id!r}: cannot take its lock {self.path}")
 
