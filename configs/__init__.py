@@ -455,6 +455,9 @@ class InferenceConfig(_Model):
         return getattr(self, self.kind)
 
 
+DEFAULT_MAX_DEAD_LETTER_SHARE = 0.5
+
+
 class EvalConfig(_Model):
     name: str = pydantic.Field(pattern=NAME_RE)
     run_id: str | None = pydantic.Field(None, pattern=NAME_RE)
@@ -475,6 +478,14 @@ class EvalConfig(_Model):
                     "same pipeline, into the comparisons table")
     compare_tolerance: float = pydantic.Field(
         0.0, ge=0, description="T of the comparison flags: a change within +-T is never flagged")
+    # 0.5: past it, the dead letters outnumber the rows scored, and the means describe a
+    # minority of the input; that is a wrong file, encoding or mapping, never a few bad
+    # lines, so the run fails (status 1) instead of passing a gate. Below it a run
+    # passes and lists its dead letters. A curated dataset may set 0 (no row may be lost).
+    max_dead_letter_share: float = pydantic.Field(
+        DEFAULT_MAX_DEAD_LETTER_SHARE, ge=0, le=1,
+        description="the largest share of the records read that may be dead-lettered before the run fails "
+                    "(status 1)")
 
     @pydantic.model_validator(mode="before")
     @classmethod

@@ -595,9 +595,10 @@ def _quota_share(judge_config, share: float):
                                            "tokens_per_minute": tokens * share if tokens else None})
 
 
-def plan_comparison(config: EvalConfig, run_key: RunKey, started_at):
+def plan_comparison(config: EvalConfig, run_key: RunKey, started_at, allow_different_evals: bool = False):
     """For compare_with: (where the base run is, its RunInfo, this run's RunInfo), or
-    None when there is nothing to compare with (no compare_with; no earlier run yet)."""
+    None when there is nothing to compare with (no compare_with; no earlier run yet).
+    A base run of another eval is a ConfigError unless allowed, found before any work."""
     if not config.compare_with:
         return None
     from evalbeam.pipelines.compare import location_of, previous_run, run_info, runs_row
@@ -619,10 +620,16 @@ def plan_comparison(config: EvalConfig, run_key: RunKey, started_at):
         raise ConfigError(f"compare_with: no run {base_id!r} in {results.location if results else config.output.parquet}")
     this = run_info({"run_id": run_key.run_id, "name": config.name, "run_date": run_key.run_date,
                      "started_at": started_at, "config": config.to_json()})
+    from evalbeam.pipelines.compare import CompareError, check_same_eval
+
+    try:
+        check_same_eval(run_info(row), this, allow_different_evals)
+    except CompareError as e:
+        raise ConfigError(f"compare_with: {e}") from None
     return location_of(results), run_info(row), this
 
 
-def run(config: EvalConfig, options: PipelineOptions):
+def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: bool = False):
     """Check the inputs and outputs, prepare the BigQuery dataset, then run the
     pipeline: to the end on a local runner, or until submitted on a remote one.
     An earlier output of the same run_id is replaced only when the run succeeds.
@@ -634,7 +641,7 @@ def run(config: EvalConfig, options: PipelineOptions):
     attempt = uuid.uuid4().hex[:12]
     lock = hold_run_id(config, options, run_key.run_id, attempt, started_at)
     try:
-        return _run(config, options, started_at, run_key, attempt)
+        return _run(config, options, started_at, run_key, attempt, allow_different_evals)
     except BaseException:
         if lock is not None:
             remove_attempt(config.output.parquet, run_key.run_id, attempt)
@@ -669,7 +676,8 @@ def hold_run_id(config: EvalConfig, options: PipelineOptions, run_id: str, attem
     return lock
 
 
-def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunKey, attempt: str):
+def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunKey, attempt: str,
+         allow_different_evals: bool = False):
     staging = None
     if config.output.bigquery and not config.output.parquet:
         temp = options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir()
@@ -687,7 +695,7 @@ def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunK
                         for c in config.judge.rubrics_from if c.startswith("bq://")] if config.rubric_specs() else []
     except bigquery.BigQueryError as e:
         raise ConfigError(str(e)) from None
-    compare_base = plan_comparison(config, run_key, started_at)
+    compare_base = plan_comparison(config, run_key, started_at, allow_different_evals)
     pipeline = new_pipeline(options)
     from evalbeam.pipelines.compare import CompareError
 

@@ -222,7 +222,28 @@ def run_problems(tables: dict[str, list[dict[str, Any]]]) -> list[str]:
     for s in tables["summary"]:
         if s["slice"] == "overall" and s["valid_count"] == 0 and s["error_count"] > 0:
             problems.append(f"metric {s['metric']} has no valid score: all {s['error_count']} rows failed")
+    problems += input_problems(r)
     return problems
+
+
+def input_problems(r: dict[str, Any]) -> list[str]:
+    """A run that read records but scored none, or dead-lettered more of them than
+    its config's max_dead_letter_share allows (an empty input is an empty run)."""
+    read, scored, dead = r["read_count"], r["scored_count"], r["dead_letter_count"]
+    if not read:
+        return []
+    if not scored:
+        return [f"no instance was scored: all {read} records read were dead-lettered (see dead letters)"]
+    from evalbeam.configs import DEFAULT_MAX_DEAD_LETTER_SHARE
+
+    try:
+        share = json.loads(r.get("config") or "{}").get("max_dead_letter_share", DEFAULT_MAX_DEAD_LETTER_SHARE)
+    except (TypeError, ValueError):
+        share = DEFAULT_MAX_DEAD_LETTER_SHARE
+    if dead / read > share:
+        return [f"{dead} of {read} records read were dead-lettered ({dead / read:.0%}), more than "
+                f"max_dead_letter_share {share:g} allows"]
+    return []
 
 
 def run_report(results, run_id: str, tables: dict | None = None) -> str:
@@ -609,4 +630,6 @@ def comparison_rows(results, base_run_id: str, run_id: str, options, also_parque
     rows = [r for r in run_comparisons(results, run_id) if r["base_run_id"] == base_run_id]
     if rows:
         return rows, False
-    return compare(results, base_run_id, [run_id], options, also_parquet=also_parquet), True
+    # a report shows the comparison asked for, whichever evals the runs are of
+    return compare(results, base_run_id, [run_id], options, also_parquet=also_parquet,
+                   allow_different_evals=True), True

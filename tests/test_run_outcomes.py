@@ -51,3 +51,73 @@ def test_a_row_lacking_one_metrics_inputs_loses_only_that_metric(tmp_path):
     overall = {s["metric"]: s for s in table(tmp_path / "out" / "r1", "summary") if s["slice"] == "overall"}
     assert (overall["trajectory_exact_match"]["valid_count"], overall["trajectory_exact_match"]["error_count"]) == (3, 3)
     assert overall["bleu"]["valid_count"] == 6
+
+
+# ------------------------------------------------ 2. exit statuses tell the truth
+
+
+def test_a_run_that_scores_nothing_or_dead_letters_too_much_fails(tmp_path):
+    latin = tmp_path / "latin1.csv"
+    latin.write_bytes("id,response,reference\n".encode() + b"".join(
+        f"c{i},caf\u00e9 {i},caf\u00e9\n".encode("latin-1") for i in range(5)))
+    nothing = evalbeam("run", config_file(tmp_path, latin, ["exact_match"]), check=False)
+    assert nothing.returncode == 1, nothing.stderr
+    assert "read 5 = scored 0 + dead-lettered 5" in nothing.stdout
+    assert "PROBLEMS:\n  no instance was scored: all 5 records read were dead-lettered" in nothing.stdout
+    assert "evalbeam: run r1 finished with problems (listed above)" in nothing.stderr
+    # 3 of 5 dead-lettered: past the default share (0.5), within a configured 0.6
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"id": f"c{i}", "response": "a", "reference": "a"}) + "\n" for i in range(2))
+                    + "{broken\n[1]\n{\"id\": \"c9\"}\n")
+    too_many = evalbeam("run", config_file(tmp_path, data, ["exact_match"], run_id="r2"), check=False)
+    assert too_many.returncode == 1
+    assert "3 of 5 records read were dead-lettered (60%), more than max_dead_letter_share 0.5 allows" in too_many.stdout
+    allowed = evalbeam("run", config_file(tmp_path, data, ["exact_match"], run_id="r3", max_dead_letter_share=0.6))
+    assert "PROBLEMS" not in allowed.stdout and "read 5 = scored 2 + dead-lettered 3" in allowed.stdout
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")  # an empty input is an empty run, as before
+    evalbeam("run", config_file(tmp_path, empty, ["exact_match"], run_id="r4"))
+
+
+def scored_run(tmp_path, ids, run_id, name="outcomes", **extra):
+    data = jsonl(tmp_path / f"{run_id}.jsonl", [{"id": i, "response": "a", "reference": "a"} for i in ids])
+    return config_file(tmp_path, data, ["exact_match"], run_id=run_id, name=name, **extra)
+
+
+def test_compare_refuses_what_pairs_too_little_or_another_eval(tmp_path):
+    out = tmp_path / "out"
+    evalbeam("run", scored_run(tmp_path, ["a0", "a1", "a2", "a3"], "base"))
+    evalbeam("run", scored_run(tmp_path, ["b0", "b1", "b2", "b3"], "disjoint"))
+    evalbeam("run", scored_run(tmp_path, ["a0", "a1", "a2", "a3"], "other_eval", name="other"))
+
+    none = evalbeam("compare", "base", "disjoint", "--parquet", out, check=False)
+    assert none.returncode == 2, none.stderr
+    assert none.stderr.splitlines() == [
+        "evalbeam: compare: disjoint vs base: metric exact_match pairs 0 instance(s), fewer than 2 (--min-paired): "
+        "4 only in base, 4 only in run, 0 with an error in either"]
+    assert evalbeam("compare", "base", "disjoint", "--min-paired", "0", "--parquet", out).returncode == 0
+
+    other = evalbeam("compare", "base", "other_eval", "--parquet", out, check=False)
+    assert other.returncode == 2
+    assert other.stderr.splitlines() == [
+        "evalbeam: run other_eval is of eval 'other', base run base of eval 'outcomes': runs of different evals "
+        "are not compared (--allow-different-evals to compare them anyway)"]
+    assert evalbeam("compare", "base", "other_eval", "--allow-different-evals", "--parquet", out).returncode == 0
+
+
+def test_compare_with_in_a_run_gates_the_same_way(tmp_path):
+    evalbeam("run", scored_run(tmp_path, ["a0", "a1", "a2", "a3"], "base"))
+    evalbeam("run", scored_run(tmp_path, ["a0", "a1"], "other_eval", name="other"))
+    disjoint = evalbeam("run", scored_run(tmp_path, ["b0", "b1", "b2"], "r2", compare_with="base"), check=False)
+    assert disjoint.returncode == 2
+    assert disjoint.stderr.splitlines()[-1] == (
+        "evalbeam: compare: r2 vs base: metric exact_match pairs 0 instance(s), fewer than 2 (--min-paired): "
+        "4 only in base, 3 only in run, 0 with an error in either")
+    other = evalbeam("run", scored_run(tmp_path, ["a0", "a1"], "r3", compare_with="other_eval"), check=False)
+    assert other.returncode == 2 and not (tmp_path / "out" / "r3").exists()
+    assert other.stderr.splitlines() == [
+        "evalbeam: compare_with: run r3 is of eval 'outcomes', base run other_eval of eval 'other': runs of different "
+        "evals are not compared (--allow-different-evals to compare them anyway)"]
+    allowed = evalbeam("run", scored_run(tmp_path, ["a0", "a1"], "r4", compare_with="other_eval"),
+                       "--allow-different-evals")
+    assert "compared with other_eval" in allowed.stdout
