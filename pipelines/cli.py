@@ -201,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         _parser().error(f"unrecognized arguments (neither evalbeam's nor Beam's): {' '.join(unknown)}")
     from evalbeam.pipelines import evaluate
     from evalbeam.pipelines.report import ResultsError, results_for, run_problems, run_report, runs_report
+    from evalbeam.transforms.write_failure import OutputWriteError
 
     if args.command == "compare":
         return _compare(args, beam_args)
@@ -258,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, ResultsError) as e:
         print(f"evalbeam: {e}", file=sys.stderr)
         return 2
+    except OutputWriteError as e:
+        print(f"evalbeam: {e}", file=sys.stderr)
+        return UNWRITTEN_OUTPUT_STATUS
     if options.view_as(StandardOptions).runner not in evaluate.LOCAL_RUNNERS:
         job_id = getattr(result, "job_id", lambda: None)()
         print(f"submitted run {run_key.run_id} (run date {run_key.run_date})" + (f" as job {job_id}" if job_id else ""))

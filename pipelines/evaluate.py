@@ -640,11 +640,21 @@ def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: boo
     preflight(config, options, run_key.run_id)
     attempt = uuid.uuid4().hex[:12]
     lock = hold_run_id(config, options, run_key.run_id, attempt, started_at)
+    from evalbeam.transforms.write_failure import OutputWriteError, describe, quiet_write_failures, write_failure
+
+    quiet_write_failures()
     try:
         return _run(config, options, started_at, run_key, attempt, allow_different_evals)
-    except BaseException:
-        if lock is not None:
-            remove_attempt(config.output.parquet, run_key.run_id, attempt)
+    except BaseException as e:
+        if lock is not None:  # the attempt is this run's: its partial files go
+            try:
+                remove_attempt(config.output.parquet, run_key.run_id, attempt)
+            except Exception:  # noqa: BLE001 - the run's own error is the one to say
+                logging.getLogger(__name__).warning("could not remove attempt %s", attempt, exc_info=True)
+        failure = write_failure(e) if isinstance(e, Exception) else None
+        if failure is not None:
+            raise OutputWriteError(describe(failure, config.output.parquet or "the staging folder",
+                                            run_key.run_id)) from None
         raise
     finally:
         if lock is not None:

@@ -2,8 +2,11 @@
 pairs nothing, or its output cannot be written (issue 21, items 2, 3 and 5),
 through the real `evalbeam` command."""
 import json
+import random
+import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.helpers import evalbeam, table
@@ -121,3 +124,49 @@ def test_compare_with_in_a_run_gates_the_same_way(tmp_path):
     allowed = evalbeam("run", scored_run(tmp_path, ["a0", "a1"], "r4", compare_with="other_eval"),
                        "--allow-different-evals")
     assert "compared with other_eval" in allowed.stdout
+
+
+# ------------------------------------------------ 3. a full disk
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 400 KiB filesystem (a tmpfs: CI runs as root)."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_full_disk_ends_the_run_with_120_and_one_line_leaving_the_previous_output(tmp_path, small_disk):
+    out = small_disk / "out"
+    small = jsonl(tmp_path / "small.jsonl", [{"id": f"s{i}", "response": "a", "reference": "a"} for i in range(3)])
+    config = config_file(tmp_path, small, ["exact_match"], run_id="b1", output=out)
+    evalbeam("run", config)
+    before = sorted(r["instance_id"] for r in table(out / "b1", "instances"))
+    files_before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    rng = random.Random(1)
+    big = jsonl(tmp_path / "big.jsonl", [
+        {"id": f"c{i}", "response": " ".join(str(rng.random()) for _ in range(60)), "reference": "x"}
+        for i in range(600)])  # some 1.4 MB of text: its tables do not fit
+    config.write_text(config.read_text().replace(str(small), str(big)))
+    full = evalbeam("run", config, check=False)
+    assert full.returncode == 120, full.stderr
+    assert "Traceback" not in full.stderr and "ERROR" not in full.stderr
+    assert full.stderr.splitlines()[-1] == (
+        f"evalbeam: could not write the output under {out}: [Errno 28] No space left on device "
+        "(in step Write_instances/WriteFiles); this run's partial files were removed and the previous output of "
+        "run_id b1, if any, is as it was")
+    # the previous output of b1, whole; nothing of the failed attempt left
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == files_before
+    assert sorted(r["instance_id"] for r in table(out / "b1", "instances")) == before
+    # the next run that fits succeeds
+    config.write_text(config.read_text().replace(str(big), str(small)))
+    jsonl(small, [{"id": f"t{i}", "response": "a", "reference": "a"} for i in range(4)])
+    evalbeam("run", config)
+    assert sorted(r["instance_id"] for r in table(out / "b1", "instances")) == ["t0", "t1", "t2", "t3"]
