@@ -197,13 +197,35 @@ def format_table(header: tuple[str, ...], lines: list[tuple[str, ...]]) -> str:
     return "\n".join(out)
 
 
-def format_summary(rows: list[dict[str, Any]]) -> str:
-    lines = []
+# The most slices the terminal shows per metric (besides overall): the largest ones.
+MAX_SHOWN_SLICES = 20
+
+
+def format_summary(rows: list[dict[str, Any]], where: str | None = None) -> str:
+    """The summary as a table: per metric, overall and its MAX_SHOWN_SLICES largest
+    slices (most valid scores), then one line saying how many more there are and where."""
+    shown, hidden = [], 0
+    by_metric: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
+        by_metric.setdefault(r["metric"], []).append(r)
+    for metric_rows in by_metric.values():
+        overall = [r for r in metric_rows if r["slice"] == "overall"]
+        slices = [r for r in metric_rows if r["slice"] != "overall"]
+        if len(slices) > MAX_SHOWN_SLICES:
+            largest = sorted(slices, key=lambda r: (-(r["valid_count"] or 0), r["slice"]))[:MAX_SHOWN_SLICES]
+            hidden += len(slices) - MAX_SHOWN_SLICES
+            slices = [r for r in slices if r in largest]
+        shown += overall + slices
+    lines = []
+    for r in shown:
         ci = "-" if r["ci_low"] is None else f"[{_fmt(r['ci_low'], 3)}, {_fmt(r['ci_high'], 3)}]"
         lines.append((r["metric"], r["slice"], str(r["valid_count"]), str(r["error_count"]),
                       _fmt(r["mean"]), _fmt(r["std"]), ci, _fmt(r["pass_rate"], 3)))
-    return format_table(("metric", "slice", "n", "errors", "mean", "std", "95% CI", "pass rate"), lines)
+    table = format_table(("metric", "slice", "n", "errors", "mean", "std", "95% CI", "pass rate"), lines)
+    if hidden:
+        table += (f"\n({hidden:,} more slice rows not shown, the largest {MAX_SHOWN_SLICES} of each metric are: "
+                  f"every slice is in the run's summary table{f' in {where}' if where else ''})")
+    return table
 
 
 def run_problems(tables: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -262,7 +284,7 @@ def run_report(results, run_id: str, tables: dict | None = None) -> str:
     judge = judge_accounting(r)
     if judge:
         lines += format_judge(judge)
-    lines.append(format_summary(tables["summary"]))
+    lines.append(format_summary(tables["summary"], str(results.location)))
     errors = tables.get("metric_errors") or []
     if errors:
         lines.append(f"\nmetric errors ({sum(e['n'] for e in errors)}), by reason:")

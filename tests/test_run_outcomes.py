@@ -170,3 +170,33 @@ def test_a_full_disk_ends_the_run_with_120_and_one_line_leaving_the_previous_out
     jsonl(small, [{"id": f"t{i}", "response": "a", "reference": "a"} for i in range(4)])
     evalbeam("run", config)
     assert sorted(r["instance_id"] for r in table(out / "b1", "instances")) == ["t0", "t1", "t2", "t3"]
+
+
+# ------------------------------------------------ 4. many slice values
+
+
+def test_many_slice_values_are_bounded_in_the_summary_and_on_the_terminal(tmp_path):
+    from evalbeam.transforms.summarize import MAX_SLICE_VALUES
+
+    n = MAX_SLICE_VALUES + 50
+    data = jsonl(tmp_path / "d.jsonl", [{"id": f"c{i}", "response": "a", "reference": "a" if i % 4 else "b",
+                                         "user": f"u{i:05d}", "ds": "x" if i % 2 else "y"} for i in range(n)])
+    config = config_file(tmp_path, data, ["exact_match"], input={"uri": str(data), "id_column": "id",
+                                                                 "slice_columns": ["user", "ds"]})
+    result = evalbeam("run", config)
+    summary = {s["slice"]: s for s in table(tmp_path / "out" / "r1", "summary")}
+    users = sorted(name for name in summary if name.startswith("user=u"))
+    # every slice has one instance: the first MAX_SLICE_VALUES by name are kept, the rest are one slice
+    assert users == [f"user=u{i:05d}" for i in range(MAX_SLICE_VALUES)]
+    other = summary["user=(other)"]
+    assert (other["row_count"], other["valid_count"]) == (50, 50)
+    assert other["mean"] == pytest.approx(sum(1.0 if i % 4 else 0.0 for i in range(MAX_SLICE_VALUES, n)) / 50)
+    assert (summary["ds=x"]["row_count"], summary["ds=y"]["row_count"], summary["overall"]["row_count"]) == (
+        n // 2, n - n // 2, n)
+    assert summary["overall"]["mean"] == pytest.approx(sum(1.0 if i % 4 else 0.0 for i in range(n)) / n)
+    assert f"slice column 'user' has {n} distinct values: the {MAX_SLICE_VALUES} largest slices are summarized, " \
+           f"the other 50 values together as user=(other)" in result.stderr
+    # the terminal: overall and the 20 largest slices of the metric, and where the rest are
+    assert len(result.stdout.splitlines()) < 40
+    assert f"({MAX_SLICE_VALUES + 3 - 20:,} more slice rows not shown, the largest 20 of each metric are: every slice " \
+           f"is in the run's summary table in {tmp_path / 'out'})" in result.stdout
