@@ -646,7 +646,7 @@ def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: boo
     try:
         return _run(config, options, started_at, run_key, attempt, allow_different_evals)
     except BaseException as e:
-        if lock is not None:  # the attempt is this run's: its partial files go
+        if lock is not None and config.output.parquet:  # the attempt is this run's: its partial files go
             try:
                 remove_attempt(config.output.parquet, run_key.run_id, attempt)
             except Exception:  # noqa: BLE001 - the run's own error is the one to say
@@ -663,16 +663,24 @@ def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: boo
 
 def hold_run_id(config: EvalConfig, options: PipelineOptions, run_id: str, attempt: str, started_at):
     """The run_id's lock (transforms.run_lock), taken before any work, for a local
-    run writing Parquet locally or to gs://: None when the run is not locked (a remote
-    runner, whose launcher does not live as long as the job; BigQuery-only output).
+    run writing Parquet locally or to gs://, or only to BigQuery (a row of the
+    dataset's lock table): None when the run is not locked (a remote runner, whose
+    launcher does not live as long as the job; Parquet on another filesystem).
     A held run_id is a ConfigError naming its holder. Once the lock is held, what
     dead runs of this run_id left (attempt folders, not judge checkpoints) is deleted."""
-    from evalbeam.transforms.run_lock import RunIdHeld, RunLock
+    from evalbeam.transforms.run_lock import BigQueryRunLock, RunIdHeld, RunLock
     from evalbeam.transforms.write import sweep_dead_attempts
 
     parquet = config.output.parquet
-    if not parquet or options.view_as(StandardOptions).runner not in LOCAL_RUNNERS \
-            or FileSystems.get_scheme(parquet) not in (None, "gs"):
+    if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS:
+        return None
+    if not parquet:  # BigQuery only: a row of the dataset's lock table
+        try:
+            return BigQueryRunLock(config.output.bigquery, run_id, attempt, started_at,
+                                   config.output.bigquery_location).acquire()
+        except RunIdHeld as e:
+            raise ConfigError(str(e)) from None
+    if FileSystems.get_scheme(parquet) not in (None, "gs"):
         return None
     try:
         lock = RunLock(parquet, run_id, attempt, started_at).acquire()

@@ -184,3 +184,37 @@ def test_gcs_a_live_lease_refuses_and_a_passed_one_is_taken_over(cloud, tmp_path
     evalbeam("run", config)
     check_complete(gcs_tables("own2/out/x"), n=5)
     assert not lock.exists()
+
+
+# ------------------------------------------------ BigQuery-only output (the emulator)
+
+
+def test_bigquery_only_a_held_run_id_is_refused_and_a_passed_lease_taken_over(cloud, tmp_path):
+    from evalbeam.transforms.local_cloud import bigquery_client
+    from tests.emulators.control import BUCKET, PROJECT
+
+    dataset = f"{PROJECT}.own_bq"
+    config = tmp_path / "bq.yaml"
+    config.write_text(yaml.safe_dump({"name": "own", "run_id": "x", "input": {"uri": str(data_file(tmp_path / "d.jsonl", 5)),
+                                      "id_column": "id"}, "metrics": ["exact_match"], "output": {"bigquery": dataset}}))
+    flags = [f"--temp_location=gs://{BUCKET}/tmp"]
+    evalbeam("run", config, *flags)  # creates the dataset and its lock table, and gives the lock back
+    bq = bigquery_client(PROJECT)
+    locks = f"`{dataset}._evalbeam_run_locks`"
+    assert list(bq.query(f"SELECT * FROM {locks}").result()) == []
+    bq.query(f"INSERT INTO {locks} (run_id, attempt, host, pid, started_at, lease_until) VALUES ('x', 'other', "
+             "'elsewhere', 7, 'then', TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL 1 HOUR))").result()
+    bq.query(f"DELETE FROM `{dataset}.instances` WHERE TRUE").result()
+    refused = evalbeam("run", config, *flags, check=False)
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        "evalbeam: run_id 'x' is being written by another run (host elsewhere, pid 7, started then, attempt other); "
+        f"its lock is bq://{dataset}._evalbeam_run_locks (run_id 'x')"]
+    assert list(bq.query(f"SELECT * FROM `{dataset}.instances`").result()) == []
+    # the holder was killed: once its lease has passed, a retry takes the lock over
+    bq.query(f"UPDATE {locks} SET lease_until = TIMESTAMP_SUB(CURRENT_TIMESTAMP(), INTERVAL 1 SECOND) "
+             "WHERE run_id = 'x'").result()
+    evalbeam("run", config, *flags)
+    ids = sorted(r["instance_id"] for r in bq.query(f"SELECT instance_id FROM `{dataset}.instances`").result())
+    assert ids == sorted(f"c{i}" for i in range(5))
+    assert list(bq.query(f"SELECT * FROM {locks}").result()) == []

@@ -26,8 +26,11 @@ proceeds only if it is its own, which narrows, without closing, the window in
 which two runs started in the same milliseconds could both pass there.)
 
 A killed run's retry: locally the flock went with the dead process, so the retry
-takes the lock at once; on Cloud Storage the retry is refused until the dead
-run's lease passes (LEASE_SECONDS after its last refresh), then takes it.
+takes the lock at once. On Cloud Storage (and BigQuery) a retry on the same host
+takes it at once too when the holder's process is gone (its pid no longer runs, or
+runs a process started at another time); a retry elsewhere (another Airflow
+worker, a CI machine) is refused until the dead run's lease passes (LEASE_SECONDS
+after its last refresh), then takes it.
 
 A remote runner (Dataflow) is not locked: its launcher returns once the job is
 submitted, and nothing would refresh the lease while the job runs.
@@ -61,6 +64,33 @@ def lock_path(output: str, run_id: str) -> str:
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
+
+
+def _process_start(pid: int) -> str | None:
+    """When a process started (Linux: /proc/<pid>/stat's starttime), to tell it from a
+    later process given the same pid; None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def holder_gone(holder: dict) -> bool:
+    """Whether a lock's holder is known to be dead: it ran on this host and its process
+    is gone (or the pid is now another process's). Another host's holder is never
+    known gone: its lease says."""
+    if holder.get("host") != socket.gethostname() or not isinstance(holder.get("pid"), int):
+        return False
+    pid = holder["pid"]
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass  # alive, another user's
+    started = holder.get("pid_start")
+    return bool(started) and _process_start(pid) not in (None, started)
 
 
 def _holder_text(holder: dict, path: str) -> str:
@@ -101,7 +131,8 @@ class RunLock:
         self.path = lock_path(output, run_id)
         self.run_id = run_id
         self.holder = {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(),
-                       "started_at": started_at.isoformat(), "attempt": attempt}
+                       "pid_start": _process_start(os.getpid()), "started_at": started_at.isoformat(),
+                       "attempt": attempt}
         self._local = FileSystems.get_scheme(self.path) is None
         self._fd = None
         self._generation = None
@@ -209,7 +240,7 @@ class RunLock:
                 except (ValueError, exceptions.PreconditionFailed, exceptions.NotFound):
                     continue
                 lease = old.get("lease_until")
-                if lease and dt.datetime.fromisoformat(lease) > _now():
+                if lease and dt.datetime.fromisoformat(lease) > _now() and not holder_gone(old):
                     raise RunIdHeld(_holder_text(old, self.path))
                 precondition = blob.generation  # a stale lease: taken over only if still that one
             else:
@@ -314,3 +345,106 @@ def _read_fd(fd: int) -> dict | None:
         return json.loads(os.pread(fd, size, 0).decode()) if size else None
     except (OSError, ValueError):
         return None
+
+
+# ---------------------------------------------------------------- BigQuery-only outputs
+
+LOCK_TABLE = "_evalbeam_run_locks"
+
+
+class BigQueryRunLock(RunLock):
+    """The lock of a run_id whose only output is a BigQuery dataset: a row of
+    <dataset>._evalbeam_run_locks, taken by one MERGE that inserts it when the
+    run_id has none and takes it over when its lease has passed, then read back:
+    the run holds the run_id when the row names its attempt. BigQuery runs
+    mutating statements (MERGE, UPDATE, DELETE) on one table one at a time, failing
+    the later of two that conflict, so two runs cannot both take the row. (The
+    BigQuery emulator the tests use, DuckDB, runs the same statements; that it
+    serialises concurrent ones as BigQuery does is not shown there.) The lease is
+    refreshed by an UPDATE conditional on the attempt, the lock given back by a
+    DELETE conditional on it."""
+
+    def __init__(self, dataset: str, run_id: str, attempt: str, started_at: dt.datetime, location: str | None = None):
+        self.dataset = dataset
+        self.location = location
+        self.path = f"bq://{dataset}.{LOCK_TABLE} (run_id {run_id!r})"
+        self.run_id = run_id
+        self.holder = {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(),
+                       "pid_start": _process_start(os.getpid()) or "", "started_at": started_at.isoformat(),
+                       "attempt": attempt}
+        self._local = False
+        self._fd = None
+        self._generation = None
+        self._stop = threading.Event()
+        self._refresher = None
+        self.lost = False
+        self._held = False
+
+    def _client(self):
+        from evalbeam.transforms.local_cloud import bigquery_client
+
+        return bigquery_client(self.dataset.rpartition(".")[0], self.location)
+
+    def _query(self, sql: str, **params):
+        from google.cloud import bigquery
+
+        types = {str: "STRING", int: "INT64", float: "FLOAT64"}
+        config = bigquery.QueryJobConfig(query_parameters=[
+            bigquery.ScalarQueryParameter(k, types[type(v)], v) for k, v in params.items()])
+        job = self._client().query(sql.replace("{table}", f"`{self.dataset}.{LOCK_TABLE}`"), job_config=config)
+        return job, list(job.result())
+
+    def _acquire_gcs(self) -> None:  # the remote store of this lock is BigQuery
+        from google.api_core import exceptions
+        from google.cloud import bigquery
+
+        client = self._client()
+        project, _, dataset_id = self.dataset.rpartition(".")
+        ds = bigquery.Dataset(f"{project}.{dataset_id}")
+        ds.location = self.location or "US"
+        client.create_dataset(ds, exists_ok=True)
+        client.create_table(bigquery.Table(f"{self.dataset}.{LOCK_TABLE}", schema=[
+            bigquery.SchemaField(name, kind) for name, kind in (
+                ("run_id", "STRING"), ("attempt", "STRING"), ("host", "STRING"), ("pid", "INT64"),
+                ("pid_start", "STRING"), ("started_at", "STRING"), ("lease_until", "TIMESTAMP"))]), exists_ok=True)
+        h = self.holder
+        # a holder known dead (this host, its process gone) is taken over at once; another's lease must pass
+        _, rows = self._query("SELECT host, pid, pid_start, attempt FROM {table} WHERE run_id = @run_id",
+                              run_id=self.run_id)
+        dead = next((r["attempt"] for r in rows if holder_gone(dict(r.items()))), "")
+        try:
+            self._query(
+                "MERGE {table} t USING (SELECT @run_id AS run_id) s ON t.run_id = s.run_id "
+                "WHEN MATCHED AND (t.lease_until < CURRENT_TIMESTAMP() OR t.attempt = @dead) THEN UPDATE SET "
+                "attempt = @attempt, host = @host, pid = @pid, pid_start = @pid_start, started_at = @started_at, "
+                "lease_until = TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL @lease SECOND) "
+                "WHEN NOT MATCHED THEN INSERT (run_id, attempt, host, pid, pid_start, started_at, lease_until) VALUES "
+                "(@run_id, @attempt, @host, @pid, @pid_start, @started_at, "
+                "TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL @lease SECOND))",
+                run_id=self.run_id, attempt=h["attempt"], host=h["host"], pid=h["pid"], pid_start=h["pid_start"],
+                started_at=h["started_at"], lease=int(LEASE_SECONDS), dead=dead)
+        except exceptions.BadRequest as e:
+            if "concurrent" not in str(e).lower():
+                raise
+            # another run's statement won the race: the row says whose the run_id is
+        _, rows = self._query("SELECT run_id, attempt, host, pid, started_at FROM {table} WHERE run_id = @run_id",
+                              run_id=self.run_id)
+        holder = dict(rows[0].items()) if rows else {"run_id": self.run_id}
+        if holder.get("attempt") != h["attempt"]:
+            raise RunIdHeld(_holder_text(holder, self.path))
+        self._held = True
+        self._generation = 0  # release() gives it back
+
+    def _refresh_gcs(self) -> None:
+        job, _ = self._query(
+            "UPDATE {table} SET lease_until = TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL @lease SECOND) "
+            "WHERE run_id = @run_id AND attempt = @attempt",
+            run_id=self.run_id, attempt=self.holder["attempt"], lease=int(LEASE_SECONDS))
+        if job.num_dml_affected_rows == 0:
+            self.lost = True
+
+    def _release_gcs(self) -> None:
+        if self._held:
+            self._query("DELETE FROM {table} WHERE run_id = @run_id AND attempt = @attempt",
+                        run_id=self.run_id, attempt=self.holder["attempt"])
+            self._held = False
