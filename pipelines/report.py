@@ -362,6 +362,8 @@ def format_flags(pairs: list[dict[str, Any]]) -> str:
             parts.append("REGRESSED " + ", ".join(sorted({m for m, _ in p["regressions"]})))
         if p["improvements"]:
             parts.append("improved " + ", ".join(sorted({m for m, _ in p["improvements"]})))
+        if p.get("unpaired"):  # a comparison that paired nothing shows no change, and is no pass
+            parts.append("NOTHING PAIRED for " + ", ".join(sorted(set(p["unpaired"]))))
         out.append(f"vs {p['base_run_id']}: {'; '.join(parts) or 'no change flagged'}")
     return " | ".join(out) or "-"
 
@@ -390,7 +392,7 @@ SELECT s.run_id, s.metric, s.mean, s.ci_low, s.ci_high, s.valid_count
 FROM {summary} s JOIN {runs} r ON s.run_id = r.run_id
 WHERE s.slice = 'overall' {where}"""
 EVAL_COMPARISONS_SQL = """
-SELECT c.run_id, c.base_run_id, c.metric, c.slice, c.regression, c.improvement, c.compared_at
+SELECT c.run_id, c.base_run_id, c.metric, c.slice, c.regression, c.improvement, c.n_paired, c.compared_at
 FROM {comparisons} c JOIN {runs} r ON c.run_id = r.run_id {where}"""
 DEAD_LETTER_REASONS_SQL = """
 SELECT field, reason, COUNT(*) AS n FROM {dead_letter}
@@ -515,7 +517,9 @@ def comparison_flags(results, name: str | None, run_ids: set[str]) -> dict[str, 
         if r["run_id"] not in run_ids:
             continue
         p = pairs.setdefault((r["run_id"], r["base_run_id"]), {"base_run_id": r["base_run_id"], "regressions": [],
-                                                                "improvements": []})
+                                                                "improvements": [], "unpaired": []})
+        if r["slice"] == "overall" and not r["n_paired"]:
+            p["unpaired"].append(r["metric"])
         if r["regression"]:
             p["regressions"].append((r["metric"], r["slice"]))
         if r["improvement"]:

@@ -99,6 +99,8 @@ def test_compare_refuses_what_pairs_too_little_or_another_eval(tmp_path):
         "evalbeam: compare: disjoint vs base: metric exact_match pairs 0 instance(s), fewer than 2 (--min-paired): "
         "4 only in base, 4 only in run, 0 with an error in either"]
     assert evalbeam("compare", "base", "disjoint", "--min-paired", "0", "--parquet", out).returncode == 0
+    listed = evalbeam("runs", "--parquet", out).stdout
+    assert "vs base: NOTHING PAIRED for exact_match" in listed and "no change flagged" not in listed
 
     other = evalbeam("compare", "base", "other_eval", "--parquet", out, check=False)
     assert other.returncode == 2

@@ -15,9 +15,10 @@ import errno
 import logging
 import re
 
-# Errors of the storage being written, not of the data: whatever step meets one.
-STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO}
-# Any OSError in the steps that write the output (a permission lost mid-run: EACCES, EPERM).
+# Errors only a write meets (a full disk or quota, a file too large, a read-only
+# filesystem): whatever step meets one.
+STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
+# Any OSError in the steps that write the output (an I/O error, a permission lost mid-run).
 WRITE_STEPS = ("Write_", "EmptyTables", "ReplaceRunFolder", "AdkEvalHistory")
 
 _STEP = re.compile(r"\[while running '([^']+)'\]")
