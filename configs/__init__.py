@@ -10,6 +10,7 @@ import json
 import os
 import posixpath
 import re
+import secrets
 from pathlib import Path
 from typing import Any, Literal
 
@@ -375,6 +376,9 @@ class InferenceConfig(_Model):
         return getattr(self, self.kind)
 
 
+DEFAULT_MAX_DEAD_LETTER_SHARE = 0.5
+
+
 class EvalConfig(_Model):
     name: str = pydantic.Field(pattern=NAME_RE)
     run_id: str | None = pydantic.Field(None, pattern=NAME_RE)
@@ -395,6 +399,14 @@ class EvalConfig(_Model):
                     "same pipeline, into the comparisons table")
     compare_tolerance: float = pydantic.Field(
         0.0, ge=0, description="T of the comparison flags: a change within +-T is never flagged")
+    # 0.5: past it, the dead letters outnumber the rows scored, and the means describe a
+    # minority of the input; that is a wrong file, encoding or mapping, never a few bad
+    # lines, so the run fails (status 1) instead of passing a gate. Below it a run
+    # passes and lists its dead letters. A curated dataset may set 0 (no row may be lost).
+    max_dead_letter_share: float = pydantic.Field(
+        DEFAULT_MAX_DEAD_LETTER_SHARE, ge=0, le=1,
+        description="the largest share of the records read that may be dead-lettered before the run fails "
+                    "(status 1)")
     # field path -> (the relative path as the config file gives it, the folder it was taken relative to)
     _relative_paths: dict[str, tuple[str, str]] = pydantic.PrivateAttr(default_factory=dict)
 
@@ -504,13 +516,15 @@ class EvalConfig(_Model):
 
     def resolved_run_id(self, now: dt.datetime | None = None) -> str:
         """run_id, else <name>-<run_date> when a run date is given (so that a
-        scheduled night's re-run replaces that night), else <name>-<UTC timestamp>."""
+        scheduled night's re-run replaces that night), else <name>-<UTC timestamp>-<4 random
+        hex digits>: runs started in the same second get different run_ids (the
+        suffix), which still sort by their start (the timestamp comes first)."""
         if self.run_id:
             return self.run_id
         if self.run_date:
             return f"{self.name}-{self.run_date:%Y%m%d}"
         now = now or dt.datetime.now(dt.timezone.utc)
-        return f"{self.name}-{now:%Y%m%dT%H%M%SZ}"
+        return f"{self.name}-{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
 
     def resolved_run_date(self, now: dt.datetime | None = None) -> dt.date:
         return self.run_date or (now or dt.datetime.now(dt.timezone.utc)).date()

@@ -54,6 +54,9 @@ class Instance:
     slices: dict[str, str | None]
     source: str
     line_count: int = 1  # physical lines of the source it came from
+    # metric label -> the inputs it lacks: such a metric gets an error row
+    # ("missing input ..."), the instance's other metrics their scores
+    missing_inputs: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
 
 # Deeper values are refused: they cannot be pickled between workers or written
@@ -70,6 +73,9 @@ class RowSpec:
     slice_columns: tuple[str, ...]
     # One entry per requested metric: (metric label, input alternatives).
     requirements: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]
+    # Labels of metrics whose missing inputs dead-letter the whole row (those that
+    # cannot yet put an error on their own row: rubric metrics).
+    strict: tuple[str, ...] = ()
 
 
 def content_id(record: Mapping[str, Any]) -> str:
@@ -170,9 +176,18 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
     except TraceError as e:
         raise InvalidField(e.field, str(e.reason), spec.column_mapping.get(e.field, e.field)) from None
 
+    # A row lacking one metric's inputs loses that metric only (its error row);
+    # it is dead-lettered when no metric can score it.
+    unmet = {}
     for label, alternatives in spec.requirements:
         missing = unmet_inputs(alternatives, fields)
         if missing:
+            unmet[label] = missing
+    if unmet:
+        strict = [label for label in unmet if label in spec.strict]
+        if strict or len(unmet) == len(spec.requirements):
+            label = (strict or list(unmet))[0]
+            missing = unmet[label]
             raise InvalidField(
                 missing[0],
                 f"missing or null; needed by metric '{label}'",
@@ -203,7 +218,8 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
         except ValueError as e:
             raise InvalidField(col, f"slice column {e}", col) from None
         slices[col] = _slice_value(record.get(col))
-    return Instance(instance_id=instance_id, fields=fields, slices=slices, source=source, line_count=line_count)
+    return Instance(instance_id=instance_id, fields=fields, slices=slices, source=source, line_count=line_count,
+                    missing_inputs=unmet)
 
 
 def _slice_value(value: Any) -> str | None:

@@ -42,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     _config_args(run)
     run.add_argument("--fail-on-regression", action="store_true",
                      help="with compare_with in the config: exit 1 when the comparison flags a regression")
+    _gate_args(run, "with compare_with in the config: ")
     validate = sub.add_parser("validate", help="check a config and its dataset's columns; runs nothing", allow_abbrev=False)
     _config_args(validate)
     plan = sub.add_parser("plan", allow_abbrev=False,
@@ -63,6 +64,7 @@ def _parser() -> argparse.ArgumentParser:
                          help="T: flag only changes whose 95%% CI lies entirely beyond -T or +T (default 0)")
     compare.add_argument("--alpha", type=float, default=0.05,
                          help="flag only changes whose Holm-adjusted p-value is below this (default 0.05)")
+    _gate_args(compare)
     _results_args(compare)
     show = sub.add_parser("show", help="print a run's summary", allow_abbrev=False)
     show.add_argument("run_id")
@@ -88,6 +90,21 @@ def _version() -> str:
         return importlib.metadata.version("evalbeam")
     except importlib.metadata.PackageNotFoundError:  # imported from a checkout that was never installed
         return "(not installed)"
+
+
+def _gate_args(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    parser.add_argument("--min-paired", type=_non_negative, metavar="N",
+                        help=prefix + "exit 2 when a metric pairs fewer than N instances of the two runs "
+                             "(default: half of the smaller run)")
+    parser.add_argument("--allow-different-evals", action="store_true",
+                        help=prefix + "compare runs of different evals (config names), which is refused otherwise")
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -225,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     from evalbeam.pipelines.local import LOCAL_RUNNERS, local_worker_args
     from evalbeam.pipelines.preflight import preflight
     from evalbeam.pipelines.report import ResultsError, results_for, run_problems, run_report, runs_report
+    from evalbeam.transforms.write_failure import OutputWriteError
 
     if args.command == "compare":
         return _compare(args, beam_args)
@@ -281,10 +299,13 @@ def main(argv: list[str] | None = None) -> int:
         _check_runner(options)
         if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS:
             options = PipelineOptions(_with_setup_file(beam_args))
-        run_key, result = evaluate.run(config, options)
+        run_key, result = evaluate.run(config, options, allow_different_evals=args.allow_different_evals)
     except (ConfigError, ResultsError) as e:
         print(f"evalbeam: {e}", file=sys.stderr)
         return 2
+    except OutputWriteError as e:
+        print(f"evalbeam: {e}", file=sys.stderr)
+        return UNWRITTEN_OUTPUT_STATUS
     if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS:
         job_id = getattr(result, "job_id", lambda: None)()
         print(f"submitted run {run_key.run_id} (run date {run_key.run_date})" + (f" as job {job_id}" if job_id else ""))
@@ -308,7 +329,19 @@ def main(argv: list[str] | None = None) -> int:
             if regressed and args.fail_on_regression:
                 print(f"evalbeam: run {run_key.run_id} regressed against {rows[0]['base_run_id']}", file=sys.stderr)
                 status = 1
+            if _gate_failed(results, rows, rows[0]["base_run_id"], [run_key.run_id], args.min_paired):
+                status = 2
     return status
+
+
+def _gate_failed(results, rows, base_run_id: str, run_ids: list[str], min_paired: int | None) -> bool:
+    """Say (stderr) each metric that pairs too few instances to gate on; whether there was one."""
+    from evalbeam.pipelines.compare import comparison_gate
+
+    problems = comparison_gate(results, rows, base_run_id, run_ids, min_paired)
+    for problem in problems:
+        print(f"evalbeam: compare: {problem}", file=sys.stderr)
+    return bool(problems)
 
 
 def _compare(args, beam_args: list[str]) -> int:
@@ -328,7 +361,8 @@ def _compare(args, beam_args: list[str]) -> int:
         _check_runner(options)
         if options.view_as(StandardOptions).runner not in evaluate_local_runners():
             options = PipelineOptions(_with_setup_file(beam_args))
-        rows = compare(results, args.base_run_id, args.run_ids, options, args.tolerance, args.alpha, also_parquet)
+        rows = compare(results, args.base_run_id, args.run_ids, options, args.tolerance, args.alpha, also_parquet,
+                       allow_different_evals=args.allow_different_evals)
     except (ConfigError, ResultsError, CompareError) as e:
         print(f"evalbeam: {e}", file=sys.stderr)
         return 2
@@ -337,6 +371,8 @@ def _compare(args, beam_args: list[str]) -> int:
         print(note)
     regressed = [r for r in rows if r["regression"]]
     print(f"\n{len(regressed)} regression(s) flagged; comparisons written to {results.location}")
+    if _gate_failed(results, rows, args.base_run_id, args.run_ids, args.min_paired):
+        return 2  # too little paired to gate on: neither a pass nor a regression
     return 1 if regressed else 0
 
 

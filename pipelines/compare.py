@@ -198,12 +198,51 @@ def pair_spec(base: RunInfo, run: RunInfo, tolerance: float, alpha: float, compa
                     tolerance, alpha, compared_at)
 
 
+# ------------------------------------------------------------- what a comparison may gate on
+
+
+def check_same_eval(base: RunInfo, run: RunInfo, allow_different_evals: bool = False) -> None:
+    """Runs of two evals (config names) measure different things: comparing them is refused
+    unless asked for (--allow-different-evals)."""
+    if base.name != run.name and not allow_different_evals:
+        raise CompareError(f"run {run.run_id} is of eval {run.name!r}, base run {base.run_id} of eval {base.name!r}: "
+                           "runs of different evals are not compared (--allow-different-evals to compare them anyway)")
+
+
+def default_min_paired(base_row: dict[str, Any], run_row: dict[str, Any]) -> int:
+    """Half of the smaller run (instances scored), rounded up: a comparison pairing fewer
+    describes a minority of either run."""
+    return -(-min(base_row.get("scored_count") or 0, run_row.get("scored_count") or 0) // 2)
+
+
+def pairing_problems(rows: list[dict[str, Any]], min_paired: int) -> list[str]:
+    """The metrics of a comparison (its overall rows) that pair fewer than min_paired instances."""
+    return [f"{r['run_id']} vs {r['base_run_id']}: metric {r['metric']} pairs {r['n_paired']} instance(s), "
+            f"fewer than {min_paired} (--min-paired): {r['only_in_base']} only in base, {r['only_in_run']} only in run, "
+            f"{r['error_in_either']} with an error in either"
+            for r in rows if r["slice"] == "overall" and r["n_paired"] < min_paired]
+
+
+def comparison_gate(results, rows: list[dict[str, Any]], base_run_id: str, run_ids: list[str],
+                    min_paired: int | None) -> list[str]:
+    """pairing_problems for each run compared with the base, min_paired defaulting to
+    default_min_paired of the two runs."""
+    base_row = runs_row(results, base_run_id) or {}
+    problems = []
+    for run_id in run_ids:
+        wanted = min_paired if min_paired is not None else default_min_paired(base_row, runs_row(results, run_id) or {})
+        problems += pairing_problems([r for r in rows if r["run_id"] == run_id], wanted)
+    return problems
+
+
 # ------------------------------------------------------------- evalbeam compare
 
 
 def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOptions,
-            tolerance: float = 0.0, alpha: float = ALPHA, also_parquet: str | None = None) -> list[dict[str, Any]]:
-    """Compare each of run_ids with base_run_id, write the comparisons, return their rows."""
+            tolerance: float = 0.0, alpha: float = ALPHA, also_parquet: str | None = None,
+            allow_different_evals: bool = False) -> list[dict[str, Any]]:
+    """Compare each of run_ids with base_run_id, write the comparisons, return their rows.
+    Runs of another eval than the base's are refused (CompareError) unless allowed."""
     location = location_of(results)
     infos = {}
     for run_id in [base_run_id, *run_ids]:
@@ -211,6 +250,8 @@ def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOpti
         if row is None:
             raise CompareError(f"no run {run_id!r} in {results.location}")
         infos[run_id] = run_info(row)
+    for run_id in run_ids:
+        check_same_eval(infos[base_run_id], infos[run_id], allow_different_evals)
     parquet_out = location.parquet or also_parquet
     for run_id in run_ids:
         if parquet_out and not is_evalbeam_folder(run_folder(parquet_out, run_id)):

@@ -12,6 +12,7 @@ import tempfile
 import uuid
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
 from evalbeam.configs import ConfigError, EvalConfig
@@ -31,6 +32,7 @@ from evalbeam.pipelines.stages.writing import WriteResults
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.judge_checkpoint import checkpoint_folder
 from evalbeam.transforms.schema import RunKey, utc_now
+from evalbeam.transforms.write import remove_attempt
 
 
 def stages(pipeline: beam.Pipeline, context: RunContext) -> list[tuple[str, beam.PTransform]]:
@@ -65,9 +67,10 @@ def build_pipeline(pipeline: beam.Pipeline, context: RunContext) -> None:
     named | "Write" >> WriteResults(context)
 
 
-def plan_comparison(config: EvalConfig, run_key: RunKey, started_at):
+def plan_comparison(config: EvalConfig, run_key: RunKey, started_at, allow_different_evals: bool = False):
     """For compare_with: (where the base run is, its RunInfo, this run's RunInfo), or
-    None when there is nothing to compare with (no compare_with; no earlier run yet)."""
+    None when there is nothing to compare with (no compare_with; no earlier run yet).
+    A base run of another eval is a ConfigError unless allowed, found before any work."""
     if not config.compare_with:
         return None
     from evalbeam.pipelines.compare import location_of, previous_run, run_info, runs_row
@@ -89,10 +92,16 @@ def plan_comparison(config: EvalConfig, run_key: RunKey, started_at):
         raise ConfigError(f"compare_with: no run {base_id!r} in {results.location if results else config.output.parquet}")
     this = run_info({"run_id": run_key.run_id, "name": config.name, "run_date": run_key.run_date,
                      "started_at": started_at, "config": config.to_json()})
+    from evalbeam.pipelines.compare import CompareError, check_same_eval
+
+    try:
+        check_same_eval(run_info(row), this, allow_different_evals)
+    except CompareError as e:
+        raise ConfigError(f"compare_with: {e}") from None
     return location_of(results), run_info(row), this
 
 
-def run(config: EvalConfig, options: PipelineOptions):
+def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: bool = False):
     """Check the inputs and outputs, prepare the BigQuery dataset, then run the
     pipeline: to the end on a local runner, or until submitted on a remote one.
     An earlier output of the same run_id is replaced only when the run succeeds.
@@ -102,6 +111,63 @@ def run(config: EvalConfig, options: PipelineOptions):
     config = config.for_run_date(run_key.run_date)
     preflight(config, options, run_key.run_id)
     attempt = uuid.uuid4().hex[:12]
+    lock = hold_run_id(config, options, run_key.run_id, attempt, started_at)
+    from evalbeam.transforms.write_failure import OutputWriteError, describe, quiet_write_failures, write_failure
+
+    quiet_write_failures()
+    try:
+        return _run(config, options, started_at, run_key, attempt, allow_different_evals)
+    except BaseException as e:
+        if lock is not None and config.output.parquet:  # the attempt is this run's: its partial files go
+            try:
+                remove_attempt(config.output.parquet, run_key.run_id, attempt)
+            except Exception:  # noqa: BLE001 - the run's own error is the one to say
+                logging.getLogger(__name__).warning("could not remove attempt %s", attempt, exc_info=True)
+        failure = write_failure(e) if isinstance(e, Exception) else None
+        if failure is not None:
+            raise OutputWriteError(describe(failure, config.output.parquet or "the staging folder",
+                                            run_key.run_id)) from None
+        raise
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def hold_run_id(config: EvalConfig, options: PipelineOptions, run_id: str, attempt: str, started_at):
+    """The run_id's lock (transforms.run_lock), taken before any work, for a local
+    run writing Parquet locally or to gs://, or only to BigQuery (a row of the
+    dataset's lock table): None when the run is not locked (a remote runner, whose
+    launcher does not live as long as the job; Parquet on another filesystem).
+    A held run_id is a ConfigError naming its holder. Once the lock is held, what
+    dead runs of this run_id left (attempt folders, not judge checkpoints) is deleted."""
+    from evalbeam.transforms.run_lock import BigQueryRunLock, RunIdHeld, RunLock
+    from evalbeam.transforms.write import sweep_dead_attempts
+
+    parquet = config.output.parquet
+    if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS:
+        return None
+    if not parquet:  # BigQuery only: a row of the dataset's lock table
+        try:
+            return BigQueryRunLock(config.output.bigquery, run_id, attempt, started_at,
+                                   config.output.bigquery_location).acquire()
+        except RunIdHeld as e:
+            raise ConfigError(str(e)) from None
+    if FileSystems.get_scheme(parquet) not in (None, "gs"):
+        return None
+    try:
+        lock = RunLock(parquet, run_id, attempt, started_at).acquire()
+    except RunIdHeld as e:
+        raise ConfigError(str(e)) from None
+    try:
+        sweep_dead_attempts(parquet, run_id)
+    except Exception:
+        lock.release()
+        raise
+    return lock
+
+
+def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunKey, attempt: str,
+         allow_different_evals: bool = False):
     staging = None
     if config.output.bigquery and not config.output.parquet:
         temp = options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir()
@@ -119,7 +185,7 @@ def run(config: EvalConfig, options: PipelineOptions):
                         for c in config.judge.rubrics_from if c.startswith("bq://")] if config.rubric_specs() else []
     except bigquery.BigQueryError as e:
         raise ConfigError(str(e)) from None
-    compare_base = plan_comparison(config, run_key, started_at)
+    compare_base = plan_comparison(config, run_key, started_at, allow_different_evals)
     pipeline = new_pipeline(options)
     from evalbeam.pipelines.compare import CompareError
 

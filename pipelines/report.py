@@ -197,13 +197,35 @@ def format_table(header: tuple[str, ...], lines: list[tuple[str, ...]]) -> str:
     return "\n".join(out)
 
 
-def format_summary(rows: list[dict[str, Any]]) -> str:
-    lines = []
+# The most slices the terminal shows per metric (besides overall): the largest ones.
+MAX_SHOWN_SLICES = 20
+
+
+def format_summary(rows: list[dict[str, Any]], where: str | None = None) -> str:
+    """The summary as a table: per metric, overall and its MAX_SHOWN_SLICES largest
+    slices (most valid scores), then one line saying how many more there are and where."""
+    shown, hidden = [], 0
+    by_metric: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
+        by_metric.setdefault(r["metric"], []).append(r)
+    for metric_rows in by_metric.values():
+        overall = [r for r in metric_rows if r["slice"] == "overall"]
+        slices = [r for r in metric_rows if r["slice"] != "overall"]
+        if len(slices) > MAX_SHOWN_SLICES:
+            largest = sorted(slices, key=lambda r: (-(r["valid_count"] or 0), r["slice"]))[:MAX_SHOWN_SLICES]
+            hidden += len(slices) - MAX_SHOWN_SLICES
+            slices = [r for r in slices if r in largest]
+        shown += overall + slices
+    lines = []
+    for r in shown:
         ci = "-" if r["ci_low"] is None else f"[{_fmt(r['ci_low'], 3)}, {_fmt(r['ci_high'], 3)}]"
         lines.append((r["metric"], r["slice"], str(r["valid_count"]), str(r["error_count"]),
                       _fmt(r["mean"]), _fmt(r["std"]), ci, _fmt(r["pass_rate"], 3)))
-    return format_table(("metric", "slice", "n", "errors", "mean", "std", "95% CI", "pass rate"), lines)
+    table = format_table(("metric", "slice", "n", "errors", "mean", "std", "95% CI", "pass rate"), lines)
+    if hidden:
+        table += (f"\n({hidden:,} more slice rows not shown, the largest {MAX_SHOWN_SLICES} of each metric are: "
+                  f"every slice is in the run's summary table{f' in {where}' if where else ''})")
+    return table
 
 
 def run_problems(tables: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -222,7 +244,28 @@ def run_problems(tables: dict[str, list[dict[str, Any]]]) -> list[str]:
     for s in tables["summary"]:
         if s["slice"] == "overall" and s["valid_count"] == 0 and s["error_count"] > 0:
             problems.append(f"metric {s['metric']} has no valid score: all {s['error_count']} rows failed")
+    problems += input_problems(r)
     return problems
+
+
+def input_problems(r: dict[str, Any]) -> list[str]:
+    """A run that read records but scored none, or dead-lettered more of them than
+    its config's max_dead_letter_share allows (an empty input is an empty run)."""
+    read, scored, dead = r["read_count"], r["scored_count"], r["dead_letter_count"]
+    if not read:
+        return []
+    if not scored:
+        return [f"no instance was scored: all {read} records read were dead-lettered (see dead letters)"]
+    from evalbeam.configs import DEFAULT_MAX_DEAD_LETTER_SHARE
+
+    try:
+        share = json.loads(r.get("config") or "{}").get("max_dead_letter_share", DEFAULT_MAX_DEAD_LETTER_SHARE)
+    except (TypeError, ValueError):
+        share = DEFAULT_MAX_DEAD_LETTER_SHARE
+    if dead / read > share:
+        return [f"{dead} of {read} records read were dead-lettered ({dead / read:.0%}), more than "
+                f"max_dead_letter_share {share:g} allows"]
+    return []
 
 
 def run_report(results, run_id: str, tables: dict | None = None) -> str:
@@ -241,7 +284,7 @@ def run_report(results, run_id: str, tables: dict | None = None) -> str:
     judge = judge_accounting(r)
     if judge:
         lines += format_judge(judge)
-    lines.append(format_summary(tables["summary"]))
+    lines.append(format_summary(tables["summary"], str(results.location)))
     errors = tables.get("metric_errors") or []
     if errors:
         lines.append(f"\nmetric errors ({sum(e['n'] for e in errors)}), by reason:")
@@ -319,6 +362,8 @@ def format_flags(pairs: list[dict[str, Any]]) -> str:
             parts.append("REGRESSED " + ", ".join(sorted({m for m, _ in p["regressions"]})))
         if p["improvements"]:
             parts.append("improved " + ", ".join(sorted({m for m, _ in p["improvements"]})))
+        if p.get("unpaired"):  # a comparison that paired nothing shows no change, and is no pass
+            parts.append("NOTHING PAIRED for " + ", ".join(sorted(set(p["unpaired"]))))
         out.append(f"vs {p['base_run_id']}: {'; '.join(parts) or 'no change flagged'}")
     return " | ".join(out) or "-"
 
@@ -347,7 +392,7 @@ SELECT s.run_id, s.metric, s.mean, s.ci_low, s.ci_high, s.valid_count
 FROM {summary} s JOIN {runs} r ON s.run_id = r.run_id
 WHERE s.slice = 'overall' {where}"""
 EVAL_COMPARISONS_SQL = """
-SELECT c.run_id, c.base_run_id, c.metric, c.slice, c.regression, c.improvement, c.compared_at
+SELECT c.run_id, c.base_run_id, c.metric, c.slice, c.regression, c.improvement, c.n_paired, c.compared_at
 FROM {comparisons} c JOIN {runs} r ON c.run_id = r.run_id {where}"""
 DEAD_LETTER_REASONS_SQL = """
 SELECT field, reason, COUNT(*) AS n FROM {dead_letter}
@@ -473,7 +518,9 @@ def comparison_flags(results, name: str | None, run_ids: set[str]) -> dict[str, 
         if r["run_id"] not in run_ids:
             continue
         p = pairs.setdefault((r["run_id"], r["base_run_id"]), {"base_run_id": r["base_run_id"], "regressions": [],
-                                                                "improvements": []})
+                                                                "improvements": [], "unpaired": []})
+        if r["slice"] == "overall" and not r["n_paired"]:
+            p["unpaired"].append(r["metric"])
         if r["regression"]:
             p["regressions"].append((r["metric"], r["slice"]))
         if r["improvement"]:
@@ -610,4 +657,6 @@ def comparison_rows(results, base_run_id: str, run_id: str, options, also_parque
     rows = [r for r in run_comparisons(results, run_id) if r["base_run_id"] == base_run_id]
     if rows:
         return rows, False
-    return compare(results, base_run_id, [run_id], options, also_parquet=also_parquet), True
+    # a report shows the comparison asked for, whichever evals the runs are of
+    return compare(results, base_run_id, [run_id], options, also_parquet=also_parquet,
+                   allow_different_evals=True), True

@@ -84,6 +84,11 @@ def score_instance(run: RunKey, instance: Instance, scorers, base: dict[str, Any
             row["error"] = inference_error
             rows.append(row)
             continue
+        missing = instance.missing_inputs.get(plan.output_name)
+        if missing:
+            row["error"] = missing_input_error(missing)
+            rows.append(row)
+            continue
         try:
             value = as_metric_value(scorer(fields))
         except Exception as e:  # noqa: BLE001 - any failure of one metric is recorded on its row
@@ -97,6 +102,11 @@ def score_instance(run: RunKey, instance: Instance, scorers, base: dict[str, Any
                 row["passed"] = value.score >= plan.threshold
         rows.append(row)
     return ScoredInstance(instance, rows)
+
+
+def missing_input_error(missing) -> str:
+    """The error of a metric whose inputs the instance lacks (metrics.instance.build_instance)."""
+    return f"missing input {', '.join(missing)}"
 
 
 def result_base(run: RunKey) -> dict[str, Any]:

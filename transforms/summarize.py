@@ -9,6 +9,7 @@ worker ever holds a metric's scores.
 """
 from __future__ import annotations
 
+import logging
 from typing import Any, Iterable
 
 import apache_beam as beam
@@ -31,6 +32,11 @@ def slice_keys(scored: ScoredInstance):
     yield OVERALL, values
     for column, value in scored.instance.slices.items():
         yield f"{column}={'(missing)' if value is None else value}", values
+
+
+# The most slices one column makes: its values past the MAX_SLICE_VALUES largest
+# slices are summarized together as <column>=(other) (fold_slices), with a warning.
+MAX_SLICE_VALUES = 1000
 
 
 # Instances whose bootstrap sums wait to be added together (one matrix product a
@@ -63,6 +69,27 @@ class SliceAccumulator:
         if len(self.ids) >= BOOTSTRAP_BATCH:
             self.flush()
 
+    def instances(self) -> int:
+        """The instances added (each has a row for each of its metrics)."""
+        return max((m.rows for m in self.moments.values()), default=0)
+
+    def absorb(self, other: "SliceAccumulator") -> "SliceAccumulator":
+        """Add another accumulator's counts, sums and waiting instances. The waiting
+        ones stay waiting (weighed when a batch is full, or at the end): a slice of a
+        few instances never holds bootstrap sums until its summary is made."""
+        for metric, moments in other.moments.items():
+            mine = self.moments.get(metric)
+            self.moments[metric] = moments if mine is None else mine.merge(moments)
+        offset = len(self.ids)
+        self.ids.extend(other.ids)
+        for metric, (rows, scores) in other.pending.items():
+            my_rows, my_scores = self.pending.get(metric) or self.pending.setdefault(metric, ([], []))
+            my_rows.extend(r + offset for r in rows)
+            my_scores.extend(scores)
+        if len(self.ids) >= BOOTSTRAP_BATCH:
+            self.flush()
+        return self
+
     def flush(self) -> "SliceAccumulator":
         if self.ids:
             weights = bootstrap_weight_matrix(self.ids)
@@ -74,7 +101,10 @@ class SliceAccumulator:
 
 
 class SliceMomentsFn(beam.CombineFn):
-    """Accumulator: a SliceAccumulator for one slice; output {metric: ScoreMoments}."""
+    """Accumulator: a SliceAccumulator for one slice; output the same, its last
+    instances still waiting to be weighed (fold_slices weighs them): so a slice of
+    one instance costs a few hundred bytes, not the bootstrap sums of each metric
+    (2 x 200 floats), through the combine and the shuffle after it."""
 
     def create_accumulator(self):
         return SliceAccumulator()
@@ -86,15 +116,35 @@ class SliceMomentsFn(beam.CombineFn):
     def merge_accumulators(self, accumulators):
         merged = SliceAccumulator()
         for acc in accumulators:
-            for metric, moments in acc.flush().moments.items():
-                merged.moments[metric] = merged.moments[metric].merge(moments) if metric in merged.moments else moments
+            merged.absorb(acc)
         return merged
 
-    def compact(self, accumulator):
-        return accumulator.flush()
-
     def extract_output(self, accumulator):
-        return accumulator.flush().moments
+        return accumulator
+
+
+def slice_column(slice_name: str) -> str:
+    """The column a slice is of ('' for overall)."""
+    return "" if slice_name == OVERALL else slice_name.split("=", 1)[0]
+
+
+def fold_slices(column_slices, limit: int):
+    """(column, [(slice, SliceAccumulator)]) -> (slice, {metric: ScoreMoments}) for each
+    slice kept: every slice of a column with at most `limit` of them; else the `limit`
+    largest (most instances; then by name), the others merged (exactly: the
+    accumulators are sums) into one <column>=(other) slice, with a warning."""
+    column, slices = column_slices
+    slices = sorted(slices, key=lambda s: (-s[1].instances(), s[0]))
+    if column and len(slices) > limit:
+        logging.getLogger(__name__).warning(
+            "slice column %r has %d distinct values: the %d largest slices are summarized, the other %d values "
+            "together as %s=(other)", column, len(slices), limit, len(slices) - limit, column)
+        other = SliceAccumulator()
+        for _, acc in slices[limit:]:
+            other.absorb(acc)
+        slices = slices[:limit] + [(f"{column}=(other)", other)]
+    for name, acc in slices:
+        yield name, acc.flush().moments
 
 
 def summary_rows(run: RunKey, thresholds: dict[str, float | None], keyed) -> Iterable[dict[str, Any]]:
@@ -108,15 +158,19 @@ def summary_rows(run: RunKey, thresholds: dict[str, float | None], keyed) -> Ite
 class SummarizeScores(beam.PTransform):
     """ScoredInstances -> summary rows (one per metric and slice)."""
 
-    def __init__(self, run: RunKey, thresholds: dict[str, float | None]):
+    def __init__(self, run: RunKey, thresholds: dict[str, float | None], max_slice_values: int = MAX_SLICE_VALUES):
         super().__init__()
         self._run = run
         self._thresholds = thresholds
+        self._max_slice_values = max_slice_values
 
     def expand(self, scored):
         return (
             scored
             | "KeyBySlice" >> beam.FlatMap(slice_keys)
             | "CombineMetrics" >> beam.CombinePerKey(SliceMomentsFn())
+            | "ByColumn" >> beam.Map(lambda kv: (slice_column(kv[0]), kv))
+            | "SlicesOfColumn" >> beam.GroupByKey()
+            | "FoldSlices" >> beam.FlatMap(fold_slices, self._max_slice_values)
             | "SummaryRows" >> beam.FlatMap(lambda kv, run, th: summary_rows(run, th, kv), self._run, self._thresholds)
         )

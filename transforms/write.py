@@ -115,21 +115,77 @@ def _move_tree(source: str, target: str) -> None:
 
 def replace_run_folder(output: str, run_id: str, attempt: str) -> None:
     """Put a finished attempt in place of the run folder. The previous output is
-    moved aside first and deleted last; only evalbeam's own folders are touched."""
+    moved aside first and deleted last; only evalbeam's own folders are touched.
+
+    The run_id's lock (transforms.run_lock) says who owns the run_id. Held by
+    this attempt: every other attempt of the run_id, which no live run can own
+    while the lock is held, goes with this one's. Held by another run (this
+    one's lease passed while it stalled, and a retry took it over): nothing is
+    installed. No lock (a remote runner, which is not locked): only what this
+    attempt made is deleted: its folder, the output it replaced and the
+    run_id's judge checkpoints and batches (which its success makes useless)."""
+    from evalbeam.transforms.run_lock import read_holder
+
+    holder = read_holder(output, run_id)
+    if holder is not None and holder.get("attempt") != attempt:
+        raise OutputFolderError(f"run_id {run_id!r}: another run holds its lock now (attempt {holder.get('attempt')}, "
+                                f"host {holder.get('host')}, pid {holder.get('pid')}); this run's output was not installed")
+    locked = holder is not None
     final = run_folder(output, run_id)
     new = attempt_folder(output, run_id, attempt)
     with FileSystems.create(FileSystems.join(new, MARKER), mime_type="application/json") as f:
         f.write(json.dumps({"run_id": run_id, "attempt": attempt, "written_at": utc_now().isoformat()}).encode())
     check_run_folder(output, run_id)  # again: something may have appeared there while the run ran
+    replaced = attempt_folder(output, run_id, f"{attempt}-replaced-{uuid.uuid4().hex[:6]}")
     if _exists(final):
-        _move_tree(final, attempt_folder(output, run_id, f"{attempt}-replaced-{uuid.uuid4().hex[:6]}"))
+        _move_tree(final, replaced)
     _move_tree(new, final)
-    # what remains of this run_id's attempts is evalbeam's own: the output just
-    # replaced, and attempts that died before finishing
-    delete_tree(FileSystems.join(output, ATTEMPTS, run_id))
-    attempts = FileSystems.join(output, ATTEMPTS)
-    if _is_local(attempts) and os.path.isdir(attempts) and not os.listdir(attempts):
-        os.rmdir(attempts)
+    if locked:
+        # what remains of this run_id's attempts is evalbeam's own: the output just
+        # replaced, and attempts that died before finishing
+        delete_tree(FileSystems.join(output, ATTEMPTS, run_id))
+    else:
+        for folder in (replaced, *(attempt_folder(output, run_id, k) for k in RUN_ID_STATE)):
+            delete_tree(folder)
+        remove_empty_folder(FileSystems.join(output, ATTEMPTS, run_id))
+    remove_empty_folder(FileSystems.join(output, ATTEMPTS))
+
+
+def remove_empty_folder(folder: str) -> None:
+    """A local folder removed when nothing is in it (an object store has no empty folders)."""
+    if _is_local(folder):
+        try:
+            os.rmdir(folder)
+        except OSError:
+            pass
+
+
+def remove_attempt(output: str, run_id: str, attempt: str) -> None:
+    """A failed attempt's files removed (its own only), and the folders it leaves empty."""
+    delete_tree(attempt_folder(output, run_id, attempt))
+    remove_empty_folder(FileSystems.join(output, ATTEMPTS, run_id))
+    remove_empty_folder(FileSystems.join(output, ATTEMPTS))
+
+
+# What a run_id keeps beside its attempts for a retry to reuse (transforms.judge_checkpoint)
+RUN_ID_STATE = ("judge_checkpoints", "judge_batches")
+
+
+def sweep_dead_attempts(output: str, run_id: str, keep=RUN_ID_STATE) -> None:
+    """With the run_id's lock held, the attempts left by runs that died (no live run
+    owns one) are deleted, so that they do not fill the disk; the judge checkpoints
+    stay, for this run to reuse."""
+    root = FileSystems.join(output, ATTEMPTS, run_id)
+    if _is_local(root):
+        if os.path.isdir(root):
+            for name in os.listdir(root):
+                if name not in keep:
+                    delete_tree(os.path.join(root, name))
+        return
+    prefix = root.rstrip("/") + "/"
+    dead = [f for f in _files(root) if f[len(prefix):].split("/", 1)[0] not in keep]
+    if dead:
+        FileSystems.delete(dead)
 
 
 RECORD_BATCH_ROWS = 1000  # WriteToParquet's default

@@ -34,6 +34,9 @@ def row_spec(config: EvalConfig) -> RowSpec:
         id_column=config.input.id_column or ("instance_id" if config.input.is_adk else None),
         slice_columns=tuple(config.input.slice_columns),
         requirements=tuple((m.output_name, inputs_left(config, m.input_alternatives())) for m in config.metrics),
+        # a template judge puts an instance's missing input on its own row (transforms.judge);
+        # a rubric metric cannot yet: a row lacking its inputs is dead-lettered
+        strict=tuple(m.output_name for m in config.rubric_specs()),
     )
 
 
