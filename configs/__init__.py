@@ -355,7 +355,7 @@ class InferenceConfig(_Model):
     agent: str | None = pydantic.Field(
         None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
         description="'package.module:agent': an ADK agent, run with ADK's Runner and in-memory sessions "
-                    "(needs the `agent` extra, installed from requirements-agent.lock: see the README)")
+                    "(needs the `agent` extra, installed from requirements-agent.lock: see docs/agents.md)")
     num_runs: int = pydantic.Field(1, ge=1, le=100, description="runs per case; > 1: instance ids get :run<k>")
     max_concurrency: int = pydantic.Field(8, ge=1, le=1024, description="function/agent: cases in flight per worker")
     timeout_seconds: float = pydantic.Field(300, gt=0, description="function/agent: the longest a case may take")

@@ -1,4 +1,4 @@
-"""Regenerates docs/report.png, the README's picture of `evalbeam report`.
+"""Regenerates docs/report.png, the picture of `evalbeam report` in docs/tables.md.
 
     .venv/bin/python docs/report_screenshot.py [--html report.html]   # --html: keep the page too
 

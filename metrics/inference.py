@@ -47,11 +47,11 @@ from evalbeam.metrics.instance import (
 )
 
 # google-adk is the `agent` extra, installed with its own lock (requirements-agent.lock: google-adk
-# 2.13.0 requires google-genai < 3, requirements.lock pins 3.3.0; see the README).
+# 2.13.0 requires google-genai < 3, requirements.lock pins 3.3.0; see docs/agents.md).
 INSTALL_AGENT = ("agent inference needs google-adk (2.13.0) on the launcher and every worker, and it is not "
                  "installed here: install evalbeam's agent extra from requirements-agent.lock (pip install -r "
-                 "requirements-agent.lock, then evalbeam[agent]; make agent-env); see the README's 'Inference "
-                 "before scoring' (on Dataflow: a worker or Flex Template image with that environment)")
+                 "requirements-agent.lock, then evalbeam[agent]; make agent-env); see docs/agents.md, 'Installing "
+                 "the agent extra' (on Dataflow: a worker or Flex Template image with that environment)")
 # what a turn's actual side is made of (the rest of a turn comes from the input)
 ACTUAL_TURN_KEYS = ("response", "events", "tool_calls", "intermediate_responses", "duration")
 # fields an earlier inference may have derived from the trace, recomputed after a new one

@@ -207,7 +207,7 @@ def _with_setup_file(beam_args: list[str]) -> list[str]:
         raise ConfigError(
             "remote workers need evalbeam installed: run from a checkout of evalbeam (its setup.py is staged "
             "automatically), or pass --setup_file=PATH/setup.py, --extra_package=evalbeam-*.tar.gz or "
-            "--sdk_container_image=IMAGE (see the README's Dataflow section)")
+            "--sdk_container_image=IMAGE (see docs/cloud.md, 'Running on Dataflow')")
     return beam_args + [f"--setup_file={setup}"]
 
 

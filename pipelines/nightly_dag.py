@@ -25,7 +25,7 @@ Airflow variables, read when a task runs (Jinja), not when this file is parsed:
   evalbeam_eval_name      the config's `name`
 
 Deploy with pipelines/__init__.py and pipelines/nightly.py beside it, as
-DAGS_FOLDER/evalbeam/pipelines/ (see the README): the module it imports is
+DAGS_FOLDER/evalbeam/pipelines/ (see docs/cloud.md): the module it imports is
 evalbeam.pipelines.nightly, and `evalbeam` needs no __init__.py (a namespace package).
 """
 from __future__ import annotations

@@ -162,7 +162,7 @@ def test_a_full_disk_ends_the_run_with_120_and_one_line_leaving_the_previous_out
     assert "Traceback" not in full.stderr and "ERROR" not in full.stderr
     assert full.stderr.splitlines()[-1] == (
         f"evalbeam: could not write the output under {out}: [Errno 28] No space left on device "
-        "(in step Write_instances/WriteFiles); this run's partial files were removed and the previous output of "
+        "(in step Write/Write_instances/WriteFiles); this run's partial files were removed and the previous output of "
         "run_id b1, if any, is as it was")
     # the previous output of b1, whole; nothing of the failed attempt left
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == files_before
