@@ -192,6 +192,20 @@ def test_run_from_the_installed_package_in_worker_processes(installed, tmp_path)
     assert results[("p1", "rouge_1")]["score"] > results[("p2", "rouge_1")]["score"]
 
 
+def test_the_flex_template_entry_point_runs_as_the_launcher_runs_it(installed, tmp_path):
+    """The Flex Template image installs evalbeam (not editable) and its launcher runs
+    FLEX_TEMPLATE_PYTHON_PY_FILE, pipelines/flex_main.py, as a script: it imports evalbeam
+    from the installed package, and with no --config it says so and exits 2."""
+    venv, python, work = installed
+    dockerfile = (ROOT / "pipelines/flex_template/Dockerfile").read_text()
+    assert "ENV FLEX_TEMPLATE_PYTHON_PY_FILE=/template/pipelines/flex_main.py" in dockerfile
+    script = work / "source" / "pipelines" / "flex_main.py"  # the file the image copies to /template
+    result = subprocess.run([str(python), str(script)], cwd=tmp_path, env=outside_env(venv), capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert "the template parameter --config is required" in result.stderr
+
+
 def test_an_installed_copy_does_not_submit_workers_that_lack_evalbeam(installed, tmp_path):
     """A non-editable install has no setup.py to stage: a remote run must say
     how to give the workers evalbeam, not submit a job whose workers cannot import it."""
