@@ -38,6 +38,7 @@ def config_text(data, out, run_id="r1"):
     return textwrap.dedent(f"""
         name: e2e
         run_id: {run_id}
+        max_dead_letter_share: 1  # most of the lines of this file are bad on purpose
         input:
           uri: {data}
           column_mapping: {{response: answer}}

@@ -118,12 +118,6 @@ def read_holder(output: str, run_id: str) -> dict | None:
         return {}
 
 
-def holds(output: str, run_id: str, attempt: str) -> bool:
-    """Whether the run_id's lock is (still) the lock of this attempt."""
-    holder = read_holder(output, run_id)
-    return bool(holder) and holder.get("attempt") == attempt
-
-
 class RunLock:
     """The lock of one run_id, taken by acquire() and given back by release()."""
 

@@ -24,6 +24,7 @@ from apache_beam.io.parquetio import WriteToParquetBatched
 from apache_beam.transforms import window
 
 from evalbeam.transforms.schema import arrow_schema, utc_now
+from evalbeam.transforms.write_failure import quiet_write_failures
 
 MARKER = "_evalbeam_run.json"
 ATTEMPTS = "_evalbeam_attempts"
@@ -280,6 +281,11 @@ class _WriteFilesFn(beam.DoFn):
         self._prefix = prefix
         self._schema = schema
         self._lists = lists
+
+    def setup(self):
+        # a worker process's own log of a failed write (a full disk) is not printed:
+        # the command says it in one line (transforms.write_failure)
+        quiet_write_failures()
 
     def start_bundle(self):
         self._batches = _ArrowBatches(self._schema)

@@ -81,7 +81,9 @@ class QuietWriteFailures(logging.Filter):
 
 
 BEAM_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker",
-                "apache_beam.runners.portability.fn_api_runner.fn_runner")
+                "apache_beam.runners.portability.fn_api_runner.fn_runner",
+                # worker processes' logs, relayed by the launching process
+                "apache_beam.runners.portability.local_job_service")
 
 
 def quiet_write_failures() -> None:
