@@ -25,6 +25,33 @@ def test_the_line_says_rate_quota_and_eta():
                     "ETA 0:03:00 | 0:01:00")
 
 
+def test_answers_reused_from_checkpoints_are_shown_apart_and_cost_no_quota():
+    # a re-run of a killed run: 19 of its 33 answers came from the checkpoints, 14 were calls
+    line = describe({"judge_needed": 60, "judge_done": 33, "judge_reused": 19}, elapsed=60, quota_per_minute=60)
+    assert line.startswith("read 0 | scored 0 | dead-lettered 0 | judgments 33/60 (19 from checkpoints) at 14/min "
+                           "(23% of the quota), ETA 0:01:55")
+    # the needed count is written apart from the done: never shown below it
+    assert "judgments 14/14 at 14/min" in describe({"judge_needed": 1, "judge_done": 14}, elapsed=60, quota_per_minute=None)
+
+
+def test_a_burst_of_elements_is_counted_without_waiting_for_its_bundle_to_end(tmp_path):
+    """The judgments an instance needs come at once, then the calls take minutes: the
+    count is written by the DoFn's timer, not only by a later element or the bundle's end."""
+    import time
+
+    count = CountFn(str(tmp_path), "judge_needed")
+    count.setup()
+    try:
+        for n in range(14):
+            count.process(n)
+        deadline = time.monotonic() + 30
+        while read_counts(str(tmp_path)).get("judge_needed") != 14 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert read_counts(str(tmp_path)) == {"judge_needed": 14}
+    finally:
+        count.teardown()
+
+
 def test_read_is_never_shown_below_what_was_scored_or_dead_lettered_from_it():
     # each process tallies per bundle: a moment's read count may lag the others
     assert describe({"read": 3336, "scored": 3338, "dead_lettered": 1}, elapsed=1, quota_per_minute=None).startswith(

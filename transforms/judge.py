@@ -427,7 +427,13 @@ class AnswerJudgeRequests(beam.PTransform):
         if context.progress:
             resolved[TO_CALL] | "ProgressJudgeNeeded" >> beam.ParDo(CountFn(context.progress, "judge_needed"))
             called | "ProgressJudgeDone" >> beam.ParDo(CountFn(context.progress, "judge_done"))
+            called | "ProgressJudgeReused" >> beam.ParDo(CountFn(context.progress, "judge_reused", weight=_reused))
         return (resolved.cached, called) | "AllAnswers" >> beam.Flatten()
+
+
+def _reused(answer) -> int:
+    """1 for an answer reused from this run_id's checkpoints (paid for by an attempt that died)."""
+    return int(answer[0].checkpointed)
 
 
 ANSWERED = "answered"  # StreamJudgeFn: (response, ()) once per distinct key answered, as AnswerJudgeRequests gives
@@ -627,8 +633,9 @@ class JudgeInstances(beam.PTransform):
             ANSWERED, NEEDED, main="scored")
         if context.progress:
             judged[NEEDED] | "ProgressJudgeNeeded" >> beam.ParDo(CountFn(context.progress, "judge_needed"))
-            (judged[ANSWERED] | "Called" >> beam.Filter(lambda a: not a[0].cache_hit)
-             | "ProgressJudgeDone" >> beam.ParDo(CountFn(context.progress, "judge_done")))
+            called = judged[ANSWERED] | "Called" >> beam.Filter(lambda a: not a[0].cache_hit)
+            called | "ProgressJudgeDone" >> beam.ParDo(CountFn(context.progress, "judge_done"))
+            called | "ProgressJudgeReused" >> beam.ParDo(CountFn(context.progress, "judge_reused", weight=_reused))
         return (judged.scored, *self._cache_rows_and_usage(judged[ANSWERED]))
 
 

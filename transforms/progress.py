@@ -25,7 +25,12 @@ FLUSH_SECONDS = 1.0
 
 
 class CountFn(beam.DoFn):
-    """Counts the elements it sees under `key`; emits nothing."""
+    """Counts the elements it sees under `key`; emits nothing.
+
+    The count is written when it changed, at most once a FLUSH_SECONDS, by a timer
+    thread as well as by the elements: a burst of elements followed by a long wait (the
+    judgments an instance needs, asked at once, then answered over minutes) shows
+    within a second, not only when the bundle ends."""
 
     def __init__(self, folder: str, key: str, weight=None):
         self._folder = folder
@@ -35,27 +40,42 @@ class CountFn(beam.DoFn):
     def setup(self):
         self._path = os.path.join(self._folder, f"{os.getpid()}-{uuid.uuid4().hex}.json")
         self._count = 0
+        self._written = 0
         self._flushed = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._timer = threading.Thread(target=self._tick, name="evalbeam-progress", daemon=True)
+        self._timer.start()
 
     def process(self, element):
         self._count += 1 if self._weight is None else self._weight(element)
-        now = time.monotonic()
-        if now - self._flushed >= FLUSH_SECONDS:
-            self._flush(now)
+        if time.monotonic() - self._flushed >= FLUSH_SECONDS:
+            self._flush()
         return ()
 
     def finish_bundle(self):
-        self._flush(time.monotonic())
+        self._flush()
 
-    def _flush(self, now: float) -> None:
-        self._flushed = now
-        temp = f"{self._path}.tmp"
-        try:
-            with open(temp, "w") as f:
-                json.dump({self._key: self._count}, f)
-            os.replace(temp, self._path)
-        except OSError:
-            pass  # progress is best effort: never fail the run for it
+    def teardown(self):
+        self._stop.set()
+
+    def _tick(self) -> None:
+        while not self._stop.wait(FLUSH_SECONDS):
+            if self._count != self._written:
+                self._flush()
+
+    def _flush(self) -> None:
+        with self._lock:  # the timer and the elements' thread write the same file
+            count = self._count
+            self._flushed = time.monotonic()
+            temp = f"{self._path}.tmp"
+            try:
+                with open(temp, "w") as f:
+                    json.dump({self._key: count}, f)
+                os.replace(temp, self._path)
+                self._written = count
+            except OSError:
+                pass  # progress is best effort: never fail the run for it
 
 
 class JudgeShardLog:
@@ -118,9 +138,12 @@ def describe(counts: dict[str, int], elapsed: float, quota_per_minute: float | N
     text = f"read {read:,} | scored {scored:,} | dead-lettered {dead:,}"
     needed = counts.get("judge_needed")
     if needed:
-        done = counts.get("judge_done", 0)
-        rate = done / elapsed * 60 if elapsed > 0 else 0.0
-        text += f" | judgments {done:,}/{needed:,} at {rate:,.0f}/min"
+        done, reused = counts.get("judge_done", 0), counts.get("judge_reused", 0)
+        needed = max(needed, done)  # each count is written apart: the needed may lag the done a moment
+        # the pace of the calls made: answers reused from checkpoints cost no call
+        rate = (done - reused) / elapsed * 60 if elapsed > 0 else 0.0
+        text += f" | judgments {done:,}/{needed:,}" + (f" ({reused:,} from checkpoints)" if reused else "") \
+            + f" at {rate:,.0f}/min"
         if quota_per_minute:
             text += f" ({rate / quota_per_minute:.0%} of the quota)"
         if 0 < done < needed and rate > 0:
