@@ -2,7 +2,6 @@
 import json
 import os
 import random
-from pathlib import Path
 
 import apache_beam as beam
 import pytest
@@ -16,6 +15,7 @@ from evalbeam.transforms.schema import RunKey
 from evalbeam.transforms.score import ScoreInstances
 from evalbeam.transforms.summarize import SummarizeScores
 from evalbeam.transforms.validate import ToInstances
+from tests.helpers import ROOT
 
 
 def test_read_jsonl_numbers_lines_and_dead_letters_bad_ones(tmp_path):
@@ -291,6 +291,6 @@ def test_a_worker_process_freezes_its_start_up_objects_once(worker, duckdb, froz
     if worker:
         env["CONTROL_API_SERVICE_DESCRIPTOR"] = "url: 'localhost:1'"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                            cwd=str(Path(__file__).resolve().parent.parent), check=True)
+                            cwd=str(ROOT), check=True)
     assert result.stdout.split() == [str(frozen), str(frozen), "False", "True"]
     assert result.stderr == ""

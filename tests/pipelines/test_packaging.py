@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import table
+from tests.helpers import ROOT, table
 from tests.judge_server import JudgeServer
 
-ROOT = Path(__file__).resolve().parent.parent
 KEY_ENV = "EVALBEAM_PACKAGING_JUDGE_KEY"
 KEY = "AIzaSy-packaging-test-key-0123456789"
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import ROOT
+
 README_MAX_LINES = 250
 
 FENCE = re.compile(r"^\s*(```|~~~)")

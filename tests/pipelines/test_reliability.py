@@ -207,7 +207,7 @@ def test_a_metric_with_no_valid_score_fails_the_run_with_its_reasons(tmp_path, m
 
 def test_a_non_finite_custom_score_is_an_error_on_its_row(tmp_path):
     data = jsonl(tmp_path / "d.jsonl", [{"response": "nan", "reference": "r"}, {"response": "ok", "reference": "r"}])
-    metrics = [{"name": "maybe_nan", "function": "tests.test_reliability:maybe_nan", "inputs": ["response"]}]
+    metrics = [{"name": "maybe_nan", "function": "tests.pipelines.test_reliability:maybe_nan", "inputs": ["response"]}]
     evalbeam("run", write_config(tmp_path, data, metrics=metrics), check=False)
     rows = {r["score"] if r["score"] is not None else r["error"] for r in table(tmp_path / "out" / "r1", "metric_results")}
     assert rows == {1.0, "MetricError: score is not a finite number (nan)"}
