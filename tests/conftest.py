@@ -1,4 +1,5 @@
 import random
+from pathlib import Path
 
 import pytest
 
@@ -45,9 +46,54 @@ def rng():
     return random.Random(1234)
 
 
+# The heavy tiers: a marker each, applied below. `make test` runs every tier; `make test-fast`
+# (.venv only) runs what is in none of them: -m "not emulators and not browser and ...".
+TIERS = {
+    "emulators": "the Cloud Storage and BigQuery emulators (.emulators/: `make emulators-env`): tests using the `cloud` fixture",
+    "browser": "headless Chromium (`make browser`): the report rendered",
+    "airflow": "Apache Airflow in .airflow/ (`make airflow`)",
+    "adk": "google-adk, the reference, in .adk/ (`make adk-env`)",
+    "agent": "evalbeam[agent] in .agent/ (`make agent-env`)",
+    "packaging": "builds the sdist and installs it into a fresh venv (needs only .venv)",
+    "slow": "more than ~20 s on a 2-core machine, and in no other tier",
+}
+
+# What puts a test in a tier: (its module under tests/, or None for any module; the names it must
+# use: fixtures, directly or through other fixtures, or functions of its module it calls; or None
+# for every test of the module). A new test that uses or calls one of these is in the tier too.
+TIER_RULES = [
+    (None, {"cloud"}, "emulators"),
+    ("pipelines/test_report.py", {"render", "chromium"}, "browser"),
+    ("pipelines/test_nightly_dag.py", None, "airflow"),
+    ("metrics/test_adk_fidelity.py", None, "adk"),
+    ("transforms/test_adk_events.py", {"events_table", "recorded", "plugin_schema"}, "adk"),
+    ("transforms/test_inference.py", {"agent_env"}, "agent"),
+    ("pipelines/test_packaging.py", {"installed"}, "packaging"),
+]
+
+# Measured with --durations (2 cores): the tests of no other tier that take more than ~20 s.
+SLOW = set()
+
+
 def pytest_configure(config):
     # Beam's TestPipeline is named like a test class; it is not one.
     config.addinivalue_line("filterwarnings", "ignore:cannot collect test class 'TestPipeline':pytest.PytestCollectionWarning")
+    for name, needs in TIERS.items():
+        config.addinivalue_line("markers", f"{name}: {needs}")
+
+
+def pytest_collection_modifyitems(config, items):
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        module = item.path.relative_to(tests).as_posix()
+        function = getattr(item, "function", None)
+        used = set(getattr(item, "fixturenames", ())) | set(getattr(getattr(function, "__code__", None), "co_names", ()))
+        tiers = {tier for where, names, tier in TIER_RULES
+                 if where in (None, module) and (names is None or names & used)}
+        if not tiers and f"{module}::{item.originalname}" in SLOW:
+            tiers.add("slow")
+        for tier in sorted(tiers):
+            item.add_marker(tier)
 
 
 @pytest.fixture(scope="session")
@@ -63,7 +109,7 @@ def cloud(tmp_path_factory):
 
     root = Path(__file__).resolve().parent.parent / ".emulators"
     if not (root / ".installed").exists():
-        pytest.fail("the emulators are not installed: run `make test` (or `make emulators`)")
+        pytest.fail("the emulators are not installed: run `make emulators-env` (or `make test`)")
     ports = {"storage": control.free_port(), "bigquery": control.free_port(), "bigquery_grpc": control.free_port()}
     running = control.start(root, tmp_path_factory.mktemp("emulators"), ports)
     saved = {k: os.environ.get(k) for k in running.env}

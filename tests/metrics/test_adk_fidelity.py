@@ -68,7 +68,7 @@ def eval_set_files(tmp_path_factory):
 @pytest.fixture(scope="module")
 def adk_output(adk_files, eval_set_files, tmp_path_factory):
     if not ADK_PYTHON.exists():
-        pytest.fail("the ADK reference environment is missing: run `make adk-env` (google-adk 2.13.0 in .adk/)")
+        pytest.fail("the ADK reference environment is missing: run `make adk-env` (or `make test`): google-adk 2.13.0 in .adk/")
     _, files = adk_files
     request = tmp_path_factory.mktemp("adk_request") / "request.json"
     request.write_text(json.dumps({"files": [str(p) for p in files.values()], "configs": CONFIGS,

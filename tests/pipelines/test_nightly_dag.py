@@ -45,7 +45,7 @@ def airflow(tmp_path_factory):
     connection from the environment (Airflow's environment secrets backend),
     and the emulators' variables when the `cloud` fixture has set them."""
     if not (AIRFLOW / ".installed").exists():
-        pytest.fail("Airflow is not installed: run `make test` (or `make airflow`)")
+        pytest.fail("Airflow is not installed: run `make airflow` (or `make test`)")
     root = tmp_path_factory.mktemp("airflow")
     dags = root / "dags"
     for path in DEPLOYED:

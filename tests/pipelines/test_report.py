@@ -23,7 +23,7 @@ KEY = "AIzaSy-test-key-report-0123456789"
 def chromium(tmp_path, *args) -> subprocess.CompletedProcess:
     binary = shutil.which("chromium")
     if binary is None:
-        pytest.fail("chromium is not installed: `make test` installs Debian's chromium package (.browser/.installed)")
+        pytest.fail("chromium is not installed: run `make browser` (or `make test`): Debian's chromium package")
     profile = tmp_path / "chromium-profile"
     result = subprocess.run(
         ["timeout", "180", binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",

@@ -21,7 +21,7 @@ TABLE = f"{PROJECT}.agent_logs.agent_events"
 def plugin_schema():
     python = ROOT / ".adk" / "bin" / "python"
     if not python.exists():
-        pytest.fail("the ADK reference environment is missing: run `make adk-env`")
+        pytest.fail("the ADK reference environment is missing: run `make adk-env` (or `make test`)")
     code = ("import json\nfrom google.adk.plugins.bigquery_agent_analytics_plugin import _get_events_schema\n"
             "print(json.dumps([f.to_api_repr() for f in _get_events_schema()]))")
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=300, check=True)
@@ -224,7 +224,7 @@ def recorded(cloud, tmp_path_factory):
 
     python = ROOT / ".adk" / "bin" / "python"
     if not python.exists():
-        pytest.fail("the ADK reference environment is missing: run `make adk-env`")
+        pytest.fail("the ADK reference environment is missing: run `make adk-env` (or `make test`)")
     client = bigquery_client(PROJECT)
     client.create_dataset(f"{PROJECT}.plugin_logs", exists_ok=True)
     out = tmp_path_factory.mktemp("plugin") / "recorded.json"

@@ -275,7 +275,7 @@ def agent_env():
     """The venv of evalbeam with its `agent` extra (make agent-env)."""
     venv = ROOT / ".agent"
     if not (venv / ".installed").exists():
-        pytest.fail("the agent environment is missing: run `make agent-env` (evalbeam[agent] in .agent/)")
+        pytest.fail("the agent environment is missing: run `make agent-env` (or `make test`): evalbeam[agent] in .agent/")
     return venv
 
 
