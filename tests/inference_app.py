@@ -1,4 +1,4 @@
-"""Real functions and a real ADK agent's tools that tests/test_inference.py runs
+"""Real functions and a real ADK agent's tools that tests/transforms/test_inference.py runs
 as `inference.function` / `inference.agent` (imported by the evalbeam command
 from tests/, as a user's package would be)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Airflow local settings for tests/test_nightly_dag.py (copied into the test's
+"""Airflow local settings for tests/pipelines/test_nightly_dag.py (copied into the test's
 AIRFLOW_HOME/config; never deployed): point BigQueryHook's DB-API connection at
 the BigQuery emulator.
 

@@ -1,6 +1,6 @@
 """The Flex Template entry point, its metadata, and the nightly launch request
 that Cloud Scheduler sends (the Airflow DAG's, rendered by Airflow itself:
-tests/test_nightly_dag.py)."""
+tests/pipelines/test_nightly_dag.py)."""
 import json
 import re
 import subprocess
