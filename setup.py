@@ -18,7 +18,7 @@ REQUIRES = [
     "numpy==2.4.6",
     "pyyaml==6.0.3",
     # ROUGE: a Rust implementation of rouge-score, scores identical to it (young: pinned, and compared with
-    # rouge-score itself in tests/test_metrics_text.py; rouge-score is in the test extra, as the oracle)
+    # rouge-score itself in tests/metrics/test_text.py; rouge-score is in the test extra, as the oracle)
     "rouge-score-rs==0.2.1",
     "sacrebleu==2.6.0",
     "scipy==1.17.1",
@@ -31,7 +31,7 @@ REQUIRES = [
 FOLDERS = ("configs", "metrics", "pipelines", "transforms")
 PACKAGE_DIR = {f"evalbeam.{folder}": folder for folder in FOLDERS}
 # Every subpackage too (evalbeam.metrics.judge, ...): Dataflow workers and the Flex
-# Template image get only what is listed here (tests/test_packaging.py).
+# Template image get only what is listed here (tests/pipelines/test_packaging.py).
 PACKAGES = [f"evalbeam.{p}" for p in setuptools.find_packages(include=[f for folder in FOLDERS for f in (folder, f"{folder}.*")])]
 
 setuptools.setup(

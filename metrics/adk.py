@@ -8,7 +8,7 @@ an efficiency value that is n/a), the row carries an error saying why.
 
 Re-implemented here rather than imported: google-adk weighs about a gigabyte
 with its dependencies and would have to be on every worker. The fidelity test
-(tests/test_adk_fidelity.py) compares these with ADK's own evaluators, run in a
+(tests/metrics/test_adk_fidelity.py) compares these with ADK's own evaluators, run in a
 separate environment, on generated cases covering every rule.
 """
 from __future__ import annotations

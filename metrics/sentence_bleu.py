@@ -26,7 +26,7 @@ only changes how they are computed:
 - the score (BLEU.compute_bleu with smooth_method "exp", sacrebleu's default,
   and one reference): the same floating-point operations in the same order.
 
-tests/test_metrics_text.py compares tokens and scores with sacrebleu on
+tests/metrics/test_text.py compares tokens and scores with sacrebleu on
 thousands of generated cases (Unicode, entities, empty and very long texts).
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Scores are bit-identical to the reference libraries, computed faster:
 - rouge: `rouge-score-rs`, a Rust implementation of rouge-score (same
   tokenizer, NLTK's Porter stemmer, same LCS and F-measures; pinned, and
-  compared with rouge-score itself by tests/test_metrics_text.py). One scorer
+  compared with rouge-score itself by tests/metrics/test_text.py). One scorer
   per worker computes every ROUGE type the config asks for in one native call,
   and keeps the last pair's scores, so rouge_1, rouge_2, rouge_l and
   rouge_l_sum on one instance tokenize and score it once;

@@ -288,7 +288,7 @@ def test_dataflow_dry_run_builds_the_whole_job(cloud, monkeypatch):
     proto = job.proto_pipeline
     # the pipeline is its named stages (pipelines.stages), each holding its steps
     names = {t.unique_name for t in proto.components.transforms.values()}
-    assert {n.split("/")[0] for n in names} == {"Read", "Scoring", "Summaries", "Write"}
+    assert {"Read", "Scoring", "Summaries", "Write"} <= {n.split("/")[0] for n in names}
     assert {"Read/Validate", "Scoring/Score", "Summaries/Summarize", "Summaries/RunRecord", "Write/Write_instances",
             "Write/Write_metric_results", "Write/Write_summary", "Write/Write_runs", "Write/Write_dead_letter"} <= names
     dofns = set()
