@@ -116,9 +116,9 @@ class AgentInferrer:
 
     def __init__(self, path: str, app_name: str = "evalbeam"):
         try:
-            from google.adk.runners import Runner
-            from google.adk.sessions import InMemorySessionService
-            from google.genai import types
+            from google.adk.runners import Runner  # optional dependency: google-adk (the agent extra)
+            from google.adk.sessions import InMemorySessionService  # (the same optional dependency)
+            from google.genai import types  # (the same optional dependency)
         except ImportError as e:
             raise ImportError(f"{INSTALL_AGENT} ({e})") from None
         self._agent = load_target(path, "inference.agent")
