@@ -11,7 +11,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from evalbeam.configs import EvalConfig
-from evalbeam.transforms.read import default_part_bytes
+from evalbeam.transforms.file_parts import default_part_bytes
 
 LOCAL_RUNNERS = (None, "DirectRunner", "direct", "PrismRunner", "prism")
 DIRECT_RUNNERS = (None, "DirectRunner", "direct")  # Beam's Python runner: runs each bundle once, in memory
@@ -92,7 +92,7 @@ def part_bytes(pipeline: beam.Pipeline, config: EvalConfig) -> int | None:
     """The size of the parts a large JSONL input is read in, when a local run has
     several workers: a whole multiple of the workers' number of parts (at least two
     each), so that each worker gets an equal share (the local runner deals a stage's
-    input out to its workers in turn). None (transforms.read.PART_BYTES) otherwise."""
+    input out to its workers in turn). None (transforms.file_parts.PART_BYTES) otherwise."""
     workers = local_workers(pipeline)
     size = input_bytes(config) if workers > 1 else None
     if not size:

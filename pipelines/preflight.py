@@ -20,7 +20,8 @@ from evalbeam.pipelines.local import LOCAL_RUNNERS
 from evalbeam.pipelines.stages.read import inputs_left
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.local_cloud import storage_client
-from evalbeam.transforms.read import match_files, sample_records
+from evalbeam.transforms.read import match_files
+from evalbeam.transforms.sample import sample_records
 from evalbeam.transforms.write import OutputFolderError, check_run_folder, check_writable
 
 

@@ -11,7 +11,8 @@ from evalbeam.metrics import get_metric
 from evalbeam.metrics.instance import InvalidField, RowSpec, build_instance, parse_turns
 from evalbeam.metrics.registry import MetricError
 from tests.adk_cases import eval_set_result
-from evalbeam.transforms.read import DeadLetter, Record, SourceLines, parse_file
+from evalbeam.transforms.read import parse_file
+from evalbeam.transforms.records import DeadLetter, Record, SourceLines
 
 
 def parse(path, fmt):

@@ -326,7 +326,8 @@ def test_dead_letter_reasons_are_grouped_by_kind_keeping_words_with_digits():
 def test_an_invalid_json_line_says_what_and_where_once():
     import io
 
-    from evalbeam.transforms.read import DeadLetter, parse_jsonl
+    from evalbeam.transforms.parsers import parse_jsonl
+    from evalbeam.transforms.records import DeadLetter
 
     [dead] = [i for i in parse_jsonl("f", io.BytesIO(b'{"id": "a", "response": "unterminated\n')) if isinstance(i, DeadLetter)]
     assert dead.reason == "invalid JSON: Unterminated string starting at: column 25"

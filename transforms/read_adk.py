@@ -34,7 +34,7 @@ from typing import Any, Iterator
 import apache_beam as beam
 
 from evalbeam.metrics.instance import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
-from evalbeam.transforms.read import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
+from evalbeam.transforms.records import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
 
 # A whole ADK file is read at once: bounded, so a wrong file cannot take a worker's memory.
 MAX_ADK_FILE_BYTES = 16 * MAX_RECORD_BYTES

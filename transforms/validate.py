@@ -27,7 +27,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms import window
 
 from evalbeam.metrics.instance import Instance, InvalidField, RowSpec, build_instance
-from evalbeam.transforms.read import DEAD_LETTER, MAX_RAW_CHARS, DeadLetter, Record
+from evalbeam.transforms.records import DEAD_LETTER, MAX_RAW_CHARS, DeadLetter, Record
 
 
 @dataclasses.dataclass
