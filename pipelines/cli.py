@@ -122,7 +122,7 @@ def _results_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _results(args):
-    from evalbeam.pipelines.report import BigQueryResults, ParquetResults, results_for
+    from evalbeam.pipelines.results import BigQueryResults, ParquetResults, results_for
 
     if args.config:
         return results_for(load_config(args.config))
@@ -241,7 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     from evalbeam.pipelines import evaluate
     from evalbeam.pipelines.local import LOCAL_RUNNERS, local_worker_args
     from evalbeam.pipelines.preflight import preflight
-    from evalbeam.pipelines.report import ResultsError, results_for, run_problems, run_report, runs_report
+    from evalbeam.pipelines.report_data import run_problems
+    from evalbeam.pipelines.results import ResultsError, results_for
+    from evalbeam.pipelines.text_tables import run_report, runs_report
     from evalbeam.transforms.write_failure import OutputWriteError
 
     if args.command == "compare":
@@ -262,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"evalbeam: no run {args.run_id!r} in {results.location}", file=sys.stderr)
                 return 1
             if args.json:
-                from evalbeam.pipelines.report import show_data, to_json
+                from evalbeam.pipelines.report_data import show_data, to_json
 
                 print(to_json(show_data(results, args.run_id, tables)))
             else:
@@ -318,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"evalbeam: run {run_key.run_id} finished with problems (listed above)", file=sys.stderr)
         status = 1
     if config.compare_with:
-        from evalbeam.pipelines.compare import format_comparison, run_comparisons
+        from evalbeam.pipelines.compare import format_comparison
+        from evalbeam.pipelines.results import run_comparisons
 
         rows = run_comparisons(results, run_key.run_id)
         if rows:
@@ -346,7 +349,7 @@ def _gate_failed(results, rows, base_run_id: str, run_ids: list[str], min_paired
 
 def _compare(args, beam_args: list[str]) -> int:
     from evalbeam.pipelines.compare import CompareError, compare, format_comparison, unpaired_note
-    from evalbeam.pipelines.report import ResultsError
+    from evalbeam.pipelines.results import ResultsError
 
     if args.tolerance < 0 or not 0 < args.alpha <= 1:
         _parser().error("--tolerance must be >= 0 and --alpha in (0, 1]")
@@ -378,8 +381,9 @@ def _compare(args, beam_args: list[str]) -> int:
 
 def _report(args, beam_args: list[str]) -> int:
     from evalbeam.pipelines import report_charts
-    from evalbeam.pipelines.compare import CompareError
-    from evalbeam.pipelines.report import ResultsError, comparison_rows, report_data
+    from evalbeam.pipelines.compare import CompareError, comparison_rows
+    from evalbeam.pipelines.report_data import report_data
+    from evalbeam.pipelines.results import ResultsError
 
     try:
         report_charts.require()  # before reading anything: say what to install

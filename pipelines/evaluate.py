@@ -73,8 +73,8 @@ def plan_comparison(config: EvalConfig, run_key: RunKey, started_at, allow_diffe
     A base run of another eval is a ConfigError unless allowed, found before any work."""
     if not config.compare_with:
         return None
-    from evalbeam.pipelines.compare import location_of, previous_run, run_info, runs_row
-    from evalbeam.pipelines.report import ResultsError, results_for
+    from evalbeam.pipelines.compare import run_info
+    from evalbeam.pipelines.results import ResultsError, location_of, previous_run, results_for, runs_row
 
     try:
         results = results_for(config)

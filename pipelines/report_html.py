@@ -1,4 +1,4 @@
-"""`evalbeam report`: one self-contained HTML file from the data pipelines.report reads.
+"""`evalbeam report`: one self-contained HTML file from the data pipelines.report_data reads.
 
 Self-contained: the styles are inline, the charts inline SVG (pipelines.report_charts), and
 nothing is fetched from anywhere. A Content-Security-Policy meta tag makes that a rule the
@@ -243,7 +243,7 @@ def _worst(metric: str, worst: list[dict[str, Any]], base: str) -> str:
 
 
 def _fields(base: dict[str, Any], run: dict[str, Any]) -> list[str]:
-    from evalbeam.pipelines.report import SHOWN_FIELDS
+    from evalbeam.pipelines.report_data import SHOWN_FIELDS
 
     skip = {"run_id", "run_date", "instance_id"}
     present = [f for f in SHOWN_FIELDS if base.get(f) is not None or run.get(f) is not None]

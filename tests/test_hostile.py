@@ -488,7 +488,7 @@ def test_parser_limits_one_record_not_the_file(monkeypatch):
 
 
 def test_run_problems_flag_lost_records_and_dead_metrics():
-    from evalbeam.pipelines.report import run_problems
+    from evalbeam.pipelines.report_data import run_problems
 
     run = {"read_count": 5, "scored_count": 4, "dead_letter_count": 1, "lines_read": 6, "lines_skipped": 1,
            "lines_scored": 4, "lines_dead_lettered": 1}
