@@ -50,7 +50,7 @@ from evalbeam.metrics.registry import MetricError
 from evalbeam.transforms.judge_checkpoint import shard_of
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.progress import CountFn, JudgeShardLog
-from evalbeam.transforms.schema import RunKey
+from evalbeam.transforms.schema import RunKey, blank_metric_row
 from evalbeam.transforms.tables import ReadTableRows
 from evalbeam.transforms.score import ScoredInstance
 
@@ -231,16 +231,10 @@ class CallJudgeFn(beam.DoFn):
                 writer.close()
 
 
-def _row_base(run: RunKey, instance_id: str, metric: str, model: str) -> dict[str, Any]:
-    return {**run.columns(), "instance_id": instance_id, "metric": metric, "score": None, "passed": None,
-            "explanation": None, "error": None, "extra": None, "confidence": None, "pairwise_choice": None,
-            "judge_model": model, "prompt_tokens": 0, "output_tokens": 0, "attempts": 0, "cache_hit": None}
-
-
 def judge_row(run: RunKey, plan: JudgePlan, instance_id: str, model: str,
               answers: dict[tuple[int, int], JudgeResponse], sampling_count: int) -> dict[str, Any]:
     """One metric_results row from the answers to an instance's judgments of one metric."""
-    row = _row_base(run, instance_id, plan.output_name, model)
+    row = blank_metric_row(run, instance_id, plan.output_name, model)
     responses = list(answers.values())
     row["prompt_tokens"] = sum(r.prompt_tokens for r in responses if not r.cache_hit)
     row["output_tokens"] = sum(r.output_tokens for r in responses if not r.cache_hit)
@@ -291,7 +285,7 @@ def per_turn_row(run: RunKey, plan: JudgePlan, instance: Instance, model: str, b
     turn_rows = [None if unit.skip else judge_row(run, plan, instance.instance_id, model,
                                                   by_metric.get((plan.output_name, u), {}), sampling_count)
                  for u, unit in enumerate(units)]
-    row = _row_base(run, instance.instance_id, plan.output_name, model)
+    row = blank_metric_row(run, instance.instance_id, plan.output_name, model)
     done = [r for r in turn_rows if r is not None]
     for key in ("prompt_tokens", "output_tokens", "attempts"):
         row[key] = sum(r[key] for r in done)

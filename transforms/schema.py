@@ -253,6 +253,15 @@ class RunKey:
         return {"run_id": self.run_id, "run_date": self.run_date}
 
 
+def blank_metric_row(run: RunKey, instance_id: str, metric: str, judge_model: str) -> dict[str, Any]:
+    """A judge metric's metric_results row before its answers fill it: every column
+    of the table, none scored, no tokens or attempts counted yet."""
+    row = {c.name: None for c in TABLES["metric_results"]}
+    row.update(run.columns(), instance_id=instance_id, metric=metric, judge_model=judge_model,
+               prompt_tokens=0, output_tokens=0, attempts=0)
+    return row
+
+
 def to_json_text(value: Any) -> str | None:
     if value is None:
         return None
