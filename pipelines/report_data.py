@@ -15,7 +15,7 @@ from typing import Any
 from evalbeam.configs import DEFAULT_MAX_DEAD_LETTER_SHARE, EvalConfig
 from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
 from evalbeam.metrics.registry import get_metric
-from evalbeam.pipelines.results import ResultsError, run_date
+from evalbeam.pipelines.results import ResultsError, as_date
 
 def run_problems(tables: dict[str, list[dict[str, Any]]]) -> list[str]:
     """What makes a run's results unusable: counts that do not reconcile, and
@@ -164,9 +164,9 @@ def histograms(results, run_id: str) -> dict[str, dict[str, Any]]:
 
 def runs_until(results, run: dict[str, Any], last: int) -> list[dict[str, Any]]:
     """A run and the last runs of its eval before it (by run date, then start time), oldest first."""
-    key = (run_date(run["run_date"]), run["started_at"])
-    rows = [r for r in results.runs(run["name"]) if (run_date(r["run_date"]), r["started_at"]) <= key]
-    rows.sort(key=lambda r: (run_date(r["run_date"]), r["started_at"]))
+    key = (as_date(run["run_date"]), run["started_at"])
+    rows = [r for r in results.runs(run["name"]) if (as_date(r["run_date"]), r["started_at"]) <= key]
+    rows.sort(key=lambda r: (as_date(r["run_date"]), r["started_at"]))
     return rows[-last:]
 
 
@@ -304,7 +304,7 @@ def report_data(results, run_id: str, base_run_id: str | None = None,
     data["trend"] = {}
     for r in history:
         for metric, s in means.get(r["run_id"], {}).items():
-            data["trend"].setdefault(metric, []).append({"run_id": r["run_id"], "run_date": run_date(r["run_date"]),
+            data["trend"].setdefault(metric, []).append({"run_id": r["run_id"], "run_date": as_date(r["run_date"]),
                                                          **{k: s[k] for k in ("mean", "ci_low", "ci_high")}})
     data["base_run_id"] = base_run_id
     data["comparisons"] = comparisons or []

@@ -208,13 +208,13 @@ def runs_row(results, run_id: str) -> dict[str, Any] | None:
 
 def previous_run(results, name: str, run_id: str, run_date: dt.date) -> str | None:
     """The eval's latest run before this one by run date (then start time), other than run_id itself."""
-    candidates = [r for r in results.runs(name) if r["run_id"] != run_id and run_date(r["run_date"]) <= run_date]
+    candidates = [r for r in results.runs(name) if r["run_id"] != run_id and as_date(r["run_date"]) <= run_date]
     if not candidates:
         return None
-    return max(candidates, key=lambda r: (run_date(r["run_date"]), r["started_at"]))["run_id"]
+    return max(candidates, key=lambda r: (as_date(r["run_date"]), r["started_at"]))["run_id"]
 
 
-def run_date(value) -> dt.date:
+def as_date(value) -> dt.date:
     return dt.date.fromisoformat(value) if isinstance(value, str) else value
 
 
