@@ -17,7 +17,7 @@ from typing import Any, Literal
 import pydantic
 import yaml
 
-from evalbeam.metrics.instance import CANONICAL_FIELDS
+from evalbeam.metrics.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.templates import JudgeTemplate
 from evalbeam.metrics.registry import MetricDef, get_metric
 

@@ -1,6 +1,6 @@
 """ADK evaluation criteria, with google-adk 2.13.0's exact semantics.
 
-A case is one instance; its turns are its trace (`metrics.instance.trace_of`:
+A case is one instance; its turns are its trace (`metrics.trace.trace_of`:
 the `invocations` field, else the flat row as one turn). Each criterion is
 computed per turn and aggregated per case as ADK does it; the per-turn values
 go to the result's `extra`. Where ADK reports no score (a metric that raised,
@@ -20,7 +20,7 @@ import json
 
 import pydantic
 
-from evalbeam.metrics.instance import trace_of
+from evalbeam.metrics.trace import trace_of
 from evalbeam.metrics.registry import MetricError, MetricValue, get_metric, register
 
 # Reported by ADK on every eval; they never pass or fail, and ADK refuses a threshold on them.

@@ -253,7 +253,7 @@ def _fields(base: dict[str, Any], run: dict[str, Any]) -> list[str]:
 
 
 def _canonical() -> tuple[str, ...]:
-    from evalbeam.metrics.instance import CANONICAL_FIELDS
+    from evalbeam.metrics.fields import CANONICAL_FIELDS
 
     return tuple(CANONICAL_FIELDS)
 

@@ -14,7 +14,7 @@
   case (user simulation) is dead-lettered: it has no turns until a user
   simulator runs it.
 
-Each record carries the case's trace in `invocations` (metrics.instance) and
+Each record carries the case's trace in `invocations` (metrics.trace) and
 the columns `instance_id`, `eval_set_id`, `eval_id` (and `session_id`).
 
 A file is one JSON document, so it is parsed whole (ADK writes one file per
@@ -33,7 +33,7 @@ from typing import Any, Iterator
 
 import apache_beam as beam
 
-from evalbeam.metrics.instance import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
+from evalbeam.metrics.trace import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
 from evalbeam.transforms.records import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
 
 # A whole ADK file is read at once: bounded, so a wrong file cannot take a worker's memory.

@@ -12,14 +12,14 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-from evalbeam.metrics.instance import (
+from evalbeam.metrics.fields import (
     CANONICAL_FIELDS,
     FLAG_FIELDS,
     NUMBER_FIELDS,
     STRUCTURED_FIELDS,
     TRAJECTORY_FIELDS,
-    Instance,
 )
+from evalbeam.metrics.instance import Instance
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import pydantic
 import yaml
 
-from evalbeam.metrics.instance import CANONICAL_FIELDS
+from evalbeam.metrics.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.rubrics import InvalidRubricAnswer, parse_stage_answer
 from evalbeam.metrics.registry import MetricError
 
