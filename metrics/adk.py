@@ -13,15 +13,15 @@ separate environment, on generated cases covering every rule.
 """
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from typing import Any, Callable, Literal, Mapping, Optional
-import json
 
 import pydantic
 
-from evalbeam.metrics.trace import trace_of
 from evalbeam.metrics.registry import MetricError, MetricValue, get_metric, register
+from evalbeam.metrics.trace import trace_of
 
 # Reported by ADK on every eval; they never pass or fail, and ADK refuses a threshold on them.
 INFORMATIONAL_CRITERIA = ("tool_call_count_v1", "token_usage_v1", "inference_call_count_v1", "invocation_duration_v1")

@@ -17,10 +17,10 @@ Scores are bit-identical to the reference libraries, computed faster:
 """
 from __future__ import annotations
 
+import collections
 import functools
 import threading
 from typing import Literal
-import collections
 
 import pydantic
 

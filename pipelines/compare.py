@@ -25,12 +25,15 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.parquetio import ReadFromParquet
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from evalbeam.configs import EvalConfig
 from evalbeam.metrics.compare import ALPHA
+from evalbeam.pipelines.local import new_pipeline
 from evalbeam.pipelines.results import Location, location_of, read_rows, run_comparisons, runs_row
 from evalbeam.pipelines.text_tables import fmt, format_table
+from evalbeam.transforms.bigquery import BigQueryError, PublishToBigQuery, ReadBigQueryRows, plan_table_read
 from evalbeam.transforms.compare import CompareRuns, PairSpec, result_entry, slice_names
 from evalbeam.transforms.schema import RunKey, utc_now
 from evalbeam.transforms.write import ATTEMPTS, WriteParquetTable, delete_tree, is_evalbeam_folder, run_folder
@@ -85,10 +88,6 @@ class ReadRunScores(beam.PTransform):
             _require_files(self._pattern, run_id, "metric_results")
 
     def expand(self, pbegin):
-        from apache_beam.io.parquetio import ReadFromParquet
-
-        from evalbeam.transforms.bigquery import ReadBigQueryRows
-
         if self._plan is not None:
             rows = (pbegin | "Read" >> ReadBigQueryRows(self._plan))[0] | "Data" >> beam.Map(lambda r: r.data)
         else:
@@ -110,10 +109,6 @@ class ReadRunSlices(beam.PTransform):
         self._fields = fields
 
     def expand(self, pbegin):
-        from apache_beam.io.parquetio import ReadFromParquet
-
-        from evalbeam.transforms.bigquery import ReadBigQueryRows
-
         if self._plan is not None:
             rows = (pbegin | "Read" >> ReadBigQueryRows(self._plan))[0] | "Data" >> beam.Map(lambda r: r.data)
         else:
@@ -139,8 +134,6 @@ def _require_files(pattern: str, run_id: str, table: str) -> None:
 
 
 def _bigquery_plan(location: Location, table: str, run_id: str, fields: list[str]):
-    from evalbeam.transforms.bigquery import BigQueryError, plan_table_read
-
     try:
         # run_id is a NAME_RE name ([A-Za-z0-9_.-]): safe inside the quotes
         return plan_table_read(f"{location.bigquery}.{table}", location.billing_project,
@@ -230,7 +223,6 @@ def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOpti
         staging = f"{temp.rstrip('/')}/evalbeam-staging/compare-{attempt}"
     compared_at = utc_now()
     base = infos[base_run_id]
-    from evalbeam.pipelines.local import new_pipeline
 
     pipeline = new_pipeline(options)
     for i, run_id in enumerate(run_ids):
@@ -242,8 +234,6 @@ def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOpti
         rows = inputs | f"{label}Compare" >> CompareRuns(pair_spec(base, run, tolerance, alpha, compared_at))
         written = rows | f"{label}Write" >> WriteParquetTable(FileSystems.join(staging, run_id), "comparisons")
         if location.bigquery:
-            from evalbeam.transforms.bigquery import PublishToBigQuery
-
             written_map = {"comparisons": written}
             _ = written_map | f"{label}Publish" >> PublishToBigQuery(
                 location.bigquery, RunKey(run_id, run.run_date), (), f"{attempt}{i}", None, staging_folder=None,

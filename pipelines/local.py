@@ -32,8 +32,11 @@ def new_pipeline(options: PipelineOptions) -> beam.Pipeline:
     runner on every machine, and nothing fetched at run time."""
     if options.view_as(StandardOptions).runner not in DIRECT_RUNNERS:
         return beam.Pipeline(options=options)
+    # start-up time: Beam's runner internals only where used
     from apache_beam.portability.api import beam_provision_api_pb2
+    # start-up time: Beam's runner internals only where used
     from apache_beam.runners.portability.fn_api_runner import fn_runner
+    # start-up time: Beam's runner internals only where used
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
 
     provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(

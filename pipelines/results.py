@@ -142,7 +142,7 @@ class BigQueryResults:
         self._client = bigquery_client(dataset.rpartition(".")[0])
 
     def _query(self, sql: str, **params: str | int) -> list[dict[str, Any]]:
-        from google.cloud import bigquery
+        from google.cloud import bigquery  # start-up time: Google Cloud clients only where used
 
         config = bigquery.QueryJobConfig(query_parameters=[
             bigquery.ScalarQueryParameter(k, "INT64" if isinstance(v, int) else "STRING", v) for k, v in params.items()])

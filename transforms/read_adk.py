@@ -25,6 +25,7 @@ none (the file's own keys and punctuation).
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import os
@@ -67,8 +68,6 @@ class _Document:
         self._starts = [m.end() for m in re.finditer("\n", self.text)]
 
     def line_at(self, offset: int) -> int:
-        import bisect
-
         return bisect.bisect_right(self._starts, offset) + 1
 
     def dead_file(self, reason: str) -> Iterator[DeadLetter | SourceLines]:

@@ -231,7 +231,7 @@ CLUSTERING = {
 
 
 def bigquery_schema(table: str, slice_columns: Iterable[str] = ()):
-    from google.cloud import bigquery
+    from google.cloud import bigquery  # start-up time: Google Cloud clients only where used
 
     return [
         bigquery.SchemaField(
