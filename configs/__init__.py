@@ -626,7 +626,7 @@ def _config_folder(path: str) -> str:
     return path.rsplit("/", 1)[0] if "/" in path.split("://", 1)[1] else path
 
 
-def _relative_to(folder: str, value: Any) -> Any:
+def relative_to(folder: str, value: Any) -> Any:
     """`value` taken relative to `folder`, if it is a relative local path (a URL, an
     absolute path or a non-text value is kept); a trailing / stays."""
     if not folder or not isinstance(value, str) or not value or os.path.isabs(value) or \
@@ -651,7 +651,7 @@ def resolve_paths(raw: dict[str, Any], folder: str) -> dict[tuple[str, ...], str
             continue
         values = node[field]
         for i, value in enumerate(values if isinstance(values, list) else [values]):
-            resolved = _relative_to(folder, value)
+            resolved = relative_to(folder, value)
             if resolved == value:
                 continue
             if isinstance(values, list):

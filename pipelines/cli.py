@@ -202,7 +202,7 @@ def _check_runner(options: PipelineOptions) -> None:
         raise ConfigError(f"--runner={runner}: {e}") from None
 
 
-def _with_setup_file(beam_args: list[str]) -> list[str]:
+def with_setup_file(beam_args: list[str]) -> list[str]:
     """Remote workers install evalbeam from its setup.py: pass it unless the
     caller (or a Flex Template launcher) already did."""
     given = ("--setup_file", "--extra_package", "--sdk_container_image")
@@ -219,7 +219,7 @@ def _with_setup_file(beam_args: list[str]) -> list[str]:
     return beam_args + [f"--setup_file={setup}"]
 
 
-def _metrics_table() -> str:
+def metrics_table() -> str:
     from evalbeam.metrics import all_metrics  # start-up time: a command imports only what it runs
 
     lines = []
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args, beam_args = _parser().parse_known_args(argv)
     if args.command == "metrics":
-        print(_metrics_table())
+        print(metrics_table())
         return 0
     beam_commands = ("run", "compare", "report")
     if args.command not in beam_commands and beam_args:
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         options = PipelineOptions(beam_args)
         _check_runner(options)
         if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS:
-            options = PipelineOptions(_with_setup_file(beam_args))
+            options = PipelineOptions(with_setup_file(beam_args))
         run_key, result = evaluate.run(config, options, allow_different_evals=args.allow_different_evals)
     except (ConfigError, ResultsError) as e:
         print(f"evalbeam: {e}", file=sys.stderr)
@@ -386,7 +386,7 @@ def _compare(args, beam_args: list[str]) -> int:
         options = PipelineOptions(beam_args)
         _check_runner(options)
         if options.view_as(StandardOptions).runner not in evaluate_local_runners():
-            options = PipelineOptions(_with_setup_file(beam_args))
+            options = PipelineOptions(with_setup_file(beam_args))
         rows = compare(results, args.base_run_id, args.run_ids, options, args.tolerance, args.alpha, also_parquet,
                        allow_different_evals=args.allow_different_evals)
     except (ConfigError, ResultsError, CompareError) as e:
@@ -429,7 +429,7 @@ def _report(args, beam_args: list[str]) -> int:
             options = PipelineOptions(beam_args)
             _check_runner(options)
             if options.view_as(StandardOptions).runner not in evaluate_local_runners():
-                options = PipelineOptions(_with_setup_file(beam_args))
+                options = PipelineOptions(with_setup_file(beam_args))
             also_parquet = None
             if args.config:
                 config = load_config(args.config)

@@ -188,7 +188,7 @@ class JudgeClient:
             else:  # transport errors (httpx) are retried like 5xx
                 last_error = f"{type(error).__name__}: {error}"
             if attempt < self.settings.max_attempts:
-                await asyncio.sleep(max(retry_after or 0.0, _backoff(attempt)))
+                await asyncio.sleep(max(retry_after or 0.0, backoff(attempt)))
         hedged = f" ({response.attempts} calls, {response.hedged} of them copies of a slow call)" \
             if response.hedged else ""
         response.error = self.scrub(f"judge failed after {self.settings.max_attempts} attempts{hedged}; last: {last_error}")
@@ -287,7 +287,7 @@ class JudgeClient:
             pass
 
 
-def _backoff(attempt: int) -> float:
+def backoff(attempt: int) -> float:
     """Exponential backoff with full jitter."""
     return random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempt - 1)))
 
