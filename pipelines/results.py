@@ -195,7 +195,7 @@ class Location:
 
 
 def location_of(results) -> Location:
-    """A pipelines.report results object -> its Location."""
+    """A results object (ParquetResults or BigQueryResults) -> its Location."""
     if getattr(results, "dataset", None):
         return Location(bigquery=results.dataset, billing_project=results.dataset.rpartition(".")[0])
     return Location(parquet=results.output)
