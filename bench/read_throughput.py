@@ -4,7 +4,7 @@ against the plainest stdlib loop over the same bytes, in one process run.
 
 (a) JSONL: `json.loads` per line of a file iterated in binary; CSV: `csv.reader`
     over a `TextIOWrapper` (what evalbeam did before it accounted for lines).
-(b) `transforms.read.parse_jsonl` / `parse_csv` on the same bytes.
+(b) `transforms.parsers.parse_jsonl` / `parse_csv` on the same bytes.
 
 Prints rows/s of each and the ratio b/a per format, and checks that (b) read
 every row.
@@ -24,7 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from evalbeam.transforms.read import Record, parse_csv, parse_jsonl  # noqa: E402
+from evalbeam.transforms.parsers import parse_csv, parse_jsonl  # noqa: E402
+from evalbeam.transforms.records import Record  # noqa: E402
 
 WORDS = "the a cat dog ran sat quickly model agent tool pipeline évaluation 東京 data".split()
 

@@ -16,20 +16,22 @@ from typing import Any, Literal
 
 import pydantic
 import yaml
+from apache_beam.io.filesystems import FileSystems
 
-from evalbeam.metrics.instance import CANONICAL_FIELDS
-from evalbeam.metrics.judge.templates import JudgeTemplate
-from evalbeam.metrics.registry import MetricDef, get_metric
-
+from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA, judge_options, metrics_from_criteria, read_test_config
+from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
+from evalbeam.metrics.custom import load_function
+from evalbeam.metrics.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.settings import JudgeSettings
+from evalbeam.metrics.judge.templates import JudgeTemplate
 from evalbeam.metrics.names import BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE
+from evalbeam.metrics.registry import MetricDef, get_metric
+from evalbeam.transforms.schema import TABLES
 
 
 def reserved_columns() -> frozenset[str]:
     """The instances table's own columns, which a slice column may not shadow:
     read from the one schema definition."""
-    from evalbeam.transforms.schema import TABLES
-
     return frozenset(c.name for c in TABLES["instances"])
 
 
@@ -224,7 +226,6 @@ class MetricSpec(_Model):
                 raise ValueError(
                     "params: " + "; ".join(f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors())
                 ) from None
-            from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA
 
             if self.name in INFORMATIONAL_CRITERIA and self.threshold is not None:
                 raise ValueError(f"{self.name} is informational (as in ADK): it reports a value and never passes "
@@ -235,7 +236,6 @@ class MetricSpec(_Model):
             for field in self.inputs or []:
                 if field not in CANONICAL_FIELDS:
                     raise ValueError(f"inputs: {field!r} is not a canonical field")
-            from evalbeam.metrics.custom import load_function
 
             try:
                 load_function(self.function)
@@ -327,10 +327,6 @@ class OutputConfig(_Model):
 def _with_adk_judge_options(data: dict, text: str) -> dict:
     """The judge criteria's judge_model_options (judge model, num_samples) as
     judge.model and judge.sampling_count, unless the config sets them."""
-    import json
-
-    from evalbeam.metrics.adk import judge_options
-
     try:
         options = judge_options(json.loads(text).get("criteria"))
     except ValueError as e:
@@ -430,15 +426,11 @@ class EvalConfig(_Model):
             return data  # reported by the field's own validation
         metrics = data.get("metrics") or []
         if source.adk_criteria:
-            from evalbeam.metrics.adk import read_test_config
-
             try:
                 added = read_test_config(_read_text(source.adk_criteria))
             except (OSError, ValueError) as e:
                 raise ValueError(f"input.adk_criteria: {source.adk_criteria}: {e}") from None
         elif source.is_adk and not metrics:
-            from evalbeam.metrics.adk import metrics_from_criteria
-
             # recorded runs have no expected side: the reference-free (efficiency) criteria
             added = metrics_from_criteria({} if source.format == "adk_agent_events" else None)
         else:
@@ -504,9 +496,6 @@ class EvalConfig(_Model):
     def metric_directions(self) -> dict[str, str]:
         """output name -> which way is better, for every metric the run reports
         (the passed-through agent values included)."""
-        from evalbeam.metrics.registry import get_metric
-        from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
-
         directions = {f: get_metric(f).direction for f in PASSTHROUGH_FIELDS}
         directions.update({m.output_name: m.effective_direction() for m in self.metrics})
         return directions
@@ -542,8 +531,6 @@ class EvalConfig(_Model):
 
 
 def _read_text(path: str) -> str:
-    from apache_beam.io.filesystems import FileSystems
-
     if not FileSystems.exists(path):
         raise OSError("the file does not exist")
     with FileSystems.open(path, mime_type="application/octet-stream") as f:
@@ -634,18 +621,14 @@ PATH_FIELDS = (("input", "uri"), ("input", "adk_criteria"), ("output", "parquet"
 
 def _config_folder(path: str) -> str:
     """The folder of the config file, as the path names it ('' for one in the current folder)."""
-    from apache_beam.io.filesystems import FileSystems
-
     if FileSystems.get_scheme(path) is None:
         return os.path.dirname(path)
     return path.rsplit("/", 1)[0] if "/" in path.split("://", 1)[1] else path
 
 
-def _relative_to(folder: str, value: Any) -> Any:
+def relative_to(folder: str, value: Any) -> Any:
     """`value` taken relative to `folder`, if it is a relative local path (a URL, an
     absolute path or a non-text value is kept); a trailing / stays."""
-    from apache_beam.io.filesystems import FileSystems
-
     if not folder or not isinstance(value, str) or not value or os.path.isabs(value) or \
             FileSystems.get_scheme(value) is not None:
         return value
@@ -668,7 +651,7 @@ def resolve_paths(raw: dict[str, Any], folder: str) -> dict[tuple[str, ...], str
             continue
         values = node[field]
         for i, value in enumerate(values if isinstance(values, list) else [values]):
-            resolved = _relative_to(folder, value)
+            resolved = relative_to(folder, value)
             if resolved == value:
                 continue
             if isinstance(values, list):
@@ -695,8 +678,6 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> EvalCon
     """The config file at `path` (local or gs://) with the `--set` overrides applied.
     A relative local path in the file (PATH_FIELDS) is relative to the file's folder;
     one given in an override is taken as typed (relative to the current folder)."""
-    from apache_beam.io.filesystems import FileSystems
-
     path = str(path)
     try:
         with FileSystems.open(path, mime_type="application/octet-stream") as f:

@@ -1,6 +1,6 @@
 """ADK evaluation criteria, with google-adk 2.13.0's exact semantics.
 
-A case is one instance; its turns are its trace (`metrics.instance.trace_of`:
+A case is one instance; its turns are its trace (`metrics.trace.trace_of`:
 the `invocations` field, else the flat row as one turn). Each criterion is
 computed per turn and aggregated per case as ADK does it; the per-turn values
 go to the result's `extra`. Where ADK reports no score (a metric that raised,
@@ -13,14 +13,15 @@ separate environment, on generated cases covering every rule.
 """
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from typing import Any, Callable, Literal, Mapping, Optional
 
 import pydantic
 
-from evalbeam.metrics.instance import trace_of
-from evalbeam.metrics.registry import MetricError, MetricValue, register
+from evalbeam.metrics.registry import MetricError, MetricValue, get_metric, register
+from evalbeam.metrics.trace import trace_of
 
 # Reported by ADK on every eval; they never pass or fail, and ADK refuses a threshold on them.
 INFORMATIONAL_CRITERIA = ("tool_call_count_v1", "token_usage_v1", "inference_call_count_v1", "invocation_duration_v1")
@@ -181,7 +182,7 @@ class UnicodeAwareTokenizer:
     because ADK is not a dependency of the workers (see the module docstring)."""
 
     def __init__(self, use_stemmer: bool = True):
-        from rouge_score import tokenizers
+        from rouge_score import tokenizers  # start-up time: rouge-score (and NLTK) only for response_match_score
 
         self._default = tokenizers.DefaultTokenizer(use_stemmer)
 
@@ -211,7 +212,7 @@ class UnicodeAwareTokenizer:
 
 def make_adk_rouge1():
     """(reference, candidate) -> ROUGE-1 F-measure, as ADK's RougeEvaluator scores a turn."""
-    from rouge_score import rouge_scorer
+    from rouge_score import rouge_scorer  # start-up time: rouge-score (and NLTK) only for response_match_score
 
     scorer = rouge_scorer.RougeScorer(["rouge1"], tokenizer=UnicodeAwareTokenizer(use_stemmer=True))
     return lambda reference, candidate: scorer.score(reference, candidate)["rouge1"].fmeasure
@@ -356,8 +357,6 @@ def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, 
     them). ADK's defaults apply when `criteria`
     is None; the informational efficiency criteria are always added, and naming
     one is an error (ADK refuses a threshold on them). Raises ValueError."""
-    from evalbeam.metrics.registry import get_metric
-
     criteria = DEFAULT_CRITERIA if criteria is None else criteria
     if not isinstance(criteria, Mapping):
         raise ValueError("criteria must be an object of criterion name -> threshold or criterion object")
@@ -405,8 +404,6 @@ def judge_options(criteria: Mapping[str, Any] | None) -> dict[str, Any]:
     from their `judge_model_options` (judge_model, num_samples; ADK's defaults where
     a judge criterion gives none), or {} when no criterion is a judge. evalbeam
     has one judge per run, so criteria asking for different ones are an error."""
-    from evalbeam.metrics.registry import get_metric
-
     asked: dict[str, set] = {"model": set(), "sampling_count": set()}
     for name, criterion in (criteria or {}).items():
         try:
@@ -440,8 +437,6 @@ def judge_options(criteria: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def read_test_config(text: str) -> list[dict[str, Any]]:
     """Metric specs from the text of an ADK test_config.json (EvalConfig)."""
-    import json
-
     try:
         config = json.loads(text)
     except json.JSONDecodeError as e:

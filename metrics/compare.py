@@ -120,7 +120,7 @@ class PairedMoments:
 
     def p_value(self) -> tuple[str | None, float | None]:
         """(test name, two-sided p-value); (None, None) with nothing paired."""
-        from scipy import stats
+        from scipy import stats  # start-up time: SciPy only when a p-value is asked for
 
         if self.paired == 0:
             return None, None

@@ -18,7 +18,7 @@ in transforms/infer.py; only its prompt (`render_prompt`) is built here.
 
 A result is one of:
 - text: the final response;
-- a list: the case's turns (the `invocations` trace form of metrics.instance);
+- a list: the case's turns (the `invocations` trace form of metrics.trace);
 - an object: canonical fields (`response`, `predicted_trajectory`,
   `latency_in_seconds`, `invocations`, ...), or the keys of one turn
   (`response`, `tool_calls`, `events`, `intermediate_responses`, `duration`).
@@ -36,15 +36,9 @@ import re
 import time
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
-from evalbeam.metrics.instance import (
-    CANONICAL_FIELDS,
-    InvalidField,
-    _normalise,
-    check_value,
-    complete_agent_fields,
-    parse_turns,
-    turns_from_agent_data,
-)
+from evalbeam.metrics.fields import CANONICAL_FIELDS, InvalidField
+from evalbeam.metrics.instance import check_value, normalise_field
+from evalbeam.metrics.trace import complete_agent_fields, parse_turns, turns_from_agent_data
 
 # google-adk is the `agent` extra, installed with its own lock (requirements-agent.lock: google-adk
 # 2.13.0 requires google-genai < 3, requirements.lock pins 3.3.0; see docs/agents.md).
@@ -116,9 +110,9 @@ class AgentInferrer:
 
     def __init__(self, path: str, app_name: str = "evalbeam"):
         try:
-            from google.adk.runners import Runner
-            from google.adk.sessions import InMemorySessionService
-            from google.genai import types
+            from google.adk.runners import Runner  # optional dependency: google-adk (the agent extra)
+            from google.adk.sessions import InMemorySessionService  # (the same optional dependency)
+            from google.genai import types  # (the same optional dependency)
         except ImportError as e:
             raise ImportError(f"{INSTALL_AGENT} ({e})") from None
         self._agent = load_target(path, "inference.agent")
@@ -257,7 +251,7 @@ def apply_result(fields: dict[str, Any], result: Any, seconds: float | None = No
                     out.pop(field, None)
             out["invocations"] = _merge_turns(existing or [], returned)
         for field, value in result.items():
-            normalised = _normalise(field, field, value, False)
+            normalised = normalise_field(field, field, value, False)
             if normalised is None:
                 out.pop(field, None)
             else:

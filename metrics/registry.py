@@ -4,6 +4,10 @@ A metric is registered by decorating a *factory*: a function that takes the
 metric's validated parameters and returns a scorer, ``scorer(fields) -> MetricValue``.
 Factories run once per worker (in a DoFn's ``setup``), so expensive set-up
 (tokenizers, compiled patterns) happens once, not per instance.
+
+This module imports no metric: the metric modules register into it, and the
+``evalbeam.metrics`` package's ``__init__`` imports the built-in ones, so the
+registry is full whenever any part of the package is imported.
 """
 from __future__ import annotations
 
@@ -111,14 +115,7 @@ def register(
     return decorate
 
 
-def _load_builtin_metrics() -> None:
-    # Importing the metric modules registers them.
-    from evalbeam.metrics import adk, agent, text, tool_call, trajectory  # noqa: F401
-    from evalbeam.metrics.judge import library, rubric_library  # noqa: F401
-
-
 def get_metric(name: str) -> MetricDef:
-    _load_builtin_metrics()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -128,7 +125,6 @@ def get_metric(name: str) -> MetricDef:
 
 
 def all_metrics() -> list[MetricDef]:
-    _load_builtin_metrics()
     return sorted(_REGISTRY.values(), key=lambda d: (d.kind, d.name))
 
 

@@ -17,6 +17,7 @@ Scores are bit-identical to the reference libraries, computed faster:
 """
 from __future__ import annotations
 
+import collections
 import functools
 import threading
 from typing import Literal
@@ -24,6 +25,7 @@ from typing import Literal
 import pydantic
 
 from evalbeam.metrics.registry import register
+from evalbeam.metrics.sentence_bleu import sentence_bleu, text_stats
 
 TEXT = ("response", "reference")
 
@@ -55,8 +57,6 @@ class BleuParams(pydantic.BaseModel):
     description="sentence BLEU of response against reference, sacrebleu's score / 100",
 )
 def _bleu(params: BleuParams):
-    from evalbeam.metrics.sentence_bleu import sentence_bleu
-
     effective_order = params.use_effective_order
 
     def score(fields):
@@ -72,8 +72,6 @@ def bleu_stats(text: str):
     """A text's BLEU statistics. Those of short texts are kept (a bounded
     number, per worker), so that a text many rows share, a reference scored
     against several responses say, is tokenized and counted once."""
-    from evalbeam.metrics.sentence_bleu import text_stats
-
     if len(text) > _KEPT_TEXT_CHARS:
         return text_stats(text)
     return _kept_bleu_stats(text)
@@ -84,8 +82,6 @@ _KEPT_TEXT_CHARS = 2000  # memory bound: at most 128 kept texts of this size
 
 @functools.lru_cache(maxsize=128)
 def _kept_bleu_stats(text: str):
-    from evalbeam.metrics.sentence_bleu import text_stats
-
     return text_stats(text)
 
 
@@ -106,8 +102,7 @@ class RougeParams(RougeOptions):
 def english_sentence_splitter():
     """NLTK's Punkt sentence tokenizer with NLTK's English punkt_tab parameters,
     built offline (see the module docstring)."""
-    import collections
-
+    # start-up time: NLTK and its punkt data only when ROUGE-Lsum splits sentences
     from nltk.tokenize.punkt import PunktParameters, PunktSentenceTokenizer
     from punkt.data import english
 
@@ -142,7 +137,7 @@ class _SharedRouge:
     def add(self, rouge_type: str) -> None:
         with self._lock:
             if rouge_type not in self._types:
-                import rouge_score_rs
+                import rouge_score_rs  # start-up time: only when a ROUGE metric is used
 
                 self._types.append(rouge_type)
                 self._scorer = rouge_score_rs.RougeScorer(list(self._types), use_stemmer=self._use_stemmer)

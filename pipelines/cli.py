@@ -16,9 +16,15 @@ same command targets DirectRunner or Dataflow (`--runner=DataflowRunner ...`).
 from __future__ import annotations
 
 import argparse
+import atexit
+import importlib.metadata
+import json
 import logging
 import os
+import select
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import NoReturn
 
@@ -84,8 +90,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def _version() -> str:
     """The installed distribution's version (setup.py's, as pip recorded it)."""
-    import importlib.metadata
-
     try:
         return importlib.metadata.version("evalbeam")
     except importlib.metadata.PackageNotFoundError:  # imported from a checkout that was never installed
@@ -122,7 +126,11 @@ def _results_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _results(args):
-    from evalbeam.pipelines.report import BigQueryResults, ParquetResults, results_for
+    from evalbeam.pipelines.results import (  # start-up time: a command imports only what it runs
+        BigQueryResults,
+        ParquetResults,
+        results_for,
+    )
 
     if args.config:
         return results_for(load_config(args.config))
@@ -183,7 +191,7 @@ def _out_of_range(option: str, value: float) -> str | None:
 
 
 def _check_runner(options: PipelineOptions) -> None:
-    from apache_beam.runners.runner import create_runner
+    from apache_beam.runners.runner import create_runner  # start-up time: Beam's runner internals only where used
 
     runner = options.view_as(StandardOptions).runner
     if runner is None:
@@ -194,7 +202,7 @@ def _check_runner(options: PipelineOptions) -> None:
         raise ConfigError(f"--runner={runner}: {e}") from None
 
 
-def _with_setup_file(beam_args: list[str]) -> list[str]:
+def with_setup_file(beam_args: list[str]) -> list[str]:
     """Remote workers install evalbeam from its setup.py: pass it unless the
     caller (or a Flex Template launcher) already did."""
     given = ("--setup_file", "--extra_package", "--sdk_container_image")
@@ -211,8 +219,8 @@ def _with_setup_file(beam_args: list[str]) -> list[str]:
     return beam_args + [f"--setup_file={setup}"]
 
 
-def _metrics_table() -> str:
-    from evalbeam.metrics import all_metrics
+def metrics_table() -> str:
+    from evalbeam.metrics import all_metrics  # start-up time: a command imports only what it runs
 
     lines = []
     for d in all_metrics():
@@ -231,18 +239,29 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args, beam_args = _parser().parse_known_args(argv)
     if args.command == "metrics":
-        print(_metrics_table())
+        print(metrics_table())
         return 0
     beam_commands = ("run", "compare", "report")
     if args.command not in beam_commands and beam_args:
         _parser().error(f"unrecognized arguments: {' '.join(beam_args)}")
     if args.command in beam_commands:
         _check_beam_args(beam_args)
-    from evalbeam.pipelines import evaluate
-    from evalbeam.pipelines.local import LOCAL_RUNNERS, local_worker_args
-    from evalbeam.pipelines.preflight import preflight
-    from evalbeam.pipelines.report import ResultsError, results_for, run_problems, run_report, runs_report
-    from evalbeam.transforms.write_failure import OutputWriteError
+    from evalbeam.pipelines import evaluate  # start-up time: a command imports only what it runs
+    from evalbeam.pipelines.local import (  # start-up time: a command imports only what it runs
+        LOCAL_RUNNERS,
+        local_worker_args,
+    )
+    from evalbeam.pipelines.preflight import preflight  # start-up time: a command imports only what it runs
+    from evalbeam.pipelines.report_data import run_problems  # start-up time: a command imports only what it runs
+    from evalbeam.pipelines.results import (  # start-up time: a command imports only what it runs
+        ResultsError,
+        results_for,
+    )
+    from evalbeam.pipelines.text_tables import (  # start-up time: a command imports only what it runs
+        run_report,
+        runs_report,
+    )
+    from evalbeam.transforms.write_failure import OutputWriteError  # start-up time: a command imports only what it runs
 
     if args.command == "compare":
         return _compare(args, beam_args)
@@ -262,7 +281,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"evalbeam: no run {args.run_id!r} in {results.location}", file=sys.stderr)
                 return 1
             if args.json:
-                from evalbeam.pipelines.report import show_data, to_json
+                from evalbeam.pipelines.report_data import (  # start-up time: a command imports only what it runs
+                    show_data,
+                    to_json,
+                )
 
                 print(to_json(show_data(results, args.run_id, tables)))
             else:
@@ -278,9 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"config ok: {len(config.metrics)} metrics; input {checked.source}; columns checked on {rows}")
             return 0
         if args.command == "plan":
-            import json
-
-            from evalbeam.pipelines.plan import format_plan, plan
+            from evalbeam.pipelines.plan import format_plan, plan  # start-up time: a command imports only what it runs
 
             logging.getLogger().setLevel(logging.WARNING)
             planned = plan(config)
@@ -298,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         options = PipelineOptions(beam_args)
         _check_runner(options)
         if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS:
-            options = PipelineOptions(_with_setup_file(beam_args))
+            options = PipelineOptions(with_setup_file(beam_args))
         run_key, result = evaluate.run(config, options, allow_different_evals=args.allow_different_evals)
     except (ConfigError, ResultsError) as e:
         print(f"evalbeam: {e}", file=sys.stderr)
@@ -318,7 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"evalbeam: run {run_key.run_id} finished with problems (listed above)", file=sys.stderr)
         status = 1
     if config.compare_with:
-        from evalbeam.pipelines.compare import format_comparison, run_comparisons
+        from evalbeam.pipelines.compare import format_comparison  # start-up time: a command imports only what it runs
+        from evalbeam.pipelines.results import run_comparisons  # start-up time: a command imports only what it runs
 
         rows = run_comparisons(results, run_key.run_id)
         if rows:
@@ -336,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _gate_failed(results, rows, base_run_id: str, run_ids: list[str], min_paired: int | None) -> bool:
     """Say (stderr) each metric that pairs too few instances to gate on; whether there was one."""
-    from evalbeam.pipelines.compare import comparison_gate
+    from evalbeam.pipelines.compare import comparison_gate  # start-up time: a command imports only what it runs
 
     problems = comparison_gate(results, rows, base_run_id, run_ids, min_paired)
     for problem in problems:
@@ -345,8 +366,13 @@ def _gate_failed(results, rows, base_run_id: str, run_ids: list[str], min_paired
 
 
 def _compare(args, beam_args: list[str]) -> int:
-    from evalbeam.pipelines.compare import CompareError, compare, format_comparison, unpaired_note
-    from evalbeam.pipelines.report import ResultsError
+    from evalbeam.pipelines.compare import (  # start-up time: a command imports only what it runs
+        CompareError,
+        compare,
+        format_comparison,
+        unpaired_note,
+    )
+    from evalbeam.pipelines.results import ResultsError  # start-up time: a command imports only what it runs
 
     if args.tolerance < 0 or not 0 < args.alpha <= 1:
         _parser().error("--tolerance must be >= 0 and --alpha in (0, 1]")
@@ -360,7 +386,7 @@ def _compare(args, beam_args: list[str]) -> int:
         options = PipelineOptions(beam_args)
         _check_runner(options)
         if options.view_as(StandardOptions).runner not in evaluate_local_runners():
-            options = PipelineOptions(_with_setup_file(beam_args))
+            options = PipelineOptions(with_setup_file(beam_args))
         rows = compare(results, args.base_run_id, args.run_ids, options, args.tolerance, args.alpha, also_parquet,
                        allow_different_evals=args.allow_different_evals)
     except (ConfigError, ResultsError, CompareError) as e:
@@ -377,16 +403,20 @@ def _compare(args, beam_args: list[str]) -> int:
 
 
 def _report(args, beam_args: list[str]) -> int:
-    from evalbeam.pipelines import report_charts
-    from evalbeam.pipelines.compare import CompareError
-    from evalbeam.pipelines.report import ResultsError, comparison_rows, report_data
+    from evalbeam.pipelines import report_charts  # start-up time: a command imports only what it runs
+    from evalbeam.pipelines.compare import (  # start-up time: a command imports only what it runs
+        CompareError,
+        comparison_rows,
+    )
+    from evalbeam.pipelines.report_data import report_data  # start-up time: a command imports only what it runs
+    from evalbeam.pipelines.results import ResultsError  # start-up time: a command imports only what it runs
 
     try:
         report_charts.require()  # before reading anything: say what to install
     except report_charts.ChartsUnavailable as e:
         print(f"evalbeam: {e}", file=sys.stderr)
         return 2
-    from evalbeam.pipelines.report_html import render
+    from evalbeam.pipelines.report_html import render  # start-up time: a command imports only what it runs
 
     logging.getLogger().setLevel(logging.WARNING)
     try:
@@ -399,7 +429,7 @@ def _report(args, beam_args: list[str]) -> int:
             options = PipelineOptions(beam_args)
             _check_runner(options)
             if options.view_as(StandardOptions).runner not in evaluate_local_runners():
-                options = PipelineOptions(_with_setup_file(beam_args))
+                options = PipelineOptions(with_setup_file(beam_args))
             also_parquet = None
             if args.config:
                 config = load_config(args.config)
@@ -421,7 +451,7 @@ def _report(args, beam_args: list[str]) -> int:
 
 
 def evaluate_local_runners():
-    from evalbeam.pipelines.local import LOCAL_RUNNERS
+    from evalbeam.pipelines.local import LOCAL_RUNNERS  # start-up time: a command imports only what it runs
 
     return LOCAL_RUNNERS
 
@@ -442,9 +472,6 @@ def entry() -> None:
     A reader of the output that goes away before it is written (`evalbeam show
     RUN --json | head`) ends the command with status 141, as a shell reports a
     command that SIGPIPE ended, and no traceback."""
-    import signal
-    import threading
-
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupt)
     if sys.stdout is not None:
@@ -462,7 +489,7 @@ def entry() -> None:
             raise
         _end(UNWRITTEN_OUTPUT_STATUS)
     except BaseException as e:
-        from evalbeam.transforms.progress import INTERRUPTED
+        from evalbeam.transforms.progress import INTERRUPTED  # start-up time: a command imports only what it runs
 
         # Beam re-raises a KeyboardInterrupt met inside a step as a RuntimeError
         if not (isinstance(e, KeyboardInterrupt) or INTERRUPTED.is_set()):
@@ -480,8 +507,6 @@ def _end(status: int) -> NoReturn:
     """End the process now: the exit handlers run, the standard streams flushed
     (with the status an unwritable output gives, _flushed), no teardown. Where
     the interpreter is not CPython (no atexit._run_exitfuncs), the usual exit."""
-    import atexit
-
     run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython's, as the interpreter runs them
     if run_exit_handlers is None:
         sys.exit(status)
@@ -500,9 +525,7 @@ def _interrupt(signum, frame):
     worker processes, which the terminal interrupts too, print their own.) A
     second Ctrl-C ends the process at once, should the first land where Beam
     swallows it (a worker being started), or its teardown wait on a worker."""
-    import threading
-
-    from evalbeam.transforms.progress import INTERRUPTED
+    from evalbeam.transforms.progress import INTERRUPTED  # start-up time: a command imports only what it runs
 
     if INTERRUPTED.is_set():
         _say("evalbeam: interrupted")
@@ -556,8 +579,6 @@ STDOUT_READER_GONE_STATUS = 141
 def _reader_gone(stream) -> bool:
     """Whether `stream` is a pipe whose reading end is closed (poll says POLLERR):
     a BrokenPipeError is then stdout's, not a socket's or a child process's."""
-    import select
-
     try:
         poller = select.poll()
         poller.register(stream.fileno(), select.POLLOUT)

@@ -25,10 +25,15 @@ import apache_beam as beam
 import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.io.parquetio import ReadFromParquet
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from evalbeam.configs import EvalConfig
 from evalbeam.metrics.compare import ALPHA
+from evalbeam.pipelines.local import new_pipeline
+from evalbeam.pipelines.results import Location, location_of, read_rows, run_comparisons, runs_row
+from evalbeam.pipelines.text_tables import fmt, format_table
+from evalbeam.transforms.bigquery import BigQueryError, PublishToBigQuery, ReadBigQueryRows, plan_table_read
 from evalbeam.transforms.compare import CompareRuns, PairSpec, result_entry, slice_names
 from evalbeam.transforms.schema import RunKey, utc_now
 from evalbeam.transforms.write import ATTEMPTS, WriteParquetTable, delete_tree, is_evalbeam_folder, run_folder
@@ -70,42 +75,6 @@ def run_info(row: dict[str, Any]) -> RunInfo:
 # ------------------------------------------------------------- where runs are
 
 
-@dataclasses.dataclass(frozen=True)
-class Location:
-    """Where runs' tables are: a Parquet output folder, or a BigQuery dataset."""
-
-    parquet: str | None = None
-    bigquery: str | None = None
-    billing_project: str | None = None
-
-    def __str__(self) -> str:
-        return f"BigQuery {self.bigquery}" if self.bigquery else str(self.parquet)
-
-
-def location_of(results) -> Location:
-    """A pipelines.report results object -> its Location."""
-    if getattr(results, "dataset", None):
-        return Location(bigquery=results.dataset, billing_project=results.dataset.rpartition(".")[0])
-    return Location(parquet=results.output)
-
-
-def runs_row(results, run_id: str) -> dict[str, Any] | None:
-    rows = results.run_tables(run_id)["runs"]
-    return rows[0] if rows else None
-
-
-def previous_run(results, name: str, run_id: str, run_date: dt.date) -> str | None:
-    """The eval's latest run before this one by run date (then start time), other than run_id itself."""
-    candidates = [r for r in results.runs(name) if r["run_id"] != run_id and _date(r["run_date"]) <= run_date]
-    if not candidates:
-        return None
-    return max(candidates, key=lambda r: (_date(r["run_date"]), r["started_at"]))["run_id"]
-
-
-def _date(value) -> dt.date:
-    return dt.date.fromisoformat(value) if isinstance(value, str) else value
-
-
 class ReadRunScores(beam.PTransform):
     """One run's metric_results -> (instance_id, (metric, score, failed))."""
 
@@ -119,10 +88,6 @@ class ReadRunScores(beam.PTransform):
             _require_files(self._pattern, run_id, "metric_results")
 
     def expand(self, pbegin):
-        from apache_beam.io.parquetio import ReadFromParquet
-
-        from evalbeam.transforms.bigquery import ReadBigQueryRows
-
         if self._plan is not None:
             rows = (pbegin | "Read" >> ReadBigQueryRows(self._plan))[0] | "Data" >> beam.Map(lambda r: r.data)
         else:
@@ -144,10 +109,6 @@ class ReadRunSlices(beam.PTransform):
         self._fields = fields
 
     def expand(self, pbegin):
-        from apache_beam.io.parquetio import ReadFromParquet
-
-        from evalbeam.transforms.bigquery import ReadBigQueryRows
-
         if self._plan is not None:
             rows = (pbegin | "Read" >> ReadBigQueryRows(self._plan))[0] | "Data" >> beam.Map(lambda r: r.data)
         else:
@@ -173,8 +134,6 @@ def _require_files(pattern: str, run_id: str, table: str) -> None:
 
 
 def _bigquery_plan(location: Location, table: str, run_id: str, fields: list[str]):
-    from evalbeam.transforms.bigquery import BigQueryError, plan_table_read
-
     try:
         # run_id is a NAME_RE name ([A-Za-z0-9_.-]): safe inside the quotes
         return plan_table_read(f"{location.bigquery}.{table}", location.billing_project,
@@ -264,7 +223,6 @@ def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOpti
         staging = f"{temp.rstrip('/')}/evalbeam-staging/compare-{attempt}"
     compared_at = utc_now()
     base = infos[base_run_id]
-    from evalbeam.pipelines.local import new_pipeline
 
     pipeline = new_pipeline(options)
     for i, run_id in enumerate(run_ids):
@@ -276,8 +234,6 @@ def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOpti
         rows = inputs | f"{label}Compare" >> CompareRuns(pair_spec(base, run, tolerance, alpha, compared_at))
         written = rows | f"{label}Write" >> WriteParquetTable(FileSystems.join(staging, run_id), "comparisons")
         if location.bigquery:
-            from evalbeam.transforms.bigquery import PublishToBigQuery
-
             written_map = {"comparisons": written}
             _ = written_map | f"{label}Publish" >> PublishToBigQuery(
                 location.bigquery, RunKey(run_id, run.run_date), (), f"{attempt}{i}", None, staging_folder=None,
@@ -299,14 +255,6 @@ def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOpti
             os.rmdir(attempts)
 
 
-def read_rows(paths: list[str]) -> list[dict[str, Any]]:
-    rows = []
-    for path in paths:
-        with FileSystems.open(path, mime_type="application/octet-stream") as f:
-            rows += pq.read_table(pa.BufferReader(f.read())).to_pylist()
-    return rows
-
-
 def install_comparison(output: str, run_id: str, base_run_id: str, files: list[str]) -> None:
     """Put a comparison's files in the run folder's comparisons/, in place of any
     earlier comparison of the same two runs (a file holds one pair's rows)."""
@@ -324,16 +272,14 @@ def install_comparison(output: str, run_id: str, base_run_id: str, files: list[s
 def format_comparison(rows: list[dict[str, Any]], brief: bool = False) -> str:
     """The comparison as a table, flagged rows first; `brief`: only the overall
     rows and the flagged ones."""
-    from evalbeam.pipelines.report import _fmt, format_table
-
     if brief:
         rows = [r for r in rows if r["slice"] == "overall" or r["regression"] or r["improvement"]]
     lines = []
     for r in flagged_first(rows):
-        ci = "-" if r["ci_low"] is None else f"[{_fmt(r['ci_low'], 4)}, {_fmt(r['ci_high'], 4)}]"
+        ci = "-" if r["ci_low"] is None else f"[{fmt(r['ci_low'], 4)}, {fmt(r['ci_high'], 4)}]"
         flag = "REGRESSION" if r["regression"] else "improvement" if r["improvement"] else ""
-        lines.append((r["run_id"], r["metric"], r["slice"], str(r["n_paired"]), _fmt(r["base_mean"]), _fmt(r["mean"]),
-                      _fmt(r["mean_difference"]), ci, _fmt(r["p_value_adjusted"], 4),
+        lines.append((r["run_id"], r["metric"], r["slice"], str(r["n_paired"]), fmt(r["base_mean"]), fmt(r["mean"]),
+                      fmt(r["mean_difference"]), ci, fmt(r["p_value_adjusted"], 4),
                       f"{r['wins']}/{r['ties']}/{r['losses']}", flag))
     return format_table(("run", "metric", "slice", "paired", "base", "run mean", "difference", "95% CI",
                          "p (Holm)", "W/T/L", "flag"), lines)
@@ -354,10 +300,13 @@ def unpaired_note(rows: list[dict[str, Any]]) -> list[str]:
     return notes
 
 
-def run_comparisons(results, run_id: str) -> list[dict[str, Any]]:
-    """The comparisons rows of a run, from where its results are."""
-    location = location_of(results)
-    if location.bigquery:
-        return results._query(f"SELECT * FROM `{location.bigquery}.comparisons` WHERE run_id = @run_id", run_id=run_id)
-    pattern = FileSystems.join(location.parquet, run_id, "comparisons", "*.parquet")
-    return read_rows(sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list))
+def comparison_rows(results, base_run_id: str, run_id: str, options, also_parquet: str | None = None
+                    ) -> tuple[list[dict[str, Any]], bool]:
+    """The comparison of run_id with base_run_id: the rows already in the comparisons table,
+    else computed (and written there) by `evalbeam compare`'s pipeline. -> (rows, computed)."""
+    rows = [r for r in run_comparisons(results, run_id) if r["base_run_id"] == base_run_id]
+    if rows:
+        return rows, False
+    # a report shows the comparison asked for, whichever evals the runs are of
+    return compare(results, base_run_id, [run_id], options, also_parquet=also_parquet,
+                   allow_different_evals=True), True

@@ -16,8 +16,10 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
 from evalbeam.configs import ConfigError, EvalConfig
+from evalbeam.pipelines.compare import CompareError, check_same_eval, run_info
 from evalbeam.pipelines.local import LOCAL_RUNNERS, new_pipeline, stream_judge
 from evalbeam.pipelines.preflight import billing_project, preflight
+from evalbeam.pipelines.results import ResultsError, location_of, previous_run, results_for, runs_row
 from evalbeam.pipelines.stages import RunContext
 from evalbeam.pipelines.stages.adk_history import AdkHistoryStage
 from evalbeam.pipelines.stages.comparison import ComparisonStage
@@ -31,8 +33,11 @@ from evalbeam.pipelines.stages.summaries import SummariesStage
 from evalbeam.pipelines.stages.writing import WriteResults
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.judge_checkpoint import checkpoint_folder
+from evalbeam.transforms.progress import ProgressDisplay
+from evalbeam.transforms.run_lock import BigQueryRunLock, RunIdHeld, RunLock
 from evalbeam.transforms.schema import RunKey, utc_now
-from evalbeam.transforms.write import remove_attempt
+from evalbeam.transforms.write import remove_attempt, sweep_dead_attempts
+from evalbeam.transforms.write_failure import OutputWriteError, describe, quiet_write_failures, write_failure
 
 
 def stages(pipeline: beam.Pipeline, context: RunContext) -> list[tuple[str, beam.PTransform]]:
@@ -73,8 +78,6 @@ def plan_comparison(config: EvalConfig, run_key: RunKey, started_at, allow_diffe
     A base run of another eval is a ConfigError unless allowed, found before any work."""
     if not config.compare_with:
         return None
-    from evalbeam.pipelines.compare import location_of, previous_run, run_info, runs_row
-    from evalbeam.pipelines.report import ResultsError, results_for
 
     try:
         results = results_for(config)
@@ -92,7 +95,6 @@ def plan_comparison(config: EvalConfig, run_key: RunKey, started_at, allow_diffe
         raise ConfigError(f"compare_with: no run {base_id!r} in {results.location if results else config.output.parquet}")
     this = run_info({"run_id": run_key.run_id, "name": config.name, "run_date": run_key.run_date,
                      "started_at": started_at, "config": config.to_json()})
-    from evalbeam.pipelines.compare import CompareError, check_same_eval
 
     try:
         check_same_eval(run_info(row), this, allow_different_evals)
@@ -112,7 +114,6 @@ def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: boo
     preflight(config, options, run_key.run_id)
     attempt = uuid.uuid4().hex[:12]
     lock = hold_run_id(config, options, run_key.run_id, attempt, started_at)
-    from evalbeam.transforms.write_failure import OutputWriteError, describe, quiet_write_failures, write_failure
 
     quiet_write_failures()
     try:
@@ -140,9 +141,6 @@ def hold_run_id(config: EvalConfig, options: PipelineOptions, run_id: str, attem
     launcher does not live as long as the job; Parquet on another filesystem).
     A held run_id is a ConfigError naming its holder. Once the lock is held, what
     dead runs of this run_id left (attempt folders, not judge checkpoints) is deleted."""
-    from evalbeam.transforms.run_lock import BigQueryRunLock, RunIdHeld, RunLock
-    from evalbeam.transforms.write import sweep_dead_attempts
-
     parquet = config.output.parquet
     if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS:
         return None
@@ -187,7 +185,6 @@ def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunK
         raise ConfigError(str(e)) from None
     compare_base = plan_comparison(config, run_key, started_at, allow_different_evals)
     pipeline = new_pipeline(options)
-    from evalbeam.pipelines.compare import CompareError
 
     local = options.view_as(StandardOptions).runner in LOCAL_RUNNERS
     checkpoint = checkpoint_folder(config.output.parquet, options.view_as(GoogleCloudOptions).temp_location,
@@ -203,7 +200,6 @@ def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunK
         print(f"evalbeam: run {run_key.run_id} (run date {run_key.run_date}) started", file=sys.stderr, flush=True)
         if not local:
             return run_key, pipeline.run()
-        from evalbeam.transforms.progress import ProgressDisplay
 
         quota = config.judge.requests_per_minute if config.judge_specs() else None
         with ProgressDisplay(progress, quota):

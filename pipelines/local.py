@@ -11,7 +11,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from evalbeam.configs import EvalConfig
-from evalbeam.transforms.read import default_part_bytes
+from evalbeam.transforms.file_parts import default_part_bytes
 
 LOCAL_RUNNERS = (None, "DirectRunner", "direct", "PrismRunner", "prism")
 DIRECT_RUNNERS = (None, "DirectRunner", "direct")  # Beam's Python runner: runs each bundle once, in memory
@@ -32,8 +32,11 @@ def new_pipeline(options: PipelineOptions) -> beam.Pipeline:
     runner on every machine, and nothing fetched at run time."""
     if options.view_as(StandardOptions).runner not in DIRECT_RUNNERS:
         return beam.Pipeline(options=options)
+    # start-up time: Beam's runner internals only where used
     from apache_beam.portability.api import beam_provision_api_pb2
+    # start-up time: Beam's runner internals only where used
     from apache_beam.runners.portability.fn_api_runner import fn_runner
+    # start-up time: Beam's runner internals only where used
     from apache_beam.runners.portability.portable_runner import JobServiceHandle
 
     provision = fn_runner.ExtendedProvisionInfo(beam_provision_api_pb2.ProvisionInfo(
@@ -92,7 +95,7 @@ def part_bytes(pipeline: beam.Pipeline, config: EvalConfig) -> int | None:
     """The size of the parts a large JSONL input is read in, when a local run has
     several workers: a whole multiple of the workers' number of parts (at least two
     each), so that each worker gets an equal share (the local runner deals a stage's
-    input out to its workers in turn). None (transforms.read.PART_BYTES) otherwise."""
+    input out to its workers in turn). None (transforms.file_parts.PART_BYTES) otherwise."""
     workers = local_workers(pipeline)
     size = input_bytes(config) if workers > 1 else None
     if not size:

@@ -18,6 +18,7 @@ from evalbeam.pipelines.preflight import billing_project, parquet_glob, prefligh
 from evalbeam.pipelines.stages.read import read_instances
 from evalbeam.transforms import bigquery, judge
 from evalbeam.transforms.plan import PlanJudging
+from evalbeam.transforms.rubric_judge import ReadPinnedRubrics
 from evalbeam.transforms.runs import judge_cost
 
 
@@ -51,8 +52,6 @@ def plan(config: EvalConfig) -> dict:
                 parquet = [parquet_glob(c) for c in config.judge.cache if not c.startswith("bq://")]
                 cached = p | "JudgeCache" >> judge.ReadJudgeCache(parquet, cache_plans)
             if config.judge.rubrics_from and rubric_specs:
-                from evalbeam.transforms.rubric_judge import ReadPinnedRubrics
-
                 parquet = [parquet_glob(c) for c in config.judge.rubrics_from if not c.startswith("bq://")]
                 pinned = p | "PinnedRubrics" >> ReadPinnedRubrics(parquet, rubric_plans)
             counted = instances | "Plan" >> PlanJudging(judge_specs, rubric_specs, config.judge, cached, pinned)

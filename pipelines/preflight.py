@@ -13,14 +13,16 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
 from evalbeam.configs import ConfigError, EvalConfig
-from evalbeam.metrics.instance import RowSpec, present_columns
+from evalbeam.metrics.inference import AgentInferrer, load_target
+from evalbeam.metrics.instance import RowSpec, build_instance, present_columns
 from evalbeam.metrics.judge.client import JudgeCredentialsError, check_credentials
 from evalbeam.metrics.registry import unmet_inputs
 from evalbeam.pipelines.local import LOCAL_RUNNERS
 from evalbeam.pipelines.stages.read import inputs_left
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.local_cloud import storage_client
-from evalbeam.transforms.read import match_files, sample_records
+from evalbeam.transforms.read import match_files
+from evalbeam.transforms.sample import sample_records
 from evalbeam.transforms.write import OutputFolderError, check_run_folder, check_writable
 
 
@@ -67,7 +69,6 @@ def _check_inference(config: EvalConfig) -> None:
     inference = config.inference
     if inference is None or inference.kind == "model":
         return
-    from evalbeam.metrics.inference import AgentInferrer, load_target
 
     try:
         if inference.kind == "agent":
@@ -136,7 +137,6 @@ def _with_trace_fields(record: dict) -> dict:
     which the column check counts as provided."""
     if not any(k in record for k in ("invocations", "agent_data", "intermediate_events")):
         return record
-    from evalbeam.metrics.instance import build_instance
 
     try:
         fields = build_instance(record, RowSpec({}, None, (), ()), "preflight").fields

@@ -51,11 +51,11 @@ class ChartsUnavailable(RuntimeError):
 
 def _pyplot():
     try:
-        import matplotlib
+        import matplotlib  # start-up time: Matplotlib only for a report's charts
     except ImportError:
         raise ChartsUnavailable(EXTRA_MESSAGE) from None
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # start-up time: Matplotlib only for a report's charts
 
     return matplotlib, plt
 
@@ -172,7 +172,7 @@ def _distribution(ax, histogram, score_range) -> None:
         ax.set_xticks([])
         ax.set_yticks([])
         return
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # start-up time: Matplotlib only for a report's charts
 
     buckets = histogram["buckets"]
     if histogram["discrete"]:

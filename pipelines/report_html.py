@@ -1,4 +1,4 @@
-"""`evalbeam report`: one self-contained HTML file from the data pipelines.report reads.
+"""`evalbeam report`: one self-contained HTML file from the data pipelines.report_data reads.
 
 Self-contained: the styles are inline, the charts inline SVG (pipelines.report_charts), and
 nothing is fetched from anywhere. A Content-Security-Policy meta tag makes that a rule the
@@ -12,8 +12,10 @@ import math
 import re
 from typing import Any
 
+from evalbeam.metrics.fields import CANONICAL_FIELDS
 from evalbeam.pipelines import report_charts as charts
 from evalbeam.pipelines.compare import flagged_first
+from evalbeam.pipelines.report_data import SHOWN_FIELDS
 
 # Inline styles only (Matplotlib's SVG carries style attributes); nothing else from anywhere.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
@@ -243,8 +245,6 @@ def _worst(metric: str, worst: list[dict[str, Any]], base: str) -> str:
 
 
 def _fields(base: dict[str, Any], run: dict[str, Any]) -> list[str]:
-    from evalbeam.pipelines.report import SHOWN_FIELDS
-
     skip = {"run_id", "run_date", "instance_id"}
     present = [f for f in SHOWN_FIELDS if base.get(f) is not None or run.get(f) is not None]
     others = sorted(k for k in {*base, *run} - skip - set(present) - set(_canonical())
@@ -253,8 +253,6 @@ def _fields(base: dict[str, Any], run: dict[str, Any]) -> list[str]:
 
 
 def _canonical() -> tuple[str, ...]:
-    from evalbeam.metrics.instance import CANONICAL_FIELDS
-
     return tuple(CANONICAL_FIELDS)
 
 

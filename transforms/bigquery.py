@@ -23,6 +23,7 @@ import dataclasses
 import datetime as dt
 import json
 import re
+import uuid
 from typing import Any, Iterable
 
 import apache_beam as beam
@@ -31,7 +32,7 @@ from apache_beam.metrics import Metrics
 
 from evalbeam.configs import NAME_RE
 from evalbeam.transforms.local_cloud import bigquery_client, bigquery_read_client
-from evalbeam.transforms.read import LINES, Record, SourceLines
+from evalbeam.transforms.records import LINES, Record, SourceLines
 from evalbeam.transforms.schema import CLUSTERING, TABLES, RunKey, bigquery_schema, table_columns
 from evalbeam.transforms.write import delete_tree
 
@@ -63,8 +64,8 @@ class ReadPlan:
 def describe_input(input_cfg, billing_project: str | None) -> tuple[str, list[str]]:
     """Check a BigQuery input before any work; return (label, column names).
     A missing table or a query BigQuery refuses raises BigQueryError naming it."""
-    from google.api_core import exceptions
-    from google.cloud import bigquery
+    from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
+    from google.cloud import bigquery  # start-up time: Google Cloud clients only where used
 
     if input_cfg.kind == "bigquery_table":
         table = input_cfg.bigquery_table()
@@ -79,7 +80,7 @@ def describe_input(input_cfg, billing_project: str | None) -> tuple[str, list[st
 
 def describe_table(table: str, project: str | None, field: str) -> list[str]:
     """The column names of a table; BigQueryError naming the table and `field` if it cannot be read."""
-    from google.api_core import exceptions
+    from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
 
     client = bigquery_client(project or table.split(".")[0])
     try:
@@ -101,7 +102,7 @@ def plan_table_read(table: str, billing_project: str | None, label: str | None =
                     row_restriction: str = "", selected_fields: Iterable[str] = ()) -> ReadPlan:
     """A read session over a table (project.dataset.table), billed to billing_project;
     optionally only the rows a SQL condition selects, and only some columns."""
-    from google.cloud.bigquery_storage_v1 import types
+    from google.cloud.bigquery_storage_v1 import types  # start-up time: Google Cloud clients only where used
 
     project, dataset, table_id = table.split(".")
     session = bigquery_read_client().create_read_session(
@@ -123,9 +124,7 @@ def _run_query(input_cfg, billing_project: str | None) -> str:
     return that table. A table made by CREATE TABLE ... AS, rather than the
     query job's anonymous result table, is readable through the Storage Read API
     on BigQuery and on its emulator alike."""
-    import uuid
-
-    from google.cloud import bigquery
+    from google.cloud import bigquery  # start-up time: Google Cloud clients only where used
 
     client = bigquery_client(billing_project)
     dry = client.query(input_cfg.query, job_config=bigquery.QueryJobConfig(dry_run=True))
@@ -166,7 +165,7 @@ class ReadStreamFn(beam.DoFn):
         self._read = Metrics.counter("evalbeam", "records_read")
 
     def setup(self):
-        from google.cloud.bigquery_storage_v1 import types
+        from google.cloud.bigquery_storage_v1 import types  # start-up time: Google Cloud clients only where used
 
         self._client = bigquery_read_client()
         self._session = types.ReadSession.deserialize(self._session_bytes)
@@ -217,8 +216,8 @@ def prepare_output(dataset: str, slice_columns: Iterable[str], location: str | N
     """Create the dataset, the five tables (partitioned by run_date, clustered)
     and the views when missing; add columns a newer evalbeam or another config's
     slice columns need. Runs on the launcher, before any work."""
-    from google.api_core import exceptions
-    from google.cloud import bigquery
+    from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
+    from google.cloud import bigquery  # start-up time: Google Cloud clients only where used
 
     project, _, dataset_id = dataset.rpartition(".")
     client = bigquery_client(project, location)
@@ -321,8 +320,8 @@ class PublishFn(beam.DoFn):
         self._replace = replace or f"run_id = '{run.run_id}'"
 
     def process(self, _, **files: list[str]):
-        from google.api_core import exceptions
-        from google.cloud import bigquery
+        from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
+        from google.cloud import bigquery  # start-up time: Google Cloud clients only where used
 
         project, _, dataset_id = self._dataset.rpartition(".")
         client = bigquery_client(project, self._location)
@@ -354,8 +353,8 @@ class PublishFn(beam.DoFn):
         yield self._run.run_id
 
     def _load(self, client, table: str, staging: str, paths: list[str]) -> None:
-        from google.api_core import exceptions
-        from google.cloud import bigquery
+        from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
+        from google.cloud import bigquery  # start-up time: Google Cloud clients only where used
 
         config = bigquery.LoadJobConfig(
             source_format=bigquery.SourceFormat.PARQUET,

@@ -40,7 +40,8 @@ from evalbeam.metrics.instance import Instance
 from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, request_key
 from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
 from evalbeam.transforms.judge_context import JudgeContext
-from evalbeam.transforms.schema import RunKey
+from evalbeam.transforms.schema import RunKey, blank_metric_row
+from evalbeam.transforms.score import ScoredInstance
 
 USAGE_METRIC = "inference"  # the line of inference.model's calls in runs.judge_usage
 FAILED = "failed"
@@ -66,10 +67,7 @@ def inferred(instance: Instance) -> bool:
 
 def inference_error_rows(instance: Instance, run: RunKey, metrics: list[str], model: str):
     """A case inference could not produce, with a judge metric row per judge metric carrying the error."""
-    from evalbeam.transforms.judge import _row_base
-    from evalbeam.transforms.score import ScoredInstance
-
-    rows = [{**_row_base(run, instance.instance_id, m, model), "error": instance.fields["inference_error"]}
+    rows = [{**blank_metric_row(run, instance.instance_id, m, model), "error": instance.fields["inference_error"]}
             for m in metrics]
     return ScoredInstance(instance, rows)
 

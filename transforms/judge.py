@@ -34,8 +34,13 @@ from typing import Any, Iterable
 
 import apache_beam as beam
 from apache_beam.metrics import Metrics
+from apache_beam.transforms.window import GlobalWindows
 
-from evalbeam.metrics.judge.client import JudgeRequest, JudgeResponse, judge_stream, request_key
+from evalbeam.metrics.instance import Instance
+from evalbeam.metrics.judge.agent_views import units_of
+from evalbeam.metrics.judge.answers import AnswerStore
+from evalbeam.metrics.judge.batch import judge_batch
+from evalbeam.metrics.judge.client import JudgeRequest, JudgeResponse, JudgeStream, judge_stream, request_key
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import (
     CHOICE_SCORE,
@@ -45,14 +50,14 @@ from evalbeam.metrics.judge.templates import (
     aggregate_pointwise,
     pairwise_verdict,
 )
-from evalbeam.metrics.instance import Instance
 from evalbeam.metrics.registry import MetricError
+from evalbeam.transforms import judge_checkpoint
 from evalbeam.transforms.judge_checkpoint import shard_of
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.progress import CountFn, JudgeShardLog
-from evalbeam.transforms.schema import RunKey
-from evalbeam.transforms.tables import ReadTableRows
+from evalbeam.transforms.schema import RunKey, blank_metric_row
 from evalbeam.transforms.score import ScoredInstance
+from evalbeam.transforms.tables import ReadTableRows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +121,6 @@ def _judged_units(instance: Instance, t) -> list[tuple[int, dict]]:
     """(unit, fields) judged: the instance, or each turn with a final response (per-turn templates)."""
     if not getattr(t, "per_turn", False):
         return [(0, instance.fields)]
-    from evalbeam.metrics.judge.agent_views import units_of
 
     return [(u, unit.fields) for u, unit in enumerate(units_of(instance.fields, "turn")) if not unit.skip]
 
@@ -190,8 +194,6 @@ class CallJudgeFn(beam.DoFn):
         self._reused = Metrics.counter("evalbeam", "judge_checkpoint_reused")
 
     def process(self, element):
-        from evalbeam.transforms import judge_checkpoint
-
         shard, items = element
         log = JudgeShardLog(shard, self._shards, self._settings.requests_per_minute)
         saved = judge_checkpoint.read_checkpoints(self._checkpoint, shard, self._shards) if self._checkpoint else {}
@@ -206,8 +208,6 @@ class CallJudgeFn(beam.DoFn):
                     yield request, links
 
         if self._settings.mode == "batch":
-            from evalbeam.metrics.judge.batch import judge_batch
-
             journal = judge_checkpoint.BatchJournal(self._checkpoint, shard, self._shards) if self._checkpoint else None
             staging = judge_checkpoint.GcsStaging(self._staging) if self._staging else None
             answers = judge_batch(self._settings, fresh(), lambda item: item[0], journal, staging=staging)
@@ -231,16 +231,10 @@ class CallJudgeFn(beam.DoFn):
                 writer.close()
 
 
-def _row_base(run: RunKey, instance_id: str, metric: str, model: str) -> dict[str, Any]:
-    return {**run.columns(), "instance_id": instance_id, "metric": metric, "score": None, "passed": None,
-            "explanation": None, "error": None, "extra": None, "confidence": None, "pairwise_choice": None,
-            "judge_model": model, "prompt_tokens": 0, "output_tokens": 0, "attempts": 0, "cache_hit": None}
-
-
 def judge_row(run: RunKey, plan: JudgePlan, instance_id: str, model: str,
               answers: dict[tuple[int, int], JudgeResponse], sampling_count: int) -> dict[str, Any]:
     """One metric_results row from the answers to an instance's judgments of one metric."""
-    row = _row_base(run, instance_id, plan.output_name, model)
+    row = blank_metric_row(run, instance_id, plan.output_name, model)
     responses = list(answers.values())
     row["prompt_tokens"] = sum(r.prompt_tokens for r in responses if not r.cache_hit)
     row["output_tokens"] = sum(r.output_tokens for r in responses if not r.cache_hit)
@@ -285,13 +279,11 @@ def per_turn_row(run: RunKey, plan: JudgePlan, instance: Instance, model: str, b
     """A per-turn template's row: each turn judged as judge_row does, then the mean of
     the turns' scores; a turn with no response or whose judgment failed is not evaluated
     (ADK's response_evaluation_score: the mean of the non-None per-invocation scores)."""
-    from evalbeam.metrics.judge.agent_views import units_of
-
     units = units_of(instance.fields, "turn")
     turn_rows = [None if unit.skip else judge_row(run, plan, instance.instance_id, model,
                                                   by_metric.get((plan.output_name, u), {}), sampling_count)
                  for u, unit in enumerate(units)]
-    row = _row_base(run, instance.instance_id, plan.output_name, model)
+    row = blank_metric_row(run, instance.instance_id, plan.output_name, model)
     done = [r for r in turn_rows if r is not None]
     for key in ("prompt_tokens", "output_tokens", "attempts"):
         row[key] = sum(r[key] for r in done)
@@ -470,18 +462,12 @@ class StreamJudgeFn(beam.DoFn):
     def _load(self, cached) -> None:
         """The answers this run may reuse, on disk: this run_id's checkpoints, and
         judge.cache over them (the cache is looked up first, as ResolveFn does)."""
-        from evalbeam.metrics.judge.answers import AnswerStore
-        from evalbeam.transforms import judge_checkpoint
-
         self._given, self._known = AnswerStore(), AnswerStore()  # answers given out; answers to reuse
         if self._checkpoint:
             self._known.put_all(judge_checkpoint.read_checkpoints(self._checkpoint).values())
         self._known.put_all(response for _, response in cached)
 
     def _start(self) -> None:
-        from evalbeam.metrics.judge.client import JudgeStream
-        from evalbeam.transforms import judge_checkpoint
-
         self._stream = JudgeStream(self._settings, lambda request: request)
         self._writer = judge_checkpoint.CheckpointWriter(self._checkpoint, 0, self._checkpoint_seconds) \
             if self._checkpoint else None
@@ -551,8 +537,6 @@ class StreamJudgeFn(beam.DoFn):
             yield ScoredInstance(scored.instance, scored.results + rows)
 
     def finish_bundle(self):
-        from apache_beam.transforms.window import GlobalWindows
-
         if self._stream is None:
             return
         try:

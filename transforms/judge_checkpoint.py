@@ -28,13 +28,17 @@ import io
 import json
 import logging
 import os
+import tempfile
 import threading
 import uuid
 
 import apache_beam as beam
+import pyarrow as pa
+import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from evalbeam.metrics.judge.client import JudgeResponse
+from evalbeam.transforms.write import ATTEMPTS, delete_tree
 
 log = logging.getLogger(__name__)
 FOLDER = "judge_checkpoints"
@@ -44,17 +48,12 @@ def checkpoint_folder(output_parquet: str | None, temp_location: str | None, run
     """Where a run_id's judge checkpoints live: beside its attempts (removed with
     them when the run completes), else under the temp location."""
     if output_parquet:
-        from evalbeam.transforms.write import ATTEMPTS
-
         return FileSystems.join(output_parquet, ATTEMPTS, run_id, FOLDER)
-    import tempfile
 
     return FileSystems.join(temp_location or tempfile.gettempdir(), "evalbeam-checkpoints", run_id)
 
 
 def _schema():
-    import pyarrow as pa
-
     return pa.schema([
         ("request_key", pa.string()), ("metric", pa.string()), ("verdict", pa.string()),
         ("explanation", pa.string()), ("prompt_tokens", pa.int64()), ("output_tokens", pa.int64()),
@@ -71,8 +70,6 @@ def shard_of(key: str, shards: int) -> int:
 def read_checkpoints(folder: str, shard: int | None = None, shards: int = 1) -> dict[str, JudgeResponse]:
     """request_key -> the checkpointed answer, for the keys of one shard (all with
     shard None). Unreadable chunks are skipped with a warning."""
-    import pyarrow.parquet as pq
-
     try:
         found = FileSystems.match([FileSystems.join(folder, "*.parquet")])[0].metadata_list
     except Exception:  # noqa: BLE001 - no folder yet: nothing checkpointed
@@ -153,9 +150,6 @@ class BatchJournal:
 
 def write_chunk(folder: str, name: str, responses: list[JudgeResponse]) -> str:
     """One Parquet chunk of answers, made visible only once complete."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     table = pa.Table.from_pylist([
         {"request_key": r.key, "metric": r.metric, "verdict": r.verdict, "explanation": r.explanation,
          "prompt_tokens": r.prompt_tokens, "output_tokens": r.output_tokens,
@@ -248,8 +242,6 @@ class _RemoveFn(beam.DoFn):
         self._folder = folder
 
     def process(self, _, **done):
-        from evalbeam.transforms.write import delete_tree
-
         delete_tree(self._folder)
         yield self._folder
 

@@ -25,7 +25,7 @@ def route_beam_to_emulators() -> None:
     unpickles pipeline code."""
     if not emulated():
         return
-    from apache_beam.internal.gcp import auth
+    from apache_beam.internal.gcp import auth  # start-up time: Beam's GCP auth only where used
 
     with auth._Credentials._credentials_lock:
         auth._Credentials._credentials = None
@@ -37,11 +37,11 @@ def bigquery_emulator() -> str | None:
 
 
 def bigquery_client(project: str | None = None, location: str | None = None):
-    from google.cloud import bigquery
+    from google.cloud import bigquery  # start-up time: Google Cloud clients only where used
 
     host = bigquery_emulator()
     if host:
-        from google.auth.credentials import AnonymousCredentials
+        from google.auth.credentials import AnonymousCredentials  # start-up time: Google Cloud clients only where used
 
         return bigquery.Client(
             project=project or "local-project",
@@ -53,11 +53,13 @@ def bigquery_client(project: str | None = None, location: str | None = None):
 
 
 def bigquery_read_client():
+    # start-up time: Google Cloud clients only where used
     from google.cloud.bigquery_storage_v1 import BigQueryReadClient
 
     host = os.environ.get("BIGQUERY_STORAGE_EMULATOR_HOST")
     if host:
-        import grpc
+        import grpc  # start-up time: gRPC only for the emulator
+        # start-up time: Google Cloud clients only where used
         from google.cloud.bigquery_storage_v1.services.big_query_read.transports import BigQueryReadGrpcTransport
 
         return BigQueryReadClient(transport=BigQueryReadGrpcTransport(channel=grpc.insecure_channel(host)))
@@ -65,10 +67,10 @@ def bigquery_read_client():
 
 
 def storage_client(project: str | None = None):
-    from google.cloud import storage
+    from google.cloud import storage  # start-up time: Google Cloud clients only where used
 
     if os.environ.get("STORAGE_EMULATOR_HOST"):
-        from google.auth.credentials import AnonymousCredentials
+        from google.auth.credentials import AnonymousCredentials  # start-up time: Google Cloud clients only where used
 
         return storage.Client(project=project or "local-project", credentials=AnonymousCredentials())
     return storage.Client(project=project)

@@ -16,6 +16,7 @@ import apache_beam as beam
 
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.transforms.judge import judge_requests, plan_judges
+from evalbeam.transforms.rubric_judge import READY, RubricNeedsFn, plan_rubric_metrics, plan_units, use_pinned
 
 COUNTS = ("asked", "distinct", "cached", "to_call", "prompt_chars", "cached_output_tokens", "upper_bound")
 
@@ -47,8 +48,6 @@ def _validations(instance, plans, sampling_count: int):
     """Rubric validations an instance asks for, one per unit (the instance, or each
     turn or step of an agent judge) and sample: an upper bound (the units whose
     rubrics fail, or that are not evaluated, ask none)."""
-    from evalbeam.transforms.rubric_judge import plan_units
-
     return [(f"{p.output_name}:validation",
              {"asked": len(plan_units(instance, p.template)) * p.template.samples(sampling_count), "upper_bound": 1})
             for p in plans]
@@ -73,8 +72,6 @@ class PlanJudging(beam.PTransform):
                 judge_requests, plan_judges(self._judge_specs), settings, settings.sampling_count))
         validations = []
         if self._rubric_specs:
-            from evalbeam.transforms.rubric_judge import READY, RubricNeedsFn, plan_rubric_metrics, use_pinned
-
             plans = plan_rubric_metrics(self._rubric_specs)
             needs = instances | "RubricNeeds" >> beam.ParDo(RubricNeedsFn(plans, settings)).with_outputs(
                 READY, main="asks")

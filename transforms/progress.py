@@ -190,7 +190,7 @@ class ProgressDisplay:
 
     def _loop(self):
         if self._stream.isatty():
-            from tqdm import tqdm
+            from tqdm import tqdm  # start-up time: tqdm only for a progress bar
 
             with tqdm(file=self._stream, bar_format="{desc}", leave=True) as bar:
                 while not self._stop.wait(0.5):

@@ -14,7 +14,7 @@
   case (user simulation) is dead-lettered: it has no turns until a user
   simulator runs it.
 
-Each record carries the case's trace in `invocations` (metrics.instance) and
+Each record carries the case's trace in `invocations` (metrics.trace) and
 the columns `instance_id`, `eval_set_id`, `eval_id` (and `session_id`).
 
 A file is one JSON document, so it is parsed whole (ADK writes one file per
@@ -25,6 +25,7 @@ none (the file's own keys and punctuation).
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import json
 import os
@@ -33,8 +34,8 @@ from typing import Any, Iterator
 
 import apache_beam as beam
 
-from evalbeam.metrics.instance import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
-from evalbeam.transforms.read import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
+from evalbeam.metrics.trace import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
+from evalbeam.transforms.records import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
 
 # A whole ADK file is read at once: bounded, so a wrong file cannot take a worker's memory.
 MAX_ADK_FILE_BYTES = 16 * MAX_RECORD_BYTES
@@ -67,8 +68,6 @@ class _Document:
         self._starts = [m.end() for m in re.finditer("\n", self.text)]
 
     def line_at(self, offset: int) -> int:
-        import bisect
-
         return bisect.bisect_right(self._starts, offset) + 1
 
     def dead_file(self, reason: str) -> Iterator[DeadLetter | SourceLines]:

@@ -55,7 +55,7 @@ from evalbeam.metrics.judge.rubrics import (
 from evalbeam.metrics.registry import MetricError
 from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
 from evalbeam.transforms.judge_context import JudgeContext
-from evalbeam.transforms.schema import TABLES, RunKey
+from evalbeam.transforms.schema import RunKey, blank_metric_row
 from evalbeam.transforms.tables import ReadTableRows
 from evalbeam.transforms.score import ScoredInstance
 
@@ -232,13 +232,6 @@ class ValidationRequestsFn(beam.DoFn):
 # ---------------------------------------------------------------- rows
 
 
-def _row_base(run: RunKey, instance_id: str, metric: str, model: str) -> dict[str, Any]:
-    row = {c.name: None for c in TABLES["metric_results"]}
-    row.update(run.columns(), instance_id=instance_id, metric=metric, judge_model=model,
-               prompt_tokens=0, output_tokens=0, attempts=0)
-    return row
-
-
 def rubric_rows(run: RunKey, instance_id: str, metric: str, rubric_set: RubricSet,
                 verdicts: tuple[RubricVerdict, ...] | None, unit: Unit | None = None) -> list[dict[str, Any]]:
     if verdicts is None:
@@ -276,7 +269,7 @@ def rubric_metric_row(run: RunKey, plan: RubricPlan, instance_id: str, model: st
     """One metric_results row, and the rubrics rows, of an instance's rubric metric,
     from its units (one, or one per turn or step), scored by the template's rule."""
     t = plan.template
-    row = _row_base(run, instance_id, plan.output_name, model)
+    row = blank_metric_row(run, instance_id, plan.output_name, model)
     strict = t.aggregate != "single"  # ADK: a turn with a failed sample is not evaluated
     rows: list[dict[str, Any]] = []
     results: list[UnitResult] = []

@@ -47,6 +47,8 @@ import uuid
 
 from apache_beam.io.filesystems import FileSystems
 
+from evalbeam.transforms.local_cloud import bigquery_client, storage_client
+
 LOCK_SUFFIX = ".lock"
 ATTEMPTS = "_evalbeam_attempts"
 # How long a lock stays held without its holder refreshing it (another host's
@@ -137,7 +139,7 @@ class RunLock:
     # ------------------------------------------------------------------ local
 
     def _acquire_local(self) -> None:
-        import fcntl
+        import fcntl  # POSIX only: the local run lock
 
         folder = os.path.dirname(self.path)
         os.makedirs(folder, exist_ok=True)
@@ -165,7 +167,7 @@ class RunLock:
     def _take_stale_local(self) -> bool:
         """The lock exists: take it if its holder is gone; raise RunIdHeld if not.
         False: it went away meanwhile (try creating it again)."""
-        import fcntl
+        import fcntl  # POSIX only: the local run lock
 
         try:
             fd = os.open(self.path, os.O_RDWR)
@@ -223,7 +225,7 @@ class RunLock:
         return json.dumps({**self.holder, "lease_until": lease.isoformat()})
 
     def _acquire_gcs(self) -> None:
-        from google.api_core import exceptions
+        from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
 
         blob = _blob(self.path)
         for _ in range(5):
@@ -258,7 +260,7 @@ class RunLock:
         raise RunIdHeld(f"run_id {self.run_id!r}: cannot take its lock {self.path}")
 
     def _refresh_gcs(self) -> None:
-        from google.api_core import exceptions
+        from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
 
         blob = _blob(self.path)
         try:
@@ -269,7 +271,7 @@ class RunLock:
             self.lost = True  # another run took it over (this one stalled past its lease)
 
     def _release_gcs(self) -> None:
-        from google.api_core import exceptions
+        from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
 
         if self.lost:
             return
@@ -320,8 +322,6 @@ def read_holder_from_blob(blob) -> dict | None:
 
 
 def _blob(path: str):
-    from evalbeam.transforms.local_cloud import storage_client
-
     bucket, _, name = path[len("gs://"):].partition("/")
     return storage_client().bucket(bucket).blob(name)
 
@@ -375,12 +375,10 @@ class BigQueryRunLock(RunLock):
         self._held = False
 
     def _client(self):
-        from evalbeam.transforms.local_cloud import bigquery_client
-
         return bigquery_client(self.dataset.rpartition(".")[0], self.location)
 
     def _query(self, sql: str, **params):
-        from google.cloud import bigquery
+        from google.cloud import bigquery  # start-up time: Google Cloud clients only where used
 
         types = {str: "STRING", int: "INT64", float: "FLOAT64"}
         config = bigquery.QueryJobConfig(query_parameters=[
@@ -389,8 +387,8 @@ class BigQueryRunLock(RunLock):
         return job, list(job.result())
 
     def _acquire_gcs(self) -> None:  # the remote store of this lock is BigQuery
-        from google.api_core import exceptions
-        from google.cloud import bigquery
+        from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
+        from google.cloud import bigquery  # start-up time: Google Cloud clients only where used
 
         client = self._client()
         project, _, dataset_id = self.dataset.rpartition(".")

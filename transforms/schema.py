@@ -12,14 +12,14 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-from evalbeam.metrics.instance import (
+from evalbeam.metrics.fields import (
     CANONICAL_FIELDS,
     FLAG_FIELDS,
     NUMBER_FIELDS,
     STRUCTURED_FIELDS,
     TRAJECTORY_FIELDS,
-    Instance,
 )
+from evalbeam.metrics.instance import Instance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,7 +231,7 @@ CLUSTERING = {
 
 
 def bigquery_schema(table: str, slice_columns: Iterable[str] = ()):
-    from google.cloud import bigquery
+    from google.cloud import bigquery  # start-up time: Google Cloud clients only where used
 
     return [
         bigquery.SchemaField(
@@ -251,6 +251,15 @@ class RunKey:
 
     def columns(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "run_date": self.run_date}
+
+
+def blank_metric_row(run: RunKey, instance_id: str, metric: str, judge_model: str) -> dict[str, Any]:
+    """A judge metric's metric_results row before its answers fill it: every column
+    of the table, none scored, no tokens or attempts counted yet."""
+    row = {c.name: None for c in TABLES["metric_results"]}
+    row.update(run.columns(), instance_id=instance_id, metric=metric, judge_model=judge_model,
+               prompt_tokens=0, output_tokens=0, attempts=0)
+    return row
 
 
 def to_json_text(value: Any) -> str | None:

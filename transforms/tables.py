@@ -3,6 +3,9 @@ folders or globs and from BigQuery reads planned by the launcher."""
 from __future__ import annotations
 
 import apache_beam as beam
+from apache_beam.io.parquetio import ReadFromParquet
+
+from evalbeam.transforms.bigquery import ReadBigQueryRows
 
 
 class ReadTableRows(beam.PTransform):
@@ -14,10 +17,6 @@ class ReadTableRows(beam.PTransform):
         self._plans = bigquery_plans
 
     def expand(self, pbegin):
-        from apache_beam.io.parquetio import ReadFromParquet
-
-        from evalbeam.transforms.bigquery import ReadBigQueryRows
-
         parts = [pbegin | f"ReadParquet{i}" >> ReadFromParquet(p) for i, p in enumerate(self._patterns)]
         parts += [(pbegin | f"ReadBigQuery{i}" >> ReadBigQueryRows(plan))[0] | f"RowData{i}" >> beam.Map(lambda r: r.data)
                   for i, plan in enumerate(self._plans)]

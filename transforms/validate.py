@@ -26,8 +26,9 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.transforms import window
 
-from evalbeam.metrics.instance import Instance, InvalidField, RowSpec, build_instance
-from evalbeam.transforms.read import DEAD_LETTER, MAX_RAW_CHARS, DeadLetter, Record
+from evalbeam.metrics.fields import InvalidField
+from evalbeam.metrics.instance import Instance, RowSpec, build_instance
+from evalbeam.transforms.records import DEAD_LETTER, MAX_RAW_CHARS, DeadLetter, Record
 
 
 @dataclasses.dataclass

@@ -19,10 +19,12 @@ import uuid
 
 import apache_beam as beam
 import pyarrow as pa
+import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.parquetio import WriteToParquetBatched
 from apache_beam.transforms import window
 
+from evalbeam.transforms.run_lock import read_holder
 from evalbeam.transforms.schema import arrow_schema, utc_now
 from evalbeam.transforms.write_failure import quiet_write_failures
 
@@ -125,8 +127,6 @@ def replace_run_folder(output: str, run_id: str, attempt: str) -> None:
     installed. No lock (a remote runner, which is not locked): only what this
     attempt made is deleted: its folder, the output it replaced and the
     run_id's judge checkpoints and batches (which its success makes useless)."""
-    from evalbeam.transforms.run_lock import read_holder
-
     holder = read_holder(output, run_id)
     if holder is not None and holder.get("attempt") != attempt:
         raise OutputFolderError(f"run_id {run_id!r}: another run holds its lock now (attempt {holder.get('attempt')}, "
@@ -266,8 +266,6 @@ class _ArrowTablesFn(beam.DoFn):
 
 def _parquet_writer(path: str, schema):
     """A file and a pyarrow ParquetWriter on it, with the settings of Beam's Parquet sink."""
-    import pyarrow.parquet as pq
-
     file = FileSystems.create(path, mime_type="application/octet-stream")
     return file, pq.ParquetWriter(file, schema, compression="snappy", use_deprecated_int96_timestamps=False,
                                   use_compliant_nested_type=False)

@@ -122,7 +122,7 @@ class BatchJudge:
 
     def __init__(self, settings: JudgeSettings, sleep: Callable[[float], None] = time.sleep,
                  staging: Staging | None = None):
-        from google.genai import types
+        from google.genai import types  # start-up time: google-genai only when a judge runs
 
         check_credentials(settings)
         self.settings = settings

@@ -100,7 +100,7 @@ def check_credentials(settings: JudgeSettings) -> None:
     if not settings.project or not settings.location:
         raise JudgeCredentialsError("judge.backend vertex_ai needs judge.project and judge.location")
     try:
-        import google.auth
+        import google.auth  # start-up time: google-auth only when a judge runs
 
         google.auth.default()
     except Exception as e:  # noqa: BLE001 - any failure means no usable credentials
@@ -114,12 +114,12 @@ def check_credentials(settings: JudgeSettings) -> None:
 def build_genai_client(settings: JudgeSettings, http):
     """(google-genai Client, the API key or None, the ADC credentials or None) for
     the configured backend; the key and the credentials' token are what scrub removes."""
-    from google import genai
+    from google import genai  # start-up time: google-genai only when a judge runs
 
     if settings.backend == "gemini_api":
         secret = os.environ[settings.api_key_env]
         return genai.Client(api_key=secret, http_options=http), secret, None
-    import google.auth
+    import google.auth  # start-up time: google-auth only when a judge runs
 
     # Held here, not loaded inside genai, so that scrub knows the bearer token they send.
     credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
@@ -138,7 +138,7 @@ def scrub_secrets(text: str, secret: str | None, credentials) -> str:
 class JudgeClient:
     def __init__(self, settings: JudgeSettings, limiter: AdaptiveRateLimiter,
                  observe_latency: Callable[[float], None] | None = None, hedge: TailHedge | None = None):
-        from google.genai import types
+        from google.genai import types  # start-up time: google-genai only when a judge runs
 
         self.settings = settings
         self.limiter = limiter
@@ -157,7 +157,7 @@ class JudgeClient:
         return scrub_secrets(text, self._secret, self._credentials)
 
     async def judge(self, request: JudgeRequest) -> JudgeResponse:
-        from google.genai import errors
+        from google.genai import errors  # start-up time: google-genai only when a judge runs
 
         response = JudgeResponse(key=request.key, metric=request.metric)
         config = self._types.GenerateContentConfig(
@@ -188,7 +188,7 @@ class JudgeClient:
             else:  # transport errors (httpx) are retried like 5xx
                 last_error = f"{type(error).__name__}: {error}"
             if attempt < self.settings.max_attempts:
-                await asyncio.sleep(max(retry_after or 0.0, _backoff(attempt)))
+                await asyncio.sleep(max(retry_after or 0.0, backoff(attempt)))
         hedged = f" ({response.attempts} calls, {response.hedged} of them copies of a slow call)" \
             if response.hedged else ""
         response.error = self.scrub(f"judge failed after {self.settings.max_attempts} attempts{hedged}; last: {last_error}")
@@ -240,7 +240,7 @@ class JudgeClient:
         tokens settled and its duration observed: (answer, None, None) or (None,
         error, Retry-After). A call cancelled in flight (the losing copy) counts,
         with no tokens: like a timed-out call, what it used is not known."""
-        from google.genai import errors
+        from google.genai import errors  # start-up time: google-genai only when a judge runs
 
         response.attempts += 1
         if self.hedge is not None:
@@ -287,7 +287,7 @@ class JudgeClient:
             pass
 
 
-def _backoff(attempt: int) -> float:
+def backoff(attempt: int) -> float:
     """Exponential backoff with full jitter."""
     return random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempt - 1)))
 

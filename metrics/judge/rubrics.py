@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
+import yaml
 
-from evalbeam.metrics.instance import CANONICAL_FIELDS
+from evalbeam.metrics.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.agent_views import AGENT_VARIABLES
 from evalbeam.metrics.registry import MetricError
 
@@ -340,8 +341,6 @@ def _inputs(values: dict[str, Any]) -> str:
 
 @functools.lru_cache(maxsize=1)
 def builtin_rubric_templates() -> dict[str, RubricTemplate]:
-    import yaml
-
     raw = yaml.safe_load(BUILTIN_RUBRIC_METRICS.read_text(encoding="utf-8"))
     return {name: RubricTemplate.model_validate({"name": name, **body}) for name, body in raw.items()}
 

@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
+import yaml
 
-from evalbeam.metrics.instance import CANONICAL_FIELDS
+from evalbeam.metrics.fields import CANONICAL_FIELDS
+from evalbeam.metrics.judge.rubrics import InvalidRubricAnswer, parse_stage_answer
 from evalbeam.metrics.registry import MetricError
 
 BUILTIN_TEMPLATES = Path(__file__).resolve().parent.parent.parent / "configs" / "judge_metrics.yaml"
@@ -166,8 +168,6 @@ def parse_answer(text: str | None, field: str, allowed: tuple[str, ...]) -> tupl
             raise InvalidJudgment("the model's answer has no text")
         return text, None
     if field in ("rubrics", "verdicts", "claims", "sentences", "labels"):
-        from evalbeam.metrics.judge.rubrics import InvalidRubricAnswer, parse_stage_answer
-
         try:
             return parse_stage_answer(text, field, allowed)
         except InvalidRubricAnswer as e:
@@ -207,8 +207,6 @@ def _score_key(score: Any) -> str | None:
 
 @functools.lru_cache(maxsize=1)
 def builtin_templates() -> dict[str, JudgeTemplate]:
-    import yaml
-
     raw = yaml.safe_load(BUILTIN_TEMPLATES.read_text(encoding="utf-8"))
     return {name: JudgeTemplate.model_validate(body) for name, body in raw.items()}
 

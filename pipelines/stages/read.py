@@ -9,6 +9,7 @@ from evalbeam.metrics.instance import RowSpec
 from evalbeam.pipelines.local import lean_local, part_bytes
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.read import FileParts, ReadRecords
+from evalbeam.transforms.read_adk import GroupAgentEvents
 from evalbeam.transforms.validate import ToInstances, UniqueIdDecisions
 
 
@@ -68,8 +69,6 @@ def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
         records, source_lines = pipeline | "ReadBigQuery" >> bigquery.ReadBigQueryRows(read_plan)
         unparseable = pipeline | "NoUnparseableRows" >> beam.Create([])
         if config.input.format == "adk_agent_events":
-            from evalbeam.transforms.read_adk import GroupAgentEvents
-
             records, unparseable = records | "AgentSessions" >> GroupAgentEvents(config.input.granularity, read_plan.label)
     instances, invalid = records | "Validate" >> ToInstances(row_spec(config), decisions)
     return records, unparseable, source_lines, instances, invalid

@@ -3,13 +3,17 @@ metric and slice (transforms.summarize), the judge calls' cache rows and usage
 gathered, and the run's record (transforms.runs), with its counts reconciled."""
 from __future__ import annotations
 
+from importlib import metadata
+
 import apache_beam as beam
 
 from evalbeam.configs import EvalConfig
 from evalbeam.pipelines.stages import parts
 from evalbeam.pipelines.stages.scoring import adk_verdicts
 from evalbeam.transforms.adk_status import THRESHOLD
+from evalbeam.transforms.infer import first_run
 from evalbeam.transforms.judge import plan_judges
+from evalbeam.transforms.progress import CountFn
 from evalbeam.transforms.rubric_judge import merge_usage, plan_rubric_metrics
 from evalbeam.transforms.runs import RunRecord
 from evalbeam.transforms.score import plan_metrics
@@ -29,8 +33,6 @@ def thresholds(config: EvalConfig) -> dict[str, float | None]:
 
 
 def version() -> str:
-    from importlib import metadata
-
     try:
         return metadata.version("evalbeam")
     except metadata.PackageNotFoundError:
@@ -60,14 +62,10 @@ class SummariesStage(beam.PTransform):
         records, unparseable = named["records"], named["unparseable"]
         counted = named["computed"]
         if config.inference and config.inference.num_runs > 1:
-            from evalbeam.transforms.infer import first_run
-
             # a case scored num_runs times counts once: read = scored + dead-lettered
             counted = counted | "FirstRuns" >> beam.Filter(lambda s, n: first_run(s.instance.instance_id, n),
                                                            config.inference.num_runs)
         if context.progress:
-            from evalbeam.transforms.progress import CountFn
-
             # counted where they are made, not after a Flatten: the local runner runs a
             # Flatten's consumers only once every input is complete
             records | "ProgressRead" >> beam.ParDo(CountFn(context.progress, "read"))

@@ -7,6 +7,7 @@ import apache_beam as beam
 
 from evalbeam.pipelines.local import direct_runner
 from evalbeam.transforms import bigquery
+from evalbeam.transforms.judge_checkpoint import RemoveCheckpoints
 from evalbeam.transforms.schema import instance_row
 from evalbeam.transforms.write import ReplaceRunFolder, WriteEmptyTables, WriteParquetTable, attempt_folder, run_folder
 
@@ -59,7 +60,5 @@ class WriteResults(beam.PTransform):
             # the judge checkpoints live beside the attempts, and go with them
             return done | "ReplaceRunFolder" >> ReplaceRunFolder(config.output.parquet, run.run_id, context.attempt)
         if context.checkpoint and config.calls_a_model():
-            from evalbeam.transforms.judge_checkpoint import RemoveCheckpoints
-
             return done | "RemoveJudgeCheckpoints" >> RemoveCheckpoints(context.checkpoint)
         return done

@@ -149,7 +149,7 @@ def test_relative_paths_in_a_config_file_are_relative_to_its_folder(tmp_path):
     relative = load_config(os.path.relpath(path))
     assert relative.input.uri == os.path.join(os.path.relpath(folder), "data.jsonl")
     # a config in Cloud Storage: its relative paths are in the same bucket
-    from evalbeam.configs import _relative_to
+    from evalbeam.configs import relative_to as _relative_to
 
     assert _relative_to("gs://bucket/evals", "data/*.jsonl") == "gs://bucket/evals/data/*.jsonl"
     assert _relative_to("gs://bucket/evals", "../out/") == "gs://bucket/out/"

@@ -8,10 +8,13 @@ import pytest
 
 from evalbeam.configs import ConfigError, InputConfig, load_config
 from evalbeam.metrics import get_metric
-from evalbeam.metrics.instance import InvalidField, RowSpec, build_instance, parse_turns
+from evalbeam.metrics.fields import InvalidField
+from evalbeam.metrics.instance import RowSpec, build_instance
+from evalbeam.metrics.trace import parse_turns
 from evalbeam.metrics.registry import MetricError
 from tests.adk_cases import eval_set_result
-from evalbeam.transforms.read import DeadLetter, Record, SourceLines, parse_file
+from evalbeam.transforms.read import parse_file
+from evalbeam.transforms.records import DeadLetter, Record, SourceLines
 
 
 def parse(path, fmt):
@@ -178,7 +181,7 @@ def test_trace_normalisation_is_idempotent():
     rng = random.Random(5)
     doc = eval_set_result(rng.randrange(1000), "s", 40)
     for case in doc["eval_case_results"]:
-        from evalbeam.metrics.instance import turn_from_adk
+        from evalbeam.metrics.trace import turn_from_adk
 
         turns = [turn_from_adk(p["actual_invocation"], p.get("expected_invocation"), "x")
                  for p in case["eval_metric_result_per_invocation"]]

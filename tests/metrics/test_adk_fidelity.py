@@ -27,7 +27,8 @@ from evalbeam.metrics.instance import RowSpec, build_instance
 from tests.adk_cases import CONFIGS, camel, eval_set_result, eval_set_sets
 from tests.helpers import ROOT, evalbeam, table
 from evalbeam.transforms.adk_status import add_case_status
-from evalbeam.transforms.read import Record, parse_file
+from evalbeam.transforms.read import parse_file
+from evalbeam.transforms.records import Record
 from evalbeam.transforms.schema import RunKey
 from evalbeam.transforms.score import plan_metrics, score_instance
 

@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from evalbeam.metrics.instance import InvalidField, RowSpec, build_instance, content_id
+from evalbeam.metrics.fields import InvalidField
+from evalbeam.metrics.instance import RowSpec, build_instance, content_id
 
 TRAJ = [{"tool_name": "a", "tool_input": {"x": 1}}]
 

@@ -10,7 +10,7 @@ import apache_beam as beam
 import pytest
 import yaml
 
-from evalbeam.metrics.instance import CANONICAL_FIELDS
+from evalbeam.metrics.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.client import JudgeRequest, JudgeSettings, judge_stream, request_key
 from evalbeam.metrics.judge.templates import (
     InvalidJudgment,
@@ -424,7 +424,7 @@ def test_a_judge_shard_logs_its_progress_from_the_worker(api_key, caplog, monkey
 
 
 def test_retries_after_transient_errors_start_short_and_grow():
-    from evalbeam.metrics.judge.client import BACKOFF_CAP, _backoff
+    from evalbeam.metrics.judge.client import BACKOFF_CAP, backoff as _backoff
 
     first = [_backoff(1) for _ in range(2000)]
     assert max(first) <= 0.25  # a transient 503 is retried within a quarter second

@@ -2,7 +2,7 @@ import pytest
 
 from evalbeam.metrics import get_metric
 from evalbeam.metrics.calls import json_key
-from evalbeam.metrics.instance import parse_turns
+from evalbeam.metrics.trace import parse_turns
 
 
 def score(name, params=None, **fields):

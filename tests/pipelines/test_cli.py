@@ -266,7 +266,7 @@ def test_the_command_ends_after_its_exit_handlers_and_whole_output(dataset, tmp_
     assert result.stdout.rstrip().endswith(f"results: {tmp_path / 'out'}")
     assert "read 9 = scored 4 + dead-lettered 5" in result.stdout
     # a long output through a pipe: all of it, as main() writes it in the test's own process
-    from evalbeam.pipelines.cli import _metrics_table
+    from evalbeam.pipelines.cli import metrics_table as _metrics_table
 
     listed = evalbeam("metrics")
     assert listed.returncode == 0 and listed.stdout == _metrics_table() + "\n"

@@ -310,7 +310,7 @@ def test_report_runs_and_show_from_bigquery(cloud, tmp_path):
 def test_dead_letter_reasons_are_grouped_by_kind_keeping_words_with_digits():
     """by_reason: the particulars of a reason go (values, repeated ids, line and
     column numbers), what names the kind stays (UTF-8, an escape like \\ud83d)."""
-    from evalbeam.pipelines.report import reason_kind
+    from evalbeam.pipelines.report_data import reason_kind
 
     assert reason_kind("line 12 is not valid UTF-8 (invalid start byte at byte 3)") == \
         "line N is not valid UTF-8 (invalid start byte at byte N)"
@@ -326,7 +326,8 @@ def test_dead_letter_reasons_are_grouped_by_kind_keeping_words_with_digits():
 def test_an_invalid_json_line_says_what_and_where_once():
     import io
 
-    from evalbeam.transforms.read import DeadLetter, parse_jsonl
+    from evalbeam.transforms.parsers import parse_jsonl
+    from evalbeam.transforms.records import DeadLetter
 
     [dead] = [i for i in parse_jsonl("f", io.BytesIO(b'{"id": "a", "response": "unterminated\n')) if isinstance(i, DeadLetter)]
     assert dead.reason == "invalid JSON: Unterminated string starting at: column 25"

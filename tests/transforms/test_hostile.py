@@ -381,7 +381,8 @@ def test_every_compression_reads_whole_and_says_where_a_truncated_file_ends(tmp_
     then one dead letter saying the file cannot be read on, and its lines still
     account for every record (Beam's own reader, and zstandard's, read such a
     file as a shorter one, without a word)."""
-    from evalbeam.transforms.read import DeadLetter, Record, SourceLines, parse_file
+    from evalbeam.transforms.read import parse_file
+    from evalbeam.transforms.records import DeadLetter, Record, SourceLines
 
     rows = b"".join(b'{"id": "r%d", "response": "text %d"}\n' % (i, i * i) for i in range(20000))
     middle = rows.index(b"\n", len(rows) // 2) + 1
@@ -411,7 +412,8 @@ def test_xz_stream_padding_is_not_damage(tmp_path):
     (xz reads past them): every row of both streams, no dead letter."""
     import lzma
 
-    from evalbeam.transforms.read import DeadLetter, Record, parse_file
+    from evalbeam.transforms.read import parse_file
+    from evalbeam.transforms.records import DeadLetter, Record
 
     first = b"".join(b'{"id": "a%d"}\n' % i for i in range(1000))
     second = b"".join(b'{"id": "b%d"}\n' % i for i in range(1000))
@@ -431,7 +433,7 @@ def test_decompression_hands_over_bounded_pieces():
 
     import zstandard
 
-    from evalbeam.transforms.read import Decompressed
+    from evalbeam.transforms.decompress import Decompressed
 
     stream = Decompressed(io.BytesIO(zstandard.ZstdCompressor(level=19).compress(bytes(128 << 20))), "zstd")
     sizes = []
@@ -467,7 +469,7 @@ def test_parser_limits_one_record_not_the_file(monkeypatch):
     dead-lettered alone; memory holds at most one record."""
     import io
 
-    from evalbeam.transforms import read
+    from evalbeam.transforms import parsers as read
 
     monkeypatch.setattr(read, "MAX_RECORD_BYTES", 1000)
     rows = [b"a,b"] + [f"{i},x".encode() for i in range(50)]
@@ -486,7 +488,7 @@ def test_parser_limits_one_record_not_the_file(monkeypatch):
 
 
 def test_run_problems_flag_lost_records_and_dead_metrics():
-    from evalbeam.pipelines.report import run_problems
+    from evalbeam.pipelines.report_data import run_problems
 
     run = {"read_count": 5, "scored_count": 4, "dead_letter_count": 1, "lines_read": 6, "lines_skipped": 1,
            "lines_scored": 4, "lines_dead_lettered": 1}

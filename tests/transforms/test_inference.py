@@ -289,7 +289,8 @@ def test_adk_agent_inference_with_a_real_llm_agent(tmp_path, monkeypatch):
     from evalbeam.metrics import get_metric
     from evalbeam.metrics.instance import RowSpec, build_instance
     from tests.judge_server import JudgeServer
-    from evalbeam.transforms.read import Record, parse_file
+    from evalbeam.transforms.read import parse_file
+    from evalbeam.transforms.records import Record
 
     agent_python = agent_env() / "bin" / "python"
     path = tmp_path / "agent.evalset.json"

@@ -8,7 +8,9 @@ import duckdb
 import pytest
 
 from tests.helpers import evalbeam
-from evalbeam.transforms.read import DeadLetter, FilePart, Record, SourceLines, file_parts, parse_file, parse_part
+from evalbeam.transforms.file_parts import FilePart, file_parts
+from evalbeam.transforms.read import parse_file, parse_part
+from evalbeam.transforms.records import DeadLetter, Record, SourceLines
 
 
 def _hostile_jsonl(rng: random.Random, rows: int) -> bytes:

@@ -80,7 +80,8 @@ def test_read_in_another_encoding_by_lines_and_transcoded(tmp_path):
 
 
 def test_a_line_that_is_not_utf8_suggests_input_encoding(tmp_path):
-    from evalbeam.transforms.read import DeadLetter, Record, parse_file
+    from evalbeam.transforms.read import parse_file
+    from evalbeam.transforms.records import DeadLetter, Record
 
     path = tmp_path / "latin.csv"
     path.write_bytes("id,response\n1,café\n2,plain\n".encode("latin-1"))
@@ -100,7 +101,7 @@ def _instance(i, response, reference="gold", **fields):
 
 def test_to_instances_splits_valid_and_invalid():
     spec = RowSpec({}, None, (), (("exact_match", (("response", "reference"),)),))
-    from evalbeam.transforms.read import Record
+    from evalbeam.transforms.records import Record
 
     records = [Record("f:1", {"response": "x", "reference": "x"}, "{}", False),
                Record("f:2", {"response": 3, "reference": "x"}, "{raw}", False)]
@@ -144,7 +145,7 @@ def test_to_instances_makes_ids_unique_in_source_order(lean):
     """Both ways of making ids unique: grouping the instances by id, and the
     local runner's (a first read packs ids and positions into batches per shard,
     the second applies the decisions)."""
-    from evalbeam.transforms.read import Record
+    from evalbeam.transforms.records import Record
     from evalbeam.transforms.validate import UniqueIdDecisions
 
     def rec(line, data, origin="f"):
@@ -180,7 +181,7 @@ def test_to_instances_makes_ids_unique_in_source_order(lean):
 def test_lost_records_show_as_a_line_mismatch():
     """The runs row counts the source's lines apart from the records: drop a
     scored record on the way and the two accounts no longer balance."""
-    from evalbeam.transforms.read import DeadLetter, SourceLines
+    from evalbeam.transforms.records import DeadLetter, SourceLines
     from evalbeam.transforms.runs import RunRecord
     from evalbeam.transforms.score import ScoredInstance
 

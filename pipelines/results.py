@@ -1,0 +1,235 @@
+"""Reading results back: the runs, a run's tables, its comparisons; the one
+module show, compare and report read through.
+
+From BigQuery when the config writes there, else from the Parquet output with
+DuckDB. Parquet files are opened through Beam's filesystems (local or gs://)
+and handed to DuckDB as Arrow tables: DuckDB's own gs:// support is an
+extension it would download.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import os
+import sys
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from apache_beam.io.filesystems import FileSystems
+
+from evalbeam.transforms.local_cloud import bigquery_client
+from evalbeam.transforms.schema import arrow_schema
+
+RUNS_SQL = """
+SELECT run_id, name, run_date, started_at, finished_at, read_count, scored_count, dead_letter_count, metric_error_count, config
+FROM {runs} {where} ORDER BY started_at DESC"""
+SUMMARY_SQL = """
+SELECT metric, slice, valid_count, error_count, mean, std, ci_low, ci_high, pass_rate
+FROM {summary} WHERE run_id = {param}
+ORDER BY metric, slice <> 'overall', slice"""
+DEAD_LETTER_SQL = """
+SELECT source, field, reason, SUBSTR(raw_record, 1, 300) AS raw_record_start FROM {dead_letter} WHERE run_id = {param}
+ORDER BY origin, line, source LIMIT 20"""
+
+
+# The reasons metrics failed, grouped per metric, most frequent first.
+METRIC_ERRORS_SQL = """
+SELECT metric, error, COUNT(*) AS n FROM {metric_results}
+WHERE run_id = {param} AND error IS NOT NULL
+GROUP BY metric, error ORDER BY metric, n DESC, error"""
+
+
+class ResultsError(RuntimeError):
+    """Results cannot be read from where they were asked for; the message says why."""
+
+
+class ParquetResults:
+    def __init__(self, output: str):
+        self.output = output
+        self.location = output
+        self._tables: dict[tuple[str, str], pa.Table] = {}
+        if FileSystems.get_scheme(output) is None and not os.path.isdir(output):
+            raise ResultsError(f"no results folder {output!r}")
+
+    def _read(self, pattern: str, table: str) -> pa.Table:
+        # read once per command: `runs` joins the runs tables twice more (means, flags)
+        key = (pattern, table)
+        if key not in self._tables:
+            self._tables[key] = self._read_files(pattern, table)
+        return self._tables[key]
+
+    def _read_files(self, pattern: str, table: str, columns: list[str] | None = None, keep=None) -> pa.Table:
+        """columns: only these; keep: a batch -> the mask of its rows to keep. Files are
+        read a record batch at a time, so a large table read for a few of its rows
+        (the metric errors of a million-row run) never sits in memory whole."""
+        paths = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+        tables = []
+        for path in paths:
+            try:
+                if columns is None and keep is None:
+                    with FileSystems.open(path, mime_type="application/octet-stream") as f:
+                        tables.append(pq.read_table(pa.BufferReader(f.read())))
+                    continue
+                with FileSystems.open(path, mime_type="application/octet-stream") as f:
+                    parquet = pq.ParquetFile(f)
+                    present = [c for c in columns or parquet.schema_arrow.names if c in parquet.schema_arrow.names]
+                    batches = [b.filter(keep(b)) if keep else b for b in parquet.iter_batches(columns=present)]
+                    tables.append(pa.Table.from_batches(batches, schema=parquet.schema_arrow.empty_table().select(present).schema))
+            except (OSError, pa.ArrowException) as e:  # one broken file must not hide every other run
+                print(f"evalbeam: skipped unreadable file {path}: {e}", file=sys.stderr)
+        empty = arrow_schema(table).empty_table()
+        if columns is not None:
+            empty = empty.select(columns)
+        if not tables:
+            return empty
+        # older runs may lack newer columns: they read as nulls
+        return pa.concat_tables([empty, *tables], promote_options="permissive")
+
+    def query(self, sql: str, params: dict[str, Any], **tables: str | tuple[str, str]) -> list[dict[str, Any]]:
+        """Run DuckDB SQL over tables given as {name: Parquet glob}, each registered under its name
+        (or {name: (table, glob)} where the name is not the table's)."""
+        with duckdb.connect() as con:
+            for name, where in tables.items():
+                table, pattern = where if isinstance(where, tuple) else (name, where)
+                con.register(name, self._read(pattern, table))
+            rel = con.execute(sql, params)
+            columns = [d[0] for d in rel.description]
+            return [dict(zip(columns, row)) for row in rel.fetchall()]
+
+    def sql(self, template: str, params: dict[str, Any], tables: dict[str, tuple[str, str | None]]) -> list[dict[str, Any]]:
+        """SQL written once for both backends: `{name}` is a table of `tables` ({name: (table,
+        run_id)}; run_id None: every run's rows), `{P}` the parameter sigil."""
+        where = {name: (table, FileSystems.join(self.output, run_id or "*", table, "*.parquet"))
+                 for name, (table, run_id) in tables.items()}
+        return self.query(template.format(P="$", **{name: name for name in tables}), params, **where)
+
+    def runs(self, eval_name: str | None) -> list[dict[str, Any]]:
+        where = "WHERE name = $name" if eval_name else ""
+        return self.query(RUNS_SQL.format(runs="runs", where=where), {"name": eval_name} if eval_name else {},
+                          runs=FileSystems.join(self.output, "*", "runs", "*.parquet"))
+
+    def run_tables(self, run_id: str) -> dict[str, list[dict[str, Any]]]:
+        def pattern(table):
+            return FileSystems.join(self.output, run_id, table, "*.parquet")
+
+        params = {"run_id": run_id}
+        return {
+            "runs": self.query("SELECT * FROM runs WHERE run_id = $run_id", params, runs=pattern("runs")),
+            "summary": self.query(SUMMARY_SQL.format(summary="summary", param="$run_id"), params, summary=pattern("summary")),
+            "dead_letter": self.query(DEAD_LETTER_SQL.format(dead_letter="dead_letter", param="$run_id"), params,
+                                      dead_letter=pattern("dead_letter")),
+            "metric_errors": self._metric_errors(pattern("metric_results"), params),
+        }
+
+    def _metric_errors(self, pattern: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """METRIC_ERRORS_SQL over only the rows with an error (and three columns)."""
+        errors = self._read_files(pattern, "metric_results", ["run_id", "metric", "error"],
+                                  keep=lambda batch: pc.is_valid(batch.column("error")))
+        with duckdb.connect() as con:
+            con.register("metric_results", errors)
+            rel = con.execute(METRIC_ERRORS_SQL.format(metric_results="metric_results", param="$run_id"), params)
+            columns = [d[0] for d in rel.description]
+            return [dict(zip(columns, row)) for row in rel.fetchall()]
+
+
+class BigQueryResults:
+    def __init__(self, dataset: str):
+        self.dataset = dataset
+        self.location = f"BigQuery {dataset}"
+        self._client = bigquery_client(dataset.rpartition(".")[0])
+
+    def _query(self, sql: str, **params: str | int) -> list[dict[str, Any]]:
+        from google.cloud import bigquery  # start-up time: Google Cloud clients only where used
+
+        config = bigquery.QueryJobConfig(query_parameters=[
+            bigquery.ScalarQueryParameter(k, "INT64" if isinstance(v, int) else "STRING", v) for k, v in params.items()])
+        return [dict(row.items()) for row in self._client.query(sql, job_config=config).result()]
+
+    def sql(self, template: str, params: dict[str, Any], tables: dict[str, tuple[str, str | None]]) -> list[dict[str, Any]]:
+        """As ParquetResults.sql: a table restricted to one run is a subquery on run_id."""
+        refs, params = {}, dict(params)
+        for name, (table, run_id) in tables.items():
+            if run_id is None:
+                refs[name] = self._t(table)
+            else:
+                params[f"run_of_{name}"] = run_id
+                refs[name] = f"(SELECT * FROM {self._t(table)} WHERE run_id = @run_of_{name})"
+        return self._query(template.format(P="@", **refs), **params)
+
+    def _t(self, table: str) -> str:
+        return f"`{self.dataset}.{table}`"
+
+    def runs(self, eval_name: str | None) -> list[dict[str, Any]]:
+        where = "WHERE name = @name" if eval_name else ""
+        return self._query(RUNS_SQL.format(runs=self._t("runs"), where=where), **({"name": eval_name} if eval_name else {}))
+
+    def run_tables(self, run_id: str) -> dict[str, list[dict[str, Any]]]:
+        return {
+            "runs": self._query(f"SELECT * FROM {self._t('runs')} WHERE run_id = @run_id", run_id=run_id),
+            "summary": self._query(SUMMARY_SQL.format(summary=self._t("summary"), param="@run_id"), run_id=run_id),
+            "dead_letter": self._query(DEAD_LETTER_SQL.format(dead_letter=self._t("dead_letter"), param="@run_id"), run_id=run_id),
+            "metric_errors": self._query(METRIC_ERRORS_SQL.format(metric_results=self._t("metric_results"), param="@run_id"),
+                                         run_id=run_id),
+        }
+
+
+def results_for(config) -> ParquetResults | BigQueryResults:
+    if config.output.bigquery:
+        return BigQueryResults(config.output.bigquery)
+    return ParquetResults(config.output.parquet)
+
+
+@dataclasses.dataclass(frozen=True)
+class Location:
+    """Where runs' tables are: a Parquet output folder, or a BigQuery dataset."""
+
+    parquet: str | None = None
+    bigquery: str | None = None
+    billing_project: str | None = None
+
+    def __str__(self) -> str:
+        return f"BigQuery {self.bigquery}" if self.bigquery else str(self.parquet)
+
+
+def location_of(results) -> Location:
+    """A results object (ParquetResults or BigQueryResults) -> its Location."""
+    if getattr(results, "dataset", None):
+        return Location(bigquery=results.dataset, billing_project=results.dataset.rpartition(".")[0])
+    return Location(parquet=results.output)
+
+
+def runs_row(results, run_id: str) -> dict[str, Any] | None:
+    rows = results.run_tables(run_id)["runs"]
+    return rows[0] if rows else None
+
+
+def previous_run(results, name: str, run_id: str, run_date: dt.date) -> str | None:
+    """The eval's latest run before this one by run date (then start time), other than run_id itself."""
+    candidates = [r for r in results.runs(name) if r["run_id"] != run_id and as_date(r["run_date"]) <= run_date]
+    if not candidates:
+        return None
+    return max(candidates, key=lambda r: (as_date(r["run_date"]), r["started_at"]))["run_id"]
+
+
+def as_date(value) -> dt.date:
+    return dt.date.fromisoformat(value) if isinstance(value, str) else value
+
+
+def read_rows(paths: list[str]) -> list[dict[str, Any]]:
+    rows = []
+    for path in paths:
+        with FileSystems.open(path, mime_type="application/octet-stream") as f:
+            rows += pq.read_table(pa.BufferReader(f.read())).to_pylist()
+    return rows
+
+
+def run_comparisons(results, run_id: str) -> list[dict[str, Any]]:
+    """The comparisons rows of a run, from where its results are."""
+    location = location_of(results)
+    if location.bigquery:
+        return results._query(f"SELECT * FROM `{location.bigquery}.comparisons` WHERE run_id = @run_id", run_id=run_id)
+    pattern = FileSystems.join(location.parquet, run_id, "comparisons", "*.parquet")
+    return read_rows(sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list))

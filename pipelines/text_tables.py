@@ -1,0 +1,168 @@
+"""The text tables the `evalbeam` command prints: a run's summary (`run`,
+`show`), the list of runs (`runs`), a comparison's cells."""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+
+from evalbeam.pipelines.report_data import comparison_flags, judge_accounting, overall_means, run_problems
+
+def fmt(value: Any, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def format_table(header: tuple[str, ...], lines: list[tuple[str, ...]]) -> str:
+    widths = [max([len(h)] + [len(line[i]) for line in lines]) for i, h in enumerate(header)]
+    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(), "  ".join("-" * w for w in widths)]
+    out += ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
+    return "\n".join(out)
+
+
+# The most slices the terminal shows per metric (besides overall): the largest ones.
+MAX_SHOWN_SLICES = 20
+
+
+def format_summary(rows: list[dict[str, Any]], where: str | None = None) -> str:
+    """The summary as a table: per metric, overall and its MAX_SHOWN_SLICES largest
+    slices (most valid scores), then one line saying how many more there are and where."""
+    shown, hidden = [], 0
+    by_metric: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_metric.setdefault(r["metric"], []).append(r)
+    for metric_rows in by_metric.values():
+        overall = [r for r in metric_rows if r["slice"] == "overall"]
+        slices = [r for r in metric_rows if r["slice"] != "overall"]
+        if len(slices) > MAX_SHOWN_SLICES:
+            largest = sorted(slices, key=lambda r: (-(r["valid_count"] or 0), r["slice"]))[:MAX_SHOWN_SLICES]
+            hidden += len(slices) - MAX_SHOWN_SLICES
+            slices = [r for r in slices if r in largest]
+        shown += overall + slices
+    lines = []
+    for r in shown:
+        ci = "-" if r["ci_low"] is None else f"[{fmt(r['ci_low'], 3)}, {fmt(r['ci_high'], 3)}]"
+        lines.append((r["metric"], r["slice"], str(r["valid_count"]), str(r["error_count"]),
+                      fmt(r["mean"]), fmt(r["std"]), ci, fmt(r["pass_rate"], 3)))
+    table = format_table(("metric", "slice", "n", "errors", "mean", "std", "95% CI", "pass rate"), lines)
+    if hidden:
+        table += (f"\n({hidden:,} more slice rows not shown, the largest {MAX_SHOWN_SLICES} of each metric are: "
+                  f"every slice is in the run's summary table{f' in {where}' if where else ''})")
+    return table
+
+
+def run_report(results, run_id: str, tables: dict | None = None) -> str:
+    tables = tables or results.run_tables(run_id)
+    if not tables["runs"]:
+        return f"no run {run_id!r} in {results.location}"
+    r = tables["runs"][0]
+    lines = [
+        f"run {run_id} ({r['name']}, run date {r['run_date']})",
+        f"read {r['read_count']} = scored {r['scored_count']} + dead-lettered {r['dead_letter_count']}; "
+        f"metric errors {r['metric_error_count']}",
+    ]
+    if r.get("lines_read") is not None:
+        lines.append(f"source lines {r['lines_read']} = {r['lines_scored']} scored + {r['lines_dead_lettered']} "
+                     f"dead-lettered + {r['lines_skipped']} holding no record")
+    judge = judge_accounting(r)
+    if judge:
+        lines += format_judge(judge)
+    lines.append(format_summary(tables["summary"], str(results.location)))
+    errors = tables.get("metric_errors") or []
+    if errors:
+        lines.append(f"\nmetric errors ({sum(e['n'] for e in errors)}), by reason:")
+        shown: dict[str, int] = {}
+        for e in errors:
+            shown[e["metric"]] = shown.get(e["metric"], 0) + 1
+            if shown[e["metric"]] <= 5:
+                lines.append(f"  {e['metric']}: {e['n']} x {_one_line(e['error'])}")
+        for metric, n in shown.items():
+            if n > 5:
+                lines.append(f"  {metric}: ... and {n - 5} other reasons")
+    dead = tables["dead_letter"]
+    if dead:
+        more = "; the first 20 here, all of them in the run's dead_letter table" if r["dead_letter_count"] > 20 else ""
+        lines.append(f"\ndead letters ({r['dead_letter_count']}{more}):")
+        lines += [f"  {d['source']}: {d['reason']}" for d in dead]
+    problems = run_problems(tables)
+    if problems:
+        lines.append("\nPROBLEMS:")
+        lines += [f"  {p}" for p in problems]
+    lines.append(f"\nresults: {results.location}")
+    return "\n".join(lines)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+HEADLINE_METRICS = 3
+
+
+def runs_report(results, eval_name: str | None, last: int | None = None) -> str:
+    """The last runs (of an eval), newest first, with the overall means of their first
+    metrics (in the config's order) and the flags of their comparisons (when they were compared)."""
+    rows = results.runs(eval_name)[:last]  # last None: all
+    if not rows:
+        return f"no runs{f' of eval {eval_name!r}' if eval_name else ''} in {results.location}"
+    ids = {r["run_id"] for r in rows}
+    means = overall_means(results, eval_name, ids)
+    flags = comparison_flags(results, eval_name, ids)
+    lines = []
+    for r in rows:
+        m = means.get(r["run_id"], {})
+        shown = [k for k in dict.fromkeys([*configured_metrics(r.get("config")), *sorted(m)]) if k in m][:HEADLINE_METRICS]
+        headline = ", ".join(f"{k} {fmt(m[k]['mean'], 3)}" for k in shown) + (f" (+{len(m) - len(shown)})" if len(m) > len(shown) else "")
+        lines.append((r["run_id"], r["name"], str(r["run_date"]), f"{r['started_at']:%Y-%m-%d %H:%M:%S}", str(r["read_count"]),
+                      str(r["scored_count"]), str(r["dead_letter_count"]), str(r["metric_error_count"]),
+                      headline or "-", format_flags(flags.get(r["run_id"], []))))
+    return format_table(("run_id", "eval", "run date", "started (UTC)", "read", "scored", "dead-lettered", "metric errors",
+                         "means (overall)", "compared"), lines)
+
+
+def configured_metrics(config_text: str | None) -> list[str]:
+    """The output names of a run's metrics in the order its config lists them (the headline first)."""
+    try:
+        metrics = json.loads(config_text or "{}").get("metrics") or []
+    except (ValueError, AttributeError):
+        return []
+    names = []
+    for m in metrics:
+        if isinstance(m, str):
+            names.append(m)
+        elif isinstance(m, dict) and (m.get("as") or m.get("name")):
+            names.append(m.get("as") or m["name"])
+    return names
+
+
+def format_flags(pairs: list[dict[str, Any]]) -> str:
+    """`vs BASE: REGRESSED exact_match, rouge_1; improved x` per base compared with, `-` when never compared."""
+    out = []
+    for p in pairs:
+        parts = []
+        if p["regressions"]:
+            parts.append("REGRESSED " + ", ".join(sorted({m for m, _ in p["regressions"]})))
+        if p["improvements"]:
+            parts.append("improved " + ", ".join(sorted({m for m, _ in p["improvements"]})))
+        if p.get("unpaired"):  # a comparison that paired nothing shows no change, and is no pass
+            parts.append("NOTHING PAIRED for " + ", ".join(sorted(set(p["unpaired"]))))
+        out.append(f"vs {p['base_run_id']}: {'; '.join(parts) or 'no change flagged'}")
+    return " | ".join(out) or "-"
+
+
+def format_judge(judge: dict[str, Any]) -> list[str]:
+    cost = "no price in judge.prices" if judge["estimated_cost_usd"] is None else f"${judge['estimated_cost_usd']:.4f}"
+    lines = [f"judge: {judge['requests']} judgments needed, {judge['cache_hits']} from the cache; {judge['calls']} calls "
+             f"({judge['rate_limited']} rate-limited), {judge['failures']} failed; tokens {judge['prompt_tokens']} prompt "
+             f"+ {judge['output_tokens']} output; estimated cost {cost}"]
+    for metric, u in sorted(judge["per_metric"].items()):
+        lines.append(f"  {metric}: {u.get('requests', 0)} needed, {u.get('cache_hits', 0)} cached, {u.get('calls', 0)} calls, "
+                     f"{u.get('rate_limited', 0)} x 429, {u.get('failures', 0)} failed, "
+                     f"{u.get('prompt_tokens', 0)}+{u.get('output_tokens', 0)} tokens"
+                     + (f", ${u['estimated_cost']:.4f}" if u.get("estimated_cost") is not None else ""))
+    return lines

@@ -1,0 +1,425 @@
+"""The JSON Lines and CSV parsers: a byte stream -> Records, DeadLetters and
+one SourceLines, accounting for every physical line.
+
+Both read the stream as physical lines (Lines: numbered, decoded one by one,
+transcoded from UTF-16/32, bounded by MAX_RECORD_BYTES), so a bad byte or an
+oversized line damages only the record it is in. A JSONL file whose first
+non-blank line opens a JSON array is read as one array of records; a CSV
+record that fails to parse costs its first line, and the lines after it are
+read again.
+"""
+from __future__ import annotations
+
+import bisect
+import codecs
+import collections
+import csv
+import dataclasses
+import io
+import json
+from typing import Any, Iterable, Iterator
+
+from evalbeam.metrics.instance import MAX_NESTING, deepest_column
+from evalbeam.transforms.records import MAX_RAW_CHARS, MAX_RECORD_BYTES, UTF8, DeadLetter, Record, SourceLines
+
+CHUNK = 1 << 20  # bytes read from a stream at a time
+
+# The csv module's own cap on one cell (128 KiB by default) is lifted: the
+# record limit above is what bounds a cell now.
+csv.field_size_limit(MAX_RECORD_BYTES + 1)
+
+# Named by the reason a line that is not UTF-8 is dead-lettered with.
+ENCODING_HINT = "if the file is in another encoding, set input.encoding (e.g. latin-1, cp1252, utf-16)"
+
+
+def splits_as_ascii(encoding: str) -> bool:
+    """Whether a file in this encoding can be split into lines at its b"\n" bytes
+    and each line decoded alone (UTF-8, Latin-1, cp1252, Shift JIS, ...); not so
+    UTF-16 or UTF-32, whose line break is two or four bytes: those files are
+    transcoded to UTF-8 as they are read (_Transcoded)."""
+    try:
+        return "\n\r".encode(encoding) == b"\n\r" and b"\n\r".decode(encoding) == "\n\r"
+    except (UnicodeError, LookupError):
+        return False
+
+
+def _undecodable(error: UnicodeDecodeError) -> tuple[str, int]:
+    """Bytes a codec cannot decode, in a transcoded file: a mark that becomes the one
+    byte 0xFF in UTF-8 (never valid there), so the line holding them is found bad."""
+    return "\udcff", error.end
+
+
+codecs.register_error("evalbeam.undecodable", _undecodable)
+
+
+class _Transcoded:
+    """A byte stream in `encoding` (one _Lines cannot split: UTF-16, UTF-32) as
+    UTF-8 bytes, decoded incrementally (a byte order mark is read, as the codec
+    reads it); undecodable bytes become an invalid UTF-8 byte (_undecodable)."""
+
+    def __init__(self, stream, encoding: str):
+        self._read = getattr(stream, "read1", stream.read)
+        self._decoder = codecs.getincrementaldecoder(encoding)(errors="evalbeam.undecodable")
+        self._done = False
+
+    def read(self, n: int = -1) -> bytes:  # at least one character's bytes, however many n asks
+        while not self._done:
+            chunk = self._read(CHUNK)
+            self._done = not chunk
+            text = self._decoder.decode(chunk, final=self._done)
+            if text:
+                return text.encode(UTF8, "surrogateescape")
+        return b""
+
+
+@dataclasses.dataclass
+class _Line:
+    number: int
+    data: bytes  # without the line break; at most MAX_RECORD_BYTES of it
+    size: int  # its real size in bytes
+    text: str = ""  # decoded (undecodable bytes replaced)
+    bad: str | None = None  # why it cannot be used, when it cannot
+
+
+class _Lines:
+    """The physical lines of a byte stream, numbered from 1, decoded one by one
+    (a line with a bad byte damages only itself). A line longer than
+    MAX_RECORD_BYTES keeps only its head. `count` is the lines seen so far;
+    `error` is set when the stream itself failed (e.g. a corrupt .gz).
+    encoding: the file's (input.encoding), any codec Python knows."""
+
+    def __init__(self, stream, keep_cr: bool = False, first_line: int = 1, encoding: str = UTF8):
+        self._encoding = encoding
+        self._utf8 = codecs.lookup(encoding).name == UTF8
+        self._transcoded = not self._utf8 and not splits_as_ascii(encoding)
+        self._decode = UTF8 if self._utf8 or self._transcoded else encoding
+        self._stream = _Transcoded(stream, encoding) if self._transcoded else stream
+        self._keep_cr = keep_cr
+        self.count = first_line - 1  # a part of a file starts at its own line
+        self.error: str | None = None
+
+    def __iter__(self) -> Iterator[_Line]:
+        buf = bytearray()
+        size = 0
+        pending = False
+        # read1 where there is one (gzip): it hands over what was decompressed
+        # before a truncation, where read() would drop it with the error
+        read = getattr(self._stream, "read1", self._stream.read)
+        while True:
+            try:
+                chunk = read(CHUNK)
+            except Exception as e:  # noqa: BLE001 - a corrupt or truncated stream ends the file
+                self.error = f"the file cannot be read on from here ({type(e).__name__}: {e})"
+                break
+            if not chunk:
+                break
+            start = 0
+            while start < len(chunk):
+                nl = chunk.find(b"\n", start)
+                end = len(chunk) if nl < 0 else nl
+                room = MAX_RECORD_BYTES - len(buf)
+                if room > 0:
+                    buf += chunk[start:min(end, start + room)]
+                size += end - start
+                pending = True
+                if nl < 0:
+                    break
+                yield self._line(bytes(buf), size)
+                buf.clear()
+                size = 0
+                pending = False
+                start = nl + 1
+        if pending or (self.error and buf):
+            yield self._line(bytes(buf), size)
+
+    def _line(self, data: bytes, size: int) -> _Line:
+        self.count += 1
+        if data.endswith(b"\r") and not self._keep_cr:
+            data = data[:-1]
+            size -= 1
+        if self.count == 1 and self._decode == UTF8 and data.startswith(b"\xef\xbb\xbf"):  # a byte order mark
+            data = data[3:]
+            size -= 3
+        line = _Line(self.count, data, size)
+        try:
+            line.text = data.decode(self._decode)
+        except UnicodeDecodeError as e:
+            line.text = data.decode(self._decode, "replace")
+            if self._utf8:
+                line.bad = f"line {self.count} is not valid UTF-8 ({e.reason} at byte {e.start}); {ENCODING_HINT}"
+            elif self._transcoded:  # the offset would be the transcoded text's
+                line.bad = f"line {self.count} is not valid {self._encoding} (input.encoding)"
+            else:
+                line.bad = f"line {self.count} is not valid {self._encoding} (input.encoding): {e.reason} at byte {e.start}"
+        if size > MAX_RECORD_BYTES:
+            line.bad = f"line {self.count} is {size:,} bytes, over the limit of {MAX_RECORD_BYTES:,} bytes for one record"
+        return line
+
+
+def parse_jsonl(path: str, stream, first_line: int = 1, file_start: bool = True,
+                encoding: str = UTF8) -> Iterator[Record | DeadLetter | SourceLines]:
+    """JSON Lines; a file whose first non-blank line opens a JSON array is read
+    as one array of records instead (the shape many exporters write).
+    first_line, file_start: where `stream` starts, for a part of a file (FilePart)."""
+    lines = _Lines(stream, first_line=first_line, encoding=encoding)
+    skipped = 0
+    first = file_start
+    iterator = iter(lines)
+    for line in iterator:
+        source = f"{path}:{line.number}"
+        if line.bad:
+            yield DeadLetter(source, line.bad, line.text, origin=path, line=line.number)
+            first = False
+            continue
+        text = line.text
+        if not text.strip():
+            skipped += 1  # blank lines are not records
+            continue
+        if first and text.lstrip().startswith("["):
+            yield from _json_array(path, line, iterator, lines)
+            return
+        first = False
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            yield DeadLetter(source, f"invalid JSON: {e.msg}: column {e.colno}", text, origin=path, line=line.number)
+            continue
+        except RecursionError:
+            yield DeadLetter(source, "invalid JSON: nested too deeply to read", text, origin=path, line=line.number)
+            continue
+        yield _json_record(source, data, text, path, line.number, 1, "a record")
+    yield from _unreadable_rest(path, lines)
+    yield SourceLines(path, lines.count - (first_line - 1), skipped)
+
+
+def _json_array(path: str, first: _Line, rest: Iterable[_Line], lines: _Lines):
+    """The records of a file holding one JSON array. Each element is a record
+    whose line is where it starts; lines holding only punctuation are skipped."""
+    all_lines = [first, *rest]
+    text = "\n".join(line.text for line in all_lines)
+    bad = {line.number: line.bad for line in all_lines if line.bad}
+    starts = [0]  # offset of each line in text
+    for line in all_lines[:-1]:
+        starts.append(starts[-1] + len(line.text) + 1)
+    base = first.number - 1
+
+    def line_at(offset: int) -> int:
+        return base + bisect.bisect_right(starts, offset)
+
+    decoder = json.JSONDecoder()
+    pos = text.index("[") + 1
+    last_line = base + len(all_lines)
+    covered = base  # the last line attributed to a record
+    accounted = 0  # lines attributed to records (lines between them, e.g. "[", are skipped)
+    n = 0
+
+    def span(start_line: int, end_line: int) -> int:
+        """Attribute these lines to a record: how many were not attributed yet (a line may hold two)."""
+        nonlocal covered, accounted
+        count = max(0, end_line - max(start_line, covered + 1) + 1)
+        covered = max(covered, end_line)
+        accounted += count
+        return count
+
+    def rest_of_file(at: int, reason: str) -> DeadLetter:
+        line = line_at(at)
+        return DeadLetter(f"{path}:{line}", reason, text[at:at + MAX_RAW_CHARS], origin=path, line=line,
+                          line_count=span(line, last_line))
+
+    def skip_space(p: int) -> int:
+        while p < len(text) and text[p] in " \t\r\n":
+            p += 1
+        return p
+
+    pos = skip_space(pos)
+    if pos < len(text) and text[pos] == "]":
+        pos = len(text)
+    while pos < len(text):
+        n += 1
+        start_line = line_at(pos)
+        source = f"{path}:{start_line}"
+        try:
+            value, end = decoder.raw_decode(text, pos)
+        except (json.JSONDecodeError, RecursionError) as e:
+            reason = (f"invalid JSON: {e.msg}: line {line_at(e.pos)} column {e.colno}"
+                      if isinstance(e, json.JSONDecodeError) else "invalid JSON: nested too deeply to read")
+            yield rest_of_file(pos, f"{reason}; element {n} of the JSON array and the rest of the file cannot be read")
+            break
+        end_line = line_at(end - 1)
+        raw = text[pos:end]
+        count = span(start_line, end_line)
+        damaged = [bad[number] for number in range(start_line, end_line + 1) if number in bad]
+        if damaged:
+            yield DeadLetter(source, damaged[0], raw, origin=path, line=start_line, line_count=count)
+        else:
+            yield _json_record(source, value, raw, path, start_line, count, f"element {n} of the JSON array")
+        pos = skip_space(end)
+        if pos < len(text) and text[pos] == ",":
+            pos = skip_space(pos + 1)
+        elif pos < len(text) and text[pos] == "]":
+            pos = skip_space(pos + 1)
+            if pos < len(text):
+                yield rest_of_file(pos, "unexpected text after the end of the JSON array")
+            break
+        elif pos < len(text):
+            yield rest_of_file(pos, f"invalid JSON array: expected ',' or ']' after element {n}; "
+                                    "the rest of the file cannot be read")
+            break
+    yield from _unreadable_rest(path, lines)
+    yield SourceLines(path, lines.count, lines.count - accounted)
+
+
+def _json_record(source: str, value: Any, raw: str, path: str, line: int, line_count: int, what: str):
+    """A parsed JSON value as a Record, or the DeadLetter saying why it cannot be one."""
+    if not isinstance(value, dict):
+        return DeadLetter(source, f"{what} must be a JSON object, got {_json_kind(value)}", raw,
+                          origin=path, line=line, line_count=line_count)
+    # raw is the value's JSON text: with no more brackets than MAX_NESTING in it,
+    # nothing inside can nest deeper (the walk is skipped: it costs more than the parse)
+    if raw.count("[") + raw.count("{") > MAX_NESTING and (column := deepest_column(value)) is not None:
+        # refused here: a record this deep cannot even be pickled on to the next step
+        return DeadLetter(source, f"field '{column}': is nested more than {MAX_NESTING} levels deep", raw, column,
+                          origin=path, line=line, line_count=line_count)
+    return Record(source, value, raw, from_csv=False, origin=path, line=line, line_count=line_count)
+
+
+def _unreadable_rest(path: str, lines: "_Lines", where: str = "") -> Iterator[DeadLetter]:
+    """A dead letter for the rest of a file whose stream failed (e.g. a truncated .gz), if it did."""
+    if lines.error:
+        yield DeadLetter(f"{path}:{where}{lines.count + 1}", lines.error, "", origin=path, line=lines.count + 1,
+                         line_count=0)
+
+
+def _json_kind(value: Any) -> str:
+    return {list: "array", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}.get(
+        type(value), type(value).__name__)
+
+
+class _RecordTooLarge(Exception):
+    pass
+
+
+class _Feed:
+    """The lines csv.reader reads, remembering which ones the current record
+    took, with lines pushed back to be read again after damage."""
+
+    def __init__(self, lines: Iterable[_Line]):
+        self._lines = iter(lines)
+        self._back: collections.deque[_Line] = collections.deque()
+        self.taken: list[_Line] = []
+        self._bytes = 0
+
+    def start_record(self) -> None:
+        self.taken = []
+        self._bytes = 0
+
+    def push_back(self, lines: list[_Line]) -> None:
+        self._back.extendleft(reversed(lines))
+
+    def drain(self) -> None:
+        """Read to the end without keeping anything (to count the lines)."""
+        self._back.clear()
+        for _ in self._lines:
+            pass
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        line = self._back.popleft() if self._back else next(self._lines)
+        self.taken.append(line)
+        self._bytes += line.size
+        if self._bytes > MAX_RECORD_BYTES:
+            raise _RecordTooLarge()
+        return line.text + "\n"
+
+
+def _csv_records(feed: _Feed):
+    """(cells or None, lines taken, error) for each CSV record, resynchronising
+    after damage: a record that fails to parse, or grows past the size limit,
+    costs its first line, and the lines after it are read again."""
+    reader = csv.reader(feed)
+    while True:
+        feed.start_record()
+        try:
+            cells = next(reader)
+        except StopIteration:
+            return
+        except (csv.Error, _RecordTooLarge) as e:
+            taken = feed.taken
+            if not isinstance(e, _RecordTooLarge):
+                reason = f"unreadable CSV: {e}"
+            elif len(taken) == 1:
+                reason = taken[0].bad  # one line over the limit on its own
+            else:
+                reason = f"a quoted field opened on line {taken[0].number} runs over {MAX_RECORD_BYTES:,} bytes"
+            feed.push_back(taken[1:])
+            yield None, taken[:1], reason
+            reader = csv.reader(feed)
+            continue
+        yield cells, feed.taken, None
+
+
+def parse_csv(path: str, stream, encoding: str = UTF8) -> Iterator[Record | DeadLetter | SourceLines]:
+    lines = _Lines(stream, keep_cr=True, encoding=encoding)
+    feed = _Feed(lines)
+    records = _csv_records(feed)
+    skipped = 0
+    header = None
+    row_number = 0
+    for cells, taken, error in records:
+        first, span = taken[0].number, len(taken)
+        where = f"line {first}" if span == 1 else f"lines {first}-{first + span - 1}"
+        raw = "\n".join(line.text for line in taken)
+        if header is None:
+            if error is None and not any(c.strip() for c in cells):
+                skipped += span  # blank lines before the header
+                continue
+            bad = error or next((line.bad for line in taken if line.bad), None)
+            if bad is None and len(set(cells)) != len(cells):
+                bad = f"CSV header repeats columns {sorted({h for h in cells if cells.count(h) > 1})}"
+            if bad:
+                feed.drain()  # the header is unusable: so is every row under it
+                total = lines.count
+                yield DeadLetter(f"{path}:header ({where})", f"cannot read the CSV header: {bad}; no row of this file was read",
+                                 raw, origin=path, line=first, line_count=total - first + 1)
+                yield SourceLines(path, total, first - 1)
+                return
+            header = cells
+            skipped += span
+            continue
+        if error is None and not any(c.strip() for c in cells):
+            skipped += span  # blank lines are not records
+            continue
+        row_number += 1
+        source = f"{path}:row {row_number} ({where})"
+        if error:
+            yield DeadLetter(source, error, raw, origin=path, line=first, line_count=span)
+            continue
+        if len(cells) != len(header):
+            if span > 1:
+                # A quote that opened a field here ran on into the rows below:
+                # this line is damaged, the ones after it are read again as rows.
+                feed.push_back(taken[1:])
+                yield DeadLetter(f"{path}:row {row_number} (line {first})",
+                                 f"a quoted field opened on line {first} runs across {span} lines into a record of "
+                                 f"{len(cells)} cells, the header has {len(header)}; the lines after it are read again as rows",
+                                 taken[0].text, origin=path, line=first)
+                continue
+            yield DeadLetter(source, f"row has {len(cells)} cells, the header has {len(header)}", raw,
+                             origin=path, line=first, line_count=span)
+            continue
+        bad = next((line.bad for line in taken if line.bad), None)
+        if bad:
+            yield DeadLetter(source, bad, raw, origin=path, line=first, line_count=span)
+            continue
+        yield Record(source, dict(zip(header, cells)), _csv_text(cells), from_csv=True,
+                     origin=path, line=first, line_count=span)
+    yield from _unreadable_rest(path, lines, "line ")
+    yield SourceLines(path, lines.count, skipped)
+
+
+def _csv_text(cells: list[str]) -> str:
+    out = io.StringIO()
+    csv.writer(out, lineterminator="").writerow(cells)
+    return out.getvalue()
