@@ -308,6 +308,7 @@ class _Feed:
         self._back: collections.deque[_Line] = collections.deque()
         self.taken: list[_Line] = []
         self._bytes = 0
+        self.ran_out = False  # the input ended while csv.reader wanted more of the record
 
     def start_record(self) -> None:
         self.taken = []
@@ -326,7 +327,14 @@ class _Feed:
         return self
 
     def __next__(self) -> str:
-        line = self._back.popleft() if self._back else next(self._lines)
+        if self._back:
+            line = self._back.popleft()
+        else:
+            try:
+                line = next(self._lines)
+            except StopIteration:
+                self.ran_out = True
+                raise
         self.taken.append(line)
         self._bytes += line.size
         if self._bytes > MAX_RECORD_BYTES:
@@ -355,6 +363,17 @@ def _csv_records(feed: _Feed):
                 reason = f"a quoted field opened on line {taken[0].number} runs over {MAX_RECORD_BYTES:,} bytes"
             feed.push_back(taken[1:])
             yield None, taken[:1], reason
+            reader = csv.reader(feed)
+            continue
+        if feed.ran_out:
+            # The input ended inside a quoted field: csv.reader (not strict, whose other rules
+            # evalbeam keeps) gives what it gathered as a record, the rest of the file in one
+            # cell. The quote never closes: its first line is damaged, the rest read again.
+            feed.ran_out = False
+            taken = feed.taken
+            feed.push_back(taken[1:])
+            yield None, taken[:1], (f"a quoted field opened on line {taken[0].number} is never closed; "
+                                    "the lines after it are read again as rows")
             reader = csv.reader(feed)
             continue
         yield cells, feed.taken, None

@@ -487,6 +487,27 @@ def test_parser_limits_one_record_not_the_file(monkeypatch):
     assert "line 2 is 5,009 bytes" in items[1].reason
 
 
+@pytest.mark.parametrize("damaged", ['r2,x,"never closed', 'r2,"never closed,x', '"r2,x,y'])
+def test_a_quote_that_never_closes_before_the_end_of_the_file_costs_its_line_only(damaged):
+    """Below the size limit, the end of the file inside a quoted field: csv.reader gives the
+    rest of the file as one cell of that row. Found by a new user's try: 'read 2 = scored 2',
+    six rows gone, the counts reconciled."""
+    import io
+
+    from evalbeam.transforms.parsers import DeadLetter, Record, SourceLines, parse_csv
+
+    rows = ["id,response,reference", "r1,a b,a b", damaged] + [f"r{i},y,y" for i in range(3, 9)]
+    items = list(parse_csv("f", io.BytesIO(("\n".join(rows) + "\n").encode())))
+    dead = [d for d in items if isinstance(d, DeadLetter)]
+    records = [r for r in items if isinstance(r, Record)]
+    assert [(d.line, d.raw_record) for d in dead] == [(3, damaged)]
+    assert "a quoted field opened on line 3 is never closed; the lines after it are read again" in dead[0].reason
+    assert [r.data["id"] for r in records] == ["r1"] + [f"r{i}" for i in range(3, 9)]
+    assert all(r.data["reference"] in ("a b", "y") for r in records)
+    [lines] = [s for s in items if isinstance(s, SourceLines)]
+    assert (lines.lines, lines.skipped) == (9, 1)  # 9 lines = the header + 7 records + 1 dead letter
+
+
 def test_run_problems_flag_lost_records_and_dead_metrics():
     from evalbeam.pipelines.report_data import run_problems
 
