@@ -22,6 +22,8 @@ import dataclasses
 import datetime as dt
 from typing import Any
 
+import apache_beam as beam
+
 from evalbeam.configs import EvalConfig
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.schema import RunKey
@@ -65,3 +67,12 @@ class RunContext:
 def parts(named: dict, kind: str) -> list:
     """The PCollections named `<kind>/<part>`, in the order they were made."""
     return [pcoll for name, pcoll in named.items() if name.startswith(kind + "/")]
+
+
+class Stage(beam.PTransform):
+    """A stage of the pipeline, built from the run's RunContext: expand(named) takes the
+    named PCollections made so far and returns the ones the stage adds or replaces."""
+
+    def __init__(self, context: RunContext):
+        super().__init__()
+        self._context = context

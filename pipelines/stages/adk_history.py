@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import apache_beam as beam
 
+from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms.adk_history import WriteEvalHistory
 
 
-class AdkHistoryStage(beam.PTransform):
+class AdkHistoryStage(Stage):
     """scored -> adk_history (the files written)."""
-
-    def __init__(self, context):
-        super().__init__()
-        self._context = context
 
     def expand(self, named):
         config = self._context.config

@@ -6,15 +6,12 @@ import apache_beam as beam
 
 from evalbeam.metrics.compare import ALPHA
 from evalbeam.pipelines.compare import compare_inputs, pair_spec
+from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms.compare import CompareRuns, result_entry
 
 
-class ComparisonStage(beam.PTransform):
+class ComparisonStage(Stage):
     """scored, instances -> comparisons."""
-
-    def __init__(self, context):
-        super().__init__()
-        self._context = context
 
     def expand(self, named):
         context = self._context

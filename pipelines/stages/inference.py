@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import apache_beam as beam
 
+from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms.infer import Infer
 
 
-class InferenceStage(beam.PTransform):
+class InferenceStage(Stage):
     """instances -> instances with what inference produced; for a model, also
     judge_cache/inference and usage/inference."""
-
-    def __init__(self, context):
-        super().__init__()
-        self._context = context
 
     def expand(self, named):
         context = self._context

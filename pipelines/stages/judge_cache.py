@@ -5,15 +5,12 @@ from __future__ import annotations
 import apache_beam as beam
 
 from evalbeam.pipelines.preflight import parquet_glob
+from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms.judge import ReadJudgeCache
 
 
-class JudgeCacheStage(beam.PTransform):
+class JudgeCacheStage(Stage):
     """-> cached: (request_key, JudgeResponse) from judge.cache (Parquet or planned BigQuery reads)."""
-
-    def __init__(self, context):
-        super().__init__()
-        self._context = context
 
     def expand(self, named):
         context = self._context

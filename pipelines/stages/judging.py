@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import apache_beam as beam
 
+from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms.infer import inference_error_rows, inferred
 from evalbeam.transforms.judge import JudgeInstances
 
 
-class InferredOnlyStage(beam.PTransform):
+class InferredOnlyStage(Stage):
     """instances -> judged_instances (those inference produced), and scores/not_inferred:
     a case inference could not produce is not judged; its judge rows carry the inference error."""
-
-    def __init__(self, context):
-        super().__init__()
-        self._context = context
 
     def expand(self, named):
         config, run = self._context.config, self._context.run
@@ -28,15 +25,14 @@ class InferredOnlyStage(beam.PTransform):
         }
 
 
-class JudgeStage(beam.PTransform):
+class JudgeStage(Stage):
     """The template judge metrics -> scores/judge, judge_cache/judge, usage/judge.
 
     With `stream` (pipelines.local.stream_judge), the computation rows are judged as
     they stream by: scores/computed is replaced by the same rows with the judge rows."""
 
     def __init__(self, context, stream: bool = False):
-        super().__init__()
-        self._context = context
+        super().__init__(context)
         self._stream = stream
 
     def expand(self, named):

@@ -7,18 +7,15 @@ import apache_beam as beam
 from evalbeam.configs import EvalConfig
 from evalbeam.metrics.instance import RowSpec
 from evalbeam.pipelines.local import lean_local, part_bytes
+from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.read import FileParts, ReadRecords
 from evalbeam.transforms.read_adk import GroupAgentEvents
 from evalbeam.transforms.validate import ToInstances, UniqueIdDecisions
 
 
-class ReadStage(beam.PTransform):
+class ReadStage(Stage):
     """PBegin -> records, unparseable, source_lines, instances, invalid, dead_letters."""
-
-    def __init__(self, context):
-        super().__init__()
-        self._context = context
 
     def expand(self, pbegin):
         context = self._context

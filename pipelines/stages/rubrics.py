@@ -5,15 +5,12 @@ from __future__ import annotations
 import apache_beam as beam
 
 from evalbeam.pipelines.preflight import parquet_glob
+from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms.rubric_judge import ReadPinnedRubrics, RubricJudge
 
 
-class RubricStage(beam.PTransform):
+class RubricStage(Stage):
     """-> scores/rubric, judge_cache/rubric, usage/rubric, rubrics."""
-
-    def __init__(self, context):
-        super().__init__()
-        self._context = context
 
     def expand(self, named):
         context = self._context

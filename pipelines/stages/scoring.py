@@ -6,6 +6,7 @@ import apache_beam as beam
 
 from evalbeam.configs import EvalConfig
 from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA
+from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms.adk_status import add_case_status
 from evalbeam.transforms.score import ScoreInstances
 
@@ -22,12 +23,8 @@ def adk_verdicts(config: EvalConfig) -> bool:
     return config.input.is_adk and bool(set(adk_criteria(config).values()) - set(INFORMATIONAL_CRITERIA))
 
 
-class ScoringStage(beam.PTransform):
+class ScoringStage(Stage):
     """instances -> computed (ScoredInstances of the computation metrics), also scores/computed."""
-
-    def __init__(self, context):
-        super().__init__()
-        self._context = context
 
     def expand(self, named):
         config, run = self._context.config, self._context.run

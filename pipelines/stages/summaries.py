@@ -8,7 +8,7 @@ from importlib import metadata
 import apache_beam as beam
 
 from evalbeam.configs import EvalConfig
-from evalbeam.pipelines.stages import parts
+from evalbeam.pipelines.stages import Stage, parts
 from evalbeam.pipelines.stages.scoring import adk_verdicts
 from evalbeam.transforms.adk_status import THRESHOLD
 from evalbeam.transforms.infer import first_run
@@ -39,12 +39,8 @@ def version() -> str:
         return "unknown"
 
 
-class SummariesStage(beam.PTransform):
+class SummariesStage(Stage):
     """scores/*, judge_cache/*, usage/* -> scored, judge_cache, summary, runs."""
-
-    def __init__(self, context):
-        super().__init__()
-        self._context = context
 
     def expand(self, named):
         context = self._context

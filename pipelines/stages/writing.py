@@ -6,18 +6,15 @@ from __future__ import annotations
 import apache_beam as beam
 
 from evalbeam.pipelines.local import direct_runner
+from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.judge_checkpoint import RemoveCheckpoints
 from evalbeam.transforms.schema import instance_row
 from evalbeam.transforms.write import ReplaceRunFolder, WriteEmptyTables, WriteParquetTable, attempt_folder, run_folder
 
 
-class WriteResults(beam.PTransform):
+class WriteResults(Stage):
     """instances, scored, summary, runs, dead_letters, judge_cache[, rubrics][, comparisons] -> written."""
-
-    def __init__(self, context):
-        super().__init__()
-        self._context = context
 
     def expand(self, named):
         context = self._context
