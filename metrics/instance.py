@@ -54,9 +54,6 @@ class RowSpec:
     slice_columns: tuple[str, ...]
     # One entry per requested metric: (metric label, input alternatives).
     requirements: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]
-    # Labels of metrics whose missing inputs dead-letter the whole row (those that
-    # cannot yet put an error on their own row: rubric metrics).
-    strict: tuple[str, ...] = ()
 
 
 def content_id(record: Mapping[str, Any]) -> str:
@@ -165,9 +162,8 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
         if missing:
             unmet[label] = missing
     if unmet:
-        strict = [label for label in unmet if label in spec.strict]
-        if strict or len(unmet) == len(spec.requirements):
-            label = (strict or list(unmet))[0]
+        if len(unmet) == len(spec.requirements):
+            label = list(unmet)[0]
             missing = unmet[label]
             raise InvalidField(
                 missing[0],

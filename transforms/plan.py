@@ -50,7 +50,7 @@ def _validations(instance, plans, sampling_count: int):
     rubrics fail, or that are not evaluated, ask none)."""
     return [(f"{p.output_name}:validation",
              {"asked": len(plan_units(instance, p.template)) * p.template.samples(sampling_count), "upper_bound": 1})
-            for p in plans]
+            for p in plans if p.output_name not in instance.missing_inputs]
 
 class PlanJudging(beam.PTransform):
     """Instances -> one list of (metric or metric:stage, counts)."""

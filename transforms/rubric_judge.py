@@ -57,7 +57,7 @@ from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.schema import RunKey, blank_metric_row
 from evalbeam.transforms.tables import ReadTableRows
-from evalbeam.transforms.score import ScoredInstance
+from evalbeam.transforms.score import ScoredInstance, missing_input_error
 
 READY = "ready"
 RUBRIC_ROWS = "rubric_rows"
@@ -117,6 +117,8 @@ class RubricNeedsFn(beam.DoFn):
     def process(self, instance: Instance):
         for plan in self._plans:
             t = plan.template
+            if plan.output_name in instance.missing_inputs:
+                continue  # nothing to ask: its row carries the missing input (AssembleRubricsFn)
             for u, unit in enumerate(plan_units(instance, t)):
                 ready = self._known(instance, t, unit)
                 if ready is not None:
@@ -195,6 +197,8 @@ def validation_requests(instance: Instance, sets: dict, plans: list[RubricPlan],
                         settings: JudgeSettings, sampling_count: int) -> Iterable:
     for plan in plans:
         t = plan.template
+        if plan.output_name in instance.missing_inputs:
+            continue
         for u, unit in enumerate(plan_units(instance, t)):
             rubric_set = sets.get((plan.output_name, u))
             if rubric_set is None or rubric_set.error:
@@ -361,6 +365,12 @@ class AssembleRubricsFn(beam.DoFn):
             rows = []
             for plan in self._plans:
                 name = plan.output_name
+                if name in instance.missing_inputs:
+                    # as a computation metric's (transforms.score): this metric only, never the row
+                    row = blank_metric_row(self._run, instance_id, name, self._model)
+                    row["error"] = missing_input_error(instance.missing_inputs[name])
+                    rows.append(row)
+                    continue
                 units = [(unit, sets.get((name, u)), answers.get((name, u), {}))
                          for u, unit in enumerate(plan_units(instance, plan.template))]
                 row, rubrics = rubric_metric_row(self._run, plan, instance_id, self._model, units)

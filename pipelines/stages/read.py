@@ -31,10 +31,9 @@ def row_spec(config: EvalConfig) -> RowSpec:
         # an ADK file's records carry their ADK id (<eval_set_id>:<eval_id>[:<session_id>])
         id_column=config.input.id_column or ("instance_id" if config.input.is_adk else None),
         slice_columns=tuple(config.input.slice_columns),
+        # a metric whose inputs a row lacks gets an error on its own row (transforms.score,
+        # transforms.judge, transforms.rubric_judge); a row no metric can score is dead-lettered
         requirements=tuple((m.output_name, inputs_left(config, m.input_alternatives())) for m in config.metrics),
-        # a template judge puts an instance's missing input on its own row (transforms.judge);
-        # a rubric metric cannot yet: a row lacking its inputs is dead-lettered
-        strict=tuple(m.output_name for m in config.rubric_specs()),
     )
 
 

@@ -294,6 +294,23 @@ def test_rubric_metrics_end_to_end(tmp_path, api_key):
     assert KEY not in run.stdout + run.stderr
 
 
+def test_a_row_lacking_a_rubric_metrics_input_loses_that_metric_only(tmp_path, api_key):
+    """As for a computation metric: the rubric metric's row carries the missing input, the
+    row's other metrics are scored, nothing is asked for it, and nothing is dead-lettered."""
+    rows = [{"id": "ok", "prompt": "Fine #rubrics=1", "response": "#verdicts=y", "reference": "#verdicts=y"},
+            {"id": "noprompt", "response": "same", "reference": "same"}]
+    data = write_data(tmp_path, rows, "partial.jsonl")
+    with JudgeServer() as server:
+        run = evalbeam("run", rubric_config(tmp_path, data, server.url, ["general_quality", "exact_match"], run_id="r3"))
+        assert server.stats.stages["generation"] == 1 and server.stats.stages["validation"] == 1  # ok's only
+    got = results(tmp_path / "out", "r3")
+    assert got[("ok", "general_quality")]["score"] == 1.0
+    assert (got[("noprompt", "general_quality")]["score"], got[("noprompt", "general_quality")]["error"]) == (
+        None, "missing input prompt")
+    assert got[("noprompt", "exact_match")]["score"] == 1.0 and got[("ok", "exact_match")]["score"] == 1.0
+    assert "read 2 = scored 2 + dead-lettered 0; metric errors 1" in run.stdout
+
+
 def test_given_rubrics_skip_generation_and_a_missing_group_is_a_row_error(tmp_path, api_key):
     groups = {"final_response_reference_free": ["Cites a source.", "Is under 50 words."],
               "general_quality": [{"rubric_id": "q", "text": "Answers the question."}]}
@@ -307,17 +324,20 @@ def test_given_rubrics_skip_generation_and_a_missing_group_is_a_row_error(tmp_pa
         run = evalbeam("run", rubric_config(tmp_path, data, server.url, [
             "final_response_reference_free", {"name": "general_quality", "params": {"rubric_group": "general_quality"}}]))
         stages = dict(server.stats.stages)
-    assert "read 5 = scored 4 + dead-lettered 1" in run.stdout  # u5: no rubric_groups for the metric that needs them
+    # u5: no rubric_groups for the metric that needs them: that metric's row says so (issue 21: missing
+    # inputs are per metric; it used to dead-letter the row)
+    assert "read 5 = scored 5 + dead-lettered 0" in run.stdout
     got = results(tmp_path / "out", "r1")
-    assert stages.get("generation", 0) == 1  # u3 only: u1 and u2 give general_quality's rubrics; u4's are bad
+    assert stages.get("generation", 0) == 2  # u3 and u5: u1 and u2 give general_quality's rubrics; u4's are bad
     assert [got[(i, "final_response_reference_free")]["score"] for i in ("u1", "u2")] == [0.5, 1.0]
     assert [got[(i, "general_quality")]["score"] for i in ("u1", "u2")] == [1.0, 1.0]
     assert got[("u3", "final_response_reference_free")]["error"] == (
         "needs the row's rubric_groups to give the group 'final_response_reference_free' (this metric does not generate rubrics)")
     assert got[("u3", "general_quality")]["error"] is None  # generated for u3
     assert got[("u4", "general_quality")]["error"] == "bad rubric_groups: rubric_groups.general_quality must be a non-empty list of rubrics"
-    [dead] = table(tmp_path / "out" / "r1", "dead_letter")
-    assert dead["field"] == "rubric_groups"
+    assert got[("u5", "final_response_reference_free")]["error"] == "missing input rubric_groups"
+    assert got[("u5", "general_quality")]["error"] is None  # generated for u5, which is no longer dead-lettered
+    assert table(tmp_path / "out" / "r1", "dead_letter") == []
 
 
 def test_pinned_rubrics_and_the_cache_skip_the_judge(tmp_path, api_key):
