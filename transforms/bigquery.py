@@ -321,7 +321,6 @@ class PublishFn(beam.DoFn):
 
     def process(self, _, **files: list[str]):
         from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
-        from google.cloud import bigquery  # start-up time: Google Cloud clients only where used
 
         project, _, dataset_id = self._dataset.rpartition(".")
         client = bigquery_client(project, self._location)

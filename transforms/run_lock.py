@@ -43,7 +43,6 @@ import os
 import socket
 import tempfile
 import threading
-import uuid
 
 from apache_beam.io.filesystems import FileSystems
 

@@ -2,7 +2,6 @@
 written as ADK's own *.evalset_result.json files (transforms.adk_history)."""
 from __future__ import annotations
 
-import apache_beam as beam
 
 from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms.adk_history import WriteEvalHistory

@@ -2,7 +2,6 @@
 is scored (transforms.infer); a model's calls go through the one judge layer."""
 from __future__ import annotations
 
-import apache_beam as beam
 
 from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms.infer import Infer

@@ -2,7 +2,6 @@
 calls the judge layer (inference, template judges, rubrics) to reuse."""
 from __future__ import annotations
 
-import apache_beam as beam
 
 from evalbeam.pipelines.preflight import parquet_glob
 from evalbeam.pipelines.stages import Stage

@@ -2,7 +2,6 @@
 from judge.rubrics_from), then validated, through the one judge layer."""
 from __future__ import annotations
 
-import apache_beam as beam
 
 from evalbeam.pipelines.preflight import parquet_glob
 from evalbeam.pipelines.stages import Stage

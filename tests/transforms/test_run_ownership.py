@@ -8,7 +8,6 @@ import socket
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tests.helpers import EVALBEAM, ROOT, evalbeam, table
