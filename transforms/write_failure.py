@@ -18,8 +18,10 @@ import re
 # Errors only a write meets (a full disk or quota, a file too large, a read-only
 # filesystem): whatever step meets one.
 STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
-# Any OSError in the steps that write the output (an I/O error, a permission lost mid-run).
-WRITE_STEPS = ("Write_", "EmptyTables", "ReplaceRunFolder", "AdkEvalHistory")
+# Any OSError in the stages that write the output (an I/O error, a permission lost mid-run):
+# the one writer (pipelines.stages.writing) and ADK's history files (pipelines.stages.adk_history),
+# by their stage names in pipelines.evaluate.stages.
+WRITE_STAGES = ("Write/", "AdkEvalHistory/")
 
 _STEP = re.compile(r"\[while running '([^']+)'\]")
 _ERRNO = re.compile(r"\[Errno (\d+)\] ([^\[\]\n]+?)(?::\s*'([^']*)')?\s*(?:\[while running|$|\n)")
@@ -27,6 +29,10 @@ _ERRNO = re.compile(r"\[Errno (\d+)\] ([^\[\]\n]+?)(?::\s*'([^']*)')?\s*(?:\[whi
 
 class OutputWriteError(RuntimeError):
     """The run could not write its output; the message is the one line to say."""
+
+
+def _a_write_failure(code: int, step: str | None) -> bool:
+    return code in STORAGE_ERRNOS or bool(step and step.startswith(WRITE_STAGES))
 
 
 def _chain(error: BaseException):
@@ -51,7 +57,7 @@ def write_failure(error: BaseException) -> tuple[int, str, str | None, str | Non
             if not found:
                 continue
             code, reason, path = int(found.group(1)), found.group(2).strip(), found.group(3)
-        if code in STORAGE_ERRNOS or (step and step.startswith(WRITE_STEPS)):
+        if _a_write_failure(code, step):
             return code, reason, path, step
     return None
 
@@ -77,7 +83,7 @@ class QuietWriteFailures(logging.Filter):
         if not found:
             return True
         step = _STEP.search(message)
-        return not (int(found.group(1)) in STORAGE_ERRNOS or (step and step.group(1).startswith(WRITE_STEPS)))
+        return not _a_write_failure(int(found.group(1)), step.group(1) if step else None)
 
 
 BEAM_LOGGERS = ("apache_beam.runners.common", "apache_beam.runners.worker.sdk_worker",
