@@ -35,6 +35,7 @@ from evalbeam.metrics.inference import (
     load_target,
     make_inferrer,
     render_prompt,
+    scenario_of,
 )
 from evalbeam.metrics.instance import Instance
 from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, request_key
@@ -154,6 +155,15 @@ class Infer(beam.PTransform):
     def expand(self, instances):
         inference = self._inference
         cases = instances | "Runs" >> beam.FlatMap(run_copies, inference.num_runs)
+        if inference.kind != "model" and inference.user_simulator is not None:
+            # conversation_scenario cases run with the user simulator (transforms.simulate)
+            from evalbeam.transforms.simulate import Simulate
+
+            split = cases | "Scenarios" >> beam.Partition(lambda i, _: int(scenario_of(i.fields) is not None), 2)
+            fixed = split[0] | "Fixed" >> Infer(self._run, inference.model_copy(update={"user_simulator": None, "num_runs": 1}),
+                                                 self._context)
+            simulated, cache_rows, usage = split[1] | "Simulate" >> Simulate(self._run, inference, self._context)
+            return (fixed[0], simulated) | "AllCases" >> beam.Flatten(), cache_rows, usage
         if inference.kind != "model":
             filled = (
                 cases

@@ -1,0 +1,106 @@
+"""User simulation for ADK conversation_scenario cases (metrics.simulator, transforms.simulate):
+whole runs with a function agent whose simulated user is answered by the local Gemini-protocol
+server (tests/judge_server.py) through the judge layer."""
+from __future__ import annotations
+
+import json
+
+from tests.helpers import evalbeam, table
+from tests.transforms.test_inference import rows_by, write_config
+
+KEY = "sim-test-key-0123456789"
+
+SCENARIO_SET = {
+    "eval_set_id": "sim",
+    "eval_cases": [
+        {"eval_id": "three_turns", "conversation_scenario": {
+            "starting_prompt": "Hi", "conversation_plan": "Ask three things."}},
+        {"eval_id": "runaway", "conversation_scenario": {
+            "starting_prompt": "loop", "conversation_plan": "Keep going.", "user_persona": "NOVICE"}},
+        {"eval_id": "tool", "conversationScenario": {
+            "startingPrompt": "weather in Paris", "conversationPlan": "Get the weather, thank the agent."}},
+        {"eval_id": "broken", "conversation_scenario": {
+            "starting_prompt": "break", "conversation_plan": "Anything."}},
+        {"eval_id": "fixed", "conversation": [
+            {"user_content": {"parts": [{"text": "Hello"}]},
+             "final_response": {"parts": [{"text": "ok 1 #reply=message 2"}]}}]},
+        {"eval_id": "unknown_persona", "conversation_scenario": {
+            "starting_prompt": "Hi", "conversation_plan": "x", "user_persona": "GURU"}},
+        {"eval_id": "both", "conversation": [], "conversation_scenario": {
+            "starting_prompt": "Hi", "conversation_plan": "x"}},
+    ],
+}
+
+
+def test_scenarios_run_with_the_simulator_through_the_judge_layer_and_its_cache(tmp_path, monkeypatch):
+    from tests.judge_server import JudgeServer
+
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    path = tmp_path / "sim.evalset.json"
+    path.write_text(json.dumps(SCENARIO_SET, indent=1))
+    inference = {"function": "tests.simulation_app:scripted_agent",
+                 "user_simulator": {"model": "gemini-sim", "max_allowed_invocations": 4}}
+    judge = {"requests_per_minute": 6000, "max_attempts": 2, "timeout_seconds": 10}
+    metrics = [{"name": "response_match_score", "threshold": 0.8}, "tool_call_count_v1"]
+    with JudgeServer() as server:
+        judge["base_url"] = server.url
+        first = write_config(tmp_path, path, inference, metrics, run_id="first", judge=judge)
+        evalbeam("run", first, check=False)
+        # three_turns: 3 simulator calls (the 3rd answers the stop signal); runaway: 3 (the starting
+        # prompt is the 1st of its 4 allowed invocations); tool: 2; broken: 2 attempts, both 503
+        assert server.stats.stages["text"] == 3 + 3 + 2
+        assert server.stats.errors == 2
+        out = tmp_path / "out" / "first"
+        instances = {r["instance_id"]: r for r in table(out, "instances")}
+        assert set(instances) == {"sim:three_turns", "sim:runaway", "sim:tool", "sim:broken", "sim:fixed"}
+        turns = json.loads(instances["sim:three_turns"]["invocations"])
+        assert [(t["prompt"], t["response"]) for t in turns] == [
+            ("Hi", "ok 1 #reply=message 2"), ("message 2", "ok 2 #reply=message 3"),
+            ("message 3", "all done #reply=</finished>")]
+        runaway = json.loads(instances["sim:runaway"]["invocations"])
+        assert [t["prompt"] for t in runaway] == ["loop", "loop more", "loop more", "loop more"]  # max_allowed_invocations
+        tool = json.loads(instances["sim:tool"]["invocations"])
+        assert [t["prompt"] for t in tool] == ["weather in Paris", "thanks"]
+        assert tool[0]["tool_calls"] == [{"tool_name": "get_weather", "tool_input": {"city": "Paris"},
+                                          "response": {"celsius": 25}}]
+        broken = instances["sim:broken"]
+        assert broken["failure"] == 1
+        assert broken["inference_error"].startswith(
+            "inference failed: UserSimulatorFailed: user simulator: judge failed after 2 attempts; last: HTTP 503")
+        assert KEY not in json.dumps([str(v) for r in instances.values() for v in r.values()])
+        assert json.loads(instances["sim:fixed"]["invocations"])[0]["response"] == "ok 1 #reply=message 2"
+
+        results = rows_by(table(out, "metric_results"), "instance_id", "metric")
+        # a criterion comparing with expected turns is not evaluated on a scenario case (ADK refuses it)
+        assert "no expected turns" in results["sim:three_turns", "response_match_score"]["error"]
+        assert results["sim:tool", "tool_call_count_v1"]["score"] == 0.5  # one call over two turns
+        assert results["sim:fixed", "response_match_score"]["score"] == 1.0
+        assert results["sim:broken", "tool_call_count_v1"]["error"].startswith("inference failed: UserSimulatorFailed")
+
+        dead = sorted(r["reason"] for r in table(out, "dead_letter"))
+        assert len(dead) == 2
+        assert "eval case 'both': Exactly one of conversation and conversation_scenario" in dead[0]
+        assert "eval case 'unknown_persona': conversation_scenario.user_persona: GURU not found in registry" in dead[1]
+        [runs] = table(out, "runs")
+        assert (runs["read_count"], runs["scored_count"], runs["dead_letter_count"]) == (7, 5, 2)
+        usage = json.loads(runs["judge_usage"])["user_simulator"]
+        assert (usage["requests"], usage["calls"], usage["failures"], usage["cache_hits"]) == (9, 10, 1, 0)
+        cache = [r for r in table(out, "judge_cache") if r["metric"] == "user_simulator"]
+        assert len(cache) == 8 and {r["model"] for r in cache} == {"gemini-sim"}
+        assert "</finished>" in {r["verdict"] for r in cache}
+
+        # again with the first run's answers as judge.cache: the same conversations, no simulator call
+        # but the one that failed (its answer was never cached)
+        requests = server.stats.requests
+        second = write_config(tmp_path, path, inference, metrics, run_id="second",
+                              judge={**judge, "cache": str(out / "judge_cache")})
+        evalbeam("run", second, check=False)
+        assert server.stats.requests == requests + 2
+    out2 = tmp_path / "out" / "second"
+    instances2 = {r["instance_id"]: r for r in table(out2, "instances")}
+    for case in ("sim:three_turns", "sim:runaway", "sim:tool"):
+        assert json.loads(instances2[case]["invocations"]) == [
+            {**t, "duration": json.loads(instances2[case]["invocations"])[i]["duration"]}
+            for i, t in enumerate(json.loads(instances[case]["invocations"]))]
+    usage2 = json.loads(table(out2, "runs")[0]["judge_usage"])["user_simulator"]
+    assert (usage2["requests"], usage2["cache_hits"], usage2["calls"]) == (9, 8, 2)
