@@ -255,7 +255,7 @@ def render_prompt(plan: str, history: str, custom_instructions: Optional[str] = 
                   persona: Optional[UserPersona] = None) -> str:
     """get_llm_backed_user_simulator_prompt: ADK's Jinja rendering, in the same sandbox with the same filter.
     (Jinja, not str.format: the templates, and users' custom instructions, are Jinja.)"""
-    from jinja2 import DictLoader, pass_context
+    from jinja2 import DictLoader, TemplateError, pass_context
     from jinja2.sandbox import SandboxedEnvironment
 
     env = SandboxedEnvironment(loader=DictLoader({"user_instructions": template_for(custom_instructions, persona)}))
@@ -271,7 +271,10 @@ def render_prompt(plan: str, history: str, custom_instructions: Optional[str] = 
                                   "conversation_history": history}
     if persona is not None:
         parameters["persona"] = persona
-    return env.get_template("user_instructions").render(parameters)
+    try:
+        return env.get_template("user_instructions").render(parameters)
+    except TemplateError as e:  # e.g. custom instructions using {{ persona }} in a scenario without one
+        raise ScenarioError(f"{type(e).__name__}: the user simulator's instructions cannot be rendered: {e}") from None
 
 
 def summarize(events: list[Mapping[str, Any]], include_function_calls: bool = False) -> str:
