@@ -194,6 +194,13 @@ class AgentInferrer:
             app_name=app_name, user_id=user_id, state=dict(session_input.get("state") or {}))
         return AgentConversation(self, runner, user_id, session.id)
 
+    async def close(self) -> None:
+        for runner in self._runners.values():
+            try:
+                await runner.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+
 
 class AgentConversation:
     """One case's ADK session: `send(prompt)` runs one user turn -> (the turn, its events as ADK's
@@ -217,13 +224,6 @@ class AgentConversation:
             turn["invocation_id"] = events[0]["invocation_id"]
         turn["duration"] = {"total": seconds}
         return turn, [user, *events] if events else []
-
-    async def close(self) -> None:
-        for runner in self._runners.values():
-            try:
-                await runner.close()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                pass
 
 
 def make_inferrer(kind: str, target: str, max_concurrency: int) -> Inferrer:

@@ -69,6 +69,7 @@ TIER_RULES = [
     ("metrics/test_simulator.py", {"adk_simulator"}, "adk"),
     ("transforms/test_adk_events.py", {"events_table", "recorded", "plugin_schema"}, "adk"),
     ("transforms/test_inference.py", {"agent_env"}, "agent"),
+    ("transforms/test_simulation.py", {"agent_env"}, "agent"),
     ("pipelines/test_packaging.py", {"installed"}, "packaging"),
 ]
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from tests.helpers import evalbeam, table
+import yaml
+
+from tests.helpers import ROOT, evalbeam, table
 from tests.transforms.test_inference import rows_by, write_config
 
 KEY = "sim-test-key-0123456789"
@@ -104,3 +106,79 @@ def test_scenarios_run_with_the_simulator_through_the_judge_layer_and_its_cache(
             for i, t in enumerate(json.loads(instances[case]["invocations"]))]
     usage2 = json.loads(table(out2, "runs")[0]["judge_usage"])["user_simulator"]
     assert (usage2["requests"], usage2["cache_hits"], usage2["calls"]) == (9, 8, 2)
+
+
+FIDELITY_SET = {
+    "eval_set_id": "fid",
+    "eval_cases": [
+        {"eval_id": "paris_then_oslo", "session_input": {"app_name": "weather_app", "user_id": "u1",
+                                                         "state": {"unit": "C"}},
+         "conversation_scenario": {
+             "starting_prompt": 'Paris? #call=get_weather{"city": "Paris"}',
+             "conversation_plan": 'Then ask about Oslo.\n#reply=And Oslo? #call=get_weather{"city": "Oslo"}'}},
+        {"eval_id": "hello_stop", "conversation_scenario": {
+            "starting_prompt": "Hello", "conversation_plan": "Say hello, then stop.\n#reply=</finished>"}},
+        # the stop signal in the starting prompt ends the conversation before it starts (as in ADK)
+        {"eval_id": "instant_stop", "conversation_scenario": {
+            "starting_prompt": "Hello </finished>", "conversation_plan": "Nothing."}},
+        {"eval_id": "expert_remembers", "session_input": {"app_name": "weather_app", "user_id": "u2", "state": {}},
+         "conversation_scenario": {
+             "starting_prompt": "Hi there", "user_persona": "EXPERT",
+             "conversation_plan": 'Chat.\n#reply=Remember Oslo #call=remember_city{"city": "Oslo"}'}},
+        {"eval_id": "fixed", "conversation": [
+            {"user_content": {"parts": [{"text": "Hello"}]}, "final_response": {"parts": [{"text": "x"}]}}]},
+    ],
+}
+
+
+def test_simulated_conversations_equal_adks_evaluation_generator(tmp_path):
+    """The same real LlmAgent (tests/inference_agent.py) run against the user simulator by ADK 2.13's
+    EvaluationGenerator in .adk and by `evalbeam run` in .agent, the agent's and the simulator's
+    models both the local server (scripted answers): the same conversations, turn for turn."""
+    import subprocess
+
+    from tests.judge_server import JudgeServer
+    from tests.transforms.test_inference import agent_env
+
+    agent_bin = agent_env() / "bin"
+    eval_set = tmp_path / "fid.evalset.json"
+    eval_set.write_text(json.dumps(FIDELITY_SET, indent=1))
+    adk_config = tmp_path / "test_config.json"
+    adk_config.write_text(json.dumps({
+        "criteria": {"response_match_score": 0.8},
+        "user_simulator_config": {"model": "gemini-2.5-flash", "max_allowed_invocations": 3,
+                                  "include_function_calls": True}}))
+    with JudgeServer() as server:
+        env = {"GOOGLE_API_KEY": KEY, "EVALBEAM_TEST_MODEL_URL": server.url}
+        reference = subprocess.run(
+            [str(ROOT / ".adk" / "bin" / "python"), str(ROOT / "tests" / "adk_env" / "simulated_conversations.py"),
+             "tests.inference_agent:root_agent", str(eval_set), str(adk_config)],
+            capture_output=True, text=True, timeout=600, cwd=ROOT,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "GOOGLE_GEMINI_BASE_URL": server.url, **env})
+        assert reference.returncode == 0, reference.stderr[-3000:]
+        adk = json.loads(reference.stdout)
+        config = write_config(tmp_path, eval_set, {"agent": "tests.inference_agent:root_agent"},
+                              ["tool_call_count_v1"], run_id="fid",
+                              judge={"base_url": server.url, "requests_per_minute": 6000})
+        raw = yaml.safe_load(config.read_text())
+        raw["input"]["adk_criteria"] = str(adk_config)
+        config.write_text(yaml.safe_dump(raw))
+        result = evalbeam("run", config, check=False, env=env, command=agent_bin / "evalbeam")
+    assert (tmp_path / "out" / "fid" / "instances").exists(), result.stderr[-3000:]
+    instances = {r["instance_id"]: r for r in table(tmp_path / "out" / "fid", "instances")}
+    ours = {}
+    for instance_id, row in instances.items():
+        if instance_id == "fid:fixed":
+            continue
+        assert row["failure"] == 0, row["inference_error"]
+        ours[instance_id.split(":")[1]] = [
+            {"prompt": t["prompt"], "response": t["response"],
+             "tool_calls": [[c["tool_name"], c.get("tool_input")] for c in t["tool_calls"]]}
+            for t in json.loads(row["invocations"])]
+    assert ours == adk
+    # the cases took every ending: the stop signal, the invocation limit
+    assert len(adk["hello_stop"]) == 1 and len(adk["paris_then_oslo"]) == 3 and adk["instant_stop"] == []
+    assert adk["paris_then_oslo"][1]["tool_calls"] == [["get_weather", {"city": "Oslo"}]]
+    assert [t["prompt"] for t in adk["expert_remembers"]] == ["Hi there"] + ['Remember Oslo #call=remember_city'
+                                                                             '{"city": "Oslo"}'] * 2
+    assert adk["expert_remembers"][2]["response"] == 'Done: {"remembered": 2, "unit": null}'  # one session
