@@ -182,3 +182,58 @@ def test_simulated_conversations_equal_adks_evaluation_generator(tmp_path):
     assert [t["prompt"] for t in adk["expert_remembers"]] == ["Hi there"] + ['Remember Oslo #call=remember_city'
                                                                              '{"city": "Oslo"}'] * 2
     assert adk["expert_remembers"][2]["response"] == 'Done: {"remembered": 2, "unit": null}'  # one session
+
+
+def test_the_scenarios_example_config_validates_with_the_adk_files_simulator(monkeypatch):
+    from evalbeam.configs import load_config
+    from evalbeam.metrics.examples import weather_chat
+
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    path = ROOT / "configs" / "example_scenarios.yaml"
+    result = evalbeam("validate", path)
+    assert result.stdout.startswith("config ok") and "columns checked on 2 row(s)" in result.stdout
+    config = load_config(path)
+    # the test_config.json's user_simulator_config, as ADK reads it
+    assert config.inference.user_simulator.max_allowed_invocations == 6
+    assert config.inference.user_simulator.model == "gemini-2.5-flash"
+    assert "safety_v1" in [m.name for m in config.metrics]
+    # the example agent answers the city the user named last
+    turn = weather_chat({"prompt": "And London?", "conversation": [
+        {"role": "user", "text": "Paris please"}, {"role": "agent", "text": "It is 25C and sunny in Paris."},
+        {"role": "user", "text": "And London?"}]})
+    assert turn["response"] == "It is 12C and rainy in London." and turn["tool_calls"][0]["tool_input"] == {
+        "city": "London"}
+
+
+def test_user_simulator_config_checks():
+    from evalbeam.configs import EvalConfig
+
+    base = {"name": "s", "input": {"uri": "x.evalset.json"}, "metrics": ["tool_call_count_v1"],
+            "output": {"parquet": "/tmp/x"}}
+    # over an ADK eval set, an agent gets ADK's default simulator
+    config = EvalConfig.model_validate({**base, "inference": {"function": "a.b:c"}})
+    assert config.inference.user_simulator.model_dump() == {
+        "type": "llm_backed", "model": "gemini-2.5-flash", "model_configuration": {}, "max_allowed_invocations": 20,
+        "custom_instructions": None, "include_function_calls": False}
+    config = EvalConfig.model_validate({**base, "inference": {"function": "a.b:c", "user_simulator": {
+        "maxAllowedInvocations": -1, "includeFunctionCalls": True, "model_configuration": {"temperature": 0.5}}}})
+    sim = config.inference.user_simulator
+    assert sim.max_allowed_invocations == -1 and sim.include_function_calls
+    assert sim.judge_settings(config.judge).temperature == 0.5
+    for bad, reason in [({"custom_instructions": "no placeholders"}, "custom_instructions must contain"),
+                        ({"max_allowed_invocations": -2}, "greater than or equal to -1"),
+                        ({"type": "llm_audio"}, "llm_backed"),
+                        ({"model_configuration": {"tools": []}}, "not supported"),
+                        ({"unknown": 1}, "Extra inputs")]:
+        try:
+            EvalConfig.model_validate({**base, "inference": {"function": "a.b:c", "user_simulator": bad}})
+        except ValueError as e:
+            assert reason in str(e), (bad, str(e))
+        else:
+            raise AssertionError(f"accepted {bad}")
+    try:
+        EvalConfig.model_validate({**base, "inference": {"model": "m", "user_simulator": {}}})
+    except ValueError as e:
+        assert "not with inference.model" in str(e)
+    else:
+        raise AssertionError("user_simulator with inference.model accepted")
