@@ -25,7 +25,7 @@ from evalbeam.metrics.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import JudgeTemplate
 from evalbeam.metrics.names import BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE
-from evalbeam.metrics.registry import MetricDef, get_metric
+from evalbeam.metrics.registry import SIMULATOR_QUALITY, MetricDef, get_metric
 from evalbeam.transforms.schema import TABLES
 
 
@@ -608,7 +608,11 @@ class EvalConfig(_Model):
 
     def template_judge_specs(self) -> list[MetricSpec]:
         """The judge metrics answered from one prompt template (not rubric metrics)."""
-        return [m for m in self.metrics if m.judge_kind() and m.judge_kind() != "rubric"]
+        return [m for m in self.metrics if m.judge_kind() and m.judge_kind() not in ("rubric", SIMULATOR_QUALITY)]
+
+    def simulator_quality_specs(self) -> list[MetricSpec]:
+        """per_turn_user_simulator_quality_v1 (transforms.simulator_quality)."""
+        return [m for m in self.metrics if m.judge_kind() == SIMULATOR_QUALITY]
 
     def model_inference(self) -> bool:
         """Whether inference calls a model (through the judge layer)."""

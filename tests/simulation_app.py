@@ -20,6 +20,10 @@ def scripted_agent(fields: dict) -> dict | str:
                                 "response": {"celsius": 25}}]}
     if fields["prompt"].startswith("thanks"):
         return "bye #reply=</finished>"
+    if fields["prompt"].startswith("verify"):  # the verifier (per_turn_user_simulator_quality_v1) reads it too
+        return 'fine #reply={"is_valid": true}'
+    if fields["prompt"].startswith('{"is_valid"'):
+        return "bye #reply=</finished>"
     if fields["prompt"].startswith("break"):
         return "#fail"
     if len(users) < 3:

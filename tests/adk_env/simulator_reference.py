@@ -16,6 +16,7 @@ import sys
 from google.adk.evaluation.conversation_scenarios import ConversationScenario
 from google.adk.evaluation.simulation import llm_backed_user_simulator as llm_module
 from google.adk.evaluation.simulation import llm_backed_user_simulator_prompts as prompts
+from google.adk.evaluation.simulation import per_turn_user_simulator_quality_prompts as quality_prompts
 from google.adk.evaluation.simulation.llm_backed_user_simulator import (
     LlmBackedUserSimulator,
     LlmBackedUserSimulatorConfig,
@@ -88,6 +89,31 @@ async def run(case):
         return {"messages": messages, "error": str(e), "prompts": llm.prompts}
 
 
+async def quality(case):
+    """PerTurnUserSimulatorQualityV1.evaluate_invocations on the case's turns, its LLM scripted."""
+    from google.adk.evaluation.eval_case import Invocation
+    from google.adk.evaluation.eval_metrics import EvalMetric, LlmBackedUserSimulatorCriterion
+    from google.adk.evaluation.simulation.per_turn_user_simulator_quality_v1 import PerTurnUserSimulatorQualityV1
+
+    criterion = LlmBackedUserSimulatorCriterion(threshold=case["threshold"], stop_signal=case["stop_signal"],
+                                                judge_model_options={"num_samples": case["num_samples"]})
+    evaluator = PerTurnUserSimulatorQualityV1(EvalMetric(metric_name="per_turn_user_simulator_quality_v1",
+                                                         threshold=case["threshold"], criterion=criterion))
+    llm = ScriptedLlm(case["answers"])
+    evaluator._llm = llm
+    invocations = [Invocation(
+        user_content=types.Content(role="user", parts=[types.Part(text=t["prompt"])]),
+        final_response=types.Content(role="model", parts=[types.Part(text=t["response"])]) if t["response"] else None)
+        for t in case["turns"]]
+    try:
+        result = await evaluator.evaluate_invocations(
+            invocations, None, ConversationScenario.model_validate(case["scenario"]))
+    except Exception as e:  # noqa: BLE001
+        return {"error": type(e).__name__, "prompts": llm.prompts}
+    return {"score": result.overall_score, "status": result.overall_eval_status.name,
+            "per_turn": [r.score for r in result.per_invocation_results], "prompts": llm.prompts}
+
+
 def main():
     request = json.loads(open(sys.argv[1]).read())
     out = {
@@ -101,6 +127,9 @@ def main():
             [Event.model_validate(e) for e in c["events"]], c["include_function_calls"]) for c in request["summaries"]],
         "customs": [custom(t) for t in request["customs"]],
         "runs": [asyncio.run(run(c)) for c in request["runs"]],
+        "quality": [asyncio.run(quality(c)) for c in request.get("quality", [])],
+        "quality_templates": [quality_prompts._LATEST_TURN_USER_SIMULATOR_EVALUATOR_PROMPT_TEMPLATE,
+                              quality_prompts._LATEST_TURN_USER_SIMULATOR_WITH_PERSONA_EVALUATOR_PROMPT_TEMPLATE],
     }
     print(json.dumps(out))
 

@@ -17,7 +17,12 @@ from evalbeam.metrics.simulator import (
     ScenarioError,
     UserSimulatorFailed,
     check_custom_instructions,
+    majority,
     parse_scenario,
+    quality_first,
+    quality_prompts,
+    quality_result,
+    quality_score,
     render_prompt,
     summarize,
 )
@@ -77,7 +82,21 @@ def generated(rng: random.Random) -> dict:
                      "config": {"max_allowed_invocations": rng.choice([1, 2, 3, 5, -1]),
                                 "include_function_calls": rng.random() < 0.5},
                      "answers": answers, "agent": [f"Agent answer {k} {rng.choice(TEXTS)}" for k in range(9)]})
-    return {"renders": renders, "summaries": summaries, "customs": CUSTOMS, "runs": runs}
+    quality = []
+    labels = ['{"criteria": [], "is_valid": True}', '{"is_valid": false,\n}', '"is_valid": ["valid"]}',
+              "no label at all", '"is_valid": "almost",', '{"is_valid": "partially valid"}', '"is_valid": maybe,',
+              "", '{"is_valid": "True"}', '"is_valid":\n  "INVALID"\n}']
+    for i in range(60):
+        starting = rng.choice(TEXTS[:4]) or "x"
+        turns = [{"prompt": (f"  {starting} " if rng.random() < 0.7 else "something else") if k == 0 else
+                  rng.choice(TEXTS) or "y", "response": rng.choice(["", "Sure.", "Here: {{ a }}"])}
+                 for k in range(rng.randrange(1, 5))]
+        quality.append({"scenario": {"starting_prompt": starting, "conversation_plan": rng.choice(TEXTS),
+                                     "user_persona": rng.choice([None, "NOVICE", OWN_PERSONA])},
+                        "turns": turns, "answers": [rng.choice(labels) for _ in range(40)],
+                        "threshold": rng.choice([0.0, 0.5, 1.0]), "num_samples": rng.choice([1, 2, 3]),
+                        "stop_signal": rng.choice(["</finished>", "<END>"])})
+    return {"renders": renders, "summaries": summaries, "customs": CUSTOMS, "runs": runs, "quality": quality}
 
 
 @pytest.fixture(scope="module")
@@ -168,3 +187,31 @@ def test_scenario_and_persona_errors_say_what_adk_says():
     with pytest.raises(ScenarioError, match="persona"):
         render_prompt("p", "h", CUSTOM_OK, parse_scenario(
             {"starting_prompt": "a", "conversation_plan": "b", "user_persona": "EXPERT"}).user_persona)
+
+
+def ours_quality(case):
+    """The same case through metrics.simulator's quality functions, the answers taken in ADK's order."""
+    answers = iter(case["answers"])
+    scenario = parse_scenario(case["scenario"])
+    turns = [{"prompt": t["prompt"], "response": t["response"], "tool_calls": []} for t in case["turns"]]
+    prompts, per_unit = [], []
+    for prompt in quality_prompts(scenario, turns, case["stop_signal"]):
+        samples = []
+        for _ in range(case["num_samples"]):
+            prompts.append(prompt)
+            samples.append(quality_score(next(answers)))
+        per_unit.append(majority(samples))
+    score, per_turn = quality_result(quality_first(scenario, turns), per_unit[:-1], per_unit[-1], case["threshold"])
+    return {"score": score, "status": "PASSED" if score >= case["threshold"] else "FAILED", "per_turn": per_turn,
+            "prompts": prompts}
+
+
+def test_per_turn_user_simulator_quality_equals_adks(adk_simulator):
+    """per_turn_user_simulator_quality_v1: the verifier's templates are ADK's text, and on generated
+    conversations (personas, thresholds, samples, every label spelling ADK's regex reads, answers
+    with no label) the prompts sent, per-turn scores, score and status equal ADK's evaluator's."""
+    request, adk = adk_simulator
+    assert [simulator.QUALITY_TEMPLATE, simulator.QUALITY_PERSONA_TEMPLATE] == adk["quality_templates"]
+    ours = [ours_quality(c) for c in request["quality"]]
+    assert ours == adk["quality"]
+    assert {r["status"] for r in ours} == {"PASSED", "FAILED"} and any(None in r["per_turn"] for r in ours)

@@ -237,3 +237,47 @@ def test_user_simulator_config_checks():
         assert "not with inference.model" in str(e)
     else:
         raise AssertionError("user_simulator with inference.model accepted")
+
+
+def test_per_turn_user_simulator_quality_in_a_run(tmp_path, monkeypatch):
+    """per_turn_user_simulator_quality_v1 from an ADK test_config, judged through the judge layer
+    (the local server's free-text answers, read with ADK's regex); a case without a scenario and a
+    case whose inference failed are not evaluated, saying why."""
+    from tests.judge_server import JudgeServer
+
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    path = tmp_path / "q.evalset.json"
+    path.write_text(json.dumps({"eval_set_id": "q", "eval_cases": [
+        {"eval_id": "verified", "conversation_scenario": {
+            "starting_prompt": "verify", "conversation_plan": "Get verified.", "user_persona": "EXPERT"}},
+        {"eval_id": "broken", "conversation_scenario": {"starting_prompt": "break", "conversation_plan": "x"}},
+        SCENARIO_SET["eval_cases"][4]]}))  # fixed turns
+    criteria = tmp_path / "test_config.json"
+    criteria.write_text(json.dumps({"criteria": {"per_turn_user_simulator_quality_v1": {
+        "threshold": 0.5, "judge_model_options": {"judge_model": "gemini-verifier", "num_samples": 1}}}}))
+    with JudgeServer() as server:
+        config = write_config(tmp_path, path, {"function": "tests.simulation_app:scripted_agent"}, [],
+                              run_id="q", judge={"base_url": server.url, "max_attempts": 2})
+        raw = yaml.safe_load(config.read_text())
+        raw["input"]["adk_criteria"] = str(criteria)
+        del raw["metrics"]
+        config.write_text(yaml.safe_dump(raw))
+        evalbeam("run", config, check=False)
+    out = tmp_path / "out" / "q"
+    turns = json.loads({r["instance_id"]: r for r in table(out, "instances")}["q:verified"]["invocations"])
+    assert [t["prompt"] for t in turns] == ["verify", '{"is_valid": true}']
+    results = rows_by(table(out, "metric_results"), "instance_id", "metric")
+    verified = results["q:verified", "per_turn_user_simulator_quality_v1"]
+    # the first turn is the starting prompt (1), the second judged valid (1); the stop turn's answer has no
+    # label (not evaluated), so it marks nothing failed
+    assert (verified["score"], verified["passed"], verified["judge_model"]) == (1.0, True, "gemini-verifier")
+    assert json.loads(verified["extra"]) == {"per_turn": [1.0, 1.0], "stop_turn": None}
+    assert results["q:fixed", "per_turn_user_simulator_quality_v1"]["error"] == \
+        "conversation_scenario is needed by this metric."
+    assert results["q:broken", "per_turn_user_simulator_quality_v1"]["error"].startswith("inference failed")
+    [runs] = table(out, "runs")
+    usage = json.loads(runs["judge_usage"])
+    assert usage["per_turn_user_simulator_quality_v1"]["requests"] == 2  # the second turn and the stop turn
+    assert usage["user_simulator"]["requests"] == 2 + 1
+    cache = {r["metric"] for r in table(out, "judge_cache")}
+    assert {"per_turn_user_simulator_quality_v1", "user_simulator"} <= cache
