@@ -281,3 +281,24 @@ def test_per_turn_user_simulator_quality_in_a_run(tmp_path, monkeypatch):
     assert usage["user_simulator"]["requests"] == 2 + 1
     cache = {r["metric"] for r in table(out, "judge_cache")}
     assert {"per_turn_user_simulator_quality_v1", "user_simulator"} <= cache
+
+
+def test_a_scenario_case_without_inference_is_dead_lettered_saying_what_to_set(tmp_path):
+    from evalbeam.metrics.fields import InvalidField
+    from evalbeam.metrics.instance import RowSpec, build_instance
+    from evalbeam.transforms.read import parse_file
+    from evalbeam.transforms.records import Record
+
+    path = tmp_path / "sim.evalset.json"
+    path.write_text(json.dumps(SCENARIO_SET))
+    records = {r.data["eval_id"]: r.data for r in parse_file(str(path), "adk_eval_set") if isinstance(r, Record)}
+    spec = RowSpec({}, "instance_id", (), (("tool_trajectory_avg_score", (("invocations",),)),))
+    build_instance(records["fixed"], spec, "t")
+    try:
+        build_instance(records["runaway"], spec, "t")
+    except InvalidField as e:
+        assert "set inference.function or inference.agent" in str(e) and e.field == "invocations"
+    else:
+        raise AssertionError("a scenario case without turns was scored")
+    # camelCase scenario keys are read as ADK reads them
+    assert records["tool"]["adk_case"]["conversation_scenario"]["startingPrompt"] == "weather in Paris"
