@@ -386,7 +386,7 @@ def infer_all(make: Callable[[], Inferrer], items: Iterable[tuple[Any, dict[str,
     at most `max_concurrency` in flight on one asyncio loop. The inferrer is made
     (and closed) on that loop: ADK's runner and sessions belong to one loop.
     make_simulators: for conversation_scenario cases, made on the loop too: an object with
-    `for_case(scenario) -> metrics.simulator.LlmBackedUserSimulator` and `async close()`."""
+    `for_case(scenario, key) -> metrics.simulator.LlmBackedUserSimulator` and `async close()`."""
     items = list(items)
 
     async def main() -> list:
@@ -394,19 +394,19 @@ def infer_all(make: Callable[[], Inferrer], items: Iterable[tuple[Any, dict[str,
         simulators = make_simulators() if make_simulators is not None else None
         gate = asyncio.Semaphore(max_concurrency)
 
-        async def run(fields):
+        async def run(key, fields):
             scenario = scenario_of(fields)
             if scenario is None:
                 return await inferrer.infer(fields)
             if simulators is None:
                 raise InferenceError("a conversation_scenario case needs a user simulator")
-            return await simulate(inferrer, fields, simulators.for_case(scenario))
+            return await simulate(inferrer, fields, simulators.for_case(scenario, key))
 
         async def one(key, fields):
             async with gate:
                 started = time.monotonic()
                 try:
-                    result = await asyncio.wait_for(run(fields), timeout_seconds)
+                    result = await asyncio.wait_for(run(key, fields), timeout_seconds)
                     return key, apply_result(fields, result, time.monotonic() - started)
                 except (asyncio.TimeoutError, TimeoutError):
                     return key, failed(fields, f"inference timed out after {timeout_seconds:g}s")

@@ -54,13 +54,17 @@ class SimulatorCalls:
         self._asking: dict[str, asyncio.Future] = {}
         self.responses: list[JudgeResponse] = []
 
-    def for_case(self, scenario) -> LlmBackedUserSimulator:
+    def for_case(self, scenario, instance_id: str) -> LlmBackedUserSimulator:
+        """With num_runs > 1, run k's simulator is sample k-1 (its own seed and cache keys), as
+        inference.model's runs are: the runs are separate conversations, not one answered once."""
         c = self._config
-        return LlmBackedUserSimulator(parse_scenario(scenario), self.ask, c.max_allowed_invocations,
-                                      c.custom_instructions, c.include_function_calls)
+        run = instance_id.rsplit(":run", 1)[1] if ":run" in instance_id else ""
+        sample = int(run) - 1 if run.isdigit() else None
+        return LlmBackedUserSimulator(parse_scenario(scenario), lambda prompt: self.ask(prompt, sample),
+                                      c.max_allowed_invocations, c.custom_instructions, c.include_function_calls)
 
-    async def ask(self, prompt: str) -> str:
-        key = request_key(self._settings, prompt, "", 0)
+    async def ask(self, prompt: str, sample: int | None = None) -> str:
+        key = request_key(self._settings, prompt, "", sample or 0)
         if key in self._known:
             # asked before: a cache hit or checkpoint as it came, and this shard's own answers for free
             first = self._known[key]
@@ -75,7 +79,7 @@ class SimulatorCalls:
             future = asyncio.get_running_loop().create_future()
             self._asking[key] = future
             try:
-                response = await self._judge(JudgeRequest(key, USAGE_METRIC, prompt, "", FREE_TEXT, ()))
+                response = await self._judge(JudgeRequest(key, USAGE_METRIC, prompt, "", FREE_TEXT, (), seed=sample))
             except BaseException as e:
                 future.set_exception(e)
                 raise

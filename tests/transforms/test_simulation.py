@@ -302,3 +302,41 @@ def test_a_scenario_case_without_inference_is_dead_lettered_saying_what_to_set(t
         raise AssertionError("a scenario case without turns was scored")
     # camelCase scenario keys are read as ADK reads them
     assert records["tool"]["adk_case"]["conversation_scenario"]["startingPrompt"] == "weather in Paris"
+
+
+def test_runs_are_separate_simulations_and_checkpointed_answers_are_not_asked_again(tmp_path, monkeypatch):
+    """num_runs 2: each run's simulator is its own sample (its own calls); a re-run of a run_id whose
+    earlier attempt checkpointed simulator answers (here: written as that attempt would have) reuses
+    them instead of calling."""
+    from evalbeam.metrics.judge.client import JudgeResponse
+    from evalbeam.transforms.judge_checkpoint import checkpoint_folder, write_chunk
+    from tests.judge_server import JudgeServer
+
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    path = tmp_path / "one.evalset.json"
+    path.write_text(json.dumps({"eval_set_id": "one", "eval_cases": [SCENARIO_SET["eval_cases"][0]]}))
+    inference = {"function": "tests.simulation_app:scripted_agent", "num_runs": 2}
+    with JudgeServer() as server:
+        judge = {"base_url": server.url}
+        first = write_config(tmp_path, path, inference, ["tool_call_count_v1"], run_id="runs", judge=judge)
+        evalbeam("run", first)
+        assert server.stats.stages["text"] == 3 * 2  # the same three prompts, asked once per run (sample)
+        out = tmp_path / "out" / "runs"
+        instances = {r["instance_id"]: r for r in table(out, "instances")}
+        prompts = {k: [t["prompt"] for t in json.loads(v["invocations"])] for k, v in instances.items()}
+        assert prompts == {f"one:three_turns:run{k}": ["Hi", "message 2", "message 3"] for k in (1, 2)}
+        answers = [r for r in table(out, "judge_cache") if r["metric"] == "user_simulator"]
+        assert len(answers) == 6 and len({r["request_key"] for r in answers}) == 6
+
+        # the same run_id again, its checkpoint folder holding these answers: nothing is asked
+        folder = checkpoint_folder(str(tmp_path / "out"), None, "runs")
+        write_chunk(folder, "shard-0-earlier-000001.parquet", [
+            JudgeResponse(r["request_key"], "user_simulator", r["verdict"], prompt_tokens=r["prompt_tokens"],
+                          output_tokens=r["output_tokens"], attempts=r["attempts"]) for r in answers])
+        requests = server.stats.requests
+        evalbeam("run", first)
+        assert server.stats.requests == requests
+    usage = json.loads(table(out, "runs")[0]["judge_usage"])["user_simulator"]
+    assert (usage["requests"], usage["checkpoint_reused"]) == (6, 6)
+    again = {r["instance_id"]: [t["prompt"] for t in json.loads(r["invocations"])] for r in table(out, "instances")}
+    assert again == prompts
