@@ -3,6 +3,7 @@ whole runs with a function agent whose simulated user is answered by the local G
 server (tests/judge_server.py) through the judge layer."""
 from __future__ import annotations
 
+import collections
 import json
 
 import yaml
@@ -157,6 +158,7 @@ def test_simulated_conversations_equal_adks_evaluation_generator(tmp_path):
             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "GOOGLE_GEMINI_BASE_URL": server.url, **env})
         assert reference.returncode == 0, reference.stderr[-3000:]
         adk = json.loads(reference.stdout)
+        adk_prompts = collections.Counter(server.stats.prompts)  # the simulator's prompts (free text) ADK sent
         config = write_config(tmp_path, eval_set, {"agent": "tests.inference_agent:root_agent"},
                               ["tool_call_count_v1"], run_id="fid",
                               judge={"base_url": server.url, "requests_per_minute": 6000})
@@ -164,6 +166,10 @@ def test_simulated_conversations_equal_adks_evaluation_generator(tmp_path):
         raw["input"]["adk_criteria"] = str(adk_config)
         config.write_text(yaml.safe_dump(raw))
         result = evalbeam("run", config, check=False, env=env, command=agent_bin / "evalbeam")
+        ours_prompts = collections.Counter(server.stats.prompts) - adk_prompts
+    # the same prompts, character for character: the conversation summaries of the real agent's
+    # events (tool calls and responses included) and the persona's prompt are ADK's
+    assert ours_prompts == adk_prompts and sum(adk_prompts.values()) == 2 + 1 + 2
     assert (tmp_path / "out" / "fid" / "instances").exists(), result.stderr[-3000:]
     instances = {r["instance_id"]: r for r in table(tmp_path / "out" / "fid", "instances")}
     ours = {}
