@@ -73,8 +73,9 @@ class SimulatorCalls:
             if first.checkpointed:  # reused once (a cache row, counted); asked again, a hit of this run
                 self._known[key] = JudgeResponse(key, USAGE_METRIC, first.verdict, cache_hit=True)
         elif key in self._asking:
+            # asked by another case at the same moment: its answer, counted once (here as a hit of this run)
             response = dataclasses.replace(await asyncio.shield(self._asking[key]), attempts=0, prompt_tokens=0,
-                                           output_tokens=0, rate_limited=0, hedged=0)
+                                           output_tokens=0, rate_limited=0, hedged=0, cache_hit=True)
         else:
             future = asyncio.get_running_loop().create_future()
             self._asking[key] = future
@@ -82,6 +83,7 @@ class SimulatorCalls:
                 response = await self._judge(JudgeRequest(key, USAGE_METRIC, prompt, "", FREE_TEXT, (), seed=sample))
             except BaseException as e:
                 future.set_exception(e)
+                future.exception()  # retrieved: no "never retrieved" warning when no other case waited
                 raise
             finally:
                 del self._asking[key]
@@ -170,6 +172,8 @@ class Simulate(beam.PTransform):
         shard_settings = settings.with_quota_share(1.0 / shards)
         pipeline = cases.pipeline
         cached = context.cached if context.cached is not None else pipeline | "NoCache" >> beam.Create([])
+        # the side input holds the simulator's answers only, not the whole judge cache
+        cached = cached | "SimulatorAnswers" >> beam.Filter(lambda kv: kv[1].metric == USAGE_METRIC)
         out = (
             cases
             | "ByShard" >> beam.Map(lambda i: (judge_checkpoint.shard_of(request_key(settings, i.instance_id, "", 0),
