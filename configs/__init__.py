@@ -406,7 +406,9 @@ def user_simulator_from_adk(text: str) -> dict | None:
     value = {k: v for k, v in value.items() if v is not None or k != "type"}
     if value.get("type", "llm_backed") != "llm_backed":
         raise ValueError(f"user_simulator_config: type {value['type']!r} is not supported (only llm_backed)")
-    return value
+    # ADK's config allows (and ignores) other keys (BaseUserSimulatorConfig: extra="allow")
+    known = {name for field_name, f in UserSimulatorConfig.model_fields.items() for name in (field_name, f.alias)}
+    return {k: v for k, v in value.items() if k in known}
 
 
 def _with_adk_user_simulator(data: dict, text: str) -> dict:
@@ -554,7 +556,11 @@ class EvalConfig(_Model):
         except pydantic.ValidationError:
             return data
         if source.adk_criteria:  # as ADK reads it: the test_config's user_simulator_config
-            data = _with_adk_user_simulator(data, _read_text(source.adk_criteria))
+            try:
+                text = _read_text(source.adk_criteria)
+            except OSError:
+                return data  # reported by _adk_criteria, with the path
+            data = _with_adk_user_simulator(data, text)
             if data["inference"].get("user_simulator") is not None:
                 return data
         if source.inferred_format() != "adk_eval_set":

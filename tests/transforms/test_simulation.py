@@ -211,8 +211,22 @@ def test_the_scenarios_example_config_validates_with_the_adk_files_simulator(mon
         "city": "London"}
 
 
-def test_user_simulator_config_checks():
+def test_user_simulator_config_checks(tmp_path):
     from evalbeam.configs import EvalConfig
+
+    # an ADK file's user_simulator_config as ADK reads it: camelCase, no type, other keys ignored
+    adk_file = tmp_path / "test_config.json"
+    adk_file.write_text(json.dumps({"criteria": {"safety_v1": 0.5}, "userSimulatorConfig": {
+        "maxAllowedInvocations": 4, "someFutureKey": 1}}))
+    config = EvalConfig.model_validate({"name": "s", "input": {"uri": "x.evalset.json", "adk_criteria": str(adk_file)},
+                                        "inference": {"function": "a.b:c"}, "output": {"parquet": "/tmp/x"}})
+    assert config.inference.user_simulator.max_allowed_invocations == 4
+    # the config's own inference.user_simulator wins over the file's
+    config = EvalConfig.model_validate({"name": "s", "input": {"uri": "x.evalset.json", "adk_criteria": str(adk_file)},
+                                        "inference": {"function": "a.b:c", "user_simulator": {"model": "m2"}},
+                                        "output": {"parquet": "/tmp/x"}})
+    assert (config.inference.user_simulator.model, config.inference.user_simulator.max_allowed_invocations) == (
+        "m2", 20)
 
     base = {"name": "s", "input": {"uri": "x.evalset.json"}, "metrics": ["tool_call_count_v1"],
             "output": {"parquet": "/tmp/x"}}
