@@ -360,3 +360,38 @@ def test_runs_are_separate_simulations_and_checkpointed_answers_are_not_asked_ag
     assert (usage["requests"], usage["checkpoint_reused"]) == (6, 6)
     again = {r["instance_id"]: [t["prompt"] for t in json.loads(r["invocations"])] for r in table(out, "instances")}
     assert again == prompts
+
+
+def test_an_answer_with_no_text_fails_the_case_after_the_judges_retries(monkeypatch):
+    import asyncio
+
+    from evalbeam.configs import UserSimulatorConfig
+    from evalbeam.metrics.judge.settings import JudgeSettings
+    from evalbeam.metrics.simulator import UserSimulatorFailed
+    from evalbeam.transforms.simulate import SimulatorCalls
+    from tests.judge_server import JudgeServer
+
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    with JudgeServer() as server:
+        settings = UserSimulatorConfig().judge_settings(JudgeSettings(base_url=server.url, max_attempts=3))
+        calls = SimulatorCalls(settings, UserSimulatorConfig(), {}, None)
+
+        async def main():
+            try:
+                first = await calls.ask("Plan: say hi.\n#reply=hello there")
+                again = await calls.ask("Plan: say hi.\n#reply=hello there")  # answered before: no call
+                try:
+                    await calls.ask("Plan: nothing.\n#reply=")  # the model's answer has no text
+                except UserSimulatorFailed as e:
+                    return first, again, str(e)
+                return first, again, None
+            finally:
+                await calls.close()
+
+        first, again, error = asyncio.run(main())
+        assert first == again == "hello there"
+        assert server.stats.stages["text"] == 1 + 3
+    assert error == ("user simulator: judge failed after 3 attempts; last: invalid judge output: the model's "
+                     "answer has no text")
+    assert [(r.cache_hit, r.attempts, r.error is None) for r in calls.responses] == [
+        (False, 1, True), (True, 0, True), (False, 3, False)]
