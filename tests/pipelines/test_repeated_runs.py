@@ -109,3 +109,22 @@ def test_show_prints_pass_at_k_and_the_clustered_standard_error(repeated_run):
     [overall] = [s for s in data["summary"] if s["metric"] == "exact_match" and s["slice"] == "overall"]
     assert [p["value"] for p in overall["pass_at_k"]] == [p["value"] for p in want["pass_at_k"]]
     assert overall["standard_error"] == want["standard_error"]
+
+
+def test_the_report_shows_the_pass_curves(repeated_run):
+    import lxml.html
+
+    out, config, _ = repeated_run
+    page = out.parent / "repeats.html"
+    evalbeam("report", "rep1", "--config", str(config), "-o", str(page))
+    dom = lxml.html.fromstring(page.read_text(encoding="utf-8"))
+    assert [h.text_content() for h in dom.xpath("//h2")][:3] == ["Run", "Summary", "Repeated runs"]
+    section = dom.xpath("//section[@id='repeated-runs']")[0]
+    assert len(section.xpath(".//figure/svg")) == 1  # one chart: the one metric with a threshold, overall
+    cells = {tuple(td.text_content() for td in tr.xpath("td")[:2]): [td.text_content() for td in tr.xpath("td")]
+             for tr in section.xpath(".//tr[td]")}
+    want = expected(list(CASES.values()))
+    row = cells[("exact_match", "overall")]
+    assert row[3:9] == [f"{p['value'].expected:.3f}" for p in want["pass_at_k"] + want["pass_all_k"]]
+    se = dom.xpath("//section[@id='summary']//tr[td[1]/a[text()='exact_match']]/td[5]")[0].text_content()
+    assert float(se) == pytest.approx(want["standard_error"].expected, abs=1e-4)
