@@ -64,3 +64,15 @@ def right_in_early_runs(fields: dict, run: int) -> str:
         raise RuntimeError(f"run {run} broke")
     right = int(re.search(r"#right=(\d+)", prompt).group(1))
     return fields["reference"] if run <= right else f"wrong in run {run}"
+
+
+def run_named(fields: dict, run: int = 0) -> str:
+    return f"run {run}"
+
+
+async def run_named_async(fields: dict, *, run: int) -> str:
+    return f"async run {run}"
+
+
+def run_in_kwargs(fields: dict, **options) -> str:
+    return f"options {sorted(options.items())}"
