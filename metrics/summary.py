@@ -168,6 +168,23 @@ class ScoreMoments:
             self.pass_all[k - 1] += pass_all_k(n, c, k)
             self.pass_cases[k - 1] += 1
 
+    def add_single_case(self, score: float, passed: bool | None) -> None:
+        """add_case of a case with one valid score (every case, with one run): the same
+        sums without the general case's work, this being the summary's inner loop."""
+        self.cases += 1
+        self.case_weight += 1.0
+        delta = score - self.case_mean
+        self.case_mean += delta / self.case_weight
+        self.case_m2 += delta * (score - self.case_mean)
+        if passed is None:
+            return
+        if not self.pass_cases:
+            self.pass_at, self.pass_all, self.pass_cases = [0.0], [0.0], [0]
+        if passed:  # pass@1 = pass^1 = c for one run
+            self.pass_at[0] += 1.0
+            self.pass_all[0] += 1.0
+        self.pass_cases[0] += 1
+
     def add_agreement_bootstrap(self, weighted: np.ndarray, weights: np.ndarray) -> None:
         """add_bootstrap's sums for the position agreements."""
         if self.boot_agree_sum is None:

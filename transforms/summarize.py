@@ -84,6 +84,36 @@ class SliceAccumulator:
         """One case: the results of each of its runs."""
         row = len(self.ids)
         self.ids.append(case_id)
+        if len(runs) == 1:
+            self._add_one_run(row, runs[0])
+        else:
+            self._add_runs(row, runs)
+        if len(self.ids) >= BOOTSTRAP_BATCH:
+            self.flush()
+
+    def _pending(self, metric: str):
+        return self.pending.get(metric) or self.pending.setdefault(metric, ([], [], [], [], []))
+
+    def _add_one_run(self, row: int, results) -> None:
+        """A case of one run (every case without repeated runs): each metric has one row."""
+        for metric, score, error, passed, choice, agreement in results:
+            moments = self.moments.get(metric)
+            if moments is None:
+                moments = self.moments[metric] = ScoreMoments()
+            valid = moments.add(score, error, passed, choice)
+            if valid:
+                moments.add_single_case(score, passed)
+            if agreement is not None:
+                moments.add_case([], [], [agreement])
+            if valid or agreement is not None:
+                rows, sums, counts, agree_sums, agree_counts = self._pending(metric)
+                rows.append(row)
+                sums.append(score if valid else 0.0)
+                counts.append(1 if valid else 0)
+                agree_sums.append(agreement or 0.0)
+                agree_counts.append(0 if agreement is None else 1)
+
+    def _add_runs(self, row: int, runs) -> None:
         per_metric: dict[str, tuple[list, list, list]] = {}
         for results in runs:
             for metric, score, error, passed, choice, agreement in results:
@@ -99,11 +129,9 @@ class SliceAccumulator:
         for metric, (scores, passes, agreements) in per_metric.items():
             self.moments[metric].add_case(scores, passes, agreements)
             if scores or agreements:
-                pending = self.pending.get(metric) or self.pending.setdefault(metric, ([], [], [], [], []))
-                for column, value in zip(pending, (row, sum(scores), len(scores), sum(agreements), len(agreements))):
+                for column, value in zip(self._pending(metric),
+                                         (row, sum(scores), len(scores), sum(agreements), len(agreements))):
                     column.append(value)
-        if len(self.ids) >= BOOTSTRAP_BATCH:
-            self.flush()
 
     def instances(self) -> int:
         """The instances added (each has a row for each of its metrics)."""
