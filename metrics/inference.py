@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import importlib
 import inspect
 import json
@@ -77,27 +78,42 @@ def load_target(path: str, what: str) -> Any:
     return target
 
 
+def accepts_keyword(fn: Callable, name: str) -> bool:
+    """Whether fn can be called with the keyword argument `name` (declared, or **kwargs)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: only its one argument
+        return False
+    return any(p.kind is p.VAR_KEYWORD or (p.name == name and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+               for p in parameters)
+
+
 class FunctionInferrer:
     """inference.function: a callable fields -> result (plain or async). A plain
     function runs in a thread pool of `max_concurrency` threads, so slow I/O-bound
-    functions overlap; a timed-out call is reported, its thread left to finish."""
+    functions overlap; a timed-out call is reported, its thread left to finish.
+    A function that declares a `run` parameter (or **kwargs) is also told which run
+    of the case it is making (1..inference.num_runs, keyword `run`); one that does not
+    is called with the fields alone, as before."""
 
     def __init__(self, path: str, max_concurrency: int = 8):
-        self._fn: Callable[[dict[str, Any]], Any] = load_target(path, "inference.function")
+        self._fn: Callable[..., Any] = load_target(path, "inference.function")
         if not callable(self._fn):
             raise TypeError(f"inference.function {path!r} is not callable")
+        self._takes_run = accepts_keyword(self._fn, "run")
         self._pool = concurrent.futures.ThreadPoolExecutor(max_concurrency, thread_name_prefix="evalbeam-infer")
 
-    async def infer(self, fields: dict[str, Any]) -> Any:
+    async def infer(self, fields: dict[str, Any], run: int = 1) -> Any:
+        call = functools.partial(self._fn, run=run) if self._takes_run else self._fn
         if inspect.iscoroutinefunction(self._fn):
-            return await self._fn(dict(fields))
-        result = await asyncio.get_running_loop().run_in_executor(self._pool, self._fn, dict(fields))
+            return await call(dict(fields))
+        result = await asyncio.get_running_loop().run_in_executor(self._pool, call, dict(fields))
         if inspect.isawaitable(result):
             result = await result
         return result
 
-    async def conversation(self, fields: dict[str, Any]) -> "FunctionConversation":
-        return FunctionConversation(self, fields)
+    async def conversation(self, fields: dict[str, Any], run: int = 1) -> "FunctionConversation":
+        return FunctionConversation(self, fields, run)
 
     async def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -109,15 +125,15 @@ class FunctionConversation:
     ([{role: user | agent, text}]); it returns the turn: its final response as text, or an object
     with the keys of one turn (response, tool_calls, intermediate_responses, events, duration)."""
 
-    def __init__(self, inferrer: FunctionInferrer, fields: dict[str, Any]):
-        self._inferrer, self._fields = inferrer, fields
+    def __init__(self, inferrer: FunctionInferrer, fields: dict[str, Any], run: int = 1):
+        self._inferrer, self._fields, self._run = inferrer, fields, run
         self.messages: list[dict[str, str]] = []
 
     async def send(self, prompt: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         self.messages.append({"role": "user", "text": prompt})
         started = time.monotonic()
         result = await self._inferrer.infer({**self._fields, "prompt": prompt,
-                                             "conversation": [dict(m) for m in self.messages]})
+                                             "conversation": [dict(m) for m in self.messages]}, run=self._run)
         seconds = time.monotonic() - started
         if isinstance(result, str):
             result = {"response": result}
@@ -362,12 +378,12 @@ def scenario_of(fields: dict[str, Any]) -> Any:
     return case.get("conversation_scenario") if isinstance(case, dict) else None
 
 
-async def simulate(inferrer, fields: dict[str, Any], simulator) -> list[dict[str, Any]]:
-    """A conversation_scenario case: the simulated user and the agent take turns, as ADK's
-    EvaluationGenerator._generate_inferences_from_root_agent drives them (evaluation_generator.py:
-    936-983): the simulator reads every event so far and answers the next user message, or
-    ends (its stop signal, or max_allowed_invocations); each message is one agent turn."""
-    conversation = await inferrer.conversation(fields)
+async def simulate(conversation, simulator) -> list[dict[str, Any]]:
+    """A conversation_scenario case (`conversation`: the inferrer's, for this case): the simulated
+    user and the agent take turns, as ADK's EvaluationGenerator._generate_inferences_from_root_agent
+    drives them (evaluation_generator.py:936-983): the simulator reads every event so far and answers
+    the next user message, or ends (its stop signal, or max_allowed_invocations); each message is
+    one agent turn."""
     events: list[dict[str, Any]] = []
     turns = []
     while True:
@@ -380,11 +396,14 @@ async def simulate(inferrer, fields: dict[str, Any], simulator) -> list[dict[str
 
 
 def infer_all(make: Callable[[], Inferrer], items: Iterable[tuple[Any, dict[str, Any]]], max_concurrency: int,
-              timeout_seconds: float | None, make_simulators: Callable[[], Any] | None = None,
+              timeout_seconds: float | None, run_of: Callable[[Any], int] | None = None,
+              make_simulators: Callable[[], Any] | None = None,
               ) -> Iterator[tuple[Any, dict[str, Any]]]:
     """(key, fields) items -> (key, fields filled or failed), each case exactly once,
     at most `max_concurrency` in flight on one asyncio loop. The inferrer is made
     (and closed) on that loop: ADK's runner and sessions belong to one loop.
+    run_of(key): which run of its case an item is, passed on to a FunctionInferrer
+    (the one kind of inferrer a user's code can be told it by).
     make_simulators: for conversation_scenario cases, made on the loop too: an object with
     `for_case(scenario, key) -> metrics.simulator.LlmBackedUserSimulator` and `async close()`."""
     items = list(items)
@@ -395,12 +414,15 @@ def infer_all(make: Callable[[], Inferrer], items: Iterable[tuple[Any, dict[str,
         gate = asyncio.Semaphore(max_concurrency)
 
         async def run(key, fields):
+            told = run_of is not None and isinstance(inferrer, FunctionInferrer)
             scenario = scenario_of(fields)
             if scenario is None:
-                return await inferrer.infer(fields)
+                return await (inferrer.infer(fields, run=run_of(key)) if told else inferrer.infer(fields))
             if simulators is None:
                 raise InferenceError("a conversation_scenario case needs a user simulator")
-            return await simulate(inferrer, fields, simulators.for_case(scenario, key))
+            conversation = await (inferrer.conversation(fields, run=run_of(key)) if told
+                                  else inferrer.conversation(fields))
+            return await simulate(conversation, simulators.for_case(scenario, key))
 
         async def one(key, fields):
             async with gate:

@@ -32,6 +32,7 @@ from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.simulator import USAGE_METRIC, LlmBackedUserSimulator, UserSimulatorFailed, parse_scenario
 from evalbeam.transforms import judge_checkpoint
+from evalbeam.transforms.infer import run_number
 from evalbeam.transforms.judge import UsageFn, cache_row
 from evalbeam.transforms.schema import RunKey
 
@@ -146,7 +147,7 @@ class SimulateFn(beam.DoFn):
         make = lambda: make_inferrer(self._kind, self._target, self._max_concurrency)  # noqa: E731
         try:
             done = list(infer_all(make, [(i.instance_id, i.fields) for i in batch], self._max_concurrency,
-                                  self._timeout, make_simulators))
+                                  self._timeout, run_of=run_number, make_simulators=make_simulators))
         finally:
             if writer is not None:
                 writer.close()
