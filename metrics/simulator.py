@@ -157,16 +157,17 @@ class Scenario:
     user_persona: Optional[UserPersona] = None
 
 
-def _key(value: Mapping[str, Any], name: str) -> Any:
-    """A key in snake_case or camelCase (ADK's models take both)."""
-    if name in value:
-        return value[name]
+def _key(value: Mapping[str, Any], name: str, camel: bool = True) -> Any:
+    """A key in snake_case or camelCase (ADK's eval models take both; its persona models, plain
+    pydantic models, snake_case only: camel False)."""
+    if name in value or not camel:
+        return value.get(name)
     head, *rest = name.split("_")
     return value.get(head + "".join(w.title() for w in rest))
 
 
-def _text(value: Mapping[str, Any], name: str, where: str) -> str:
-    text = _key(value, name)
+def _text(value: Mapping[str, Any], name: str, where: str, camel: bool = True) -> str:
+    text = _key(value, name, camel)
     if not isinstance(text, str):
         raise ScenarioError(f"{where}.{name} is missing or not a string")
     return text
@@ -182,7 +183,8 @@ def _persona(value: Any, where: str) -> Optional[UserPersona]:
         value = PERSONAS[value]
     if not isinstance(value, Mapping):
         raise ScenarioError(f"{where} must be a persona id or an object with id, description and behaviors")
-    behaviors = _key(value, "behaviors")
+    # UserPersona and UserBehavior are plain pydantic models: snake_case keys, others ignored
+    behaviors = value.get("behaviors")
     if not isinstance(behaviors, list):
         raise ScenarioError(f"{where}.behaviors is missing or not a list")
     out = []
@@ -192,12 +194,12 @@ def _persona(value: Any, where: str) -> Optional[UserPersona]:
             raise ScenarioError(f"{at} must be an object")
         lists = []
         for name in ("behavior_instructions", "violation_rubrics"):
-            items = _key(b, name)
+            items = b.get(name)
             if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
                 raise ScenarioError(f"{at}.{name} is missing or not a list of strings")
             lists.append(tuple(items))
-        out.append(UserBehavior(_text(b, "name", at), _text(b, "description", at), *lists))
-    return UserPersona(_text(value, "id", where), _text(value, "description", where), tuple(out))
+        out.append(UserBehavior(_text(b, "name", at, False), _text(b, "description", at, False), *lists))
+    return UserPersona(_text(value, "id", where, False), _text(value, "description", where, False), tuple(out))
 
 
 def parse_scenario(value: Any, where: str = "conversation_scenario") -> Scenario:

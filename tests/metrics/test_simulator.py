@@ -181,6 +181,11 @@ def test_scenario_and_persona_errors_say_what_adk_says():
         parse_scenario({"starting_prompt": "a", "conversation_plan": "b", "user_persona": "GURU"})
     with pytest.raises(ScenarioError, match="conversation_plan is missing"):
         parse_scenario({"starting_prompt": "a"})
+    # a persona is a plain pydantic model in ADK: snake_case keys only
+    camel = {**OWN_PERSONA, "behaviors": [{**OWN_PERSONA["behaviors"][0], "behaviorInstructions": ["x"]}]}
+    del camel["behaviors"][0]["behavior_instructions"]
+    with pytest.raises(ScenarioError, match="behavior_instructions is missing"):
+        parse_scenario({"starting_prompt": "a", "conversation_plan": "b", "user_persona": camel})
     with pytest.raises(ScenarioError, match="extra_key: Extra inputs are not permitted"):
         parse_scenario({"starting_prompt": "a", "conversation_plan": "b", "extra_key": 1})
     # a persona given with custom instructions lacking {{ persona }} is refused when the prompt is made
