@@ -341,6 +341,12 @@ def parse_adk_eval_set(doc: _Document, value: Any, positional: bool) -> Iterator
             adk_case = {"eval_set_id": set_id, "eval_id": eval_id, "conversation_scenario": scenario}
             if isinstance(get_key(case, "session_input"), dict):
                 adk_case["session_input"] = get_key(case, "session_input")
+            if get_key(case, "rubrics") is not None:  # copied onto the simulated turns, as ADK copies them
+                try:
+                    adk_case["rubrics"] = rubrics_of(get_key(case, "rubrics"), "rubrics")
+                except ValueError as e:
+                    yield out.dead(index, f"{label}: {e}", case, _field_of(str(e)))
+                    continue
             record = {"instance_id": f"{set_id}:{eval_id}", "eval_set_id": set_id, "eval_id": eval_id,
                       "adk_case": adk_case}
             yield out.record(index, record, case)

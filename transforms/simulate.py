@@ -30,6 +30,7 @@ from evalbeam.metrics.inference import AgentInferrer, infer_all, load_target, ma
 from evalbeam.metrics.judge.client import FREE_TEXT, JudgeClient, JudgeRequest, JudgeResponse, request_key
 from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter
 from evalbeam.metrics.judge.settings import JudgeSettings
+from evalbeam.metrics.trace import add_rubrics
 from evalbeam.metrics.simulator import USAGE_METRIC, LlmBackedUserSimulator, UserSimulatorFailed, parse_scenario
 from evalbeam.transforms import judge_checkpoint
 from evalbeam.transforms.infer import run_number
@@ -153,6 +154,10 @@ class SimulateFn(beam.DoFn):
                 writer.close()
         for instance_id, fields in done:
             self._cases.inc()
+            rubrics = (fields.get("adk_case") or {}).get("rubrics")
+            if rubrics:  # the case's rubrics apply to every simulated turn (local_eval_service.py:106-112)
+                for turn in fields.get("invocations") or []:
+                    add_rubrics(turn, rubrics)
             yield dataclasses.replace(by_id[instance_id], fields=fields)
         for response in (calls[0].responses if calls else []):
             yield beam.pvalue.TaggedOutput(ANSWERS, response)

@@ -21,7 +21,8 @@ SCENARIO_SET = {
         {"eval_id": "runaway", "conversation_scenario": {
             "starting_prompt": "loop", "conversation_plan": "Keep going.", "user_persona": "NOVICE"}},
         {"eval_id": "tool", "conversationScenario": {
-            "startingPrompt": "weather in Paris", "conversationPlan": "Get the weather, thank the agent."}},
+            "startingPrompt": "weather in Paris", "conversationPlan": "Get the weather, thank the agent."},
+         "rubrics": [{"rubric_id": "polite", "rubric_content": {"text_property": "The agent is polite."}}]},
         {"eval_id": "broken", "conversation_scenario": {
             "starting_prompt": "break", "conversation_plan": "Anything."}},
         {"eval_id": "fixed", "conversation": [
@@ -64,6 +65,9 @@ def test_scenarios_run_with_the_simulator_through_the_judge_layer_and_its_cache(
         assert [t["prompt"] for t in runaway] == ["loop", "loop more", "loop more", "loop more"]  # max_allowed_invocations
         tool = json.loads(instances["sim:tool"]["invocations"])
         assert [t["prompt"] for t in tool] == ["weather in Paris", "thanks"]
+        # the case's rubrics on every simulated turn, as ADK copies them onto the actual invocations
+        assert [t["rubrics"] for t in tool] == [[{"rubric_id": "polite", "rubric_content": {
+            "text_property": "The agent is polite."}}]] * 2
         assert tool[0]["tool_calls"] == [{"tool_name": "get_weather", "tool_input": {"city": "Paris"},
                                           "response": {"celsius": 25}}]
         broken = instances["sim:broken"]
