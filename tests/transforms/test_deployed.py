@@ -1,0 +1,100 @@
+"""Deployed agents (metrics/deployed.py): `inference.a2a` against a real ADK agent served by ADK's own
+`to_a2a` (the .agent venv), whose model is the local Gemini-protocol server, compared with the same agent
+run in-process (`inference.agent`); `inference.agent_engine` against a stand-in speaking Agent Engine's REST
+protocol (tests/agent_engine_server.py) through google-cloud-aiplatform's client and real credentials."""
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+
+import pytest
+
+from evalbeam.metrics.deployed import A2AInferrer, Calls, events_from_a2a
+from evalbeam.metrics.inference import infer_all
+from evalbeam.metrics.instance import RowSpec, build_instance
+from evalbeam.transforms.read import parse_file
+from evalbeam.transforms.records import Record
+from tests.helpers import ROOT
+from tests.judge_server import JudgeServer
+from tests.transforms.test_inference import AGENT_SET, KEY, agent_env
+
+
+def cases_of(tmp_path, eval_set):
+    path = tmp_path / "set.evalset.json"
+    path.write_text(json.dumps(eval_set))
+    records = [r for r in parse_file(str(path), "adk_eval_set") if isinstance(r, Record)]
+    spec = RowSpec({}, "instance_id", (), ())
+    return [(r.data["instance_id"], build_instance(r.data, spec, "t").fields) for r in records]
+
+
+def in_process(tmp_path, cases, model_url):
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "GOOGLE_API_KEY": KEY, "EVALBEAM_TEST_MODEL_URL": model_url}
+    result = subprocess.run([str(agent_env() / "bin" / "python"), str(ROOT / "tests" / "agent_env" / "infer_agent.py"),
+                             "tests.inference_agent:root_agent", str(tmp_path / "cases.json"), str(tmp_path / "out.json")],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return dict(json.loads((tmp_path / "out.json").read_text()))
+
+
+def over_a2a(url, cases, **calls):
+    settings = {"requests_per_minute": None, "max_attempts": 3, "request_timeout": 60, **calls}
+    made = []
+
+    def make():
+        made.append(Calls(settings["requests_per_minute"], settings["max_attempts"], settings["request_timeout"]))
+        return A2AInferrer(url, made[-1])
+
+    return dict(infer_all(make, cases, 4, 120)), made[0]
+
+
+def actual(turn):
+    return turn["response"], [(c["tool_name"], c["tool_input"], c.get("response")) for c in turn.get("tool_calls", [])]
+
+
+def test_a2a_agent_gives_the_trace_the_same_agent_gives_in_process(tmp_path):
+    """The same ADK agent in-process (ADK's Runner) and served by ADK's to_a2a: the same final responses
+    and tool calls (names, arguments, responses), turn for turn; a raising tool fails the case both ways.
+    (session_input's state is left out: A2A has no way to give a session its initial state.)"""
+    from tests.a2a_agent import A2AServer
+
+    eval_set = copy.deepcopy(AGENT_SET)
+    for case in eval_set["eval_cases"]:
+        case.pop("session_input", None)
+    cases = cases_of(tmp_path, eval_set)
+    with JudgeServer() as model:
+        local = in_process(tmp_path, cases, model.url)
+        with A2AServer(model.url) as url:
+            remote, calls = over_a2a(url, cases)
+    assert set(local) == set(remote) == {"agent:two_turns", "agent:no_tool", "agent:bad_tool", "agent:raises"}
+    for key in ("agent:two_turns", "agent:no_tool", "agent:bad_tool"):
+        assert remote[key]["failure"] == local[key]["failure"] == 0, remote[key].get("inference_error")
+        mine, theirs = local[key]["invocations"], remote[key]["invocations"]
+        assert [actual(t) for t in theirs] == [actual(t) for t in mine]
+        assert [t["prompt"] for t in theirs] == [t["prompt"] for t in mine]
+        assert all(t["invocation_id"] and t["duration"]["total"] > 0 for t in theirs)
+    two = remote["agent:two_turns"]["invocations"]
+    assert [c["tool_name"] for c in two[1]["tool_calls"]] == ["remember_city", "convert"]
+    assert two[1]["tool_calls"][0]["response"] == {"remembered": 1, "unit": None}  # one conversation: one session
+    assert two[0]["expected"]["tool_calls"][0]["tool_name"] == "get_weather"  # the expected side stays
+    usage = [e["usage"] for e in two[0]["events"] if "usage" in e]
+    assert usage and usage[0]["prompt_token_count"] > 0
+    assert local["agent:raises"]["failure"] == remote["agent:raises"]["failure"] == 1
+    # the agent card once, then one request per turn: 2 + 1 + 1 + 1, nothing retried
+    assert calls.stats.requests == 1 + 5 and calls.stats.retries == 0
+
+
+def test_a2a_stream_of_a_plain_agent():
+    """An A2A agent that is not ADK's: no adk_* metadata, the answer in a message or in its task's artifacts."""
+    message = [{"message": {"contextId": "c1", "role": "ROLE_AGENT", "parts": [{"text": "hi"}]}}]
+    events, context = events_from_a2a(message, "plain")
+    assert context == "c1" and events == [{"author": "plain", "content": {"role": "model", "parts": [{"text": "hi"}]}}]
+    task = [{"task": {"contextId": "c2", "status": {"state": "TASK_STATE_COMPLETED"},
+                      "artifacts": [{"parts": [{"text": "from the artifact"}]}]}}]
+    events, context = events_from_a2a(task, "plain")
+    assert context == "c2" and events[0]["content"]["parts"] == [{"text": "from the artifact"}]
+    failed = [{"statusUpdate": {"contextId": "c3", "status": {"state": "TASK_STATE_FAILED", "message": {
+        "role": "ROLE_AGENT", "parts": [{"text": "boom"}]}}}}]
+    with pytest.raises(Exception, match="TASK_STATE_FAILED: boom"):
+        events_from_a2a(failed, "plain")
