@@ -327,7 +327,7 @@ class AgentEngineInferrer:
         response = self.client().query_reasoning_engine(request=types.QueryReasoningEngineRequest(
             name=self._resource, class_method="create_session", input={"user_id": user_id, "state": state},
         ), timeout=self._calls.request_timeout)
-        output = _struct_dict(response.output)
+        output = _message_dict(response).get("output", {})
         session = output.get("output", output) if isinstance(output, dict) else output
         if not isinstance(session, dict) or not session.get("id"):
             raise InferenceError(f"Agent Engine's create_session answered without a session id: {str(session)[:200]}")
@@ -373,18 +373,11 @@ class AgentEngineInferrer:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _struct_dict(value: Any) -> Any:
-    """A protobuf Struct/Value (or the proto-plus map of one) as plain JSON values."""
-    from google.protobuf import json_format, struct_pb2
+def _message_dict(message: Any) -> dict[str, Any]:
+    """A proto-plus response as JSON values (what the agent_engines SDK's _utils.to_dict does)."""
+    from google.protobuf import json_format
 
-    if isinstance(value, (struct_pb2.Struct, struct_pb2.Value)):
-        return json_format.MessageToDict(value)
-    pb = getattr(type(value), "pb", None)
-    if pb is not None:
-        return json_format.MessageToDict(pb(value))
-    if hasattr(value, "items"):
-        return {k: _struct_dict(v) for k, v in value.items()}
-    return value
+    return json_format.MessageToDict(type(message).pb(message))
 
 
 def engine_client(resource: str, base_url: str | None = None):

@@ -98,3 +98,92 @@ def test_a2a_stream_of_a_plain_agent():
         "role": "ROLE_AGENT", "parts": [{"text": "boom"}]}}}}]
     with pytest.raises(Exception, match="TASK_STATE_FAILED: boom"):
         events_from_a2a(failed, "plain")
+
+
+# ------------------------------------------------------------------------------------ Agent Engine
+
+ENGINE = "projects/evalbeam-test/locations/europe-west4/reasoningEngines/1234567890"
+
+
+@pytest.fixture
+def engine_env(tmp_path, monkeypatch):
+    """Application Default Credentials: a real service account file (a key made here) whose
+    token_uri is the local token endpoint (tests/judge_server.py), as the vertex_ai judge is tested."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from tests.agent_engine_server import AgentEngineServer
+    from tests.metrics.test_judge_vertex import CLIENT_EMAIL, service_account_file
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    with JudgeServer() as tokens:
+        tokens.trust(CLIENT_EMAIL, key.public_key())
+        adc, _ = service_account_file(tmp_path, f"{tokens.url}/token", key)
+        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
+        with AgentEngineServer(tokens) as engine:
+            yield engine
+
+
+def on_engine(engine, cases, max_attempts=3, requests_per_minute=None, sleep=None):
+    from evalbeam.metrics.deployed import AgentEngineInferrer
+
+    made = []
+
+    def make():
+        calls = Calls(requests_per_minute, max_attempts, 30)
+        if sleep is not None:
+            calls._sleep = sleep
+        made.append(calls)
+        return AgentEngineInferrer(ENGINE, calls, engine.url, 4)
+
+    return dict(infer_all(make, cases, 4, 120)), made[0]
+
+
+def test_agent_engine_sessions_turns_and_trace(tmp_path, engine_env):
+    """One session per case from its session_input (user_id, state), each turn one stream_query on it,
+    the streamed ADK events made into the turns as inference.agent's are; real credentials were used."""
+    engine = engine_env
+    cases = cases_of(tmp_path, AGENT_SET)
+    done, calls = on_engine(engine, cases)
+    assert done["agent:no_tool"]["failure"] == 0, done["agent:no_tool"].get("inference_error")
+    assert engine.stats.unauthorized == 0 and engine.stats.resources[ENGINE] == len(cases) + 5
+    assert sorted(engine.stats.sessions, key=str) == sorted(
+        [("u7", {"unit": "C"})] + [("evalbeam_user", {})] * 3, key=str)
+    first, second = done["agent:two_turns"]["invocations"]
+    assert actual(first) == ('Done: {"celsius": 25, "city": "Paris"}', [("get_weather", {"city": "Paris"},
+                                                                          {"city": "Paris", "celsius": 25})])
+    assert [c["tool_name"] for c in second["tool_calls"]] == ["remember_city", "convert"]
+    assert second["tool_calls"][1]["response"] == {"fahrenheit": 77.0}
+    assert first["invocation_id"] != second["invocation_id"] and first["invocation_id"].startswith("e-")
+    assert [e["usage"]["prompt_token_count"] > 0 for e in first["events"] if "usage" in e] == [True]
+    assert done["agent:no_tool"]["invocations"][0]["response"] == "No tool needed: Hello there"
+    assert done["agent:two_turns"]["failure"] == 0 and done["agent:two_turns"]["latency_in_seconds"] > 0
+    # every session asked each of its turns once: nothing failed, nothing retried
+    assert set(engine.stats.turn_requests.values()) == {1} and calls.stats.retries == 0
+
+
+def test_agent_engine_retries_never_resend_an_answered_turn(tmp_path, engine_env):
+    """The stand-in fails mid-conversation: the second turn's first request with 503, its second with
+    429 (Retry-After 2). The case completes; turn 1 was sent once, turn 2 three times; the waits honour
+    Retry-After. A turn failing every attempt fails its case with the last error, nothing re-sent."""
+    engine = engine_env
+    engine.fail = {(2, 1): (503, None), (2, 2): (429, 2)}
+    waits = []
+
+    async def sleep(seconds):
+        waits.append(seconds)
+
+    [two_turns] = [c for c in cases_of(tmp_path, AGENT_SET) if c[0] == "agent:two_turns"]
+    done, calls = on_engine(engine, [two_turns], max_attempts=3, requests_per_minute=6000, sleep=sleep)
+    assert done["agent:two_turns"]["failure"] == 0, done["agent:two_turns"].get("inference_error")
+    [(session, _)] = [k for k in engine.stats.turn_requests if k[1] == 1]
+    assert engine.stats.turn_requests[(session, 1)] == 1 and engine.stats.turn_requests[(session, 2)] == 3
+    assert calls.stats.retries == 2 and calls.stats.rate_limited == 1 and waits[1] >= 2
+    assert calls.limiter.rate_limited == 1  # the 429 slowed the shared limiter down
+    assert [len(t["tool_calls"]) for t in done["agent:two_turns"]["invocations"]] == [1, 2]
+
+    engine.fail = {(2, k): (503, None) for k in range(1, 10)}
+    done, calls = on_engine(engine, [two_turns], max_attempts=3, sleep=sleep)
+    assert done["agent:two_turns"]["failure"] == 1
+    assert done["agent:two_turns"]["inference_error"].startswith("inference failed: turn 2 failed after 3 attempts; last: HTTP 503")
+    session = [s for s, t in engine.stats.turn_requests if t == 2][-1]
+    assert engine.stats.turn_requests[(session, 1)] == 1 and engine.stats.turn_requests[(session, 2)] == 3
