@@ -527,6 +527,10 @@ class EvalConfig(_Model):
         """Whether inference calls a model (through the judge layer)."""
         return self.inference is not None and self.inference.kind == "model"
 
+    def deployed_inference(self) -> bool:
+        """Whether inference calls a deployed agent (a2a, agent_engine): its finished cases are checkpointed."""
+        return self.inference is not None and self.inference.deployed
+
     def calls_a_model(self) -> bool:
         """Whether the run calls a model: a judge metric or model inference (credentials, checkpoints, judge.cache)."""
         return bool(self.judge_specs()) or self.model_inference()

@@ -187,3 +187,68 @@ def test_agent_engine_retries_never_resend_an_answered_turn(tmp_path, engine_env
     assert done["agent:two_turns"]["inference_error"].startswith("inference failed: turn 2 failed after 3 attempts; last: HTTP 503")
     session = [s for s, t in engine.stats.turn_requests if t == 2][-1]
     assert engine.stats.turn_requests[(session, 1)] == 1 and engine.stats.turn_requests[(session, 2)] == 3
+
+
+def engine_config(tmp_path, engine, n_cases, run_id="r1", judge=None, **inference):
+    import yaml
+
+    data = tmp_path / "cases.jsonl"
+    data.write_text("".join(json.dumps({"id": f"c{i:03d}", "prompt": f"case {i} #call=get_weather{{\"city\": \"Oslo\"}}",
+                                        "reference": 'Done: {"celsius": -3, "city": "Oslo"}'}) + "\n"
+                            for i in range(n_cases)))
+    config = {"name": "engine", "run_id": run_id, "input": {"uri": str(data), "id_column": "id"},
+              "inference": {"agent_engine": ENGINE, "base_url": engine.url, **inference},
+              "metrics": ["exact_match"], "output": {"parquet": str(tmp_path / "out")}, **({"judge": judge} if judge else {})}
+    path = tmp_path / f"engine-{run_id}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_a_whole_run_on_agent_engine_killed_and_rerun_repeats_only_unsaved_cases(tmp_path, engine_env):
+    """`evalbeam run` with inference.agent_engine, killed once some finished cases are checkpointed, then run
+    again with the same run_id: the checkpointed cases are not sent again (counted at the stand-in), every
+    case is scored once, and the counts reconcile."""
+    import os
+    import signal
+    import time as clock
+
+    from evalbeam.metrics.deployed import case_key
+    from evalbeam.transforms.judge_checkpoint import read_checkpoints
+    from tests.helpers import EVALBEAM, evalbeam, table
+
+    engine = engine_env
+    engine.latency = 0.4
+    n = 30
+    # checkpoints every second (judge.checkpoint_seconds, at most 30: what a killed run may repeat)
+    config = engine_config(tmp_path, engine, n, judge={"checkpoint_seconds": 1}, max_concurrency=2)
+    checkpoints = tmp_path / "out" / "_evalbeam_attempts" / "r1" / "judge_checkpoints" / "inference"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first = subprocess.Popen([EVALBEAM, "run", str(config)], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    saved: dict = {}
+    try:
+        while first.poll() is None and len(saved) < 4:  # wait for a few finished cases on disk
+            clock.sleep(0.2)
+            saved = read_checkpoints(str(checkpoints))
+        assert first.poll() is None, first.communicate()
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    while engine.stats.in_flight:  # requests the killed run left in flight are answered into the void
+        clock.sleep(0.1)
+    asked_first = sum(engine.stats.messages.values())
+    saved = read_checkpoints(str(checkpoints))
+    assert 4 <= len(saved) < n and asked_first < n
+    run = evalbeam("run", config)
+    assert f"read {n} = scored {n} + dead-lettered 0" in run.stdout
+    # the re-run asked every case but the checkpointed ones, once each
+    keys = {case_key("agent_engine", ENGINE, f"c{i:03d}", {"prompt": f"case {i} #call=get_weather{{\"city\": \"Oslo\"}}"})
+            for i in range(n)}
+    assert set(saved) <= keys
+    assert sum(engine.stats.messages.values()) - asked_first == n - len(saved)
+    # so only the cases the killed run finished after its last checkpoint (or left in flight) were asked twice
+    assert sum(engine.stats.messages.values()) == n + asked_first - len(saved)
+    rows = [r for r in table(tmp_path / "out" / "r1", "metric_results") if r["metric"] == "exact_match"]
+    assert len(rows) == n and all(r["score"] == 1.0 for r in rows)
+    assert not checkpoints.exists()  # gone with the run's attempts
