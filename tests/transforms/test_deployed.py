@@ -15,6 +15,7 @@ from evalbeam.metrics.inference import infer_all
 from evalbeam.metrics.instance import RowSpec, build_instance
 from evalbeam.transforms.read import parse_file
 from evalbeam.transforms.records import Record
+from tests.a2a_agent import A2AServer
 from tests.helpers import ROOT
 from tests.judge_server import JudgeServer
 from tests.transforms.test_inference import AGENT_SET, KEY, agent_env
@@ -57,8 +58,6 @@ def test_a2a_agent_gives_the_trace_the_same_agent_gives_in_process(tmp_path):
     """The same ADK agent in-process (ADK's Runner) and served by ADK's to_a2a: the same final responses
     and tool calls (names, arguments, responses), turn for turn; a raising tool fails the case both ways.
     (session_input's state is left out: A2A has no way to give a session its initial state.)"""
-    from tests.a2a_agent import A2AServer
-
     eval_set = copy.deepcopy(AGENT_SET)
     for case in eval_set["eval_cases"]:
         case.pop("session_input", None)
@@ -252,3 +251,31 @@ def test_a_whole_run_on_agent_engine_killed_and_rerun_repeats_only_unsaved_cases
     rows = [r for r in table(tmp_path / "out" / "r1", "metric_results") if r["metric"] == "exact_match"]
     assert len(rows) == n and all(r["score"] == 1.0 for r in rows)
     assert not checkpoints.exists()  # gone with the run's attempts
+
+
+def test_the_example_configs_validate_and_an_unreachable_endpoint_fails_in_one_line(tmp_path, engine_env):
+    """configs/agent_a2a.yaml (against ADK's to_a2a server) and configs/agent_engine.yaml (against the
+    stand-in) pass `evalbeam validate`; an endpoint that does not answer fails validate and run in
+    preflight with one line (status 2), before any work."""
+    from tests.a2a_agent import free_port
+    from tests.helpers import evalbeam
+
+    engine = engine_env
+    with JudgeServer() as model, A2AServer(model.url) as url:
+        ok = evalbeam("validate", ROOT / "configs" / "agent_a2a.yaml", "--set", f"inference.a2a={url}")
+    assert ok.stdout.startswith("config ok: 3 metrics")
+    ok = evalbeam("validate", ROOT / "configs" / "agent_engine.yaml", "--set", f"inference.agent_engine={ENGINE}",
+                  "--set", f"inference.base_url={engine.url}")
+    assert ok.stdout.startswith("config ok: 3 metrics")
+    closed = f"http://127.0.0.1:{free_port()}"
+    for command in ("validate", "run"):
+        refused = evalbeam(command, ROOT / "configs" / "agent_a2a.yaml", "--set", f"inference.a2a={closed}",
+                           "--set", f"output.parquet={tmp_path / 'out'}", check=False)
+        assert refused.returncode == 2
+        assert refused.stderr.strip().splitlines()[-1].startswith(
+            f"evalbeam: inference.a2a: the agent card at {closed}/.well-known/agent-card.json is unreachable (ConnectError")
+        assert not (tmp_path / "out").exists()
+    refused = evalbeam("validate", ROOT / "configs" / "agent_engine.yaml", "--set", f"inference.base_url={closed}",
+                       check=False)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith(
+        f"evalbeam: inference.agent_engine: {closed} is unreachable (ConnectError")
