@@ -4,6 +4,10 @@
               -> function | agent: batches of cases, each batch inferred in one
                  DoFn call with `max_concurrency` cases in flight
                  (metrics.inference.infer_all), each case filled or failed
+              -> a2a | agent_engine: cases split into inference.shards by their content
+                 key, each shard inferred on one worker (metrics.deployed: the job's
+                 quota share, retries, no answered turn sent again), finished cases
+                 checkpointed and reused by a re-run of the run_id
               -> model: one free-text request per case, keyed by the content hash
                  of model, settings and prompt, answered by the judge layer's one
                  composite (transforms.judge.AnswerJudgeRequests: judge.cache,
