@@ -67,7 +67,7 @@ class Calls:
 
     def __init__(self, requests_per_minute: float | None, max_attempts: int, request_timeout: float,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
-        self.limiter = AdaptiveRateLimiter(requests_per_minute) if requests_per_minute else None
+        self.limiter = AdaptiveRateLimiter(requests_per_minute, sleep=sleep) if requests_per_minute else None
         self.max_attempts = max_attempts
         self.request_timeout = request_timeout
         self.stats = CallStats()

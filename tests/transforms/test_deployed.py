@@ -128,9 +128,7 @@ def on_engine(engine, cases, max_attempts=3, requests_per_minute=None, sleep=Non
     made = []
 
     def make():
-        calls = Calls(requests_per_minute, max_attempts, 30)
-        if sleep is not None:
-            calls._sleep = sleep
+        calls = Calls(requests_per_minute, max_attempts, 30, **({"sleep": sleep} if sleep else {}))
         made.append(calls)
         return AgentEngineInferrer(ENGINE, calls, engine.url, 4)
 
@@ -279,3 +277,160 @@ def test_the_example_configs_validate_and_an_unreachable_endpoint_fails_in_one_l
                        check=False)
     assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith(
         f"evalbeam: inference.agent_engine: {closed} is unreachable (ConnectError")
+
+
+class FaultyProxy:
+    """An HTTP proxy in front of the A2A server that answers scripted POSTs (1-based, in arrival
+    order) with an error status instead of forwarding them; the agent card it serves names the
+    proxy. Counts the POSTs it forwarded per message text."""
+
+    def __init__(self, upstream: str, fail: dict):
+        import collections
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.upstream, self.fail, self.posts, self.forwarded = upstream, fail, 0, collections.Counter()
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def _relay(self, method, body=None):
+                import urllib.error
+                import urllib.request
+
+                request = urllib.request.Request(proxy.upstream + self.path, data=body, method=method,
+                                                 headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+                try:
+                    with urllib.request.urlopen(request, timeout=60) as response:
+                        status, headers, data = response.status, response.headers, response.read()
+                except urllib.error.HTTPError as e:
+                    status, headers, data = e.code, e.headers, e.read()
+                if method == "GET":
+                    data = data.replace(proxy.upstream.encode(), proxy.url.encode())
+                self.send_response(status)
+                self.send_header("Content-Type", headers.get("Content-Type", "application/json"))
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                self._relay("GET")
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                proxy.posts += 1
+                failure = proxy.fail.get(proxy.posts)
+                if failure:
+                    status, retry_after = failure
+                    data = b'{"error": "scripted"}'
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    if retry_after:
+                        self.send_header("Retry-After", str(retry_after))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                text = json.loads(body)["params"]["message"]["parts"][0]["text"]
+                proxy.forwarded[text] += 1
+                self._relay("POST", body)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+def test_a2a_retries_resend_only_the_failed_message(tmp_path):
+    """Through a proxy that fails the second turn's message with 503, then with 429 (Retry-After 1):
+    the case completes in one conversation; the first turn's message reached the agent once, the second
+    once (after two refused attempts); the agent's model was asked exactly what one clean run asks."""
+    [two_turns] = [c for c in cases_of(tmp_path, AGENT_SET) if c[0] == "agent:two_turns"]
+    with JudgeServer() as model, A2AServer(model.url) as url:
+        proxy = FaultyProxy(url, {2: (503, None), 3: (429, 1)})
+        try:
+            done, calls = over_a2a(proxy.url, [two_turns])
+        finally:
+            proxy.close()
+        model_calls = model.stats.stages["agent"]
+    case = done["agent:two_turns"]
+    assert case["failure"] == 0, case.get("inference_error")
+    assert proxy.posts == 4 and sorted(proxy.forwarded.values()) == [1, 1]
+    assert calls.stats.retries == 2 and calls.stats.rate_limited == 1
+    assert model_calls == 2 + 2  # per turn: the calls, then the final text; nothing asked twice
+    assert [c["tool_name"] for t in case["invocations"] for c in t["tool_calls"]] == ["get_weather", "remember_city", "convert"]
+
+
+def test_calls_retry_only_transient_failures_and_honour_retry_after():
+    """metrics.deployed.Calls on scripted outcomes: transient failures (429 with Retry-After, 5xx, a
+    timeout) are retried with backoff, up to max_attempts; anything else is raised at once."""
+    import asyncio
+
+    from evalbeam.metrics.deployed import Transient, _http_transient
+
+    def run(outcomes, max_attempts=4, timeout=5.0):
+        waits, sent = [], []
+
+        async def sleep(seconds):
+            waits.append(seconds)
+
+        calls = Calls(600, max_attempts, timeout, sleep=sleep)
+
+        async def send():
+            outcome = outcomes[len(sent)]
+            sent.append(outcome)
+            if outcome == "hang":
+                await asyncio.sleep(3600)
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+
+        def classify(e):
+            return _http_transient(getattr(e, "status", None), str(e), getattr(e, "headers", None))
+
+        async def main():
+            return await calls.call("turn 1", send, classify)
+
+        try:
+            return asyncio.run(main()), sent, waits, calls
+        except Exception as e:  # noqa: BLE001
+            return e, sent, waits, calls
+
+    class Status(Exception):
+        def __init__(self, status, headers=None):
+            super().__init__(f"status {status}")
+            self.status, self.headers = status, headers or {}
+
+    result, sent, waits, calls = run([Status(429, {"retry-after": "7"}), Status(503), "answer"])
+    assert result == "answer" and len(sent) == 3 and waits[0] >= 7 and calls.stats.rate_limited == 1
+    assert calls.limiter.rate < calls.limiter.max_rate  # the 429 slowed the pace
+    result, sent, waits, calls = run([Status(400), "answer"])
+    assert isinstance(result, Status) and len(sent) == 1 and waits == []  # not transient: no retry
+    result, sent, _, calls = run([Status(500)] * 4, max_attempts=4)
+    assert str(result) == "turn 1 failed after 4 attempts; last: HTTP 500: status 500" and len(sent) == 4
+    result, sent, _, _ = run(["hang", "answer"], timeout=0.05)
+    assert result == "answer" and len(sent) == 2
+    assert isinstance(Transient("x"), Exception)
+
+
+def test_inference_config_for_deployed_agents():
+    from evalbeam.configs import InferenceConfig
+
+    a2a = InferenceConfig(a2a="http://agent:8000", requests_per_minute=120, shards=4)
+    assert a2a.kind == "a2a" and a2a.deployed and a2a.quota_share() == 30
+    engine = InferenceConfig(agent_engine=ENGINE, base_url="http://127.0.0.1:1")
+    assert engine.kind == "agent_engine" and engine.quota_share() is None
+    for bad, reason in [({"a2a": "agent:8000"}, "should match pattern"),
+                        ({"agent_engine": "projects/p/reasoningEngines/1"}, "should match pattern"),
+                        ({"a2a": "http://a", "agent_engine": ENGINE}, "exactly one of"),
+                        ({"a2a": "http://a", "base_url": "http://b"}, "base_url is for inference.agent_engine")]:
+        with pytest.raises(Exception, match=reason):
+            InferenceConfig(**bad)
