@@ -442,10 +442,18 @@ def reachable(kind: str, target: str, base_url: str | None = None, timeout: floa
         if response.status_code != 200:
             return f"inference.a2a: the agent card at {url} answered HTTP {response.status_code}"
         return None
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+
     location = target.split("/")[3]
     endpoint = base_url.rstrip("/") if base_url else f"https://{location}-aiplatform.googleapis.com"
     try:
         httpx.get(endpoint, timeout=timeout)  # any HTTP answer: the host is there (the calls need credentials)
     except httpx.HTTPError as e:
         return f"inference.agent_engine: {endpoint} is unreachable ({type(e).__name__}: {str(e)[:200]})"
+    try:
+        google.auth.default(scopes=[CLOUD_PLATFORM])
+    except DefaultCredentialsError as e:
+        first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+        return f"inference.agent_engine: no Application Default Credentials ({first}); see docs/agents.md"
     return None

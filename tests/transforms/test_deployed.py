@@ -277,6 +277,10 @@ def test_the_example_configs_validate_and_an_unreachable_endpoint_fails_in_one_l
                        check=False)
     assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith(
         f"evalbeam: inference.agent_engine: {closed} is unreachable (ConnectError")
+    refused = evalbeam("validate", ROOT / "configs" / "agent_engine.yaml", "--set", f"inference.base_url={engine.url}",
+                       env={"GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "missing.json")}, check=False)
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1].startswith(
+        "evalbeam: inference.agent_engine: no Application Default Credentials (File ")
 
 
 class FaultyProxy:
