@@ -15,8 +15,10 @@ transports/rest_base.py; the agent_engines SDK, vertexai/agent_engines/_agent_en
     the service account's token_uri, so google.auth.default() gets one) or a JWT self-signed by a
     service account it trusts (what google-auth sends for the aiplatform clients), else 401.
 
-The ADK app behind it replays what an LlmAgent with tests/inference_app.py's tools does, turn by
-turn, driven by markers in the user's message as tests/judge_server.py's agent answers are:
+The ADK app behind it is either a real one (`backend`: the URL of tests/agent_env/adk_app.py, ADK's
+Runner in the .agent venv, as Vertex AI's ADK app template runs it) or, by default, a replay of what
+an LlmAgent with tests/inference_app.py's tools does, turn by turn, driven by markers in the user's
+message as tests/judge_server.py's agent answers are:
 `#call=NAME{JSON}` one function call event per marker (all in one event), then one function
 response event (the real tool's result; an unknown tool: ADK's error response), then the final
 text "Done: " + the responses' JSON; without a marker "No tool needed: <text>".
@@ -83,8 +85,9 @@ def _events(app_name: str, message: str, invocation_id: str) -> list[dict]:
 
 
 class AgentEngineServer:
-    def __init__(self, tokens, app_name: str = "weather_agent", latency: float = 0.0):
+    def __init__(self, tokens, app_name: str = "weather_agent", latency: float = 0.0, backend: str | None = None):
         self.tokens = tokens  # a tests.judge_server.JudgeServer: the tokens it issued are accepted
+        self.backend = backend  # a real ADK app (tests/agent_env/adk_app.py), else the replay
         self.app_name = app_name
         self.latency = latency
         self.fail: dict = {}
@@ -108,7 +111,22 @@ class AgentEngineServer:
         self._httpd.shutdown()
         self._httpd.server_close()
 
+    def _backend(self, method: str, body: dict):
+        import urllib.request
+
+        request = urllib.request.Request(f"{self.backend}/{method}", data=json.dumps(body).encode(), method="POST",
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return json.loads(response.read())
+
     def create_session(self, user_id: str, state: dict) -> dict:
+        if self.backend:
+            session = self._backend("create_session", {"user_id": user_id, "state": state or {}})
+            session_id = session["id"]
+            with self._lock:
+                self._sessions[session_id] = {"user_id": user_id, "state": dict(state or {}), "turns": 0}
+                self.stats.sessions.append((user_id, dict(state or {})))
+            return session
         session_id = str(uuid.uuid4())
         with self._lock:
             self._sessions[session_id] = {"user_id": user_id, "state": dict(state or {}), "turns": 0}
@@ -133,7 +151,16 @@ class AgentEngineServer:
                 {"Retry-After": str(retry_after)} if retry_after else {})
         if self.latency:
             time.sleep(self.latency)
-        events = _events(self.app_name, message, f"e-{uuid.uuid4()}")
+        if self.backend:
+            import urllib.error
+
+            try:
+                events = self._backend("stream_query", {"message": message, "user_id": given.get("user_id"),
+                                                        "session_id": session_id})
+            except urllib.error.HTTPError as e:  # the app raised: its error, as Agent Engine answers it
+                return e.code, json.loads(e.read()), {}
+        else:
+            events = _events(self.app_name, message, f"e-{uuid.uuid4()}")
         with self._lock:
             session["turns"] = turn
             self.stats.messages[message] += 1

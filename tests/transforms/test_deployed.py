@@ -438,3 +438,24 @@ def test_inference_config_for_deployed_agents():
                         ({"a2a": "http://a", "base_url": "http://b"}, "base_url is for inference.agent_engine")]:
         with pytest.raises(Exception, match=reason):
             InferenceConfig(**bad)
+
+
+def test_agent_engine_with_a_real_adk_app_gives_the_in_process_trace(tmp_path, engine_env):
+    """The stand-in in front of a real ADK app (ADK's Runner, in .agent/, as Agent Engine's ADK template runs
+    it): the same responses and tool calls as the agent run in-process, session state from session_input
+    included; the raising tool fails the case both ways."""
+    from tests.a2a_agent import AdkAppServer
+
+    engine = engine_env
+    cases = cases_of(tmp_path, AGENT_SET)
+    with JudgeServer() as model:
+        local = in_process(tmp_path, cases, model.url)
+        with AdkAppServer(model.url) as backend:
+            engine.backend = backend
+            remote, _ = on_engine(engine, cases)
+    for key in ("agent:two_turns", "agent:no_tool", "agent:bad_tool"):
+        assert remote[key]["failure"] == local[key]["failure"] == 0, remote[key].get("inference_error")
+        assert [actual(t) for t in remote[key]["invocations"]] == [actual(t) for t in local[key]["invocations"]]
+    second = remote["agent:two_turns"]["invocations"][1]
+    assert second["tool_calls"][0]["response"] == {"remembered": 1, "unit": "C"}  # the state from session_input
+    assert local["agent:raises"]["failure"] == remote["agent:raises"]["failure"] == 1
