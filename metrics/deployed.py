@@ -217,6 +217,7 @@ class A2AInferrer:
         self._url = url.rstrip("/")
         self._calls = calls
         self._client = None
+        self._http = None
         self._name = "agent"
         self._opening: asyncio.Lock | None = None
 
@@ -238,18 +239,21 @@ class A2AInferrer:
         return _http_transient(status, str(error)) if status else None
 
     async def _open(self):
+        """The agent card (read once, as a request: paced and retried), then a client for the
+        transport it names."""
         if self._opening is None:
             self._opening = asyncio.Lock()
         async with self._opening:
             if self._client is None:
                 import httpx
-                from a2a.client import ClientConfig, create_client
+                from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 
-                http = httpx.AsyncClient(timeout=self._calls.request_timeout)
-                self._client = await self._calls.call(
-                    f"reading the A2A agent card at {self._url}",
-                    lambda: create_client(self._url, ClientConfig(streaming=True, httpx_client=http)), self.classify)
-                self._name = self._client._card.name if hasattr(self._client, "_card") else "agent"
+                self._http = httpx.AsyncClient(timeout=self._calls.request_timeout)
+                resolver = A2ACardResolver(self._http, self._url)
+                card = await self._calls.call(f"reading the A2A agent card at {self._url}", resolver.get_agent_card,
+                                              self.classify)
+                self._name = card.name or "agent"
+                self._client = ClientFactory(ClientConfig(streaming=True, httpx_client=self._http)).create(card)
         return self._client
 
     async def infer(self, fields: dict[str, Any]) -> Any:
@@ -280,6 +284,8 @@ class A2AInferrer:
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()
+        if self._http is not None:
+            await self._http.aclose()
 
 
 # ----------------------------------------------------------------------------------- Agent Engine
