@@ -213,8 +213,9 @@ def events_from_a2a(responses: list[dict[str, Any]], agent_name: str) -> tuple[l
 class A2AInferrer:
     """inference.a2a: each case one A2A conversation with the agent at `url`."""
 
-    def __init__(self, url: str, calls: Calls):
+    def __init__(self, url: str, calls: Calls, max_concurrency: int = 8):
         self._url = url.rstrip("/")
+        self._connections = max(100, max_concurrency)  # httpx's default pool (100) must not cap the cases in flight
         self._calls = calls
         self._client = None
         self._http = None
@@ -248,7 +249,8 @@ class A2AInferrer:
                 import httpx
                 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 
-                self._http = httpx.AsyncClient(timeout=self._calls.request_timeout)
+                self._http = httpx.AsyncClient(timeout=self._calls.request_timeout,
+                                               limits=httpx.Limits(max_connections=self._connections))
                 resolver = A2ACardResolver(self._http, self._url)
                 card = await self._calls.call(f"reading the A2A agent card at {self._url}", resolver.get_agent_card,
                                               self.classify)
@@ -429,7 +431,7 @@ def decode_result(text: str) -> Any:
 
 def make_deployed_inferrer(kind: str, target: str, calls: Calls, base_url: str | None, max_concurrency: int):
     if kind == "a2a":
-        return A2AInferrer(target, calls)
+        return A2AInferrer(target, calls, max_concurrency)
     if kind == "agent_engine":
         return AgentEngineInferrer(target, calls, base_url, max_concurrency)
     raise ValueError(f"no deployed inferrer for {kind!r}")
