@@ -25,7 +25,8 @@ text "Done: " + the responses' JSON; without a marker "No tool needed: <text>".
 
 Failures, to test retries: `fail[(turn_number, attempt)] = (status, retry_after)` answers the
 attempt-th request of the turn_number-th turn (1-based, per session) with that status (503, 429
-with Retry-After, ...) instead of running it. `latency` delays every stream_query. Counts:
+with Retry-After, ...) instead of running it. `latency` delays every stream_query; with `hold_after` N, the turns started after the first N
+wait for `release` (a run that cannot finish, to be killed). Counts:
 `stats.turn_requests[(session_id, turn)]`, `stats.sessions`, `stats.messages` (per message text).
 """
 from __future__ import annotations
@@ -91,6 +92,9 @@ class AgentEngineServer:
         self.app_name = app_name
         self.latency = latency
         self.fail: dict = {}
+        self.hold_after: int | None = None  # turns beyond this many answered wait for `release`
+        self.release = threading.Event()
+        self._started_turns = 0
         self.stats = Stats()
         self._sessions: dict = {}  # id -> {"user_id", "state", "turns"}
         self._attempts: collections.Counter = collections.Counter()  # (session, turn) -> requests
@@ -149,6 +153,11 @@ class AgentEngineServer:
             status, retry_after = failure
             return status, {"error": {"code": status, "message": "scripted failure", "status": "UNAVAILABLE"}}, (
                 {"Retry-After": str(retry_after)} if retry_after else {})
+        with self._lock:
+            self._started_turns += 1
+            held = self.hold_after is not None and self._started_turns > self.hold_after
+        if held:
+            self.release.wait(120)
         if self.latency:
             time.sleep(self.latency)
         if self.backend:

@@ -214,7 +214,8 @@ def test_a_whole_run_on_agent_engine_killed_and_rerun_repeats_only_unsaved_cases
     from tests.helpers import EVALBEAM, evalbeam, table
 
     engine = engine_env
-    engine.latency = 0.4
+    engine.latency = 0.05
+    engine.hold_after = 8  # the first run cannot finish: the 9th turn on waits until it is killed
     n = 30
     # checkpoints every second (judge.checkpoint_seconds, at most 30: what a killed run may repeat)
     config = engine_config(tmp_path, engine, n, judge={"checkpoint_seconds": 1}, max_concurrency=2)
@@ -224,7 +225,7 @@ def test_a_whole_run_on_agent_engine_killed_and_rerun_repeats_only_unsaved_cases
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
     saved: dict = {}
     try:
-        while first.poll() is None and len(saved) < 4:  # wait for a few finished cases on disk
+        while first.poll() is None and len(saved) < 8:  # wait for the answered cases to be on disk
             clock.sleep(0.2)
             saved = read_checkpoints(str(checkpoints))
         assert first.poll() is None, first.communicate()
@@ -232,11 +233,13 @@ def test_a_whole_run_on_agent_engine_killed_and_rerun_repeats_only_unsaved_cases
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
         first.wait()
-    while engine.stats.in_flight:  # requests the killed run left in flight are answered into the void
+    engine.hold_after = None
+    engine.release.set()  # the killed run's held requests are answered into the void
+    while engine.stats.in_flight:
         clock.sleep(0.1)
     asked_first = sum(engine.stats.messages.values())
     saved = read_checkpoints(str(checkpoints))
-    assert 4 <= len(saved) < n and asked_first < n
+    assert len(saved) == 8 and asked_first < n
     run = evalbeam("run", config)
     assert f"read {n} = scored {n} + dead-lettered 0" in run.stdout
     # the re-run asked every case but the checkpointed ones, once each
