@@ -309,17 +309,22 @@ class AgentEngineInferrer:
 
     def client(self):
         if self._client is None:
-            self._client = engine_client(self._resource, self._base_url)
+            self._client, self._credentials = engine_client(self._resource, self._base_url)
         return self._client
 
-    @staticmethod
-    def classify(error: BaseException) -> Transient | None:
+    def scrub(self, text: str) -> str:
+        """An error's text without the access token, should the endpoint repeat it (as the judge's are)."""
+        from evalbeam.metrics.judge.client import scrub_secrets
+
+        return scrub_secrets(text, None, getattr(self, "_credentials", None))
+
+    def classify(self, error: BaseException) -> Transient | None:
         from google.api_core import exceptions
 
         if isinstance(error, exceptions.GoogleAPICallError):
             response = getattr(error, "response", None)
             headers = getattr(response, "headers", None)
-            return _http_transient(error.code, error.message, headers)
+            return _http_transient(error.code, self.scrub(str(error.message)), headers)
         import requests
 
         if isinstance(error, (requests.ConnectionError, requests.Timeout)):
@@ -358,6 +363,15 @@ class AgentEngineInferrer:
         return events
 
     async def infer(self, fields: dict[str, Any]) -> Any:
+        try:
+            return await self._infer(fields)
+        except InferenceError as e:
+            raise InferenceError(self.scrub(str(e))) from None
+        except Exception as e:  # noqa: BLE001 - not transient: the case's error, without the token
+            text = str(e).splitlines()[0][:500] if str(e) else ""
+            raise InferenceError(self.scrub(f"{type(e).__name__}: {text}" if text else type(e).__name__)) from None
+
+    async def _infer(self, fields: dict[str, Any]) -> Any:
         case = fields.get("adk_case")
         session_input = (case.get("session_input") or {}) if isinstance(case, dict) else {}
         user_id = session_input.get("user_id") or "evalbeam_user"
@@ -389,9 +403,9 @@ def _message_dict(message: Any) -> dict[str, Any]:
 
 
 def engine_client(resource: str, base_url: str | None = None):
-    """google-cloud-aiplatform's ReasoningEngineExecutionService client (REST) for the
-    engine's region, on Application Default Credentials; `base_url` (tests: a local
-    stand-in) replaces the regional endpoint."""
+    """(google-cloud-aiplatform's ReasoningEngineExecutionService client (REST) for the
+    engine's region, on Application Default Credentials; the credentials it uses).
+    `base_url` (tests: a local stand-in) replaces the regional endpoint."""
     import google.auth
     from google.api_core.client_options import ClientOptions
     from google.cloud.aiplatform_v1.services.reasoning_engine_execution_service import (
@@ -401,8 +415,9 @@ def engine_client(resource: str, base_url: str | None = None):
     location = resource.split("/")[3]
     credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM])
     endpoint = base_url.rstrip("/") if base_url else f"https://{location}-aiplatform.googleapis.com"
-    return ReasoningEngineExecutionServiceClient(
+    client = ReasoningEngineExecutionServiceClient(
         credentials=credentials, transport="rest", client_options=ClientOptions(api_endpoint=endpoint))
+    return client, client._transport._credentials  # the credentials it signs with (their token is scrubbed from errors)
 
 
 # ------------------------------------------------------------------------------ shared by both

@@ -23,9 +23,9 @@ message as tests/judge_server.py's agent answers are:
 response event (the real tool's result; an unknown tool: ADK's error response), then the final
 text "Done: " + the responses' JSON; without a marker "No tool needed: <text>".
 
-Failures, to test retries: `fail[(turn_number, attempt)] = (status, retry_after)` answers the
+Failures, to test retries: `fail[(turn_number, attempt)] = (status, retry_after[, "echo"])` answers the
 attempt-th request of the turn_number-th turn (1-based, per session) with that status (503, 429
-with Retry-After, ...) instead of running it. `latency` delays every stream_query; with `hold_after` N, the turns started after the first N
+with Retry-After, ...) instead of running it; "echo" repeats the request's bearer token in the error. `latency` delays every stream_query; with `hold_after` N, the turns started after the first N
 wait for `release` (a run that cannot finish, to be killed). Counts:
 `stats.turn_requests[(session_id, turn)]`, `stats.sessions`, `stats.messages` (per message text).
 """
@@ -138,7 +138,7 @@ class AgentEngineServer:
         return {"id": session_id, "app_name": self.app_name, "user_id": user_id, "state": dict(state or {}),
                 "events": [], "last_update_time": time.time()}
 
-    def stream_query(self, body: dict) -> tuple[int, object, dict]:
+    def stream_query(self, body: dict, bearer: str | None = None) -> tuple[int, object, dict]:
         given = body.get("input") or {}
         session_id, message = given.get("session_id"), given.get("message", "")
         with self._lock:
@@ -150,8 +150,9 @@ class AgentEngineServer:
             self.stats.turn_requests[(session_id, turn)] += 1
             failure = self.fail.get((turn, self._attempts[(session_id, turn)]))
         if failure:
-            status, retry_after = failure
-            return status, {"error": {"code": status, "message": "scripted failure", "status": "UNAVAILABLE"}}, (
+            status, retry_after, *echo = failure
+            message = f"scripted failure; you sent {bearer}" if echo else "scripted failure"  # echo: a careless proxy
+            return status, {"error": {"code": status, "message": message, "status": "UNAVAILABLE"}}, (
                 {"Retry-After": str(retry_after)} if retry_after else {})
         with self._lock:
             self._started_turns += 1
@@ -234,7 +235,7 @@ class AgentEngineServer:
                     if body.get("classMethod") != "stream_query":
                         return self._send(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
                                                           "message": f"no stream method {body.get('classMethod')}"}})
-                    return self._send(*server.stream_query(body))
+                    return self._send(*server.stream_query(body, bearer))
                 finally:
                     with server._lock:
                         server.stats.in_flight -= 1

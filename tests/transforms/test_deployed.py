@@ -178,10 +178,12 @@ def test_agent_engine_retries_never_resend_an_answered_turn(tmp_path, engine_env
     assert calls.limiter.rate_limited == 1  # the 429 slowed the shared limiter down
     assert [len(t["tool_calls"]) for t in done["agent:two_turns"]["invocations"]] == [1, 2]
 
-    engine.fail = {(2, k): (503, None) for k in range(1, 10)}
+    engine.fail = {(2, k): (503, None, "echo") for k in range(1, 10)}  # the error repeats the bearer token
     done, calls = on_engine(engine, [two_turns], max_attempts=3, sleep=sleep)
     assert done["agent:two_turns"]["failure"] == 1
-    assert done["agent:two_turns"]["inference_error"].startswith("inference failed: turn 2 failed after 3 attempts; last: HTTP 503")
+    error = done["agent:two_turns"]["inference_error"]
+    assert error.startswith("inference failed: turn 2 failed after 3 attempts; last: HTTP 503")
+    assert "you sent [redacted]" in error and "eyJ" not in error and "ya29" not in error
     session = [s for s, t in engine.stats.turn_requests if t == 2][-1]
     assert engine.stats.turn_requests[(session, 1)] == 1 and engine.stats.turn_requests[(session, 2)] == 3
 
