@@ -419,7 +419,8 @@ def infer_all(make: Callable[[], Inferrer], items: Iterable[tuple[Any, dict[str,
             if scenario is None:
                 return await (inferrer.infer(fields, run=run_of(key)) if told else inferrer.infer(fields))
             if simulators is None:
-                raise InferenceError("a conversation_scenario case needs a user simulator")
+                raise InferenceError("a conversation_scenario case runs with the user simulator, which talks with "
+                                     "inference.function or inference.agent only")
             conversation = await (inferrer.conversation(fields, run=run_of(key)) if told
                                   else inferrer.conversation(fields))
             return await simulate(conversation, simulators.for_case(scenario, key))
