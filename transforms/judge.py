@@ -90,7 +90,7 @@ def judge_requests(instance: Instance, plans: list[JudgePlan], settings: JudgeSe
         if plan.kind == "pointwise":
             schema, field, allowed = t.pointwise_schema(), "score", tuple(t.rating_rubric)
         else:
-            schema, field, allowed = t.pairwise_schema(), "choice", PAIRWISE_CHOICES
+            schema, field, allowed = t.pairwise_schema(), t.choice_field, PAIRWISE_CHOICES
         schema_json = json.dumps(schema, sort_keys=True)
         orders = (0,) if plan.kind == "pointwise" else (0, 1)
         needed = ("response", *t.input_variables, *(("baseline_model_response",) if plan.kind == "pairwise" else ()))
