@@ -209,10 +209,11 @@ class MetricSpec(_Model):
         if self.pointwise is not None or self.pairwise is not None:
             if self.params or self.inputs is not None:
                 raise ValueError("a user-defined judge metric takes no 'params' or 'inputs': its template's input_variables say what it reads")
-            given = self.user_template.model_fields_set & {"source", "pointwise_text", "pairwise_text", "choice_field"}
+            given = self.user_template.model_fields_set & {"source", "pointwise_text", "pairwise_text", "choice_field",
+                                                              "single_sample"}
             if given:
-                raise ValueError(f"{', '.join(sorted(given))}: set by the built-in metrics that render a published "
-                                 "template (e.g. Vertex AI's), not by a user-defined one")
+                raise ValueError(f"{', '.join(sorted(given))}: set by built-in metrics (a published template such as "
+                                 "Vertex AI's, or ADK's sampling), not by a user-defined one")
             if self.pointwise is not None:
                 self.pointwise.scores()  # rubric keys must be numbers
             elif set(self.pairwise.rating_rubric) != {"A", "B", "SAME"}:

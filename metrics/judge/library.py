@@ -62,7 +62,7 @@ def _register_all() -> None:
                  description=f"LLM judge (Vertex AI's published prompt 'pairwise_{name}'), baseline (A) against "
                              "candidate (B), both orders")(lambda p, name=name: vertex_template(name))
 
-    coherence = builtin_templates()["coherence"].model_copy(update={"per_turn": True})
+    coherence = builtin_templates()["coherence"].model_copy(update={"per_turn": True, "single_sample": True})
     register("response_evaluation_score", kind="pointwise", inputs=(("response",), ("invocations",)),
              score_range="1..5",
              description="ADK: coherence (1..5) of each turn's final response, then the mean over the turns "

@@ -61,6 +61,9 @@ class JudgeTemplate(pydantic.BaseModel):
     # judged on every turn of an agent trace (a flat row is one turn); the score is the mean over the
     # turns judged (ADK's response_evaluation_score)
     per_turn: bool = False
+    # judged once whatever judge.sampling_count (ADK's response_evaluation_score: ADK asks Vertex's
+    # evaluation service once per turn and samples nothing)
+    single_sample: bool = False
     # Whose prompt this is: evalbeam's own (rendered from the fields above), or a fixed text a
     # reference package publishes (vertex_ai: metrics.judge.vertex_templates), rendered by
     # filling its {variables} and nothing else; criteria and rating_rubric then describe it
@@ -88,6 +91,9 @@ class JudgeTemplate(pydantic.BaseModel):
             except ValueError:
                 raise ValueError(f"rating_rubric key {key!r} is not a number") from None
         return out
+
+    def samples(self, sampling_count: int) -> int:
+        return 1 if self.single_sample else sampling_count
 
     def resolved_aggregation(self) -> str:
         return self.aggregation or ("majority" if len(self.rating_rubric) == 2 else "mean")
