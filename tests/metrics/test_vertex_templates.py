@@ -176,3 +176,23 @@ def test_without_vertexai_a_vertex_metric_is_a_config_error_naming_it(tmp_path):
              "    print(e.errors()[0]['msg'])\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert "metric 'text_quality' renders Vertex AI's published prompt" in out and "google-cloud-aiplatform" in out
+
+
+def test_the_plan_carries_the_text_to_workers_that_cannot_import_vertexai(tmp_path):
+    import pickle
+    import subprocess
+    import sys
+
+    from evalbeam.configs import MetricSpec
+    from evalbeam.transforms.judge import plan_judges
+
+    plans = plan_judges([MetricSpec.model_validate({"name": "pairwise_multi_turn_chat_quality"})])
+    (tmp_path / "plans.pkl").write_bytes(pickle.dumps(plans))
+    row = {"prompt": "P", "response": "R", "baseline_model_response": "B", "history": "H"}
+    worker = ("import json, pickle, sys; sys.modules['vertexai'] = None\n"
+              f"[plan] = pickle.loads(open({str(tmp_path / 'plans.pkl')!r}, 'rb').read())\n"
+              f"print(json.dumps(plan.template.render_pairwise({row!r}, swapped=False)))\n")
+    out = subprocess.run([sys.executable, "-c", worker], capture_output=True, text=True, check=True).stdout
+    metric = PairwiseMetric(metric="pairwise_multi_turn_chat_quality", metric_prompt_template=
+                            MetricPromptTemplateExamples.get_prompt_template("pairwise_multi_turn_chat_quality"))
+    assert json.loads(out) == _vertex_prompt(metric, row)
