@@ -4,6 +4,9 @@ prompts with a JSON answer schema, and the judge's answers parsed and checked.
 A pointwise judge answers {"explanation": str, "score": one of the rubric's
 scores}; a pairwise judge answers {"explanation": str, "choice": "A" | "B" |
 "SAME"}. Anything else is an invalid judgment (and is retried by the client).
+A template holding a published fixed text (Vertex AI's: metrics.judge.vertex_templates)
+renders that text with its {variables} filled, and asks for the fields it names
+(a pairwise answer's choice is then "pairwise_choice").
 """
 from __future__ import annotations
 
