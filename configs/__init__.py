@@ -24,6 +24,7 @@ from evalbeam.metrics.custom import load_function
 from evalbeam.metrics.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import JudgeTemplate
+from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_template
 from evalbeam.metrics.names import BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE
 from evalbeam.metrics.registry import SIMULATOR_QUALITY, MetricDef, get_metric
 from evalbeam.transforms.schema import TABLES
@@ -208,6 +209,11 @@ class MetricSpec(_Model):
         if self.pointwise is not None or self.pairwise is not None:
             if self.params or self.inputs is not None:
                 raise ValueError("a user-defined judge metric takes no 'params' or 'inputs': its template's input_variables say what it reads")
+            given = self.user_template.model_fields_set & {"source", "pointwise_text", "pairwise_text", "choice_field",
+                                                              "single_sample"}
+            if given:
+                raise ValueError(f"{', '.join(sorted(given))}: set by built-in metrics (a published template such as "
+                                 "Vertex AI's, or ADK's sampling), not by a user-defined one")
             if self.pointwise is not None:
                 self.pointwise.scores()  # rubric keys must be numbers
             elif set(self.pairwise.rating_rubric) != {"A", "B", "SAME"}:
@@ -227,6 +233,9 @@ class MetricSpec(_Model):
                     "params: " + "; ".join(f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors())
                 ) from None
 
+            if self.name.removeprefix("pairwise_") in VERTEX_METRICS:
+                # read Vertex's text now, where the pipeline is built: a missing package is a config error
+                vertex_template(self.name.removeprefix("pairwise_"))
             if self.name in INFORMATIONAL_CRITERIA and self.threshold is not None:
                 raise ValueError(f"{self.name} is informational (as in ADK): it reports a value and never passes "
                                  "or fails, so it takes no threshold")
