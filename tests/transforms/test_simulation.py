@@ -394,6 +394,19 @@ def test_an_answer_with_no_text_fails_the_case_after_the_judges_retries(monkeypa
         first, again, error = asyncio.run(main())
         assert first == again == "hello there"
         assert server.stats.stages["text"] == 1 + 3
+
+        # two cases asking the same prompt at the same moment share one call
+        together = SimulatorCalls(settings, UserSimulatorConfig(), {}, None)
+
+        async def both():
+            try:
+                return await asyncio.gather(together.ask("Same.\n#reply=ok"), together.ask("Same.\n#reply=ok"))
+            finally:
+                await together.close()
+
+        assert asyncio.run(both()) == ["ok", "ok"]
+        assert server.stats.stages["text"] == 1 + 3 + 1
+        assert sorted((r.cache_hit, r.attempts) for r in together.responses) == [(False, 1), (True, 0)]
     assert error == ("user simulator: judge failed after 3 attempts; last: invalid judge output: the model's "
                      "answer has no text")
     assert [(r.cache_hit, r.attempts, r.error is None) for r in calls.responses] == [
