@@ -34,6 +34,7 @@ from typing import Any, Iterator
 
 import apache_beam as beam
 
+from evalbeam.transforms.adk_models import EXTRA_FORBIDDEN, forbidden_keys
 from evalbeam.metrics.trace import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
 from evalbeam.transforms.records import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
 
@@ -262,6 +263,23 @@ def _legacy_turn(turn: Any, where: str) -> dict[str, Any]:
     return turn_from_adk(None, invocation, where)
 
 
+def _refused_cases(out: _Cases, cases: list, forbidden: list[str]) -> Iterator[DeadLetter]:
+    """A dead letter per case of an eval set ADK refuses for keys its models forbid:
+    a case holding such keys names its first (and how many more); the others name the file's first."""
+    for index, case in enumerate(cases):
+        eval_id = get_key(case, "eval_id") if isinstance(case, dict) else None
+        label = f"eval case {eval_id!r}" if isinstance(eval_id, str) and eval_id else f"eval_cases[{index}]"
+        own = [p for p in forbidden if p.startswith(f"eval_cases[{index}].")]
+        if own:
+            more = f" (and {len(own) - 1} more forbidden key{'s' * (len(own) > 2)} in this case)" if len(own) > 1 else ""
+            reason = (f"{label}: {own[0]}: {EXTRA_FORBIDDEN}{more}; ADK's models forbid the key, "
+                      "so ADK refuses the whole eval set")
+        else:
+            reason = (f"{label}: not scored: ADK refuses the whole eval set, which holds a key its models forbid "
+                      f"({forbidden[0]}: {EXTRA_FORBIDDEN})")
+        yield out.dead(index, reason, case, (own or forbidden)[0])
+
+
 @_whole_document
 def parse_adk_eval_set(doc: _Document, value: Any, positional: bool) -> Iterator[Record | DeadLetter | SourceLines]:
     path = doc.path
@@ -315,6 +333,11 @@ def parse_adk_eval_set(doc: _Document, value: Any, positional: bool) -> Iterator
         return
     spans = _element_spans(doc, ("eval_cases",), len(cases)) if positional else None
     out = _Cases(doc, spans)
+    forbidden = forbidden_keys(value)
+    if forbidden:  # ADK refuses the whole file: every case is dead-lettered, none scored
+        yield from _refused_cases(out, cases, forbidden)
+        yield out.lines()
+        return
     for index, case in enumerate(cases):
         if not isinstance(case, dict):
             yield out.dead(index, f"eval_cases[{index}] must be an object", case, f"eval_cases[{index}]")
