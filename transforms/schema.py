@@ -82,6 +82,9 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("output_tokens", "INT64"),
         Column("attempts", "INT64", description="judge calls made for this row (0 when all came from the cache)"),
         Column("cache_hit", "BOOL", description="every judgment of this row came from judge.cache"),
+        Column("threshold", "FLOAT64", description="the pass threshold in force for this row (`passed`): an ADK "
+                                                   "case's own test_config.json's, else its metric's; null where "
+                                                   "the metric has none"),
     ),
     "summary": (
         RUN_ID,

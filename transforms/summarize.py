@@ -23,11 +23,12 @@ OVERALL = "overall"
 
 
 def slice_keys(scored: ScoredInstance):
-    """(slice, (instance id, [(metric, score, is_error, passed, pairwise choice), ...])) for
+    """(slice, (instance id, [(metric, score, is_error, passed, pairwise choice, threshold), ...])) for
     "overall" and each slice the instance falls in."""
     values = (
         scored.instance.instance_id,
-        [(r["metric"], r["score"], r["error"] is not None, r["passed"], r.get("pairwise_choice")) for r in scored.results],
+        [(r["metric"], r["score"], r["error"] is not None, r["passed"], r.get("pairwise_choice"), r.get("threshold"))
+         for r in scored.results],
     )
     yield OVERALL, values
     for column, value in scored.instance.slices.items():
@@ -58,11 +59,11 @@ class SliceAccumulator:
     def add(self, instance_id: str, results) -> None:
         row = len(self.ids)
         self.ids.append(instance_id)
-        for metric, score, error, passed, choice in results:
+        for metric, score, error, passed, choice, threshold in results:
             moments = self.moments.get(metric)
             if moments is None:
                 moments = self.moments[metric] = ScoreMoments()
-            if moments.add(score, error, passed, choice):  # a valid score: to be weighed
+            if moments.add(score, error, passed, choice, threshold):  # a valid score: to be weighed
                 rows, scores = self.pending.get(metric) or self.pending.setdefault(metric, ([], []))
                 rows.append(row)
                 scores.append(score)
@@ -151,7 +152,9 @@ def summary_rows(run: RunKey, thresholds: dict[str, float | None], keyed) -> Ite
     slice_name, per_metric = keyed
     for metric, moments in sorted(per_metric.items()):
         threshold = thresholds.get(metric)
-        yield {**run.columns(), "metric": metric, "slice": slice_name, "threshold": threshold,
+        # the rows' own threshold where they carry one (an ADK case's file's), all alike; null when they differ
+        row_threshold = moments.row_threshold(threshold)
+        yield {**run.columns(), "metric": metric, "slice": slice_name, "threshold": row_threshold,
                **moments.statistics(threshold)}
 
 

@@ -8,9 +8,9 @@ import pytest
 from evalbeam.metrics.summary import ScoreMoments, bootstrap_weights
 
 
-def add_weighed(m, score, instance_id, error=False, passed=None, choice=None):
+def add_weighed(m, score, instance_id, error=False, passed=None, choice=None, threshold=None):
     """One instance's row, weighed by its own bootstrap weights when its score is valid."""
-    if m.add(score, error, passed, choice):
+    if m.add(score, error, passed, choice, threshold):
         weights = bootstrap_weights(instance_id)
         m.add_bootstrap(weights * score, weights)
 
@@ -114,12 +114,13 @@ def test_the_batched_slice_accumulator_equals_adding_one_instance_at_a_time():
     for i in range(3 * BOOTSTRAP_BATCH + 77):
         score = rng.choice([rng.random(), rng.random(), None, float("nan"), 1.0])
         error = score is None and rng.random() < 0.5
-        rows.append((f"id-{i}", [("a", score, error, score is not None and score > 0.5, None),
-                                 ("b", rng.random(), False, None, rng.choice(["CANDIDATE", "BASELINE", "TIE"]))]))
+        threshold = rng.choice([0.5, 0.5, 0.7])  # each row's own (an ADK case's file's)
+        rows.append((f"id-{i}", [("a", score, error, score is not None and score >= threshold, None, threshold),
+                                 ("b", rng.random(), False, None, rng.choice(["CANDIDATE", "BASELINE", "TIE"]), None)]))
     expected = {"a": ScoreMoments(), "b": ScoreMoments()}
     for instance_id, results in rows:
-        for metric, score, error, passed, choice in results:
-            add_weighed(expected[metric], score, instance_id, error, passed, choice)
+        for metric, score, error, passed, choice, threshold in results:
+            add_weighed(expected[metric], score, instance_id, error, passed, choice, threshold)
     fn = SliceMomentsFn()
     parts = []
     for start in range(0, len(rows), 700):
@@ -131,6 +132,22 @@ def test_the_batched_slice_accumulator_equals_adding_one_instance_at_a_time():
         got = fn.extract_output(fn.merge_accumulators([fn.compact(p) for p in order])).flush().moments
         for metric in ("a", "b"):
             want, have = expected[metric].statistics(0.5), got[metric].statistics(0.5)
-            assert have.keys() == want.keys()
+            assert have.keys() == want.keys() and got[metric].row_threshold(0.5) == expected[metric].row_threshold(0.5)
             for key, value in want.items():
                 assert have[key] == (value if value is None or isinstance(value, int) else pytest.approx(value, rel=1e-12)), key
+
+
+def test_rows_with_their_own_thresholds_pass_by_them():
+    """Rows carrying their own threshold (an ADK case's file's test_config.json) pass or fail by it:
+    the pass rate is the share of them that passed, and the summary's threshold is theirs when
+    they all have the same, null when they differ."""
+    m = ScoreMoments()
+    for score, threshold in [(0.5, 0.4), (0.5, 0.6), (0.9, 0.6), (0.2, None)]:
+        m.add(score, passed=None if threshold is None else score >= threshold, threshold=threshold)
+    assert m.statistics(1.0)["pass_rate"] == pytest.approx(2 / 3)
+    assert m.row_threshold(1.0) is None
+    same = ScoreMoments()
+    for score in (0.3, 0.8):
+        same.add(score, passed=score >= 0.5, threshold=0.5)
+    assert same.row_threshold(1.0) == 0.5 and same.statistics(1.0)["pass_rate"] == 0.5
+    assert ScoreMoments().row_threshold(0.8) == 0.8
