@@ -166,3 +166,140 @@ def test_a_refused_eval_set_is_dead_lettered_whole_and_counts_reconcile(tmp_path
     assert all("ADK refuses the whole eval set" in d.reason for d in dead)
     # every line of the file is a dead case's or a line of the file's own punctuation
     assert sum(d.line_count for d in dead) + lines[0].skipped == lines[0].lines
+
+
+# --- legacy files -------------------------------------------------------------
+
+
+def test_legacy_initial_session_becomes_the_session_input_as_adk_makes_it(tmp_path, adk_reference):
+    rng = random.Random(5)
+    sessions = [{}, {"app_name": "dice", "user_id": "u7", "state": {"day": "Monday", "n": 3}},
+                {"app_name": "dice"}, {"state": {"nested": {"k": [1, 2]}}}, {"user_id": "only"}]
+    cases = []
+    for i in range(25):
+        case = {"name": f"case_{i}", "data": [{"query": f"q{i}", "expected_tool_use": [], "reference": "r"}]}
+        session = rng.choice(sessions + [None])
+        if session is not None:
+            case["initial_session"] = session
+        cases.append(case)
+    path = tmp_path / "older.json"
+    path.write_text(json.dumps(cases, indent=1))
+    adk = adk_reference(tmp_path, eval_sets=[path])["eval_sets"][str(path)]
+    records, dead, _ = parsed(path)
+    assert not dead
+    ours = {r.data["eval_id"]: r.data["adk_case"].get("session_input") for r in records}
+    for case in adk["cases"]:
+        expected = case["session_input"]
+        if expected is not None:
+            assert expected.pop("session_id") is None
+        assert ours[case["eval_id"]] == expected, case["eval_id"]
+    assert sum(v is not None for v in ours.values()) > 10
+
+
+def _flat(query: str) -> list:
+    return [{"query": query, "expected_tool_use": [{"tool_name": "t", "tool_input": {"q": query}}], "reference": "r"}]
+
+
+def test_each_flat_test_file_is_its_own_eval_set_and_ids_hold_when_the_folder_moves(tmp_path):
+    from evalbeam.configs import EvalConfig
+    from evalbeam.pipelines.stages.read import adk_reading
+
+    first = tmp_path / "first" / "evals"
+    for agent in ("agent_a", "agent_b"):
+        (first / agent).mkdir(parents=True)
+        (first / agent / "simple.test.json").write_text(json.dumps(_flat(agent)))
+
+    def ids(folder):
+        config = EvalConfig.model_validate({"name": "x", "input": {"uri": f"{folder}/*/*.test.json"},
+                                            "output": {"parquet": str(tmp_path / "out")}})
+        reading = adk_reading(config)
+        assert reading.base == f"{folder}/"
+        found = {}
+        for path in sorted(folder.glob("*/*.test.json")):
+            records, dead, _ = parsed(path, adk=reading)
+            assert not dead and len(records) == 1
+            found[records[0].data["instance_id"]] = records[0].data["eval_set_id"]
+        return found
+
+    before = ids(first)
+    assert before == {"agent_a/simple:agent_a/simple.test.json": "agent_a/simple",
+                      "agent_b/simple:agent_b/simple.test.json": "agent_b/simple"}
+    moved = tmp_path / "elsewhere" / "deeper" / "evals"
+    moved.parent.mkdir(parents=True)
+    (tmp_path / "first" / "evals").rename(moved)
+    assert ids(moved) == before
+
+
+# --- each file's own test_config.json -------------------------------------------
+
+FOLDER_CRITERIA = {
+    "a": {"criteria": {"tool_trajectory_avg_score": 0.5, "response_match_score": 0.3}},
+    "b": {"criteria": {"response_match_score": 0.09}},
+    "c": None,  # no test_config.json: ADK's defaults
+    "d": {"criteria": {"tool_trajectory_avg_score": {"threshold": 1.0}, "response_match_score": 0.95}},
+}
+
+
+def test_each_file_is_judged_with_its_own_test_config_as_adks_agent_evaluator_judges_it(tmp_path, adk_reference):
+    """Result files in folders with different test_config.json (and one with none), read with no
+    criteria in the config: each case's criteria, scores, thresholds and verdict are those ADK's
+    evaluators give with the criteria AgentEvaluator.find_config_for_test_file finds for its file;
+    the summary's pass rates are the share of cases passing by their own thresholds."""
+    from tests.adk_cases import eval_set_result
+    from tests.helpers import evalbeam, table
+
+    data = tmp_path / "data"
+    files = {}
+    for seed, (name, criteria) in enumerate(FOLDER_CRITERIA.items(), start=40):
+        (data / name).mkdir(parents=True)
+        if criteria is not None:
+            (data / name / "test_config.json").write_text(json.dumps(criteria))
+        files[name] = data / name / f"app_{name}_set_1700000000.0.evalset_result.json"
+        files[name].write_text(json.dumps(eval_set_result(seed, f"{name}_set", 30), indent=1))
+    found = adk_reference(tmp_path, test_files=list(files.values()))["test_files"]
+    adk = {}
+    for name, path in files.items():
+        request = tmp_path / f"scores_{name}.json"
+        request.write_text(json.dumps({"files": [str(path)], "configs": [{"criteria": found[str(path)]}]}))
+        adk[name] = json.loads(run_adk("adk_scores.py", str(request)))["scores"][0]
+
+    config = tmp_path / "eval.yaml"
+    config.write_text(f"name: per-file\nrun_id: per-file\ninput: {{uri: '{data}/*/*.evalset_result.json'}}\n"
+                      f"output: {{parquet: {tmp_path}/out}}\n")
+    evalbeam("run", config)
+    run_dir = tmp_path / "out" / "per-file"
+    rows: dict[str, dict] = {}
+    for row in table(run_dir, "metric_results"):
+        rows.setdefault(row["instance_id"], {})[row["metric"]] = row
+    outcomes = set()
+    for name, cases in adk.items():
+        thresholds = {k: (v if isinstance(v, (int, float)) else v["threshold"])
+                      for k, v in found[str(files[name])].items()}
+        for instance_id, expected in cases.items():
+            ours = rows[instance_id]
+            assert set(ours) - {"adk_case_status", "latency_in_seconds", "failure"} == set(expected["metrics"])
+            for metric, (score, status) in expected["metrics"].items():
+                row = ours[metric]
+                assert row["threshold"] == thresholds.get(metric), (name, metric)
+                our_status = ("INFORMATIONAL" if row["threshold"] is None else
+                              "NOT_EVALUATED" if row["error"] is not None or row["passed"] is None else
+                              "PASSED" if row["passed"] else "FAILED")
+                assert (row["score"], our_status) == (score, status), (instance_id, metric, row)
+                outcomes.add((name, metric, status))
+            assert ours["adk_case_status"]["explanation"] == expected["status"], instance_id
+    # the thresholds decide: the same scores pass in one folder and fail in another
+    assert {("a", "response_match_score", "PASSED"), ("d", "response_match_score", "FAILED"),
+            ("b", "response_match_score", "PASSED"), ("c", "tool_trajectory_avg_score", "FAILED")} <= outcomes
+    summary = {(r["metric"], r["slice"]): r for r in table(run_dir, "summary")}
+    for name, cases in adk.items():
+        evaluated = [c["status"] for c in cases.values() if c["status"] != "NOT_EVALUATED"]
+        row = summary[("adk_case_status", f"eval_set_id={name}_set")]
+        assert row["pass_rate"] == pytest.approx(evaluated.count("PASSED") / len(evaluated))
+        statuses = [c["metrics"]["response_match_score"][1] for c in cases.values()]
+        judged = [s for s in statuses if s != "NOT_EVALUATED"]
+        row = summary[("response_match_score", f"eval_set_id={name}_set")]
+        assert row["pass_rate"] == pytest.approx(judged.count("PASSED") / len(judged))
+        assert row["threshold"] == {"a": 0.3, "b": 0.09, "c": 0.8, "d": 0.95}[name]
+    assert summary[("response_match_score", "overall")]["threshold"] is None  # the files' thresholds differ
+    runs = table(run_dir, "runs")[0]
+    assert runs["read_count"] == runs["scored_count"] == 120 and runs["dead_letter_count"] == 0
