@@ -303,3 +303,36 @@ def test_each_file_is_judged_with_its_own_test_config_as_adks_agent_evaluator_ju
     assert summary[("response_match_score", "overall")]["threshold"] is None  # the files' thresholds differ
     runs = table(run_dir, "runs")[0]
     assert runs["read_count"] == runs["scored_count"] == 120 and runs["dead_letter_count"] == 0
+
+
+# --- validate -----------------------------------------------------------------
+
+
+def test_validate_reports_what_run_would_dead_letter_and_fails_when_nothing_is_usable(tmp_path):
+    from tests.helpers import evalbeam, table
+
+    base = eval_set_sets()["generated.evalset.json"]
+    cases = [c for c in base["eval_cases"] if c.get("conversation")]
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "good.evalset.json").write_text(json.dumps({"eval_set_id": "good", "eval_cases": cases[:5] + [
+        {"eval_id": "simulated", "conversation_scenario": {"starting_prompt": "hi", "conversation_plan": "ask"}}]}))
+    refused = copy.deepcopy(cases[5:8])
+    refused[1]["conversation"][0]["expected_tool_use"] = []
+    (data / "refused.evalset.json").write_text(json.dumps({"eval_set_id": "refused", "eval_cases": refused}))
+    config = tmp_path / "eval.yaml"
+    config.write_text(f"name: v\nrun_id: v\ninput: {{uri: '{data}/*.evalset.json'}}\nmetrics: [response_match_score]\n"
+                      f"output: {{parquet: {tmp_path}/out}}\n")
+    result = evalbeam("validate", config)
+    assert "input 2 file(s): 5 case(s) to score, 4 `run` would dead-letter; the first reasons:" in result.stdout
+    assert "eval_cases[1].conversation[0].expected_tool_use: Extra inputs are not permitted" in result.stdout
+    assert "conversation_scenario" in result.stdout
+    evalbeam("run", config, check=False)
+    runs = table(tmp_path / "out" / "v", "runs")[0]
+    assert (runs["read_count"], runs["scored_count"], runs["dead_letter_count"]) == (9, 5, 4)
+    # nothing usable: status 2, with the reasons
+    config.write_text(config.read_text().replace("*.evalset.json", "refused.evalset.json"))
+    result = evalbeam("validate", config, check=False)
+    assert result.returncode == 2
+    assert "no case of the ADK files (1 file(s)) can be scored: `run` would dead-letter 3; the first reasons:" \
+        in result.stderr
