@@ -130,7 +130,7 @@ def with_thresholds(scored: ScoredInstance, thresholds: dict[str, float | None])
     """Each row with the threshold in force (metric_results.threshold): its own where scoring
     set one (an ADK case's own criteria), else its metric's."""
     for row in scored.results:
-        if "threshold" not in row:
+        if row.get("threshold") is None:  # judge rows start with every column None (schema.blank_metric_row)
             row["threshold"] = thresholds.get(row["metric"])
     return scored
 
