@@ -332,7 +332,10 @@ def _criteria_of_files(uri: str) -> tuple[list[dict], dict]:
     its spec where every file agrees; the files' own thresholds are on each row. Its other
     fields (match_type, ...) and a judge criterion's threshold must agree between the files:
     one run computes a metric one way."""
-    paths = sorted(m.path for m in FileSystems.match([uri])[0].metadata_list)
+    try:
+        paths = sorted(m.path for m in FileSystems.match([uri])[0].metadata_list)
+    except Exception:  # noqa: BLE001 - an unlistable uri: the input check (preflight) names it; ADK's defaults here
+        paths = []
     configs = sorted({test_config_path(p) for p in paths}) or [None]
     found: dict[str, tuple[dict, set]] = {}
     judge: dict = {}
