@@ -426,7 +426,8 @@ class EvalConfig(_Model):
     input: InputConfig
     metrics: list[MetricSpec] = pydantic.Field(
         default_factory=list,
-        description="the metrics to compute; with an ADK input and none given, ADK's default criteria")
+        description="the metrics to compute; ADK files with none given (and no input.adk_criteria): the criteria "
+                    "of the test_config.json beside each file, else ADK's defaults")
     judge: JudgeSettings = pydantic.Field(default_factory=JudgeSettings)
     inference: InferenceConfig | None = pydantic.Field(
         None, description="inference before scoring: run a function, a model or an ADK agent on each case")
