@@ -36,7 +36,7 @@ from typing import Any, Iterator
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from evalbeam.metrics.adk import metrics_from_criteria, read_test_config
+from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA, metrics_from_criteria, read_test_config
 from evalbeam.metrics.trace import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
 from evalbeam.transforms.adk_models import EXTRA_FORBIDDEN, forbidden_keys
 from evalbeam.transforms.records import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
@@ -337,6 +337,27 @@ def _refused_cases(out: _Cases, cases: list, forbidden: list[str]) -> Iterator[D
         yield out.dead(index, reason, case, (own or forbidden)[0])
 
 
+# AgentEvaluator's ALLOWED_CRITERIA: the criteria its legacy test files may be judged with
+LEGACY_TEST_CRITERIA = ("tool_trajectory_avg_score", "response_evaluation_score", "response_match_score", "safety_v1")
+
+
+def _agent_evaluator_refusal(turns: list, path: str) -> tuple[str, str] | None:
+    """(reason, field) where ADK's AgentEvaluator._validate_input refuses a legacy flat test
+    file with the criteria of its test_config.json (it checks the first turn only), else None."""
+    names = [spec["name"] for spec in criteria_of_file(path) if spec["name"] not in INFORMATIONAL_CRITERIA]
+    for name in names:
+        if name not in LEGACY_TEST_CRITERIA:
+            return (f"ADK's AgentEvaluator refuses a legacy test file judged with {name} (its test_config.json "
+                    f"{test_config_path(path)}): Invalid criteria key: {name}. Expected one of "
+                    f"{list(LEGACY_TEST_CRITERIA)}.", "criteria")
+    first = turns[0]
+    if "tool_trajectory_avg_score" in names and "expected_tool_use" not in first:
+        return ("[0].expected_tool_use is missing: ADK's AgentEvaluator refuses a legacy test file judged with "
+                "tool_trajectory_avg_score whose first turn has no 'query' and 'expected_tool_use' keys",
+                "[0].expected_tool_use")
+    return None
+
+
 @_whole_document
 def parse_adk_eval_set(doc: _Document, value: Any, positional: bool, reading: AdkReading) -> Iterator[Record | DeadLetter | SourceLines]:
     path = doc.path
@@ -356,6 +377,13 @@ def parse_adk_eval_set(doc: _Document, value: Any, positional: bool, reading: Ad
             relative = relative_path(path, reading.base)
             name = relative.removesuffix(".test.json")
             cases = [(relative, value, value)]
+            if reading.criteria_per_file:  # judged with its test_config.json: AgentEvaluator checks the two agree
+                refused = _agent_evaluator_refusal(value, path)
+                if refused:
+                    out = _Cases(doc, [(1, doc.lines)] if positional else None)
+                    yield out.dead(0, f"eval case {relative!r}: {refused[0]}", value, refused[1])
+                    yield out.lines()
+                    return
         else:
             yield from doc.dead_file("not an ADK eval set: a list must hold {name, data} cases or {query, ...} turns")
             return

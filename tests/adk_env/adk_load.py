@@ -11,6 +11,9 @@ request.json: {"eval_sets": [paths], "test_files": [paths]}.
   [{eval_id, session_input}]}; a loc is a list of keys and indices.
 - test_files: the criteria AgentEvaluator.find_config_for_test_file finds for
   each: {path: {criterion: threshold or criterion object}}.
+- agent_evaluator_files: each loaded as AgentEvaluator.evaluate loads a test file
+  (_load_eval_set_from_file with the config find_config_for_test_file finds):
+  {path: {"accepted": bool, "error": message or null}}.
 """
 import json
 import sys
@@ -40,12 +43,21 @@ def load(path):
     return {"accepted": True, "errors": errors, "cases": cases}
 
 
+def agent_evaluator_load(path):
+    try:
+        AgentEvaluator._load_eval_set_from_file(path, AgentEvaluator.find_config_for_test_file(path), {})
+    except Exception as e:  # noqa: BLE001 - what AgentEvaluator raises is the refusal
+        return {"accepted": False, "error": f"{type(e).__name__}: {e}"}
+    return {"accepted": True, "error": None}
+
+
 def main(request_path):
     with open(request_path, encoding="utf-8") as f:
         request = json.load(f)
     out = {"eval_sets": {p: load(p) for p in request.get("eval_sets", [])},
            "test_files": {p: AgentEvaluator.find_config_for_test_file(p).model_dump(mode="json")["criteria"]
-                          for p in request.get("test_files", [])}}
+                          for p in request.get("test_files", [])},
+           "agent_evaluator_files": {p: agent_evaluator_load(p) for p in request.get("agent_evaluator_files", [])}}
     json.dump(out, sys.stdout)
 
 

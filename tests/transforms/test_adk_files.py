@@ -336,3 +336,49 @@ def test_validate_reports_what_run_would_dead_letter_and_fails_when_nothing_is_u
     assert result.returncode == 2
     assert "no case of the ADK files (1 file(s)) can be scored: `run` would dead-letter 3; the first reasons:" \
         in result.stderr
+
+
+LEGACY_CONFIGS = {
+    "defaults": None,
+    "response_only": {"criteria": {"response_match_score": 0.5}},
+    "trajectory": {"criteria": {"tool_trajectory_avg_score": {"threshold": 0.5, "match_type": "IN_ORDER"}}},
+    "judge_v2": {"criteria": {"final_response_match_v2": 0.5, "response_match_score": 0.2}},
+    "safety": {"criteria": {"safety_v1": 0.8}},
+}
+
+
+def test_a_flat_test_file_is_refused_where_adks_agent_evaluator_refuses_it(tmp_path, adk_reference):
+    """With each file's own criteria, AgentEvaluator checks a legacy test file against them: only
+    its four criteria may judge one, and tool_trajectory_avg_score needs expected_tool_use in the
+    first turn. Files in folders of every kind, with and without that key: evalbeam keeps exactly
+    the files ADK loads."""
+    from evalbeam.transforms.read_adk import AdkReading
+
+    paths = []
+    for name, config in LEGACY_CONFIGS.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        if config is not None:
+            (folder / "test_config.json").write_text(json.dumps(config))
+        for variant in ("with", "without"):
+            turns = [{"query": "hi", "reference": "hello"}, {"query": "again", "expected_tool_use": []}]
+            if variant == "with":
+                turns[0]["expected_tool_use"] = [{"tool_name": "t", "tool_input": {}}]
+            paths.append(folder / f"{variant}.test.json")
+            paths[-1].write_text(json.dumps(turns))
+    adk = adk_reference(tmp_path, agent_evaluator_files=paths)["agent_evaluator_files"]
+    outcomes = set()
+    for path in paths:
+        records, dead, _ = parsed(path, adk=AdkReading(f"{tmp_path}/", criteria_per_file=True))
+        assert len(records) + len(dead) == 1
+        expected = adk[str(path)]
+        assert bool(records) == expected["accepted"], (path, expected, dead)
+        if dead:
+            message = expected["error"].split(": ", 1)[1]
+            key = "Invalid criteria key" if "Invalid criteria key" in message else "expected_tool_use"
+            assert key in dead[0].reason and key in message, (dead[0].reason, message)
+        outcomes.add(expected["accepted"])
+    assert outcomes == {True, False}
+    # read with criteria the config names, a test file is read as it is
+    records, dead, _ = parsed(tmp_path / "safety" / "without.test.json", adk=AdkReading(f"{tmp_path}/"))
+    assert records and not dead
