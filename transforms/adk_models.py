@@ -17,6 +17,7 @@ Type expressions: None (no model inside), "Model", ("list", T), ("dict", T)
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Iterator
 
 EXTRA_FORBIDDEN = "Extra inputs are not permitted"  # pydantic's message for extra_forbidden, as ADK reports it
@@ -242,17 +243,25 @@ def _camel(name: str) -> str:
     return head + "".join(word.capitalize() for word in rest)
 
 
+@functools.lru_cache(maxsize=None)
+def _keys(model: str) -> tuple[dict[str, Any], dict[str, tuple[str, Any]]]:
+    """(alias -> field type, field name -> (its alias, field type)) of a model."""
+    _, camel, fields = MODELS[model]
+    aliases = {(_camel(name) if camel else name): kind for name, kind in fields.items()}
+    names = {name: (_camel(name) if camel else name, kind) for name, kind in fields.items()}
+    return aliases, names
+
+
 def _fields_of(model: str, value: dict) -> tuple[dict[str, Any], list[str]]:
     """(key as given -> field type, the extra keys) of an object read as `model`."""
-    _, camel, fields = MODELS[model]
+    aliases, names = _keys(model)
     found: dict[str, Any] = {}
     extra = []
     for key in value:
-        for name, kind in fields.items():
-            alias = _camel(name) if camel else name
-            if key == alias or (key == name and alias not in value):
-                found[key] = kind
-                break
+        if key in aliases:
+            found[key] = aliases[key]
+        elif key in names and names[key][0] not in value:
+            found[key] = names[key][1]
         else:
             extra.append(key)
     return found, extra
