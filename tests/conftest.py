@@ -68,6 +68,7 @@ TIER_RULES = [
     ("metrics/test_adk_fidelity.py", None, "adk"),
     ("metrics/test_simulator.py", {"adk_simulator"}, "adk"),
     ("transforms/test_adk_events.py", {"events_table", "recorded", "plugin_schema"}, "adk"),
+    ("transforms/test_adk_files.py", {"adk_reference"}, "adk"),
     ("transforms/test_inference.py", {"agent_env"}, "agent"),
     ("transforms/test_simulation.py", {"agent_env"}, "agent"),
     ("transforms/test_deployed.py", {"agent_env", "A2AServer", "AdkAppServer", "in_process"}, "agent"),

@@ -201,7 +201,7 @@ def test_the_scenarios_example_config_validates(monkeypatch):
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
     path = ROOT / "configs" / "example_scenarios.yaml"
     result = evalbeam("validate", path)
-    assert result.stdout.startswith("config ok") and "columns checked on 2 row(s)" in result.stdout
+    assert result.stdout.startswith("config ok") and "2 case(s) to score, 0 `run` would dead-letter" in result.stdout
     config = load_config(path)
     assert config.inference.user_simulator.max_allowed_invocations == 6
     assert config.inference.user_simulator.include_function_calls
