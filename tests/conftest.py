@@ -66,6 +66,7 @@ TIER_RULES = [
     ("pipelines/test_report.py", {"render", "chromium"}, "browser"),
     ("pipelines/test_nightly_dag.py", None, "airflow"),
     ("metrics/test_adk_fidelity.py", None, "adk"),
+    ("metrics/test_calibration.py", {"sklearn_reference"}, "adk"),
     ("transforms/test_adk_events.py", {"events_table", "recorded", "plugin_schema"}, "adk"),
     ("transforms/test_inference.py", {"agent_env"}, "agent"),
     ("pipelines/test_packaging.py", {"installed"}, "packaging"),
