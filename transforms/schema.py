@@ -82,6 +82,8 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("output_tokens", "INT64"),
         Column("attempts", "INT64", description="judge calls made for this row (0 when all came from the cache)"),
         Column("cache_hit", "BOOL", description="every judgment of this row came from judge.cache"),
+        Column("human_label", "FLOAT64", description="input.labels: the mean of the row's valid human labels for this "
+                                                     "metric; null when unlabelled (or the metric has no labels)"),
     ),
     "summary": (
         RUN_ID,
@@ -189,6 +191,41 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("improvement", "BOOL", True, "the CI of the change lies entirely on the better side of +T"),
         Column("compared_at", "TIMESTAMP", True),
     ),
+    "calibration": (
+        RUN_ID,
+        RUN_DATE,
+        Column("metric", "STRING", True, "a metric with input.labels"),
+        Column("slice", "STRING", True, "'overall' or 'column=value'"),
+        Column("n", "INT64", True, "instances with both a valid score and a valid human label"),
+        Column("unlabelled_count", "INT64", True, "instances with no valid label for the metric"),
+        Column("unscored_count", "INT64", True, "labelled instances whose metric has no score (an error)"),
+        Column("invalid_label_count", "INT64", True, "label cells refused (not a number or true/false); "
+                                                     "counted as missing"),
+        Column("invalid_label_example", "STRING", description="the first refused label: row, column and reason"),
+        Column("annotators", "INT64", True, "label columns of the metric"),
+        Column("threshold", "FLOAT64", description="the metric's pass threshold"),
+        Column("scale", "STRING", description="categorical (whole numbers, at most 20 values) | continuous"),
+        Column("judge_mean", "FLOAT64", description="mean score over the n instances"),
+        Column("human_mean", "FLOAT64", description="mean human value (mean of the annotators' labels) over the n"),
+        Column("bias", "FLOAT64", description="judge_mean - human_mean"),
+        Column("mae", "FLOAT64", description="mean |score - human value|"),
+        Column("spearman", "FLOAT64", description="Spearman's rho (midranks for ties)"),
+        Column("kendall_tau", "FLOAT64", description="Kendall's tau-b"),
+        Column("kappa", "FLOAT64", description="Cohen's kappa, unweighted, on the categories (categorical scales)"),
+        Column("weighted_kappa", "FLOAT64", description="Cohen's kappa, quadratic weights (categorical scales)"),
+        Column("accuracy", "FLOAT64", description="pass = score >= threshold; the human label the truth"),
+        Column("precision", "FLOAT64", description="of the judge's passes, the share the people pass"),
+        Column("recall", "FLOAT64", description="of the people's passes, the share the judge passes"),
+        Column("f1", "FLOAT64"),
+        Column("ci_low", "FLOAT64", description="95% Poisson bootstrap CI of weighted_kappa (categorical) or "
+                                                "spearman (continuous), seeded by instance id"),
+        Column("ci_high", "FLOAT64"),
+        Column("confusion", "JSON", description='{"categories": [...], "counts": [[...]]}: rows the human value, '
+                                                "columns the judge's (pass/fail on a continuous scale)"),
+        Column("annotator_alpha", "FLOAT64", description="Krippendorff's alpha (interval) among the annotators"),
+        Column("annotator_alpha_units", "INT64", description="instances with two labels or more"),
+        Column("note", "STRING", description="why a statistic is null (n < 2, constant labels, one category, ...)"),
+    ),
     "dead_letter": (
         RUN_ID,
         RUN_DATE,
@@ -227,6 +264,7 @@ CLUSTERING = {
     "judge_cache": ["request_key"],
     "comparisons": ["metric", "run_id"],
     "rubrics": ["metric", "run_id"],
+    "calibration": ["metric", "slice"],
 }
 
 

@@ -1,0 +1,15 @@
+"""The calibration stage (input.labels): each labelled metric's agreement with the human
+labels, per slice, into the calibration table (transforms.calibrate)."""
+from __future__ import annotations
+
+from evalbeam.pipelines.stages import Stage
+from evalbeam.pipelines.stages.summaries import thresholds
+from evalbeam.transforms.calibrate import CalibrateScores
+
+
+class CalibrationStage(Stage):
+    """scored -> calibration."""
+
+    def expand(self, named):
+        context = self._context
+        return {"calibration": named["scored"] | "Calibrate" >> CalibrateScores(context.run, thresholds(context.config))}

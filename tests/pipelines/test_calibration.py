@@ -1,0 +1,137 @@
+"""input.labels through a whole run: the calibration table (one Beam combine per metric and
+slice) equals metrics.calibration's statistics (tested against scikit-learn/SciPy in
+tests/metrics/test_calibration.py) of the pairs the run wrote; refused and missing labels are
+counted, never dropped; `show`, `show --json` print it."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import yaml
+
+from evalbeam.configs import EvalConfig
+from evalbeam.metrics.calibration import CalibrationMoments
+from evalbeam.metrics.summary import bootstrap_weight_matrix
+from tests.helpers import evalbeam, table
+from tests.judge_server import JudgeServer
+
+KEY = "test-key-calibration"
+
+
+def rows(n: int = 40):
+    rng = random.Random(3)
+    out = []
+    for i in range(n):
+        judge = rng.randint(1, 5)
+        rater_a = min(5, max(1, judge + rng.choice([-1, 0, 0, 1])))
+        row = {"id": f"r{i}", "response": f"answer {i} #score={judge}", "reference": f"answer {i}" if i % 3 else "x",
+               "topic": "maths" if i % 2 else "history", "rater_a": rater_a,
+               "rater_b": str(min(5, max(1, rater_a + rng.choice([-1, 0, 1])))),
+               "exact_ok": (i % 3 != 0) if i % 5 else (i % 3 == 0)}
+        out.append(row)
+    out[0]["response"] = "broken #fail"  # the judge fails: labelled but unscored
+    out[1]["rater_a"], out[1]["rater_b"] = None, ""  # unlabelled
+    out[2]["rater_b"] = "great"  # refused: counted, rater_a still used
+    out[3]["exact_ok"] = [1]  # refused
+    return out
+
+
+@pytest.fixture
+def labelled_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows()))
+    out = tmp_path / "out"
+    with JudgeServer() as server:
+        config = {"name": "labelled", "run_id": "cal1",
+                  "input": {"uri": str(data), "id_column": "id", "slice_columns": ["topic"],
+                            "labels": {"fluency": ["rater_a", "rater_b"], "exact_match": "exact_ok"}},
+                  "metrics": ["exact_match", {"name": "fluency", "threshold": 3}],
+                  "judge": {"base_url": server.url, "max_attempts": 2, "timeout_seconds": 10},
+                  "output": {"parquet": str(out)}}
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump(config))
+        printed = evalbeam("run", path).stdout
+    return out, printed
+
+
+def expected(results, instances, metric, threshold, labels):
+    """metrics.calibration over the pairs the run wrote (metric_results: score, human_label)."""
+    moments = CalibrationMoments()
+    weights = bootstrap_weight_matrix([r["instance_id"] for r in results])
+    for r, w in zip(results, weights):
+        score = None if r["error"] is not None else r["score"]
+        moments.add(score, labels[r["instance_id"]], threshold=threshold, weights=w)
+    return moments.statistics(threshold)
+
+
+def test_the_calibration_table_holds_each_labelled_metric_per_slice(labelled_run):
+    out, printed = labelled_run
+    calibration = {(r["metric"], r["slice"]): r for r in table(out / "cal1", "calibration")}
+    assert set(calibration) == {(m, s) for m in ("fluency", "exact_match")
+                                for s in ("overall", "topic=maths", "topic=history")}
+    results = table(out / "cal1", "metric_results")
+    instances = {i["instance_id"]: i for i in table(out / "cal1", "instances")}
+    source = {r["id"]: r for r in rows()}
+
+    def label(v):
+        try:
+            return None if v in (None, "") else float(v)
+        except (TypeError, ValueError):
+            return None
+
+    labels = {"fluency": {i: (label(r["rater_a"]), label(r["rater_b"])) for i, r in source.items()},
+              "exact_match": {i: (label(r["exact_ok"]) if isinstance(r["exact_ok"], bool) else None,)
+                              for i, r in source.items()}}
+    for metric, threshold in (("fluency", 3.0), ("exact_match", None)):
+        for slice_name in ("overall", "topic=maths", "topic=history"):
+            mine = [r for r in results if r["metric"] == metric and (
+                slice_name == "overall" or f"topic={instances[r['instance_id']]['topic']}" == slice_name)]
+            want = expected(mine, instances, metric, threshold, labels[metric])
+            got = calibration[(metric, slice_name)]
+            for key, value in want.items():
+                if key in ("invalid_label_count", "invalid_label_example"):
+                    continue  # the expectation is built without the refused cells: checked below
+                if isinstance(value, float):
+                    assert got[key] == pytest.approx(value, abs=1e-12), (metric, slice_name, key)
+                else:
+                    assert got[key] == value, (metric, slice_name, key)
+            # every instance of the slice is accounted for
+            assert got["n"] + got["unlabelled_count"] + got["unscored_count"] == len(mine)
+
+    fluency = calibration[("fluency", "overall")]
+    assert (fluency["n"], fluency["unlabelled_count"], fluency["unscored_count"], fluency["invalid_label_count"]) == \
+        (38, 1, 1, 1)
+    assert fluency["invalid_label_example"].endswith(
+        "d.jsonl:3: label column 'rater_b' of metric 'fluency': 'great' is not a number (nor true/false)")
+    assert fluency["annotators"] == 2 and fluency["annotator_alpha"] is not None
+    assert fluency["scale"] == "continuous"  # two raters' means: halves
+    assert fluency["ci_low"] <= fluency["spearman"] <= fluency["ci_high"]
+    exact = calibration[("exact_match", "overall")]
+    assert exact["scale"] == "categorical" and exact["invalid_label_count"] == 1
+    assert exact["accuracy"] is None  # exact_match has no threshold here
+    assert json.loads(exact["confusion"])["categories"] == [0, 1]
+
+    # metric_results carries the human value beside the score
+    by_id = {r["instance_id"]: r for r in results if r["metric"] == "fluency"}
+    assert by_id["r5"]["human_label"] == pytest.approx(sum(labels["fluency"]["r5"]) / 2)
+    assert by_id["r1"]["human_label"] is None
+
+    # `run` prints it after the summary; show and show --json too
+    assert printed.index("agreement with human labels") > printed.index("pass rate")
+    shown = evalbeam("show", "cal1", "--parquet", out).stdout
+    assert "fluency: not compared: 1 unlabelled; 1 labelled but unscored; 1 label(s) refused" in shown
+    as_json = json.loads(evalbeam("show", "cal1", "--parquet", out, "--json").stdout)
+    overall = next(r for r in as_json["calibration"] if r["metric"] == "fluency" and r["slice"] == "overall")
+    assert overall["spearman"] == pytest.approx(fluency["spearman"]) and overall["n"] == 38
+
+
+def test_labels_must_name_a_metric_of_the_config():
+    base = {"name": "x", "input": {"uri": "d.jsonl"}, "metrics": ["exact_match"], "output": {"parquet": "o"}}
+    config = EvalConfig.model_validate({**base, "input": {"uri": "d.jsonl", "labels": {"exact_match": "ok"}}})
+    assert config.input.labels == {"exact_match": ["ok"]}
+    with pytest.raises(ValueError, match="input.labels: 'fluency' is not a metric of this config"):
+        EvalConfig.model_validate({**base, "input": {"uri": "d.jsonl", "labels": {"fluency": "ok"}}})
+    with pytest.raises(ValueError, match="label columns repeat"):
+        EvalConfig.model_validate({**base, "input": {"uri": "d.jsonl", "labels": {"exact_match": ["a", "a"]}}})
