@@ -444,3 +444,55 @@ class CalibrationMoments:
             notes.append(why)
         row["note"] = "; ".join(dict.fromkeys(notes)) or None
         return row
+
+
+# ------------------------------------------------------------------ two runs' judges against the same people
+
+
+@dataclasses.dataclass
+class PairedAgreement:
+    """For `evalbeam compare`: over the instances both runs scored and the people labelled,
+    each run's Agreement with the labels, weighed with the same bootstrap weights (the
+    instance's, seeded by its id): a replicate's difference in agreement is over the same
+    resample of instances in both runs (a paired bootstrap)."""
+
+    base: Agreement = dataclasses.field(default_factory=Agreement)
+    run: Agreement = dataclasses.field(default_factory=Agreement)
+    n: int = 0
+
+    def add(self, base_score: float, run_score: float, human: float, weights: np.ndarray | None) -> None:
+        self.n += 1
+        self.base.add(base_score, human, weights)
+        self.run.add(run_score, human, weights)
+
+    def merge(self, other: "PairedAgreement") -> "PairedAgreement":
+        return PairedAgreement(self.base.merge(other.base), self.run.merge(other.run), self.n + other.n)
+
+    def statistics(self) -> dict[str, Any]:
+        """The agreement statistic (weighted_kappa when both runs' scores and the labels are on a
+        categorical scale, else spearman), each run's value, the difference (run minus base),
+        its 95% paired bootstrap CI and which run agrees more (`run`, `base`, or `neither`
+        when the CI holds 0 or is undefined)."""
+        out = {"labelled_paired": self.n, "agreement_statistic": None, "base_agreement": None, "run_agreement": None,
+               "agreement_difference": None, "agreement_ci_low": None, "agreement_ci_high": None, "agrees_more": None}
+        if self.n == 0:
+            return out
+        scale = CATEGORICAL if self.base.scale() == CATEGORICAL and self.run.scale() == CATEGORICAL else CONTINUOUS
+        out["agreement_statistic"] = "weighted_kappa" if scale == CATEGORICAL else "spearman"
+        base, base_reps = replicate_agreement(self.base, scale)
+        run, run_reps = replicate_agreement(self.run, scale)
+        out["base_agreement"], out["run_agreement"] = base, run
+        if base is None or run is None:
+            out["agrees_more"] = "neither"
+            return out
+        out["agreement_difference"] = run - base
+        if base_reps is not None and run_reps is not None:
+            differences = run_reps - base_reps
+            finite = differences[np.isfinite(differences)]
+            if len(finite) >= BOOTSTRAP_REPLICATES // 2:
+                low, high = np.percentile(finite, [2.5, 97.5])
+                out["agreement_ci_low"], out["agreement_ci_high"] = float(low), float(high)
+        low, high = out["agreement_ci_low"], out["agreement_ci_high"]
+        out["agrees_more"] = "run" if low is not None and low > 0 else "base" if high is not None and high < 0 \
+            else "neither"
+        return out

@@ -190,6 +190,15 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("regression", "BOOL", True, "the CI of the change lies entirely on the worse side of -T"),
         Column("improvement", "BOOL", True, "the CI of the change lies entirely on the better side of +T"),
         Column("compared_at", "TIMESTAMP", True),
+        Column("labelled_paired", "INT64", description="input.labels: paired instances with a human label"),
+        Column("agreement_statistic", "STRING", description="weighted_kappa (categorical scale) | spearman"),
+        Column("base_agreement", "FLOAT64", description="the base run's agreement with the human labels"),
+        Column("run_agreement", "FLOAT64", description="run_id's agreement with the human labels"),
+        Column("agreement_difference", "FLOAT64", description="run_agreement - base_agreement"),
+        Column("agreement_ci_low", "FLOAT64", description="95% CI of the difference (paired Poisson bootstrap)"),
+        Column("agreement_ci_high", "FLOAT64"),
+        Column("agrees_more", "STRING", description="run | base: whose judge agrees more with the people (the CI "
+                                                    "excludes 0); neither"),
     ),
     "calibration": (
         RUN_ID,

@@ -228,3 +228,45 @@ def test_continuous_scores_past_the_cell_limit_keep_their_sums():
     assert row["n"] == MAX_CELLS + 5 and row["mae"] is not None and row["accuracy"] is not None
     assert row["spearman"] is None and "distinct (score, label) pairs" in row["note"]
     assert json.loads(row["confusion"])["categories"] == ["fail", "pass"]
+
+
+def test_paired_agreement_difference_is_a_paired_bootstrap_of_scikit_learns_statistic(tmp_path):
+    """evalbeam compare's agreement columns: each run's weighted kappa (or Spearman) with the labels
+    as scikit-learn/SciPy give it, and the CI the percentiles of the per-replicate differences, both
+    runs weighed with the same instance's weights."""
+    from evalbeam.metrics.calibration import PairedAgreement
+
+    rng = random.Random(17)
+    for kind in ("rating", "continuous"):
+        ids = [f"p{i}" for i in range(80)]
+        human = [float(rng.randint(1, 5)) if kind == "rating" else round(rng.random(), 2) for _ in ids]
+        if kind == "rating":
+            base = [float(rng.randint(1, 5)) for _ in ids]  # a judge that guesses
+            run = [min(5.0, max(1.0, h + rng.choice([-1, 0, 0, 0, 1]))) for h in human]  # one that agrees
+        else:
+            base = [round(rng.random(), 2) for _ in ids]
+            run = [round(min(1.0, max(0.0, h + rng.uniform(-0.2, 0.2))), 2) for h in human]
+        weights = bootstrap_weight_matrix(ids)
+        paired = PairedAgreement()
+        for b, r, h, w in zip(base, run, human, weights):
+            paired.add(b, r, h, w)
+        got = paired.statistics()
+        categorical = kind == "rating"
+        stat = "weighted_kappa" if categorical else "spearman"
+        assert got["agreement_statistic"] == stat and got["labelled_paired"] == 80
+        cases = [{"judge": base, "human": human, "threshold": None, "categorical": categorical},
+                 {"judge": run, "human": human, "threshold": None, "categorical": categorical}]
+        for r in range(weights.shape[1]):
+            repeat = weights[:, r].astype(int)
+            for scores in (base, run):
+                cases.append({"judge": list(np.repeat(scores, repeat)), "human": list(np.repeat(human, repeat)),
+                              "threshold": None, "categorical": categorical})
+        results = sklearn_reference(cases, tmp_path)
+        assert got["base_agreement"] == pytest.approx(results[0][stat], abs=1e-9)
+        assert got["run_agreement"] == pytest.approx(results[1][stat], abs=1e-9)
+        differences = [results[i + 1][stat] - results[i][stat] for i in range(2, len(results), 2)
+                       if results[i].get(stat) is not None and results[i + 1].get(stat) is not None]
+        low, high = np.percentile(differences, [2.5, 97.5])
+        assert got["agreement_ci_low"] == pytest.approx(low, abs=1e-9)
+        assert got["agreement_ci_high"] == pytest.approx(high, abs=1e-9)
+        assert got["agrees_more"] == "run" and got["agreement_ci_low"] > 0

@@ -135,3 +135,38 @@ def test_labels_must_name_a_metric_of_the_config():
         EvalConfig.model_validate({**base, "input": {"uri": "d.jsonl", "labels": {"fluency": "ok"}}})
     with pytest.raises(ValueError, match="label columns repeat"):
         EvalConfig.model_validate({**base, "input": {"uri": "d.jsonl", "labels": {"exact_match": ["a", "a"]}}})
+
+
+def test_compare_says_which_runs_judge_agrees_more_with_the_people(tmp_path, monkeypatch):
+    """Two runs of one eval over the same labelled cases, the second's judge close to the labels:
+    `evalbeam compare` gives each run's weighted kappa (equal to its own calibration table's, every
+    instance being paired), the difference's paired-bootstrap CI above 0, and says so."""
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    rng = random.Random(9)
+    labels = [rng.randint(1, 5) for _ in range(30)]
+    out = tmp_path / "out"
+    with JudgeServer() as server:
+        for run_id, agree in (("guess", False), ("close", True)):
+            data = tmp_path / f"{run_id}.jsonl"
+            data.write_text("".join(json.dumps(
+                {"id": f"c{i}", "response": f"r {i} #score={label if agree else rng.randint(1, 5)}", "human": label})
+                + "\n" for i, label in enumerate(labels)))
+            config = {"name": "judge_choice", "run_id": run_id,
+                      "input": {"uri": str(data), "id_column": "id", "labels": {"fluency": "human"}},
+                      "metrics": ["fluency"], "judge": {"base_url": server.url, "timeout_seconds": 10},
+                      "output": {"parquet": str(out)}}
+            path = tmp_path / f"{run_id}.yaml"
+            path.write_text(yaml.safe_dump(config))
+            evalbeam("run", path)
+    printed = evalbeam("compare", "guess", "close", "--parquet", out).stdout
+    [row] = [r for r in table(out / "close", "comparisons") if r["slice"] == "overall"]
+    guess = next(r for r in table(out / "guess", "calibration") if r["slice"] == "overall")
+    close = next(r for r in table(out / "close", "calibration") if r["slice"] == "overall")
+    assert row["labelled_paired"] == 30 and row["agreement_statistic"] == "weighted_kappa"
+    assert row["base_agreement"] == pytest.approx(guess["weighted_kappa"], abs=1e-12)
+    assert row["run_agreement"] == pytest.approx(close["weighted_kappa"], abs=1e-12) and close["weighted_kappa"] == 1.0
+    assert row["agreement_difference"] == pytest.approx(close["weighted_kappa"] - guess["weighted_kappa"])
+    assert 0 < row["agreement_ci_low"] <= row["agreement_difference"] <= row["agreement_ci_high"]
+    assert row["agrees_more"] == "run"
+    assert "agreement with human labels (input.labels), run against base:" in printed
+    assert "close agrees more" in printed
