@@ -212,3 +212,25 @@ def _trend(ax, trend, score_range, run_id) -> None:
     if limits:
         ax.set_ylim(*limits)
     ax.legend(loc="best", fontsize=7, frameon=False)
+
+
+def confusion_heatmap(confusion: dict[str, Any]) -> str:
+    """A calibration row's confusion ({"categories", "counts"}: rows the human value, columns
+    the judge's) as a heat map, each cell's count written in it."""
+    categories, counts = confusion["categories"], confusion["counts"]
+    k = len(categories)
+    size = min(4.2, 1.2 + 0.42 * k)
+    with _figure(size, size) as (fig, [ax]):
+        ax.grid(False)
+        ax.imshow(counts, cmap="Blues", vmin=0, origin="lower", aspect="equal")
+        peak = max((c for row in counts for c in row), default=0)
+        for i, row in enumerate(counts):
+            for j, count in enumerate(row):
+                ax.text(j, i, str(count), ha="center", va="center", fontsize=7, gid=f"cell-{i}-{j}",
+                        color="white" if peak and count > peak / 2 else "#222222")
+        labels = [str(c) for c in categories]
+        ax.set_xticks(range(k), labels)
+        ax.set_yticks(range(k), labels)
+        ax.set_xlabel("judge score")
+        ax.set_ylabel("human label")
+        return _svg(fig)

@@ -8,6 +8,7 @@ string from the results (names, slices, reasons, instance fields) is HTML-escape
 from __future__ import annotations
 
 import html
+import json
 import math
 import re
 from typing import Any
@@ -90,7 +91,8 @@ def render(data: dict[str, Any]) -> str:
     ]
     if data["base_run_id"]:
         body.append(_comparison(data))
-    body += [_summary(data), _metric_sections(data), _metric_errors(data), _dead_letters(data),
+    body += [_summary(data), *([_calibration(data)] if data.get("calibration") else []),
+             _metric_sections(data), _metric_errors(data), _dead_letters(data),
              f"<footer>Read from {e(data['results'])} by evalbeam {e(data['evalbeam_version'])}. "
              "Self-contained: this file loads nothing from the network.</footer>"]
     return "\n".join([
@@ -115,7 +117,10 @@ def _nav(data) -> str:
     links = [("#run", "Run")]
     if data["base_run_id"]:
         links.append(("#comparison", "Comparison"))
-    links += [("#summary", "Summary"), ("#metrics", "Metrics"), ("#metric-errors", "Metric errors"),
+    links.append(("#summary", "Summary"))
+    if data.get("calibration"):
+        links.append(("#calibration", "Agreement with people"))
+    links += [("#metrics", "Metrics"), ("#metric-errors", "Metric errors"),
               ("#dead-letters", "Dead letters")]
     return "<nav>" + "".join(f'<a href="{h}">{e(t)}</a>' for h, t in links) + "</nav>"
 
@@ -281,6 +286,42 @@ def _summary(data) -> str:
                    f'<td class="whisker">{charts.whisker(s["mean"], s["ci_low"], s["ci_high"], info.get("range"))}</td>'
                    f'<td class=num>{num(s["pass_rate"], 3)}</td></tr>')
     out.append("</table></section>")
+    return "\n".join(out)
+
+
+def _calibration(data) -> str:
+    """input.labels: each labelled metric's agreement with the people (the calibration table's
+    overall rows, the agreement with its CI on -1..1), and its confusion as a heat map."""
+    overall = [c for c in data["calibration"] if c["slice"] == "overall"]
+    out = ['<section id="calibration"><h2>Agreement with people</h2>',
+           "<p class=sub>Each labelled metric against its human labels (input.labels; the calibration table, "
+           "every slice there): n instances with both a score and a label; the CI is of the weighted kappa on a "
+           "categorical scale, of Spearman's rho on a continuous one (95%, bootstrap). The annotators' own "
+           "agreement (Krippendorff's alpha) is the ceiling to read the judge against.</p>",
+           "<table><tr><th>metric</th><th class=num>n</th><th class=num>bias</th><th class=num>MAE</th>"
+           "<th class=num>spearman</th><th class=num>kendall tau-b</th><th class=num>kappa</th>"
+           "<th class=num>weighted kappa</th><th>95% CI</th><th>agreement and CI on -1..1</th>"
+           "<th class=num>accuracy</th><th class=num>precision</th><th class=num>recall</th><th class=num>F1</th>"
+           "<th class=num>annotators' alpha</th><th>note</th></tr>"]
+    for c in overall:
+        agreement = c["weighted_kappa"] if c["scale"] == "categorical" else c["spearman"]
+        ci = "-" if c["ci_low"] is None else f"[{num(c['ci_low'], 3)}, {num(c['ci_high'], 3)}]"
+        out.append(f'<tr class="calibration"><td>{e(c["metric"])}</td><td class=num>{num(c["n"])}</td>'
+                   f'<td class=num>{num(c["bias"], 3)}</td><td class=num>{num(c["mae"], 3)}</td>'
+                   f'<td class=num>{num(c["spearman"], 3)}</td><td class=num>{num(c["kendall_tau"], 3)}</td>'
+                   f'<td class=num>{num(c["kappa"], 3)}</td><td class=num>{num(c["weighted_kappa"], 3)}</td>'
+                   f'<td>{ci}</td><td class="whisker">{charts.whisker(agreement, c["ci_low"], c["ci_high"], (-1.0, 1.0))}</td>'
+                   f'<td class=num>{num(c["accuracy"], 3)}</td><td class=num>{num(c["precision"], 3)}</td>'
+                   f'<td class=num>{num(c["recall"], 3)}</td><td class=num>{num(c["f1"], 3)}</td>'
+                   f'<td class=num>{num(c["annotator_alpha"], 3)}</td><td>{e(c["note"] or "")}</td></tr>')
+    out.append("</table>")
+    for c in overall:
+        if c["confusion"]:
+            out.append(f'<figure class="confusion" data-metric="{e(c["metric"])}">'
+                       f'{charts.confusion_heatmap(json.loads(c["confusion"]))}'
+                       f"<figcaption>{e(c['metric'])}: human label (rows) against judge score (columns), "
+                       f"{num(c['n'])} instances</figcaption></figure>")
+    out.append("</section>")
     return "\n".join(out)
 
 

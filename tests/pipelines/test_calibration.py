@@ -170,3 +170,32 @@ def test_compare_says_which_runs_judge_agrees_more_with_the_people(tmp_path, mon
     assert row["agrees_more"] == "run"
     assert "agreement with human labels (input.labels), run against base:" in printed
     assert "close agrees more" in printed
+
+
+def test_the_report_shows_agreement_and_a_confusion_heat_map_per_metric(labelled_run, tmp_path):
+    import lxml.html
+
+    out, _ = labelled_run
+    page = tmp_path / "r.html"
+    evalbeam("report", "cal1", "--parquet", out, "-o", page)
+    dom = lxml.html.fromstring(page.read_text(encoding="utf-8"))
+    calibration = {r["metric"]: r for r in table(out / "cal1", "calibration") if r["slice"] == "overall"}
+    shown = {}
+    for tr in dom.xpath("//section[@id='calibration']//tr[@class='calibration']"):
+        cells = [" ".join(td.text_content().split()) for td in tr.xpath("td")]
+        shown[cells[0]] = cells
+    assert set(shown) == set(calibration)
+    for metric, row in calibration.items():
+        cells = shown[metric]
+        assert cells[1] == str(row["n"])
+        assert cells[7] == ("-" if row["weighted_kappa"] is None else f"{row['weighted_kappa']:.3f}")
+        assert cells[8] == ("-" if row["ci_low"] is None else f"[{row['ci_low']:.3f}, {row['ci_high']:.3f}]")
+    figures = {f.get("data-metric"): f for f in dom.xpath("//section[@id='calibration']//figure[@class='confusion']")}
+    assert set(figures) == set(calibration)
+    for metric, figure in figures.items():
+        confusion = json.loads(calibration[metric]["confusion"])
+        for i, row in enumerate(confusion["counts"]):
+            for j, count in enumerate(row):
+                [cell] = figure.xpath(f".//*[@id='cell-{i}-{j}']")
+                assert cell.xpath("string(.)").strip() == str(count), (metric, i, j)
+        assert sum(map(sum, confusion["counts"])) == calibration[metric]["n"]
