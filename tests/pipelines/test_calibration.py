@@ -199,3 +199,54 @@ def test_the_report_shows_agreement_and_a_confusion_heat_map_per_metric(labelled
                 [cell] = figure.xpath(f".//*[@id='cell-{i}-{j}']")
                 assert cell.xpath("string(.)").strip() == str(count), (metric, i, j)
         assert sum(map(sum, confusion["counts"])) == calibration[metric]["n"]
+
+
+def test_calibration_and_agreement_comparison_in_bigquery(cloud, tmp_path):
+    """The calibration table loaded into BigQuery (the emulator) from the one schema, equal to the
+    Parquet the same run wrote; `show --json` reads it back from there; compare_with in a
+    labelled run pairs the labels read back through the Storage Read API."""
+    from tests.emulators.control import BUCKET, PROJECT
+    from evalbeam.transforms.local_cloud import bigquery_client
+
+    dataset = f"{PROJECT}.evals_calibration"
+    rng = random.Random(4)
+    truth = [rng.random() < 0.5 for _ in range(24)]
+    for run_id, date, wrong_every, extra in (("bq_base", "2026-11-20", 2, {}),
+                                             ("bq_next", "2026-11-21", 6, {"compare_with": "previous"})):
+        data = tmp_path / f"{run_id}.jsonl"
+        data.write_text("".join(json.dumps({
+            "id": f"k{i}", "response": "yes" if (ok != (i % wrong_every == 0)) else "no", "reference": "yes",
+            "ok": ok, "ds": "a" if i % 3 else "b"}) + "\n" for i, ok in enumerate(truth)))
+        config = {"name": "bq_labelled", "run_id": run_id, "run_date": date, **extra,
+                  "input": {"uri": str(data), "id_column": "id", "slice_columns": ["ds"],
+                            "labels": {"exact_match": "ok"}},
+                  "metrics": [{"name": "exact_match", "threshold": 1}],
+                  "output": {"bigquery": dataset, "parquet": str(tmp_path / "out")}}
+        path = tmp_path / f"{run_id}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        evalbeam("run", path, f"--temp_location=gs://{BUCKET}/tmp")
+
+    client = bigquery_client(PROJECT)
+    loaded = [dict(r.items()) for r in client.query(
+        f"SELECT * FROM `{dataset}.calibration` WHERE run_id = 'bq_next' ORDER BY slice").result()]
+    written = sorted(table(tmp_path / "out" / "bq_next", "calibration"), key=lambda r: r["slice"])
+    assert [r["slice"] for r in loaded] == ["ds=a", "ds=b", "overall"]
+    for got, want in zip(loaded, written):
+        for key, value in want.items():
+            if isinstance(value, float):
+                assert got[key] == pytest.approx(value, abs=1e-12), key
+            elif key != "run_date":
+                assert got[key] == value, key
+    overall = next(r for r in loaded if r["slice"] == "overall")
+    assert overall["n"] == 24 and overall["accuracy"] is not None and overall["kappa"] is not None
+
+    shown = json.loads(evalbeam("show", "bq_next", "--bigquery", dataset, "--json").stdout)
+    assert {(r["metric"], r["slice"]) for r in shown["calibration"]} == {(r["metric"], r["slice"]) for r in loaded}
+
+    [compared] = [dict(r.items()) for r in client.query(
+        f"SELECT * FROM `{dataset}.comparisons` WHERE run_id = 'bq_next' AND slice = 'overall'").result()]
+    base = next(r for r in table(tmp_path / "out" / "bq_base", "calibration") if r["slice"] == "overall")
+    assert compared["labelled_paired"] == 24 and compared["agreement_statistic"] == "weighted_kappa"
+    assert compared["base_agreement"] == pytest.approx(base["weighted_kappa"], abs=1e-12)
+    assert compared["run_agreement"] == pytest.approx(overall["weighted_kappa"], abs=1e-12)
+    assert compared["agrees_more"] in ("run", "neither")
