@@ -177,10 +177,19 @@ class BigQueryResults:
             "runs": self._query(f"SELECT * FROM {self._t('runs')} WHERE run_id = @run_id", run_id=run_id),
             "summary": self._query(SUMMARY_SQL.format(summary=self._t("summary"), param="@run_id"), run_id=run_id),
             "dead_letter": self._query(DEAD_LETTER_SQL.format(dead_letter=self._t("dead_letter"), param="@run_id"), run_id=run_id),
-            "calibration": self._query(calibration_sql(self._t("calibration"), "@run_id"), run_id=run_id),
+            "calibration": self._calibration(run_id),
             "metric_errors": self._query(METRIC_ERRORS_SQL.format(metric_results=self._t("metric_results"), param="@run_id"),
                                          run_id=run_id),
         }
+
+    def _calibration(self, run_id: str) -> list[dict[str, Any]]:
+        """A run's calibration rows; none from a dataset an evalbeam before the table prepared."""
+        from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
+
+        try:
+            return self._query(calibration_sql(self._t("calibration"), "@run_id"), run_id=run_id)
+        except exceptions.NotFound:
+            return []
 
 
 def calibration_sql(table: str, param: str) -> str:

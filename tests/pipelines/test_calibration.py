@@ -250,3 +250,8 @@ def test_calibration_and_agreement_comparison_in_bigquery(cloud, tmp_path):
     assert compared["base_agreement"] == pytest.approx(base["weighted_kappa"], abs=1e-12)
     assert compared["run_agreement"] == pytest.approx(overall["weighted_kappa"], abs=1e-12)
     assert compared["agrees_more"] in ("run", "neither")
+
+    # a dataset an earlier evalbeam prepared has no calibration table: show reads none, not an error
+    client.delete_table(f"{dataset}.calibration")
+    shown = json.loads(evalbeam("show", "bq_next", "--bigquery", dataset, "--json").stdout)
+    assert shown["calibration"] == [] and shown["counts"]["read_count"] == 24
