@@ -201,9 +201,31 @@ def _comparison(data) -> str:
     for r in unpaired:
         out.append(f"<p class=sub>{e(r['metric'])}: not paired: {num(r['only_in_base'])} only in {e(base)}, "
                    f"{num(r['only_in_run'])} only in this run, {num(r['error_in_either'])} with an error in either.</p>")
+    labelled = [r for r in rows if r["slice"] == "overall" and r.get("labelled_paired")]
+    if labelled:
+        out.append(_agreement_table(labelled, base))
     for metric, worst in data["worst"].items():
         out.append(_worst(metric, worst, base))
     out.append("</section>")
+    return "\n".join(out)
+
+
+def _agreement_table(rows: list[dict[str, Any]], base: str) -> str:
+    """input.labels: which run's judge agrees more with the people (overall rows)."""
+    out = [f"<h3>Agreement with human labels</h3><p class=sub>Per labelled metric, each run's agreement with the "
+           f"people over the paired labelled instances, and the difference (this run minus {e(base)}) with its 95% "
+           "paired bootstrap CI.</p>",
+           '<table class="agreement"><tr><th>metric</th><th class=num>labelled</th><th>statistic</th>'
+           "<th class=num>base</th><th class=num>this run</th><th class=num>difference</th><th>95% CI</th>"
+           "<th>verdict</th></tr>"]
+    for r in rows:
+        ci = "-" if r["agreement_ci_low"] is None else f"[{num(r['agreement_ci_low'], 3)}, {num(r['agreement_ci_high'], 3)}]"
+        verdict = {"run": "this run agrees more", "base": f"{base} agrees more"}.get(r["agrees_more"], "no clear difference")
+        out.append(f'<tr><td>{e(r["metric"])}</td><td class=num>{num(r["labelled_paired"])}</td>'
+                   f'<td>{e(r["agreement_statistic"] or "-")}</td><td class=num>{num(r["base_agreement"], 3)}</td>'
+                   f'<td class=num>{num(r["run_agreement"], 3)}</td><td class=num>{num(r["agreement_difference"], 3)}</td>'
+                   f'<td class=nowrap>{ci}</td><td>{e(verdict)}</td></tr>')
+    out.append("</table>")
     return "\n".join(out)
 
 

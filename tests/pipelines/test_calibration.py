@@ -171,6 +171,16 @@ def test_compare_says_which_runs_judge_agrees_more_with_the_people(tmp_path, mon
     assert "agreement with human labels (input.labels), run against base:" in printed
     assert "close agrees more" in printed
 
+    page = tmp_path / "cmp.html"
+    evalbeam("report", "close", "--compare", "guess", "--parquet", out, "-o", page)
+    import lxml.html
+
+    dom = lxml.html.fromstring(page.read_text(encoding="utf-8"))
+    [cells] = [[" ".join(td.text_content().split()) for td in tr.xpath("td")]
+               for tr in dom.xpath("//section[@id='comparison']//table[@class='agreement']//tr[td]")]
+    assert cells[0] == "fluency" and cells[1] == "30" and cells[-1] == "this run agrees more"
+    assert cells[5] == f"{row['agreement_difference']:.3f}"
+
 
 def test_the_report_shows_agreement_and_a_confusion_heat_map_per_metric(labelled_run, tmp_path):
     import lxml.html
