@@ -37,9 +37,10 @@ def rows(n: int = 40):
     return out
 
 
-@pytest.fixture
-def labelled_run(tmp_path, monkeypatch):
-    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+@pytest.fixture(scope="module")
+def labelled_run(tmp_path_factory):
+    """One labelled run, shared by the tests that read it (a whole run costs seconds)."""
+    tmp_path = tmp_path_factory.mktemp("labelled")
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows()))
     out = tmp_path / "out"
@@ -52,7 +53,7 @@ def labelled_run(tmp_path, monkeypatch):
                   "output": {"parquet": str(out)}}
         path = tmp_path / "c.yaml"
         path.write_text(yaml.safe_dump(config))
-        printed = evalbeam("run", path).stdout
+        printed = evalbeam("run", path, env={"GOOGLE_API_KEY": KEY}).stdout
     return out, printed
 
 
