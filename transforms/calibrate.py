@@ -28,13 +28,18 @@ def labelled_results(scored: ScoredInstance) -> list[dict[str, Any]]:
 
 def label_keys(scored: ScoredInstance):
     """(slice, (instance id, [(metric, score or None, labels, refused labels' reasons), ...])) for
-    "overall" and each slice the instance falls in; nothing for an instance without labels."""
+    "overall" and each slice the instance falls in, for the labelled metrics among this
+    ScoredInstance's results. An instance comes in several parts (scores/computed, scores/judge,
+    scores/rubric: pipelines.stages), each with its own metrics' rows: each metric is counted
+    from the part holding its row, once."""
     instance = scored.instance
     if not instance.labels:
         return
-    scores = {r["metric"]: (None if r["error"] is not None else r["score"]) for r in scored.results}
-    values = (instance.instance_id, [(metric, scores.get(metric), labels, instance.label_errors.get(metric, ()))
-                                     for metric, labels in instance.labels.items()])
+    entries = [(r["metric"], None if r["error"] is not None else r["score"], instance.labels[r["metric"]],
+                instance.label_errors.get(r["metric"], ())) for r in scored.results if r["metric"] in instance.labels]
+    if not entries:
+        return
+    values = (instance.instance_id, entries)
     yield OVERALL, values
     for column, value in instance.slices.items():
         yield f"{column}={'(missing)' if value is None else value}", values
