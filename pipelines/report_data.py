@@ -238,7 +238,9 @@ def show_data(results, run_id: str, tables: dict | None = None) -> dict[str, Any
         "reconciles": run["read_count"] == run["scored_count"] + run["dead_letter_count"],
         "judge": judge_accounting(run),
         "summary": tables["summary"],
-        "calibration": tables.get("calibration") or [],
+        # the confusion as JSON itself, not text holding JSON
+        "calibration": [{**c, "confusion": json.loads(c["confusion"]) if c.get("confusion") else None}
+                        for c in tables.get("calibration") or []],
         "metric_errors": tables.get("metric_errors") or [],
         "dead_letters": {"first": tables["dead_letter"], "by_reason": dead_letter_reasons(results, run_id)}
         if run["dead_letter_count"] else {"first": [], "by_reason": []},

@@ -8,7 +8,6 @@ string from the results (names, slices, reasons, instance fields) is HTML-escape
 from __future__ import annotations
 
 import html
-import json
 import math
 import re
 from typing import Any
@@ -340,7 +339,7 @@ def _calibration(data) -> str:
     for c in overall:
         if c["confusion"]:
             out.append(f'<figure class="confusion" data-metric="{e(c["metric"])}">'
-                       f'{charts.confusion_heatmap(json.loads(c["confusion"]))}'
+                       f'{charts.confusion_heatmap(c["confusion"])}'
                        f"<figcaption>{e(c['metric'])}: human label (rows) against judge score (columns), "
                        f"{num(c['n'])} instances</figcaption></figure>")
     out.append("</section>")

@@ -126,6 +126,7 @@ def test_the_calibration_table_holds_each_labelled_metric_per_slice(labelled_run
     as_json = json.loads(evalbeam("show", "cal1", "--parquet", out, "--json").stdout)
     overall = next(r for r in as_json["calibration"] if r["metric"] == "fluency" and r["slice"] == "overall")
     assert overall["spearman"] == pytest.approx(fluency["spearman"]) and overall["n"] == 38
+    assert overall["confusion"] == json.loads(fluency["confusion"])  # JSON itself, not text holding JSON
 
 
 def test_labels_must_name_a_metric_of_the_config():
