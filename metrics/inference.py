@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import importlib
 import inspect
 import json
@@ -77,21 +78,36 @@ def load_target(path: str, what: str) -> Any:
     return target
 
 
+def accepts_keyword(fn: Callable, name: str) -> bool:
+    """Whether fn can be called with the keyword argument `name` (declared, or **kwargs)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: only its one argument
+        return False
+    return any(p.kind is p.VAR_KEYWORD or (p.name == name and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD))
+               for p in parameters)
+
+
 class FunctionInferrer:
     """inference.function: a callable fields -> result (plain or async). A plain
     function runs in a thread pool of `max_concurrency` threads, so slow I/O-bound
-    functions overlap; a timed-out call is reported, its thread left to finish."""
+    functions overlap; a timed-out call is reported, its thread left to finish.
+    A function that declares a `run` parameter (or **kwargs) is also told which run
+    of the case it is making (1..inference.num_runs, keyword `run`); one that does not
+    is called with the fields alone, as before."""
 
     def __init__(self, path: str, max_concurrency: int = 8):
-        self._fn: Callable[[dict[str, Any]], Any] = load_target(path, "inference.function")
+        self._fn: Callable[..., Any] = load_target(path, "inference.function")
         if not callable(self._fn):
             raise TypeError(f"inference.function {path!r} is not callable")
+        self._takes_run = accepts_keyword(self._fn, "run")
         self._pool = concurrent.futures.ThreadPoolExecutor(max_concurrency, thread_name_prefix="evalbeam-infer")
 
-    async def infer(self, fields: dict[str, Any]) -> Any:
+    async def infer(self, fields: dict[str, Any], run: int = 1) -> Any:
+        call = functools.partial(self._fn, run=run) if self._takes_run else self._fn
         if inspect.iscoroutinefunction(self._fn):
-            return await self._fn(dict(fields))
-        result = await asyncio.get_running_loop().run_in_executor(self._pool, self._fn, dict(fields))
+            return await call(dict(fields))
+        result = await asyncio.get_running_loop().run_in_executor(self._pool, call, dict(fields))
         if inspect.isawaitable(result):
             result = await result
         return result
@@ -291,10 +307,13 @@ def describe(error: BaseException) -> str:
 
 
 def infer_all(make: Callable[[], Inferrer], items: Iterable[tuple[Any, dict[str, Any]]], max_concurrency: int,
-              timeout_seconds: float | None) -> Iterator[tuple[Any, dict[str, Any]]]:
+              timeout_seconds: float | None, run_of: Callable[[Any], int] | None = None,
+              ) -> Iterator[tuple[Any, dict[str, Any]]]:
     """(key, fields) items -> (key, fields filled or failed), each case exactly once,
     at most `max_concurrency` in flight on one asyncio loop. The inferrer is made
-    (and closed) on that loop: ADK's runner and sessions belong to one loop."""
+    (and closed) on that loop: ADK's runner and sessions belong to one loop.
+    run_of(key): which run of its case an item is, passed on to a FunctionInferrer
+    (the one kind of inferrer a user's code can be told it by)."""
     items = list(items)
 
     async def main() -> list:
@@ -305,7 +324,11 @@ def infer_all(make: Callable[[], Inferrer], items: Iterable[tuple[Any, dict[str,
             async with gate:
                 started = time.monotonic()
                 try:
-                    result = await asyncio.wait_for(inferrer.infer(fields), timeout_seconds)
+                    if run_of is not None and isinstance(inferrer, FunctionInferrer):
+                        asked = inferrer.infer(fields, run=run_of(key))
+                    else:
+                        asked = inferrer.infer(fields)
+                    result = await asyncio.wait_for(asked, timeout_seconds)
                     return key, apply_result(fields, result, time.monotonic() - started)
                 except (asyncio.TimeoutError, TimeoutError):
                     return key, failed(fields, f"inference timed out after {timeout_seconds:g}s")

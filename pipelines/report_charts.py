@@ -234,3 +234,20 @@ def confusion_heatmap(confusion: dict[str, Any]) -> str:
         ax.set_xlabel("judge score")
         ax.set_ylabel("human label")
         return _svg(fig)
+
+
+def pass_curves(metric: str, pass_at: list[dict[str, Any]], pass_all: list[dict[str, Any]]) -> str:
+    """Repeated runs: pass@k (some of k runs pass) and pass^k (all k pass) against k,
+    overall; the gap between them is how much the runs of a case disagree."""
+    with _figure(3.4, 2.2) as (fig, [ax]):
+        for curve, colour, label in ((pass_at, GREEN, "pass@k"), (pass_all, RED, "pass^k")):
+            points = [(p["k"], p["value"]) for p in curve if _finite(p["value"])]
+            if points:
+                ax.plot(*zip(*points), "o-", color=colour, markersize=3.5, linewidth=1.4, label=label)
+        ax.set_ylim(-0.04, 1.04)
+        ax.set_xlabel("k (runs)")
+        ax.set_xticks([p["k"] for p in pass_at])
+        ax.set_title(metric, loc="left")
+        ax.legend(loc="best", fontsize=7, frameon=False)
+        fig.tight_layout()
+        return _svg(fig)

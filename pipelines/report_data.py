@@ -222,6 +222,13 @@ def worst_instances(results, base_run_id: str, run_id: str, metric: str, directi
              "run_instance": inputs["run"].get(w["instance_id"], {})} for w in worst]
 
 
+def summary_curve(value: Any) -> list[dict[str, Any]] | None:
+    """A summary row's pass_at_k / pass_all_k: [{k, value, cases}] (stored as JSON text), or None."""
+    if value is None or isinstance(value, list):
+        return value
+    return json.loads(value)
+
+
 def show_data(results, run_id: str, tables: dict | None = None) -> dict[str, Any]:
     """What `show --json` prints: the run, its counts, judge accounting, summary, metric errors
     by reason, dead letters (the first ones and the counts by reason) and problems."""
@@ -237,7 +244,8 @@ def show_data(results, run_id: str, tables: dict | None = None) -> dict[str, Any
         "config_digest": config_digest(run["config"]), "counts": counts,
         "reconciles": run["read_count"] == run["scored_count"] + run["dead_letter_count"],
         "judge": judge_accounting(run),
-        "summary": tables["summary"],
+        "summary": [{**s, "pass_at_k": summary_curve(s.get("pass_at_k")),
+                     "pass_all_k": summary_curve(s.get("pass_all_k"))} for s in tables["summary"]],
         # the confusion as JSON itself, not text holding JSON
         "calibration": [{**c, "confusion": json.loads(c["confusion"]) if c.get("confusion") else None}
                         for c in tables.get("calibration") or []],

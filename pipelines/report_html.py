@@ -90,7 +90,8 @@ def render(data: dict[str, Any]) -> str:
     ]
     if data["base_run_id"]:
         body.append(_comparison(data))
-    body += [_summary(data), *([_calibration(data)] if data.get("calibration") else []),
+    body += [_summary(data), _repeats(data), _position_consistency(data),
+             *([_calibration(data)] if data.get("calibration") else []),
              _metric_sections(data), _metric_errors(data), _dead_letters(data),
              f"<footer>Read from {e(data['results'])} by evalbeam {e(data['evalbeam_version'])}. "
              "Self-contained: this file loads nothing from the network.</footer>"]
@@ -117,6 +118,10 @@ def _nav(data) -> str:
     if data["base_run_id"]:
         links.append(("#comparison", "Comparison"))
     links.append(("#summary", "Summary"))
+    if any(s.get("pass_at_k") for s in data["summary"]):
+        links.append(("#repeated-runs", "Repeated runs"))
+    if any(s.get("position_consistency") is not None for s in data["summary"]):
+        links.append(("#position-consistency", "Position consistency"))
     if data.get("calibration"):
         links.append(("#calibration", "Agreement with people"))
     links += [("#metrics", "Metrics"), ("#metric-errors", "Metric errors"),
@@ -294,6 +299,7 @@ def _summary(data) -> str:
         out.append("<p>No metric was scored.</p></section>")
         return "\n".join(out)
     out.append("<table><tr><th>metric</th><th class=num>n</th><th class=num>errors</th><th class=num>mean</th>"
+               "<th class=num>se</th>"
                "<th>95% CI</th><th>mean and CI on the score range</th><th class=num>pass rate</th></tr>")
     for s in overall:
         info = data["metrics"].get(s["metric"], {})
@@ -303,7 +309,7 @@ def _summary(data) -> str:
             errors = f'<span class="bad">{errors}</span>'
         out.append(f'<tr><td><a href="#{anchor(s["metric"])}">{e(s["metric"])}</a></td>'
                    f'<td class=num>{num(s["valid_count"])}</td><td class=num>{errors}</td>'
-                   f'<td class=num>{num(s["mean"])}</td><td>{ci}</td>'
+                   f'<td class=num>{num(s["mean"])}</td><td class=num>{num(s.get("standard_error"))}</td><td>{ci}</td>'
                    f'<td class="whisker">{charts.whisker(s["mean"], s["ci_low"], s["ci_high"], info.get("range"))}</td>'
                    f'<td class=num>{num(s["pass_rate"], 3)}</td></tr>')
     out.append("</table></section>")
@@ -343,6 +349,54 @@ def _calibration(data) -> str:
                        f"<figcaption>{e(c['metric'])}: human label (rows) against judge score (columns), "
                        f"{num(c['n'])} instances</figcaption></figure>")
     out.append("</section>")
+    return "\n".join(out)
+
+
+def _repeats(data) -> str:
+    """inference.num_runs > 1: pass@k and pass^k per metric with a threshold and slice, a
+    chart of each metric's overall curves; nothing without repeated runs."""
+    rows = [s for s in data["summary"] if s.get("pass_at_k")]
+    if not rows:
+        return ""
+    ks = [p["k"] for p in rows[0]["pass_at_k"]]
+    out = ['<section id="repeated-runs"><h2>Repeated runs</h2>',
+           "<p class=sub>Each case ran several times (inference.num_runs). pass@k: the chance that at least one "
+           "of k runs of a case passes; pass^k: that all k pass (unbiased estimators from a case's c passes in n "
+           "valid runs, averaged over the cases with at least k valid runs). The summary's se and 95% CI resample "
+           "cases, not runs. Between-run std: the mean over cases of the std of a case's scores.</p>",
+           "<div class=charts>"]
+    out += [f'<figure>{charts.pass_curves(s["metric"], s["pass_at_k"], s["pass_all_k"])}</figure>'
+            for s in rows if s["slice"] == "overall"]
+    out.append("</div><table><tr><th>metric</th><th>slice</th><th class=num>cases</th>"
+               + "".join(f"<th class=num>pass@{k}</th>" for k in ks)
+               + "".join(f"<th class=num>pass^{k}</th>" for k in ks) + "<th class=num>between-run std</th></tr>")
+    for s in rows:
+        out.append(f'<tr><td>{e(s["metric"])}</td><td>{e(s["slice"])}</td><td class=num>{num(s.get("case_count"))}</td>'
+                   + "".join(f'<td class=num>{num(p["value"], 3)}</td>' for p in s["pass_at_k"])
+                   + "".join(f'<td class=num>{num(p["value"], 3)}</td>' for p in s["pass_all_k"])
+                   + f'<td class=num>{num(s.get("between_run_std"))}</td></tr>')
+    out.append("</table></section>")
+    return "\n".join(out)
+
+
+def _position_consistency(data) -> str:
+    """Pairwise metrics: the share of pairs whose two orders agree, per slice with its CI."""
+    rows = [s for s in data["summary"] if s.get("position_consistency") is not None]
+    if not rows:
+        return ""
+    out = ['<section id="position-consistency"><h2>Position consistency</h2>',
+           "<p class=sub>Each pair is judged in both orders (the baseline shown first, then the candidate); "
+           "this is the share of pairs whose two judgments chose the same response. A disagreement is scored a "
+           "tie. Low consistency means the judge favours a position, not a response.</p>",
+           "<table><tr><th>metric</th><th>slice</th><th class=num>consistency</th><th>95% CI</th>"
+           "<th>on 0..1</th></tr>"]
+    for s in rows:
+        low, high = s.get("position_consistency_ci_low"), s.get("position_consistency_ci_high")
+        ci = "-" if low is None else f"[{num(low, 3)}, {num(high, 3)}]"
+        out.append(f'<tr><td>{e(s["metric"])}</td><td>{e(s["slice"])}</td>'
+                   f'<td class=num>{num(s["position_consistency"], 3)}</td><td>{ci}</td>'
+                   f'<td class="whisker">{charts.whisker(s["position_consistency"], low, high, (0.0, 1.0))}</td></tr>')
+    out.append("</table></section>")
     return "\n".join(out)
 
 

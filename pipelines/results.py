@@ -27,7 +27,9 @@ RUNS_SQL = """
 SELECT run_id, name, run_date, started_at, finished_at, read_count, scored_count, dead_letter_count, metric_error_count, config
 FROM {runs} {where} ORDER BY started_at DESC"""
 SUMMARY_SQL = """
-SELECT metric, slice, valid_count, error_count, mean, std, ci_low, ci_high, pass_rate
+SELECT metric, slice, valid_count, error_count, mean, std, ci_low, ci_high, pass_rate,
+       case_count, standard_error, between_run_std, pass_at_k, pass_all_k,
+       position_consistency, position_consistency_ci_low, position_consistency_ci_high
 FROM {summary} WHERE run_id = {param}
 ORDER BY metric, slice <> 'overall', slice"""
 # input.labels: each labelled metric's agreement with the people, overall first

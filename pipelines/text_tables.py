@@ -7,7 +7,13 @@ import math
 from typing import Any
 
 
-from evalbeam.pipelines.report_data import comparison_flags, judge_accounting, overall_means, run_problems
+from evalbeam.pipelines.report_data import (
+    comparison_flags,
+    judge_accounting,
+    overall_means,
+    run_problems,
+    summary_curve,
+)
 
 def fmt(value: Any, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -47,12 +53,45 @@ def format_summary(rows: list[dict[str, Any]], where: str | None = None) -> str:
     for r in shown:
         ci = "-" if r["ci_low"] is None else f"[{fmt(r['ci_low'], 3)}, {fmt(r['ci_high'], 3)}]"
         lines.append((r["metric"], r["slice"], str(r["valid_count"]), str(r["error_count"]),
-                      fmt(r["mean"]), fmt(r["std"]), ci, fmt(r["pass_rate"], 3)))
-    table = format_table(("metric", "slice", "n", "errors", "mean", "std", "95% CI", "pass rate"), lines)
+                      fmt(r["mean"]), fmt(r["std"]), fmt(r.get("standard_error")), ci, fmt(r["pass_rate"], 3)))
+    table = format_table(("metric", "slice", "n", "errors", "mean", "std", "se", "95% CI", "pass rate"), lines)
     if hidden:
         table += (f"\n({hidden:,} more slice rows not shown, the largest {MAX_SHOWN_SLICES} of each metric are: "
                   f"every slice is in the run's summary table{f' in {where}' if where else ''})")
-    return table
+    return table + format_repeats(shown) + format_position_consistency(shown)
+
+
+def format_repeats(rows: list[dict[str, Any]]) -> str:
+    """The repeated runs' lines (inference.num_runs > 1): per metric with a threshold and
+    slice, pass@k and pass^k for k = 1..n and the between-run std; '' when there are none."""
+    lines = []
+    for r in rows:
+        at, every = summary_curve(r.get("pass_at_k")), summary_curve(r.get("pass_all_k"))
+        if at is None and r.get("between_run_std") is None:
+            continue
+        lines.append((r["metric"], r["slice"], str(r.get("case_count") or 0),
+                      " ".join(fmt(p["value"], 3) for p in at) if at else "-",
+                      " ".join(fmt(p["value"], 3) for p in every) if every else "-",
+                      fmt(r.get("between_run_std"))))
+    if not lines:
+        return ""
+    return ("\n\nrepeated runs (pass@k and pass^k for k = 1, 2, ...; se and the CI above resample cases, not runs):\n"
+            + format_table(("metric", "slice", "cases", "pass@k", "pass^k", "between-run std"), lines))
+
+
+def format_position_consistency(rows: list[dict[str, Any]]) -> str:
+    """Pairwise metrics' position consistency per slice; '' when there are none."""
+    lines = []
+    for r in rows:
+        if r.get("position_consistency") is None:
+            continue
+        low, high = r.get("position_consistency_ci_low"), r.get("position_consistency_ci_high")
+        ci = "-" if low is None else f"[{fmt(low, 3)}, {fmt(high, 3)}]"
+        lines.append((r["metric"], r["slice"], fmt(r["position_consistency"], 3), ci))
+    if not lines:
+        return ""
+    return ("\n\nposition consistency (pairwise: share of pairs whose two orders agree; a disagreement scored a tie):\n"
+            + format_table(("metric", "slice", "consistency", "95% CI"), lines))
 
 
 def run_report(results, run_id: str, tables: dict | None = None) -> str:

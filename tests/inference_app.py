@@ -3,6 +3,7 @@ as `inference.function` / `inference.agent` (imported by the evalbeam command
 from tests/, as a user's package would be)."""
 from __future__ import annotations
 
+import re
 import time
 
 CITIES = {"paris": 25, "oslo": -3, "lima": 19}
@@ -51,3 +52,27 @@ def weather_agent(fields: dict) -> list:
         turns.append({"response": ", ".join(texts) or "no city", "tool_calls": calls,
                       "duration": {"total": 0.01 * (len(calls) + 1)}})
     return turns
+
+
+def right_in_early_runs(fields: dict, run: int) -> str:
+    """An app that learns which run it is (the `run` keyword): the reference in the
+    runs numbered up to the prompt's `#right=N`, a wrong answer in the others; the
+    run in `#boom=K` raises."""
+    prompt = fields["prompt"]
+    marker = re.search(r"#boom=(\d+)", prompt)
+    if marker and int(marker.group(1)) == run:
+        raise RuntimeError(f"run {run} broke")
+    right = int(re.search(r"#right=(\d+)", prompt).group(1))
+    return fields["reference"] if run <= right else f"wrong in run {run}"
+
+
+def run_named(fields: dict, run: int = 0) -> str:
+    return f"run {run}"
+
+
+async def run_named_async(fields: dict, *, run: int) -> str:
+    return f"async run {run}"
+
+
+def run_in_kwargs(fields: dict, **options) -> str:
+    return f"options {sorted(options.items())}"

@@ -46,6 +46,8 @@ Behaviour:
     #samples=a,b,c  the pointwise score of sample (seed) 0, 1, 2, ...
     #quality=N      pairwise: the response with the higher quality wins
     #bias           pairwise: always answer "A" (position bias)
+    #bias_samples=101  pairwise: sample (seed) s answers "A" when character s is 1, else
+                    as without the marker (the last character repeats)
     #malformed=K    the first K attempts at this prompt answer non-JSON text
     #invalid=K      the first K attempts answer a score outside the rubric
     #fail           always 503 (in a batch: an item error)
@@ -304,7 +306,7 @@ class JudgeServer:
         if invalid:
             return json.dumps({"explanation": "out of range", field: "99"})
         if field == "choice":
-            value = self._pairwise_choice(prompt, allowed)
+            value = self._pairwise_choice(prompt, allowed, seed)
         else:
             by_seed = re.search(r"#samples=([-\d,]+)", prompt)
             scores = [s for s in re.findall(r"#score=(-?\d+)", prompt) if s in allowed]
@@ -405,8 +407,13 @@ class JudgeServer:
         return claims
 
     @staticmethod
-    def _pairwise_choice(prompt: str, allowed: list[str]) -> str:
-        if "#bias" in prompt:
+    def _pairwise_choice(prompt: str, allowed: list[str], seed: int | None = None) -> str:
+        by_sample = re.search(r"#bias_samples=([01]+)", prompt)
+        if by_sample:
+            flags = by_sample.group(1)
+            if flags[min(int(seed or 0), len(flags) - 1)] == "1":
+                return "A"
+        elif "#bias" in prompt:
             return "A"
         a_part, _, b_part = prompt.partition("## Response B")
         a = re.findall(r"#quality=(\d+)", a_part.split("## Response A")[-1])

@@ -61,6 +61,18 @@ def first_run(instance_id: str, num_runs: int) -> bool:
     return num_runs == 1 or instance_id.endswith(":run1")
 
 
+def case_id(instance_id: str) -> str:
+    """The case an instance is a run of: its id without `:run<k>` (the id itself when it has none)."""
+    case, sep, k = instance_id.rpartition(":run")
+    return case if sep and k.isdigit() else instance_id
+
+
+def run_number(instance_id: str) -> int:
+    """Which run of its case an instance is, from 1 (1 when its id has no `:run<k>`)."""
+    _, sep, k = instance_id.rpartition(":run")
+    return int(k) if sep and k.isdigit() else 1
+
+
 def inferred(instance: Instance) -> bool:
     return "inference_error" not in instance.fields
 
@@ -94,7 +106,7 @@ class InferFn(beam.DoFn):
         by_id = {i.instance_id: i for i in batch}
         items = [(i.instance_id, i.fields) for i in batch]
         make = lambda: make_inferrer(self._kind, self._target, self._max_concurrency)  # noqa: E731
-        for instance_id, fields in infer_all(make, items, self._max_concurrency, self._timeout):
+        for instance_id, fields in infer_all(make, items, self._max_concurrency, self._timeout, run_of=run_number):
             self._cases.inc()
             self._failures.inc("inference_error" in fields)
             yield dataclasses.replace(by_id[instance_id], fields=fields)

@@ -47,6 +47,7 @@ from evalbeam.metrics.judge.templates import (
     PAIRWISE_CHOICES,
     JudgeTemplate,
     aggregate_pairwise,
+    orders_agree,
     aggregate_pointwise,
     pairwise_verdict,
 )
@@ -242,6 +243,7 @@ def judge_row(run: RunKey, plan: JudgePlan, instance_id: str, model: str,
     row["cache_hit"] = bool(responses) and all(r.cache_hit for r in responses)
     failures = []
     samples = []
+    agreements = []  # pairwise: per sample answered in both orders, whether the two orders agreed
     for sample in range(sampling_count):
         if plan.kind == "pointwise":
             r = answers.get((sample, 0))
@@ -256,6 +258,7 @@ def judge_row(run: RunKey, plan: JudgePlan, instance_id: str, model: str,
                 failures.extend(bad)
             else:
                 verdict = pairwise_verdict(normal.verdict, swapped.verdict)
+                agreements.append(orders_agree(normal.verdict, swapped.verdict))
                 samples.append((verdict, f"[A=baseline] {normal.explanation}\n[A=candidate] {swapped.explanation}"))
     try:
         if plan.kind == "pointwise":
@@ -263,6 +266,7 @@ def judge_row(run: RunKey, plan: JudgePlan, instance_id: str, model: str,
         else:
             choice, explanation, confidence = aggregate_pairwise(samples)
             row["pairwise_choice"], score = choice, CHOICE_SCORE[choice]
+            row["position_agreement"] = sum(agreements) / len(agreements)
     except MetricError:
         row["error"] = failures[0] if len(set(failures)) == 1 else "; ".join(dict.fromkeys(failures))
         return row

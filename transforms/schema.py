@@ -82,6 +82,9 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("output_tokens", "INT64"),
         Column("attempts", "INT64", description="judge calls made for this row (0 when all came from the cache)"),
         Column("cache_hit", "BOOL", description="every judgment of this row came from judge.cache"),
+        Column("position_agreement", "FLOAT64",
+               description="pairwise: share of this row's samples whose two orders (A = baseline, A = candidate) "
+                           "chose the same response"),
         Column("human_label", "FLOAT64", description="input.labels: the mean of the row's valid human labels for this "
                                                      "metric; null when unlabelled (or the metric has no labels)"),
     ),
@@ -95,12 +98,27 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("error_count", "INT64", True),
         Column("mean", "FLOAT64"),
         Column("std", "FLOAT64", description="sample standard deviation"),
-        Column("ci_low", "FLOAT64", description="95% CI of the mean (Poisson bootstrap)"),
+        Column("ci_low", "FLOAT64", description="95% CI of the mean (Poisson bootstrap of cases: the runs of a "
+                                                "case are resampled together)"),
         Column("ci_high", "FLOAT64"),
         Column("threshold", "FLOAT64"),
         Column("pass_rate", "FLOAT64", description="share of valid scores >= threshold"),
         Column("candidate_model_win_rate", "FLOAT64", description="pairwise: share of rows the candidate won"),
         Column("baseline_model_win_rate", "FLOAT64", description="pairwise: share of rows the baseline won"),
+        Column("case_count", "INT64", description="cases with a valid score (with inference.num_runs > 1 a case "
+                                                  "has up to num_runs rows; else one)"),
+        Column("standard_error", "FLOAT64", description="standard error of the mean, clustered by case (CR1); "
+                                                        "with one run per case s/sqrt(n)"),
+        Column("between_run_std", "FLOAT64", description="num_runs > 1: mean over cases (with 2+ valid runs) of "
+                                                         "the sample std of the case's scores across its runs"),
+        Column("pass_at_k", "JSON", description="num_runs > 1, metrics with a threshold: [{k, value, cases}] for "
+                                                "k = 1..num_runs, unbiased pass@k averaged over cases"),
+        Column("pass_all_k", "JSON", description="as pass_at_k, for pass^k (all k runs pass)"),
+        Column("position_consistency", "FLOAT64",
+               description="pairwise: mean of position_agreement, the share of pairs whose two orders agree"),
+        Column("position_consistency_ci_low", "FLOAT64", description="95% CI of position_consistency "
+                                                                     "(Poisson bootstrap of cases)"),
+        Column("position_consistency_ci_high", "FLOAT64"),
     ),
     "runs": (
         RUN_ID,

@@ -243,6 +243,13 @@ def pairwise_verdict(normal: str, swapped: str) -> str:
     return first if first == second else "TIE"
 
 
+def orders_agree(normal: str, swapped: str) -> bool:
+    """Whether the two orders chose the same response (or both SAME): pairwise_verdict
+    without its tie-break, the unit of position consistency."""
+    return {"A": "BASELINE", "B": "CANDIDATE", "SAME": "TIE"}[normal] == \
+        {"A": "CANDIDATE", "B": "BASELINE", "SAME": "TIE"}[swapped]
+
+
 def aggregate_pairwise(samples: list[tuple[str, str]]) -> tuple[str, str, float]:
     """Samples (verdict, explanation) -> (verdict, explanation, confidence), by
     majority; a tie between verdicts is a TIE."""

@@ -54,7 +54,8 @@ class SummariesStage(Stage):
             usage = tuple(usages) | "AllJudgeUsage" >> beam.Flatten() | "MergeJudgeUsage" >> beam.CombineGlobally(merge_usage)
         else:
             usage = usages[0] if usages else pipeline | "NoJudgeUsage" >> beam.Create([{}])
-        summary = scored | "Summarize" >> SummarizeScores(run, thresholds(config))
+        num_runs = config.inference.num_runs if config.inference else 1
+        summary = scored | "Summarize" >> SummarizeScores(run, thresholds(config), num_runs=num_runs)
         records, unparseable = named["records"], named["unparseable"]
         counted = named["computed"]
         if config.inference and config.inference.num_runs > 1:

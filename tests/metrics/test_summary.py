@@ -1,3 +1,4 @@
+import itertools
 import math
 import random
 import statistics
@@ -5,7 +6,7 @@ import statistics
 import numpy as np
 import pytest
 
-from evalbeam.metrics.summary import ScoreMoments, bootstrap_weights
+from evalbeam.metrics.summary import ScoreMoments, bootstrap_weights, pass_all_k, pass_at_k
 
 
 def add_weighed(m, score, instance_id, error=False, passed=None, choice=None):
@@ -114,12 +115,14 @@ def test_the_batched_slice_accumulator_equals_adding_one_instance_at_a_time():
     for i in range(3 * BOOTSTRAP_BATCH + 77):
         score = rng.choice([rng.random(), rng.random(), None, float("nan"), 1.0])
         error = score is None and rng.random() < 0.5
-        rows.append((f"id-{i}", [("a", score, error, score is not None and score > 0.5, None),
-                                 ("b", rng.random(), False, None, rng.choice(["CANDIDATE", "BASELINE", "TIE"]))]))
+        rows.append((f"id-{i}", [[("a", score, error, score is not None and score > 0.5, None, None),
+                                  ("b", rng.random(), False, None, rng.choice(["CANDIDATE", "BASELINE", "TIE"]), None)]]))
     expected = {"a": ScoreMoments(), "b": ScoreMoments()}
-    for instance_id, results in rows:
-        for metric, score, error, passed, choice in results:
+    for instance_id, [results] in rows:
+        for metric, score, error, passed, choice, _ in results:
             add_weighed(expected[metric], score, instance_id, error, passed, choice)
+            valid = not error and score is not None and math.isfinite(score)
+            expected[metric].add_case([score] if valid else [], [passed] if valid else [], [])
     fn = SliceMomentsFn()
     parts = []
     for start in range(0, len(rows), 700):
@@ -134,3 +137,155 @@ def test_the_batched_slice_accumulator_equals_adding_one_instance_at_a_time():
             assert have.keys() == want.keys()
             for key, value in want.items():
                 assert have[key] == (value if value is None or isinstance(value, int) else pytest.approx(value, rel=1e-12)), key
+
+
+# ---------------------------------------------------------------- repeated runs
+
+
+def enumerated_pass(passes, k):
+    """pass@k and pass^k of one case by direct enumeration: over every k-subset of its
+    runs, the share in which some run passes, and in which every run passes."""
+    subsets = list(itertools.combinations(passes, k))
+    return (sum(any(s) for s in subsets) / len(subsets), sum(all(s) for s in subsets) / len(subsets))
+
+
+def test_pass_at_k_and_pass_all_k_equal_the_enumeration_of_run_subsets():
+    for n in range(1, 9):
+        for c in range(n + 1):
+            passes = [True] * c + [False] * (n - c)
+            for k in range(1, n + 1):
+                at, every = enumerated_pass(passes, k)
+                assert pass_at_k(n, c, k) == pytest.approx(at, abs=1e-12), (n, c, k)
+                assert pass_all_k(n, c, k) == pytest.approx(every, abs=1e-12), (n, c, k)
+    assert pass_at_k(100, 1, 50) == pytest.approx(0.5) and pass_all_k(100, 99, 50) == pytest.approx(0.5)
+
+
+def random_cases(rng, count, num_runs, missing=0.2):
+    """count cases, each with num_runs runs: (case id, [(score or None, passed)])."""
+    cases = []
+    for i in range(count):
+        skill = rng.random()
+        runs = []
+        for _ in range(num_runs):
+            if rng.random() < missing:
+                runs.append((None, None))
+            else:
+                score = min(1.0, max(0.0, rng.gauss(skill, 0.25)))
+                runs.append((score, score >= 0.5))
+        cases.append((f"case-{i}", runs))
+    return cases
+
+
+def direct_statistics(cases, num_runs):
+    """The repeated-run statistics computed the long way: every valid score in one list."""
+    valid = [[(s, p) for s, p in runs if s is not None] for _, runs in cases]
+    scores = [s for case in valid for s, _ in case]
+    mean = statistics.fmean(scores)
+    clusters = [case for case in valid if case]
+    g = len(clusters)
+    se = math.sqrt(g / (g - 1) * sum((sum(s for s, _ in c) - len(c) * mean) ** 2 for c in clusters)) / len(scores)
+    stds = [statistics.stdev([s for s, _ in c]) for c in clusters if len(c) > 1]
+    curves = {"pass_at_k": [], "pass_all_k": []}
+    for k in range(1, num_runs + 1):
+        eligible = [[p for _, p in c] for c in clusters if len(c) >= k]
+        values = [enumerated_pass(p, k) for p in eligible]
+        for j, name in enumerate(("pass_at_k", "pass_all_k")):
+            curves[name].append({"k": k, "value": statistics.fmean(v[j] for v in values) if values else None,
+                                 "cases": len(values)})
+    return {"mean": mean, "standard_error": se, "between_run_std": statistics.fmean(stds) if stds else None,
+            "case_count": g, **curves}
+
+
+def accumulate(cases, chunk=None, metric="m"):
+    """The summary's accumulator over the cases, in chunks merged as the combine does."""
+    from evalbeam.transforms.summarize import SliceMomentsFn
+
+    fn = SliceMomentsFn()
+    chunk = chunk or len(cases)
+    parts = []
+    for start in range(0, len(cases), chunk):
+        acc = fn.create_accumulator()
+        for case_id, runs in cases[start:start + chunk]:
+            acc = fn.add_input(acc, (case_id, [[(metric, s, s is None, p, None, None)] for s, p in runs]))
+        parts.append(acc)
+    return fn.merge_accumulators(parts[::-1]).flush().moments[metric]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_repeated_run_statistics_equal_a_direct_computation(seed):
+    rng = random.Random(seed)
+    num_runs = rng.randint(2, 6)
+    cases = random_cases(rng, rng.randint(3, 300), num_runs, missing=rng.choice([0.0, 0.15, 0.5]))
+    if not any(s is not None for _, runs in cases for s, _ in runs):
+        return
+    want = direct_statistics(cases, num_runs)
+    for chunk in (None, 7):
+        got = accumulate(cases, chunk).statistics(threshold=0.5, num_runs=num_runs)
+        assert got["mean"] == pytest.approx(want["mean"], rel=1e-12)
+        assert got["case_count"] == want["case_count"]
+        assert got["standard_error"] == pytest.approx(want["standard_error"], rel=1e-9)
+        if want["between_run_std"] is None:
+            assert got["between_run_std"] is None
+        else:
+            assert got["between_run_std"] == pytest.approx(want["between_run_std"], rel=1e-9)
+        for curve in ("pass_at_k", "pass_all_k"):
+            assert [(p["k"], p["cases"]) for p in got[curve]] == [(p["k"], p["cases"]) for p in want[curve]]
+            for have, expect in zip(got[curve], want[curve]):
+                assert have["value"] == (None if expect["value"] is None else pytest.approx(expect["value"], abs=1e-12))
+    # no threshold: no pass curves; one run: none either
+    assert accumulate(cases).statistics(threshold=None, num_runs=num_runs)["pass_at_k"] is None
+    assert accumulate(cases).statistics(threshold=0.5, num_runs=1)["pass_all_k"] is None
+
+
+def test_the_interval_resamples_cases_not_runs():
+    """Every run of a case gets its case's bootstrap weight: each replicate mean is
+    sum_g w_g S_g / sum_g w_g n_g, and the interval their 2.5 and 97.5 percentiles."""
+    from evalbeam.metrics.summary import bootstrap_weight_matrix
+
+    rng = random.Random(8)
+    cases = random_cases(rng, 150, 4, missing=0.1)
+    got = accumulate(cases, chunk=40).statistics(threshold=0.5, num_runs=4)
+    w = bootstrap_weight_matrix([c for c, _ in cases])
+    sums = np.array([sum(s for s, _ in runs if s is not None) for _, runs in cases])
+    counts = np.array([sum(s is not None for s, _ in runs) for _, runs in cases], dtype=float)
+    means = (sums @ w) / (counts @ w)
+    assert (got["ci_low"], got["ci_high"]) == pytest.approx(tuple(np.percentile(means, [2.5, 97.5])), rel=1e-12)
+    # runs of a case are alike here (one skill a case): resampling cases gives a wider
+    # interval than pretending the 600 runs were independent
+    independent = moments_of([s for _, runs in cases for s, _ in runs if s is not None]).statistics()
+    assert got["ci_high"] - got["ci_low"] > independent["ci_high"] - independent["ci_low"]
+
+
+def test_one_run_per_case_gives_the_usual_standard_error():
+    rng = random.Random(2)
+    scores = [rng.random() for _ in range(500)]
+    got = accumulate([(f"i{i}", [(s, s > 0.5)]) for i, s in enumerate(scores)]).statistics(threshold=0.5)
+    assert got["standard_error"] == pytest.approx(statistics.stdev(scores) / math.sqrt(len(scores)), rel=1e-9)
+    assert got["between_run_std"] is None and got["pass_at_k"] is None and got["case_count"] == 500
+    assert accumulate([("only", [(0.3, False)])]).statistics()["standard_error"] is None
+
+
+def test_position_consistency_is_the_mean_agreement_with_a_case_bootstrap_interval():
+    from evalbeam.metrics.summary import bootstrap_weight_matrix
+    from evalbeam.transforms.summarize import SliceMomentsFn
+
+    rng = random.Random(4)
+    fn = SliceMomentsFn()
+    cases = []
+    for i in range(200):
+        agreement = rng.choice([0.0, 1.0, 1.0, 2 / 3])
+        error = rng.random() < 0.1  # a row whose every sample failed has no agreement
+        cases.append((f"p{i}", None if error else agreement))
+    acc = fn.create_accumulator()
+    for case_id, agreement in cases:
+        acc = fn.add_input(acc, (case_id, [[("pw", None if agreement is None else 1.0, agreement is None, None,
+                                               "CANDIDATE", agreement)]]))
+    got = acc.flush().moments["pw"].statistics()
+    kept = [(c, a) for c, a in cases if a is not None]
+    assert got["position_consistency"] == pytest.approx(statistics.fmean(a for _, a in kept), rel=1e-12)
+    w = bootstrap_weight_matrix([c for c, _ in kept])
+    rates = (np.array([a for _, a in kept]) @ w) / w.sum(axis=0)
+    assert (got["position_consistency_ci_low"], got["position_consistency_ci_high"]) == pytest.approx(
+        tuple(np.percentile(rates, [2.5, 97.5])), rel=1e-12)
+    plain = accumulate([("x", [(1.0, True)])]).statistics(threshold=0.5)
+    assert plain["position_consistency"] is None and plain["position_consistency_ci_low"] is None

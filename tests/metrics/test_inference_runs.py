@@ -1,0 +1,32 @@
+"""An inference function learns which run of its case it makes (inference.num_runs):
+the `run` keyword, given only to functions that declare it (or **kwargs)."""
+from evalbeam.metrics.inference import FunctionInferrer, accepts_keyword, infer_all
+from evalbeam.transforms.infer import case_id, run_number
+
+
+def responses(target, ids):
+    items = [(i, {"prompt": "p", "reference": "r"}) for i in ids]
+    out = infer_all(lambda: FunctionInferrer(target, 2), items, 2, 10.0, run_of=run_number)
+    return {key: fields.get("response", fields.get("inference_error")) for key, fields in out}
+
+
+def test_a_function_that_declares_run_is_told_its_run():
+    ids = ["c:run1", "c:run2", "x:runner:run3", "plain"]
+    assert responses("tests.inference_app:run_named", ids) == {
+        "c:run1": "run 1", "c:run2": "run 2", "x:runner:run3": "run 3", "plain": "run 1"}
+    assert responses("tests.inference_app:run_named_async", ids[:2]) == {
+        "c:run1": "async run 1", "c:run2": "async run 2"}
+    assert responses("tests.inference_app:run_in_kwargs", ["c:run2"]) == {"c:run2": "options [('run', 2)]"}
+
+
+def test_a_function_without_run_is_called_as_before():
+    got = responses("tests.inference_app:answer", ["c:run1", "c:run2"])
+    assert got == {"c:run1": "P", "c:run2": "P"}  # the prompt upper-cased: called with the fields alone
+    assert not accepts_keyword(len, "run") and not accepts_keyword(lambda fields, *, other=1: 0, "run")
+    assert accepts_keyword(lambda fields, run: 0, "run")
+
+
+def test_case_and_run_of_an_instance_id():
+    assert [case_id(i) for i in ("a:run1", "a:b:run12", "a:runner", "plain", "x:run")] == \
+        ["a", "a:b", "a:runner", "plain", "x:run"]
+    assert [run_number(i) for i in ("a:run1", "a:b:run12", "a:runner", "plain")] == [1, 12, 1, 1]
