@@ -222,7 +222,11 @@ def confusion_heatmap(confusion: dict[str, Any]) -> str:
     size = min(4.2, 1.2 + 0.42 * k)
     with _figure(size, size) as (fig, [ax]):
         ax.grid(False)
-        ax.imshow(counts, cmap="Blues", vmin=0, origin="lower", aspect="equal")
+        # vector cells (pcolormesh), not imshow: imshow embeds a PNG, which the report's
+        # Content-Security-Policy (no data: images) would not show
+        edges = [i - 0.5 for i in range(k + 1)]
+        ax.pcolormesh(edges, edges, counts, cmap="Blues", vmin=0, edgecolors="white", linewidth=0.5)
+        ax.set_aspect("equal")
         peak = max((c for row in counts for c in row), default=0)
         for i, row in enumerate(counts):
             for j, count in enumerate(row):

@@ -61,6 +61,9 @@ td.field { color: #666; font-size: 12px; }
 .diff { background: #fff7d6; }
 nav a { margin-right: 14px; }
 footer { margin-top: 40px; color: #777; font-size: 12px; }
+.charts { display: flex; flex-wrap: wrap; gap: 18px; align-items: flex-start; }
+.charts figure { margin: 8px 0; }
+.charts figcaption { font-size: 12px; color: #555; max-width: 300px; }
 """
 
 
@@ -329,7 +332,7 @@ def _calibration(data) -> str:
            "<th class=num>spearman</th><th class=num>kendall tau-b</th><th class=num>kappa</th>"
            "<th class=num>weighted kappa</th><th>95% CI</th><th>agreement and CI on -1..1</th>"
            "<th class=num>accuracy</th><th class=num>precision</th><th class=num>recall</th><th class=num>F1</th>"
-           "<th class=num>annotators' alpha</th><th>note</th></tr>"]
+           "<th class=num>annotators' alpha</th></tr>"]
     for c in overall:
         agreement = c["weighted_kappa"] if c["scale"] == "categorical" else c["spearman"]
         ci = "-" if c["ci_low"] is None else f"[{num(c['ci_low'], 3)}, {num(c['ci_high'], 3)}]"
@@ -340,15 +343,19 @@ def _calibration(data) -> str:
                    f'<td>{ci}</td><td class="whisker">{charts.whisker(agreement, c["ci_low"], c["ci_high"], (-1.0, 1.0))}</td>'
                    f'<td class=num>{num(c["accuracy"], 3)}</td><td class=num>{num(c["precision"], 3)}</td>'
                    f'<td class=num>{num(c["recall"], 3)}</td><td class=num>{num(c["f1"], 3)}</td>'
-                   f'<td class=num>{num(c["annotator_alpha"], 3)}</td><td>{e(c["note"] or "")}</td></tr>')
+                   f'<td class=num>{num(c["annotator_alpha"], 3)}</td></tr>')
     out.append("</table>")
+    notes = [c for c in overall if c["note"]]
+    if notes:
+        out.append("<ul class=sub>" + "".join(f"<li>{e(c['metric'])}: {e(c['note'])}</li>" for c in notes) + "</ul>")
+    out.append('<div class="charts">')
     for c in overall:
         if c["confusion"]:
             out.append(f'<figure class="confusion" data-metric="{e(c["metric"])}">'
                        f'{charts.confusion_heatmap(c["confusion"])}'
                        f"<figcaption>{e(c['metric'])}: human label (rows) against judge score (columns), "
                        f"{num(c['n'])} instances</figcaption></figure>")
-    out.append("</section>")
+    out.append("</div></section>")
     return "\n".join(out)
 
 
