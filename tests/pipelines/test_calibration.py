@@ -211,6 +211,8 @@ def test_the_report_shows_agreement_and_a_confusion_heat_map_per_metric(labelled
                 [cell] = figure.xpath(f".//*[@id='cell-{i}-{j}']")
                 assert cell.xpath("string(.)").strip() == str(count), (metric, i, j)
         assert sum(map(sum, confusion["counts"])) == calibration[metric]["n"]
+        # vector cells: an embedded raster (<image>, a data: URI) is blocked by the page's CSP
+        assert not figure.xpath(".//*[local-name()='image']")
 
 
 def test_calibration_and_agreement_comparison_in_bigquery(cloud, tmp_path):
