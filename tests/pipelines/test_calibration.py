@@ -254,6 +254,10 @@ def test_calibration_and_agreement_comparison_in_bigquery(cloud, tmp_path):
     overall = next(r for r in loaded if r["slice"] == "overall")
     assert overall["n"] == 24 and overall["accuracy"] is not None and overall["kappa"] is not None
 
+    latest = [dict(r.items()) for r in client.query(
+        f"SELECT name, run_id, slice, n FROM `{dataset}.latest_calibration` ORDER BY slice").result()]
+    assert latest == [{"name": "bq_labelled", "run_id": "bq_next", "slice": r["slice"], "n": r["n"]} for r in loaded]
+
     shown = json.loads(evalbeam("show", "bq_next", "--bigquery", dataset, "--json").stdout)
     assert {(r["metric"], r["slice"]) for r in shown["calibration"]} == {(r["metric"], r["slice"]) for r in loaded}
 
