@@ -6,6 +6,8 @@ import setuptools
 
 # Direct dependencies, pinned. requirements.lock pins the whole environment.
 REQUIRES = [
+    # the A2A client of inference.a2a (its dependencies fit requirements.lock's pins)
+    "a2a-sdk==1.3.0",
     "apache-beam[gcp]==2.77.0",
     "duckdb==2.0.0",
     # the two versions the locks pin and the tests run: 3.3.0 (requirements.lock) and 2.34.0
@@ -48,8 +50,8 @@ setuptools.setup(
     # `report`: the charts of `evalbeam report` (static SVG, pipelines/report_charts.py).
     # `test`: rouge-score is the oracle rouge-score-rs is checked against.
     # `agent` (also named `adk`): ADK agents for inference.agent; install it with
-    # requirements-agent.lock (see docs/agents.md).
+    # requirements-agent.lock (see docs/agents.md). With ADK's a2a extra: `to_a2a` serves an agent over A2A.
     extras_require={"test": ["pytest==9.2.0", "rouge-score==0.1.2", "krippendorff==0.9.0"], "report": ["matplotlib==3.11.2"],
-                    "agent": ["google-adk==2.13.0"], "adk": ["google-adk==2.13.0"]},
+                    "agent": ["google-adk[a2a]==2.13.0"], "adk": ["google-adk[a2a]==2.13.0"]},
     entry_points={"console_scripts": ["evalbeam = evalbeam.pipelines.cli:entry"]},
 )

@@ -361,6 +361,9 @@ def _with_adk_judge_options(data: dict, text: str) -> dict:
     return {**data, "judge": judge} if options else data
 
 
+INFERENCE_KINDS = ("function", "model", "agent", "a2a", "agent_engine")
+
+
 class InferenceConfig(_Model):
     """Inference before scoring: produce each case's actual side, then score it."""
 
@@ -379,17 +382,52 @@ class InferenceConfig(_Model):
     num_runs: int = pydantic.Field(1, ge=1, le=100, description="runs per case; > 1: instance ids get :run<k>")
     max_concurrency: int = pydantic.Field(8, ge=1, le=1024, description="function/agent: cases in flight per worker")
     timeout_seconds: float = pydantic.Field(300, gt=0, description="function/agent: the longest a case may take")
+    # deployed agents (metrics/deployed.py)
+    a2a: str | None = pydantic.Field(
+        None, pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="the URL of an agent served over A2A (its card at <url>/.well-known/agent-card.json): each case "
+                    "one conversation, each user turn one message")
+    agent_engine: str | None = pydantic.Field(
+        None, pattern=r"^projects/[^/\s]+/locations/[^/\s]+/reasoningEngines/[^/\s]+$",
+        description="projects/P/locations/L/reasoningEngines/ID: an ADK app on Vertex AI Agent Engine, one session "
+                    "per case (Application Default Credentials)")
+    base_url: str | None = pydantic.Field(
+        None, description="agent_engine: an endpoint instead of https://<location>-aiplatform.googleapis.com")
+    requests_per_minute: float | None = pydantic.Field(
+        None, gt=0, description="a2a/agent_engine: the whole job's quota of agent requests (each turn, each session "
+                                "created), split over the shards; default: none")
+    shards: int = pydantic.Field(
+        1, ge=1, le=1024,
+        description="a2a/agent_engine: cases are split into this many shards, each on one worker with 1/shards of "
+                    "requests_per_minute")
+    max_attempts: int = pydantic.Field(
+        6, ge=1, le=20, description="a2a/agent_engine: attempts per request (retries on 429, 5xx, timeouts)")
+    request_timeout_seconds: float = pydantic.Field(
+        120, gt=0, description="a2a/agent_engine: the longest one request (one turn) may take before it is retried")
 
     @pydantic.model_validator(mode="after")
     def _one_kind(self) -> "InferenceConfig":
-        given = [k for k in ("function", "model", "agent") if getattr(self, k)]
+        given = [k for k in INFERENCE_KINDS if getattr(self, k)]
         if len(given) != 1:
-            raise ValueError("give exactly one of function, model, agent" + (f" (got {given})" if given else ""))
+            raise ValueError("give exactly one of function, model, agent, a2a, agent_engine"
+                             + (f" (got {given})" if given else ""))
+        if self.base_url and self.kind != "agent_engine":
+            raise ValueError("inference.base_url is for inference.agent_engine")
         return self
 
     @property
     def kind(self) -> str:
-        return next(k for k in ("function", "model", "agent") if getattr(self, k))
+        return next(k for k in INFERENCE_KINDS if getattr(self, k))
+
+    @property
+    def deployed(self) -> bool:
+        """Whether the agent is reached over the network (a2a, agent_engine)."""
+        return self.kind in ("a2a", "agent_engine")
+
+    def quota_share(self) -> float | None:
+        """One shard's requests per minute: the job's quota split over the shards, as the
+        judge's is (JudgeSettings.with_quota_share)."""
+        return self.requests_per_minute / self.shards if self.requests_per_minute else None
 
     @property
     def target(self) -> str:
@@ -521,6 +559,10 @@ class EvalConfig(_Model):
     def model_inference(self) -> bool:
         """Whether inference calls a model (through the judge layer)."""
         return self.inference is not None and self.inference.kind == "model"
+
+    def deployed_inference(self) -> bool:
+        """Whether inference calls a deployed agent (a2a, agent_engine): its finished cases are checkpointed."""
+        return self.inference is not None and self.inference.deployed
 
     def calls_a_model(self) -> bool:
         """Whether the run calls a model: a judge metric or model inference (credentials, checkpoints, judge.cache)."""

@@ -191,7 +191,7 @@ def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunK
 
     local = options.view_as(StandardOptions).runner in LOCAL_RUNNERS
     checkpoint = checkpoint_folder(config.output.parquet, options.view_as(GoogleCloudOptions).temp_location,
-                                   run_key.run_id) if config.calls_a_model() else None
+                                   run_key.run_id) if config.calls_a_model() or config.deployed_inference() else None
     progress = tempfile.mkdtemp(prefix="evalbeam-progress-") if local else None
     try:
         try:

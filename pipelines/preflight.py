@@ -13,6 +13,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
 from evalbeam.configs import ConfigError, EvalConfig
+from evalbeam.metrics.deployed import reachable
 from evalbeam.metrics.inference import AgentInferrer, load_target
 from evalbeam.metrics.instance import RowSpec, build_instance, present_columns
 from evalbeam.metrics.judge.client import JudgeCredentialsError, check_credentials
@@ -68,6 +69,11 @@ def _check_inference(config: EvalConfig) -> None:
     """The function or agent to run must import here (workers need it installed too)."""
     inference = config.inference
     if inference is None or inference.kind == "model":
+        return
+    if inference.deployed:  # an endpoint that does not answer: one line, before any work
+        problem = reachable(inference.kind, inference.target, inference.base_url)
+        if problem:
+            raise ConfigError(problem)
         return
 
     try:

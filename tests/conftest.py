@@ -69,6 +69,7 @@ TIER_RULES = [
     ("metrics/test_calibration.py", {"sklearn_reference"}, "adk"),
     ("transforms/test_adk_events.py", {"events_table", "recorded", "plugin_schema"}, "adk"),
     ("transforms/test_inference.py", {"agent_env"}, "agent"),
+    ("transforms/test_deployed.py", {"agent_env", "A2AServer", "AdkAppServer", "in_process"}, "agent"),
     ("pipelines/test_packaging.py", {"installed"}, "packaging"),
 ]
 
@@ -133,6 +134,9 @@ SLOW = {
     "transforms/test_hostile.py::test_hostile_csv_corpus",
     "transforms/test_hostile.py::test_hostile_jsonl_corpus",
     "transforms/test_hostile.py::test_hostile_jsonl_dead_letters_are_listed_in_source_order",
+    "transforms/test_deployed.py::test_a_whole_run_on_agent_engine_killed_and_rerun_repeats_only_unsaved_cases",
+    "transforms/test_deployed.py::test_a2a_retries_resend_only_the_failed_message",
+    "transforms/test_deployed.py::test_the_example_configs_validate_and_an_unreachable_endpoint_fails_in_one_line",
     "transforms/test_inference.py::test_a_judge_metric_over_multi_turn_cases_from_inference",
     "transforms/test_inference.py::test_function_agent_over_an_adk_eval_set_with_runs",
     "transforms/test_inference.py::test_function_inference_end_to_end",

@@ -782,7 +782,10 @@ class JudgeServer:
                         server._open[asked] -= 1
 
             def _answer_admitted(self, body: dict, model: str, credential: str | None):
-                if body.get("tools"):  # an agent's model call
+                if body.get("tools"):  # an agent's model call (after the drawn latency, as any call)
+                    latency = server._draw()[0]
+                    if latency:
+                        time.sleep(latency)
                     parts = server.agent_answer(body.get("contents", []))
                     answer = _generate_response(json.dumps(body.get("contents")), "", model)
                     answer["candidates"][0]["content"]["parts"] = parts

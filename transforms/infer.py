@@ -4,6 +4,10 @@
               -> function | agent: batches of cases, each batch inferred in one
                  DoFn call with `max_concurrency` cases in flight
                  (metrics.inference.infer_all), each case filled or failed
+              -> a2a | agent_engine: cases split into inference.shards by their content
+                 key, each shard inferred on one worker (metrics.deployed: the job's
+                 quota share, retries, no answered turn sent again), finished cases
+                 checkpointed and reused by a re-run of the run_id
               -> model: one free-text request per case, keyed by the content hash
                  of model, settings and prompt, answered by the judge layer's one
                  composite (transforms.judge.AnswerJudgeRequests: judge.cache,
@@ -24,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from evalbeam.metrics.inference import (
@@ -36,14 +41,17 @@ from evalbeam.metrics.inference import (
     make_inferrer,
     render_prompt,
 )
+from evalbeam.metrics.deployed import Calls, case_key, decode_result, encode_result, make_deployed_inferrer
 from evalbeam.metrics.instance import Instance
-from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, request_key
+from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, JudgeResponse, request_key
 from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
+from evalbeam.transforms.judge_checkpoint import CheckpointWriter, read_checkpoints, shard_of
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.schema import RunKey, blank_metric_row
 from evalbeam.transforms.score import ScoredInstance
 
 USAGE_METRIC = "inference"  # the line of inference.model's calls in runs.judge_usage
+CHECKPOINTS = "inference"  # deployed agents' finished cases, a subfolder of the run's checkpoint folder
 FAILED = "failed"
 
 
@@ -112,6 +120,87 @@ class InferFn(beam.DoFn):
             yield dataclasses.replace(by_id[instance_id], fields=fields)
 
 
+class _Recorded:
+    """An inferrer whose finished cases go to the checkpoint writer as they finish."""
+
+    def __init__(self, inner, keys: dict, writer):
+        self._inner, self._keys, self._writer = inner, keys, writer
+
+    async def infer(self, fields):
+        result = await self._inner.infer(fields)
+        key = self._keys.get(id(fields))
+        if key is not None and self._writer is not None:
+            self._writer.add(JudgeResponse(key=key, metric=USAGE_METRIC, verdict=encode_result(result)))
+        return result
+
+    async def close(self):
+        await self._inner.close()
+
+
+class DeployedInferFn(beam.DoFn):
+    """(shard, [instance]) -> instances filled by a deployed agent (inference.a2a or
+    inference.agent_engine): one shard per call, with its share of the job's quota.
+    Finished cases are checkpointed every judge.checkpoint_seconds under the run's
+    checkpoint folder (transforms.judge_checkpoint's chunks, keyed by the case's content
+    key, metrics.deployed.case_key): a re-run of the same run_id takes them from there
+    instead of asking the agent again."""
+
+    def __init__(self, inference, checkpoint: str | None, checkpoint_seconds: float):
+        self._inference = inference
+        self._folder = FileSystems.join(checkpoint, CHECKPOINTS) if checkpoint else None
+        self._seconds = checkpoint_seconds
+        self._cases = Metrics.counter("evalbeam", "inference_cases")
+        self._failures = Metrics.counter("evalbeam", "inference_failures")
+        self._requests = Metrics.counter("evalbeam", "inference_requests")
+        self._retries = Metrics.counter("evalbeam", "inference_retries")
+        self._reused = Metrics.counter("evalbeam", "inference_checkpointed")
+
+    def process(self, element):
+        shard, batch = element
+        inference = self._inference
+        batch = list(batch)
+        done = read_checkpoints(self._folder, shard, inference.shards) if self._folder else {}
+        keys = {i.instance_id: case_key(inference.kind, inference.target, i.instance_id, i.fields) for i in batch}
+        todo = []
+        for instance in batch:
+            answer = done.get(keys[instance.instance_id])
+            if answer is None:
+                todo.append(instance)
+                continue
+            self._reused.inc()
+            self._cases.inc()
+            try:
+                fields = apply_result(instance.fields, decode_result(answer.verdict))
+            except InferenceError as e:
+                fields = failed(instance.fields, str(e))
+            yield dataclasses.replace(instance, fields=fields)
+        if not todo:
+            return
+        writer = CheckpointWriter(self._folder, shard, self._seconds) if self._folder else None
+        items = [(i.instance_id, dict(i.fields)) for i in todo]
+        by_fields = {id(f): keys[k] for k, f in items}
+        calls: list = []
+
+        def make():
+            calls.append(Calls(inference.quota_share(), inference.max_attempts, inference.request_timeout_seconds))
+            inner = make_deployed_inferrer(inference.kind, inference.target, calls[0], inference.base_url,
+                                           inference.max_concurrency)
+            return _Recorded(inner, by_fields, writer)
+
+        by_id = {i.instance_id: i for i in todo}
+        try:
+            for instance_id, fields in infer_all(make, items, inference.max_concurrency, inference.timeout_seconds):
+                self._cases.inc()
+                self._failures.inc("inference_error" in fields)
+                yield dataclasses.replace(by_id[instance_id], fields=fields)
+        finally:
+            if writer is not None:
+                writer.close()
+            if calls:
+                self._requests.inc(calls[0].stats.requests)
+                self._retries.inc(calls[0].stats.retries)
+
+
 def model_asks(instance: Instance, settings, template: str, num_runs: int = 1):
     """instance -> (request_key, (request, instance_id)), or tagged failed: the instance.
     With num_runs > 1, run k is sample k-1 (its own key and seed), so runs are not
@@ -166,6 +255,17 @@ class Infer(beam.PTransform):
     def expand(self, instances):
         inference = self._inference
         cases = instances | "Runs" >> beam.FlatMap(run_copies, inference.num_runs)
+        if inference.deployed:
+            kind, target, shards = inference.kind, inference.target, inference.shards
+            filled = (
+                cases
+                | "ToShards" >> beam.Map(lambda i: (shard_of(case_key(kind, target, i.instance_id, i.fields), shards), i))
+                | "ByShard" >> beam.GroupByKey()
+                | "InferDeployed" >> beam.ParDo(DeployedInferFn(inference, self._context.checkpoint,
+                                                                self._context.settings.checkpoint_seconds))
+            )
+            pipeline = instances.pipeline
+            return filled, pipeline | "NoInferenceCache" >> beam.Create([]), pipeline | "NoInferenceUsage" >> beam.Create([{}])
         if inference.kind != "model":
             filled = (
                 cases

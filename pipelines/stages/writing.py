@@ -59,6 +59,6 @@ class WriteResults(Stage):
         if config.output.parquet:
             # the judge checkpoints live beside the attempts, and go with them
             return done | "ReplaceRunFolder" >> ReplaceRunFolder(config.output.parquet, run.run_id, context.attempt)
-        if context.checkpoint and config.calls_a_model():
+        if context.checkpoint and (config.calls_a_model() or config.deployed_inference()):
             return done | "RemoveJudgeCheckpoints" >> RemoveCheckpoints(context.checkpoint)
         return done

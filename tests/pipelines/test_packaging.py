@@ -266,4 +266,6 @@ def test_both_locks_satisfy_setup_py_and_differ_only_where_google_adk_needs_it()
                        "websockets"}
     # google-genai 3's HTTP stack, which 2.34 does not use
     assert set(default) - set(agent) == {"httpx2", "httpcore2", "truststore"}
-    assert {"google-adk", "httpx", "fastapi", "uvicorn"} <= set(agent) - set(default)
+    assert {"google-adk", "fastapi", "uvicorn", "sse-starlette"} <= set(agent) - set(default)
+    # the A2A client (inference.a2a) is in both; the agent lock adds its server side (ADK's to_a2a)
+    assert default["a2a-sdk"] == agent["a2a-sdk"] == "1.3.0"

@@ -1,0 +1,482 @@
+"""Deployed agents: inferrers for an agent reached over the network (no Beam).
+
+    A2AInferrer          inference.a2a: an agent served over A2A (agent card at
+                         <url>/.well-known/agent-card.json), through the a2a-sdk client.
+                         One case = one A2A conversation (one context), one user turn =
+                         one message.
+    AgentEngineInferrer  inference.agent_engine: an ADK app on Vertex AI Agent Engine
+                         (projects/P/locations/L/reasoningEngines/ID), through
+                         google-cloud-aiplatform's ReasoningEngineExecutionService REST
+                         client with Application Default Credentials (google-auth), as the
+                         agent_engines SDK calls it: `create_session` with the `query` API,
+                         each turn with the `stream_query` class method of the streamQuery API.
+
+Both send every request through `Calls`: the job's quota (the judge layer's one
+rate limiter, metrics.judge.ratelimit.AdaptiveRateLimiter, with this worker's share),
+a per-request timeout, and retries with exponential backoff on 429 (after the server's
+Retry-After), 5xx and timeouts. A retry re-sends only the request that failed: turns
+already answered are kept, never sent again, and the conversation carries on in the same
+context/session. Both turn the agent's ADK events into the case's turns as
+`inference.agent` does (metrics.trace.turns_from_agent_data), so the same agent run
+in-process, over A2A or on Agent Engine gives the same trace.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import hashlib
+import json
+import random
+import time
+import uuid
+from typing import Any, Awaitable, Callable
+
+from evalbeam.metrics.inference import InferenceError, user_turns
+from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter
+from evalbeam.metrics.trace import turns_from_agent_data
+
+AGENT_ENGINE_RE = r"^projects/[^/]+/locations/[^/]+/reasoningEngines/[^/]+$"
+CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
+BACKOFF_BASE = 1.0  # seconds before the first retry; doubles per attempt, with jitter
+BACKOFF_MAX = 60.0
+
+
+class Transient(Exception):
+    """A request that may succeed when sent again (429, 5xx, a timeout)."""
+
+    def __init__(self, message: str, retry_after: float | None = None, rate_limited: bool = False):
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.rate_limited = rate_limited
+
+
+@dataclasses.dataclass
+class CallStats:
+    requests: int = 0  # every request sent, retries included
+    retries: int = 0
+    rate_limited: int = 0
+    in_flight: int = 0
+    peak_in_flight: int = 0
+
+
+class Calls:
+    """Every request to a deployed agent: paced by the job's quota share, timed out,
+    retried on transient failures. One per inferrer (one asyncio loop)."""
+
+    def __init__(self, requests_per_minute: float | None, max_attempts: int, request_timeout: float,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+        self.limiter = AdaptiveRateLimiter(requests_per_minute, sleep=sleep) if requests_per_minute else None
+        self.max_attempts = max_attempts
+        self.request_timeout = request_timeout
+        self.stats = CallStats()
+        self._sleep = sleep
+
+    async def call(self, what: str, send: Callable[[], Awaitable[Any]], classify: Callable[[BaseException], Transient | None]) -> Any:
+        """send() until it succeeds; `classify` says which failures are transient."""
+        last = ""
+        for attempt in range(1, self.max_attempts + 1):
+            if self.limiter is not None:
+                await self.limiter.acquire()
+            self.stats.requests += 1
+            self.stats.retries += attempt > 1
+            self.stats.in_flight += 1
+            self.stats.peak_in_flight = max(self.stats.peak_in_flight, self.stats.in_flight)
+            try:
+                result = await asyncio.wait_for(send(), self.request_timeout)
+            except (asyncio.TimeoutError, TimeoutError):
+                failure: Transient | None = Transient(f"no answer within {self.request_timeout:g}s")
+            except Exception as e:  # noqa: BLE001 - classified below: transient ones are retried
+                failure = classify(e)
+                if failure is None:
+                    raise
+            else:
+                if self.limiter is not None:
+                    self.limiter.on_success()
+                return result
+            finally:
+                self.stats.in_flight -= 1
+            last = str(failure)
+            if failure.rate_limited:
+                self.stats.rate_limited += 1
+                if self.limiter is not None:
+                    self.limiter.on_rate_limited(failure.retry_after)
+            if attempt < self.max_attempts:
+                delay = min(BACKOFF_MAX, BACKOFF_BASE * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+                await self._sleep(max(delay, failure.retry_after or 0.0))
+        raise InferenceError(f"{what} failed after {self.max_attempts} attempts; last: {last}")
+
+
+def _retry_after(headers: Any) -> float | None:
+    try:
+        value = headers.get("retry-after") if headers is not None else None
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _http_transient(status: int | None, message: str, headers: Any = None) -> Transient | None:
+    if status in RETRYABLE_STATUS:
+        return Transient(f"HTTP {status}: {message}"[:500], _retry_after(headers), rate_limited=status == 429)
+    return None
+
+
+def _turn_from_events(prompt: str, events: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
+    """One turn from the ADK events an agent produced for it, as AgentInferrer makes it."""
+    user = {"author": "user", "content": {"role": "user", "parts": [{"text": prompt}]}}
+    turn = turns_from_agent_data({"turns": [{"events": [user, *events]}]})[0]
+    invocation = next((e.get("invocation_id") for e in events if e.get("invocation_id")), None)
+    if invocation:
+        turn["invocation_id"] = invocation
+    turn["duration"] = {"total": seconds}
+    return turn
+
+
+# ------------------------------------------------------------------------------------------- A2A
+
+ADK_TYPE = "adk_type"  # ADK's A2A converters mark function calls and responses in a part's metadata
+
+
+def _a2a_part(part: dict[str, Any]) -> dict[str, Any] | None:
+    """An A2A part (as JSON) -> a genai part, as ADK's A2A part converter reads it back."""
+    kind = (part.get("metadata") or {}).get(ADK_TYPE)
+    if "data" in part:
+        if kind in ("function_call", "function_response", "executable_code", "code_execution_result"):
+            return {kind: part["data"]}
+        return {"text": json.dumps(part["data"], sort_keys=True, ensure_ascii=False)}
+    if "text" in part:
+        return {"text": part["text"]}
+    return None  # files (raw bytes, urls) are not part of a trace
+
+
+def _a2a_event(message: dict[str, Any], metadata: dict[str, Any], default_author: str) -> dict[str, Any] | None:
+    parts = [p for p in (_a2a_part(p) for p in message.get("parts", [])) if p is not None]
+    if not parts:
+        return None
+    event: dict[str, Any] = {"author": metadata.get("adk_author") or default_author,
+                             "content": {"role": "model", "parts": parts}}
+    if metadata.get("adk_invocation_id"):
+        event["invocation_id"] = metadata["adk_invocation_id"]
+    usage = metadata.get("adk_usage_metadata")
+    if isinstance(usage, dict):
+        event["usage_metadata"] = {k: int(v) for k, v in usage.items() if isinstance(v, (int, float))}
+    return event
+
+
+def events_from_a2a(responses: list[dict[str, Any]], agent_name: str) -> tuple[list[dict[str, Any]], str | None]:
+    """The stream of one message (StreamResponse objects as JSON) -> (the ADK events it
+    carries, its context id). The agent's status messages are its events (ADK's A2A
+    executor sends one per ADK event, function calls and responses as data parts); an
+    agent that sends none (a plain A2A agent) answers with a message, or with its
+    task's agent history and artifacts. A failed or rejected task is an error."""
+    events: list[dict[str, Any]] = []
+    fallback: list[dict[str, Any]] = []
+    context = None
+    for response in responses:
+        if "message" in response:
+            message = response["message"]
+            context = message.get("contextId") or context
+            event = _a2a_event(message, message.get("metadata") or {}, agent_name)
+            events += [event] if event else []
+        for key in ("statusUpdate", "task"):
+            if key not in response:
+                continue
+            update = response[key]
+            context = update.get("contextId") or context
+            status = update.get("status") or {}
+            metadata = {**(update.get("metadata") or {}), **((status.get("message") or {}).get("metadata") or {})}
+            if status.get("message") and status["message"].get("role") == "ROLE_AGENT":
+                event = _a2a_event(status["message"], metadata, agent_name)
+                events += [event] if event else []
+            if status.get("state") in ("TASK_STATE_FAILED", "TASK_STATE_REJECTED"):
+                text = " ".join(p.get("text", "") for p in (status.get("message") or {}).get("parts", []))
+                raise InferenceError(f"the A2A agent's task ended {status['state']}" + (f": {text.strip()}" if text.strip() else ""))
+            if key == "task":
+                for message in update.get("history") or []:
+                    if message.get("role") == "ROLE_AGENT":
+                        event = _a2a_event(message, {**(update.get("metadata") or {}), **(message.get("metadata") or {})}, agent_name)
+                        fallback += [event] if event else []
+                for artifact in update.get("artifacts") or []:
+                    event = _a2a_event(artifact, update.get("metadata") or {}, agent_name)
+                    fallback += [event] if event else []
+        if "artifactUpdate" in response:
+            update = response["artifactUpdate"]
+            context = update.get("contextId") or context
+            event = _a2a_event(update.get("artifact") or {}, update.get("metadata") or {}, agent_name)
+            fallback += [event] if event else []
+    if not events:
+        events = fallback
+    return events, context
+
+
+class A2AInferrer:
+    """inference.a2a: each case one A2A conversation with the agent at `url`."""
+
+    def __init__(self, url: str, calls: Calls, max_concurrency: int = 8):
+        self._url = url.rstrip("/")
+        self._connections = max(100, max_concurrency)  # httpx's default pool (100) must not cap the cases in flight
+        self._calls = calls
+        self._client = None
+        self._http = None
+        self._name = "agent"
+        self._opening: asyncio.Lock | None = None
+
+    @staticmethod
+    def classify(error: BaseException) -> Transient | None:
+        import httpx
+        from a2a.client import A2AClientError, A2AClientTimeoutError
+
+        if isinstance(error, (A2AClientTimeoutError, httpx.TimeoutException)):
+            return Transient(f"timed out: {error}")
+        if isinstance(error, httpx.TransportError):
+            return Transient(f"{type(error).__name__}: {error}")
+        if isinstance(error, httpx.HTTPStatusError):
+            return _http_transient(error.response.status_code, error.response.reason_phrase, error.response.headers)
+        cause = error.__cause__ or error.__context__
+        if isinstance(error, A2AClientError) and cause is not None and cause is not error:
+            return A2AInferrer.classify(cause)
+        status = getattr(error, "status_code", None)
+        return _http_transient(status, str(error)) if status else None
+
+    async def _open(self):
+        """The agent card (read once, as a request: paced and retried), then a client for the
+        transport it names."""
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._client is None:
+                import httpx
+                from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+
+                self._http = httpx.AsyncClient(timeout=self._calls.request_timeout,
+                                               limits=httpx.Limits(max_connections=self._connections))
+                resolver = A2ACardResolver(self._http, self._url)
+                card = await self._calls.call(f"reading the A2A agent card at {self._url}", resolver.get_agent_card,
+                                              self.classify)
+                self._name = card.name or "agent"
+                self._client = ClientFactory(ClientConfig(streaming=True, httpx_client=self._http)).create(card)
+        return self._client
+
+    async def infer(self, fields: dict[str, Any]) -> Any:
+        from a2a.types import Message, Part, Role, SendMessageRequest
+        from google.protobuf.json_format import MessageToDict
+
+        client = await self._open()
+        context = None
+        turns = []
+        for prompt in user_turns(fields):
+            message_id = uuid.uuid4().hex  # the same id on a retry: the same message
+
+            async def send():
+                message = Message(role=Role.ROLE_USER, parts=[Part(text=prompt)], message_id=message_id,
+                                  context_id=context or "")
+                out = []
+                async for response in client.send_message(SendMessageRequest(message=message)):
+                    response = response[0] if isinstance(response, tuple) else response
+                    out.append(MessageToDict(response))
+                return out
+
+            started = time.monotonic()
+            responses = await self._calls.call(f"turn {len(turns) + 1}", send, self.classify)
+            events, context = events_from_a2a(responses, self._name)
+            turns.append(_turn_from_events(prompt, events, time.monotonic() - started))
+        return turns
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+        if self._http is not None:
+            await self._http.aclose()
+
+
+# ----------------------------------------------------------------------------------- Agent Engine
+
+class AgentEngineInferrer:
+    """inference.agent_engine: each case one session of the ADK app on Agent Engine,
+    created from the case's session_input (user_id, state); its turns sent with
+    stream_query, the ADK events streamed back made into its turns."""
+
+    def __init__(self, resource: str, calls: Calls, base_url: str | None = None, max_concurrency: int = 8):
+        import concurrent.futures
+
+        self._resource = resource
+        self._calls = calls
+        self._base_url = base_url
+        self._client = None
+        # the REST client is synchronous: its calls run in a pool of max_concurrency threads
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_concurrency, thread_name_prefix="evalbeam-engine")
+
+    def client(self):
+        if self._client is None:
+            self._client, self._credentials = engine_client(self._resource, self._base_url)
+        return self._client
+
+    def scrub(self, text: str) -> str:
+        """An error's text without the access token, should the endpoint repeat it (as the judge's are)."""
+        from evalbeam.metrics.judge.client import scrub_secrets
+
+        return scrub_secrets(text, None, getattr(self, "_credentials", None))
+
+    def classify(self, error: BaseException) -> Transient | None:
+        from google.api_core import exceptions
+
+        if isinstance(error, exceptions.GoogleAPICallError):
+            response = getattr(error, "response", None)
+            headers = getattr(response, "headers", None)
+            return _http_transient(error.code, self.scrub(str(error.message)), headers)
+        import requests
+
+        if isinstance(error, (requests.ConnectionError, requests.Timeout)):
+            return Transient(f"{type(error).__name__}: {str(error)[:300]}")
+        return None
+
+    async def _run(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def _create_session(self, user_id: str, state: dict) -> str:
+        from google.cloud.aiplatform_v1 import types
+
+        response = self.client().query_reasoning_engine(request=types.QueryReasoningEngineRequest(
+            name=self._resource, class_method="create_session", input={"user_id": user_id, "state": state},
+        ), timeout=self._calls.request_timeout)
+        output = _message_dict(response).get("output", {})
+        session = output.get("output", output) if isinstance(output, dict) else output
+        if not isinstance(session, dict) or not session.get("id"):
+            raise InferenceError(f"Agent Engine's create_session answered without a session id: {str(session)[:200]}")
+        return session["id"]
+
+    def _stream_query(self, user_id: str, session_id: str, message: str) -> list[dict[str, Any]]:
+        from google.cloud.aiplatform_v1 import types
+
+        stream = self.client().stream_query_reasoning_engine(request=types.StreamQueryReasoningEngineRequest(
+            name=self._resource, class_method="stream_query",
+            input={"message": message, "user_id": user_id, "session_id": session_id},
+        ), timeout=self._calls.request_timeout)
+        events = []
+        for chunk in stream:  # HttpBody chunks, each one or more JSON lines (the SDK's yield_parsed_json)
+            if "application/json" not in (chunk.content_type or ""):
+                continue
+            for line in chunk.data.decode("utf-8").split("\n"):
+                if line.strip():
+                    events.append(json.loads(line))
+        return events
+
+    async def infer(self, fields: dict[str, Any]) -> Any:
+        try:
+            return await self._infer(fields)
+        except InferenceError as e:
+            raise InferenceError(self.scrub(str(e))) from None
+        except Exception as e:  # noqa: BLE001 - not transient: the case's error, without the token
+            text = str(e).splitlines()[0][:500] if str(e) else ""
+            raise InferenceError(self.scrub(f"{type(e).__name__}: {text}" if text else type(e).__name__)) from None
+
+    async def _infer(self, fields: dict[str, Any]) -> Any:
+        case = fields.get("adk_case")
+        session_input = (case.get("session_input") or {}) if isinstance(case, dict) else {}
+        user_id = session_input.get("user_id") or "evalbeam_user"
+        state = dict(session_input.get("state") or {})
+        session_id = await self._calls.call(
+            "create_session", lambda: self._run(self._create_session, user_id, state), self.classify)
+        turns = []
+        for prompt in user_turns(fields):
+            started = time.monotonic()
+            events = await self._calls.call(
+                f"turn {len(turns) + 1}", lambda: self._run(self._stream_query, user_id, session_id, prompt), self.classify)
+            errors = [e for e in events if isinstance(e, dict) and e.get("error_code") and not e.get("content")]
+            if errors:
+                raise InferenceError(f"the agent's turn {len(turns) + 1} ended with {errors[-1]['error_code']}: "
+                                     f"{errors[-1].get('error_message', '')}"[:500])
+            turns.append(_turn_from_events(prompt, [e for e in events if isinstance(e, dict) and "author" in e],
+                                           time.monotonic() - started))
+        return turns
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _message_dict(message: Any) -> dict[str, Any]:
+    """A proto-plus response as JSON values (what the agent_engines SDK's _utils.to_dict does)."""
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(type(message).pb(message))
+
+
+def engine_client(resource: str, base_url: str | None = None):
+    """(google-cloud-aiplatform's ReasoningEngineExecutionService client (REST) for the
+    engine's region, on Application Default Credentials; the credentials it uses).
+    `base_url` (tests: a local stand-in) replaces the regional endpoint."""
+    import google.auth
+    from google.api_core.client_options import ClientOptions
+    from google.cloud.aiplatform_v1.services.reasoning_engine_execution_service import (
+        ReasoningEngineExecutionServiceClient,
+    )
+
+    location = resource.split("/")[3]
+    credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM])
+    endpoint = base_url.rstrip("/") if base_url else f"https://{location}-aiplatform.googleapis.com"
+    client = ReasoningEngineExecutionServiceClient(
+        credentials=credentials, transport="rest", client_options=ClientOptions(api_endpoint=endpoint))
+    return client, client._transport._credentials  # the credentials it signs with (their token is scrubbed from errors)
+
+
+# ------------------------------------------------------------------------------ shared by both
+
+def case_key(kind: str, target: str, instance_id: str, fields: dict[str, Any]) -> str:
+    """The content key of a case's deployed inference (its checkpoint key): the agent, the
+    case and what is sent (its user turns and session_input). Hex, as the judge's keys."""
+    case = fields.get("adk_case")
+    session_input = (case.get("session_input") or {}) if isinstance(case, dict) else {}
+    try:
+        turns = user_turns(fields)
+    except InferenceError:
+        turns = []
+    material = json.dumps({"kind": kind, "target": target, "id": instance_id, "turns": turns,
+                           "session_input": session_input}, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def encode_result(turns: Any) -> str:
+    return base64.b64encode(json.dumps(turns, ensure_ascii=False).encode()).decode()
+
+
+def decode_result(text: str) -> Any:
+    return json.loads(base64.b64decode(text).decode())
+
+
+def make_deployed_inferrer(kind: str, target: str, calls: Calls, base_url: str | None, max_concurrency: int):
+    if kind == "a2a":
+        return A2AInferrer(target, calls, max_concurrency)
+    if kind == "agent_engine":
+        return AgentEngineInferrer(target, calls, base_url, max_concurrency)
+    raise ValueError(f"no deployed inferrer for {kind!r}")
+
+
+def reachable(kind: str, target: str, base_url: str | None = None, timeout: float = 10.0) -> str | None:
+    """None when the endpoint answers, else one line saying why not (preflight)."""
+    import httpx
+
+    if kind == "a2a":
+        url = target.rstrip("/") + "/.well-known/agent-card.json"
+        try:
+            response = httpx.get(url, timeout=timeout)
+        except httpx.HTTPError as e:
+            return f"inference.a2a: the agent card at {url} is unreachable ({type(e).__name__}: {str(e)[:200]})"
+        if response.status_code != 200:
+            return f"inference.a2a: the agent card at {url} answered HTTP {response.status_code}"
+        return None
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+
+    location = target.split("/")[3]
+    endpoint = base_url.rstrip("/") if base_url else f"https://{location}-aiplatform.googleapis.com"
+    try:
+        httpx.get(endpoint, timeout=timeout)  # any HTTP answer: the host is there (the calls need credentials)
+    except httpx.HTTPError as e:
+        return f"inference.agent_engine: {endpoint} is unreachable ({type(e).__name__}: {str(e)[:200]})"
+    try:
+        google.auth.default(scopes=[CLOUD_PLATFORM])
+    except DefaultCredentialsError as e:
+        first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+        return f"inference.agent_engine: no Application Default Credentials ({first}); see docs/agents.md"
+    return None
