@@ -12,6 +12,7 @@ import apache_beam as beam
 
 from evalbeam.metrics.calibration import CalibrationMoments, human_value
 from evalbeam.metrics.summary import bootstrap_weight_matrix
+from evalbeam.transforms.infer import case_id
 from evalbeam.transforms.schema import RunKey
 from evalbeam.transforms.score import ScoredInstance
 from evalbeam.transforms.summarize import BOOTSTRAP_BATCH, MAX_SLICE_VALUES, OVERALL, fold_slices, slice_column
@@ -26,12 +27,14 @@ def labelled_results(scored: ScoredInstance) -> list[dict[str, Any]]:
             for r in scored.results]
 
 
-def label_keys(scored: ScoredInstance):
+def label_keys(scored: ScoredInstance, num_runs: int = 1):
     """(slice, (instance id, [(metric, score or None, labels, refused labels' reasons), ...])) for
     "overall" and each slice the instance falls in, for the labelled metrics among this
     ScoredInstance's results. An instance comes in several parts (scores/computed, scores/judge,
     scores/rubric: pipelines.stages), each with its own metrics' rows: each metric is counted
-    from the part holding its row, once."""
+    from the part holding its row, once. With repeated runs (num_runs > 1) each run is an
+    instance, weighed in the bootstrap by its case's id, as the summary weighs it: the interval
+    resamples cases, not runs."""
     instance = scored.instance
     if not instance.labels:
         return
@@ -39,7 +42,7 @@ def label_keys(scored: ScoredInstance):
                 instance.label_errors.get(r["metric"], ())) for r in scored.results if r["metric"] in instance.labels]
     if not entries:
         return
-    values = (instance.instance_id, entries)
+    values = (case_id(instance.instance_id) if num_runs > 1 else instance.instance_id, entries)
     yield OVERALL, values
     for column, value in instance.slices.items():
         yield f"{column}={'(missing)' if value is None else value}", values
@@ -130,16 +133,18 @@ def calibration_rows(run: RunKey, thresholds: dict[str, float | None], keyed) ->
 class CalibrateScores(beam.PTransform):
     """ScoredInstances (with input.labels) -> calibration rows (one per labelled metric and slice)."""
 
-    def __init__(self, run: RunKey, thresholds: dict[str, float | None], max_slice_values: int = MAX_SLICE_VALUES):
+    def __init__(self, run: RunKey, thresholds: dict[str, float | None], max_slice_values: int = MAX_SLICE_VALUES,
+                 num_runs: int = 1):
         super().__init__()
         self._run = run
         self._thresholds = thresholds
         self._max_slice_values = max_slice_values
+        self._num_runs = num_runs
 
     def expand(self, scored):
         return (
             scored
-            | "KeyBySlice" >> beam.FlatMap(label_keys)
+            | "KeyBySlice" >> beam.FlatMap(label_keys, self._num_runs)
             | "CombineMetrics" >> beam.CombinePerKey(SliceCalibrationFn(self._thresholds))
             | "ByColumn" >> beam.Map(lambda kv: (slice_column(kv[0]), kv))
             | "SlicesOfColumn" >> beam.GroupByKey()

@@ -12,4 +12,6 @@ class CalibrationStage(Stage):
 
     def expand(self, named):
         context = self._context
-        return {"calibration": named["scored"] | "Calibrate" >> CalibrateScores(context.run, thresholds(context.config))}
+        num_runs = context.config.inference.num_runs if context.config.inference else 1
+        return {"calibration": named["scored"] | "Calibrate" >> CalibrateScores(
+            context.run, thresholds(context.config), num_runs=num_runs)}

@@ -91,3 +91,25 @@ def test_slices_past_the_limit_fold_exactly_into_other():
     with TestPipeline() as p:
         out = p | beam.Create(scored) | CalibrateScores(RUN, THRESHOLDS, max_slice_values=2)
         assert_that(out, check_rows(want))
+
+
+def test_repeated_runs_are_weighed_by_their_case():
+    """num_runs > 1: each run is an instance (n counts runs), and its bootstrap weights are its case's,
+    so the interval resamples cases, as the summary's does."""
+    rng = random.Random(8)
+    scored, pairs = [], []
+    for c in range(40):
+        label = float(rng.randint(1, 5))
+        for k in (1, 2, 3):
+            score = float(min(5, max(1, label + rng.choice([-1, 0, 0, 1]))))
+            instance = Instance(f"c{c}:run{k}", {}, {}, "t", labels={"j": (label,)})
+            scored.append(ScoredInstance(instance, [{"metric": "j", "score": score, "error": None}]))
+            pairs.append((f"c{c}", score, label))
+    moments = CalibrationMoments()
+    for (case, score, label), w in zip(pairs, bootstrap_weight_matrix([case for case, _, _ in pairs])):
+        moments.add(score, (label,), threshold=3.0, weights=w)
+    want = {("j", "overall"): moments.statistics(3.0)}
+    assert want[("j", "overall")]["n"] == 120
+    with TestPipeline() as p:
+        out = p | beam.Create(scored) | CalibrateScores(RUN, {"j": 3.0}, num_runs=3)
+        assert_that(out, check_rows(want))
