@@ -41,7 +41,7 @@ def write(tmp: Path, server_url: str, run_id: str, judgments: int, judge: dict) 
     config = tmp / f"{run_id}.yaml"
     config.write_text(yaml.safe_dump({
         "name": "durability-bench", "run_id": run_id, "input": {"uri": str(data), "id_column": "id"},
-        "metrics": ["fluency"], "judge": {"base_url": server_url, "prices": PRICES, **judge},
+        "metrics": ["evalbeam_fluency"], "judge": {"base_url": server_url, "prices": PRICES, **judge},
         "output": {"parquet": str(tmp / "out")},
     }))
     return config
@@ -85,7 +85,7 @@ def kill_and_rerun(args, env) -> None:
     print(f"kill and re-run: {args.judgments} judgments at {args.quota}/min, latency median 1 s, "
           f"checkpoint_seconds {args.checkpoint_seconds:g}")
     print(f"  killed (SIGKILL) after {first_calls} calls; the re-run made {second_calls} "
-          f"(reused {json.loads(row['judge_usage'])['fluency']['checkpoint_reused']} checkpointed answers)")
+          f"(reused {json.loads(row['judge_usage'])['evalbeam_fluency']['checkpoint_reused']} checkpointed answers)")
     print(f"  judgments paid twice: {repeated} = {repeated / args.quota * 60:.1f} s of the quota; "
           f"calls admitted in the last {args.checkpoint_seconds:g} s before the kill: {window}")
 

@@ -7,7 +7,7 @@ one worker process per core).
 The rows are those of bench/compute_throughput.py (80-word texts, trajectories),
 20,000 of them generated and then repeated with new ids; the metrics are the
 same eleven (ROUGE x4, BLEU, six trajectory metrics). With --judge, a pointwise
-judge metric (fluency) is added, answered by the local generateContent test
+judge metric (evalbeam_fluency) is added, answered by the local generateContent test
 server (tests/judge_server.py) with no latency and a quota that never binds,
 and each response carries its row's number, so that every row is one more
 judgment to make (none is answered by another row's); the judgments asked and
@@ -103,7 +103,7 @@ def measure(rows: int, judge: bool, beam_args: list[str], tmp: Path, server=None
     config = yaml.safe_load(CONFIG.format(data=data, out=tmp / f"out-{rows}"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if judge:
-        config["metrics"].append("fluency")
+        config["metrics"].append("evalbeam_fluency")
         config["judge"] = {"base_url": server.url, "requests_per_minute": 10_000_000, "max_concurrency": 64}
         env["GOOGLE_API_KEY"] = "bench-key"
     path = tmp / "scale.yaml"
@@ -130,7 +130,7 @@ def main() -> None:
     parser.add_argument("--judge", action="store_true", help="add a judge metric (the local test server)")
     parser.add_argument("beam_args", nargs="*", help="extra flags for evalbeam run (after --)")
     args = parser.parse_args()
-    print(f"beam flags: {args.beam_args or '(none)'}; judge metric: {'fluency' if args.judge else 'none'}; "
+    print(f"beam flags: {args.beam_args or '(none)'}; judge metric: {'evalbeam_fluency' if args.judge else 'none'}; "
           f"cores: {os.cpu_count()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         server = None

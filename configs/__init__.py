@@ -24,8 +24,10 @@ from evalbeam.metrics.custom import load_function
 from evalbeam.metrics.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import JudgeTemplate
+from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_template
 from evalbeam.metrics.names import BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE
 from evalbeam.metrics.registry import MetricDef, get_metric
+from evalbeam.transforms.read_adk import criteria_of_file, test_config_path
 from evalbeam.transforms.schema import TABLES
 
 
@@ -232,6 +234,11 @@ class MetricSpec(_Model):
         if self.pointwise is not None or self.pairwise is not None:
             if self.params or self.inputs is not None:
                 raise ValueError("a user-defined judge metric takes no 'params' or 'inputs': its template's input_variables say what it reads")
+            given = self.user_template.model_fields_set & {"source", "pointwise_text", "pairwise_text", "choice_field",
+                                                              "single_sample"}
+            if given:
+                raise ValueError(f"{', '.join(sorted(given))}: set by built-in metrics (a published template such as "
+                                 "Vertex AI's, or ADK's sampling), not by a user-defined one")
             if self.pointwise is not None:
                 self.pointwise.scores()  # rubric keys must be numbers
             elif set(self.pairwise.rating_rubric) != {"A", "B", "SAME"}:
@@ -251,6 +258,9 @@ class MetricSpec(_Model):
                     "params: " + "; ".join(f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors())
                 ) from None
 
+            if self.name.removeprefix("pairwise_") in VERTEX_METRICS:
+                # read Vertex's text now, where the pipeline is built: a missing package is a config error
+                vertex_template(self.name.removeprefix("pairwise_"))
             if self.name in INFORMATIONAL_CRITERIA and self.threshold is not None:
                 raise ValueError(f"{self.name} is informational (as in ADK): it reports a value and never passes "
                                  "or fails, so it takes no threshold")
@@ -346,6 +356,47 @@ class OutputConfig(_Model):
     def bigquery_dataset(self) -> tuple[str, str]:
         project, _, dataset = self.bigquery.rpartition(".")  # type: ignore[union-attr]
         return project, dataset
+
+
+def _criteria_of_files(uri: str) -> tuple[list[dict], dict]:
+    """(the metric specs of every criterion the ADK files of `uri` are judged with, each from
+    the test_config.json AgentEvaluator.find_config_for_test_file finds for its file, else ADK's
+    defaults; the judge settings their judge criteria ask for). A criterion's threshold is in
+    its spec where every file agrees; the files' own thresholds are on each row. Its other
+    fields (match_type, ...) and a judge criterion's threshold must agree between the files:
+    one run computes a metric one way."""
+    try:
+        paths = sorted(m.path for m in FileSystems.match([uri])[0].metadata_list)
+    except Exception:  # noqa: BLE001 - an unlistable uri: the input check (preflight) names it; ADK's defaults here
+        paths = []
+    configs = sorted({test_config_path(p) for p in paths}) or [None]
+    found: dict[str, tuple[dict, set]] = {}
+    judge: dict = {}
+    for config, path in ((c, next(p for p in paths if test_config_path(p) == c) if c else None) for c in configs):
+        specs = criteria_of_file(path) if path else metrics_from_criteria(None)
+        if config and FileSystems.exists(config):
+            asked = judge_options(json.loads(_read_text(config)).get("criteria"))
+            for key, value in asked.items():
+                if judge.setdefault(key, value) != value:
+                    raise ValueError(f"{config}: its judge criteria ask for judge {key} {value!r}, another file's "
+                                     f"{judge[key]!r}; evalbeam runs one judge: make them agree, or set judge.{key}")
+        for spec in specs:
+            other = {k: v for k, v in spec.items() if k != "threshold"}
+            seen, thresholds = found.setdefault(spec["name"], (other, set()))
+            if seen != other:
+                raise ValueError(f"{config}: criterion {spec['name']} is given as {other.get('params') or {}} there "
+                                 f"and as {seen.get('params') or {}} for another file; evalbeam computes a criterion "
+                                 "one way in a run: make them agree, or set input.adk_criteria")
+            thresholds.add(spec.get("threshold"))
+    out = []
+    for name, (spec, thresholds) in found.items():
+        if len(thresholds) > 1 and get_metric(name).is_judge:
+            raise ValueError(f"the files' test_config.json give judge criterion {name} different thresholds "
+                             f"({', '.join(map(str, sorted(thresholds)))}); per-file thresholds are for the rule-based "
+                             "criteria: make them agree, or set input.adk_criteria")
+        out.append({**spec, **({"threshold": thresholds.pop()} if len(thresholds) == 1 and None not in thresholds
+                               else {})})
+    return out, judge
 
 
 def _with_adk_judge_options(data: dict, text: str) -> dict:
@@ -446,7 +497,8 @@ class EvalConfig(_Model):
     input: InputConfig
     metrics: list[MetricSpec] = pydantic.Field(
         default_factory=list,
-        description="the metrics to compute; with an ADK input and none given, ADK's default criteria")
+        description="the metrics to compute; ADK files with none given (and no input.adk_criteria): the criteria "
+                    "of the test_config.json beside each file, else ADK's defaults")
     judge: JudgeSettings = pydantic.Field(default_factory=JudgeSettings)
     inference: InferenceConfig | None = pydantic.Field(
         None, description="inference before scoring: run a function, a model or an ADK agent on each case")
@@ -467,6 +519,7 @@ class EvalConfig(_Model):
                     "(status 1)")
     # field path -> (the relative path as the config file gives it, the folder it was taken relative to)
     _relative_paths: dict[str, tuple[str, str]] = pydantic.PrivateAttr(default_factory=dict)
+    _criteria_per_file: bool = pydantic.PrivateAttr(False)
 
     def path_note(self, field: str) -> str:
         """For an error about a path: where a relative path of the config file was resolved, when it was."""
@@ -492,6 +545,14 @@ class EvalConfig(_Model):
                 added = read_test_config(_read_text(source.adk_criteria))
             except (OSError, ValueError) as e:
                 raise ValueError(f"input.adk_criteria: {source.adk_criteria}: {e}") from None
+        elif source.is_adk and not metrics and source.kind == "files":
+            # each file judged with the test_config.json beside it (as ADK's AgentEvaluator): every
+            # criterion any of them names; a case's rows carry its own file's (adk_case.criteria)
+            try:
+                added, judge = _criteria_of_files(source.uri)
+            except ValueError as e:
+                raise ValueError(f"input: {e}") from None
+            data = {**data, "judge": {**judge, **(data.get("judge") or {})}} if judge else data
         elif source.is_adk and not metrics:
             # recorded runs have no expected side: the reference-free (efficiency) criteria
             added = metrics_from_criteria({} if source.format == "adk_agent_events" else None)
@@ -502,6 +563,23 @@ class EvalConfig(_Model):
         if source.adk_criteria:
             data = _with_adk_judge_options(data, _read_text(source.adk_criteria))
         return data
+
+    # Defined after _adk_criteria, so that it sees the config as written (pydantic runs the
+    # last-defined wrap/before validator first): whether the metrics are the ADK files' own.
+    @pydantic.model_validator(mode="wrap")
+    @classmethod
+    def _criteria_of_each_file(cls, data: Any, handler) -> "EvalConfig":
+        source = data.get("input") if isinstance(data, dict) else None
+        per_file = (isinstance(source, dict) and not source.get("adk_criteria") and not data.get("metrics"))
+        config = handler(data)
+        config._criteria_per_file = bool(per_file) and config.input.kind == "files" and config.input.is_adk
+        return config
+
+    @property
+    def criteria_per_file(self) -> bool:
+        """An ADK file input with neither input.adk_criteria nor metrics: each file's cases are
+        judged with the criteria (and thresholds) of the test_config.json beside the file."""
+        return self._criteria_per_file
 
     @pydantic.model_validator(mode="after")
     def _some_metric(self) -> "EvalConfig":

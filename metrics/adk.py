@@ -397,6 +397,9 @@ def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, 
 
 # ADK's JudgeModelOptions defaults (eval_metrics.py): what a judge criterion without options uses.
 ADK_JUDGE_MODEL, ADK_NUM_SAMPLES = "gemini-2.5-flash", 5
+# ADK's judge criteria without JudgeModelOptions: ADK hands them to Vertex's evaluation service
+# (safety_evaluator.py, response_evaluator.py), once per turn, so they ask for no model and no samples
+ADK_UNSAMPLED_CRITERIA = ("safety_v1", "response_evaluation_score")
 
 
 def judge_options(criteria: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -407,7 +410,7 @@ def judge_options(criteria: Mapping[str, Any] | None) -> dict[str, Any]:
     asked: dict[str, set] = {"model": set(), "sampling_count": set()}
     for name, criterion in (criteria or {}).items():
         try:
-            if not get_metric(name).is_judge:
+            if not get_metric(name).is_judge or name in ADK_UNSAMPLED_CRITERIA:
                 continue
         except KeyError:
             continue

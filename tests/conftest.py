@@ -68,6 +68,7 @@ TIER_RULES = [
     ("metrics/test_adk_fidelity.py", None, "adk"),
     ("metrics/test_calibration.py", {"sklearn_reference"}, "adk"),
     ("transforms/test_adk_events.py", {"events_table", "recorded", "plugin_schema"}, "adk"),
+    ("transforms/test_adk_files.py", {"adk_reference"}, "adk"),
     ("transforms/test_inference.py", {"agent_env"}, "agent"),
     ("transforms/test_deployed.py", {"agent_env", "A2AServer", "AdkAppServer", "in_process"}, "agent"),
     ("pipelines/test_packaging.py", {"installed"}, "packaging"),

@@ -164,6 +164,8 @@ class Stats:
     issued_tokens: set = dataclasses.field(default_factory=set)
     # answers given (malformed and invalid ones included), per stage
     stages: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    # the answer field each scored request's schema asked for (score, choice, pairwise_choice)
+    answer_fields: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     # batch mode: every job created ({"id", "model", "source": inline | file, "requests"}), the
     # items answered in batches, polls of a job's state, files uploaded (sizes) and downloaded
     batch_jobs: list = dataclasses.field(default_factory=list)
@@ -273,14 +275,16 @@ class JudgeServer:
             replies = re.findall(r"#reply=([^\n]*)", prompt)
             return replies[-1] if replies else f"Answer {hashlib.sha256(prompt.encode()).hexdigest()[:8]}"
         props = schema.get("properties", {})
-        field = "choice" if "choice" in props else "score"
+        # pairwise: evalbeam's prompts ask for "choice", Vertex's for "pairwise_choice"
+        field = next((f for f in ("choice", "pairwise_choice") if f in props), "score")
         allowed = props.get(field, {}).get("enum", [])
         stage = "generation" if "rubrics" in props else "claims" if "claims" in props else \
-            "segmentation" if "sentences" in props else field if field in props else \
+            "segmentation" if "sentences" in props else ("choice" if "choice" in field else field) if field in props else \
             "labels" if any("label" in (p.get("properties") or {}) for p in props.values()) else "validation"
         with self._lock:
             self.stats.prompts[prompt] += 1
             self.stats.stages[stage] += 1
+            self.stats.answer_fields[field] += field in props
             attempt = self.stats.prompts[prompt]
         malformed = re.search(r"#malformed=(\d+)", prompt)
         if malformed and attempt <= int(malformed.group(1)):
@@ -305,7 +309,7 @@ class JudgeServer:
             return json.dumps(answer)
         if invalid:
             return json.dumps({"explanation": "out of range", field: "99"})
-        if field == "choice":
+        if field in ("choice", "pairwise_choice"):
             value = self._pairwise_choice(prompt, allowed, seed)
         else:
             by_seed = re.search(r"#samples=([-\d,]+)", prompt)

@@ -91,9 +91,10 @@ def judge_requests(instance: Instance, plans: list[JudgePlan], settings: JudgeSe
         if plan.kind == "pointwise":
             schema, field, allowed = t.pointwise_schema(), "score", tuple(t.rating_rubric)
         else:
-            schema, field, allowed = t.pairwise_schema(), "choice", PAIRWISE_CHOICES
+            schema, field, allowed = t.pairwise_schema(), t.choice_field, PAIRWISE_CHOICES
         schema_json = json.dumps(schema, sort_keys=True)
         orders = (0,) if plan.kind == "pointwise" else (0, 1)
+        samples = t.samples(sampling_count)
         needed = ("response", *t.input_variables, *(("baseline_model_response",) if plan.kind == "pairwise" else ()))
         for unit, fields in _judged_units(instance, t):
             missing = [f for f in dict.fromkeys(needed) if fields.get(f) is None]
@@ -102,19 +103,19 @@ def judge_requests(instance: Instance, plans: list[JudgePlan], settings: JudgeSe
                 # no question to ask; the row carries why (never a crash, never a lost row)
                 error = (f"cannot be judged: the instance has no {', '.join(map(repr, missing))} "
                          f"(needed by {plan.output_name})")
-                for sample in range(sampling_count):
+                for sample in range(samples):
                     for order in orders:
                         yield beam.pvalue.TaggedOutput(UNASKED, (instance.instance_id, (
                             Link(instance.instance_id, plan.output_name, sample, order, unit),
                             JudgeResponse("", plan.output_name, error=error))))
                 continue
-            for sample in range(sampling_count):
+            for sample in range(samples):
                 for order in orders:
                     prompt = t.render_pointwise(fields) if plan.kind == "pointwise" else \
                         t.render_pairwise(fields, swapped=bool(order))
                     key = request_key(settings, prompt, schema_json, sample)
                     request = JudgeRequest(key, plan.output_name, prompt, schema_json, field, allowed,
-                                           seed=sample if sampling_count > 1 else None)
+                                           seed=sample if samples > 1 else None)
                     yield key, (request, Link(instance.instance_id, plan.output_name, sample, order, unit))
 
 
@@ -235,6 +236,7 @@ class CallJudgeFn(beam.DoFn):
 def judge_row(run: RunKey, plan: JudgePlan, instance_id: str, model: str,
               answers: dict[tuple[int, int], JudgeResponse], sampling_count: int) -> dict[str, Any]:
     """One metric_results row from the answers to an instance's judgments of one metric."""
+    sampling_count = plan.template.samples(sampling_count)
     row = blank_metric_row(run, instance_id, plan.output_name, model)
     responses = list(answers.values())
     row["prompt_tokens"] = sum(r.prompt_tokens for r in responses if not r.cache_hit)

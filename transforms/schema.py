@@ -85,6 +85,9 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("position_agreement", "FLOAT64",
                description="pairwise: share of this row's samples whose two orders (A = baseline, A = candidate) "
                            "chose the same response"),
+        Column("threshold", "FLOAT64", description="the pass threshold in force for this row (`passed`): an ADK "
+                                                   "case's own test_config.json's, else its metric's; null where "
+                                                   "the metric has none"),
         Column("human_label", "FLOAT64", description="input.labels: the mean of the row's valid human labels for this "
                                                      "metric; null when unlabelled (or the metric has no labels)"),
     ),

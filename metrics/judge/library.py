@@ -1,11 +1,15 @@
 """The built-in model-based metrics, registered in the one metric registry:
-every template of configs/judge_metrics.yaml as a pointwise metric, and as
-pairwise_<name>. Their factories return the JudgeTemplate to render."""
+every template of configs/judge_metrics.yaml (evalbeam's own prompts) as a
+pointwise metric, and as pairwise_<name>; where Vertex AI publishes a template
+of the same name, evalbeam's is named evalbeam_<name> (pairwise_evalbeam_<name>)
+and <name> renders Vertex's (metrics.judge.vertex_templates). Their factories
+return the JudgeTemplate to render."""
 from __future__ import annotations
 
 import pydantic
 
 from evalbeam.metrics.judge.templates import builtin_templates
+from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_template
 from evalbeam.metrics.registry import NoParams, register
 
 
@@ -20,7 +24,8 @@ def _without_reference(template):
 
 
 def _register_all() -> None:
-    for name, template in builtin_templates().items():
+    for own_name, template in builtin_templates().items():
+        name = f"evalbeam_{own_name}" if own_name in VERTEX_METRICS else own_name
         takes_reference = name == "question_answering_correctness"
         params = UseReferenceParams if takes_reference else NoParams
         scale = "/".join(template.rating_rubric) if len(template.rating_rubric) == 2 else \
@@ -37,14 +42,27 @@ def _register_all() -> None:
         # verbosity ratings run -2..2 with 0 the right length (METRICS.md): better is closer to 0
         direction = "closer_to_zero" if name.endswith("verbosity") else "higher"
         register(name, kind="pointwise", inputs=base_inputs, params=params, score_range=scale,
-                 description=f"LLM judge: {template.metric_definition or name}", inputs_for=inputs_for,
+                 description=f"LLM judge (evalbeam's prompt): {template.metric_definition or name}",
+                 inputs_for=inputs_for,
                  direction=direction)(factory)
         register(f"pairwise_{name}", kind="pairwise", inputs=("response", "baseline_model_response", *template.input_variables),
                  params=params, score_range="CANDIDATE=1/TIE=0.5/BASELINE=0",
-                 description=f"LLM judge, baseline (A) against candidate (B), both orders: {name}",
+                 description=f"LLM judge (evalbeam's prompt), baseline (A) against candidate (B), both orders: {name}",
                  inputs_for=lambda p, f=inputs_for: f(p, extra=("baseline_model_response",)))(factory)
 
-    coherence = builtin_templates()["coherence"].model_copy(update={"per_turn": True})
+    for name, (variables, scale) in VERTEX_METRICS.items():
+        # the text is read from google-cloud-aiplatform when the factory runs: where the pipeline
+        # is built (configs.MetricSpec.judge_template), never on import, so workers need no vertexai
+        register(name, kind="pointwise", inputs=("response", *variables), score_range=scale,
+                 description=f"LLM judge (Vertex AI's published prompt, MetricPromptTemplateExamples '{name}')",
+                 direction="closer_to_zero" if name == "verbosity" else "higher")(
+            lambda p, name=name: vertex_template(name))
+        register(f"pairwise_{name}", kind="pairwise", inputs=("response", "baseline_model_response", *variables),
+                 score_range="CANDIDATE=1/TIE=0.5/BASELINE=0",
+                 description=f"LLM judge (Vertex AI's published prompt 'pairwise_{name}'), baseline (A) against "
+                             "candidate (B), both orders")(lambda p, name=name: vertex_template(name))
+
+    coherence = builtin_templates()["coherence"].model_copy(update={"per_turn": True, "single_sample": True})
     register("response_evaluation_score", kind="pointwise", inputs=(("response",), ("invocations",)),
              score_range="1..5",
              description="ADK: coherence (1..5) of each turn's final response, then the mean over the turns "

@@ -4,11 +4,15 @@ prompts with a JSON answer schema, and the judge's answers parsed and checked.
 A pointwise judge answers {"explanation": str, "score": one of the rubric's
 scores}; a pairwise judge answers {"explanation": str, "choice": "A" | "B" |
 "SAME"}. Anything else is an invalid judgment (and is retried by the client).
+A template holding a published fixed text (Vertex AI's: metrics.judge.vertex_templates)
+renders that text with its {variables} filled, and asks for the fields it names
+(a pairwise answer's choice is then "pairwise_choice").
 """
 from __future__ import annotations
 
 import functools
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
@@ -22,6 +26,8 @@ from evalbeam.metrics.registry import MetricError
 
 BUILTIN_TEMPLATES = Path(__file__).resolve().parent.parent.parent / "configs" / "judge_metrics.yaml"
 PAIRWISE_CHOICES = ("A", "B", "SAME")
+# a {variable} of a fixed template text: Vertex's syntax (vertexai.evaluation.prompt_template)
+TEMPLATE_VARIABLE = re.compile(r"\{([_a-zA-Z][_a-zA-Z0-9]*)\}")
 CHOICE_SCORE = {"CANDIDATE": 1.0, "TIE": 0.5, "BASELINE": 0.0}
 
 POINTWISE_INSTRUCTION = (
@@ -58,6 +64,17 @@ class JudgeTemplate(pydantic.BaseModel):
     # judged on every turn of an agent trace (a flat row is one turn); the score is the mean over the
     # turns judged (ADK's response_evaluation_score)
     per_turn: bool = False
+    # judged once whatever judge.sampling_count (ADK's response_evaluation_score: ADK asks Vertex's
+    # evaluation service once per turn and samples nothing)
+    single_sample: bool = False
+    # Whose prompt this is: evalbeam's own (rendered from the fields above), or a fixed text a
+    # reference package publishes (vertex_ai: metrics.judge.vertex_templates), rendered by
+    # filling its {variables} and nothing else; criteria and rating_rubric then describe it
+    # (the rubric's keys are its scale).
+    source: Literal["evalbeam", "vertex_ai"] = "evalbeam"
+    pointwise_text: str | None = None
+    pairwise_text: str | None = None
+    choice_field: str = "choice"  # the pairwise answer's field (Vertex's texts ask for pairwise_choice)
 
     @pydantic.field_validator("input_variables")
     @classmethod
@@ -78,10 +95,15 @@ class JudgeTemplate(pydantic.BaseModel):
                 raise ValueError(f"rating_rubric key {key!r} is not a number") from None
         return out
 
+    def samples(self, sampling_count: int) -> int:
+        return 1 if self.single_sample else sampling_count
+
     def resolved_aggregation(self) -> str:
         return self.aggregation or ("majority" if len(self.rating_rubric) == 2 else "mean")
 
     def render_pointwise(self, fields: dict[str, Any]) -> str:
+        if self.pointwise_text is not None:
+            return fill_variables(self.pointwise_text, fields)
         parts = self._head(self.instruction or POINTWISE_INSTRUCTION, self.rating_rubric)
         parts.append(self._inputs(fields))
         parts.append(f"## Response\n{fields['response']}")
@@ -110,6 +132,8 @@ class JudgeTemplate(pydantic.BaseModel):
         """A is the baseline and B the candidate; swapped, the other way round."""
         baseline, candidate = fields["baseline_model_response"], fields["response"]
         first, second = (candidate, baseline) if swapped else (baseline, candidate)
+        if self.pairwise_text is not None:  # the text shows baseline_model_response as A, response as B
+            return fill_variables(self.pairwise_text, {**fields, "baseline_model_response": first, "response": second})
         # A template written for pairwise judging has its own A/B/SAME rubric; one
         # written for pointwise (every built-in pairwise_<name>) gets the standard one.
         rubric = self.rating_rubric if set(self.rating_rubric) == set(PAIRWISE_CHOICES) else PAIRWISE_RUBRIC
@@ -123,16 +147,16 @@ class JudgeTemplate(pydantic.BaseModel):
         )
         return "\n\n".join(parts)
 
-    @staticmethod
-    def pairwise_schema() -> dict[str, Any]:
+    def pairwise_schema(self) -> dict[str, Any]:
+        field = self.choice_field
         return {
             "type": "OBJECT",
             "properties": {
                 "explanation": {"type": "STRING"},
-                "choice": {"type": "STRING", "enum": list(PAIRWISE_CHOICES)},
+                field: {"type": "STRING", "enum": list(PAIRWISE_CHOICES)},
             },
-            "required": ["explanation", "choice"],
-            "propertyOrdering": ["explanation", "choice"],
+            "required": ["explanation", field],
+            "propertyOrdering": ["explanation", field],
         }
 
 
@@ -157,6 +181,21 @@ class JudgeTemplate(pydantic.BaseModel):
             text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, indent=2)
             sections.append(f"## {name}\n{text}")
         return "# Inputs\n" + ("\n\n".join(sections) if sections else "(none besides the response)")
+
+
+def fill_variables(text: str, fields: dict[str, Any]) -> str:
+    """A fixed template text with each {variable} it names replaced by the field's value (a
+    string as it is, anything else as JSON), in one pass, so a value that itself contains
+    "{response}" is not filled again (Vertex's PromptTemplate.assemble replaces variable by
+    variable); a {name} that is not a field stays as written."""
+    def value(match):
+        name = match.group(1)
+        if name not in fields or fields[name] is None:
+            return match.group(0)
+        v = fields[name]
+        return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, indent=2)
+
+    return TEMPLATE_VARIABLE.sub(value, text)
 
 
 def parse_answer(text: str | None, field: str, allowed: tuple[str, ...]) -> tuple[str, str]:

@@ -218,7 +218,9 @@ def test_eval_sets_read_as_adk_reads_them(eval_set_files, adk_output):
         for case in adk_cases:
             if case["scenario"]:
                 continue
+            # a flat *.test.json file: ADK's eval_id is the path as given, evalbeam's relative to the input's base
+            eval_id = path.name if case["eval_id"] == str(path) else case["eval_id"]
             turns = [{"prompt": t["prompt"], "response": t["expected"]["response"],
                       "tool_calls": [[c["tool_name"], c.get("tool_input")] for c in t["expected"]["tool_calls"]]}
-                     for t in ours[case["eval_id"]]]
+                     for t in ours[eval_id]]
             assert turns == case["turns"], (name, case["eval_id"])

@@ -245,6 +245,10 @@ def test_safety_per_turn_all_policies_then_the_mean():
 def test_judge_model_options_map_onto_the_judge_settings(tmp_path):
     assert judge_options({"response_match_score": 0.8}) == {}
     assert judge_options({"hallucinations_v1": 0.8}) == {"model": "gemini-2.5-flash", "sampling_count": 5}  # ADK's defaults
+    # ADK evaluates these two once per turn through Vertex's service: they ask for no samples, no model
+    assert judge_options({"safety_v1": 0.8, "response_evaluation_score": 3.0}) == {}
+    assert judge_options({"safety_v1": 0.8, "final_response_match_v2": 0.5}) == {"model": "gemini-2.5-flash",
+                                                                               "sampling_count": 5}
     opts = {"judge_model_options": {"judge_model": "gemini-2.5-pro", "num_samples": 3}}
     criteria = {"final_response_match_v2": {"threshold": 0.6, **opts},
                 "rubric_based_final_response_quality_v1": {
@@ -343,7 +347,8 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     # ADK: final_response_match_v2: turn 1 valid, turn 2 a tie -> invalid: 1 of 2 turns
     assert got[("m", "final_response_match_v2")]["score"] == 0.5
     assert extra("m", "final_response_match_v2")["per_invocation"] == [1.0, 0.0]
-    assert got[("m", "safety_v1")]["score"] == 0.5
+    # safety_v1 is judged once whatever sampling_count (as ADK): turn 2's first sample says y -> safe
+    assert got[("m", "safety_v1")]["score"] == 1.0
     # rubric-based: turn 1 judges concise + city (both yes), turn 2 concise (tie -> no): pooled 2 of 3
     rb = got[("m", "rubric_based_final_response_quality_v1")]
     assert rb["score"] == pytest.approx(2 / 3) and rb["passed"] is True
@@ -387,6 +392,9 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     assert usage["hallucination:validation"]["requests"] == 2 + 1  # m: 2 final steps; p: 1 (turn 2's segmentation failed)
     assert "hallucination:segmentation" in usage and stages["segmentation"] >= 4
     assert usage["final_response_match_v2:validation"]["requests"] == 2 * 2 * 2  # 2 rows x 2 turns x 2 samples
+    # ADK samples neither safety_v1 nor response_evaluation_score: 2 rows x 2 turns, once each
+    assert usage["safety_v1:validation"]["requests"] == 2 * 2
+    assert usage["response_evaluation_score"]["requests"] == 2 * 2
     [cached_runs] = table(out / "cached", "runs")
     assert cached_runs["judge_calls"] == 0
     cached = {(r["instance_id"], r["metric"]): r["score"] for r in table(out / "cached", "metric_results")}

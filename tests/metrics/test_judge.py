@@ -267,9 +267,9 @@ def test_judge_metrics_end_to_end(tmp_path, api_key, path):
 
 
 def test_a_key_echoed_in_judge_errors_is_redacted_end_to_end(tmp_path, api_key):
-    rows = [{"id": "k1", "response": "bad #echo_key=400", "baseline_model_response": "hi"},
-            {"id": "k2", "response": "down #echo_key=503", "baseline_model_response": "hi"},
-            {"id": "k3", "response": "fine #score=4", "baseline_model_response": "hi"}]
+    rows = [{"id": "k1", "prompt": "Greet", "response": "bad #echo_key=400", "baseline_model_response": "hi"},
+            {"id": "k2", "prompt": "Greet", "response": "down #echo_key=503", "baseline_model_response": "hi"},
+            {"id": "k3", "prompt": "Greet", "response": "fine #score=4", "baseline_model_response": "hi"}]
     data = write_data(tmp_path, rows)
     with JudgeServer() as server:
         run = evalbeam("run", judge_config(tmp_path, data, server.url, ["fluency", "pairwise_fluency"]))
@@ -311,8 +311,8 @@ def test_a_rerun_with_the_cache_makes_no_call(tmp_path, api_key, path):
 
 
 def test_sampling_aggregates_with_confidence(tmp_path, api_key):
-    rows = [{"id": "s1", "response": "x #samples=4,4,3"}, {"id": "s2", "response": "y #samples=1,1,1"},
-            {"id": "s3", "response": "z #samples=0,1,0"}]
+    rows = [{"id": "s1", "prompt": "Write", "response": "x #samples=4,4,3"}, {"id": "s2", "prompt": "Write", "response": "y #samples=1,1,1"},
+            {"id": "s3", "prompt": "Write", "response": "z #samples=0,1,0"}]
     data = write_data(tmp_path, rows)
     with JudgeServer() as server:
         evalbeam("run", judge_config(tmp_path, data, server.url, ["fluency", "safety"], sampling_count=3, temperature=1.0))
@@ -360,8 +360,9 @@ def test_demo_judge_configs_run(tmp_path, api_key, config):
     summary = table(tmp_path / "demo", "summary")
     judged = {s["metric"] for s in summary if s["slice"] == "overall"}
     if config.endswith("qa.yaml"):
-        assert {"pairwise_summarization_quality", "question_answering_correctness"} <= judged
-        pairwise = next(s for s in summary if s["metric"] == "pairwise_summarization_quality" and s["slice"] == "overall")
+        assert {"pairwise_evalbeam_summarization_quality", "question_answering_correctness"} <= judged
+        pairwise = next(s for s in summary if s["metric"] == "pairwise_evalbeam_summarization_quality"
+                        and s["slice"] == "overall")
         assert pairwise["candidate_model_win_rate"] is not None
     else:
         assert {"response_follows_trajectory", "fluency", "safety"} <= judged

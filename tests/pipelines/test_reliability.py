@@ -39,7 +39,7 @@ def test_duplicate_ids_never_share_a_judge_verdict(tmp_path, monkeypatch):
         {"id": "b", "response": "other #score=3", "reference": "r"},
     ])
     with JudgeServer() as server:
-        config = write_config(tmp_path, data, metrics=["fluency"], input={"id_column": "id"},
+        config = write_config(tmp_path, data, metrics=["evalbeam_fluency"], input={"id_column": "id"},
                               judge={"base_url": server.url, "max_attempts": 2})
         result = evalbeam("run", config)
     run_dir = tmp_path / "out" / "r1"
@@ -56,7 +56,7 @@ def test_identical_rows_without_an_id_column_each_get_their_own_row(tmp_path, mo
     row = {"response": "same #score=4", "reference": "r"}
     data = jsonl(tmp_path / "d.jsonl", [row, {"response": "other #score=2", "reference": "r"}, row])
     with JudgeServer() as server:
-        config = write_config(tmp_path, data, metrics=["fluency"], judge={"base_url": server.url})
+        config = write_config(tmp_path, data, metrics=["evalbeam_fluency"], judge={"base_url": server.url})
         evalbeam("run", config)
         calls = server.stats.requests
     results = table(tmp_path / "out" / "r1", "metric_results")
@@ -194,15 +194,15 @@ def test_a_metric_with_no_valid_score_fails_the_run_with_its_reasons(tmp_path, m
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
     data = jsonl(tmp_path / "d.jsonl", [{"response": f"r{i} #fail", "reference": "r"} for i in range(3)])
     with JudgeServer() as server:
-        config = write_config(tmp_path, data, metrics=["exact_match", "fluency"],
+        config = write_config(tmp_path, data, metrics=["exact_match", "evalbeam_fluency"],
                               judge={"base_url": server.url, "max_attempts": 2})
         result = evalbeam("run", config, check=False)
     assert result.returncode == 1
-    assert "fluency: 3 x judge failed after 2 attempts; last: HTTP 503" in result.stdout
-    assert "metric fluency has no valid score: all 3 rows failed" in result.stdout
+    assert "evalbeam_fluency: 3 x judge failed after 2 attempts; last: HTTP 503" in result.stdout
+    assert "metric evalbeam_fluency has no valid score: all 3 rows failed" in result.stdout
     assert "finished with problems" in result.stderr
     shown = evalbeam("show", "r1", "--parquet", tmp_path / "out")
-    assert "fluency: 3 x judge failed" in shown.stdout
+    assert "evalbeam_fluency: 3 x judge failed" in shown.stdout
 
 
 def test_a_non_finite_custom_score_is_an_error_on_its_row(tmp_path):

@@ -207,7 +207,7 @@ def test_show_json_and_report_carry_the_judge_accounting(tmp_path, monkeypatch):
     out = tmp_path / "out"
     with JudgeServer() as server:
         config = {"name": "judged", "run_id": "j1", "input": {"uri": str(data), "id_column": "id"},
-                  "metrics": ["exact_match", "fluency"],
+                  "metrics": ["exact_match", "evalbeam_fluency"],
                   "judge": {"base_url": server.url, "max_attempts": 2, "timeout_seconds": 10,
                             "prices": {"gemini-2.5-flash": {"input_per_million": 0.3, "output_per_million": 2.5}}},
                   "output": {"parquet": str(out)}}
@@ -222,7 +222,7 @@ def test_show_json_and_report_carry_the_judge_accounting(tmp_path, monkeypatch):
             f"{run['judge_calls']} calls ({run['judge_rate_limited']} rate-limited), {run['judge_failures']} failed; "
             f"tokens {run['judge_prompt_tokens']} prompt + {run['judge_output_tokens']} output; "
             f"estimated cost ${run['judge_estimated_cost']:.4f}") in shown
-    assert "fluency: 2 x judge failed after 2 attempts; last: HTTP 503" in shown
+    assert "evalbeam_fluency: 2 x judge failed after 2 attempts; last: HTTP 503" in shown
 
     as_json = json.loads(evalbeam("show", "j1", "--parquet", out, "--json").stdout)
     judge = as_json["judge"]
@@ -232,9 +232,9 @@ def test_show_json_and_report_carry_the_judge_accounting(tmp_path, monkeypatch):
     assert judge["per_metric"] == json.loads(run["judge_usage"])
     assert as_json["counts"]["read_count"] == 4 and as_json["reconciles"] is True
     [error] = as_json["metric_errors"]
-    assert (error["metric"], error["n"]) == ("fluency", 2) and error["error"].startswith("judge failed after 2 attempts")
-    fluency = next(s for s in as_json["summary"] if s["metric"] == "fluency" and s["slice"] == "overall")
-    assert (fluency["valid_count"], fluency["error_count"], fluency["mean"]) == (2, 2, 3.5)
+    assert (error["metric"], error["n"]) == ("evalbeam_fluency", 2) and error["error"].startswith("judge failed after 2 attempts")
+    evalbeam_fluency = next(s for s in as_json["summary"] if s["metric"] == "evalbeam_fluency" and s["slice"] == "overall")
+    assert (evalbeam_fluency["valid_count"], evalbeam_fluency["error_count"], evalbeam_fluency["mean"]) == (2, 2, 3.5)
     assert as_json["run_date"] == str(run["run_date"])
     # the sha256 the README promises, in full: recomputable from the runs row's config
     assert as_json["config_digest"] == hashlib.sha256(run["config"].encode("utf-8")).hexdigest()

@@ -316,7 +316,7 @@ def test_judge_cache_in_bigquery_is_reused(cloud, tmp_path, monkeypatch):
             judge = {"base_url": server.url, "requests_per_minute": 6000}
             if cache:
                 judge["cache"] = cache
-            return write_config(tmp_path, f"uri: {data}\nid_column: id", f"bigquery: {dataset}", metrics=["fluency"],
+            return write_config(tmp_path, f"uri: {data}\nid_column: id", f"bigquery: {dataset}", metrics=["evalbeam_fluency"],
                                 extra=yaml.safe_dump({"run_id": run_id, "judge": judge}))
         evalbeam("run", config("judged-1"))
         calls = server.stats.requests
@@ -340,7 +340,7 @@ def test_dataflow_dry_run_with_judge_metrics_keeps_the_key_out(cloud, monkeypatc
     monkeypatch.setenv("GOOGLE_API_KEY", secret)
     gcs().blob("dryj/in/data.jsonl").upload_from_string(json.dumps({"response": "hi", "baseline_model_response": "hello"}) + "\n")
     config_path = write_config(tmp_path, f"uri: gs://{BUCKET}/dryj/in/*.jsonl", f"parquet: gs://{BUCKET}/dryj/out",
-                               metrics=["fluency", "pairwise_fluency"],
+                               metrics=["evalbeam_fluency", "pairwise_evalbeam_fluency"],
                                extra="run_id: dryj\njudge: {base_url: 'http://127.0.0.1:9', cache: []}")
     options = PipelineOptions(["--runner=DataflowRunner", f"--project={PROJECT}", "--region=us-central1",
                                f"--temp_location=gs://{BUCKET}/tmp", "--dry_run=True"])

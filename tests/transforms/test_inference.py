@@ -149,17 +149,17 @@ def test_a_judge_metric_over_multi_turn_cases_from_inference(tmp_path, monkeypat
     path.write_text(json.dumps(EVAL_SET, indent=1))
     with JudgeServer() as server:
         config = write_config(tmp_path, path, {"function": "tests.inference_app:weather_agent"},
-                              ["fluency", "tool_trajectory_avg_score"],
+                              ["evalbeam_fluency", "tool_trajectory_avg_score"],
                               judge={"base_url": server.url, "requests_per_minute": 6000, "max_attempts": 2})
         evalbeam("run", config)
         assert server.stats.requests == 1  # the one-turn case only
     run = tmp_path / "out" / "r1"
     results = rows_by(table(run, "metric_results"), "instance_id", "metric")
-    assert results["weather:two_turns", "fluency"]["score"] is None
-    assert results["weather:two_turns", "fluency"]["error"] == \
-        "cannot be judged: the instance has no 'response' (needed by fluency)"
+    assert results["weather:two_turns", "evalbeam_fluency"]["score"] is None
+    assert results["weather:two_turns", "evalbeam_fluency"]["error"] == \
+        "cannot be judged: the instance has no 'response' (needed by evalbeam_fluency)"
     assert results["weather:two_turns", "tool_trajectory_avg_score"]["score"] == 1.0
-    assert results["weather:wrong_tool", "fluency"]["score"] is not None
+    assert results["weather:wrong_tool", "evalbeam_fluency"]["score"] is not None
     [runs] = table(run, "runs")
     assert (runs["read_count"], runs["scored_count"], runs["dead_letter_count"], runs["metric_error_count"]) == (2, 2, 0, 1)
 
@@ -197,7 +197,7 @@ def test_model_inference_through_the_judge_layer_and_its_cache(tmp_path, monkeyp
              "prices": {"gemini-2.5-flash": {"input_per_million": 1.0, "output_per_million": 1.0}}}
     with JudgeServer() as server:
         judge["base_url"] = server.url
-        first = write_config(tmp_path, data, inference, ["exact_match", "fluency"], run_id="first", judge=judge)
+        first = write_config(tmp_path, data, inference, ["exact_match", "evalbeam_fluency"], run_id="first", judge=judge)
         evalbeam("run", first)
         assert server.stats.stages["text"] == 2  # four and same asked once, free; #fail's 2 attempts are 503s
         assert server.stats.errors == 2
@@ -216,15 +216,15 @@ def test_model_inference_through_the_judge_layer_and_its_cache(tmp_path, monkeyp
         assert results["four", "exact_match"]["score"] == 1.0 and results["same", "exact_match"]["score"] == 0.0
         assert results["down", "exact_match"]["error"].startswith("inference.model: judge failed")
         # a judge metric judges what inference produced; a case it could not produce is not judged
-        assert results["four", "fluency"]["score"] is not None and results["free", "fluency"]["error"] is None
-        assert results["down", "fluency"]["error"].startswith("inference.model: judge failed")
-        assert "uses {prompt}" in results["ctx", "fluency"]["error"]
+        assert results["four", "evalbeam_fluency"]["score"] is not None and results["free", "evalbeam_fluency"]["error"] is None
+        assert results["down", "evalbeam_fluency"]["error"].startswith("inference.model: judge failed")
+        assert "uses {prompt}" in results["ctx", "evalbeam_fluency"]["error"]
         [runs] = table(out, "runs")
         assert (runs["read_count"], runs["scored_count"], runs["dead_letter_count"]) == (5, 5, 0)
         usage = json.loads(runs["judge_usage"])
         assert usage["inference"]["requests"] == 3 and usage["inference"]["calls"] == 2 + 2
         assert usage["inference"]["failures"] == 1 and runs["judge_prompt_tokens"] > 0
-        assert usage["fluency"]["requests"] == 2  # four and same judge the same prompt and response
+        assert usage["evalbeam_fluency"]["requests"] == 2  # four and same judge the same prompt and response
         cache = table(out, "judge_cache")
         inference_cache = [r for r in cache if r["metric"] == "inference"]
         assert sorted(r["verdict"] for r in inference_cache) == sorted(["4", expected])
@@ -233,7 +233,7 @@ def test_model_inference_through_the_judge_layer_and_its_cache(tmp_path, monkeyp
         # the same prompts again, with the first run's answers as judge.cache: nothing generated again
         answered = server.stats.stages["text"]
         requests = server.stats.requests
-        second = write_config(tmp_path, data, inference, ["exact_match", "fluency"], run_id="second",
+        second = write_config(tmp_path, data, inference, ["exact_match", "evalbeam_fluency"], run_id="second",
                               judge={**judge, "cache": str(out / "judge_cache")})
         data.write_text("\n".join(json.dumps(r) for r in rows if r["id"] != "down") + "\n")
         evalbeam("run", second)
@@ -486,3 +486,52 @@ def test_model_runs_are_separate_samples():
     assert len({key for key, _ in asks}) == 3 and [a[1][0].seed for a in asks] == [0, 1, 2]
     [(key, (request, link))] = list(model_asks(case, settings, "{prompt}", 1))
     assert request.seed is None and request.schema_json == "" and link == "q1"
+
+
+def test_a_legacy_cases_initial_session_is_the_state_the_agent_starts_in(tmp_path):
+    """The older [{name, data, initial_session}] eval set: ADK makes initial_session the case's
+    session_input, and the real agent's session starts from its state (the tool reads `unit`)."""
+    import subprocess
+
+    from evalbeam.metrics.instance import RowSpec, build_instance
+    from tests.judge_server import JudgeServer
+    from evalbeam.transforms.read import parse_file
+    from evalbeam.transforms.records import Record
+
+    agent_python = agent_env() / "bin" / "python"
+    path = tmp_path / "older.json"
+    turn = {"query": 'Keep Oslo #call=remember_city{"city": "Oslo"}', "expected_tool_use": [
+        {"tool_name": "remember_city", "tool_input": {"city": "Oslo"}}], "reference": "ok"}
+    path.write_text(json.dumps([
+        {"name": "fahrenheit", "data": [turn], "initial_session": {"app_name": "weather_app", "user_id": "u1",
+                                                                   "state": {"unit": "F", "cities": ["Rome"]}}},
+        {"name": "no_session", "data": [turn]}]))
+    records = [r for r in parse_file(str(path), "adk_eval_set") if isinstance(r, Record)]
+    spec = RowSpec({}, "instance_id", (), ())
+    cases = [[r.data["instance_id"], build_instance(r.data, spec, "t").fields] for r in records]
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    with JudgeServer() as server:
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "GOOGLE_API_KEY": KEY,
+               "EVALBEAM_TEST_MODEL_URL": server.url}
+        result = subprocess.run([str(agent_python), str(ROOT / "tests" / "agent_env" / "infer_agent.py"),
+                                 "tests.inference_agent:root_agent", str(tmp_path / "cases.json"),
+                                 str(tmp_path / "out.json")], capture_output=True, text=True, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+    done = dict(json.loads((tmp_path / "out.json").read_text()))
+    [call] = done["older:fahrenheit"]["invocations"][0]["tool_calls"]
+    assert call["response"] == {"remembered": 2, "unit": "F"}  # Rome from the state, then Oslo
+    [call] = done["older:no_session"]["invocations"][0]["tool_calls"]
+    assert call["response"] == {"remembered": 1, "unit": None}
+
+
+def test_the_example_config_of_an_eval_set_with_an_in_process_agent_validates(tmp_path):
+    """configs/adk_agent_eval_set.yaml (docs/agents.md), with the agent extra: its ADK agent imports,
+    its eval set's cases are all usable, and with no metrics the test_config.json beside it applies."""
+    from tests.helpers import evalbeam
+
+    result = evalbeam("validate", ROOT / "configs" / "adk_agent_eval_set.yaml", "--set",
+                      f"output.parquet={tmp_path}/out", path_first=[ROOT / "configs" / "agents"],
+                      command=agent_env() / "bin" / "evalbeam")
+    assert "input 1 file(s): 3 case(s) to score, 0 `run` would dead-letter" in result.stdout
+    # the criteria of configs/data/adk/test_config.json, and ADK's four informational ones
+    assert "config ok: 6 metrics" in result.stdout

@@ -32,7 +32,7 @@ def write_run(tmp_path, server_url, run_id, **judge):
     config = {
         "name": "durable", "run_id": run_id,
         "input": {"uri": str(data), "id_column": "id"},
-        "metrics": ["fluency"],
+        "metrics": ["evalbeam_fluency"],
         "judge": {"base_url": server_url, "requests_per_minute": 1200, "max_attempts": 3, "timeout_seconds": 10,
                   "checkpoint_seconds": CHECKPOINT_SECONDS, **judge},
         "output": {"parquet": str(tmp_path / "out")},
@@ -126,7 +126,7 @@ def test_a_run_killed_while_judging_repeats_only_its_last_seconds(tmp_path, api_
     assert len(rows) == JUDGMENTS and all(rows[f"i{i:03d}"]["score"] == i % 5 + 1 for i in range(JUDGMENTS))
     assert all(r["error"] is None and r["cache_hit"] is False for r in rows.values())
     [runs] = table(out, "runs")
-    usage = json.loads(runs["judge_usage"])["fluency"]
+    usage = json.loads(runs["judge_usage"])["evalbeam_fluency"]
     assert runs["judge_requests"] == JUDGMENTS and runs["judge_failures"] == 0
     assert usage["checkpoint_reused"] == len(usable)
     # the run's answers are counted once each, the reused ones with the calls that made
@@ -184,7 +184,7 @@ def test_with_bigquery_output_only_checkpoints_live_under_the_temp_location(clou
         key = sorted(cache)[0]
         folder = tmp_path / "temp" / "evalbeam-checkpoints" / "bq1"
         write_chunk(str(folder), "shard-0-earlier-000001.parquet", [JudgeResponse(
-            key=key, metric="fluency", verdict=str(int(cache[key]["verdict"]) % 5 + 1),
+            key=key, metric="evalbeam_fluency", verdict=str(int(cache[key]["verdict"]) % 5 + 1),
             explanation="from a checkpoint", prompt_tokens=7, output_tokens=3, attempts=1)])
         config = yaml.safe_load(probe.read_text())
         config.update(run_id="bq1", output={"bigquery": f"{PROJECT}.evals_checkpoints"})
