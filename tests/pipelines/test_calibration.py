@@ -25,7 +25,7 @@ def rows(n: int = 40):
     for i in range(n):
         judge = rng.randint(1, 5)
         rater_a = min(5, max(1, judge + rng.choice([-1, 0, 0, 1])))
-        row = {"id": f"r{i}", "response": f"answer {i} #score={judge}", "reference": f"answer {i}" if i % 3 else "x",
+        row = {"id": f"r{i}", "prompt": f"question {i}", "response": f"answer {i} #score={judge}", "reference": f"answer {i}" if i % 3 else "x",
                "topic": "maths" if i % 2 else "history", "rater_a": rater_a,
                "rater_b": str(min(5, max(1, rater_a + rng.choice([-1, 0, 1])))),
                "exact_ok": (i % 3 != 0) if i % 5 else (i % 3 == 0)}
@@ -151,7 +151,8 @@ def test_compare_says_which_runs_judge_agrees_more_with_the_people(tmp_path, mon
         for run_id, agree in (("guess", False), ("close", True)):
             data = tmp_path / f"{run_id}.jsonl"
             data.write_text("".join(json.dumps(
-                {"id": f"c{i}", "response": f"r {i} #score={label if agree else rng.randint(1, 5)}", "human": label})
+                {"id": f"c{i}", "prompt": f"q {i}", "response": f"r {i} #score={label if agree else rng.randint(1, 5)}",
+                 "human": label})
                 + "\n" for i, label in enumerate(labels)))
             config = {"name": "judge_choice", "run_id": run_id,
                       "input": {"uri": str(data), "id_column": "id", "labels": {"fluency": "human"}},
