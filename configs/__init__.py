@@ -85,6 +85,30 @@ class InputConfig(_Model):
     slice_columns: list[str] = pydantic.Field(
         default_factory=list, description="dataset columns to slice the summary by"
     )
+    labels: dict[str, list[str]] = pydantic.Field(
+        default_factory=dict,
+        description="metric output name -> the dataset column of its human labels (numbers on the metric's scale, "
+                    "true/false for pass/fail), or a list of columns, one an annotator: the calibration table",
+    )
+
+    @pydantic.field_validator("labels", mode="before")
+    @classmethod
+    def _label_lists(cls, labels: Any) -> Any:
+        if isinstance(labels, dict):
+            return {metric: [columns] if isinstance(columns, str) else columns for metric, columns in labels.items()}
+        return labels
+
+    @pydantic.field_validator("labels")
+    @classmethod
+    def _label_columns(cls, labels: dict[str, list[str]]) -> dict[str, list[str]]:
+        for metric, columns in labels.items():
+            if not columns:
+                raise ValueError(f"{metric}: give a label column, or a list of them")
+            if any(not c for c in columns):
+                raise ValueError(f"{metric}: a label column name is empty")
+            if len(set(columns)) != len(columns):
+                raise ValueError(f"{metric}: label columns repeat")
+        return labels
 
     @pydantic.field_validator("column_mapping")
     @classmethod
@@ -710,6 +734,15 @@ class EvalConfig(_Model):
                 raise ValueError(f"two metrics are named {spec.output_name!r}; give one a different 'as'")
             seen.add(spec.output_name)
         return specs
+
+    @pydantic.model_validator(mode="after")
+    def _labelled_metrics_known(self) -> "EvalConfig":
+        names = [m.output_name for m in self.metrics]
+        for metric in self.input.labels:
+            if metric not in names:
+                raise ValueError(f"input.labels: {metric!r} is not a metric of this config; its metrics: "
+                                 f"{', '.join(names)}")
+        return self
 
     @pydantic.model_validator(mode="after")
     def _vertex_batch_staging(self) -> "EvalConfig":

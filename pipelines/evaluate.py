@@ -22,6 +22,7 @@ from evalbeam.pipelines.preflight import billing_project, preflight
 from evalbeam.pipelines.results import ResultsError, location_of, previous_run, results_for, runs_row
 from evalbeam.pipelines.stages import RunContext
 from evalbeam.pipelines.stages.adk_history import AdkHistoryStage
+from evalbeam.pipelines.stages.calibration import CalibrationStage
 from evalbeam.pipelines.stages.comparison import ComparisonStage
 from evalbeam.pipelines.stages.inference import InferenceStage
 from evalbeam.pipelines.stages.judge_cache import JudgeCacheStage
@@ -60,6 +61,8 @@ def stages(pipeline: beam.Pipeline, context: RunContext) -> list[tuple[str, beam
     if config.simulator_quality_specs():
         chosen.append(("SimulatorQuality", SimulatorQualityStage(context)))
     chosen.append(("Summaries", SummariesStage(context)))
+    if config.input.labels:
+        chosen.append(("Calibration", CalibrationStage(context)))
     if context.compare_base is not None:
         chosen.append(("Comparison", ComparisonStage(context)))
     if config.output.adk_eval_history and config.input.is_adk:

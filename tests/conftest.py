@@ -67,6 +67,7 @@ TIER_RULES = [
     ("pipelines/test_nightly_dag.py", None, "airflow"),
     ("metrics/test_adk_fidelity.py", None, "adk"),
     ("metrics/test_simulator.py", {"adk_simulator"}, "adk"),
+    ("metrics/test_calibration.py", {"sklearn_reference"}, "adk"),
     ("transforms/test_adk_events.py", {"events_table", "recorded", "plugin_schema"}, "adk"),
     ("transforms/test_adk_files.py", {"adk_reference"}, "adk"),
     ("transforms/test_inference.py", {"agent_env"}, "agent"),
@@ -157,6 +158,9 @@ SLOW = {
     "transforms/test_run_ownership.py::test_plain_runs_started_in_the_same_second_get_their_own_run_ids",
     "transforms/test_run_ownership.py::test_runs_of_one_run_id_started_together_leave_one_whole_output",
     "transforms/test_transforms.py::test_direct_parquet_writes_hold_what_beams_sink_writes",
+    "pipelines/test_calibration.py::test_the_calibration_table_holds_each_labelled_metric_per_slice",
+    "pipelines/test_calibration.py::test_the_report_shows_agreement_and_a_confusion_heat_map_per_metric",
+    "pipelines/test_calibration.py::test_compare_says_which_runs_judge_agrees_more_with_the_people",
 }
 
 

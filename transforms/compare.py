@@ -24,11 +24,11 @@ from evalbeam.metrics.summary import bootstrap_weights
 from evalbeam.transforms.summarize import OVERALL
 
 
-def result_entry(row: dict[str, Any]) -> tuple[str, tuple[str, float | None, bool]]:
-    """A metric_results row -> (instance_id, (metric, score, failed))."""
+def result_entry(row: dict[str, Any]) -> tuple[str, tuple[str, float | None, bool, float | None]]:
+    """A metric_results row -> (instance_id, (metric, score, failed, human label or None))."""
     score = row.get("score")
     failed = row.get("error") is not None or score is None
-    return row["instance_id"], (row["metric"], None if failed else float(score), failed)
+    return row["instance_id"], (row["metric"], None if failed else float(score), failed, row.get("human_label"))
 
 
 def slice_names(row: dict[str, Any], slice_columns: Iterable[str]) -> tuple[str, list[str]]:
@@ -54,26 +54,31 @@ class PairSpec:
 
 
 def paired_values(element, spec: PairSpec):
-    """(instance_id, {base, run, run_slices, base_slices}) -> ((metric, slice), (kind, base, run, weights))."""
+    """(instance_id, {base, run, run_slices, base_slices}) -> ((metric, slice), (kind, base, run, weights,
+    (base score, run score, human value) of a labelled metric, else None))."""
     instance_id, groups = element
-    base = {m: s for m, s, _ in groups["base"]}
-    run = {m: s for m, s, _ in groups["run"]}
+    base = {entry[0]: entry[1] for entry in groups["base"]}
+    run = {entry[0]: entry[1] for entry in groups["run"]}
+    # input.labels: the human value of a labelled metric, from either run (the same data's labels)
+    human = {entry[0]: entry[3] for entry in [*groups["base"], *groups["run"]] if entry[3] is not None}
     slices = next(iter(groups["run_slices"]), None)
     if slices is None:
         slices = next(iter(groups["base_slices"]), [])
     weights = None
     for metric in sorted(base.keys() | run.keys()):
         if metric not in run:
-            value = (ONLY_BASE, None, None, None)
+            value = (ONLY_BASE, None, None, None, None)
         elif metric not in base:
-            value = (ONLY_RUN, None, None, None)
+            value = (ONLY_RUN, None, None, None, None)
         elif base[metric] is None or run[metric] is None:
-            value = (ERROR, None, None, None)
+            value = (ERROR, None, None, None, None)
         else:
             if weights is None:
                 weights = bootstrap_weights(instance_id)
             direction = spec.direction(metric)
-            value = (PAIRED, compared_value(base[metric], direction), compared_value(run[metric], direction), weights)
+            labelled = (base[metric], run[metric], human[metric]) if metric in human else None
+            value = (PAIRED, compared_value(base[metric], direction), compared_value(run[metric], direction), weights,
+                     labelled)
         yield (metric, OVERALL), value
         for name in slices:
             yield (metric, name), value
@@ -87,10 +92,12 @@ class _MomentsFn(beam.CombineFn):
         return None
 
     def add_input(self, acc, value):
-        sign, (kind, base, run, weights) = value
+        sign, (kind, base, run, weights, labelled) = value
         if acc is None:
             acc = PairedMoments(sign=sign)
         acc.add(kind, base, run, weights)
+        if labelled is not None:
+            acc.add_labelled(*labelled, weights)
         return acc
 
     def merge_accumulators(self, accumulators):

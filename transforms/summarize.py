@@ -198,7 +198,7 @@ def slice_column(slice_name: str) -> str:
     return "" if slice_name == OVERALL else slice_name.split("=", 1)[0]
 
 
-def fold_slices(column_slices, limit: int):
+def fold_slices(column_slices, limit: int, accumulator=None):
     """(column, [(slice, SliceAccumulator)]) -> (slice, {metric: ScoreMoments}) for each
     slice kept: every slice of a column with at most `limit` of them; else the `limit`
     largest (most instances; then by name), the others merged (exactly: the
@@ -209,7 +209,7 @@ def fold_slices(column_slices, limit: int):
         logging.getLogger(__name__).warning(
             "slice column %r has %d distinct values: the %d largest slices are summarized, the other %d values "
             "together as %s=(other)", column, len(slices), limit, len(slices) - limit, column)
-        other = SliceAccumulator()
+        other = (accumulator or SliceAccumulator)()  # transforms.calibrate folds its own
         for _, acc in slices[limit:]:
             other.absorb(acc)
         slices = slices[:limit] + [(f"{column}=(other)", other)]

@@ -34,6 +34,7 @@ def row_spec(config: EvalConfig) -> RowSpec:
         # a metric whose inputs a row lacks gets an error on its own row (transforms.score,
         # transforms.judge, transforms.rubric_judge); a row no metric can score is dead-lettered
         requirements=tuple((m.output_name, inputs_left(config, m.input_alternatives())) for m in config.metrics),
+        label_columns=tuple((metric, tuple(columns)) for metric, columns in config.input.labels.items()),
     )
 
 
