@@ -293,6 +293,10 @@ def format_comparison(rows: list[dict[str, Any]], brief: bool = False) -> str:
     table = format_table(("run", "metric", "slice", "paired", "base", "run mean", "difference", "95% CI",
                          "p (Holm)", "W/T/L", "flag"), lines)
     agreement = format_agreement(rows if not brief else [r for r in rows if r["slice"] == "overall"])
+    by_case = sorted({r["run_id"] for r in rows if r.get("paired_by") == "case"})
+    if by_case:
+        table += (f"\n{', '.join(by_case)}: paired by case (repeated runs, inference.num_runs > 1): 'paired' counts "
+                  "cases, each case's score the mean of its valid runs")
     return table + ("\n\nagreement with human labels (input.labels), run against base:\n" + agreement if agreement else "")
 
 
@@ -324,7 +328,8 @@ def unpaired_note(rows: list[dict[str, Any]]) -> list[str]:
     notes = []
     for r in rows:
         if r["slice"] == "overall" and (r["only_in_base"] or r["only_in_run"] or r["error_in_either"]):
-            notes.append(f"{r['run_id']} {r['metric']}: not paired: {r['only_in_base']} only in base, "
+            unit = "case(s)" if r.get("paired_by") == "case" else "instance(s)"
+            notes.append(f"{r['run_id']} {r['metric']}: {unit} not paired: {r['only_in_base']} only in base, "
                          f"{r['only_in_run']} only in run, {r['error_in_either']} with an error in either")
     return notes
 

@@ -121,7 +121,7 @@ def direct(base, run, base_num_runs, run_num_runs, metric, group=None):
         n01, n10 = int((d == 1).sum()), int((d == -1).sum())
         test, p = "mcnemar", stats.binomtest(n01, n01 + n10, 0.5).pvalue if n01 + n10 else 1.0
     else:
-        test, p = "wilcoxon", stats.wilcoxon(d).pvalue if (d != 0).any() else 1.0
+        test, p = "wilcoxon", stats.wilcoxon(d[d != 0]).pvalue if (d != 0).any() else 1.0  # zeros dropped
     return {
         "n_paired": len(paired), "only_in_base": len(b.keys() - r.keys()), "only_in_run": len(r.keys() - b.keys()),
         "error_in_either": len(both) - len(paired),
