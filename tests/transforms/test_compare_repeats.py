@@ -82,6 +82,8 @@ def fold(base, run, pair_spec, chunks=1):
         for (metric, slice_name), (kind, b, r, w, labelled) in paired_values(element, pair_spec):
             m = part.setdefault((metric, slice_name), PairedMoments(sign=better_sign(pair_spec.direction(metric))))
             m.add(kind, b, r, w)
+            if labelled is not None:
+                m.add_labelled(*labelled, w)
     out = {}
     for part in parts:
         for k, m in part.items():
@@ -237,3 +239,30 @@ def test_compare_runs_on_beam_matches_the_fold():
             "run_slices": p | "RS" >> beam.Create(run[1]),
         }
         assert_that(inputs | CompareRuns(pair_spec), matches)
+
+
+def test_agreement_with_labels_is_over_cases_with_their_mean_scores():
+    """input.labels with repeated runs: a case's label is its data's, so each run's agreement
+    with the people is over the paired labelled cases, a case's score its mean raw score."""
+    base = generate(10, 70, 3, 0.0, fail_all={"case2"})
+    run = generate(11, 70, 3, 0.1)
+    labels = {f"case{c}": float(random.Random(100 + c).randint(0, 4)) / 4 for c in range(70) if c % 7}
+    for rows, _ in (base, run):
+        for r in rows:
+            r["human_label"] = labels.get(case_id(r["instance_id"])) if r["metric"] == "quality" else None
+    row = fold(base, run, spec(3, 3))[("quality", "overall")]
+
+    def means(rows):
+        scores = {}
+        for r in rows:
+            if r["metric"] == "quality" and r["score"] is not None:
+                scores.setdefault(case_id(r["instance_id"]), []).append(r["score"])
+        return {c: statistics.fmean(v) for c, v in scores.items()}
+
+    b, r = means(base[0]), means(run[0])
+    labelled = sorted(c for c in b.keys() & r.keys() if c in labels)
+    assert row["labelled_paired"] == len(labelled) < row["n_paired"]
+    assert row["agreement_statistic"] == "spearman"  # case means are not on a categorical scale
+    human = [labels[c] for c in labelled]
+    assert row["base_agreement"] == pytest.approx(stats.spearmanr([b[c] for c in labelled], human)[0], abs=1e-9)
+    assert row["run_agreement"] == pytest.approx(stats.spearmanr([r[c] for c in labelled], human)[0], abs=1e-9)
