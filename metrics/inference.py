@@ -258,6 +258,9 @@ def user_turns(fields: dict[str, Any]) -> list[str]:
         if any(p is None for p in prompts):
             raise InferenceError("a turn of the case has no user prompt to send")
         return prompts
+    if scenario_of(fields) is not None:  # no turns: its user messages come from the simulator
+        raise InferenceError("a conversation_scenario case runs with the user simulator, which talks with "
+                             "inference.function or inference.agent only")
     if fields.get("prompt") is None:
         raise InferenceError("the instance has no prompt to send")
     return [fields["prompt"]]

@@ -1,6 +1,8 @@
 """An inference function learns which run of its case it makes (inference.num_runs):
 the `run` keyword, given only to functions that declare it (or **kwargs)."""
-from evalbeam.metrics.inference import FunctionInferrer, accepts_keyword, infer_all
+import pytest
+
+from evalbeam.metrics.inference import FunctionInferrer, InferenceError, accepts_keyword, infer_all, user_turns
 from evalbeam.transforms.infer import case_id, run_number
 
 
@@ -30,3 +32,15 @@ def test_case_and_run_of_an_instance_id():
     assert [case_id(i) for i in ("a:run1", "a:b:run12", "a:runner", "plain", "x:run")] == \
         ["a", "a:b", "a:runner", "plain", "x:run"]
     assert [run_number(i) for i in ("a:run1", "a:b:run12", "a:runner", "plain")] == [1, 12, 1, 1]
+
+
+def test_a_scenario_case_sent_to_a_deployed_agent_says_it_needs_the_simulator():
+    """The user turns a deployed agent (A2A, Agent Engine) is sent: a conversation_scenario case
+    has none, and its error says why (docs/agents.md, User simulation), not that a prompt is missing."""
+    scenario = {"starting_prompt": "Hi", "conversation_plan": "Ask the weather in Paris."}
+    with pytest.raises(InferenceError, match="conversation_scenario case runs with the user simulator"):
+        user_turns({"adk_case": {"eval_set_id": "s", "eval_id": "e", "conversation_scenario": scenario}})
+    with pytest.raises(InferenceError, match="no prompt to send"):
+        user_turns({"adk_case": {"eval_set_id": "s", "eval_id": "e"}})
+    assert user_turns({"prompt": "p"}) == ["p"]
+    assert user_turns({"invocations": [{"prompt": "a"}, {"prompt": "b"}]}) == ["a", "b"]
