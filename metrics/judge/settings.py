@@ -68,8 +68,9 @@ class JudgeSettings(pydantic.BaseModel):
         5.0, gt=0, le=30,
         description="judgments are checkpointed this often while judging; a re-run of the same run_id reuses them")
     mode: Literal["online", "batch"] = pydantic.Field(
-        "online", description="online: generateContent calls within the quota; batch: Gemini Batch jobs at half "
-                              "price, answered within hours (gemini_api only)")
+        "online", description="online: generateContent calls within the quota; batch: batch jobs at half price, "
+                              "answered within hours (gemini_api: Gemini Batch; vertex_ai: batch prediction "
+                              "jobs through judge.batch_staging)")
     batch_max_requests: int = pydantic.Field(
         10000, ge=1, le=1_000_000, description="batch mode: the most judgments in one batch job")
     batch_inline_max_bytes: int = pydantic.Field(
