@@ -136,6 +136,9 @@ def _turn_from_events(prompt: str, events: list[dict[str, Any]], seconds: float)
 # ------------------------------------------------------------------------------------------- A2A
 
 ADK_TYPE = "adk_type"  # ADK's A2A converters mark function calls and responses in a part's metadata
+TASK_ERROR_STATES = ("TASK_STATE_FAILED", "TASK_STATE_REJECTED", "TASK_STATE_CANCELED")
+# neither final nor a deliberate pause (input or auth required): a stream that ends there was cut short
+TASK_UNFINISHED_STATES = ("TASK_STATE_UNSPECIFIED", "TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
 
 
 def _a2a_part(part: dict[str, Any]) -> dict[str, Any] | None:
@@ -169,12 +172,17 @@ def events_from_a2a(responses: list[dict[str, Any]], agent_name: str) -> tuple[l
     carries, its context id). The agent's status messages are its events (ADK's A2A
     executor sends one per ADK event, function calls and responses as data parts); an
     agent that sends none (a plain A2A agent) answers with a message, or with its
-    task's agent history and artifacts. A failed or rejected task is an error."""
+    task's agent history and artifacts. A failed, rejected or canceled task is an error;
+    so is a stream that ends while its task is unfinished (cut short: ADK's RemoteA2aAgent
+    reads it so, _UNFINISHED_TASK_STATES) or that carries nothing at all."""
     events: list[dict[str, Any]] = []
     fallback: list[dict[str, Any]] = []
     context = None
+    answered = False  # a message: a whole answer by itself
+    state = None  # the task's last state, when the answer is a task
     for response in responses:
         if "message" in response:
+            answered = True
             message = response["message"]
             context = message.get("contextId") or context
             event = _a2a_event(message, message.get("metadata") or {}, agent_name)
@@ -185,11 +193,12 @@ def events_from_a2a(responses: list[dict[str, Any]], agent_name: str) -> tuple[l
             update = response[key]
             context = update.get("contextId") or context
             status = update.get("status") or {}
+            state = status.get("state") or "TASK_STATE_UNSPECIFIED"
             metadata = {**(update.get("metadata") or {}), **((status.get("message") or {}).get("metadata") or {})}
             if status.get("message") and status["message"].get("role") == "ROLE_AGENT":
                 event = _a2a_event(status["message"], metadata, agent_name)
                 events += [event] if event else []
-            if status.get("state") in ("TASK_STATE_FAILED", "TASK_STATE_REJECTED"):
+            if state in TASK_ERROR_STATES:
                 text = " ".join(p.get("text", "") for p in (status.get("message") or {}).get("parts", []))
                 raise InferenceError(f"the A2A agent's task ended {status['state']}" + (f": {text.strip()}" if text.strip() else ""))
             if key == "task":
@@ -205,6 +214,10 @@ def events_from_a2a(responses: list[dict[str, Any]], agent_name: str) -> tuple[l
             context = update.get("contextId") or context
             event = _a2a_event(update.get("artifact") or {}, update.get("metadata") or {}, agent_name)
             fallback += [event] if event else []
+    if not answered and state is None:
+        raise InferenceError("the A2A agent's stream ended without an answer (no message, no task)")
+    if not answered and state in TASK_UNFINISHED_STATES:
+        raise InferenceError(f"the A2A agent's stream ended before its task reached a final state ({state})")
     if not events:
         events = fallback
     return events, context
@@ -221,6 +234,7 @@ class A2AInferrer:
         self._http = None
         self._name = "agent"
         self._opening: asyncio.Lock | None = None
+        self._unreadable: InferenceError | None = None  # the card could not be read: every case's error
 
     @staticmethod
     def classify(error: BaseException) -> Transient | None:
@@ -245,6 +259,8 @@ class A2AInferrer:
         if self._opening is None:
             self._opening = asyncio.Lock()
         async with self._opening:
+            if self._unreadable is not None:  # already retried max_attempts times: not again per case
+                raise self._unreadable
             if self._client is None:
                 import httpx
                 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
@@ -252,8 +268,14 @@ class A2AInferrer:
                 self._http = httpx.AsyncClient(timeout=self._calls.request_timeout,
                                                limits=httpx.Limits(max_connections=self._connections))
                 resolver = A2ACardResolver(self._http, self._url)
-                card = await self._calls.call(f"reading the A2A agent card at {self._url}", resolver.get_agent_card,
-                                              self.classify)
+                try:
+                    card = await self._calls.call(f"reading the A2A agent card at {self._url}",
+                                                  resolver.get_agent_card, self.classify)
+                except Exception as e:  # noqa: BLE001 - kept, so the shard's other cases fail at once with it
+                    self._unreadable = InferenceError(
+                        str(e) if isinstance(e, InferenceError) else f"reading the A2A agent card at {self._url}: "
+                        f"{type(e).__name__}: {str(e)[:300]}")
+                    raise self._unreadable from None
                 self._name = card.name or "agent"
                 self._client = ClientFactory(ClientConfig(streaming=True, httpx_client=self._http)).create(card)
         return self._client
@@ -279,7 +301,10 @@ class A2AInferrer:
 
             started = time.monotonic()
             responses = await self._calls.call(f"turn {len(turns) + 1}", send, self.classify)
-            events, context = events_from_a2a(responses, self._name)
+            try:
+                events, context = events_from_a2a(responses, self._name)
+            except InferenceError as e:
+                raise InferenceError(f"turn {len(turns) + 1}: {e}") from None
             turns.append(_turn_from_events(prompt, events, time.monotonic() - started))
         return turns
 

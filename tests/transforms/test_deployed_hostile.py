@@ -1,0 +1,92 @@
+"""Deployed agents (metrics/deployed.py) against endpoints that misbehave: a scripted A2A server
+(tests/a2a_raw.py, the JSON-RPC binding spoken by hand so it can break the protocol) and the Agent
+Engine stand-in (tests/agent_engine_server.py), through the real a2a-sdk and google-cloud-aiplatform
+clients. Each case must end with an answer or with a clear error on that case; none is dropped."""
+from __future__ import annotations
+
+import pytest
+
+from evalbeam.metrics.deployed import A2AInferrer, Calls, events_from_a2a
+from evalbeam.metrics.inference import InferenceError, infer_all
+from tests.a2a_raw import RawA2AServer, agent_message, result
+
+
+def over_raw_a2a(answer, cases=None, max_attempts=2, request_timeout=30.0, url_suffix=""):
+    with RawA2AServer(answer) as server:
+        made = []
+
+        def make():
+            made.append(Calls(None, max_attempts, request_timeout))
+            return A2AInferrer(server.url + url_suffix, made[-1])
+
+        cases = cases or [("c1", {"prompt": "hello"})]
+        return dict(infer_all(make, cases, 4, 60)), server, made[0]
+
+
+def task(state, text=None, context="ctx-1"):
+    status = {"state": state}
+    if text is not None:
+        status["message"] = {"messageId": "s1", "role": "ROLE_AGENT", "parts": [{"text": text}]}
+    return {"task": {"id": "t1", "contextId": context, "status": status}}
+
+
+def status_update(state, text=None, context="ctx-1"):
+    update = task(state, text, context)["task"]
+    return {"statusUpdate": {"taskId": update.pop("id"), **update}}
+
+
+# ------------------------------------------------------------------------------------------- A2A
+
+def test_a2a_stream_cut_short_is_the_cases_error_not_a_partial_answer():
+    """A stream that ends while the task is still submitted/working (a server or proxy that closed it
+    early) fails the case, as ADK's RemoteA2aAgent reads it (_UNFINISHED_TASK_STATES), instead of
+    scoring the half-written status message as the final response. So does an empty stream."""
+    cut = lambda text, body: [result(body["id"], task("TASK_STATE_SUBMITTED")),  # noqa: E731
+                              result(body["id"], status_update("TASK_STATE_WORKING", "partial thinking"))]
+    done, _, _ = over_raw_a2a(cut)
+    assert done["c1"]["failure"] == 1
+    assert "ended before its task reached a final state (TASK_STATE_WORKING)" in done["c1"]["inference_error"]
+    done, _, _ = over_raw_a2a(lambda text, body: [])
+    assert done["c1"]["failure"] == 1 and "turn 1: the A2A agent's stream ended without an answer" in done["c1"]["inference_error"]
+    # the same stream, finished: answered
+    whole = lambda text, body: [*cut(text, body), result(body["id"], status_update("TASK_STATE_COMPLETED"))]  # noqa: E731
+    done, _, _ = over_raw_a2a(whole)
+    assert done["c1"]["failure"] == 0 and done["c1"]["invocations"][0]["response"] == "partial thinking"
+
+
+@pytest.mark.parametrize("state, ok", [
+    ("TASK_STATE_COMPLETED", True), ("TASK_STATE_INPUT_REQUIRED", True), ("TASK_STATE_AUTH_REQUIRED", True),
+    ("TASK_STATE_FAILED", False), ("TASK_STATE_REJECTED", False), ("TASK_STATE_CANCELED", False),
+    ("TASK_STATE_WORKING", False), ("TASK_STATE_SUBMITTED", False), (None, False)])
+def test_a2a_final_task_states(state, ok):
+    """Which state a turn's stream may end in: finished or deliberately paused (input/auth required) is an
+    answer; failed, rejected, canceled, or not finished is the case's error."""
+    stream = [{"task": {"id": "t", "contextId": "c", "status": {"state": state, "message": {
+        "role": "ROLE_AGENT", "parts": [{"text": "said"}]}} if state else {}}}]
+    if ok:
+        events, context = events_from_a2a(stream, "a")
+        assert context == "c" and events[0]["content"]["parts"] == [{"text": "said"}]
+    else:
+        with pytest.raises(InferenceError):
+            events_from_a2a(stream, "a")
+    # a message is a whole answer by itself
+    assert events_from_a2a([agent_message("hi")], "a")[0][0]["content"]["parts"] == [{"text": "hi"}]
+
+
+def test_a2a_agent_card_that_cannot_be_read_is_tried_once_per_shard_not_once_per_case():
+    """The card answers 503 every time: its read is retried max_attempts times once, then every case of
+    the shard fails with that error at once (not max_attempts more reads, with backoff, per case)."""
+    import evalbeam.metrics.deployed as deployed
+
+    cases = [(f"c{i}", {"prompt": f"hello {i}"}) for i in range(6)]
+    base, deployed.BACKOFF_BASE = deployed.BACKOFF_BASE, 0.01
+    try:
+        with RawA2AServer(lambda text, body: [], card_status=503) as server:
+            calls = Calls(None, 3, 30.0)
+            done = dict(infer_all(lambda: A2AInferrer(server.url, calls), cases, 2, 60))
+    finally:
+        deployed.BACKOFF_BASE = base
+    assert server.card_reads == 3 and not server.requests
+    assert {k: v["failure"] for k, v in done.items()} == {k: 1 for k, _ in cases}
+    assert all("reading the A2A agent card at" in v["inference_error"] and "503" in v["inference_error"]
+               for v in done.values())
