@@ -373,18 +373,28 @@ class AgentEngineInferrer:
 
     def _stream_query(self, user_id: str, session_id: str, message: str) -> list[dict[str, Any]]:
         from google.cloud.aiplatform_v1 import types
+        from google.protobuf import json_format
 
         stream = self.client().stream_query_reasoning_engine(request=types.StreamQueryReasoningEngineRequest(
             name=self._resource, class_method="stream_query",
             input={"message": message, "user_id": user_id, "session_id": session_id},
         ), timeout=self._calls.request_timeout)
         events = []
-        for chunk in stream:  # HttpBody chunks, each one or more JSON lines (the SDK's yield_parsed_json)
-            if "application/json" not in (chunk.content_type or ""):
-                continue
-            for line in chunk.data.decode("utf-8").split("\n"):
-                if line.strip():
-                    events.append(json.loads(line))
+        try:
+            for chunk in stream:  # HttpBody chunks, each one or more JSON lines (the SDK's yield_parsed_json)
+                if "application/json" not in (chunk.content_type or ""):
+                    continue
+                for line in chunk.data.decode("utf-8").split("\n"):
+                    if line.strip():
+                        events.append(json.loads(line))
+        except (ValueError, UnicodeDecodeError, json_format.ParseError) as e:
+            # a malformed line, bytes that are not UTF-8, an element that is no HttpBody (an error object),
+            # a stream cut short (the client's "Unfinished stream: <the rest>"): the case's error, in short,
+            # not sent again (the turn may have run); the client's message can quote the stream, cut here
+            text = str(e).splitlines()[0] if str(e) else ""
+            text = text.split(":", 1)[0] if text.startswith("Unfinished stream") else text[:200]
+            raise InferenceError(f"Agent Engine's stream could not be read ({type(e).__name__}: {text}) "
+                                 f"after {len(events)} event(s)") from None
         return events
 
     async def infer(self, fields: dict[str, Any]) -> Any:
@@ -406,8 +416,13 @@ class AgentEngineInferrer:
         turns = []
         for prompt in user_turns(fields):
             started = time.monotonic()
-            events = await self._calls.call(
-                f"turn {len(turns) + 1}", lambda: self._run(self._stream_query, user_id, session_id, prompt), self.classify)
+            try:
+                events = await self._calls.call(f"turn {len(turns) + 1}",
+                                                lambda: self._run(self._stream_query, user_id, session_id, prompt),
+                                                self.classify)
+            except InferenceError as e:
+                text = str(e)
+                raise InferenceError(text if text.startswith("turn ") else f"turn {len(turns) + 1}: {text}") from None
             errors = [e for e in events if isinstance(e, dict) and e.get("error_code") and not e.get("content")]
             if errors:
                 raise InferenceError(f"the agent's turn {len(turns) + 1} ended with {errors[-1]['error_code']}: "

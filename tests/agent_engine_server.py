@@ -26,7 +26,9 @@ text "Done: " + the responses' JSON; without a marker "No tool needed: <text>".
 Failures, to test retries: `fail[(turn_number, attempt)] = (status, retry_after[, "echo"])` answers the
 attempt-th request of the turn_number-th turn (1-based, per session) with that status (503, 429
 with Retry-After, ...) instead of running it; "echo" repeats the request's bearer token in the error. `latency` delays every stream_query; with `hold_after` N, the turns started after the first N
-wait for `release` (a run that cannot finish, to be killed). Counts:
+wait for `release` (a run that cannot finish, to be killed). `raw_stream(turn)` replaces a turn's
+streamQuery body with the bytes it returns (a malformed stream); `session_fail = (status[, "echo"])`
+refuses create_session. Counts:
 `stats.turn_requests[(session_id, turn)]`, `stats.sessions`, `stats.messages` (per message text).
 """
 from __future__ import annotations
@@ -46,6 +48,11 @@ from tests.inference_app import convert, get_weather
 
 ROUTE = re.compile(r"/v1(?:beta1)?/(?P<name>projects/[^/]+/locations/[^/]+/reasoningEngines/[^/:]+):(?P<method>query|streamQuery)")
 TOOLS = {"get_weather": get_weather, "convert": convert}
+
+
+@dataclasses.dataclass
+class RawBody:
+    data: bytes
 
 
 @dataclasses.dataclass
@@ -96,6 +103,10 @@ class AgentEngineServer:
         self.release = threading.Event()
         self._started_turns = 0
         self.stats = Stats()
+        # raw_stream(turn) -> bytes: the streamQuery response body sent as is (a malformed stream)
+        self.raw_stream = None
+        # session_fail = (status, "echo"?): create_session answers that status (echo: with the request's bearer)
+        self.session_fail: tuple | None = None
         self._sessions: dict = {}  # id -> {"user_id", "state", "turns"}
         self._attempts: collections.Counter = collections.Counter()  # (session, turn) -> requests
         self._lock = threading.Lock()
@@ -176,6 +187,8 @@ class AgentEngineServer:
             self.stats.messages[message] += 1
         chunks = [{"contentType": "application/json", "data": base64.b64encode(json.dumps(e).encode()).decode()}
                   for e in events]
+        if self.raw_stream is not None:
+            return 200, RawBody(self.raw_stream(turn)), {}
         return 200, chunks, {}
 
     def _handler(self):
@@ -188,7 +201,7 @@ class AgentEngineServer:
                 pass
 
             def _send(self, status: int, body, headers: dict | None = None):
-                data = json.dumps(body).encode()
+                data = body.data if isinstance(body, RawBody) else json.dumps(body).encode()
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
@@ -231,6 +244,11 @@ class AgentEngineServer:
                             return self._send(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
                                                               "message": f"no class method {body.get('classMethod')}"}})
                         given = body.get("input") or {}
+                        if server.session_fail:
+                            status, *echo = server.session_fail
+                            message = f"session refused; you sent {bearer}" if echo else "session refused"
+                            return self._send(status, {"error": {"code": status, "message": message,
+                                                                 "status": "PERMISSION_DENIED"}})
                         return self._send(200, {"output": server.create_session(given.get("user_id"), given.get("state"))})
                     if body.get("classMethod") != "stream_query":
                         return self._send(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",

@@ -4,6 +4,9 @@ Engine stand-in (tests/agent_engine_server.py), through the real a2a-sdk and goo
 clients. Each case must end with an answer or with a clear error on that case; none is dropped."""
 from __future__ import annotations
 
+import base64
+import json
+
 import pytest
 
 from evalbeam.metrics.deployed import A2AInferrer, Calls, events_from_a2a
@@ -90,3 +93,55 @@ def test_a2a_agent_card_that_cannot_be_read_is_tried_once_per_shard_not_once_per
     assert {k: v["failure"] for k, v in done.items()} == {k: 1 for k, _ in cases}
     assert all("reading the A2A agent card at" in v["inference_error"] and "503" in v["inference_error"]
                for v in done.values())
+
+
+# ----------------------------------------------------------------------------------- Agent Engine
+
+from tests.transforms.test_deployed import engine_env, on_engine  # noqa: E402,F401 - the fixture and helper
+
+
+def chunk(obj) -> dict:
+    data = obj if isinstance(obj, bytes) else json.dumps(obj).encode()
+    return {"contentType": "application/json", "data": base64.b64encode(data).decode()}
+
+
+def text_event(text):
+    return {"author": "weather_agent", "invocation_id": "e-1", "content": {"role": "model", "parts": [{"text": text}]}}
+
+
+ENGINE_STREAMS = {
+    "fine": json.dumps([chunk(text_event("ok"))]).encode(),
+    "malformed line": json.dumps([chunk(text_event("before")), chunk(b'{"author": "weather_agent", "content": {')]).encode(),
+    "non-utf8": json.dumps([chunk(b'{"author": "weather_agent", "content": {"parts": [{"text": "caf\\xe9"}]}}'[:0]
+                                  + b'{"author": "weather_agent", "content": {"parts": [{"text": "caf\xe9"}]}}')]).encode(),
+    "error object mid-stream": json.dumps([chunk(text_event("before")),
+                                           {"error": {"code": 500, "message": "the app raised mid-stream"}}]).encode(),
+    "truncated": json.dumps([chunk(text_event("before")), chunk(text_event("after"))]).encode()[:-40],
+}
+
+
+@pytest.mark.parametrize("name", list(ENGINE_STREAMS))
+def test_agent_engine_malformed_streams_fail_the_case_with_a_reason(name, engine_env):  # noqa: F811
+    engine_env.raw_stream = lambda turn: ENGINE_STREAMS[name]
+    done, calls = on_engine(engine_env, [("c1", {"prompt": "hello"})], max_attempts=2)
+    case = done["c1"]
+    if name == "fine":
+        assert case["failure"] == 0 and case["invocations"][0]["response"] == "ok"
+        return
+    error = case["inference_error"]
+    assert case["failure"] == 1 and "turn 1: Agent Engine's stream could not be read (" in error, error
+    assert len(error) < 400 and "eyJ" not in error  # a reason, not the base64 of the stream
+    assert calls.stats.requests == 2  # create_session, the turn: a broken stream is not sent again
+
+
+def test_agent_engine_session_refused_fails_every_case_without_the_token(engine_env):  # noqa: F811
+    """create_session answered 403 (with the bearer echoed by a careless proxy): each case fails, naming
+    create_session and the status, with no access token in the error; nothing is retried (403 is final)."""
+    engine_env.session_fail = (403, "echo")
+    done, calls = on_engine(engine_env, [("c1", {"prompt": "a"}), ("c2", {"prompt": "b"})], max_attempts=3)
+    issued = engine_env.tokens.stats.issued_tokens
+    for case in done.values():
+        assert case["failure"] == 1 and "403" in case["inference_error"], case["inference_error"]
+        assert "you sent" in case["inference_error"]  # the echoed message is kept ...
+        assert not any(token in case["inference_error"] for token in issued)  # ... without the token
+    assert calls.stats.requests == 2 and calls.stats.retries == 0
