@@ -223,11 +223,29 @@ def events_from_a2a(responses: list[dict[str, Any]], agent_name: str) -> tuple[l
     return events, context
 
 
+CARD_PATH = ".well-known/agent-card.json"  # a2a-sdk's AGENT_CARD_WELL_KNOWN_PATH
+
+
+def a2a_card(url: str) -> tuple[str, str]:
+    """inference.a2a -> (the agent's base URL, its card's path under it). The agent's URL (with or
+    without a trailing slash, under a path or not): its card at <url>/.well-known/agent-card.json.
+    A URL ending in .json is the card's own (pasted from a browser, or an A2A 0.2 server's
+    /.well-known/agent.json)."""
+    url = url.rstrip("/")
+    if not url.endswith(".json"):
+        return url, CARD_PATH
+    if "/.well-known/" in url:
+        base, _, rest = url.rpartition("/.well-known/")
+        return base, ".well-known/" + rest
+    base, _, name = url.rpartition("/")
+    return base, name
+
+
 class A2AInferrer:
     """inference.a2a: each case one A2A conversation with the agent at `url`."""
 
     def __init__(self, url: str, calls: Calls, max_concurrency: int = 8):
-        self._url = url.rstrip("/")
+        self._url, self._card_path = a2a_card(url)
         self._connections = max(100, max_concurrency)  # httpx's default pool (100) must not cap the cases in flight
         self._calls = calls
         self._client = None
@@ -267,13 +285,13 @@ class A2AInferrer:
 
                 self._http = httpx.AsyncClient(timeout=self._calls.request_timeout,
                                                limits=httpx.Limits(max_connections=self._connections))
-                resolver = A2ACardResolver(self._http, self._url)
+                resolver = A2ACardResolver(self._http, self._url, self._card_path)
                 try:
-                    card = await self._calls.call(f"reading the A2A agent card at {self._url}",
+                    card = await self._calls.call(f"reading the A2A agent card at {self._url}/{self._card_path}",
                                                   resolver.get_agent_card, self.classify)
                 except Exception as e:  # noqa: BLE001 - kept, so the shard's other cases fail at once with it
                     self._unreadable = InferenceError(
-                        str(e) if isinstance(e, InferenceError) else f"reading the A2A agent card at {self._url}: "
+                        str(e) if isinstance(e, InferenceError) else f"reading the A2A agent card at {self._url}/{self._card_path}: "
                         f"{type(e).__name__}: {str(e)[:300]}")
                     raise self._unreadable from None
                 self._name = card.name or "agent"
@@ -497,7 +515,7 @@ def reachable(kind: str, target: str, base_url: str | None = None, timeout: floa
     import httpx
 
     if kind == "a2a":
-        url = target.rstrip("/") + "/.well-known/agent-card.json"
+        url = "/".join(a2a_card(target))
         try:
             response = httpx.get(url, timeout=timeout)
         except httpx.HTTPError as e:

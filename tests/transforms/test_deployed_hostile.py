@@ -145,3 +145,22 @@ def test_agent_engine_session_refused_fails_every_case_without_the_token(engine_
         assert "you sent" in case["inference_error"]  # the echoed message is kept ...
         assert not any(token in case["inference_error"] for token in issued)  # ... without the token
     assert calls.stats.requests == 2 and calls.stats.retries == 0
+
+
+@pytest.mark.parametrize("card_path, suffix", [
+    ("/.well-known/agent-card.json", "/"),  # a trailing slash
+    ("/agents/weather/.well-known/agent-card.json", "/agents/weather/"),  # an agent under a path
+    ("/.well-known/agent-card.json", "/.well-known/agent-card.json"),  # the card's own URL, pasted
+    ("/.well-known/agent.json", "/.well-known/agent.json"),  # an A2A 0.2 server's card path, given
+])
+def test_a2a_url_forms(card_path, suffix):
+    """The URLs a user pastes: each reaches the card, then the agent; preflight agrees."""
+    from evalbeam.metrics.deployed import reachable
+
+    ok = lambda text, body: [result(body["id"], agent_message("hi " + text))]  # noqa: E731
+    with RawA2AServer(ok, card_path=card_path) as server:
+        assert reachable("a2a", server.url + suffix) is None
+        calls = Calls(None, 2, 30.0)
+        done = dict(infer_all(lambda: A2AInferrer(server.url + suffix, calls), [("c1", {"prompt": "x"})], 1, 60))
+    assert done["c1"]["failure"] == 0, done["c1"].get("inference_error")
+    assert done["c1"]["invocations"][0]["response"] == "hi x" and server.card_reads == 2
