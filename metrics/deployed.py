@@ -262,7 +262,11 @@ class A2AInferrer:
         if isinstance(error, (A2AClientTimeoutError, httpx.TimeoutException)):
             return Transient(f"timed out: {error}")
         if isinstance(error, httpx.TransportError):
-            return Transient(f"{type(error).__name__}: {error}")
+            try:
+                where = f" ({error.request.url})"  # the endpoint the agent card named
+            except RuntimeError:  # no request attached
+                where = ""
+            return Transient(f"{type(error).__name__}: {error}{where}")
         if isinstance(error, httpx.HTTPStatusError):
             return _http_transient(error.response.status_code, error.response.reason_phrase, error.response.headers)
         cause = error.__cause__ or error.__context__
@@ -522,6 +526,21 @@ def reachable(kind: str, target: str, base_url: str | None = None, timeout: floa
             return f"inference.a2a: the agent card at {url} is unreachable ({type(e).__name__}: {str(e)[:200]})"
         if response.status_code != 200:
             return f"inference.a2a: the agent card at {url} answered HTTP {response.status_code}"
+        # the card names the agent's endpoint, which the client then calls: often the address the agent
+        # was started with (0.0.0.0, localhost in a container), not the one it is reached at
+        try:
+            card = response.json()
+            named = [i.get("url") for i in card.get("supportedInterfaces") or [] if isinstance(i, dict)] or [card.get("url")]
+        except (ValueError, AttributeError):
+            return f"inference.a2a: the agent card at {url} is not a JSON agent card"
+        endpoint = next((u for u in named if isinstance(u, str) and u.startswith(("http://", "https://"))), None)
+        if endpoint is not None:
+            try:
+                httpx.get(endpoint, timeout=timeout)  # any HTTP answer: it is there
+            except httpx.HTTPError as e:
+                return (f"inference.a2a: the agent card at {url} names {endpoint} as the agent's endpoint, which is "
+                        f"unreachable ({type(e).__name__}: {str(e)[:200]}); serve the agent with the URL it is "
+                        "reached at in its card")
         return None
     import google.auth
     from google.auth.exceptions import DefaultCredentialsError

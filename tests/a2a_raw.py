@@ -33,6 +33,7 @@ class RawA2AServer:
                  card_status: int = 200):
         self.answer, self.requests, self.card_path, self.rpc_path = answer, [], card_path, rpc_path
         self.card_status, self.card_reads = card_status, 0  # card_status: what the card's GET answers
+        self.card_url = None  # the agent's URL the card names (default: this server's)
         self.release = threading.Event()
         server = self
 
@@ -49,7 +50,7 @@ class RawA2AServer:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                data = json.dumps(card(server.url + server.rpc_path)).encode()
+                data = json.dumps(card(server.card_url or server.url + server.rpc_path)).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

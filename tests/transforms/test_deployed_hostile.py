@@ -164,3 +164,28 @@ def test_a2a_url_forms(card_path, suffix):
         done = dict(infer_all(lambda: A2AInferrer(server.url + suffix, calls), [("c1", {"prompt": "x"})], 1, 60))
     assert done["c1"]["failure"] == 0, done["c1"].get("inference_error")
     assert done["c1"]["invocations"][0]["response"] == "hi x" and server.card_reads == 2
+
+
+def test_a2a_card_naming_an_unreachable_endpoint_says_so():
+    """A card that names the URL the agent was started with (http://0.0.0.0:<port>/ or localhost in a
+    container), not the one it is reached at: preflight says the card names an endpoint that cannot be
+    reached, and a case's error names that endpoint, not just "ConnectError"."""
+    import evalbeam.metrics.deployed as deployed
+    from evalbeam.metrics.deployed import reachable
+    from tests.a2a_agent import free_port
+
+    elsewhere = f"http://127.0.0.1:{free_port()}/"
+    base, deployed.BACKOFF_BASE = deployed.BACKOFF_BASE, 0.01
+    try:
+        with RawA2AServer(lambda text, body: []) as server:
+            server.card_url = elsewhere
+            problem = reachable("a2a", server.url)
+            calls = Calls(None, 2, 30.0)
+            done = dict(infer_all(lambda: A2AInferrer(server.url, calls), [("c1", {"prompt": "x"})], 1, 60))
+    finally:
+        deployed.BACKOFF_BASE = base
+    assert problem is not None and problem.startswith(
+        f"inference.a2a: the agent card at {server.url}/.well-known/agent-card.json names {elsewhere} as the "
+        "agent's endpoint, which is unreachable (ConnectError"), problem
+    error = done["c1"]["inference_error"]
+    assert "turn 1 failed after 2 attempts" in error and elsewhere.rstrip("/") in error, error
