@@ -30,3 +30,19 @@ def test_case_and_run_of_an_instance_id():
     assert [case_id(i) for i in ("a:run1", "a:b:run12", "a:runner", "plain", "x:run")] == \
         ["a", "a:b", "a:runner", "plain", "x:run"]
     assert [run_number(i) for i in ("a:run1", "a:b:run12", "a:runner", "plain")] == [1, 12, 1, 1]
+
+
+def test_without_repeated_runs_every_case_is_run_1_whatever_its_id():
+    """num_runs 1: an input id that happens to end in ':run<k>' (say, rows exported from an earlier
+    repeated run) is one case, run once: the function is told run 1, not k."""
+    from evalbeam.metrics.instance import Instance
+    from evalbeam.transforms.infer import InferFn
+
+    def told(num_runs, ids):
+        fn = InferFn("function", "tests.inference_app:run_named", 2, 10.0, num_runs)
+        fn.setup()
+        batch = [Instance(i, {"prompt": "p", "reference": "r"}, {}, "t") for i in ids]
+        return {i.instance_id: i.fields["response"] for i in fn.process(batch)}
+
+    assert told(1, ["q:run7", "plain"]) == {"q:run7": "run 1", "plain": "run 1"}
+    assert told(3, ["q:run2", "q:run7:run3"]) == {"q:run2": "run 2", "q:run7:run3": "run 3"}
