@@ -189,3 +189,18 @@ def test_a2a_card_naming_an_unreachable_endpoint_says_so():
         "agent's endpoint, which is unreachable (ConnectError"), problem
     error = done["c1"]["inference_error"]
     assert "turn 1 failed after 2 attempts" in error and elsewhere.rstrip("/") in error, error
+
+
+def test_a2a_url_with_credentials_is_refused_before_they_are_recorded():
+    """user:password@ in inference.a2a would be sent only to the card (the messages go to the endpoint the
+    card names, without them) and would be written with the config to the runs table: refused, without
+    echoing the password."""
+    import pydantic
+
+    from evalbeam.configs import InferenceConfig, format_errors
+
+    with pytest.raises(pydantic.ValidationError) as refused:
+        InferenceConfig(a2a="https://evaluator:s3cr3t-token@agent.example.com/")
+    shown = format_errors(refused.value)  # what `evalbeam validate/run` print
+    assert "a2a: credentials in the URL are not supported" in shown and "s3cr3t-token" not in shown, shown
+    assert InferenceConfig(a2a="https://agent.example.com/a@b").a2a  # an @ in the path is no credential
