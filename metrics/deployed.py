@@ -16,7 +16,8 @@ rate limiter, metrics.judge.ratelimit.AdaptiveRateLimiter, with this worker's sh
 a per-request timeout, and retries with exponential backoff on 429 (after the server's
 Retry-After), 5xx and timeouts. A retry re-sends only the request that failed: turns
 already answered are kept, never sent again, and the conversation carries on in the same
-context/session. Both turn the agent's ADK events into the case's turns as
+context/session. A turn that timed out or whose stream broke off is not sent again (the agent
+may have run it: its message would be in the conversation twice); it fails the case. Both turn the agent's ADK events into the case's turns as
 `inference.agent` does (metrics.trace.turns_from_agent_data), so the same agent run
 in-process, over A2A or on Agent Engine gives the same trace.
 """
@@ -46,10 +47,14 @@ BACKOFF_MAX = 60.0
 class Transient(Exception):
     """A request that may succeed when sent again (429, 5xx, a timeout)."""
 
-    def __init__(self, message: str, retry_after: float | None = None, rate_limited: bool = False):
+    def __init__(self, message: str, retry_after: float | None = None, rate_limited: bool = False,
+                 maybe_ran: bool = False):
         super().__init__(message)
         self.retry_after = retry_after
         self.rate_limited = rate_limited
+        # the request reached the agent and may have run to the end (a timeout, a stream broken off),
+        # as opposed to refused (429, 5xx) or never sent (connection refused)
+        self.maybe_ran = maybe_ran
 
 
 @dataclasses.dataclass
@@ -73,8 +78,12 @@ class Calls:
         self.stats = CallStats()
         self._sleep = sleep
 
-    async def call(self, what: str, send: Callable[[], Awaitable[Any]], classify: Callable[[BaseException], Transient | None]) -> Any:
-        """send() until it succeeds; `classify` says which failures are transient."""
+    async def call(self, what: str, send: Callable[[], Awaitable[Any]], classify: Callable[[BaseException], Transient | None],
+                   resend: bool = True) -> Any:
+        """send() until it succeeds; `classify` says which failures are transient. resend=False (a
+        conversation's turn): a failure after which the agent may have run the request (a timeout, a
+        stream broken off) is final, as sending it again would put the message twice into the
+        conversation and run its tools twice; only refusals and requests never sent are retried."""
         last = ""
         for attempt in range(1, self.max_attempts + 1):
             if self.limiter is not None:
@@ -86,7 +95,7 @@ class Calls:
             try:
                 result = await asyncio.wait_for(send(), self.request_timeout)
             except (asyncio.TimeoutError, TimeoutError):
-                failure: Transient | None = Transient(f"no answer within {self.request_timeout:g}s")
+                failure: Transient | None = Transient(f"no answer within {self.request_timeout:g}s", maybe_ran=True)
             except Exception as e:  # noqa: BLE001 - classified below: transient ones are retried
                 failure = classify(e)
                 if failure is None:
@@ -98,6 +107,9 @@ class Calls:
             finally:
                 self.stats.in_flight -= 1
             last = str(failure)
+            if failure.maybe_ran and not resend:
+                raise InferenceError(f"{what}: {last}; not sent again (the agent may have run it); if the agent "
+                                     "needs longer, raise inference.request_timeout_seconds")
             if failure.rate_limited:
                 self.stats.rate_limited += 1
                 if self.limiter is not None:
@@ -259,14 +271,16 @@ class A2AInferrer:
         import httpx
         from a2a.client import A2AClientError, A2AClientTimeoutError
 
+        if isinstance(error, A2AClientTimeoutError) and isinstance(error.__cause__, httpx.TimeoutException):
+            error = error.__cause__  # which timeout: connecting (never sent) or waiting for the answer
         if isinstance(error, (A2AClientTimeoutError, httpx.TimeoutException)):
-            return Transient(f"timed out: {error}")
+            return Transient(f"timed out: {error}", maybe_ran=not isinstance(error, httpx.ConnectTimeout))
         if isinstance(error, httpx.TransportError):
             try:
                 where = f" ({error.request.url})"  # the endpoint the agent card named
             except RuntimeError:  # no request attached
                 where = ""
-            return Transient(f"{type(error).__name__}: {error}{where}")
+            return Transient(f"{type(error).__name__}: {error}{where}", maybe_ran=not isinstance(error, httpx.ConnectError))
         if isinstance(error, httpx.HTTPStatusError):
             return _http_transient(error.response.status_code, error.response.reason_phrase, error.response.headers)
         cause = error.__cause__ or error.__context__
@@ -322,7 +336,7 @@ class A2AInferrer:
                 return out
 
             started = time.monotonic()
-            responses = await self._calls.call(f"turn {len(turns) + 1}", send, self.classify)
+            responses = await self._calls.call(f"turn {len(turns) + 1}", send, self.classify, resend=False)
             try:
                 events, context = events_from_a2a(responses, self._name)
             except InferenceError as e:
@@ -375,7 +389,8 @@ class AgentEngineInferrer:
         import requests
 
         if isinstance(error, (requests.ConnectionError, requests.Timeout)):
-            return Transient(f"{type(error).__name__}: {str(error)[:300]}")
+            return Transient(f"{type(error).__name__}: {str(error)[:300]}",
+                             maybe_ran=isinstance(error, requests.ReadTimeout))
         return None
 
     async def _run(self, fn, *args):
@@ -441,7 +456,7 @@ class AgentEngineInferrer:
             try:
                 events = await self._calls.call(f"turn {len(turns) + 1}",
                                                 lambda: self._run(self._stream_query, user_id, session_id, prompt),
-                                                self.classify)
+                                                self.classify, resend=False)
             except InferenceError as e:
                 text = str(e)
                 raise InferenceError(text if text.startswith("turn ") else f"turn {len(turns) + 1}: {text}") from None

@@ -204,3 +204,65 @@ def test_a2a_url_with_credentials_is_refused_before_they_are_recorded():
     shown = format_errors(refused.value)  # what `evalbeam validate/run` print
     assert "a2a: credentials in the URL are not supported" in shown and "s3cr3t-token" not in shown, shown
     assert InferenceConfig(a2a="https://agent.example.com/a@b").a2a  # an @ in the path is no credential
+
+
+# ------------------------------------------------------------------- a turn that may have run
+
+def test_a2a_turn_that_timed_out_is_not_sent_again():
+    """The agent takes longer than request_timeout_seconds on a turn: it may well run it to the end, so
+    sending the turn again would put the user's message twice into the conversation (and run its tools
+    twice). The case fails saying so, after one request; the agent sees the message once."""
+    def slow(text, body):
+        def write(handler):
+            server.release.wait(60)  # answered only when the test ends
+        return write
+
+    with RawA2AServer(slow) as server:
+        calls = Calls(None, 3, 0.3)
+        done = dict(infer_all(lambda: A2AInferrer(server.url, calls), [("c1", {"prompt": "x"})], 1, 60))
+    error = done["c1"]["inference_error"]
+    assert len(server.requests) == 1 and calls.stats.requests == 2  # the card, the one message
+    assert "turn 1: no answer within 0.3s; not sent again (the agent may have run it)" in error, error
+
+
+def test_a2a_turn_refused_before_running_is_sent_again():
+    """A connection refused (nothing sent) and a 503 (refused) are still retried: the agent did not run them."""
+    import evalbeam.metrics.deployed as deployed
+
+    answers = iter(["refuse", "ok"])
+
+    def flaky(text, body):
+        if next(answers) == "refuse":
+            def write(handler):
+                handler.send_response(503)
+                handler.send_header("Content-Length", "0")
+                handler.end_headers()
+            return write
+        return [result(body["id"], agent_message("hi"))]
+
+    base, deployed.BACKOFF_BASE = deployed.BACKOFF_BASE, 0.01
+    try:
+        with RawA2AServer(flaky) as server:
+            calls = Calls(None, 3, 30.0)
+            done = dict(infer_all(lambda: A2AInferrer(server.url, calls), [("c1", {"prompt": "x"})], 1, 60))
+    finally:
+        deployed.BACKOFF_BASE = base
+    assert done["c1"]["failure"] == 0 and len(server.requests) == 2 and calls.stats.retries == 1
+
+
+def test_agent_engine_turn_that_timed_out_is_not_sent_again(engine_env):  # noqa: F811
+    """The same on Agent Engine: a turn held past request_timeout_seconds is the case's error, sent once;
+    create_session (no conversation yet) was answered."""
+    from evalbeam.metrics.deployed import AgentEngineInferrer
+    from tests.transforms.test_deployed import ENGINE
+
+    engine_env.hold_after = 0  # every turn waits for release
+    calls = Calls(None, 3, 0.5)
+    try:
+        done = dict(infer_all(lambda: AgentEngineInferrer(ENGINE, calls, engine_env.url, 2),
+                              [("c1", {"prompt": "hello"})], 1, 60))
+    finally:
+        engine_env.release.set()
+    error = done["c1"]["inference_error"]
+    assert "turn 1: no answer within 0.5s; not sent again (the agent may have run it)" in error, error
+    assert list(engine_env.stats.turn_requests.values()) == [1] and calls.stats.requests == 2
