@@ -365,8 +365,10 @@ class AgentEngineInferrer:
         self._calls = calls
         self._base_url = base_url
         self._client = None
-        # the REST client is synchronous: its calls run in a pool of max_concurrency threads
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_concurrency, thread_name_prefix="evalbeam-engine")
+        # the REST client is synchronous: its calls run in a pool of threads. A call whose case timed out
+        # (timeout_seconds) goes on in its thread until the client's own timeout, so the pool has room for
+        # one such call per case in flight: the next case's requests do not queue behind it (and time out)
+        self._pool = concurrent.futures.ThreadPoolExecutor(2 * max_concurrency, thread_name_prefix="evalbeam-engine")
 
     def client(self):
         if self._client is None:

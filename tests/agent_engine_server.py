@@ -100,6 +100,7 @@ class AgentEngineServer:
         self.latency = latency
         self.fail: dict = {}
         self.hold_after: int | None = None  # turns beyond this many answered wait for `release`
+        self.hold_text: str | None = None  # a turn whose message contains it waits for `release` too
         self.release = threading.Event()
         self._started_turns = 0
         self.stats = Stats()
@@ -167,7 +168,8 @@ class AgentEngineServer:
                 {"Retry-After": str(retry_after)} if retry_after else {})
         with self._lock:
             self._started_turns += 1
-            held = self.hold_after is not None and self._started_turns > self.hold_after
+            held = (self.hold_after is not None and self._started_turns > self.hold_after) or (
+                self.hold_text is not None and self.hold_text in message)
         if held:
             self.release.wait(120)
         if self.latency:

@@ -266,3 +266,21 @@ def test_agent_engine_turn_that_timed_out_is_not_sent_again(engine_env):  # noqa
     error = done["c1"]["inference_error"]
     assert "turn 1: no answer within 0.5s; not sent again (the agent may have run it)" in error, error
     assert list(engine_env.stats.turn_requests.values()) == [1] and calls.stats.requests == 2
+
+
+def test_agent_engine_a_case_past_its_timeout_does_not_starve_the_next(engine_env):  # noqa: F811
+    """Case a's turn hangs past timeout_seconds: a is cancelled, but the REST client's call goes on in its
+    thread until its own timeout. Case b (one case in flight at a time) must not wait behind it in the
+    client's thread pool: it is answered."""
+    from evalbeam.metrics.deployed import AgentEngineInferrer
+    from tests.transforms.test_deployed import ENGINE
+
+    engine_env.hold_text = "#hang"
+    calls = Calls(None, 1, 60.0)
+    try:
+        done = dict(infer_all(lambda: AgentEngineInferrer(ENGINE, calls, engine_env.url, 1),
+                              [("a", {"prompt": "#hang"}), ("b", {"prompt": "hello"})], 1, 2.0))
+    finally:
+        engine_env.release.set()
+    assert done["a"]["inference_error"] == "inference timed out after 2s"
+    assert done["b"]["failure"] == 0, done["b"].get("inference_error")
