@@ -391,8 +391,7 @@ class AgentEngineInferrer:
         import requests
 
         if isinstance(error, (requests.ConnectionError, requests.Timeout)):
-            return Transient(f"{type(error).__name__}: {str(error)[:300]}",
-                             maybe_ran=isinstance(error, requests.ReadTimeout))
+            return Transient(f"{type(error).__name__}: {str(error)[:300]}", maybe_ran=not _never_sent(error))
         return None
 
     async def _run(self, fn, *args):
@@ -472,6 +471,20 @@ class AgentEngineInferrer:
 
     async def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _never_sent(error: BaseException) -> bool:
+    """Whether a requests failure happened before the request reached the endpoint (no connection
+    made), as opposed to after (a read timeout, the connection closed without an answer)."""
+    import requests
+    from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError
+
+    if isinstance(error, requests.ConnectTimeout):
+        return True
+    reason = error.args[0] if error.args else None
+    if isinstance(reason, MaxRetryError):
+        reason = reason.reason
+    return isinstance(reason, (NewConnectionError, ConnectTimeoutError))
 
 
 def _message_dict(message: Any) -> dict[str, Any]:

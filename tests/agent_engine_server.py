@@ -50,6 +50,9 @@ ROUTE = re.compile(r"/v1(?:beta1)?/(?P<name>projects/[^/]+/locations/[^/]+/reaso
 TOOLS = {"get_weather": get_weather, "convert": convert}
 
 
+DROP = object()
+
+
 @dataclasses.dataclass
 class RawBody:
     data: bytes
@@ -101,6 +104,7 @@ class AgentEngineServer:
         self.fail: dict = {}
         self.hold_after: int | None = None  # turns beyond this many answered wait for `release`
         self.hold_text: str | None = None  # a turn whose message contains it waits for `release` too
+        self.drop_text: str | None = None  # a turn whose message contains it runs, then its connection drops
         self.release = threading.Event()
         self._started_turns = 0
         self.stats = Stats()
@@ -191,6 +195,8 @@ class AgentEngineServer:
                   for e in events]
         if self.raw_stream is not None:
             return 200, RawBody(self.raw_stream(turn)), {}
+        if self.drop_text is not None and self.drop_text in message:
+            return 200, DROP, {}
         return 200, chunks, {}
 
     def _handler(self):
@@ -255,7 +261,11 @@ class AgentEngineServer:
                     if body.get("classMethod") != "stream_query":
                         return self._send(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
                                                           "message": f"no stream method {body.get('classMethod')}"}})
-                    return self._send(*server.stream_query(body, bearer))
+                    answer = server.stream_query(body, bearer)
+                    if answer[1] is DROP:  # the turn ran; the connection closes without an answer
+                        self.close_connection = True
+                        return None
+                    return self._send(*answer)
                 finally:
                     with server._lock:
                         server.stats.in_flight -= 1

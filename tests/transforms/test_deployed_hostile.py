@@ -284,3 +284,34 @@ def test_agent_engine_a_case_past_its_timeout_does_not_starve_the_next(engine_en
         engine_env.release.set()
     assert done["a"]["inference_error"] == "inference timed out after 2s"
     assert done["b"]["failure"] == 0, done["b"].get("inference_error")
+
+
+def test_agent_engine_turn_whose_connection_dropped_after_running_is_not_sent_again(engine_env):  # noqa: F811
+    """The agent ran the turn, then the connection closed without an answer (requests' 'Connection
+    aborted', RemoteDisconnected): the turn is not sent again, unlike a connection that was refused."""
+    from evalbeam.metrics.deployed import AgentEngineInferrer
+    from tests.transforms.test_deployed import ENGINE
+
+    engine_env.drop_text = "#drop"
+    calls = Calls(None, 3, 30.0)
+    done = dict(infer_all(lambda: AgentEngineInferrer(ENGINE, calls, engine_env.url, 2),
+                          [("c1", {"prompt": "#drop"})], 1, 60))
+    error = done["c1"]["inference_error"]
+    assert "turn 1: ConnectionError" in error and "not sent again (the agent may have run it)" in error, error
+    assert list(engine_env.stats.turn_requests.values()) == [1]
+
+
+def test_agent_engine_refused_connection_is_retried():
+    """A closed port (nothing sent) is a failure to retry: requests' ConnectionError of a NewConnectionError."""
+    import requests
+
+    from evalbeam.metrics.deployed import AgentEngineInferrer, _never_sent
+    from tests.a2a_agent import free_port
+
+    try:
+        requests.post(f"http://127.0.0.1:{free_port()}/", timeout=5)
+    except requests.ConnectionError as e:
+        refused = e
+    assert _never_sent(refused)
+    failure = AgentEngineInferrer.classify(AgentEngineInferrer.__new__(AgentEngineInferrer), refused)
+    assert failure is not None and not failure.maybe_ran
