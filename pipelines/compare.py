@@ -53,7 +53,6 @@ class RunInfo:
     started_at: dt.datetime
     slice_columns: tuple[str, ...]
     directions: dict[str, str]
-    num_runs: int = 1  # inference.num_runs: > 1, its cases' runs are compared as one (transforms.compare)
 
 
 def run_info(row: dict[str, Any]) -> RunInfo:
@@ -62,17 +61,15 @@ def run_info(row: dict[str, Any]) -> RunInfo:
     registry's directions by metric name)."""
     slices: tuple[str, ...] = ()
     directions: dict[str, str] = {}
-    num_runs = 1
     try:
         config = EvalConfig.model_validate(json.loads(row["config"]))
         slices, directions = tuple(config.input.slice_columns), config.metric_directions()
-        num_runs = config.inference.num_runs if config.inference else 1
     except (ValueError, TypeError):
         pass
     run_date = row["run_date"]
     if isinstance(run_date, str):
         run_date = dt.date.fromisoformat(run_date)
-    return RunInfo(row["run_id"], row["name"], run_date, row["started_at"], slices, directions, num_runs)
+    return RunInfo(row["run_id"], row["name"], run_date, row["started_at"], slices, directions)
 
 
 # ------------------------------------------------------------- where runs are
@@ -157,7 +154,7 @@ def compare_inputs(pipeline, location: Location, base: RunInfo, run: RunInfo, la
 
 def pair_spec(base: RunInfo, run: RunInfo, tolerance: float, alpha: float, compared_at: dt.datetime) -> PairSpec:
     return PairSpec(base.run_id, run.run_id, run.run_date, run.name, {**base.directions, **run.directions},
-                    tolerance, alpha, compared_at, base.num_runs, run.num_runs)
+                    tolerance, alpha, compared_at)
 
 
 # ------------------------------------------------------------- what a comparison may gate on

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import math
 from typing import Any, Iterable
 
 import apache_beam as beam
@@ -49,38 +48,16 @@ class PairSpec:
     tolerance: float
     alpha: float
     compared_at: dt.datetime
-    # inference.num_runs of each run: > 1, a case's runs (<id>:run<k>) are one pair, its mean over valid runs
-    base_num_runs: int = 1
-    run_num_runs: int = 1
 
     def direction(self, metric: str) -> str:
         return self.directions.get(metric, "higher")
 
 
-def _case_scores(entries) -> dict[str, float | None]:
-    """metric -> the instance's score; for a case's several runs, the mean of its valid scores
-    (None, an error, when none is valid: as the summary counts a run that errored)."""
-    scores: dict[str, list[float]] = {}
-    for metric, score, _ in entries:
-        scores.setdefault(metric, [])
-        if score is not None:
-            scores[metric].append(score)
-    return {m: (math.fsum(v) / len(v) if v else None) for m, v in scores.items()}
-
-
-def _by_case(num_runs: int):
-    """(instance_id, x) -> (its case's id, x) when the run repeated its cases, else as it is."""
-    from evalbeam.transforms.infer import case_id
-
-    if num_runs > 1:
-        return lambda kv: (case_id(kv[0]), kv[1])
-    return lambda kv: kv
-
-
 def paired_values(element, spec: PairSpec):
     """(instance_id, {base, run, run_slices, base_slices}) -> ((metric, slice), (kind, base, run, weights))."""
     instance_id, groups = element
-    base, run = _case_scores(groups["base"]), _case_scores(groups["run"])
+    base = {m: s for m, s, _ in groups["base"]}
+    run = {m: s for m, s, _ in groups["run"]}
     slices = next(iter(groups["run_slices"]), None)
     if slices is None:
         slices = next(iter(groups["base_slices"]), [])
@@ -146,10 +123,6 @@ class CompareRuns(beam.PTransform):
 
     def expand(self, inputs: dict):
         spec = self._spec
-        runs = {"base": spec.base_num_runs, "base_slices": spec.base_num_runs,
-                "run": spec.run_num_runs, "run_slices": spec.run_num_runs}
-        if any(n > 1 for n in runs.values()):
-            inputs = {k: v | f"ByCase_{k}" >> beam.Map(_by_case(runs.get(k, 1))) for k, v in inputs.items()}
         return (
             inputs
             | "ByInstance" >> beam.CoGroupByKey()
