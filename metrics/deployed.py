@@ -567,6 +567,8 @@ def reachable(kind: str, target: str, base_url: str | None = None, timeout: floa
         if endpoint is not None:
             try:
                 httpx.get(endpoint, timeout=timeout)  # any HTTP answer: it is there
+            except httpx.ReadTimeout:
+                pass  # connected: an endpoint may leave a GET unanswered (its messages are POSTs)
             except httpx.HTTPError as e:
                 return (f"inference.a2a: the agent card at {url} names {endpoint} as the agent's endpoint, which is "
                         f"unreachable ({type(e).__name__}: {str(e)[:200]}); serve the agent with the URL it is "

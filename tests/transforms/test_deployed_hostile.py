@@ -315,3 +315,21 @@ def test_agent_engine_refused_connection_is_retried():
     assert _never_sent(refused)
     failure = AgentEngineInferrer.classify(AgentEngineInferrer.__new__(AgentEngineInferrer), refused)
     assert failure is not None and not failure.maybe_ran
+
+
+def test_preflight_accepts_an_endpoint_that_leaves_a_get_unanswered():
+    """The card's endpoint connects but never answers the preflight's GET (it serves POSTs): reachable."""
+    import socket
+
+    from evalbeam.metrics.deployed import reachable
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(4)  # accepts connections (the kernel's backlog), never answers
+    ok = lambda text, body: [result(body["id"], agent_message("hi"))]  # noqa: E731
+    try:
+        with RawA2AServer(ok) as server:
+            server.card_url = f"http://127.0.0.1:{silent.getsockname()[1]}/"
+            assert reachable("a2a", server.url, timeout=0.5) is None
+    finally:
+        silent.close()
