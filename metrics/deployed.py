@@ -397,6 +397,18 @@ class AgentEngineInferrer:
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
+    async def _turn(self, user_id: str, session_id: str, message: str) -> list[dict[str, Any]]:
+        """One stream_query in the pool. Given up (request_timeout_seconds, timeout_seconds), its stream
+        is closed: the client's own timeout is per read, so a stream that sends a byte now and then
+        would keep its thread reading for ever (and the process from exiting)."""
+        opened: list = []
+        try:
+            return await self._run(self._stream_query, user_id, session_id, message, opened)
+        except asyncio.CancelledError:
+            for stream in opened:
+                stream.cancel()  # google.api_core's ResponseIterator: closes the HTTP response
+            raise
+
     def _create_session(self, user_id: str, state: dict) -> str:
         from google.cloud.aiplatform_v1 import types
 
@@ -409,7 +421,7 @@ class AgentEngineInferrer:
             raise InferenceError(f"Agent Engine's create_session answered without a session id: {str(session)[:200]}")
         return session["id"]
 
-    def _stream_query(self, user_id: str, session_id: str, message: str) -> list[dict[str, Any]]:
+    def _stream_query(self, user_id: str, session_id: str, message: str, opened: list | None = None) -> list[dict[str, Any]]:
         from google.cloud.aiplatform_v1 import types
         from google.protobuf import json_format
 
@@ -417,6 +429,8 @@ class AgentEngineInferrer:
             name=self._resource, class_method="stream_query",
             input={"message": message, "user_id": user_id, "session_id": session_id},
         ), timeout=self._calls.request_timeout)
+        if opened is not None:
+            opened.append(stream)  # for _turn to close, should the turn be given up
         events = []
         try:
             for chunk in stream:  # HttpBody chunks, each one or more JSON lines (the SDK's yield_parsed_json)
@@ -456,7 +470,7 @@ class AgentEngineInferrer:
             started = time.monotonic()
             try:
                 events = await self._calls.call(f"turn {len(turns) + 1}",
-                                                lambda: self._run(self._stream_query, user_id, session_id, prompt),
+                                                lambda: self._turn(user_id, session_id, prompt),
                                                 self.classify, resend=False)
             except InferenceError as e:
                 text = str(e)

@@ -50,7 +50,7 @@ ROUTE = re.compile(r"/v1(?:beta1)?/(?P<name>projects/[^/]+/locations/[^/]+/reaso
 TOOLS = {"get_weather": get_weather, "convert": convert}
 
 
-DROP = object()
+DROP, TRICKLE = object(), object()
 
 
 @dataclasses.dataclass
@@ -105,6 +105,10 @@ class AgentEngineServer:
         self.hold_after: int | None = None  # turns beyond this many answered wait for `release`
         self.hold_text: str | None = None  # a turn whose message contains it waits for `release` too
         self.drop_text: str | None = None  # a turn whose message contains it runs, then its connection drops
+        # a turn whose message contains it is answered "[" then a space every 50 ms, never ending, until the
+        # client closes the connection (then `client_gone` is set) or `release`
+        self.trickle_text: str | None = None
+        self.client_gone = threading.Event()
         self.release = threading.Event()
         self._started_turns = 0
         self.stats = Stats()
@@ -197,6 +201,8 @@ class AgentEngineServer:
             return 200, RawBody(self.raw_stream(turn)), {}
         if self.drop_text is not None and self.drop_text in message:
             return 200, DROP, {}
+        if self.trickle_text is not None and self.trickle_text in message:
+            return 200, TRICKLE, {}
         return 200, chunks, {}
 
     def _handler(self):
@@ -220,6 +226,19 @@ class AgentEngineServer:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass
+
+            def _trickle(self):
+                self.close_connection = True
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()  # no length: the body ends when the connection does
+                try:
+                    self.wfile.write(b"[")
+                    while not server.release.wait(0.05):
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                except OSError:
+                    server.client_gone.set()
 
             def do_GET(self):
                 self._send(404, {"error": {"code": 404, "message": "no route", "status": "NOT_FOUND"}})
@@ -265,6 +284,8 @@ class AgentEngineServer:
                     if answer[1] is DROP:  # the turn ran; the connection closes without an answer
                         self.close_connection = True
                         return None
+                    if answer[1] is TRICKLE:
+                        return self._trickle()
                     return self._send(*answer)
                 finally:
                     with server._lock:

@@ -333,3 +333,22 @@ def test_preflight_accepts_an_endpoint_that_leaves_a_get_unanswered():
             assert reachable("a2a", server.url, timeout=0.5) is None
     finally:
         silent.close()
+
+
+def test_agent_engine_turn_past_its_timeout_closes_its_stream(engine_env):  # noqa: F811
+    """A turn whose stream never ends (a byte now and then, so the client's read timeout never fires):
+    at request_timeout_seconds the case fails and the stream is closed, so the REST client's thread does
+    not read on for ever (and keep the process from exiting)."""
+    from evalbeam.metrics.deployed import AgentEngineInferrer
+    from tests.transforms.test_deployed import ENGINE
+
+    engine_env.trickle_text = "#trickle"
+    calls = Calls(None, 2, 1.0)
+    try:
+        done = dict(infer_all(lambda: AgentEngineInferrer(ENGINE, calls, engine_env.url, 2),
+                              [("c1", {"prompt": "#trickle"})], 1, 60))
+        closed = engine_env.client_gone.wait(60)
+    finally:
+        engine_env.release.set()
+    assert "turn 1: no answer within 1s; not sent again" in done["c1"]["inference_error"]
+    assert closed  # the stand-in saw the client close the connection
