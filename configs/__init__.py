@@ -542,9 +542,20 @@ class InferenceConfig(_Model):
         description="a2a/agent_engine: cases are split into this many shards, each on one worker with 1/shards of "
                     "requests_per_minute")
     max_attempts: int = pydantic.Field(
-        6, ge=1, le=20, description="a2a/agent_engine: attempts per request (retries on 429, 5xx, timeouts)")
+        6, ge=1, le=20, description="a2a/agent_engine: attempts per request (retries on 429, 5xx, and timeouts but not of a turn)")
     request_timeout_seconds: float = pydantic.Field(
-        120, gt=0, description="a2a/agent_engine: the longest one request (one turn) may take before it is retried")
+        120, gt=0, description="a2a/agent_engine: the longest one request (one turn) may take; a turn past it fails the "
+                         "case (not sent again: the agent may have run it)")
+
+    @pydantic.field_validator("a2a")
+    @classmethod
+    def _no_credentials_in_url(cls, url: str | None) -> str | None:
+        # user:password@ would reach only the agent card (messages go to the endpoint the card names) and
+        # would be written with the config to the runs table
+        if url and "@" in url.split("://", 1)[-1].split("/", 1)[0]:
+            raise ValueError("credentials in the URL are not supported (they would be recorded with the config "
+                             "in the runs table, and A2A messages are sent without them)")
+        return url
 
     @pydantic.model_validator(mode="after")
     def _one_kind(self) -> "InferenceConfig":

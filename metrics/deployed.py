@@ -16,7 +16,8 @@ rate limiter, metrics.judge.ratelimit.AdaptiveRateLimiter, with this worker's sh
 a per-request timeout, and retries with exponential backoff on 429 (after the server's
 Retry-After), 5xx and timeouts. A retry re-sends only the request that failed: turns
 already answered are kept, never sent again, and the conversation carries on in the same
-context/session. Both turn the agent's ADK events into the case's turns as
+context/session. A turn that timed out or whose stream broke off is not sent again (the agent
+may have run it: its message would be in the conversation twice); it fails the case. Both turn the agent's ADK events into the case's turns as
 `inference.agent` does (metrics.trace.turns_from_agent_data), so the same agent run
 in-process, over A2A or on Agent Engine gives the same trace.
 """
@@ -46,10 +47,14 @@ BACKOFF_MAX = 60.0
 class Transient(Exception):
     """A request that may succeed when sent again (429, 5xx, a timeout)."""
 
-    def __init__(self, message: str, retry_after: float | None = None, rate_limited: bool = False):
+    def __init__(self, message: str, retry_after: float | None = None, rate_limited: bool = False,
+                 maybe_ran: bool = False):
         super().__init__(message)
         self.retry_after = retry_after
         self.rate_limited = rate_limited
+        # the request reached the agent and may have run to the end (a timeout, a stream broken off),
+        # as opposed to refused (429, 5xx) or never sent (connection refused)
+        self.maybe_ran = maybe_ran
 
 
 @dataclasses.dataclass
@@ -73,8 +78,12 @@ class Calls:
         self.stats = CallStats()
         self._sleep = sleep
 
-    async def call(self, what: str, send: Callable[[], Awaitable[Any]], classify: Callable[[BaseException], Transient | None]) -> Any:
-        """send() until it succeeds; `classify` says which failures are transient."""
+    async def call(self, what: str, send: Callable[[], Awaitable[Any]], classify: Callable[[BaseException], Transient | None],
+                   resend: bool = True) -> Any:
+        """send() until it succeeds; `classify` says which failures are transient. resend=False (a
+        conversation's turn): a failure after which the agent may have run the request (a timeout, a
+        stream broken off) is final, as sending it again would put the message twice into the
+        conversation and run its tools twice; only refusals and requests never sent are retried."""
         last = ""
         for attempt in range(1, self.max_attempts + 1):
             if self.limiter is not None:
@@ -86,7 +95,7 @@ class Calls:
             try:
                 result = await asyncio.wait_for(send(), self.request_timeout)
             except (asyncio.TimeoutError, TimeoutError):
-                failure: Transient | None = Transient(f"no answer within {self.request_timeout:g}s")
+                failure: Transient | None = Transient(f"no answer within {self.request_timeout:g}s", maybe_ran=True)
             except Exception as e:  # noqa: BLE001 - classified below: transient ones are retried
                 failure = classify(e)
                 if failure is None:
@@ -98,6 +107,9 @@ class Calls:
             finally:
                 self.stats.in_flight -= 1
             last = str(failure)
+            if failure.maybe_ran and not resend:
+                raise InferenceError(f"{what}: {last}; not sent again (the agent may have run it); if the agent "
+                                     "needs longer, raise inference.request_timeout_seconds")
             if failure.rate_limited:
                 self.stats.rate_limited += 1
                 if self.limiter is not None:
@@ -136,6 +148,9 @@ def _turn_from_events(prompt: str, events: list[dict[str, Any]], seconds: float)
 # ------------------------------------------------------------------------------------------- A2A
 
 ADK_TYPE = "adk_type"  # ADK's A2A converters mark function calls and responses in a part's metadata
+TASK_ERROR_STATES = ("TASK_STATE_FAILED", "TASK_STATE_REJECTED", "TASK_STATE_CANCELED")
+# neither final nor a deliberate pause (input or auth required): a stream that ends there was cut short
+TASK_UNFINISHED_STATES = ("TASK_STATE_UNSPECIFIED", "TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
 
 
 def _a2a_part(part: dict[str, Any]) -> dict[str, Any] | None:
@@ -169,12 +184,17 @@ def events_from_a2a(responses: list[dict[str, Any]], agent_name: str) -> tuple[l
     carries, its context id). The agent's status messages are its events (ADK's A2A
     executor sends one per ADK event, function calls and responses as data parts); an
     agent that sends none (a plain A2A agent) answers with a message, or with its
-    task's agent history and artifacts. A failed or rejected task is an error."""
+    task's agent history and artifacts. A failed, rejected or canceled task is an error;
+    so is a stream that ends while its task is unfinished (cut short: ADK's RemoteA2aAgent
+    reads it so, _UNFINISHED_TASK_STATES) or that carries nothing at all."""
     events: list[dict[str, Any]] = []
     fallback: list[dict[str, Any]] = []
     context = None
+    answered = False  # a message: a whole answer by itself
+    state = None  # the task's last state, when the answer is a task
     for response in responses:
         if "message" in response:
+            answered = True
             message = response["message"]
             context = message.get("contextId") or context
             event = _a2a_event(message, message.get("metadata") or {}, agent_name)
@@ -185,11 +205,12 @@ def events_from_a2a(responses: list[dict[str, Any]], agent_name: str) -> tuple[l
             update = response[key]
             context = update.get("contextId") or context
             status = update.get("status") or {}
+            state = status.get("state") or "TASK_STATE_UNSPECIFIED"
             metadata = {**(update.get("metadata") or {}), **((status.get("message") or {}).get("metadata") or {})}
             if status.get("message") and status["message"].get("role") == "ROLE_AGENT":
                 event = _a2a_event(status["message"], metadata, agent_name)
                 events += [event] if event else []
-            if status.get("state") in ("TASK_STATE_FAILED", "TASK_STATE_REJECTED"):
+            if state in TASK_ERROR_STATES:
                 text = " ".join(p.get("text", "") for p in (status.get("message") or {}).get("parts", []))
                 raise InferenceError(f"the A2A agent's task ended {status['state']}" + (f": {text.strip()}" if text.strip() else ""))
             if key == "task":
@@ -205,32 +226,61 @@ def events_from_a2a(responses: list[dict[str, Any]], agent_name: str) -> tuple[l
             context = update.get("contextId") or context
             event = _a2a_event(update.get("artifact") or {}, update.get("metadata") or {}, agent_name)
             fallback += [event] if event else []
+    if not answered and state is None:
+        raise InferenceError("the A2A agent's stream ended without an answer (no message, no task)")
+    if not answered and state in TASK_UNFINISHED_STATES:
+        raise InferenceError(f"the A2A agent's stream ended before its task reached a final state ({state})")
     if not events:
         events = fallback
     return events, context
+
+
+CARD_PATH = ".well-known/agent-card.json"  # a2a-sdk's AGENT_CARD_WELL_KNOWN_PATH
+
+
+def a2a_card(url: str) -> tuple[str, str]:
+    """inference.a2a -> (the agent's base URL, its card's path under it). The agent's URL (with or
+    without a trailing slash, under a path or not): its card at <url>/.well-known/agent-card.json.
+    A URL ending in .json is the card's own (pasted from a browser, or an A2A 0.2 server's
+    /.well-known/agent.json)."""
+    url = url.rstrip("/")
+    if not url.endswith(".json"):
+        return url, CARD_PATH
+    if "/.well-known/" in url:
+        base, _, rest = url.rpartition("/.well-known/")
+        return base, ".well-known/" + rest
+    base, _, name = url.rpartition("/")
+    return base, name
 
 
 class A2AInferrer:
     """inference.a2a: each case one A2A conversation with the agent at `url`."""
 
     def __init__(self, url: str, calls: Calls, max_concurrency: int = 8):
-        self._url = url.rstrip("/")
+        self._url, self._card_path = a2a_card(url)
         self._connections = max(100, max_concurrency)  # httpx's default pool (100) must not cap the cases in flight
         self._calls = calls
         self._client = None
         self._http = None
         self._name = "agent"
         self._opening: asyncio.Lock | None = None
+        self._unreadable: InferenceError | None = None  # the card could not be read: every case's error
 
     @staticmethod
     def classify(error: BaseException) -> Transient | None:
         import httpx
         from a2a.client import A2AClientError, A2AClientTimeoutError
 
+        if isinstance(error, A2AClientTimeoutError) and isinstance(error.__cause__, httpx.TimeoutException):
+            error = error.__cause__  # which timeout: connecting (never sent) or waiting for the answer
         if isinstance(error, (A2AClientTimeoutError, httpx.TimeoutException)):
-            return Transient(f"timed out: {error}")
+            return Transient(f"timed out: {error}", maybe_ran=not isinstance(error, httpx.ConnectTimeout))
         if isinstance(error, httpx.TransportError):
-            return Transient(f"{type(error).__name__}: {error}")
+            try:
+                where = f" ({error.request.url})"  # the endpoint the agent card named
+            except RuntimeError:  # no request attached
+                where = ""
+            return Transient(f"{type(error).__name__}: {error}{where}", maybe_ran=not isinstance(error, httpx.ConnectError))
         if isinstance(error, httpx.HTTPStatusError):
             return _http_transient(error.response.status_code, error.response.reason_phrase, error.response.headers)
         cause = error.__cause__ or error.__context__
@@ -245,15 +295,23 @@ class A2AInferrer:
         if self._opening is None:
             self._opening = asyncio.Lock()
         async with self._opening:
+            if self._unreadable is not None:  # already retried max_attempts times: not again per case
+                raise self._unreadable
             if self._client is None:
                 import httpx
                 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 
                 self._http = httpx.AsyncClient(timeout=self._calls.request_timeout,
                                                limits=httpx.Limits(max_connections=self._connections))
-                resolver = A2ACardResolver(self._http, self._url)
-                card = await self._calls.call(f"reading the A2A agent card at {self._url}", resolver.get_agent_card,
-                                              self.classify)
+                resolver = A2ACardResolver(self._http, self._url, self._card_path)
+                try:
+                    card = await self._calls.call(f"reading the A2A agent card at {self._url}/{self._card_path}",
+                                                  resolver.get_agent_card, self.classify)
+                except Exception as e:  # noqa: BLE001 - kept, so the shard's other cases fail at once with it
+                    self._unreadable = InferenceError(
+                        str(e) if isinstance(e, InferenceError) else f"reading the A2A agent card at {self._url}/{self._card_path}: "
+                        f"{type(e).__name__}: {str(e)[:300]}")
+                    raise self._unreadable from None
                 self._name = card.name or "agent"
                 self._client = ClientFactory(ClientConfig(streaming=True, httpx_client=self._http)).create(card)
         return self._client
@@ -278,8 +336,11 @@ class A2AInferrer:
                 return out
 
             started = time.monotonic()
-            responses = await self._calls.call(f"turn {len(turns) + 1}", send, self.classify)
-            events, context = events_from_a2a(responses, self._name)
+            responses = await self._calls.call(f"turn {len(turns) + 1}", send, self.classify, resend=False)
+            try:
+                events, context = events_from_a2a(responses, self._name)
+            except InferenceError as e:
+                raise InferenceError(f"turn {len(turns) + 1}: {e}") from None
             turns.append(_turn_from_events(prompt, events, time.monotonic() - started))
         return turns
 
@@ -304,8 +365,10 @@ class AgentEngineInferrer:
         self._calls = calls
         self._base_url = base_url
         self._client = None
-        # the REST client is synchronous: its calls run in a pool of max_concurrency threads
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_concurrency, thread_name_prefix="evalbeam-engine")
+        # the REST client is synchronous: its calls run in a pool of threads. A call whose case timed out
+        # (timeout_seconds) goes on in its thread until the client's own timeout, so the pool has room for
+        # one such call per case in flight: the next case's requests do not queue behind it (and time out)
+        self._pool = concurrent.futures.ThreadPoolExecutor(2 * max_concurrency, thread_name_prefix="evalbeam-engine")
 
     def client(self):
         if self._client is None:
@@ -328,11 +391,23 @@ class AgentEngineInferrer:
         import requests
 
         if isinstance(error, (requests.ConnectionError, requests.Timeout)):
-            return Transient(f"{type(error).__name__}: {str(error)[:300]}")
+            return Transient(f"{type(error).__name__}: {str(error)[:300]}", maybe_ran=not _never_sent(error))
         return None
 
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def _turn(self, user_id: str, session_id: str, message: str) -> list[dict[str, Any]]:
+        """One stream_query in the pool. Given up (request_timeout_seconds, timeout_seconds), its stream
+        is closed: the client's own timeout is per read, so a stream that sends a byte now and then
+        would keep its thread reading for ever (and the process from exiting)."""
+        opened: list = []
+        try:
+            return await self._run(self._stream_query, user_id, session_id, message, opened)
+        except asyncio.CancelledError:
+            for stream in opened:
+                stream.cancel()  # google.api_core's ResponseIterator: closes the HTTP response
+            raise
 
     def _create_session(self, user_id: str, state: dict) -> str:
         from google.cloud.aiplatform_v1 import types
@@ -346,20 +421,32 @@ class AgentEngineInferrer:
             raise InferenceError(f"Agent Engine's create_session answered without a session id: {str(session)[:200]}")
         return session["id"]
 
-    def _stream_query(self, user_id: str, session_id: str, message: str) -> list[dict[str, Any]]:
+    def _stream_query(self, user_id: str, session_id: str, message: str, opened: list | None = None) -> list[dict[str, Any]]:
         from google.cloud.aiplatform_v1 import types
+        from google.protobuf import json_format
 
         stream = self.client().stream_query_reasoning_engine(request=types.StreamQueryReasoningEngineRequest(
             name=self._resource, class_method="stream_query",
             input={"message": message, "user_id": user_id, "session_id": session_id},
         ), timeout=self._calls.request_timeout)
+        if opened is not None:
+            opened.append(stream)  # for _turn to close, should the turn be given up
         events = []
-        for chunk in stream:  # HttpBody chunks, each one or more JSON lines (the SDK's yield_parsed_json)
-            if "application/json" not in (chunk.content_type or ""):
-                continue
-            for line in chunk.data.decode("utf-8").split("\n"):
-                if line.strip():
-                    events.append(json.loads(line))
+        try:
+            for chunk in stream:  # HttpBody chunks, each one or more JSON lines (the SDK's yield_parsed_json)
+                if "application/json" not in (chunk.content_type or ""):
+                    continue
+                for line in chunk.data.decode("utf-8").split("\n"):
+                    if line.strip():
+                        events.append(json.loads(line))
+        except (ValueError, UnicodeDecodeError, json_format.ParseError) as e:
+            # a malformed line, bytes that are not UTF-8, an element that is no HttpBody (an error object),
+            # a stream cut short (the client's "Unfinished stream: <the rest>"): the case's error, in short,
+            # not sent again (the turn may have run); the client's message can quote the stream, cut here
+            text = str(e).splitlines()[0] if str(e) else ""
+            text = text.split(":", 1)[0] if text.startswith("Unfinished stream") else text[:200]
+            raise InferenceError(f"Agent Engine's stream could not be read ({type(e).__name__}: {text}) "
+                                 f"after {len(events)} event(s)") from None
         return events
 
     async def infer(self, fields: dict[str, Any]) -> Any:
@@ -381,8 +468,13 @@ class AgentEngineInferrer:
         turns = []
         for prompt in user_turns(fields):
             started = time.monotonic()
-            events = await self._calls.call(
-                f"turn {len(turns) + 1}", lambda: self._run(self._stream_query, user_id, session_id, prompt), self.classify)
+            try:
+                events = await self._calls.call(f"turn {len(turns) + 1}",
+                                                lambda: self._turn(user_id, session_id, prompt),
+                                                self.classify, resend=False)
+            except InferenceError as e:
+                text = str(e)
+                raise InferenceError(text if text.startswith("turn ") else f"turn {len(turns) + 1}: {text}") from None
             errors = [e for e in events if isinstance(e, dict) and e.get("error_code") and not e.get("content")]
             if errors:
                 raise InferenceError(f"the agent's turn {len(turns) + 1} ended with {errors[-1]['error_code']}: "
@@ -393,6 +485,20 @@ class AgentEngineInferrer:
 
     async def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _never_sent(error: BaseException) -> bool:
+    """Whether a requests failure happened before the request reached the endpoint (no connection
+    made), as opposed to after (a read timeout, the connection closed without an answer)."""
+    import requests
+    from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError
+
+    if isinstance(error, requests.ConnectTimeout):
+        return True
+    reason = error.args[0] if error.args else None
+    if isinstance(reason, MaxRetryError):
+        reason = reason.reason
+    return isinstance(reason, (NewConnectionError, ConnectTimeoutError))
 
 
 def _message_dict(message: Any) -> dict[str, Any]:
@@ -457,13 +563,30 @@ def reachable(kind: str, target: str, base_url: str | None = None, timeout: floa
     import httpx
 
     if kind == "a2a":
-        url = target.rstrip("/") + "/.well-known/agent-card.json"
+        url = "/".join(a2a_card(target))
         try:
             response = httpx.get(url, timeout=timeout)
         except httpx.HTTPError as e:
             return f"inference.a2a: the agent card at {url} is unreachable ({type(e).__name__}: {str(e)[:200]})"
         if response.status_code != 200:
             return f"inference.a2a: the agent card at {url} answered HTTP {response.status_code}"
+        # the card names the agent's endpoint, which the client then calls: often the address the agent
+        # was started with (0.0.0.0, localhost in a container), not the one it is reached at
+        try:
+            card = response.json()
+            named = [i.get("url") for i in card.get("supportedInterfaces") or [] if isinstance(i, dict)] or [card.get("url")]
+        except (ValueError, AttributeError):
+            return f"inference.a2a: the agent card at {url} is not a JSON agent card"
+        endpoint = next((u for u in named if isinstance(u, str) and u.startswith(("http://", "https://"))), None)
+        if endpoint is not None:
+            try:
+                httpx.get(endpoint, timeout=timeout)  # any HTTP answer: it is there
+            except httpx.ReadTimeout:
+                pass  # connected: an endpoint may leave a GET unanswered (its messages are POSTs)
+            except httpx.HTTPError as e:
+                return (f"inference.a2a: the agent card at {url} names {endpoint} as the agent's endpoint, which is "
+                        f"unreachable ({type(e).__name__}: {str(e)[:200]}); serve the agent with the URL it is "
+                        "reached at in its card")
         return None
     import google.auth
     from google.auth.exceptions import DefaultCredentialsError

@@ -365,7 +365,13 @@ def _repeats(data) -> str:
     rows = [s for s in data["summary"] if s.get("pass_at_k")]
     if not rows:
         return ""
-    ks = [p["k"] for p in rows[0]["pass_at_k"]]
+    from evalbeam.pipelines.text_tables import shown_ks
+
+    ks = shown_ks(max(len(s["pass_at_k"]) for s in rows))  # the chart has every k; the table a few, as `show`
+
+    def at(curve) -> str:
+        by_k = {p["k"]: p["value"] for p in curve or []}
+        return "".join(f'<td class=num>{num(by_k.get(k), 3)}</td>' for k in ks)
     out = ['<section id="repeated-runs"><h2>Repeated runs</h2>',
            "<p class=sub>Each case ran several times (inference.num_runs). pass@k: the chance that at least one "
            "of k runs of a case passes; pass^k: that all k pass (unbiased estimators from a case's c passes in n "
@@ -379,8 +385,7 @@ def _repeats(data) -> str:
                + "".join(f"<th class=num>pass^{k}</th>" for k in ks) + "<th class=num>between-run std</th></tr>")
     for s in rows:
         out.append(f'<tr><td>{e(s["metric"])}</td><td>{e(s["slice"])}</td><td class=num>{num(s.get("case_count"))}</td>'
-                   + "".join(f'<td class=num>{num(p["value"], 3)}</td>' for p in s["pass_at_k"])
-                   + "".join(f'<td class=num>{num(p["value"], 3)}</td>' for p in s["pass_all_k"])
+                   + at(s["pass_at_k"]) + at(s["pass_all_k"])
                    + f'<td class=num>{num(s.get("between_run_std"))}</td></tr>')
     out.append("</table></section>")
     return "\n".join(out)

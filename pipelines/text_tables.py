@@ -61,21 +61,35 @@ def format_summary(rows: list[dict[str, Any]], where: str | None = None) -> str:
     return table + format_repeats(shown) + format_position_consistency(shown)
 
 
+def shown_ks(n: int) -> list[int]:
+    """The k a terminal line shows of a pass curve over n runs: every k up to 8 runs, else
+    1, 2, 3, 5, 10, 20, 50, ... and n (the whole curve is in show --json and the report)."""
+    if n <= 8:
+        return list(range(1, n + 1))
+    return [k for k in (1, 2, 3, 5, 10, 20, 50) if k < n] + [n]  # inference.num_runs is at most 100
+
+
 def format_repeats(rows: list[dict[str, Any]]) -> str:
     """The repeated runs' lines (inference.num_runs > 1): per metric with a threshold and
-    slice, pass@k and pass^k for k = 1..n and the between-run std; '' when there are none."""
+    slice, pass@k and pass^k (at shown_ks) and the between-run std; '' when there are none."""
     lines = []
-    for r in rows:
-        at, every = summary_curve(r.get("pass_at_k")), summary_curve(r.get("pass_all_k"))
+    curves = [(r, summary_curve(r.get("pass_at_k")), summary_curve(r.get("pass_all_k"))) for r in rows]
+    ks = shown_ks(max((len(at) for _, at, _ in curves if at), default=0))
+
+    def values(curve):
+        by_k = {p["k"]: p["value"] for p in curve}
+        return " ".join(fmt(by_k.get(k), 3) for k in ks)
+
+    for r, at, every in curves:
         if at is None and r.get("between_run_std") is None:
             continue
         lines.append((r["metric"], r["slice"], str(r.get("case_count") or 0),
-                      " ".join(fmt(p["value"], 3) for p in at) if at else "-",
-                      " ".join(fmt(p["value"], 3) for p in every) if every else "-",
+                      values(at) if at else "-", values(every) if every else "-",
                       fmt(r.get("between_run_std"))))
     if not lines:
         return ""
-    return ("\n\nrepeated runs (pass@k and pass^k for k = 1, 2, ...; se and the CI above resample cases, not runs):\n"
+    return (f"\n\nrepeated runs (pass@k and pass^k for k = {', '.join(map(str, ks))}; "
+            "se and the CI above resample cases, not runs):\n"
             + format_table(("metric", "slice", "cases", "pass@k", "pass^k", "between-run std"), lines))
 
 

@@ -26,7 +26,9 @@ text "Done: " + the responses' JSON; without a marker "No tool needed: <text>".
 Failures, to test retries: `fail[(turn_number, attempt)] = (status, retry_after[, "echo"])` answers the
 attempt-th request of the turn_number-th turn (1-based, per session) with that status (503, 429
 with Retry-After, ...) instead of running it; "echo" repeats the request's bearer token in the error. `latency` delays every stream_query; with `hold_after` N, the turns started after the first N
-wait for `release` (a run that cannot finish, to be killed). Counts:
+wait for `release` (a run that cannot finish, to be killed). `raw_stream(turn)` replaces a turn's
+streamQuery body with the bytes it returns (a malformed stream); `session_fail = (status[, "echo"])`
+refuses create_session. Counts:
 `stats.turn_requests[(session_id, turn)]`, `stats.sessions`, `stats.messages` (per message text).
 """
 from __future__ import annotations
@@ -46,6 +48,14 @@ from tests.inference_app import convert, get_weather
 
 ROUTE = re.compile(r"/v1(?:beta1)?/(?P<name>projects/[^/]+/locations/[^/]+/reasoningEngines/[^/:]+):(?P<method>query|streamQuery)")
 TOOLS = {"get_weather": get_weather, "convert": convert}
+
+
+DROP, TRICKLE = object(), object()
+
+
+@dataclasses.dataclass
+class RawBody:
+    data: bytes
 
 
 @dataclasses.dataclass
@@ -93,9 +103,19 @@ class AgentEngineServer:
         self.latency = latency
         self.fail: dict = {}
         self.hold_after: int | None = None  # turns beyond this many answered wait for `release`
+        self.hold_text: str | None = None  # a turn whose message contains it waits for `release` too
+        self.drop_text: str | None = None  # a turn whose message contains it runs, then its connection drops
+        # a turn whose message contains it is answered "[" then a space every 50 ms, never ending, until the
+        # client closes the connection (then `client_gone` is set) or `release`
+        self.trickle_text: str | None = None
+        self.client_gone = threading.Event()
         self.release = threading.Event()
         self._started_turns = 0
         self.stats = Stats()
+        # raw_stream(turn) -> bytes: the streamQuery response body sent as is (a malformed stream)
+        self.raw_stream = None
+        # session_fail = (status, "echo"?): create_session answers that status (echo: with the request's bearer)
+        self.session_fail: tuple | None = None
         self._sessions: dict = {}  # id -> {"user_id", "state", "turns"}
         self._attempts: collections.Counter = collections.Counter()  # (session, turn) -> requests
         self._lock = threading.Lock()
@@ -156,7 +176,8 @@ class AgentEngineServer:
                 {"Retry-After": str(retry_after)} if retry_after else {})
         with self._lock:
             self._started_turns += 1
-            held = self.hold_after is not None and self._started_turns > self.hold_after
+            held = (self.hold_after is not None and self._started_turns > self.hold_after) or (
+                self.hold_text is not None and self.hold_text in message)
         if held:
             self.release.wait(120)
         if self.latency:
@@ -176,6 +197,12 @@ class AgentEngineServer:
             self.stats.messages[message] += 1
         chunks = [{"contentType": "application/json", "data": base64.b64encode(json.dumps(e).encode()).decode()}
                   for e in events]
+        if self.raw_stream is not None:
+            return 200, RawBody(self.raw_stream(turn)), {}
+        if self.drop_text is not None and self.drop_text in message:
+            return 200, DROP, {}
+        if self.trickle_text is not None and self.trickle_text in message:
+            return 200, TRICKLE, {}
         return 200, chunks, {}
 
     def _handler(self):
@@ -188,7 +215,7 @@ class AgentEngineServer:
                 pass
 
             def _send(self, status: int, body, headers: dict | None = None):
-                data = json.dumps(body).encode()
+                data = body.data if isinstance(body, RawBody) else json.dumps(body).encode()
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
@@ -199,6 +226,19 @@ class AgentEngineServer:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
                     pass
+
+            def _trickle(self):
+                self.close_connection = True
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()  # no length: the body ends when the connection does
+                try:
+                    self.wfile.write(b"[")
+                    while not server.release.wait(0.05):
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                except OSError:
+                    server.client_gone.set()
 
             def do_GET(self):
                 self._send(404, {"error": {"code": 404, "message": "no route", "status": "NOT_FOUND"}})
@@ -231,11 +271,22 @@ class AgentEngineServer:
                             return self._send(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
                                                               "message": f"no class method {body.get('classMethod')}"}})
                         given = body.get("input") or {}
+                        if server.session_fail:
+                            status, *echo = server.session_fail
+                            message = f"session refused; you sent {bearer}" if echo else "session refused"
+                            return self._send(status, {"error": {"code": status, "message": message,
+                                                                 "status": "PERMISSION_DENIED"}})
                         return self._send(200, {"output": server.create_session(given.get("user_id"), given.get("state"))})
                     if body.get("classMethod") != "stream_query":
                         return self._send(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
                                                           "message": f"no stream method {body.get('classMethod')}"}})
-                    return self._send(*server.stream_query(body, bearer))
+                    answer = server.stream_query(body, bearer)
+                    if answer[1] is DROP:  # the turn ran; the connection closes without an answer
+                        self.close_connection = True
+                        return None
+                    if answer[1] is TRICKLE:
+                        return self._trickle()
+                    return self._send(*answer)
                 finally:
                     with server._lock:
                         server.stats.in_flight -= 1

@@ -96,7 +96,8 @@ def inference_error_rows(instance: Instance, run: RunKey, metrics: list[str], mo
 class InferFn(beam.DoFn):
     """[instance] -> instances filled by a function or an ADK agent."""
 
-    def __init__(self, kind: str, target: str, max_concurrency: int, timeout_seconds: float):
+    def __init__(self, kind: str, target: str, max_concurrency: int, timeout_seconds: float, num_runs: int = 1):
+        self._num_runs = num_runs  # 1: every case is run 1, whatever its id ends with
         self._kind = kind
         self._target = target
         self._max_concurrency = max_concurrency
@@ -115,7 +116,8 @@ class InferFn(beam.DoFn):
         by_id = {i.instance_id: i for i in batch}
         items = [(i.instance_id, i.fields) for i in batch]
         make = lambda: make_inferrer(self._kind, self._target, self._max_concurrency)  # noqa: E731
-        for instance_id, fields in infer_all(make, items, self._max_concurrency, self._timeout, run_of=run_number):
+        run_of = run_number if self._num_runs > 1 else (lambda _: 1)
+        for instance_id, fields in infer_all(make, items, self._max_concurrency, self._timeout, run_of=run_of):
             self._cases.inc()
             self._failures.inc("inference_error" in fields)
             yield dataclasses.replace(by_id[instance_id], fields=fields)
@@ -282,7 +284,7 @@ class Infer(beam.PTransform):
                 | "Spread" >> beam.Reshuffle()
                 | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=max(16, 4 * inference.max_concurrency))
                 | "Infer" >> beam.ParDo(InferFn(inference.kind, inference.target, inference.max_concurrency,
-                                                inference.timeout_seconds))
+                                                inference.timeout_seconds, inference.num_runs))
             )
             pipeline = instances.pipeline
             return filled, pipeline | "NoInferenceCache" >> beam.Create([]), pipeline | "NoInferenceUsage" >> beam.Create([{}])

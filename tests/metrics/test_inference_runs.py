@@ -44,3 +44,19 @@ def test_a_scenario_case_sent_to_a_deployed_agent_says_it_needs_the_simulator():
         user_turns({"adk_case": {"eval_set_id": "s", "eval_id": "e"}})
     assert user_turns({"prompt": "p"}) == ["p"]
     assert user_turns({"invocations": [{"prompt": "a"}, {"prompt": "b"}]}) == ["a", "b"]
+
+
+def test_without_repeated_runs_every_case_is_run_1_whatever_its_id():
+    """num_runs 1: an input id that happens to end in ':run<k>' (say, rows exported from an earlier
+    repeated run) is one case, run once: the function is told run 1, not k."""
+    from evalbeam.metrics.instance import Instance
+    from evalbeam.transforms.infer import InferFn
+
+    def told(num_runs, ids):
+        fn = InferFn("function", "tests.inference_app:run_named", 2, 10.0, num_runs)
+        fn.setup()
+        batch = [Instance(i, {"prompt": "p", "reference": "r"}, {}, "t") for i in ids]
+        return {i.instance_id: i.fields["response"] for i in fn.process(batch)}
+
+    assert told(1, ["q:run7", "plain"]) == {"q:run7": "run 1", "plain": "run 1"}
+    assert told(3, ["q:run2", "q:run7:run3"]) == {"q:run2": "run 2", "q:run7:run3": "run 3"}

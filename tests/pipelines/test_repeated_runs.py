@@ -128,3 +128,42 @@ def test_the_report_shows_the_pass_curves(repeated_run):
     assert row[3:9] == [f"{p['value'].expected:.3f}" for p in want["pass_at_k"] + want["pass_all_k"]]
     se = dom.xpath("//section[@id='summary']//tr[td[1]/a[text()='exact_match']]/td[5]")[0].text_content()
     assert float(se) == pytest.approx(want["standard_error"].expected, abs=1e-4)
+
+
+def test_show_with_many_runs_prints_a_few_k_not_all_of_them():
+    """num_runs 100: `show` prints pass@k and pass^k at k = 1, 2, 3, 5, 10, 20, 50, 100 (named in the
+    heading), not 100 numbers per column; the values are the curve's at those k."""
+    from evalbeam.pipelines.text_tables import format_repeats
+
+    curve = [{"k": k, "value": 1 - 0.5 ** k, "cases": 2} for k in range(1, 101)]
+    every = [{"k": k, "value": 0.5 ** k, "cases": 2} for k in range(1, 101)]
+    text = format_repeats([{"metric": "m", "slice": "overall", "case_count": 2, "pass_at_k": json.dumps(curve),
+                            "pass_all_k": json.dumps(every), "between_run_std": 0.5}])
+    assert "k = 1, 2, 3, 5, 10, 20, 50, 100" in text
+    line = next(t for t in text.splitlines() if t.startswith("m "))
+    shown = [1, 2, 3, 5, 10, 20, 50, 100]
+    assert " ".join(f"{1 - 0.5 ** k:.3f}" for k in shown) in line
+    assert " ".join(f"{0.5 ** k:.3f}" for k in shown) in line
+    assert len(line) < 200
+    few = format_repeats([{"metric": "m", "slice": "overall", "case_count": 2, "pass_at_k": json.dumps(curve[:3]),
+                           "pass_all_k": json.dumps(every[:3]), "between_run_std": 0.5}])
+    assert "k = 1, 2, 3;" in few  # up to 8 runs: every k
+
+
+def test_the_report_table_with_many_runs_has_the_same_few_k():
+    """The report's repeated-runs table, num_runs 100: columns at the k `show` prints (the chart keeps
+    the whole curve), not 200 columns."""
+    import lxml.html
+
+    from evalbeam.pipelines.report_html import _repeats
+
+    curve = [{"k": k, "value": 1 - 0.5 ** k, "cases": 2} for k in range(1, 101)]
+    every = [{"k": k, "value": 0.5 ** k, "cases": 2} for k in range(1, 101)]
+    html = _repeats({"summary": [{"metric": "m", "slice": "overall", "case_count": 2, "pass_at_k": curve,
+                                  "pass_all_k": every, "between_run_std": 0.5}]})
+    table = lxml.html.fromstring(html).xpath("//table")[0]
+    shown = [1, 2, 3, 5, 10, 20, 50, 100]
+    assert [th.text_content() for th in table.xpath(".//th")] == (
+        ["metric", "slice", "cases"] + [f"pass@{k}" for k in shown] + [f"pass^{k}" for k in shown] + ["between-run std"])
+    cells = [td.text_content() for td in table.xpath(".//tr[td]")[0].xpath("td")]
+    assert cells[3:11] == [f"{1 - 0.5 ** k:.3f}" for k in shown]
