@@ -5,7 +5,9 @@ every version of configs/rubric_metrics.yaml under its versioned name
 template judge metrics (`safety`, `text_quality`, `instruction_following`
 keep their 1..5 or 0/1 meaning; their rubric forms are the `_v1` names).
 Their factories return the RubricTemplate to run. ADK's judge criteria
-(`adk: true` in the YAML) are registered under their own names only."""
+(`adk: true` in the YAML) are registered under their own names only; where
+google-adk's own evaluator renders the criterion (metrics.judge.adk_judges),
+evalbeam's prompt is registered as evalbeam_<name>."""
 from __future__ import annotations
 
 import re
@@ -13,6 +15,7 @@ from typing import Any
 
 import pydantic
 
+from evalbeam.metrics.judge.adk_judges import EVALBEAM_NAMES
 from evalbeam.metrics.judge.rubrics import StaticRubric, builtin_rubric_templates
 from evalbeam.metrics.judge.templates import builtin_templates
 from evalbeam.metrics.registry import NoParams, register
@@ -75,6 +78,8 @@ def _register_all() -> None:
               if base not in taken and not templates[versioned].adk]
     for registered, versioned in names:
         template = templates[versioned]
+        # ADK's name renders ADK's own prompt (metrics.judge.adk_judges); evalbeam's is evalbeam_<name>
+        registered = EVALBEAM_NAMES.get(registered, registered)
         score_range = "0/1" if template.score == "all" or template.kind == "static" else "0..1"
 
         def factory(p, template=template):

@@ -1,0 +1,147 @@
+"""ADK's judge criteria rendered and scored by google-adk's own evaluators (metrics.judge.adk_judges),
+against google-adk 2.13.0 itself (tier `agent`: run with .agent/bin/python -m pytest).
+
+Generated ADK eval results (tests/adk_cases.py: one to three turns, both intermediate_data shapes,
+multi-part and empty responses, cases with no or only some expected invocations) carry, in each
+expected final response, a scripted sequence of judge answers (#replies: the local generateContent
+server answers the n-th request with a prompt by the n-th text): valid, invalid, ADK's other
+spellings (true, almost, partially, "is_the_agent_response_invalid") and answers ADK cannot read.
+Each case is scored twice, each time against its own local server:
+- by ADK's own evaluator in the ADK reference venv (tests/adk_env/adk_scores.py, its judge model
+  pointed at the server with GOOGLE_GEMINI_BASE_URL);
+- by a real `evalbeam run` (.agent's evalbeam) with the same test_config.json.
+The prompts the server received must be the same texts, each asked num_samples times by evalbeam,
+and every case's score and status must be equal.
+"""
+from __future__ import annotations
+
+import collections
+import copy
+import json
+import os
+import random
+import subprocess
+
+import pytest
+
+from evalbeam.metrics.adk import criterion_status
+from tests.adk_cases import eval_set_result
+from tests.helpers import ROOT, evalbeam, table
+from tests.judge_server import JudgeServer
+
+ADK_PYTHON = ROOT / ".adk" / "bin" / "python"
+AGENT_EVALBEAM = ROOT / ".agent" / "bin" / "evalbeam"
+KEY = "AIzaSy-test-key-adk-judges-0123456789"
+# judge answers, as ADK's _parse_critique reads them: valid (1), invalid (0), or no label (None)
+REPLIES = [
+    '{"reasoning": "It matches.", "is_the_agent_response_valid": "valid"}',
+    '{"reasoning": "It does not.", "is_the_agent_response_valid": "invalid"}',
+    '{"reasoning": "r", "is_the_agent_response_valid": ["valid"]}',
+    '{"is_the_agent_response_valid": true}',
+    '{"is_the_agent_response_valid": "almost"}',
+    '{"is_the_agent_response_valid": "partially valid"}',
+    '{"is_the_agent_response_valid": false}',
+    '{"is_the_agent_response_invalid": "true"}',
+    '{"is_the_agent_response_invalid": "false"}',
+    '{"is_the_agent_response_valid": "maybe"}',
+    "I cannot tell.",
+]
+CRITERIA = {
+    "three_samples": {"final_response_match_v2": {"threshold": 0.5, "judge_model_options": {"num_samples": 3}}},
+    "intermediate_two_samples": {"final_response_match_v2": {
+        "threshold": 0.6, "include_intermediate_responses_in_final": True,
+        "judge_model_options": {"judge_model": "gemini-2.5-flash", "num_samples": 2}}},
+}
+
+
+def scripted(seed: int, samples: int, cases: int) -> dict:
+    """Generated eval results whose expected final responses script the judge's answers."""
+    rng = random.Random(seed)
+    doc = copy.deepcopy(eval_set_result(seed, f"judged_{seed}", cases))
+    for case in doc["eval_case_results"]:
+        for t, entry in enumerate(case["eval_metric_result_per_invocation"]):
+            final = (entry.get("expected_invocation") or {}).get("final_response")
+            if final and final["parts"] and rng.random() < 0.9:  # the rest: the server's answer by the prompt's hash
+                replies = " ;; ".join(rng.choice(REPLIES) for _ in range(samples))
+                final["parts"][-1]["text"] += f" [{case['eval_id']}/{t}] #replies={replies}"
+    return doc
+
+
+@pytest.fixture(scope="module")
+def cases(tmp_path_factory):
+    if not ADK_PYTHON.exists():
+        pytest.fail("the ADK reference environment is missing: run `make adk-env`: google-adk 2.13.0 in .adk/")
+    if not (ROOT / ".agent" / ".installed").exists():
+        pytest.fail("the agent environment is missing: run `make agent-env`: evalbeam[agent] in .agent/")
+    folder = tmp_path_factory.mktemp("adk_judges")
+    out = {}
+    for seed, (name, criteria) in enumerate(CRITERIA.items(), start=21):
+        samples = criteria["final_response_match_v2"]["judge_model_options"]["num_samples"]
+        data = folder / f"app_judged_{seed}_1700000000.0.evalset_result.json"
+        data.write_text(json.dumps(scripted(seed, samples, 40), ensure_ascii=False), encoding="utf-8")
+        test_config = folder / f"{name}.test_config.json"
+        test_config.write_text(json.dumps({"criteria": criteria}))
+        out[name] = (data, test_config, criteria, samples)
+    return folder, out
+
+
+def adk_reference(data, criteria):
+    """ADK's scores, its evaluator's judge model pointed at a fresh local server; and the prompts it received."""
+    request = data.with_suffix(".request.json")
+    request.write_text(json.dumps({"files": [str(data)], "configs": [{"criteria": criteria}]}))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GOOGLE_GENAI_", "GOOGLE_CLOUD_"))}
+    with JudgeServer() as server:
+        env.update(GOOGLE_API_KEY=KEY, GOOGLE_GEMINI_BASE_URL=server.url)
+        result = subprocess.run([str(ADK_PYTHON), str(ROOT / "tests" / "adk_env" / "adk_scores.py"), str(request)],
+                                capture_output=True, text=True, timeout=600, env=env)
+        prompts = collections.Counter(server.stats.prompts)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)["scores"][0], prompts
+
+
+def evalbeam_run(folder, name, data, test_config, monkeypatch):
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    config = folder / f"{name}.yaml"
+    config.write_text(json.dumps({
+        "name": name, "run_id": name, "input": {"uri": str(data), "adk_criteria": str(test_config)},
+        # no hedged copies: every request of a prompt is one of its samples (the server answers them in turn)
+        "judge": {"requests_per_minute": 6000, "max_attempts": 2, "timeout_seconds": 20, "hedge_share": 0},
+        "output": {"parquet": str(folder / "out")}}))
+    with JudgeServer() as server:
+        run = evalbeam("run", config, "--set", f"judge.base_url={server.url}", command=AGENT_EVALBEAM)
+        prompts = collections.Counter(server.stats.prompts)
+    assert KEY not in run.stdout + run.stderr
+    rows = {r["instance_id"]: r for r in table(folder / "out" / name, "metric_results")
+            if r["metric"] == "final_response_match_v2"}
+    return rows, prompts
+
+
+@pytest.mark.parametrize("name", list(CRITERIA))
+def test_adks_own_prompts_answers_and_aggregation(cases, name, monkeypatch):
+    folder, configs = cases
+    data, test_config, criteria, samples = configs[name]
+    adk_scores, adk_prompts = adk_reference(data, criteria)
+    ours, our_prompts = evalbeam_run(folder, name, data, test_config, monkeypatch)
+
+    # the server received ADK's own prompts: the same texts, each asked once per sample by evalbeam
+    # (ADK asks a text as often as it meets it; evalbeam asks a repeated text once and reuses the answers)
+    assert our_prompts and set(our_prompts) == set(adk_prompts)
+    assert set(our_prompts.values()) == {samples}
+    assert all(count % samples == 0 for count in adk_prompts.values())
+
+    assert set(ours) == set(adk_scores)
+    problems = []
+    for instance_id, expected in adk_scores.items():
+        score, status = expected["metrics"]["final_response_match_v2"]
+        row = ours[instance_id]
+        got = criterion_status("final_response_match_v2", row["error"], row["passed"])
+        if row["score"] != score or got != status:
+            problems.append(f"{instance_id}: ADK {score!r} {status}, evalbeam {row['score']!r} {got} ({row['error']})")
+    assert not problems, "\n".join(problems[:20])
+    # the cases reach every outcome: valid, invalid, a share of the turns, and not evaluated
+    scores = [s["metrics"]["final_response_match_v2"][0] for s in adk_scores.values()]
+    assert {0.0, 1.0, None} <= set(scores) and any(s not in (0.0, 1.0, None) for s in scores)
+    statuses = {s["metrics"]["final_response_match_v2"][1] for s in adk_scores.values()}
+    assert {"PASSED", "FAILED", "NOT_EVALUATED"} <= statuses
+    # a case ADK cannot evaluate carries why on its row, never a missing row
+    assert all(ours[i]["error"] for i, s in adk_scores.items() if s["metrics"]["final_response_match_v2"][0] is None)
