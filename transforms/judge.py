@@ -150,7 +150,7 @@ def adk_row(run: RunKey, plan: JudgePlan, instance: Instance, model: str, by_met
     aggregation over samples and turns (metrics.judge.adk_judges)."""
     t = plan.template
     row = blank_metric_row(run, instance.instance_id, plan.output_name, model)
-    try:
+    try:  # rendered again here: a rubric evaluator reads the answers against what it rendered last, as in ADK
         turns = len(t.prompts(instance.fields))
     except ValueError as e:
         row["error"] = f"cannot be judged: {e}"
@@ -161,7 +161,7 @@ def adk_row(run: RunKey, plan: JudgePlan, instance: Instance, model: str, by_met
     row["output_tokens"] = sum(r.output_tokens for r in responses if not r.cache_hit)
     row["attempts"] = sum(r.attempts for r in responses if not r.cache_hit)
     row["cache_hit"] = bool(responses) and all(r.cache_hit for r in responses)
-    per_turn_samples: list[list[float | None] | None] = []
+    per_turn_samples: list[list | None] = []  # each sample's AutoRaterScore, as ADK's evaluator read it
     reasons = []
     for u in range(turns):
         answers = by_metric.get((plan.output_name, u), {})
@@ -173,14 +173,15 @@ def adk_row(run: RunKey, plan: JudgePlan, instance: Instance, model: str, by_met
             continue
         per_turn_samples.append([t.score_answer(r.verdict) for r in got])
     score, per_turn = t.aggregate(instance.fields, per_turn_samples, plan.threshold)
-    extra = {"per_invocation": per_turn, "sample_scores": per_turn_samples}
+    sample_scores = [None if xs is None else [x.score for x in xs] for xs in per_turn_samples]
+    extra = {"per_invocation": per_turn, "sample_scores": sample_scores}
     if score is None:
         reasons += [f"turn {u + 1}: ADK read no score from the judge's answers" for u, s in enumerate(per_turn)
                     if s is None and per_turn_samples[u] is not None]
         row["error"] = "no turn evaluated: " + "; ".join(reasons)
         row["extra"] = json.dumps(extra, sort_keys=True)
         return row
-    agreeing = [sum(x == s for x in xs) / len(xs) for xs, s in zip(per_turn_samples, per_turn) if xs and s is not None]
+    agreeing = [sum(x == s for x in xs) / len(xs) for xs, s in zip(sample_scores, per_turn) if xs and s is not None]
     explanation = "; ".join(f"turn {u + 1}: " + (f"{s:g}" if s is not None else "not evaluated")
                             for u, s in enumerate(per_turn))
     row.update(score=score, confidence=sum(agreeing) / len(agreeing) if agreeing else None,

@@ -26,8 +26,9 @@ criterion's name and fields); the evaluator is built lazily in each process.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
+import json
+import threading
 import warnings
 from typing import Any, Mapping
 
@@ -41,7 +42,12 @@ from evalbeam.metrics.trace import trace_of
 # the criterion class of eval_metrics)
 ADK_JUDGE_CRITERIA: dict[str, tuple[str, str, str]] = {
     "final_response_match_v2": ("final_response_match_v2", "FinalResponseMatchV2Evaluator", "LlmAsAJudgeCriterion"),
+    "rubric_based_final_response_quality_v1": ("rubric_based_final_response_quality_v1",
+                                               "RubricBasedFinalResponseQualityV1Evaluator", "RubricsBasedCriterion"),
+    "rubric_based_tool_use_quality_v1": ("rubric_based_tool_use_quality_v1", "RubricBasedToolUseV1Evaluator",
+                                         "RubricsBasedCriterion"),
 }
+RUBRIC_CRITERIA = ("rubric_based_final_response_quality_v1", "rubric_based_tool_use_quality_v1")
 # evalbeam's own prompts for the same criteria stay available under these names
 EVALBEAM_NAMES = {name: f"evalbeam_{name}" for name in ADK_JUDGE_CRITERIA}
 AGENT_EXTRA = "pip install 'evalbeam[agent]'"
@@ -72,7 +78,7 @@ def check_evaluators(names) -> None:
     require_adk(names)
     for name in sorted(n for n in names if n in ADK_JUDGE_CRITERIA):
         try:
-            _evaluator(name, False)
+            _evaluator(name, False)  # a rubric criterion's own rubrics are checked by its params
         except Exception as e:  # noqa: BLE001 - whatever stops ADK's evaluator is what the user must fix
             raise AdkJudgesUnavailable(f"{name}: google-adk's evaluator cannot be built here "
                                        f"({type(e).__name__}: {e}); evalbeam was written for google-adk 2.13") from None
@@ -84,13 +90,21 @@ class AdkJudge:
 
     name: str
     include_intermediate_responses_in_final: bool = False
+    rubrics: str = "[]"  # rubric criteria: the criterion's own rubrics (ADK Rubric objects, as JSON)
     per_turn = True  # judged turn by turn (plans read this of every judge template)
 
     def samples(self, sampling_count: int) -> int:
         return sampling_count
 
     def evaluator(self):
-        return _evaluator(self.name, self.include_intermediate_responses_in_final)
+        """ADK's evaluator, one per thread: a rubric evaluator keeps the effective rubrics of the turn it
+        last rendered, and reads every answer against them (as ADK does within one evaluation), so a
+        case's turns are rendered, then its answers read, in one thread (transforms.judge.adk_row)."""
+        cache = _PER_THREAD.__dict__.setdefault("evaluators", {})
+        key = (self.name, self.include_intermediate_responses_in_final, self.rubrics)
+        if key not in cache:
+            cache[key] = _evaluator(*key)
+        return cache[key]
 
     # ------------------------------------------------------------ prompts
 
@@ -100,7 +114,7 @@ class AdkJudge:
         from google.adk.evaluation.eval_case import Invocation
 
         turns = trace_of(fields)
-        actual = [Invocation.model_validate(adk_invocation(t.get("prompt"), t, t.get("invocation_id")))
+        actual = [Invocation.model_validate(_with_case_details(adk_invocation(t.get("prompt"), t, t.get("invocation_id")), t))
                   for t in turns]
         with_expected = [t for t in turns if isinstance(t.get("expected"), dict)]
         if not with_expected:
@@ -123,16 +137,17 @@ class AdkJudge:
 
     # ------------------------------------------------------------ answers
 
-    def score_answer(self, text: str) -> float | None:
-        """One sample's answer text -> its score by ADK's convert_auto_rater_response_to_score (None: ADK found
-        no label)."""
+    def score_answer(self, text: str):
+        """One sample's answer text -> ADK's AutoRaterScore by its convert_auto_rater_response_to_score (score
+        None: ADK read no label; rubric criteria: rubric_scores too, read against the effective rubrics of
+        the turn last rendered in this thread, as ADK reads every answer of a case after rendering all)."""
         from google.adk.models.llm_response import LlmResponse
         from google.genai import types
 
         response = LlmResponse(content=types.Content(role="model", parts=[types.Part(text=text)]))
-        return self.evaluator().convert_auto_rater_response_to_score(response).score
+        return self.evaluator().convert_auto_rater_response_to_score(response)
 
-    def aggregate(self, fields: Mapping[str, Any], turns: list[list[float | None] | None],
+    def aggregate(self, fields: Mapping[str, Any], turns: list[list | None],
                   threshold: float | None) -> tuple[float | None, list[float | None]]:
         """Each turn's sample scores (None for a turn whose judgment failed) -> (ADK's overall score, each
         turn's score), by the evaluator's own aggregation over samples and then over invocations."""
@@ -150,23 +165,36 @@ class AdkJudge:
                 results.append(PerInvocationResult(actual_invocation=actual[i], expected_invocation=exp, score=None,
                                                    eval_status=EvalStatus.NOT_EVALUATED))
                 continue
-            per_sample = [PerInvocationResult(actual_invocation=actual[i], expected_invocation=exp, score=s,
-                                              eval_status=get_eval_status(s, limit)) for s in samples]
+            per_sample = [PerInvocationResult(actual_invocation=actual[i], expected_invocation=exp, score=s.score,
+                                              eval_status=get_eval_status(s.score, limit),
+                                              rubric_scores=s.rubric_scores) for s in samples]
             results.append(evaluator.aggregate_per_invocation_samples(per_sample))
         overall = evaluator.aggregate_invocation_results(results)
         return overall.overall_score, [r.score for r in results]
 
 
-@functools.lru_cache(maxsize=None)
-def _evaluator(name: str, include_intermediate: bool):
+def _with_case_details(invocation: dict[str, Any], turn: Mapping[str, Any]) -> dict[str, Any]:
+    """The turn's ADK rubrics and app_details on its Invocation (what ADK's rubric judges read)."""
+    for key in ("rubrics", "app_details"):
+        if turn.get(key):
+            invocation[key] = turn[key]
+    return invocation
+
+
+_PER_THREAD = threading.local()
+
+
+def _evaluator(name: str, include_intermediate: bool, rubrics: str = "[]"):
     """ADK's evaluator of the criterion (its judge model is never called: evalbeam makes the calls)."""
     require_adk([name])
     from google.adk.evaluation import eval_metrics
 
     module, evaluator_class, criterion_class = ADK_JUDGE_CRITERIA[name]
     evaluator_type = getattr(importlib.import_module(f"google.adk.evaluation.{module}"), evaluator_class)
-    criterion = getattr(eval_metrics, criterion_class)(
-        threshold=0.5, include_intermediate_responses_in_final=include_intermediate)
+    fields: dict[str, Any] = {"threshold": 0.5, "include_intermediate_responses_in_final": include_intermediate}
+    if name in RUBRIC_CRITERIA:
+        fields["rubrics"] = json.loads(rubrics)
+    criterion = getattr(eval_metrics, criterion_class).model_validate(fields)
     with warnings.catch_warnings():  # ADK marks its judges [EXPERIMENTAL] on every construction
         warnings.simplefilter("ignore", UserWarning)
         return evaluator_type(eval_metrics.EvalMetric(metric_name=name, threshold=0.5, criterion=criterion))
@@ -184,7 +212,7 @@ class AdkCriterionParams(pydantic.BaseModel):
 
 
 def _register_all() -> None:
-    for name in ADK_JUDGE_CRITERIA:
+    for name in (n for n in ADK_JUDGE_CRITERIA if n not in RUBRIC_CRITERIA):  # those: metrics.judge.rubric_library
         # google.adk is imported when the factory's judge is used (configs.MetricSpec checks it is there)
         register(name, kind="pointwise", inputs=(("response", "prompt", "reference"), ("invocations",)),
                  params=AdkCriterionParams, score_range="0..1",

@@ -51,7 +51,16 @@ CRITERIA = {
     "intermediate_two_samples": {"final_response_match_v2": {
         "threshold": 0.6, "include_intermediate_responses_in_final": True,
         "judge_model_options": {"judge_model": "gemini-2.5-flash", "num_samples": 2}}},
+    "rubrics": {
+        "rubric_based_final_response_quality_v1": {
+            "threshold": 0.6, "judge_model_options": {"num_samples": 3},
+            "rubrics": [{"rubric_id": "concise", "rubric_content": {"text_property": "The response is concise."}}]},
+        "rubric_based_tool_use_quality_v1": {
+            "threshold": 0.5, "judge_model_options": {"num_samples": 3},
+            "rubrics": [{"rubric_id": "calls", "rubric_content": {"text_property": "The tool calls fit the request."}}]}},
 }
+RUBRIC_TYPES = ["FINAL_RESPONSE_QUALITY", "FINAL_RESPONSE_QUALITY", "TOOL_USE_QUALITY", None]
+RUBRIC_IDS = ["city", "tone", "tools", "args", "concise"]  # "concise" repeats the criterion's: ADK refuses the case
 
 
 def scripted(seed: int, samples: int, cases: int) -> dict:
@@ -67,6 +76,48 @@ def scripted(seed: int, samples: int, cases: int) -> dict:
     return doc
 
 
+def rubric_answer(rng: random.Random) -> str:
+    """One sample's answer in ADK's ID/Property/Rationale/Verdict form ("\\n": a new line, for the
+    server), over some of the ids a case may have (and one it has not), some unreadable."""
+    blocks = []
+    for rubric_id in rng.sample(RUBRIC_IDS + ["calls", "calls", "unknown"], rng.randrange(1, 5)):
+        verdict = rng.choice(["yes", "no", "Yes.", "no, it does not", "unclear"])
+        lines = [f"ID: {rubric_id}", f"Property: the {rubric_id} property"]
+        if rng.random() < 0.95:  # a missing rationale: ADK discards the whole answer
+            lines.append("Rationale: because")
+        lines.append(f"Verdict: {verdict}")
+        blocks.append("\\n".join(lines))
+    return "\\n\\n".join(blocks)
+
+
+def rubric_scripted(seed: int, samples: int, cases: int) -> dict:
+    """Eval results whose turns carry ADK rubrics (of both criteria's types, none, or an id that
+    repeats the criterion's), the last of them scripting the judge's answers."""
+    rng = random.Random(seed)
+    doc = copy.deepcopy(eval_set_result(seed, f"rubrics_{seed}", cases))
+    for case in doc["eval_case_results"]:
+        for t, entry in enumerate(case["eval_metric_result_per_invocation"]):
+            invocation = entry["actual_invocation"]
+            # a result file's actual invocations already hold the expected ones' rubrics (ADK's eval service
+            # copies them before evaluating and writes them so); the expected keep none here
+            (entry.get("expected_invocation") or {}).pop("rubrics", None)
+            rubrics = []
+            for rubric_id in rng.sample(RUBRIC_IDS, rng.choice([0, 1, 1, 2, 3])):
+                rubric = {"rubric_id": rubric_id, "rubric_content": {"text_property": f"The {rubric_id} is right."}}
+                kind = rng.choice(RUBRIC_TYPES)
+                if kind:
+                    rubric["type"] = kind
+                rubrics.append(rubric)
+            for rubric in rubrics:  # the last rubric shown is the prompt's last line: its marker wins
+                replies = " ;; ".join(rubric_answer(rng) for _ in range(samples))
+                rubric["rubric_content"]["text_property"] += f" [{case['eval_id']}/{t}] #replies={replies}"
+            if rubrics:
+                invocation["rubrics"] = rubrics
+            else:
+                invocation.pop("rubrics", None)
+    return doc
+
+
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
     if not ADK_PYTHON.exists():
@@ -76,9 +127,10 @@ def cases(tmp_path_factory):
     folder = tmp_path_factory.mktemp("adk_judges")
     out = {}
     for seed, (name, criteria) in enumerate(CRITERIA.items(), start=21):
-        samples = criteria["final_response_match_v2"]["judge_model_options"]["num_samples"]
+        [samples] = {c["judge_model_options"]["num_samples"] for c in criteria.values()}
         data = folder / f"app_judged_{seed}_1700000000.0.evalset_result.json"
-        data.write_text(json.dumps(scripted(seed, samples, 40), ensure_ascii=False), encoding="utf-8")
+        make = rubric_scripted if name == "rubrics" else scripted
+        data.write_text(json.dumps(make(seed, samples, 40), ensure_ascii=False), encoding="utf-8")
         test_config = folder / f"{name}.test_config.json"
         test_config.write_text(json.dumps({"criteria": criteria}))
         out[name] = (data, test_config, criteria, samples)
@@ -111,8 +163,7 @@ def evalbeam_run(folder, name, data, test_config, monkeypatch):
         run = evalbeam("run", config, "--set", f"judge.base_url={server.url}", command=AGENT_EVALBEAM)
         prompts = collections.Counter(server.stats.prompts)
     assert KEY not in run.stdout + run.stderr
-    rows = {r["instance_id"]: r for r in table(folder / "out" / name, "metric_results")
-            if r["metric"] == "final_response_match_v2"}
+    rows = {(r["instance_id"], r["metric"]): r for r in table(folder / "out" / name, "metric_results")}
     return rows, prompts
 
 
@@ -129,19 +180,21 @@ def test_adks_own_prompts_answers_and_aggregation(cases, name, monkeypatch):
     assert set(our_prompts.values()) == {samples}
     assert all(count % samples == 0 for count in adk_prompts.values())
 
-    assert set(ours) == set(adk_scores)
-    problems = []
-    for instance_id, expected in adk_scores.items():
-        score, status = expected["metrics"]["final_response_match_v2"]
-        row = ours[instance_id]
-        got = criterion_status("final_response_match_v2", row["error"], row["passed"])
-        if row["score"] != score or got != status:
-            problems.append(f"{instance_id}: ADK {score!r} {status}, evalbeam {row['score']!r} {got} ({row['error']})")
-    assert not problems, "\n".join(problems[:20])
-    # the cases reach every outcome: valid, invalid, a share of the turns, and not evaluated
-    scores = [s["metrics"]["final_response_match_v2"][0] for s in adk_scores.values()]
-    assert {0.0, 1.0, None} <= set(scores) and any(s not in (0.0, 1.0, None) for s in scores)
-    statuses = {s["metrics"]["final_response_match_v2"][1] for s in adk_scores.values()}
-    assert {"PASSED", "FAILED", "NOT_EVALUATED"} <= statuses
-    # a case ADK cannot evaluate carries why on its row, never a missing row
-    assert all(ours[i]["error"] for i, s in adk_scores.items() if s["metrics"]["final_response_match_v2"][0] is None)
+    assert {i for i, _ in ours} == set(adk_scores)
+    for criterion in criteria:
+        problems = []
+        for instance_id, expected in adk_scores.items():
+            score, status = expected["metrics"][criterion]
+            row = ours[(instance_id, criterion)]
+            got = criterion_status(criterion, row["error"], row["passed"])
+            if row["score"] != pytest.approx(score) or got != status:
+                problems.append(f"{instance_id} {criterion}: ADK {score!r} {status}, evalbeam {row['score']!r} {got} "
+                                f"({row['error']})")
+        assert not problems, "\n".join(problems[:20])
+        # the cases reach every outcome: 1, 0, a share between, and not evaluated
+        scores = [s["metrics"][criterion][0] for s in adk_scores.values()]
+        assert {0.0, 1.0, None} <= set(scores) and any(s not in (0.0, 1.0, None) for s in scores), criterion
+        statuses = {s["metrics"][criterion][1] for s in adk_scores.values()}
+        assert {"PASSED", "FAILED", "NOT_EVALUATED"} <= statuses, criterion
+        # a case ADK cannot evaluate carries why on its row, never a missing row
+        assert all(ours[(i, criterion)]["error"] for i, s in adk_scores.items() if s["metrics"][criterion][0] is None)

@@ -173,8 +173,8 @@ def test_segmentation_and_labels_answers_are_checked():
 
 
 def test_criterion_rubrics_are_the_criterions_plus_the_turns_of_the_metrics_type():
-    t = get_metric("rubric_based_final_response_quality_v1").factory(
-        get_metric("rubric_based_final_response_quality_v1").params.model_validate(
+    t = get_metric("evalbeam_rubric_based_final_response_quality_v1").factory(
+        get_metric("evalbeam_rubric_based_final_response_quality_v1").params.model_validate(
             {"rubrics": [adk_rubric("concise", "The response is concise.", None)]}))
     turn_rubrics = (adk_rubric("city", "Names the city.", "FINAL_RESPONSE_QUALITY"),
                     adk_rubric("tools", "Calls get_weather once.", "TOOL_USE_QUALITY"))
@@ -187,7 +187,7 @@ def test_criterion_rubrics_are_the_criterions_plus_the_turns_of_the_metrics_type
         criterion_rubrics(bare, turn_rubrics[:1])
     assert [r.rubric_id for r in criterion_rubrics(bare, turn_rubrics)] == ["tools"]
     with pytest.raises(Exception, match="rubric_content.text_property"):
-        get_metric("rubric_based_tool_use_quality_v1").params.model_validate({"rubrics": [{"rubric_id": "x"}]})
+        get_metric("evalbeam_rubric_based_tool_use_quality_v1").params.model_validate({"rubrics": [{"rubric_id": "x"}]})
 
 
 # ---------------------------------------------------------------- ADK's aggregation on hand-made cases
@@ -252,7 +252,7 @@ def test_judge_model_options_map_onto_the_judge_settings(tmp_path):
                                                                                "sampling_count": 5}
     opts = {"judge_model_options": {"judge_model": "gemini-2.5-pro", "num_samples": 3}}
     criteria = {"evalbeam_final_response_match_v2": {"threshold": 0.6, **opts},
-                "rubric_based_final_response_quality_v1": {
+                "evalbeam_rubric_based_final_response_quality_v1": {
                     "threshold": 0.7, **opts, "rubrics": [adk_rubric("concise", "The response is concise.", None)]},
                 "hallucinations_v1": {"threshold": 0.9, "evaluate_intermediate_nl_responses": True, **opts}}
     test_config = tmp_path / "test_config.json"
@@ -266,7 +266,7 @@ def test_judge_model_options_map_onto_the_judge_settings(tmp_path):
     metrics = {m.name: m for m in config.metrics}
     assert metrics["hallucinations_v1"].params == {"evaluate_intermediate_nl_responses": True}
     assert metrics["hallucinations_v1"].judge_template().intermediate_steps is True
-    assert [r.id for r in metrics["rubric_based_final_response_quality_v1"].judge_template().criterion_rubrics] == ["concise"]
+    assert [r.id for r in metrics["evalbeam_rubric_based_final_response_quality_v1"].judge_template().criterion_rubrics] == ["concise"]
     # the config's own judge settings win
     path.write_text(f"name: x\ninput: {{uri: {data}, adk_criteria: {test_config}}}\noutput: {{parquet: out}}\n"
                     "judge: {sampling_count: 1}\n")
@@ -322,8 +322,8 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
                {"name": "hallucination_v1", "as": "hallucination_steps",
                 "params": {"evaluate_intermediate_nl_responses": True}},
                "evalbeam_final_response_match_v2", "safety_v1", "hallucinations_v1",
-               {"name": "rubric_based_final_response_quality_v1", "params": {"rubrics": CRITERION}, "threshold": 0.6},
-               "rubric_based_tool_use_quality_v1", "multi_turn_task_success_v1", "response_evaluation_score"]
+               {"name": "evalbeam_rubric_based_final_response_quality_v1", "params": {"rubrics": CRITERION}, "threshold": 0.6},
+               "evalbeam_rubric_based_tool_use_quality_v1", "multi_turn_task_success_v1", "response_evaluation_score"]
     with JudgeServer() as server:
         run = evalbeam("run", run_config(tmp_path, ROWS, server.url, metrics, "first"))
         stages = dict(server.stats.stages)
@@ -351,14 +351,14 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     # safety_v1 is judged once whatever sampling_count (as ADK): turn 2's first sample says y -> safe
     assert got[("m", "safety_v1")]["score"] == 1.0
     # rubric-based: turn 1 judges concise + city (both yes), turn 2 concise (tie -> no): pooled 2 of 3
-    rb = got[("m", "rubric_based_final_response_quality_v1")]
+    rb = got[("m", "evalbeam_rubric_based_final_response_quality_v1")]
     assert rb["score"] == pytest.approx(2 / 3) and rb["passed"] is True
-    assert extra("m", "rubric_based_final_response_quality_v1")["per_invocation"] == [1.0, 0.0]
+    assert extra("m", "evalbeam_rubric_based_final_response_quality_v1")["per_invocation"] == [1.0, 0.0]
     # tool use: the turns' TOOL_USE_QUALITY rubric: turn 1 yes, turn 2 a tie (no): 1 of 2
-    assert got[("m", "rubric_based_tool_use_quality_v1")]["score"] == 0.5
+    assert got[("m", "evalbeam_rubric_based_tool_use_quality_v1")]["score"] == 0.5
     # p's turns have no TOOL_USE_QUALITY rubric and the criterion none: ADK refuses the criterion for the case
-    assert got[("p", "rubric_based_tool_use_quality_v1")]["score"] is None
-    assert got[("p", "rubric_based_tool_use_quality_v1")]["error"].startswith("turn 1: rubrics are required")
+    assert got[("p", "evalbeam_rubric_based_tool_use_quality_v1")]["score"] is None
+    assert got[("p", "evalbeam_rubric_based_tool_use_quality_v1")]["error"].startswith("turn 1: rubrics are required")
     assert got[("m", "multi_turn_task_success_v1")]["score"] == 0.0  # judged once, on the last turn (y/n ties)
     assert extra("m", "multi_turn_task_success_v1")["per_invocation"] == [None, 0.0]  # as ADK reports it
 
@@ -383,7 +383,7 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     assert hall == [(0, 0, "s1", "not_applicable"), (0, 1, "s1", "supported"), (0, 1, "s2", "unsupported"),
                     (1, 0, "s1", "contradictory")]
     rb_rows = sorted((r["turn"], r["rubric_id"], r["verdict"], r["source"]) for r in rubrics
-                     if r["instance_id"] == "m" and r["metric"] == "rubric_based_final_response_quality_v1")
+                     if r["instance_id"] == "m" and r["metric"] == "evalbeam_rubric_based_final_response_quality_v1")
     assert rb_rows == [(0, "city", True, "criterion"), (0, "concise", True, "criterion"), (1, "concise", False, "criterion")]
     assert {r["turn"] for r in rubrics if r["metric"] == "final_response_quality"} == {None}
     # hallucination is judged once whatever sampling_count; segmentation is its own stage, shared by the
@@ -424,6 +424,10 @@ def test_adks_own_judges_need_google_adk_and_say_so(tmp_path, monkeypatch):
                     "metrics: [exact_match, final_response_match_v2]\n")
     with pytest.raises(ConfigError, match=r"final_response_match_v2: rendered and scored by google-adk's own "
                                           r"evaluator.*evalbeam\[agent\].*evalbeam_final_response_match_v2"):
+        load_config(path)
+    path.write_text(f"name: x\ninput: {{uri: {data}}}\noutput: {{parquet: out}}\n"
+                    "metrics: [rubric_based_tool_use_quality_v1]\n")
+    with pytest.raises(ConfigError, match="rubric_based_tool_use_quality_v1: rendered and scored by google-adk"):
         load_config(path)
     path.write_text(f"name: x\ninput: {{uri: {data}}}\noutput: {{parquet: out}}\n"
                     "metrics: [evalbeam_final_response_match_v2]\n")
