@@ -129,10 +129,11 @@ def _adk_requests(instance: Instance, plan: JudgePlan, settings: JudgeSettings, 
     t = plan.template
     try:
         prompts = t.prompts(instance.fields)
-    except ValueError as e:  # ADK's evaluator refuses the case: the row carries why
+    except Exception as e:  # noqa: BLE001 - ADK's evaluator refuses the case (ADK: NOT_EVALUATED): the row says why
         yield beam.pvalue.TaggedOutput(UNASKED, (instance.instance_id, (
             Link(instance.instance_id, plan.output_name, 0, 0, 0),
-            JudgeResponse("", plan.output_name, error=f"cannot be judged: {e}"))))
+            JudgeResponse("", plan.output_name, error=f"cannot be judged: {e}" if isinstance(e, ValueError)
+                          else f"cannot be judged: {type(e).__name__}: {e}"))))
         return
     samples = t.samples(sampling_count)
     for unit, prompt in enumerate(prompts):
@@ -152,8 +153,9 @@ def adk_row(run: RunKey, plan: JudgePlan, instance: Instance, model: str, by_met
     row = blank_metric_row(run, instance.instance_id, plan.output_name, model)
     try:  # rendered again here: a rubric evaluator reads the answers against what it rendered last, as in ADK
         turns = len(t.prompts(instance.fields))
-    except ValueError as e:
-        row["error"] = f"cannot be judged: {e}"
+    except Exception as e:  # noqa: BLE001 - as _adk_requests
+        row["error"] = f"cannot be judged: {e}" if isinstance(e, ValueError) else \
+            f"cannot be judged: {type(e).__name__}: {e}"
         return row
     samples = t.samples(sampling_count)
     responses = [r for u in range(turns) for r in by_metric.get((plan.output_name, u), {}).values()]
@@ -171,8 +173,16 @@ def adk_row(run: RunKey, plan: JudgePlan, instance: Instance, model: str, by_met
             per_turn_samples.append(None)
             reasons.append(f"turn {u + 1}: not evaluated ({failed[0]})")
             continue
-        per_turn_samples.append([t.score_answer(r.verdict) for r in got])
-    score, per_turn = t.aggregate(instance.fields, per_turn_samples, plan.threshold)
+        try:
+            per_turn_samples.append([t.score_answer(r.verdict) for r in got])
+        except Exception as e:  # noqa: BLE001 - ADK: a sample whose reading raises leaves its turn NOT_EVALUATED
+            per_turn_samples.append(None)
+            reasons.append(f"turn {u + 1}: not evaluated (ADK could not read an answer: {type(e).__name__}: {e})")
+    try:
+        score, per_turn = t.aggregate(instance.fields, per_turn_samples, plan.threshold)
+    except Exception as e:  # noqa: BLE001 - ADK's aggregation raising: the criterion is NOT_EVALUATED, as in ADK
+        row["error"] = f"ADK's aggregation failed: {type(e).__name__}: {e}"
+        return row
     sample_scores = [None if xs is None else [x.score for x in xs] for xs in per_turn_samples]
     extra = {"per_invocation": per_turn, "sample_scores": sample_scores}
     if score is None:
