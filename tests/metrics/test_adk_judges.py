@@ -21,6 +21,7 @@ import json
 import os
 import random
 import subprocess
+import sys
 
 import pytest
 
@@ -198,3 +199,77 @@ def test_adks_own_prompts_answers_and_aggregation(cases, name, monkeypatch):
         assert {"PASSED", "FAILED", "NOT_EVALUATED"} <= statuses, criterion
         # a case ADK cannot evaluate carries why on its row, never a missing row
         assert all(ours[(i, criterion)]["error"] for i, s in adk_scores.items() if s["metrics"][criterion][0] is None)
+
+
+def _plan(name="final_response_match_v2", params=None, threshold=0.5):
+    from evalbeam.configs import MetricSpec
+    from evalbeam.transforms.judge import plan_judges
+
+    return plan_judges([MetricSpec.model_validate({"name": name, "params": params or {}, "threshold": threshold})])[0]
+
+
+def _turn(prompt, response, reference):
+    return {"prompt": prompt, "response": response, "tool_calls": [], "expected": {"response": reference}}
+
+
+def test_a_turn_whose_judge_failed_is_not_evaluated_and_a_case_adk_refuses_is_a_row_error():
+    """The judge stage's rows of an ADK criterion (transforms.judge.adk_row), from its requests and answers:
+    a turn with a sample that failed after retries is left out as ADK leaves out an invocation whose sample
+    raised; no turn evaluated, or a case ADK's evaluator refuses, is an error on the row, never a lost row."""
+    import datetime as dt
+
+    from evalbeam.metrics.instance import Instance
+    from evalbeam.metrics.judge.client import JudgeResponse
+    from evalbeam.metrics.judge.settings import JudgeSettings
+    from evalbeam.transforms.judge import judge_requests, judge_rows
+    from evalbeam.transforms.schema import RunKey
+
+    run, plan = RunKey("r", dt.date(2026, 11, 25)), _plan()
+    settings = JudgeSettings(model="m", sampling_count=3)
+    valid = '{"is_the_agent_response_valid": "valid"}'
+    instance = Instance("c", {"invocations": [_turn("Paris?", "Sunny.", "Sunny."), _turn("Rome?", "Rain.", "Warm.")]},
+                        {}, "s")
+    asked = [a for a in judge_requests(instance, [plan], settings, 3)]
+    assert len(asked) == 2 * 3 and all(request.answer_field == "text" and not request.schema_json
+                                       for _, (request, _) in asked)
+    # turn 1: valid x3; turn 2: one sample failed after retries
+    answers = [(link, JudgeResponse(key, link.metric, verdict=valid, explanation=None)) for key, (_, link) in asked
+               if link.unit == 0]
+    answers += [(link, JudgeResponse(key, link.metric, error="judge failed after 2 attempts: 503") if link.sample == 1
+                 else JudgeResponse(key, link.metric, verdict='{"is_the_agent_response_valid": "invalid"}'))
+                for key, (_, link) in asked if link.unit == 1]
+    [row] = judge_rows(run, [plan], instance, "m", answers, 3)
+    assert row["score"] == 1.0 and row["passed"] is True and row["error"] is None
+    assert json.loads(row["extra"])["per_invocation"] == [1.0, None]
+    assert json.loads(row["extra"])["sample_scores"] == [[1.0, 1.0, 1.0], None]
+    # every turn failed: an error naming why, on the row
+    failed = [(link, JudgeResponse(r.key, r.metric, error="judge failed after 2 attempts: 503")) for link, r in answers]
+    [row] = judge_rows(run, [plan], instance, "m", failed, 3)
+    assert row["score"] is None and "turn 1: not evaluated (judge failed after 2 attempts: 503)" in row["error"]
+    # answers ADK cannot read: no score, and the row says so
+    unread = [(link, JudgeResponse(r.key, r.metric, verdict="no idea", explanation=None)) for link, r in answers]
+    [row] = judge_rows(run, [plan], instance, "m", unread, 3)
+    assert row["score"] is None and "ADK read no score" in row["error"]
+    # no expected response: ADK refuses the criterion for the case; nothing is asked, the row says why
+    bare = Instance("b", {"invocations": [{"prompt": "Paris?", "response": "Sunny.", "tool_calls": []}]}, {}, "s")
+    [(tag, (instance_id, (link, response)))] = [(a.tag, a.value) for a in judge_requests(bare, [plan], settings, 3)]
+    assert tag == "unasked" and "needs the expected response of every turn" in response.error
+    [row] = judge_rows(run, [plan], bare, "m", [(link, response)], 3)
+    assert row["score"] is None and "needs the expected response of every turn" in row["error"]
+
+
+def test_preflight_builds_adks_evaluators(tmp_path, monkeypatch):
+    """A config naming ADK's judge criteria passes preflight only where ADK's evaluators can be built."""
+    from evalbeam.configs import ConfigError, load_config
+    from evalbeam.pipelines.preflight import preflight
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "a", "prompt": "p", "response": "r", "reference": "r"}) + "\n")
+    path = tmp_path / "c.yaml"
+    path.write_text(json.dumps({"name": "x", "input": {"uri": str(data), "id_column": "id"},
+                                "metrics": ["final_response_match_v2"], "output": {"parquet": str(tmp_path / "o")}}))
+    config = load_config(path)
+    preflight(config, credentials=False)
+    monkeypatch.setitem(sys.modules, "google.adk.evaluation.final_response_match_v2", None)
+    with pytest.raises(ConfigError, match="final_response_match_v2: google-adk's evaluator cannot be built here"):
+        preflight(config, credentials=False)
