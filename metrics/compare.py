@@ -21,6 +21,10 @@ better side. Requiring both keeps a nightly gate over many metrics and slices
 from flagging noise: unadjusted 95% intervals over 20 metric-slices would flag
 one of them by chance on a good share of nights.
 
+With repeated runs (inference.num_runs > 1 on either side) the paired unit is the
+case, not the instance: each value added is a case's mean over its valid runs and the
+weights are the case's (transforms.compare pairs them); everything here is unchanged.
+
 Directions: `higher` (most metrics), `lower` (latency, failure), and
 `closer_to_zero` (verbosity, -2..2 with 0 best), which is compared on the
 distance from zero, |score|, as a lower-is-better value.
@@ -34,6 +38,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from evalbeam.metrics.calibration import PairedAgreement
 
 DIRECTIONS = ("higher", "lower", "closer_to_zero")
 ALPHA = 0.05
@@ -73,6 +78,14 @@ class PairedMoments:
     boot_difference: np.ndarray | None = None  # per replicate: sum of w * (run - base)
     boot_win: np.ndarray | None = None  # per replicate: sum of w * (1 win, 0.5 tie, 0 loss)
     boot_weight: np.ndarray | None = None  # per replicate: sum of w
+    # input.labels: each run's agreement with the people, over the labelled paired instances
+    agreement: PairedAgreement | None = None
+
+    def add_labelled(self, base: float, run: float, human: float, weights: np.ndarray | None) -> None:
+        """A paired instance with a human label: its raw scores (not compared_value's) against it."""
+        if self.agreement is None:
+            self.agreement = PairedAgreement()
+        self.agreement.add(base, run, human, weights)
 
     def add(self, kind: str, base: float | None = None, run: float | None = None,
             weights: np.ndarray | None = None) -> None:
@@ -116,6 +129,8 @@ class PairedMoments:
         for f in ("boot_difference", "boot_win", "boot_weight"):
             a, b = getattr(self, f), getattr(other, f)
             setattr(out, f, (None if b is None else b.copy()) if a is None else (a.copy() if b is None else a + b))
+        if self.agreement is not None or other.agreement is not None:
+            out.agreement = (self.agreement or PairedAgreement()).merge(other.agreement or PairedAgreement())
         return out
 
     def p_value(self) -> tuple[str | None, float | None]:
@@ -166,6 +181,7 @@ class PairedMoments:
             "win_rate": (self.wins + self.ties / 2) / n if n else None,
             "win_rate_ci_low": win_low,
             "win_rate_ci_high": win_high,
+            **(self.agreement or PairedAgreement()).statistics(),
         }
 
 

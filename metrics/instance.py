@@ -12,6 +12,7 @@ import json
 import math
 from typing import Any, Iterable, Iterator, Mapping
 
+from evalbeam.metrics.calibration import parse_label
 from evalbeam.metrics.calls import CallFormatError, parse_trajectory
 from evalbeam.metrics.fields import (
     CANONICAL_FIELDS,
@@ -38,6 +39,10 @@ class Instance:
     # metric label -> the inputs it lacks: such a metric gets an error row
     # ("missing input ..."), the instance's other metrics their scores
     missing_inputs: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # input.labels: metric -> its human labels, one an annotator (None: missing or refused),
+    # and the reasons of the labels refused (metrics.calibration.parse_label)
+    labels: Mapping[str, tuple[float | None, ...]] = dataclasses.field(default_factory=dict)
+    label_errors: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
 
 # Deeper values are refused: they cannot be pickled between workers or written
@@ -54,6 +59,8 @@ class RowSpec:
     slice_columns: tuple[str, ...]
     # One entry per requested metric: (metric label, input alternatives).
     requirements: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]
+    # input.labels: (metric, its label columns)
+    label_columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def content_id(record: Mapping[str, Any]) -> str:
@@ -165,6 +172,11 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
         if len(unmet) == len(spec.requirements):
             label = list(unmet)[0]
             missing = unmet[label]
+            case = fields.get("adk_case")
+            if missing[0] == "invocations" and isinstance(case, dict) and "conversation_scenario" in case:
+                raise InvalidField("invocations", "a conversation_scenario case has no turns until the agent runs "
+                                   "with the user simulator: set inference.function or inference.agent (see "
+                                   "docs/agents.md, 'User simulation')")
             raise InvalidField(
                 missing[0],
                 f"missing or null; needed by metric '{label}'",
@@ -195,8 +207,28 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
         except ValueError as e:
             raise InvalidField(col, f"slice column {e}", col) from None
         slices[col] = _slice_value(record.get(col))
+    labels, label_errors = read_labels(record, spec.label_columns, source)
     return Instance(instance_id=instance_id, fields=fields, slices=slices, source=source, line_count=line_count,
-                    missing_inputs=unmet)
+                    missing_inputs=unmet, labels=labels, label_errors=label_errors)
+
+
+def read_labels(record: Mapping[str, Any], label_columns, source: str):
+    """A row's human labels per metric, and the reasons of those refused. A bad label
+    does not dead-letter the row (its scores stand): it counts as missing, and its
+    reason is counted in the calibration table."""
+    labels, errors = {}, {}
+    for metric, columns in label_columns:
+        values, refused = [], []
+        for column in columns:
+            try:
+                values.append(parse_label(record.get(column)))
+            except ValueError as e:
+                values.append(None)
+                refused.append(f"{source}: label column {column!r} of metric {metric!r}: {e}")
+        labels[metric] = tuple(values)
+        if refused:
+            errors[metric] = tuple(refused)
+    return labels, errors
 
 
 def _slice_value(value: Any) -> str | None:

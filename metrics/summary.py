@@ -102,9 +102,12 @@ class ScoreMoments:
     agreement_sum: float = 0.0
     boot_agree_sum: np.ndarray | None = None  # per replicate: sum of w * agreement
     boot_agree_weight: np.ndarray | None = None
+    thresholded: int = 0  # valid scores whose row carries its threshold (each row judged by its own)
+    threshold_low: float | None = None  # the lowest and highest of those thresholds
+    threshold_high: float | None = None
 
     def add(self, score: float | None, error: bool = False, passed: bool | None = None,
-            choice: str | None = None) -> bool:
+            choice: str | None = None, threshold: float | None = None) -> bool:
         """Count one row; whether its score is valid (finite), and so is to be
         weighed in the bootstrap sums (add_bootstrap)."""
         self.rows += 1
@@ -119,6 +122,10 @@ class ScoreMoments:
         self.m2 += delta * (score - self.mean)
         if passed:
             self.passed += 1
+        if threshold is not None:
+            self.thresholded += 1
+            self.threshold_low = threshold if self.threshold_low is None else min(self.threshold_low, threshold)
+            self.threshold_high = threshold if self.threshold_high is None else max(self.threshold_high, threshold)
         if choice is not None:
             self.choices += 1
             self.candidate_wins += choice == "CANDIDATE"
@@ -234,7 +241,17 @@ class ScoreMoments:
             agreement_sum=self.agreement_sum + other.agreement_sum,
             boot_agree_sum=_add(self.boot_agree_sum, other.boot_agree_sum),
             boot_agree_weight=_add(self.boot_agree_weight, other.boot_agree_weight),
+            thresholded=self.thresholded + other.thresholded,
+            threshold_low=_extreme(min, self.threshold_low, other.threshold_low),
+            threshold_high=_extreme(max, self.threshold_high, other.threshold_high),
         )
+
+    def row_threshold(self, default: float | None = None) -> float | None:
+        """The threshold of the rows that carry one, when they all have the same; None when they
+        differ; `default` (the metric's) when none carries one."""
+        if not self.thresholded:
+            return default
+        return self.threshold_low if self.threshold_low == self.threshold_high else None
 
     def clustered_se(self) -> float | None:
         """The cluster-robust (CR1) standard error of the mean, cluster = case (module doc)."""
@@ -278,7 +295,9 @@ class ScoreMoments:
             "std": math.sqrt(self.m2 / (n - 1)) if n > 1 else None,
             "ci_low": ci_low,
             "ci_high": ci_high,
-            "pass_rate": (self.passed / n if n else None) if threshold is not None else None,
+            # each row passed or failed by its own threshold, where the rows carry theirs
+            "pass_rate": (self.passed / self.thresholded if self.thresholded else
+                          (self.passed / n if n else None) if threshold is not None else None),
             "candidate_model_win_rate": self.candidate_wins / self.choices if self.choices else None,
             "baseline_model_win_rate": self.baseline_wins / self.choices if self.choices else None,
             "case_count": self.cases,
@@ -290,6 +309,10 @@ class ScoreMoments:
             "position_consistency_ci_low": consistency_low,
             "position_consistency_ci_high": consistency_high,
         }
+
+
+def _extreme(pick, a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else pick(a, b)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -190,6 +190,22 @@ def _out_of_range(option: str, value: float) -> str | None:
     return None if value >= least else f"must be at least {least}" if least else "must be 0 or more"
 
 
+def adk_files_report(config) -> str:
+    """`validate` on ADK files: every file parsed as `run` reads it; what it would score and
+    dead-letter, with the first reasons. Raises ConfigError (status 2) when no case is usable."""
+    from evalbeam.pipelines.preflight import check_adk_files  # start-up time: a command imports only what it runs
+
+    check = check_adk_files(config)
+    reasons = "".join(f"\n  {d.source}: {d.reason}" for d in check.dead_letters)
+    more = f"\n  ... and {check.dead_count - len(check.dead_letters)} more" if check.dead_count > len(check.dead_letters) else ""
+    if not check.usable:
+        raise ConfigError(f"no case of the ADK files ({check.files} file(s)) can be scored: `run` would dead-letter "
+                          f"{check.dead_count}" + (f"; the first reasons:{reasons}{more}" if check.dead_count else ""))
+    line = (f"config ok: {len(config.metrics)} metrics; input {check.files} file(s): {check.usable} case(s) to score, "
+            f"{check.dead_count} `run` would dead-letter")
+    return line + (f"; the first reasons:{reasons}{more}" if check.dead_count else "")
+
+
 def _check_runner(options: PipelineOptions) -> None:
     from apache_beam.runners.runner import create_runner  # start-up time: Beam's runner internals only where used
 
@@ -293,6 +309,9 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config, args.overrides)
         if args.command == "validate":
             checked = preflight(config.for_run_date(config.resolved_run_date()))
+            if config.input.kind == "files" and config.input.is_adk:
+                print(adk_files_report(config))
+                return 0
             if checked.checked_rows == 0 and checked.unreadable:
                 reasons = "\n".join(f"  {d.source}: {d.reason}" for d in checked.unreadable[:10])
                 raise ConfigError(f"no row of the dataset ({checked.source}) could be read; the first reasons:\n{reasons}")

@@ -53,6 +53,8 @@ class RunInfo:
     started_at: dt.datetime
     slice_columns: tuple[str, ...]
     directions: dict[str, str]
+    labelled: bool = False  # input.labels: its metric_results have human_label
+    num_runs: int = 1  # inference.num_runs: > 1, its instances are runs of cases (compared by case)
 
 
 def run_info(row: dict[str, Any]) -> RunInfo:
@@ -61,15 +63,19 @@ def run_info(row: dict[str, Any]) -> RunInfo:
     registry's directions by metric name)."""
     slices: tuple[str, ...] = ()
     directions: dict[str, str] = {}
+    labelled = False
+    num_runs = 1
     try:
         config = EvalConfig.model_validate(json.loads(row["config"]))
         slices, directions = tuple(config.input.slice_columns), config.metric_directions()
+        labelled = bool(config.input.labels)
+        num_runs = config.inference.num_runs if config.inference else 1
     except (ValueError, TypeError):
         pass
     run_date = row["run_date"]
     if isinstance(run_date, str):
         run_date = dt.date.fromisoformat(run_date)
-    return RunInfo(row["run_id"], row["name"], run_date, row["started_at"], slices, directions)
+    return RunInfo(row["run_id"], row["name"], run_date, row["started_at"], slices, directions, labelled, num_runs)
 
 
 # ------------------------------------------------------------- where runs are
@@ -78,11 +84,13 @@ def run_info(row: dict[str, Any]) -> RunInfo:
 class ReadRunScores(beam.PTransform):
     """One run's metric_results -> (instance_id, (metric, score, failed))."""
 
-    def __init__(self, location: Location, run_id: str):
+    def __init__(self, location: Location, run_id: str, labelled: bool = False):
         super().__init__()
         self._location = location
         self._run_id = run_id
-        self._plan = _bigquery_plan(location, "metric_results", run_id, SCORE_COLUMNS) if location.bigquery else None
+        # human_label only from a labelled run: an older run's files lack the column
+        self._columns = SCORE_COLUMNS + (["human_label"] if labelled else [])
+        self._plan = _bigquery_plan(location, "metric_results", run_id, self._columns) if location.bigquery else None
         if location.parquet:
             self._pattern = FileSystems.join(location.parquet, run_id, "metric_results", "*.parquet")
             _require_files(self._pattern, run_id, "metric_results")
@@ -91,7 +99,7 @@ class ReadRunScores(beam.PTransform):
         if self._plan is not None:
             rows = (pbegin | "Read" >> ReadBigQueryRows(self._plan))[0] | "Data" >> beam.Map(lambda r: r.data)
         else:
-            rows = pbegin | "Read" >> ReadFromParquet(self._pattern, columns=SCORE_COLUMNS)
+            rows = pbegin | "Read" >> ReadFromParquet(self._pattern, columns=self._columns)
         return rows | "Entries" >> beam.Map(result_entry)
 
 
@@ -147,14 +155,14 @@ def compare_inputs(pipeline, location: Location, base: RunInfo, run: RunInfo, la
     """The base run's scores and slices read back, for CompareRuns; the caller adds the run's."""
     base_slices = tuple(c for c in run.slice_columns if c in base.slice_columns)
     return {
-        "base": pipeline | f"{label}BaseScores" >> ReadRunScores(location, base.run_id),
+        "base": pipeline | f"{label}BaseScores" >> ReadRunScores(location, base.run_id, base.labelled),
         "base_slices": pipeline | f"{label}BaseSlices" >> ReadRunSlices(location, base.run_id, base_slices),
     }
 
 
 def pair_spec(base: RunInfo, run: RunInfo, tolerance: float, alpha: float, compared_at: dt.datetime) -> PairSpec:
     return PairSpec(base.run_id, run.run_id, run.run_date, run.name, {**base.directions, **run.directions},
-                    tolerance, alpha, compared_at)
+                    tolerance, alpha, compared_at, base.num_runs, run.num_runs)
 
 
 # ------------------------------------------------------------- what a comparison may gate on
@@ -176,7 +184,8 @@ def default_min_paired(base_row: dict[str, Any], run_row: dict[str, Any]) -> int
 
 def pairing_problems(rows: list[dict[str, Any]], min_paired: int) -> list[str]:
     """The metrics of a comparison (its overall rows) that pair fewer than min_paired instances."""
-    return [f"{r['run_id']} vs {r['base_run_id']}: metric {r['metric']} pairs {r['n_paired']} instance(s), "
+    return [f"{r['run_id']} vs {r['base_run_id']}: metric {r['metric']} pairs {r['n_paired']} "
+            f"{'case' if r.get('paired_by') == 'case' else 'instance'}(s), "
             f"fewer than {min_paired} (--min-paired): {r['only_in_base']} only in base, {r['only_in_run']} only in run, "
             f"{r['error_in_either']} with an error in either"
             for r in rows if r["slice"] == "overall" and r["n_paired"] < min_paired]
@@ -229,7 +238,7 @@ def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOpti
         run = infos[run_id]
         label = f"Run{i}"
         inputs = compare_inputs(pipeline, location, base, run, label)
-        inputs["run"] = pipeline | f"{label}Scores" >> ReadRunScores(location, run_id)
+        inputs["run"] = pipeline | f"{label}Scores" >> ReadRunScores(location, run_id, run.labelled)
         inputs["run_slices"] = pipeline | f"{label}Slices" >> ReadRunSlices(location, run_id, run.slice_columns)
         rows = inputs | f"{label}Compare" >> CompareRuns(pair_spec(base, run, tolerance, alpha, compared_at))
         written = rows | f"{label}Write" >> WriteParquetTable(FileSystems.join(staging, run_id), "comparisons")
@@ -281,8 +290,32 @@ def format_comparison(rows: list[dict[str, Any]], brief: bool = False) -> str:
         lines.append((r["run_id"], r["metric"], r["slice"], str(r["n_paired"]), fmt(r["base_mean"]), fmt(r["mean"]),
                       fmt(r["mean_difference"]), ci, fmt(r["p_value_adjusted"], 4),
                       f"{r['wins']}/{r['ties']}/{r['losses']}", flag))
-    return format_table(("run", "metric", "slice", "paired", "base", "run mean", "difference", "95% CI",
+    table = format_table(("run", "metric", "slice", "paired", "base", "run mean", "difference", "95% CI",
                          "p (Holm)", "W/T/L", "flag"), lines)
+    agreement = format_agreement(rows if not brief else [r for r in rows if r["slice"] == "overall"])
+    by_case = sorted({r["run_id"] for r in rows if r.get("paired_by") == "case"})
+    if by_case:
+        table += (f"\n{', '.join(by_case)}: paired by case (repeated runs, inference.num_runs > 1): 'paired' counts "
+                  "cases, each case's score the mean of its valid runs")
+    return table + ("\n\nagreement with human labels (input.labels), run against base:\n" + agreement if agreement else "")
+
+
+def format_agreement(rows: list[dict[str, Any]]) -> str:
+    """Which run's judge agrees more with the people, per labelled metric and slice ('' when none is labelled)."""
+    lines = []
+    for r in flagged_first(rows):
+        if not r.get("labelled_paired"):
+            continue
+        ci = "-" if r["agreement_ci_low"] is None else f"[{fmt(r['agreement_ci_low'], 3)}, {fmt(r['agreement_ci_high'], 3)}]"
+        verdict = {"run": f"{r['run_id']} agrees more", "base": f"{r['base_run_id']} agrees more"}.get(
+            r["agrees_more"], "no clear difference")
+        lines.append((r["run_id"], r["metric"], r["slice"], str(r["labelled_paired"]), r["agreement_statistic"] or "-",
+                      fmt(r["base_agreement"], 3), fmt(r["run_agreement"], 3), fmt(r["agreement_difference"], 3), ci,
+                      verdict))
+    if not lines:
+        return ""
+    return format_table(("run", "metric", "slice", "labelled", "statistic", "base", "run", "difference", "95% CI",
+                         "verdict"), lines)
 
 
 def flagged_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -295,7 +328,8 @@ def unpaired_note(rows: list[dict[str, Any]]) -> list[str]:
     notes = []
     for r in rows:
         if r["slice"] == "overall" and (r["only_in_base"] or r["only_in_run"] or r["error_in_either"]):
-            notes.append(f"{r['run_id']} {r['metric']}: not paired: {r['only_in_base']} only in base, "
+            unit = "case(s)" if r.get("paired_by") == "case" else "instance(s)"
+            notes.append(f"{r['run_id']} {r['metric']}: {unit} not paired: {r['only_in_base']} only in base, "
                          f"{r['only_in_run']} only in run, {r['error_in_either']} with an error in either")
     return notes
 

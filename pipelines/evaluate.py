@@ -22,6 +22,7 @@ from evalbeam.pipelines.preflight import billing_project, preflight
 from evalbeam.pipelines.results import ResultsError, location_of, previous_run, results_for, runs_row
 from evalbeam.pipelines.stages import RunContext
 from evalbeam.pipelines.stages.adk_history import AdkHistoryStage
+from evalbeam.pipelines.stages.calibration import CalibrationStage
 from evalbeam.pipelines.stages.comparison import ComparisonStage
 from evalbeam.pipelines.stages.inference import InferenceStage
 from evalbeam.pipelines.stages.judge_cache import JudgeCacheStage
@@ -29,6 +30,7 @@ from evalbeam.pipelines.stages.judging import InferredOnlyStage, JudgeStage
 from evalbeam.pipelines.stages.read import ReadStage
 from evalbeam.pipelines.stages.rubrics import RubricStage
 from evalbeam.pipelines.stages.scoring import ScoringStage
+from evalbeam.pipelines.stages.simulator_quality import SimulatorQualityStage
 from evalbeam.pipelines.stages.summaries import SummariesStage
 from evalbeam.pipelines.stages.writing import WriteResults
 from evalbeam.transforms import bigquery
@@ -56,7 +58,11 @@ def stages(pipeline: beam.Pipeline, context: RunContext) -> list[tuple[str, beam
         chosen.append(("Judges", JudgeStage(context, stream=stream_judge(pipeline, config))))
     if rubrics:
         chosen.append(("Rubrics", RubricStage(context)))
+    if config.simulator_quality_specs():
+        chosen.append(("SimulatorQuality", SimulatorQualityStage(context)))
     chosen.append(("Summaries", SummariesStage(context)))
+    if config.input.labels:
+        chosen.append(("Calibration", CalibrationStage(context)))
     if context.compare_base is not None:
         chosen.append(("Comparison", ComparisonStage(context)))
     if config.output.adk_eval_history and config.input.is_adk:

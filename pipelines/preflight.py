@@ -11,19 +11,22 @@ import os
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
+from google.auth.exceptions import DefaultCredentialsError
 
 from evalbeam.configs import ConfigError, EvalConfig
 from evalbeam.metrics.deployed import reachable
+from evalbeam.metrics.fields import InvalidField
 from evalbeam.metrics.inference import AgentInferrer, load_target
 from evalbeam.metrics.instance import RowSpec, build_instance, present_columns
 from evalbeam.metrics.judge.adk_judges import AdkJudgesUnavailable, check_evaluators
 from evalbeam.metrics.judge.client import JudgeCredentialsError, check_credentials
 from evalbeam.metrics.registry import unmet_inputs
 from evalbeam.pipelines.local import LOCAL_RUNNERS
-from evalbeam.pipelines.stages.read import inputs_left
+from evalbeam.pipelines.stages.read import adk_reading, inputs_left, row_spec
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.local_cloud import storage_client
-from evalbeam.transforms.read import match_files
+from evalbeam.transforms.read import match_files, parse_file
+from evalbeam.transforms.records import DeadLetter, Record
 from evalbeam.transforms.sample import sample_records
 from evalbeam.transforms.write import OutputFolderError, check_run_folder, check_writable
 
@@ -34,6 +37,47 @@ class Preflight:
     checked_rows: int | None  # rows sampled for the column check (None: the table schema was used)
     columns: set[str]
     unreadable: list = dataclasses.field(default_factory=list)  # dead letters met while sampling
+
+
+@dataclasses.dataclass
+class AdkFilesCheck:
+    """What `run` would make of an ADK file input: its cases to score, and its dead letters."""
+    files: int
+    usable: int
+    dead_count: int
+    dead_letters: list  # the first few
+
+
+def check_adk_files(config: EvalConfig, limit: int = 10) -> AdkFilesCheck:
+    """Every ADK file of the input parsed and its cases validated as `run` reads them (the
+    same parser, base folder and criteria, the same instance checks and repeated ids):
+    the cases to score, and the dead letters (the first `limit` kept)."""
+    spec = row_spec(config)
+    files = match_files(config.input.uri)
+    reading = adk_reading(config)
+    check = AdkFilesCheck(len(files), 0, 0, [])
+    seen: dict[str, str] = {}
+    for path in files:
+        for item in parse_file(path, config.input.inferred_format(), adk=reading):
+            if isinstance(item, Record):
+                try:
+                    instance = build_instance(item.data, spec, item.source, item.from_csv, item.line_count)
+                except InvalidField as e:
+                    item = DeadLetter(item.source, str(e), item.raw, e.field)
+                except Exception as e:  # noqa: BLE001 - as the run's validation: the record is its dead letter
+                    item = DeadLetter(item.source, f"cannot be used: {type(e).__name__}: {e}", item.raw)
+                else:
+                    if instance.instance_id not in seen:
+                        seen[instance.instance_id] = item.source
+                        check.usable += 1
+                        continue
+                    item = DeadLetter(item.source, f"duplicate id {instance.instance_id!r} in column 'instance_id': "
+                                                   f"first seen at {seen[instance.instance_id]}", item.raw, "instance_id")
+            if isinstance(item, DeadLetter):
+                check.dead_count += 1
+                if len(check.dead_letters) < limit:
+                    check.dead_letters.append(item)
+    return check
 
 
 def billing_project(config: EvalConfig, options: PipelineOptions | None) -> str | None:
@@ -51,6 +95,33 @@ def preflight(config: EvalConfig, options: PipelineOptions | None = None, run_id
     `run_id`, that its Parquet folder is evalbeam's to replace). Raises
     ConfigError naming the resource or field at fault. Creates nothing.
     credentials: False for what calls no model (`plan`): the judge's key is not needed."""
+    try:
+        return _preflight(config, options, run_id, credentials)
+    except DefaultCredentialsError:
+        # google-auth's own message is a paragraph; what the user needs is which resource asked
+        raise ConfigError(
+            "no Google Cloud credentials: reading or writing BigQuery or Cloud Storage "
+            f"({_cloud_resources(config)}) needs Application Default Credentials (`gcloud auth "
+            "application-default login`, or GOOGLE_APPLICATION_CREDENTIALS naming a service account key)") from None
+
+
+def _cloud_resources(config: EvalConfig) -> str:
+    """The config's cloud resources, for the message of missing credentials."""
+    named = []
+    if config.input.kind != "files":
+        named.append(f"input {config.input.uri or 'query'}" + (f" in project {config.input.project}"
+                                                               if config.input.project else ""))
+    elif config.input.uri.startswith("gs://"):
+        named.append(f"input {config.input.uri}")
+    if config.output.bigquery:
+        named.append(f"output {config.output.bigquery}")
+    if config.output.parquet and str(config.output.parquet).startswith("gs://"):
+        named.append(f"output {config.output.parquet}")
+    return ", ".join(named) or "the config's cloud resources"
+
+
+def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str | None,
+               credentials: bool) -> Preflight:
     if config.input.kind == "files":
         checked = _check_files(config)
     else:

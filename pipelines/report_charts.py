@@ -214,6 +214,32 @@ def _trend(ax, trend, score_range, run_id) -> None:
     ax.legend(loc="best", fontsize=7, frameon=False)
 
 
+def confusion_heatmap(confusion: dict[str, Any]) -> str:
+    """A calibration row's confusion ({"categories", "counts"}: rows the human value, columns
+    the judge's) as a heat map, each cell's count written in it."""
+    categories, counts = confusion["categories"], confusion["counts"]
+    k = len(categories)
+    size = min(4.2, 1.2 + 0.42 * k)
+    with _figure(size, size) as (fig, [ax]):
+        ax.grid(False)
+        # vector cells (pcolormesh), not imshow: imshow embeds a PNG, which the report's
+        # Content-Security-Policy (no data: images) would not show
+        edges = [i - 0.5 for i in range(k + 1)]
+        ax.pcolormesh(edges, edges, counts, cmap="Blues", vmin=0, edgecolors="white", linewidth=0.5)
+        ax.set_aspect("equal")
+        peak = max((c for row in counts for c in row), default=0)
+        for i, row in enumerate(counts):
+            for j, count in enumerate(row):
+                ax.text(j, i, str(count), ha="center", va="center", fontsize=7, gid=f"cell-{i}-{j}",
+                        color="white" if peak and count > peak / 2 else "#222222")
+        labels = [str(c) for c in categories]
+        ax.set_xticks(range(k), labels)
+        ax.set_yticks(range(k), labels)
+        ax.set_xlabel("judge score")
+        ax.set_ylabel("human label")
+        return _svg(fig)
+
+
 def pass_curves(metric: str, pass_at: list[dict[str, Any]], pass_all: list[dict[str, Any]]) -> str:
     """Repeated runs: pass@k (some of k runs pass) and pass^k (all k pass) against k,
     overall; the gap between them is how much the runs of a case disagree."""

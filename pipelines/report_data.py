@@ -246,6 +246,9 @@ def show_data(results, run_id: str, tables: dict | None = None) -> dict[str, Any
         "judge": judge_accounting(run),
         "summary": [{**s, "pass_at_k": summary_curve(s.get("pass_at_k")),
                      "pass_all_k": summary_curve(s.get("pass_all_k"))} for s in tables["summary"]],
+        # the confusion as JSON itself, not text holding JSON
+        "calibration": [{**c, "confusion": json.loads(c["confusion"]) if c.get("confusion") else None}
+                        for c in tables.get("calibration") or []],
         "metric_errors": tables.get("metric_errors") or [],
         "dead_letters": {"first": tables["dead_letter"], "by_reason": dead_letter_reasons(results, run_id)}
         if run["dead_letter_count"] else {"first": [], "by_reason": []},

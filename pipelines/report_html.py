@@ -61,6 +61,9 @@ td.field { color: #666; font-size: 12px; }
 .diff { background: #fff7d6; }
 nav a { margin-right: 14px; }
 footer { margin-top: 40px; color: #777; font-size: 12px; }
+.charts { display: flex; flex-wrap: wrap; gap: 18px; align-items: flex-start; }
+.charts figure { margin: 8px 0; }
+.charts figcaption { font-size: 12px; color: #555; max-width: 300px; }
 """
 
 
@@ -90,7 +93,9 @@ def render(data: dict[str, Any]) -> str:
     ]
     if data["base_run_id"]:
         body.append(_comparison(data))
-    body += [_summary(data), _repeats(data), _position_consistency(data), _metric_sections(data), _metric_errors(data), _dead_letters(data),
+    body += [_summary(data), _repeats(data), _position_consistency(data),
+             *([_calibration(data)] if data.get("calibration") else []),
+             _metric_sections(data), _metric_errors(data), _dead_letters(data),
              f"<footer>Read from {e(data['results'])} by evalbeam {e(data['evalbeam_version'])}. "
              "Self-contained: this file loads nothing from the network.</footer>"]
     return "\n".join([
@@ -120,6 +125,8 @@ def _nav(data) -> str:
         links.append(("#repeated-runs", "Repeated runs"))
     if any(s.get("position_consistency") is not None for s in data["summary"]):
         links.append(("#position-consistency", "Position consistency"))
+    if data.get("calibration"):
+        links.append(("#calibration", "Agreement with people"))
     links += [("#metrics", "Metrics"), ("#metric-errors", "Metric errors"),
               ("#dead-letters", "Dead letters")]
     return "<nav>" + "".join(f'<a href="{h}">{e(t)}</a>' for h, t in links) + "</nav>"
@@ -201,9 +208,31 @@ def _comparison(data) -> str:
     for r in unpaired:
         out.append(f"<p class=sub>{e(r['metric'])}: not paired: {num(r['only_in_base'])} only in {e(base)}, "
                    f"{num(r['only_in_run'])} only in this run, {num(r['error_in_either'])} with an error in either.</p>")
+    labelled = [r for r in rows if r["slice"] == "overall" and r.get("labelled_paired")]
+    if labelled:
+        out.append(_agreement_table(labelled, base))
     for metric, worst in data["worst"].items():
         out.append(_worst(metric, worst, base))
     out.append("</section>")
+    return "\n".join(out)
+
+
+def _agreement_table(rows: list[dict[str, Any]], base: str) -> str:
+    """input.labels: which run's judge agrees more with the people (overall rows)."""
+    out = [f"<h3>Agreement with human labels</h3><p class=sub>Per labelled metric, each run's agreement with the "
+           f"people over the paired labelled instances, and the difference (this run minus {e(base)}) with its 95% "
+           "paired bootstrap CI.</p>",
+           '<table class="agreement"><tr><th>metric</th><th class=num>labelled</th><th>statistic</th>'
+           "<th class=num>base</th><th class=num>this run</th><th class=num>difference</th><th>95% CI</th>"
+           "<th>verdict</th></tr>"]
+    for r in rows:
+        ci = "-" if r["agreement_ci_low"] is None else f"[{num(r['agreement_ci_low'], 3)}, {num(r['agreement_ci_high'], 3)}]"
+        verdict = {"run": "this run agrees more", "base": f"{base} agrees more"}.get(r["agrees_more"], "no clear difference")
+        out.append(f'<tr><td>{e(r["metric"])}</td><td class=num>{num(r["labelled_paired"])}</td>'
+                   f'<td>{e(r["agreement_statistic"] or "-")}</td><td class=num>{num(r["base_agreement"], 3)}</td>'
+                   f'<td class=num>{num(r["run_agreement"], 3)}</td><td class=num>{num(r["agreement_difference"], 3)}</td>'
+                   f'<td class=nowrap>{ci}</td><td>{e(verdict)}</td></tr>')
+    out.append("</table>")
     return "\n".join(out)
 
 
@@ -287,6 +316,46 @@ def _summary(data) -> str:
                    f'<td class="whisker">{charts.whisker(s["mean"], s["ci_low"], s["ci_high"], info.get("range"))}</td>'
                    f'<td class=num>{num(s["pass_rate"], 3)}</td></tr>')
     out.append("</table></section>")
+    return "\n".join(out)
+
+
+def _calibration(data) -> str:
+    """input.labels: each labelled metric's agreement with the people (the calibration table's
+    overall rows, the agreement with its CI on -1..1), and its confusion as a heat map."""
+    overall = [c for c in data["calibration"] if c["slice"] == "overall"]
+    out = ['<section id="calibration"><h2>Agreement with people</h2>',
+           "<p class=sub>Each labelled metric against its human labels (input.labels; the calibration table, "
+           "every slice there): n instances with both a score and a label; the CI is of the weighted kappa on a "
+           "categorical scale, of Spearman's rho on a continuous one (95%, bootstrap). The annotators' own "
+           "agreement (Krippendorff's alpha) is the ceiling to read the judge against.</p>",
+           "<table><tr><th>metric</th><th class=num>n</th><th class=num>bias</th><th class=num>MAE</th>"
+           "<th class=num>spearman</th><th class=num>kendall tau-b</th><th class=num>kappa</th>"
+           "<th class=num>weighted kappa</th><th>95% CI</th><th>agreement and CI on -1..1</th>"
+           "<th class=num>accuracy</th><th class=num>precision</th><th class=num>recall</th><th class=num>F1</th>"
+           "<th class=num>annotators' alpha</th></tr>"]
+    for c in overall:
+        agreement = c["weighted_kappa"] if c["scale"] == "categorical" else c["spearman"]
+        ci = "-" if c["ci_low"] is None else f"[{num(c['ci_low'], 3)}, {num(c['ci_high'], 3)}]"
+        out.append(f'<tr class="calibration"><td>{e(c["metric"])}</td><td class=num>{num(c["n"])}</td>'
+                   f'<td class=num>{num(c["bias"], 3)}</td><td class=num>{num(c["mae"], 3)}</td>'
+                   f'<td class=num>{num(c["spearman"], 3)}</td><td class=num>{num(c["kendall_tau"], 3)}</td>'
+                   f'<td class=num>{num(c["kappa"], 3)}</td><td class=num>{num(c["weighted_kappa"], 3)}</td>'
+                   f'<td>{ci}</td><td class="whisker">{charts.whisker(agreement, c["ci_low"], c["ci_high"], (-1.0, 1.0))}</td>'
+                   f'<td class=num>{num(c["accuracy"], 3)}</td><td class=num>{num(c["precision"], 3)}</td>'
+                   f'<td class=num>{num(c["recall"], 3)}</td><td class=num>{num(c["f1"], 3)}</td>'
+                   f'<td class=num>{num(c["annotator_alpha"], 3)}</td></tr>')
+    out.append("</table>")
+    notes = [c for c in overall if c["note"]]
+    if notes:
+        out.append("<ul class=sub>" + "".join(f"<li>{e(c['metric'])}: {e(c['note'])}</li>" for c in notes) + "</ul>")
+    out.append('<div class="charts">')
+    for c in overall:
+        if c["confusion"]:
+            out.append(f'<figure class="confusion" data-metric="{e(c["metric"])}">'
+                       f'{charts.confusion_heatmap(c["confusion"])}'
+                       f"<figcaption>{e(c['metric'])}: human label (rows) against judge score (columns), "
+                       f"{num(c['n'])} instances</figcaption></figure>")
+    out.append("</div></section>")
     return "\n".join(out)
 
 

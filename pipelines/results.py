@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 
 from evalbeam.transforms.local_cloud import bigquery_client
-from evalbeam.transforms.schema import arrow_schema
+from evalbeam.transforms.schema import TABLES, arrow_schema
 
 RUNS_SQL = """
 SELECT run_id, name, run_date, started_at, finished_at, read_count, scored_count, dead_letter_count, metric_error_count, config
@@ -31,6 +31,10 @@ SELECT metric, slice, valid_count, error_count, mean, std, ci_low, ci_high, pass
        case_count, standard_error, between_run_std, pass_at_k, pass_all_k,
        position_consistency, position_consistency_ci_low, position_consistency_ci_high
 FROM {summary} WHERE run_id = {param}
+ORDER BY metric, slice <> 'overall', slice"""
+# input.labels: each labelled metric's agreement with the people, overall first
+CALIBRATION_SQL = """
+SELECT {columns} FROM {calibration} WHERE run_id = {param}
 ORDER BY metric, slice <> 'overall', slice"""
 DEAD_LETTER_SQL = """
 SELECT source, field, reason, SUBSTR(raw_record, 1, 300) AS raw_record_start FROM {dead_letter} WHERE run_id = {param}
@@ -123,6 +127,8 @@ class ParquetResults:
             "summary": self.query(SUMMARY_SQL.format(summary="summary", param="$run_id"), params, summary=pattern("summary")),
             "dead_letter": self.query(DEAD_LETTER_SQL.format(dead_letter="dead_letter", param="$run_id"), params,
                                       dead_letter=pattern("dead_letter")),
+            "calibration": self.query(calibration_sql("calibration", "$run_id"), params,
+                                      calibration=pattern("calibration")),
             "metric_errors": self._metric_errors(pattern("metric_results"), params),
         }
 
@@ -173,9 +179,24 @@ class BigQueryResults:
             "runs": self._query(f"SELECT * FROM {self._t('runs')} WHERE run_id = @run_id", run_id=run_id),
             "summary": self._query(SUMMARY_SQL.format(summary=self._t("summary"), param="@run_id"), run_id=run_id),
             "dead_letter": self._query(DEAD_LETTER_SQL.format(dead_letter=self._t("dead_letter"), param="@run_id"), run_id=run_id),
+            "calibration": self._calibration(run_id),
             "metric_errors": self._query(METRIC_ERRORS_SQL.format(metric_results=self._t("metric_results"), param="@run_id"),
                                          run_id=run_id),
         }
+
+    def _calibration(self, run_id: str) -> list[dict[str, Any]]:
+        """A run's calibration rows; none from a dataset an evalbeam before the table prepared."""
+        from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
+
+        try:
+            return self._query(calibration_sql(self._t("calibration"), "@run_id"), run_id=run_id)
+        except exceptions.NotFound:
+            return []
+
+
+def calibration_sql(table: str, param: str) -> str:
+    columns = ", ".join(c.name for c in TABLES["calibration"] if c.name not in ("run_id", "run_date"))
+    return CALIBRATION_SQL.format(columns=columns, calibration=table, param=param)
 
 
 def results_for(config) -> ParquetResults | BigQueryResults:

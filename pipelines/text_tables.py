@@ -111,6 +111,9 @@ def run_report(results, run_id: str, tables: dict | None = None) -> str:
     if judge:
         lines += format_judge(judge)
     lines.append(format_summary(tables["summary"], str(results.location)))
+    if tables.get("calibration"):
+        lines.append("\nagreement with human labels (input.labels; calibration table):")
+        lines.append(format_calibration(tables["calibration"]))
     errors = tables.get("metric_errors") or []
     if errors:
         lines.append(f"\nmetric errors ({sum(e['n'] for e in errors)}), by reason:")
@@ -205,3 +208,34 @@ def format_judge(judge: dict[str, Any]) -> list[str]:
                      f"{u.get('prompt_tokens', 0)}+{u.get('output_tokens', 0)} tokens"
                      + (f", ${u['estimated_cost']:.4f}" if u.get("estimated_cost") is not None else ""))
     return lines
+
+
+def format_calibration(rows: list[dict[str, Any]]) -> str:
+    """The calibration table: per labelled metric, overall and its MAX_SHOWN_SLICES largest slices;
+    then the notes (why a statistic is null) and the refused labels."""
+    shown = []
+    by_metric: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_metric.setdefault(r["metric"], []).append(r)
+    for metric_rows in by_metric.values():
+        overall = [r for r in metric_rows if r["slice"] == "overall"]
+        slices = sorted((r for r in metric_rows if r["slice"] != "overall"), key=lambda r: (-(r["n"] or 0), r["slice"]))
+        shown += overall + sorted(slices[:MAX_SHOWN_SLICES], key=lambda r: r["slice"])
+    lines, notes = [], []
+    for r in shown:
+        ci = "-" if r["ci_low"] is None else f"[{fmt(r['ci_low'], 3)}, {fmt(r['ci_high'], 3)}]"
+        lines.append((r["metric"], r["slice"], str(r["n"]), fmt(r["bias"], 3), fmt(r["mae"], 3), fmt(r["spearman"], 3),
+                      fmt(r["kendall_tau"], 3), fmt(r["kappa"], 3), fmt(r["weighted_kappa"], 3), ci, fmt(r["f1"], 3),
+                      fmt(r["annotator_alpha"], 3)))
+        if r["slice"] == "overall":
+            if r.get("note"):
+                notes.append(f"  {r['metric']}: {r['note']}")
+            missing = [f"{r['unlabelled_count']} unlabelled" if r["unlabelled_count"] else "",
+                       f"{r['unscored_count']} labelled but unscored" if r["unscored_count"] else "",
+                       f"{r['invalid_label_count']} label(s) refused, e.g. {r['invalid_label_example']}"
+                       if r["invalid_label_count"] else ""]
+            if any(missing):
+                notes.append(f"  {r['metric']}: not compared: " + "; ".join(m for m in missing if m))
+    table = format_table(("metric", "slice", "n", "bias", "MAE", "spearman", "kendall", "kappa", "w. kappa",
+                          "95% CI", "F1", "annot. alpha"), lines)
+    return table + ("\n" + "\n".join(notes) if notes else "")

@@ -66,10 +66,14 @@ TIER_RULES = [
     ("pipelines/test_report.py", {"render", "chromium"}, "browser"),
     ("pipelines/test_nightly_dag.py", None, "airflow"),
     ("metrics/test_adk_fidelity.py", None, "adk"),
+    ("metrics/test_simulator.py", {"adk_simulator"}, "adk"),
+    ("metrics/test_calibration.py", {"sklearn_reference"}, "adk"),
     ("transforms/test_adk_events.py", {"events_table", "recorded", "plugin_schema"}, "adk"),
+    ("transforms/test_adk_files.py", {"adk_reference"}, "adk"),
     ("transforms/test_inference.py", {"agent_env"}, "agent"),
     ("metrics/test_agent_judges.py", {"agent_evalbeam"}, "agent"),
     ("metrics/test_adk_judges.py", None, "agent"),
+    ("transforms/test_simulation.py", {"agent_env"}, "agent"),
     ("transforms/test_deployed.py", {"agent_env", "A2AServer", "AdkAppServer", "in_process"}, "agent"),
     ("pipelines/test_packaging.py", {"installed"}, "packaging"),
 ]
@@ -143,6 +147,9 @@ SLOW = {
     "transforms/test_inference.py::test_function_inference_end_to_end",
     "transforms/test_inference.py::test_inference_demo",
     "transforms/test_inference.py::test_model_inference_through_the_judge_layer_and_its_cache",
+    "transforms/test_simulation.py::test_scenarios_run_with_the_simulator_through_the_judge_layer_and_its_cache",
+    "transforms/test_simulation.py::test_per_turn_user_simulator_quality_in_a_run",
+    "transforms/test_simulation.py::test_runs_are_separate_simulations_and_checkpointed_answers_are_not_asked_again",
     "transforms/test_judge_durability.py::test_a_batch_run_killed_while_its_jobs_run_resumes_them_without_resubmitting",
     "transforms/test_judge_durability.py::test_a_run_killed_while_judging_repeats_only_its_last_seconds",
     "transforms/test_progress.py::test_a_run_prints_its_run_id_first_and_its_final_counts",
@@ -153,6 +160,9 @@ SLOW = {
     "transforms/test_run_ownership.py::test_plain_runs_started_in_the_same_second_get_their_own_run_ids",
     "transforms/test_run_ownership.py::test_runs_of_one_run_id_started_together_leave_one_whole_output",
     "transforms/test_transforms.py::test_direct_parquet_writes_hold_what_beams_sink_writes",
+    "pipelines/test_calibration.py::test_the_calibration_table_holds_each_labelled_metric_per_slice",
+    "pipelines/test_calibration.py::test_the_report_shows_agreement_and_a_confusion_heat_map_per_metric",
+    "pipelines/test_calibration.py::test_compare_says_which_runs_judge_agrees_more_with_the_people",
 }
 
 

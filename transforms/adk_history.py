@@ -37,6 +37,7 @@ def case_result(scored: ScoredInstance, criteria: dict[str, tuple[str, float | N
         row = rows.get(output)
         if row is None:
             continue
+        threshold = row.get("threshold", threshold)  # the case's own (its file's test_config.json), where set
         status = criterion_status(name, row["error"], row["passed"])
         overall.append({"metric_name": name, "threshold": threshold, "score": row["score"],
                         "eval_status": STATUS_CODES[status]})

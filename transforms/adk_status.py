@@ -26,6 +26,7 @@ def add_case_status(scored: ScoredInstance, run: RunKey, criteria: dict[str, str
         "metric": CASE_STATUS,
         "score": (1.0 if status == PASSED else 0.0) if evaluated else None,
         "passed": status == PASSED if evaluated else None,
+        "threshold": THRESHOLD,
         "explanation": status,
         "error": None if evaluated else "NOT_EVALUATED: no ADK criterion could be evaluated on this case",
         "extra": None,

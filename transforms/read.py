@@ -43,8 +43,9 @@ ADK_FORMATS = ("adk_eval_result", "adk_eval_set")
 
 
 def _adk_parser(fmt: str):
-    def parse(path: str, stream, encoding: str = UTF8):  # JSON documents: UTF-8 (RFC 8259; the config allows no other)
-        return getattr(read_adk, f"parse_{fmt}")(path, stream)
+    # JSON documents: UTF-8 (RFC 8259; the config allows no other)
+    def parse(path: str, stream, encoding: str = UTF8, adk: read_adk.AdkReading | None = None):
+        return getattr(read_adk, f"parse_{fmt}")(path, stream, adk or read_adk.AdkReading())
 
     return parse
 
@@ -52,26 +53,29 @@ def _adk_parser(fmt: str):
 PARSERS.update({fmt: _adk_parser(fmt) for fmt in ADK_FORMATS})
 
 
-def parse_file(path: str, fmt: str, encoding: str = UTF8) -> Iterator[Record | DeadLetter | SourceLines]:
+def parse_file(path: str, fmt: str, encoding: str = UTF8,
+               adk: read_adk.AdkReading | None = None) -> Iterator[Record | DeadLetter | SourceLines]:
     """Every record, dead letter and the line count of one file (decompressed by its
     extension, as Beam names compressions: .gz, .bz2, .zst/.zstd, .xz/.lzma, .deflate),
-    whose text is in `encoding`."""
+    whose text is in `encoding`; `adk`: how an ADK file is read (read_adk.AdkReading)."""
+    options = {"adk": adk} if fmt in ADK_FORMATS else {}
     kind = CompressionTypes.detect_compression_type(path)
     with FileSystems.open(path, mime_type="application/octet-stream",
                           compression_type=CompressionTypes.UNCOMPRESSED) as raw:
         if kind == CompressionTypes.UNCOMPRESSED:
-            yield from PARSERS[fmt](path, raw, encoding=encoding)
+            yield from PARSERS[fmt](path, raw, encoding=encoding, **options)
         elif kind == CompressionTypes.GZIP:
             with gzip.GzipFile(fileobj=raw) as stream:
-                yield from PARSERS[fmt](path, stream, encoding=encoding)
+                yield from PARSERS[fmt](path, stream, encoding=encoding, **options)
         else:
-            yield from PARSERS[fmt](path, Decompressed(raw, kind), encoding=encoding)
+            yield from PARSERS[fmt](path, Decompressed(raw, kind), encoding=encoding, **options)
 
 
-def parse_part(part: FilePart, fmt: str, encoding: str = UTF8) -> Iterator[Record | DeadLetter | SourceLines]:
+def parse_part(part: FilePart, fmt: str, encoding: str = UTF8,
+               adk: read_adk.AdkReading | None = None) -> Iterator[Record | DeadLetter | SourceLines]:
     """Every record, dead letter and the line count of a FilePart."""
     if part.end is None and part.start == 0:
-        yield from parse_file(part.path, fmt, encoding)
+        yield from parse_file(part.path, fmt, encoding, adk)
         return
     with FileSystems.open(part.path, mime_type="application/octet-stream",
                           compression_type=CompressionTypes.UNCOMPRESSED) as stream:
@@ -83,9 +87,11 @@ def parse_part(part: FilePart, fmt: str, encoding: str = UTF8) -> Iterator[Recor
 class ParseFileFn(beam.DoFn):
     """counted: False for a second read of the same files (its records are not counted again)."""
 
-    def __init__(self, fmt: str, counted: bool = True, encoding: str = UTF8):
+    def __init__(self, fmt: str, counted: bool = True, encoding: str = UTF8,
+                 adk: read_adk.AdkReading | None = None):
         self._fmt = fmt
         self._encoding = encoding
+        self._adk = adk
         prefix = "" if counted else "reread_"
         self._read = Metrics.counter("evalbeam", prefix + "records_read")
         self._bad = Metrics.counter("evalbeam", prefix + "records_unparseable")
@@ -97,7 +103,7 @@ class ParseFileFn(beam.DoFn):
     def process(self, part: FilePart):
         index = 0
         whole = part.end is None and part.start == 0
-        for item in parse_part(part, self._fmt, self._encoding):
+        for item in parse_part(part, self._fmt, self._encoding, self._adk):
             if isinstance(item, Record):
                 # a record's number in its file: counted in a whole file; in a
                 # part of a JSONL file (one record per line), its line
@@ -120,10 +126,12 @@ class ReadRecords(beam.PTransform):
     read the same parts twice) -> Records (main), DeadLetters (tag
     'dead_letter') and one SourceLines per file (tag 'lines').
     counted: False for a second read of the same files (see ParseFileFn).
-    encoding: the files' text encoding (input.encoding)."""
+    encoding: the files' text encoding (input.encoding); adk: how ADK files are read (read_adk.AdkReading)."""
 
-    def __init__(self, fmt: str, *, uri: str | None = None, parts=None, counted: bool = True, encoding: str = UTF8):
+    def __init__(self, fmt: str, *, uri: str | None = None, parts=None, counted: bool = True, encoding: str = UTF8,
+                 adk: read_adk.AdkReading | None = None):
         super().__init__()
+        self._adk = adk
         if (uri is None) == (parts is None):
             raise ValueError("ReadRecords reads either a uri or parts")
         self._uri = uri
@@ -139,7 +147,7 @@ class ReadRecords(beam.PTransform):
             parts
             # one file (or part of one) per worker: the files, not their records, are spread here
             | "SpreadFiles" >> beam.Reshuffle()
-            | "ParseFiles" >> beam.ParDo(ParseFileFn(self._fmt, self._counted, self._encoding)).with_outputs(
+            | "ParseFiles" >> beam.ParDo(ParseFileFn(self._fmt, self._counted, self._encoding, self._adk)).with_outputs(
                 DEAD_LETTER, LINES, main="records")
         )
         return parsed.records, parsed[DEAD_LETTER], parsed[LINES]

@@ -11,8 +11,9 @@
   reference}` turns (`*.test.json`: one case, whose eval_id is the file path, as
   in ADK), or a list of `{name, data, initial_session}` cases. Expected turns
   only; `instance_id` is `<eval_set_id>:<eval_id>`. A `conversation_scenario`
-  case (user simulation) is dead-lettered: it has no turns until a user
-  simulator runs it.
+  case (user simulation) has no turns: its record carries the scenario in
+  `adk_case`, and inference runs the agent with the user simulator
+  (transforms.simulate).
 
 Each record carries the case's trace in `invocations` (metrics.trace) and
 the columns `instance_id`, `eval_set_id`, `eval_id` (and `session_id`).
@@ -26,6 +27,7 @@ none (the file's own keys and punctuation).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import json
 import os
@@ -33,8 +35,12 @@ import re
 from typing import Any, Iterator
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 
+from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA, metrics_from_criteria, read_test_config
+from evalbeam.metrics.simulator import ScenarioError, parse_scenario
 from evalbeam.metrics.trace import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
+from evalbeam.transforms.adk_models import EXTRA_FORBIDDEN, forbidden_keys
 from evalbeam.transforms.records import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
 
 # A whole ADK file is read at once: bounded, so a wrong file cannot take a worker's memory.
@@ -94,17 +100,71 @@ def _load(doc: _Document) -> tuple[Any, bool] | str:
     return value, True
 
 
+@dataclasses.dataclass(frozen=True)
+class AdkReading:
+    """How a run reads its ADK files: `base`, the input's base folder (its uri up
+    to the first wildcard: adk_base), which a legacy *.test.json file's ids are
+    relative to; `criteria_per_file`: each file's cases carry the criteria of the
+    test_config.json ADK's AgentEvaluator.find_config_for_test_file finds for it
+    (adk_case.criteria: criterion -> threshold), when the config names none."""
+    base: str = ""
+    criteria_per_file: bool = False
+
+
+def adk_base(uri: str) -> str:
+    """The folder a file uri starts from: up to its first wildcard, to the last '/'
+    (a uri without one: its file's folder)."""
+    cut = min((uri.index(c) for c in "*?[" if c in uri), default=len(uri))
+    return uri[: uri.rfind("/", 0, cut) + 1]
+
+
+def relative_path(path: str, base: str) -> str:
+    """A file's path relative to the input's base folder (its name, where the path is not under it)."""
+    return path[len(base):] if base and path.startswith(base) else path.rsplit("/", 1)[-1]
+
+
+def test_config_path(path: str) -> str:
+    """The test_config.json ADK's AgentEvaluator.find_config_for_test_file reads for a file: beside it."""
+    return f"{path.rsplit('/', 1)[0]}/test_config.json" if "/" in path else "test_config.json"
+
+
+@functools.lru_cache(maxsize=256)
+def criteria_of_file(path: str) -> tuple[dict[str, Any], ...]:
+    """The metric specs of the criteria ADK judges a file with (find_config_for_test_file):
+    its test_config.json's, else ADK's defaults. Raises ValueError naming the test_config."""
+    config = test_config_path(path)
+    if not FileSystems.exists(config):
+        return tuple(metrics_from_criteria(None))
+    try:
+        with FileSystems.open(config, mime_type="application/octet-stream") as f:
+            text = f.read().decode("utf-8")
+        return tuple(read_test_config(text))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{config}: {e}") from None
+
+
 def _whole_document(parse):
-    """parse(doc, value, positional) -> a file parser, (path, stream) -> items: the
-    file read and parsed whole first, and dead-lettered whole when it cannot be."""
+    """parse(doc, value, positional, reading) -> a file parser, (path, stream, reading) -> items:
+    the file read and parsed whole first, and dead-lettered whole when it cannot be."""
     @functools.wraps(parse)
-    def parse_file(path: str, stream) -> Iterator[Record | DeadLetter | SourceLines]:
+    def parse_file(path: str, stream, reading: AdkReading = AdkReading()) -> Iterator[Record | DeadLetter | SourceLines]:
         doc = _Document(path, stream)
         loaded = _load(doc)
         if isinstance(loaded, str):
             yield from doc.dead_file(loaded)
             return
-        yield from parse(doc, *loaded)
+        criteria = None
+        if reading.criteria_per_file:
+            try:
+                criteria = {spec["name"]: spec.get("threshold") for spec in criteria_of_file(path)}
+            except ValueError as e:  # ADK cannot judge the file without its criteria
+                yield from doc.dead_file(f"the file's test_config.json cannot be read: {e}")
+                return
+        items = parse(doc, *loaded, reading)
+        for item in items:
+            if criteria is not None and isinstance(item, Record):
+                item.data["adk_case"]["criteria"] = criteria
+            yield item
 
     return parse_file
 
@@ -185,7 +245,7 @@ def _field_of(reason: str) -> str:
 
 
 @_whole_document
-def parse_adk_eval_result(doc: _Document, value: Any, positional: bool) -> Iterator[Record | DeadLetter | SourceLines]:
+def parse_adk_eval_result(doc: _Document, value: Any, positional: bool, reading: AdkReading) -> Iterator[Record | DeadLetter | SourceLines]:
     if not isinstance(value, dict) or get_key(value, "eval_case_results") is None:
         yield from doc.dead_file("not an ADK EvalSetResult: expected an object with eval_case_results")
         return
@@ -262,8 +322,46 @@ def _legacy_turn(turn: Any, where: str) -> dict[str, Any]:
     return turn_from_adk(None, invocation, where)
 
 
+def _refused_cases(out: _Cases, cases: list, forbidden: list[str]) -> Iterator[DeadLetter]:
+    """A dead letter per case of an eval set ADK refuses for keys its models forbid:
+    a case holding such keys names its first (and how many more); the others name the file's first."""
+    for index, case in enumerate(cases):
+        eval_id = get_key(case, "eval_id") if isinstance(case, dict) else None
+        label = f"eval case {eval_id!r}" if isinstance(eval_id, str) and eval_id else f"eval_cases[{index}]"
+        own = [p for p in forbidden if p.startswith(f"eval_cases[{index}].")]
+        if own:
+            more = f" (and {len(own) - 1} more forbidden key{'s' * (len(own) > 2)} in this case)" if len(own) > 1 else ""
+            reason = (f"{label}: {own[0]}: {EXTRA_FORBIDDEN}{more}; ADK's models forbid the key, "
+                      "so ADK refuses the whole eval set")
+        else:
+            reason = (f"{label}: not scored: ADK refuses the whole eval set, which holds a key its models forbid "
+                      f"({forbidden[0]}: {EXTRA_FORBIDDEN})")
+        yield out.dead(index, reason, case, (own or forbidden)[0])
+
+
+# AgentEvaluator's ALLOWED_CRITERIA: the criteria its legacy test files may be judged with
+LEGACY_TEST_CRITERIA = ("tool_trajectory_avg_score", "response_evaluation_score", "response_match_score", "safety_v1")
+
+
+def _agent_evaluator_refusal(turns: list, path: str) -> tuple[str, str] | None:
+    """(reason, field) where ADK's AgentEvaluator._validate_input refuses a legacy flat test
+    file with the criteria of its test_config.json (it checks the first turn only), else None."""
+    names = [spec["name"] for spec in criteria_of_file(path) if spec["name"] not in INFORMATIONAL_CRITERIA]
+    for name in names:
+        if name not in LEGACY_TEST_CRITERIA:
+            return (f"ADK's AgentEvaluator refuses a legacy test file judged with {name} (its test_config.json "
+                    f"{test_config_path(path)}): Invalid criteria key: {name}. Expected one of "
+                    f"{list(LEGACY_TEST_CRITERIA)}.", "criteria")
+    first = turns[0]
+    if "tool_trajectory_avg_score" in names and "expected_tool_use" not in first:
+        return ("[0].expected_tool_use is missing: ADK's AgentEvaluator refuses a legacy test file judged with "
+                "tool_trajectory_avg_score whose first turn has no 'query' and 'expected_tool_use' keys",
+                "[0].expected_tool_use")
+    return None
+
+
 @_whole_document
-def parse_adk_eval_set(doc: _Document, value: Any, positional: bool) -> Iterator[Record | DeadLetter | SourceLines]:
+def parse_adk_eval_set(doc: _Document, value: Any, positional: bool, reading: AdkReading) -> Iterator[Record | DeadLetter | SourceLines]:
     path = doc.path
     name = os.path.basename(path)
     for suffix in (".evalset.json", ".test.json", ".json"):
@@ -275,13 +373,24 @@ def parse_adk_eval_set(doc: _Document, value: Any, positional: bool) -> Iterator
             # [{name, data: [turns], initial_session}]: convert_eval_set_to_pydantic_schema
             cases = [(c.get("name"), c["data"], c) for c in value]
         elif value and all(isinstance(t, dict) and "query" in t for t in value):
-            # a flat list of turns (*.test.json): one case whose eval_id is the file path
-            cases = [(path, value, value)]
+            # a flat list of turns (*.test.json): one case, its own eval set, as AgentEvaluator
+            # makes it (whose ids are the path as given and a random uuid): here the path
+            # relative to the input's base folder, so ids hold when the data folder moves
+            relative = relative_path(path, reading.base)
+            name = relative.removesuffix(".test.json")
+            cases = [(relative, value, value)]
+            if reading.criteria_per_file:  # judged with its test_config.json: AgentEvaluator checks the two agree
+                refused = _agent_evaluator_refusal(value, path)
+                if refused:
+                    out = _Cases(doc, [(1, doc.lines)] if positional else None)
+                    yield out.dead(0, f"eval case {relative!r}: {refused[0]}", value, refused[1])
+                    yield out.lines()
+                    return
         else:
             yield from doc.dead_file("not an ADK eval set: a list must hold {name, data} cases or {query, ...} turns")
             return
         spans = _element_spans(doc, None, len(value)) if positional and len(cases) == len(value) else None
-        if len(cases) == 1 and cases[0][0] == path:
+        if cases[0][2] is value:
             spans = [(1, doc.lines)] if positional else None
         out = _Cases(doc, spans)
         for index, (eval_id, data, raw) in enumerate(cases):
@@ -296,8 +405,16 @@ def parse_adk_eval_set(doc: _Document, value: Any, positional: bool) -> Iterator
             except ValueError as e:
                 yield out.dead(index, f"{label}: {e}", raw, _field_of(str(e)))
                 continue
+            adk_case = {"eval_set_id": name, "eval_id": eval_id}
+            session = raw.get("initial_session") if raw is not value else None
+            if session:  # the case's session_input, as convert_eval_set_to_pydantic_schema makes it
+                if not isinstance(session, dict):
+                    yield out.dead(index, f"{label}: initial_session must be an object", raw, "initial_session")
+                    continue
+                adk_case["session_input"] = {"app_name": session.get("app_name", ""),
+                                             "user_id": session.get("user_id", ""), "state": session.get("state", {})}
             yield out.record(index, {"instance_id": f"{name}:{eval_id}", "eval_set_id": name, "eval_id": eval_id,
-                                     "invocations": turns, "adk_case": {"eval_set_id": name, "eval_id": eval_id}}, raw)
+                                     "invocations": turns, "adk_case": adk_case}, raw)
         yield out.lines()
         return
     if not isinstance(value, dict):
@@ -315,6 +432,11 @@ def parse_adk_eval_set(doc: _Document, value: Any, positional: bool) -> Iterator
         return
     spans = _element_spans(doc, ("eval_cases",), len(cases)) if positional else None
     out = _Cases(doc, spans)
+    forbidden = forbidden_keys(value)
+    if forbidden:  # ADK refuses the whole file: every case is dead-lettered, none scored
+        yield from _refused_cases(out, cases, forbidden)
+        yield out.lines()
+        return
     for index, case in enumerate(cases):
         if not isinstance(case, dict):
             yield out.dead(index, f"eval_cases[{index}] must be an object", case, f"eval_cases[{index}]")
@@ -326,9 +448,28 @@ def parse_adk_eval_set(doc: _Document, value: Any, positional: bool) -> Iterator
         label = f"eval case {eval_id!r}"
         conversation, scenario = get_key(case, "conversation"), get_key(case, "conversation_scenario")
         if scenario is not None:
-            yield out.dead(index, f"{label}: conversation_scenario cases (user simulation) are not supported: their "
-                                  "turns exist only once a user simulator has run them with the agent",
-                           case, "conversation_scenario")
+            # user simulation (metrics.simulator): no turns until inference runs the agent with the simulator
+            if conversation is not None:
+                yield out.dead(index, f"{label}: Exactly one of conversation and conversation_scenario must be "
+                                      "provided in an EvalCase.", case, "conversation_scenario")
+                continue
+            try:
+                parse_scenario(scenario)
+            except ScenarioError as e:
+                yield out.dead(index, f"{label}: {e}", case, "conversation_scenario")
+                continue
+            adk_case = {"eval_set_id": set_id, "eval_id": eval_id, "conversation_scenario": scenario}
+            if isinstance(get_key(case, "session_input"), dict):
+                adk_case["session_input"] = get_key(case, "session_input")
+            if get_key(case, "rubrics") is not None:  # copied onto the simulated turns, as ADK copies them
+                try:
+                    adk_case["rubrics"] = rubrics_of(get_key(case, "rubrics"), "rubrics")
+                except ValueError as e:
+                    yield out.dead(index, f"{label}: {e}", case, _field_of(str(e)))
+                    continue
+            record = {"instance_id": f"{set_id}:{eval_id}", "eval_set_id": set_id, "eval_id": eval_id,
+                      "adk_case": adk_case}
+            yield out.record(index, record, case)
             continue
         if not isinstance(conversation, list):
             yield out.dead(index, f"{label}: conversation is missing or not a list of invocations", case, "conversation")

@@ -85,6 +85,11 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("position_agreement", "FLOAT64",
                description="pairwise: share of this row's samples whose two orders (A = baseline, A = candidate) "
                            "chose the same response"),
+        Column("threshold", "FLOAT64", description="the pass threshold in force for this row (`passed`): an ADK "
+                                                   "case's own test_config.json's, else its metric's; null where "
+                                                   "the metric has none"),
+        Column("human_label", "FLOAT64", description="input.labels: the mean of the row's valid human labels for this "
+                                                     "metric; null when unlabelled (or the metric has no labels)"),
     ),
     "summary": (
         RUN_ID,
@@ -206,6 +211,53 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("regression", "BOOL", True, "the CI of the change lies entirely on the worse side of -T"),
         Column("improvement", "BOOL", True, "the CI of the change lies entirely on the better side of +T"),
         Column("compared_at", "TIMESTAMP", True),
+        Column("labelled_paired", "INT64", description="input.labels: paired instances with a human label"),
+        Column("agreement_statistic", "STRING", description="weighted_kappa (categorical scale) | spearman"),
+        Column("base_agreement", "FLOAT64", description="the base run's agreement with the human labels"),
+        Column("run_agreement", "FLOAT64", description="run_id's agreement with the human labels"),
+        Column("agreement_difference", "FLOAT64", description="run_agreement - base_agreement"),
+        Column("agreement_ci_low", "FLOAT64", description="95% CI of the difference (paired Poisson bootstrap)"),
+        Column("agreement_ci_high", "FLOAT64"),
+        Column("agrees_more", "STRING", description="run | base: whose judge agrees more with the people (the CI "
+                                                    "excludes 0); neither"),
+        Column("paired_by", "STRING", description="instance | case: what n_paired and the statistics count; "
+                                                  "case when either run has inference.num_runs > 1 (a case's "
+                                                  "value is the mean of its valid runs)"),
+    ),
+    "calibration": (
+        RUN_ID,
+        RUN_DATE,
+        Column("metric", "STRING", True, "a metric with input.labels"),
+        Column("slice", "STRING", True, "'overall' or 'column=value'"),
+        Column("n", "INT64", True, "instances with both a valid score and a valid human label"),
+        Column("unlabelled_count", "INT64", True, "instances with no valid label for the metric"),
+        Column("unscored_count", "INT64", True, "labelled instances whose metric has no score (an error)"),
+        Column("invalid_label_count", "INT64", True, "label cells refused (not a number or true/false); "
+                                                     "counted as missing"),
+        Column("invalid_label_example", "STRING", description="the first refused label: row, column and reason"),
+        Column("annotators", "INT64", True, "label columns of the metric"),
+        Column("threshold", "FLOAT64", description="the metric's pass threshold"),
+        Column("scale", "STRING", description="categorical (whole numbers, at most 20 values) | continuous"),
+        Column("judge_mean", "FLOAT64", description="mean score over the n instances"),
+        Column("human_mean", "FLOAT64", description="mean human value (mean of the annotators' labels) over the n"),
+        Column("bias", "FLOAT64", description="judge_mean - human_mean"),
+        Column("mae", "FLOAT64", description="mean |score - human value|"),
+        Column("spearman", "FLOAT64", description="Spearman's rho (midranks for ties)"),
+        Column("kendall_tau", "FLOAT64", description="Kendall's tau-b"),
+        Column("kappa", "FLOAT64", description="Cohen's kappa, unweighted, on the categories (categorical scales)"),
+        Column("weighted_kappa", "FLOAT64", description="Cohen's kappa, quadratic weights (categorical scales)"),
+        Column("accuracy", "FLOAT64", description="pass = score >= threshold; the human label the truth"),
+        Column("precision", "FLOAT64", description="of the judge's passes, the share the people pass"),
+        Column("recall", "FLOAT64", description="of the people's passes, the share the judge passes"),
+        Column("f1", "FLOAT64"),
+        Column("ci_low", "FLOAT64", description="95% Poisson bootstrap CI of weighted_kappa (categorical) or "
+                                                "spearman (continuous), seeded by instance id"),
+        Column("ci_high", "FLOAT64"),
+        Column("confusion", "JSON", description='{"categories": [...], "counts": [[...]]}: rows the human value, '
+                                                "columns the judge's (pass/fail on a continuous scale)"),
+        Column("annotator_alpha", "FLOAT64", description="Krippendorff's alpha (interval) among the annotators"),
+        Column("annotator_alpha_units", "INT64", description="instances with two labels or more"),
+        Column("note", "STRING", description="why a statistic is null (n < 2, constant labels, one category, ...)"),
     ),
     "dead_letter": (
         RUN_ID,
@@ -245,6 +297,7 @@ CLUSTERING = {
     "judge_cache": ["request_key"],
     "comparisons": ["metric", "run_id"],
     "rubrics": ["metric", "run_id"],
+    "calibration": ["metric", "slice"],
 }
 
 

@@ -72,12 +72,19 @@ def score_instance(run: RunKey, instance: Instance, scorers, base: dict[str, Any
         base = result_base(run)
     rows = []
     fields = instance.fields
+    criteria = case_criteria(fields)
     for plan, scorer, optional_field in scorers:
         if optional_field and optional_field not in fields:
             continue  # an automatic pass-through metric this instance has no value for
+        threshold = plan.threshold
+        if criteria is not None and plan.output_name == plan.name and _is_adk_criterion(plan.name):
+            if plan.name not in criteria:
+                continue  # not a criterion of this case's file: ADK does not compute it for the case
+            threshold = criteria[plan.name]
         row = base.copy()
         row["instance_id"] = instance.instance_id
         row["metric"] = plan.output_name
+        row["threshold"] = threshold
         inference_error = fields.get("inference_error")
         if inference_error is not None and plan.name not in PASSTHROUGH_FIELDS:
             # inference produced nothing to score: the case's error on each of its metrics
@@ -98,10 +105,34 @@ def score_instance(run: RunKey, instance: Instance, scorers, base: dict[str, Any
             row["explanation"] = value.explanation
             if value.extra:
                 row["extra"] = json.dumps(value.extra, ensure_ascii=False, sort_keys=True, default=str)
-            if plan.threshold is not None:
-                row["passed"] = value.score >= plan.threshold
+            if threshold is not None:
+                row["passed"] = value.score >= threshold
         rows.append(row)
     return ScoredInstance(instance, rows)
+
+
+def case_criteria(fields: dict[str, Any]) -> dict[str, float | None] | None:
+    """An ADK case's own criteria (criterion -> threshold), from the test_config.json of its
+    file (transforms.read_adk, when the config names no criteria); None for any other instance."""
+    case = fields.get("adk_case")
+    criteria = case.get("criteria") if isinstance(case, dict) else None
+    return criteria if isinstance(criteria, dict) else None
+
+
+def _is_adk_criterion(name: str) -> bool:
+    try:
+        return get_metric(name).kind == "adk"
+    except KeyError:
+        return False
+
+
+def with_thresholds(scored: ScoredInstance, thresholds: dict[str, float | None]) -> ScoredInstance:
+    """Each row with the threshold in force (metric_results.threshold): its own where scoring
+    set one (an ADK case's own criteria), else its metric's."""
+    for row in scored.results:
+        if row.get("threshold") is None:  # judge rows start with every column None (schema.blank_metric_row)
+            row["threshold"] = thresholds.get(row["metric"])
+    return scored
 
 
 def missing_input_error(missing) -> str:

@@ -25,9 +25,9 @@ OVERALL = "overall"
 
 
 def results_of(scored: ScoredInstance) -> list[tuple]:
-    """(metric, score, is_error, passed, pairwise choice, position agreement) per result."""
+    """(metric, score, is_error, passed, pairwise choice, position agreement, threshold) per result."""
     return [(r["metric"], r["score"], r["error"] is not None, r["passed"], r.get("pairwise_choice"),
-             r.get("position_agreement")) for r in scored.results]
+             r.get("position_agreement"), r.get("threshold")) for r in scored.results]
 
 
 def one_run_case(scored: ScoredInstance):
@@ -96,11 +96,11 @@ class SliceAccumulator:
 
     def _add_one_run(self, row: int, results) -> None:
         """A case of one run (every case without repeated runs): each metric has one row."""
-        for metric, score, error, passed, choice, agreement in results:
+        for metric, score, error, passed, choice, agreement, threshold in results:
             moments = self.moments.get(metric)
             if moments is None:
                 moments = self.moments[metric] = ScoreMoments()
-            valid = moments.add(score, error, passed, choice)
+            valid = moments.add(score, error, passed, choice, threshold)
             if valid:
                 moments.add_single_case(score, passed)
             if agreement is not None:
@@ -116,12 +116,12 @@ class SliceAccumulator:
     def _add_runs(self, row: int, runs) -> None:
         per_metric: dict[str, tuple[list, list, list]] = {}
         for results in runs:
-            for metric, score, error, passed, choice, agreement in results:
+            for metric, score, error, passed, choice, agreement, threshold in results:
                 moments = self.moments.get(metric)
                 if moments is None:
                     moments = self.moments[metric] = ScoreMoments()
                 scores, passes, agreements = per_metric.get(metric) or per_metric.setdefault(metric, ([], [], []))
-                if moments.add(score, error, passed, choice):  # a valid score: to be weighed
+                if moments.add(score, error, passed, choice, threshold):  # a valid score: to be weighed
                     scores.append(score)
                     passes.append(passed)
                 if agreement is not None:
@@ -198,7 +198,7 @@ def slice_column(slice_name: str) -> str:
     return "" if slice_name == OVERALL else slice_name.split("=", 1)[0]
 
 
-def fold_slices(column_slices, limit: int):
+def fold_slices(column_slices, limit: int, accumulator=None):
     """(column, [(slice, SliceAccumulator)]) -> (slice, {metric: ScoreMoments}) for each
     slice kept: every slice of a column with at most `limit` of them; else the `limit`
     largest (most instances; then by name), the others merged (exactly: the
@@ -209,7 +209,7 @@ def fold_slices(column_slices, limit: int):
         logging.getLogger(__name__).warning(
             "slice column %r has %d distinct values: the %d largest slices are summarized, the other %d values "
             "together as %s=(other)", column, len(slices), limit, len(slices) - limit, column)
-        other = SliceAccumulator()
+        other = (accumulator or SliceAccumulator)()  # transforms.calibrate folds its own
         for _, acc in slices[limit:]:
             other.absorb(acc)
         slices = slices[:limit] + [(f"{column}=(other)", other)]
@@ -224,7 +224,9 @@ def summary_rows(run: RunKey, thresholds: dict[str, float | None], keyed, num_ru
         stats = moments.statistics(threshold, num_runs)
         for curve in ("pass_at_k", "pass_all_k"):
             stats[curve] = to_json_text(stats[curve])
-        yield {**run.columns(), "metric": metric, "slice": slice_name, "threshold": threshold, **stats}
+        # the rows' own threshold where they carry one (an ADK case's file's), all alike; null when they differ
+        yield {**run.columns(), "metric": metric, "slice": slice_name, "threshold": moments.row_threshold(threshold),
+               **stats}
 
 
 class SummarizeScores(beam.PTransform):

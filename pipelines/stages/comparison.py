@@ -7,6 +7,7 @@ import apache_beam as beam
 from evalbeam.metrics.compare import ALPHA
 from evalbeam.pipelines.compare import compare_inputs, pair_spec
 from evalbeam.pipelines.stages import Stage
+from evalbeam.transforms.calibrate import labelled_results
 from evalbeam.transforms.compare import CompareRuns, result_entry
 
 
@@ -17,7 +18,8 @@ class ComparisonStage(Stage):
         context = self._context
         location, base_info, this_run = context.compare_base
         inputs = compare_inputs(named["instances"].pipeline, location, base_info, this_run, "Previous")
-        inputs["run"] = named["scored"] | "ThisRunScores" >> beam.FlatMap(lambda s: [result_entry(r) for r in s.results])
+        inputs["run"] = named["scored"] | "ThisRunScores" >> beam.FlatMap(
+            lambda s: [result_entry(r) for r in labelled_results(s)])
         inputs["run_slices"] = named["instances"] | "ThisRunSlices" >> beam.Map(
             lambda i: (i.instance_id, [f"{c}={'(missing)' if v is None else v}" for c, v in i.slices.items()]))
         return {"comparisons": inputs | "CompareWithBase" >> CompareRuns(

@@ -10,7 +10,7 @@ from evalbeam.pipelines.local import lean_local, part_bytes
 from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.read import FileParts, ReadRecords
-from evalbeam.transforms.read_adk import GroupAgentEvents
+from evalbeam.transforms.read_adk import AdkReading, GroupAgentEvents, adk_base
 from evalbeam.transforms.validate import ToInstances, UniqueIdDecisions
 
 
@@ -34,6 +34,7 @@ def row_spec(config: EvalConfig) -> RowSpec:
         # a metric whose inputs a row lacks gets an error on its own row (transforms.score,
         # transforms.judge, transforms.rubric_judge); a row no metric can score is dead-lettered
         requirements=tuple((m.output_name, inputs_left(config, m.input_alternatives())) for m in config.metrics),
+        label_columns=tuple((metric, tuple(columns)) for metric, columns in config.input.labels.items()),
     )
 
 
@@ -48,6 +49,13 @@ def inputs_left(config: EvalConfig, alternatives):
     return tuple(tuple(f for f in alt if f not in INFERRED_FIELDS) for alt in alternatives)
 
 
+def adk_reading(config: EvalConfig) -> AdkReading | None:
+    """How the input's ADK files are read (their base folder, their own criteria), for an ADK file input."""
+    if config.input.kind != "files" or not config.input.is_adk:
+        return None
+    return AdkReading(adk_base(config.input.uri), config.criteria_per_file)
+
+
 def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
     """The input read and validated -> records, unparseable, source lines, instances, invalid.
     `pipeline`: the pipeline, or the PBegin a composite is applied to."""
@@ -57,9 +65,12 @@ def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
         fmt = config.input.inferred_format()
         encoding = config.input.encoding
         parts = pipeline | "FileParts" >> FileParts(config.input.uri, fmt, part_bytes(owner, config), encoding)
-        records, unparseable, source_lines = pipeline | "Read" >> ReadRecords(fmt, parts=parts, encoding=encoding)
+        adk = adk_reading(config)
+        records, unparseable, source_lines = pipeline | "Read" >> ReadRecords(fmt, parts=parts, encoding=encoding,
+                                                                              adk=adk)
         if lean_local(owner, config):
-            first_read = pipeline | "ReadIds" >> ReadRecords(fmt, parts=parts, counted=False, encoding=encoding)
+            first_read = pipeline | "ReadIds" >> ReadRecords(fmt, parts=parts, counted=False, encoding=encoding,
+                                                             adk=adk)
             decisions = first_read[0] | "IdDecisions" >> UniqueIdDecisions(row_spec(config))
     else:
         records, source_lines = pipeline | "ReadBigQuery" >> bigquery.ReadBigQueryRows(read_plan)

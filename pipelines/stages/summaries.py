@@ -16,7 +16,7 @@ from evalbeam.transforms.judge import plan_judges
 from evalbeam.transforms.progress import CountFn
 from evalbeam.transforms.rubric_judge import merge_usage, plan_rubric_metrics
 from evalbeam.transforms.runs import RunRecord
-from evalbeam.transforms.score import plan_metrics
+from evalbeam.transforms.score import plan_metrics, with_thresholds
 from evalbeam.transforms.summarize import SummarizeScores
 
 
@@ -29,6 +29,7 @@ def thresholds(config: EvalConfig) -> dict[str, float | None]:
         found.update({p.output_name: p.threshold for p in plan_judges(config.template_judge_specs())})
     if config.rubric_specs():
         found.update({p.output_name: p.threshold for p in plan_rubric_metrics(config.rubric_specs())})
+    found.update({s.output_name: s.effective_threshold() for s in config.simulator_quality_specs()})
     return found
 
 
@@ -48,6 +49,7 @@ class SummariesStage(Stage):
         pipeline = named["instances"].pipeline
         scores, caches, usages = parts(named, "scores"), parts(named, "judge_cache"), parts(named, "usage")
         scored = tuple(scores) | "AllScores" >> beam.Flatten() if len(scores) > 1 else scores[0]
+        scored = scored | "RowThresholds" >> beam.Map(with_thresholds, thresholds(config))
         cache_rows = tuple(caches) | "AllJudgeCache" >> beam.Flatten() if caches else (
             pipeline | "NoJudgeCache" >> beam.Create([]))
         if len(usages) > 1:

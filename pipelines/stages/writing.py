@@ -8,6 +8,7 @@ import apache_beam as beam
 from evalbeam.pipelines.local import direct_runner
 from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms import bigquery
+from evalbeam.transforms.calibrate import labelled_results
 from evalbeam.transforms.judge_checkpoint import RemoveCheckpoints
 from evalbeam.transforms.schema import instance_row
 from evalbeam.transforms.write import ReplaceRunFolder, WriteEmptyTables, WriteParquetTable, attempt_folder, run_folder
@@ -24,7 +25,7 @@ class WriteResults(Stage):
         tables = {
             "instances": named["instances"] | "InstanceRows" >> beam.Map(lambda i, r: instance_row(r, i), run),
             # an instance's rows as one element (the runner's cost is per element)
-            "metric_results": named["scored"] | "MetricRows" >> beam.Map(lambda s: s.results),
+            "metric_results": named["scored"] | "MetricRows" >> beam.Map(labelled_results),
             "summary": named["summary"],
             "runs": named["runs"],
             "dead_letter": named["dead_letters"] | "DeadLetterRows" >> beam.Map(lambda d, r: d.row(r), run),
@@ -32,6 +33,8 @@ class WriteResults(Stage):
             "rubrics": named["rubrics"] if "rubrics" in named else pipeline | "NoRubrics" >> beam.Create([]),
             "comparisons": named["comparisons"] if "comparisons" in named else (
                 pipeline | "NoComparison" >> beam.Create([])),
+            "calibration": named["calibration"] if "calibration" in named else (
+                pipeline | "NoCalibration" >> beam.Create([])),
         }
         direct = direct_runner(pipeline)
         # Parquet is always written: it is the output (written beside the run's

@@ -62,7 +62,12 @@ def test_eval_set_expected_turns_and_unusable_cases(tmp_path):
     path.write_text(json.dumps(EVAL_SET, indent=2))
     assert InputConfig(uri=str(path)).inferred_format() == "adk_eval_set"
     records, dead = parse(path, "adk_eval_set")
-    assert [r.data["instance_id"] for r in records] == ["weather:sf", "weather:paris"]
+    assert [r.data["instance_id"] for r in records] == ["weather:sf", "weather:paris", "weather:simulated"]
+    # a user-simulation case has no turns until inference runs it: its scenario is in adk_case
+    simulated = records.pop().data
+    assert "invocations" not in simulated and simulated["adk_case"] == {
+        "eval_set_id": "weather", "eval_id": "simulated",
+        "conversation_scenario": {"starting_prompt": "hi", "conversation_plan": "ask"}}
     sf, paris = (r.data["invocations"] for r in records)
     assert sf == [{"invocation_id": "inv-1", "prompt": "Weather in SF?", "expected": {
         "response": "18C\nfoggy", "tool_calls": [{"tool_name": "get_weather", "tool_input": {"city": "SF"}}],
@@ -72,8 +77,6 @@ def test_eval_set_expected_turns_and_unusable_cases(tmp_path):
     assert paris[0]["expected"]["tool_calls"] == [{"tool_name": "get_weather", "tool_input": {"city": "Paris"},
                                                    "response": {"t": 25}}]
     reasons = {d.field: d.reason for d in dead}
-    assert "conversation_scenario cases (user simulation) are not supported" in reasons["conversation_scenario"]
-    assert "'simulated'" in reasons["conversation_scenario"]
     assert reasons["conversation[0]"] == "eval case 'no_user': conversation[0] has no user_content"
     # an eval set alone has nothing to compare the expected turns with
     instance = build_instance(records[0].data, SPEC, "x")
@@ -102,7 +105,7 @@ def test_a_truncated_compressed_adk_file_is_one_dead_letter(tmp_path, ext):
     whole.write_bytes(packed)
     cut.write_bytes(packed[: len(packed) // 2])
     records, _ = parse(whole, "adk_eval_set")
-    assert [r.data["instance_id"] for r in records] == ["weather:sf", "weather:paris"]
+    assert [r.data["instance_id"] for r in records] == ["weather:sf", "weather:paris", "weather:simulated"]
     records, dead = parse(cut, "adk_eval_set")
     assert not records and [d.reason.split(" (")[0] for d in dead] == ["the file cannot be read"]
     assert "EOFError" in dead[0].reason
@@ -118,7 +121,8 @@ def test_legacy_eval_set_forms(tmp_path):
     records, dead = parse(flat, "adk_eval_set")
     assert not dead and len(records) == 1
     turns = records[0].data["invocations"]
-    assert records[0].data["eval_id"] == str(flat)  # as ADK: the file path
+    # its own eval set; ids from the path relative to the input's base folder (here none: its name)
+    assert (records[0].data["eval_set_id"], records[0].data["eval_id"]) == ("home", "home.test.json")
     assert turns[0]["expected"]["tool_calls"][0]["tool_input"]["device_id"] == "device_2"
     assert turns[1]["expected"]["response"] == ""  # ADK's default reference
     older = tmp_path / "dice.json"
@@ -128,6 +132,7 @@ def test_legacy_eval_set_forms(tmp_path):
         {"name": "bad", "data": [{"query": "x", "expected_tool_use": [{"tool_name": "roll_die"}]}]}], indent=2))
     records, dead = parse(older, "adk_eval_set")
     assert [r.data["instance_id"] for r in records] == ["dice:roll"]
+    assert records[0].data["adk_case"]["session_input"] == {"app_name": "dice", "user_id": "u", "state": {}}
     assert dead[0].reason == "eval case 'bad': data[0].expected_tool_use[0] needs tool_name and tool_input"
 
 
@@ -264,8 +269,15 @@ def test_adk_criteria_become_metrics(tmp_path):
     assert metrics["response_match_score"].threshold == 0.7
     assert {"tool_call_count_v1", "token_usage_v1", "inference_call_count_v1", "invocation_duration_v1"} <= set(metrics)
     assert config.input.slice_columns == ["eval_set_id"]
-    # no metrics and no test_config: ADK's defaults
+    # no metrics and no adk_criteria: the test_config.json beside the file (ADK's find_config_for_test_file)
     config = _config(tmp_path, f"name: x\ninput: {{uri: {data}}}\noutput: {{parquet: out}}\n")
+    assert config.criteria_per_file
+    assert {(m.name, m.threshold) for m in config.metrics} >= {
+        ("tool_trajectory_avg_score", 0.5), ("response_match_score", 0.7)}
+    # ... and with none beside it: ADK's defaults
+    (tmp_path / "alone").mkdir()
+    (tmp_path / "alone" / data.name).write_text("{}")
+    config = _config(tmp_path, f"name: x\ninput: {{uri: {tmp_path / 'alone' / data.name}}}\noutput: {{parquet: out}}\n")
     assert {(m.name, m.effective_threshold()) for m in config.metrics} >= {
         ("tool_trajectory_avg_score", 1.0), ("response_match_score", 0.8)}
 

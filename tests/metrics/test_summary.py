@@ -9,9 +9,9 @@ import pytest
 from evalbeam.metrics.summary import ScoreMoments, bootstrap_weights, pass_all_k, pass_at_k
 
 
-def add_weighed(m, score, instance_id, error=False, passed=None, choice=None):
+def add_weighed(m, score, instance_id, error=False, passed=None, choice=None, threshold=None):
     """One instance's row, weighed by its own bootstrap weights when its score is valid."""
-    if m.add(score, error, passed, choice):
+    if m.add(score, error, passed, choice, threshold):
         weights = bootstrap_weights(instance_id)
         m.add_bootstrap(weights * score, weights)
 
@@ -115,12 +115,14 @@ def test_the_batched_slice_accumulator_equals_adding_one_instance_at_a_time():
     for i in range(3 * BOOTSTRAP_BATCH + 77):
         score = rng.choice([rng.random(), rng.random(), None, float("nan"), 1.0])
         error = score is None and rng.random() < 0.5
-        rows.append((f"id-{i}", [[("a", score, error, score is not None and score > 0.5, None, None),
-                                  ("b", rng.random(), False, None, rng.choice(["CANDIDATE", "BASELINE", "TIE"]), None)]]))
+        threshold = rng.choice([0.5, 0.5, 0.7])  # each row's own (an ADK case's file's)
+        rows.append((f"id-{i}", [[("a", score, error, score is not None and score >= threshold, None, None, threshold),
+                                  ("b", rng.random(), False, None, rng.choice(["CANDIDATE", "BASELINE", "TIE"]), None,
+                                   None)]]))
     expected = {"a": ScoreMoments(), "b": ScoreMoments()}
     for instance_id, [results] in rows:
-        for metric, score, error, passed, choice, _ in results:
-            add_weighed(expected[metric], score, instance_id, error, passed, choice)
+        for metric, score, error, passed, choice, _, threshold in results:
+            add_weighed(expected[metric], score, instance_id, error, passed, choice, threshold)
             valid = not error and score is not None and math.isfinite(score)
             expected[metric].add_case([score] if valid else [], [passed] if valid else [], [])
     fn = SliceMomentsFn()
@@ -134,7 +136,7 @@ def test_the_batched_slice_accumulator_equals_adding_one_instance_at_a_time():
         got = fn.extract_output(fn.merge_accumulators([fn.compact(p) for p in order])).flush().moments
         for metric in ("a", "b"):
             want, have = expected[metric].statistics(0.5), got[metric].statistics(0.5)
-            assert have.keys() == want.keys()
+            assert have.keys() == want.keys() and got[metric].row_threshold(0.5) == expected[metric].row_threshold(0.5)
             for key, value in want.items():
                 assert have[key] == (value if value is None or isinstance(value, int) else pytest.approx(value, rel=1e-12)), key
 
@@ -206,7 +208,7 @@ def accumulate(cases, chunk=None, metric="m"):
     for start in range(0, len(cases), chunk):
         acc = fn.create_accumulator()
         for case_id, runs in cases[start:start + chunk]:
-            acc = fn.add_input(acc, (case_id, [[(metric, s, s is None, p, None, None)] for s, p in runs]))
+            acc = fn.add_input(acc, (case_id, [[(metric, s, s is None, p, None, None, None)] for s, p in runs]))
         parts.append(acc)
     return fn.merge_accumulators(parts[::-1]).flush().moments[metric]
 
@@ -279,7 +281,7 @@ def test_position_consistency_is_the_mean_agreement_with_a_case_bootstrap_interv
     acc = fn.create_accumulator()
     for case_id, agreement in cases:
         acc = fn.add_input(acc, (case_id, [[("pw", None if agreement is None else 1.0, agreement is None, None,
-                                               "CANDIDATE", agreement)]]))
+                                               "CANDIDATE", agreement, None)]]))
     got = acc.flush().moments["pw"].statistics()
     kept = [(c, a) for c, a in cases if a is not None]
     assert got["position_consistency"] == pytest.approx(statistics.fmean(a for _, a in kept), rel=1e-12)
@@ -289,3 +291,19 @@ def test_position_consistency_is_the_mean_agreement_with_a_case_bootstrap_interv
         tuple(np.percentile(rates, [2.5, 97.5])), rel=1e-12)
     plain = accumulate([("x", [(1.0, True)])]).statistics(threshold=0.5)
     assert plain["position_consistency"] is None and plain["position_consistency_ci_low"] is None
+
+
+def test_rows_with_their_own_thresholds_pass_by_them():
+    """Rows carrying their own threshold (an ADK case's file's test_config.json) pass or fail by it:
+    the pass rate is the share of them that passed, and the summary's threshold is theirs when
+    they all have the same, null when they differ."""
+    m = ScoreMoments()
+    for score, threshold in [(0.5, 0.4), (0.5, 0.6), (0.9, 0.6), (0.2, None)]:
+        m.add(score, passed=None if threshold is None else score >= threshold, threshold=threshold)
+    assert m.statistics(1.0)["pass_rate"] == pytest.approx(2 / 3)
+    assert m.row_threshold(1.0) is None
+    same = ScoreMoments()
+    for score in (0.3, 0.8):
+        same.add(score, passed=score >= 0.5, threshold=0.5)
+    assert same.row_threshold(1.0) == 0.5 and same.statistics(1.0)["pass_rate"] == 0.5
+    assert ScoreMoments().row_threshold(0.8) == 0.8

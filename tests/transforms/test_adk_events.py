@@ -311,3 +311,15 @@ output:
     runs = table(run_dir, "runs")[0]
     assert runs["read_count"] == runs["scored_count"] + runs["dead_letter_count"] == 3
     assert runs["lines_read"] == len(rows) == runs["lines_scored"] + runs["lines_dead_lettered"]
+
+
+def test_the_example_config_for_recorded_runs_validates_and_runs(events_table, tmp_path):
+    """configs/adk_recorded_runs.yaml (docs/agents.md) against the plugin's table: only its project
+    (and the run date and output folder) set from the command line."""
+    config = ROOT / "configs" / "adk_recorded_runs.yaml"
+    overrides = ["--set", f"input.project={PROJECT}", "--set", "run_date=2026-11-22",
+                 "--set", f"output.parquet={tmp_path}/out", "--set", "run_id=recorded-example"]
+    assert "config ok" in evalbeam("validate", config, *overrides).stdout
+    evalbeam("run", config, *overrides)
+    instances = {r["instance_id"] for r in table(tmp_path / "out" / "recorded-example", "instances")}
+    assert instances == {"s1", "s2"}

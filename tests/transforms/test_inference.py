@@ -486,3 +486,52 @@ def test_model_runs_are_separate_samples():
     assert len({key for key, _ in asks}) == 3 and [a[1][0].seed for a in asks] == [0, 1, 2]
     [(key, (request, link))] = list(model_asks(case, settings, "{prompt}", 1))
     assert request.seed is None and request.schema_json == "" and link == "q1"
+
+
+def test_a_legacy_cases_initial_session_is_the_state_the_agent_starts_in(tmp_path):
+    """The older [{name, data, initial_session}] eval set: ADK makes initial_session the case's
+    session_input, and the real agent's session starts from its state (the tool reads `unit`)."""
+    import subprocess
+
+    from evalbeam.metrics.instance import RowSpec, build_instance
+    from tests.judge_server import JudgeServer
+    from evalbeam.transforms.read import parse_file
+    from evalbeam.transforms.records import Record
+
+    agent_python = agent_env() / "bin" / "python"
+    path = tmp_path / "older.json"
+    turn = {"query": 'Keep Oslo #call=remember_city{"city": "Oslo"}', "expected_tool_use": [
+        {"tool_name": "remember_city", "tool_input": {"city": "Oslo"}}], "reference": "ok"}
+    path.write_text(json.dumps([
+        {"name": "fahrenheit", "data": [turn], "initial_session": {"app_name": "weather_app", "user_id": "u1",
+                                                                   "state": {"unit": "F", "cities": ["Rome"]}}},
+        {"name": "no_session", "data": [turn]}]))
+    records = [r for r in parse_file(str(path), "adk_eval_set") if isinstance(r, Record)]
+    spec = RowSpec({}, "instance_id", (), ())
+    cases = [[r.data["instance_id"], build_instance(r.data, spec, "t").fields] for r in records]
+    (tmp_path / "cases.json").write_text(json.dumps(cases))
+    with JudgeServer() as server:
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "GOOGLE_API_KEY": KEY,
+               "EVALBEAM_TEST_MODEL_URL": server.url}
+        result = subprocess.run([str(agent_python), str(ROOT / "tests" / "agent_env" / "infer_agent.py"),
+                                 "tests.inference_agent:root_agent", str(tmp_path / "cases.json"),
+                                 str(tmp_path / "out.json")], capture_output=True, text=True, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+    done = dict(json.loads((tmp_path / "out.json").read_text()))
+    [call] = done["older:fahrenheit"]["invocations"][0]["tool_calls"]
+    assert call["response"] == {"remembered": 2, "unit": "F"}  # Rome from the state, then Oslo
+    [call] = done["older:no_session"]["invocations"][0]["tool_calls"]
+    assert call["response"] == {"remembered": 1, "unit": None}
+
+
+def test_the_example_config_of_an_eval_set_with_an_in_process_agent_validates(tmp_path):
+    """configs/adk_agent_eval_set.yaml (docs/agents.md), with the agent extra: its ADK agent imports,
+    its eval set's cases are all usable, and with no metrics the test_config.json beside it applies."""
+    from tests.helpers import evalbeam
+
+    result = evalbeam("validate", ROOT / "configs" / "adk_agent_eval_set.yaml", "--set",
+                      f"output.parquet={tmp_path}/out", path_first=[ROOT / "configs" / "agents"],
+                      command=agent_env() / "bin" / "evalbeam")
+    assert "input 1 file(s): 3 case(s) to score, 0 `run` would dead-letter" in result.stdout
+    # the criteria of configs/data/adk/test_config.json, and ADK's four informational ones
+    assert "config ok: 6 metrics" in result.stdout

@@ -295,3 +295,20 @@ def test_a_worker_process_freezes_its_start_up_objects_once(worker, duckdb, froz
                             cwd=str(ROOT), check=True)
     assert result.stdout.split() == [str(frozen), str(frozen), "False", "True"]
     assert result.stderr == ""
+
+
+def test_every_metric_row_carries_the_threshold_in_force():
+    """metric_results.threshold: a row scoring set (an ADK case's own criteria) keeps its own; a judge
+    row (every column None to start with) and any other gets its metric's; none where it has none."""
+    import datetime as dt
+
+    from evalbeam.metrics.instance import Instance
+    from evalbeam.transforms.schema import RunKey, blank_metric_row
+    from evalbeam.transforms.score import ScoredInstance, with_thresholds
+
+    run = RunKey("r", dt.date(2026, 11, 25))
+    rows = [blank_metric_row(run, "i", "fluency", "gemini"), {"metric": "response_match_score", "threshold": 0.09},
+            {"metric": "tool_call_count_v1"}, {"metric": "custom"}]
+    scored = with_thresholds(ScoredInstance(Instance("i", {}, {}, "s"), rows),
+                             {"fluency": 3.0, "response_match_score": 0.8, "tool_call_count_v1": None})
+    assert [r["threshold"] for r in scored.results] == [3.0, 0.09, None, None]

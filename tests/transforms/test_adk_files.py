@@ -1,0 +1,384 @@
+"""ADK files read exactly as google-adk 2.13.0 reads them (issue 22, item 3).
+
+The reference runs in its own environment (.adk/, `make adk-env`): the tests
+that use the `adk_reference` fixture are in the `adk` tier.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import random
+import subprocess
+
+import pytest
+
+from evalbeam.transforms.adk_models import MODELS, _camel, forbidden_keys
+from evalbeam.transforms.read import parse_file
+from evalbeam.transforms.records import DeadLetter, Record, SourceLines
+from tests.adk_cases import eval_set_sets
+from tests.helpers import ROOT
+
+ADK_PYTHON = ROOT / ".adk" / "bin" / "python"
+
+
+def run_adk(script: str, *args: str) -> str:
+    if not ADK_PYTHON.exists():
+        pytest.fail("the ADK reference environment is missing: run `make adk-env`: google-adk 2.13.0 in .adk/")
+    result = subprocess.run([str(ADK_PYTHON), str(ROOT / "tests" / "adk_env" / script), *args],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def adk_reference():
+    """Runs the reference: adk_reference(eval_sets=[paths], test_files=[paths]) -> what ADK loads."""
+    def load(tmp, **request):
+        path = tmp / "request.json"
+        path.write_text(json.dumps({k: [str(p) for p in v] for k, v in request.items()}))
+        return json.loads(run_adk("adk_load.py", str(path)))
+    return load
+
+
+def parsed(path, fmt="adk_eval_set", **options):
+    items = list(parse_file(str(path), fmt, **options))
+    return ([i for i in items if isinstance(i, Record)], [i for i in items if isinstance(i, DeadLetter)],
+            [i for i in items if isinstance(i, SourceLines)])
+
+
+# --- forbidden keys -----------------------------------------------------------
+
+
+def _tuple(value):
+    return tuple(_tuple(v) for v in value) if isinstance(value, list) else value
+
+
+def test_the_key_table_is_adks(adk_reference):
+    """evalbeam's table of ADK's models (transforms/adk_models.py) equals the one the installed
+    reference's pydantic models give: every model, its extra policy, each field, alias and type."""
+    reference = json.loads(run_adk("adk_models.py"))
+    ours = {}
+    for name, entry in reference.items():
+        for field, info in entry["fields"].items():
+            # ADK's and google.genai's alias generator is to_camel; evalbeam derives the alias with _camel
+            assert info["alias"] == (None if _camel(field) == field or name == "EvalSet" else _camel(field)), \
+                (name, field, info["alias"])
+        ours[name] = (entry["extra"], name != "EvalSet",
+                      {field: _tuple(info["type"]) for field, info in entry["fields"].items()})
+    assert ours == MODELS
+
+
+def _objects(value, path=""):
+    """(path, object) of every JSON object in a document, the document first."""
+    if isinstance(value, dict):
+        yield path, value
+        for key, item in value.items():
+            yield from _objects(item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _objects(item, f"{path}[{i}]")
+
+
+# keys a writer of an eval set gets wrong: typos, a legacy turn's keys inside an invocation, other casings
+MISTAKES = ["final_respone", "expected_tool_use", "reference", "query", "tool_input", "tool_name", "Text",
+            "user_contents", "finalresponse", "conversation_plans", "rubric", "evalId2", "notes", "_comment"]
+
+
+def mutated_eval_sets(seed: int, count: int):
+    """Small eval sets cut from the generated one, most with one or two keys added anywhere
+    (some where ADK allows or ignores them: an EvalCase's or SessionInput's own keys, an
+    InvocationEvent's, inside tool args or state), some both spellings of a field."""
+    rng = random.Random(seed)
+    base = eval_set_sets()["generated.evalset.json"]["eval_cases"]
+    docs = []
+    for n in range(count):
+        cases = copy.deepcopy(rng.sample(base, rng.randint(1, 3)))
+        for case in cases:
+            if rng.random() < 0.3 and case.get("conversation"):  # the events form of intermediate_data
+                for inv in case["conversation"]:
+                    calls = (inv.get("intermediate_data") or {}).get("tool_uses") or []
+                    inv["intermediate_data"] = {"invocation_events": [
+                        {"author": "agent", "content": {"role": "model", "parts": [{"function_call": c}]}}
+                        for c in calls]}
+        doc = {"eval_set_id": f"set_{n}", "eval_cases": cases}
+        for _ in range(rng.choice([0, 1, 1, 1, 2])):
+            # not into a map of agent name -> AgentDetails, whose values must be objects
+            path, target = rng.choice([(p, o) for p, o in _objects(doc) if not p.endswith(("agent_details", "agentDetails"))])
+            roll = rng.random()
+            if roll < 0.15 and target:  # the other spelling of a key already there
+                key = rng.choice(list(target))
+                other = _camel(key) if _camel(key) != key else None
+                if other:
+                    target[other] = copy.deepcopy(target[key])
+            else:
+                target[rng.choice(MISTAKES)] = rng.choice([1, "x", {"text": "y"}, [], None])
+        docs.append(doc)
+    return docs
+
+
+def _normal(loc: list) -> str:
+    """A pydantic loc as evalbeam's path: indices in brackets, union member names left out."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part not in MODELS:
+            out += f".{part}" if out else part
+    return out
+
+
+def test_forbidden_keys_are_refused_exactly_as_adk_refuses_them(tmp_path, adk_reference):
+    """On hundreds of generated eval sets, evalbeam refuses exactly the files ADK refuses, for a key
+    ADK reports as extra_forbidden at the same path; everything else ADK accepts, and so does evalbeam."""
+    docs = mutated_eval_sets(22, 400)
+    paths = []
+    for i, doc in enumerate(docs):
+        paths.append(tmp_path / f"s{i}.evalset.json")
+        paths[-1].write_text(json.dumps(doc))
+    adk = adk_reference(tmp_path, eval_sets=paths)["eval_sets"]
+    refused = 0
+    for doc, path in zip(docs, paths):
+        result = adk[str(path)]
+        ours = forbidden_keys(doc)
+        assert all(t == "extra_forbidden" for _, t, _ in result["errors"]), result["errors"]
+        assert (not ours) == result["accepted"], (path, ours, result["errors"])
+        adk_paths = {_normal(loc) for loc, _, _ in result["errors"]}
+        assert set(ours) <= adk_paths, (ours, adk_paths)
+        for loc, _, msg in result["errors"]:
+            assert msg == "Extra inputs are not permitted"
+        refused += bool(ours)
+    assert 150 < refused < 350  # both outcomes are well covered
+
+
+def test_a_refused_eval_set_is_dead_lettered_whole_and_counts_reconcile(tmp_path):
+    doc = eval_set_sets()["generated.evalset.json"]
+    doc = {"eval_set_id": "refused", "eval_cases": [c for c in doc["eval_cases"] if c.get("conversation")][:4]}
+    doc["eval_cases"][2]["conversation"][0]["final_respone"] = {"parts": [{"text": "typo"}]}
+    path = tmp_path / "refused.evalset.json"
+    path.write_text(json.dumps(doc, indent=2))
+    records, dead, lines = parsed(path)
+    assert not records and len(dead) == 4
+    eval_id = doc["eval_cases"][2].get("eval_id") or doc["eval_cases"][2]["evalId"]
+    culprit = dead[2]
+    assert culprit.reason.startswith(f"eval case {eval_id!r}: eval_cases[2].conversation[0].final_respone: "
+                                     "Extra inputs are not permitted")
+    assert culprit.field == "eval_cases[2].conversation[0].final_respone" and culprit.origin == str(path)
+    assert all("ADK refuses the whole eval set" in d.reason for d in dead)
+    # every line of the file is a dead case's or a line of the file's own punctuation
+    assert sum(d.line_count for d in dead) + lines[0].skipped == lines[0].lines
+
+
+# --- legacy files -------------------------------------------------------------
+
+
+def test_legacy_initial_session_becomes_the_session_input_as_adk_makes_it(tmp_path, adk_reference):
+    rng = random.Random(5)
+    sessions = [{}, {"app_name": "dice", "user_id": "u7", "state": {"day": "Monday", "n": 3}},
+                {"app_name": "dice"}, {"state": {"nested": {"k": [1, 2]}}}, {"user_id": "only"}]
+    cases = []
+    for i in range(25):
+        case = {"name": f"case_{i}", "data": [{"query": f"q{i}", "expected_tool_use": [], "reference": "r"}]}
+        session = rng.choice(sessions + [None])
+        if session is not None:
+            case["initial_session"] = session
+        cases.append(case)
+    path = tmp_path / "older.json"
+    path.write_text(json.dumps(cases, indent=1))
+    adk = adk_reference(tmp_path, eval_sets=[path])["eval_sets"][str(path)]
+    records, dead, _ = parsed(path)
+    assert not dead
+    ours = {r.data["eval_id"]: r.data["adk_case"].get("session_input") for r in records}
+    for case in adk["cases"]:
+        expected = case["session_input"]
+        if expected is not None:
+            assert expected.pop("session_id") is None
+        assert ours[case["eval_id"]] == expected, case["eval_id"]
+    assert sum(v is not None for v in ours.values()) > 10
+
+
+def _flat(query: str) -> list:
+    return [{"query": query, "expected_tool_use": [{"tool_name": "t", "tool_input": {"q": query}}], "reference": "r"}]
+
+
+def test_each_flat_test_file_is_its_own_eval_set_and_ids_hold_when_the_folder_moves(tmp_path):
+    from evalbeam.configs import EvalConfig
+    from evalbeam.pipelines.stages.read import adk_reading
+
+    first = tmp_path / "first" / "evals"
+    for agent in ("agent_a", "agent_b"):
+        (first / agent).mkdir(parents=True)
+        (first / agent / "simple.test.json").write_text(json.dumps(_flat(agent)))
+
+    def ids(folder):
+        config = EvalConfig.model_validate({"name": "x", "input": {"uri": f"{folder}/*/*.test.json"},
+                                            "output": {"parquet": str(tmp_path / "out")}})
+        reading = adk_reading(config)
+        assert reading.base == f"{folder}/"
+        found = {}
+        for path in sorted(folder.glob("*/*.test.json")):
+            records, dead, _ = parsed(path, adk=reading)
+            assert not dead and len(records) == 1
+            found[records[0].data["instance_id"]] = records[0].data["eval_set_id"]
+        return found
+
+    before = ids(first)
+    assert before == {"agent_a/simple:agent_a/simple.test.json": "agent_a/simple",
+                      "agent_b/simple:agent_b/simple.test.json": "agent_b/simple"}
+    moved = tmp_path / "elsewhere" / "deeper" / "evals"
+    moved.parent.mkdir(parents=True)
+    (tmp_path / "first" / "evals").rename(moved)
+    assert ids(moved) == before
+
+
+# --- each file's own test_config.json -------------------------------------------
+
+FOLDER_CRITERIA = {
+    "a": {"criteria": {"tool_trajectory_avg_score": 0.5, "response_match_score": 0.3}},
+    "b": {"criteria": {"response_match_score": 0.09}},
+    "c": None,  # no test_config.json: ADK's defaults
+    "d": {"criteria": {"tool_trajectory_avg_score": {"threshold": 1.0}, "response_match_score": 0.95}},
+}
+
+
+def test_each_file_is_judged_with_its_own_test_config_as_adks_agent_evaluator_judges_it(tmp_path, adk_reference):
+    """Result files in folders with different test_config.json (and one with none), read with no
+    criteria in the config: each case's criteria, scores, thresholds and verdict are those ADK's
+    evaluators give with the criteria AgentEvaluator.find_config_for_test_file finds for its file;
+    the summary's pass rates are the share of cases passing by their own thresholds."""
+    from tests.adk_cases import eval_set_result
+    from tests.helpers import evalbeam, table
+
+    data = tmp_path / "data"
+    files = {}
+    for seed, (name, criteria) in enumerate(FOLDER_CRITERIA.items(), start=40):
+        (data / name).mkdir(parents=True)
+        if criteria is not None:
+            (data / name / "test_config.json").write_text(json.dumps(criteria))
+        files[name] = data / name / f"app_{name}_set_1700000000.0.evalset_result.json"
+        files[name].write_text(json.dumps(eval_set_result(seed, f"{name}_set", 30), indent=1))
+    found = adk_reference(tmp_path, test_files=list(files.values()))["test_files"]
+    adk = {}
+    for name, path in files.items():
+        request = tmp_path / f"scores_{name}.json"
+        request.write_text(json.dumps({"files": [str(path)], "configs": [{"criteria": found[str(path)]}]}))
+        adk[name] = json.loads(run_adk("adk_scores.py", str(request)))["scores"][0]
+
+    config = tmp_path / "eval.yaml"
+    config.write_text(f"name: per-file\nrun_id: per-file\ninput: {{uri: '{data}/*/*.evalset_result.json'}}\n"
+                      f"output: {{parquet: {tmp_path}/out}}\n")
+    evalbeam("run", config)
+    run_dir = tmp_path / "out" / "per-file"
+    rows: dict[str, dict] = {}
+    for row in table(run_dir, "metric_results"):
+        rows.setdefault(row["instance_id"], {})[row["metric"]] = row
+    outcomes = set()
+    for name, cases in adk.items():
+        thresholds = {k: (v if isinstance(v, (int, float)) else v["threshold"])
+                      for k, v in found[str(files[name])].items()}
+        for instance_id, expected in cases.items():
+            ours = rows[instance_id]
+            assert set(ours) - {"adk_case_status", "latency_in_seconds", "failure"} == set(expected["metrics"])
+            for metric, (score, status) in expected["metrics"].items():
+                row = ours[metric]
+                assert row["threshold"] == thresholds.get(metric), (name, metric)
+                our_status = ("INFORMATIONAL" if row["threshold"] is None else
+                              "NOT_EVALUATED" if row["error"] is not None or row["passed"] is None else
+                              "PASSED" if row["passed"] else "FAILED")
+                assert (row["score"], our_status) == (score, status), (instance_id, metric, row)
+                outcomes.add((name, metric, status))
+            assert ours["adk_case_status"]["explanation"] == expected["status"], instance_id
+    # the thresholds decide: the same scores pass in one folder and fail in another
+    assert {("a", "response_match_score", "PASSED"), ("d", "response_match_score", "FAILED"),
+            ("b", "response_match_score", "PASSED"), ("c", "tool_trajectory_avg_score", "FAILED")} <= outcomes
+    summary = {(r["metric"], r["slice"]): r for r in table(run_dir, "summary")}
+    for name, cases in adk.items():
+        evaluated = [c["status"] for c in cases.values() if c["status"] != "NOT_EVALUATED"]
+        row = summary[("adk_case_status", f"eval_set_id={name}_set")]
+        assert row["pass_rate"] == pytest.approx(evaluated.count("PASSED") / len(evaluated))
+        statuses = [c["metrics"]["response_match_score"][1] for c in cases.values()]
+        judged = [s for s in statuses if s != "NOT_EVALUATED"]
+        row = summary[("response_match_score", f"eval_set_id={name}_set")]
+        assert row["pass_rate"] == pytest.approx(judged.count("PASSED") / len(judged))
+        assert row["threshold"] == {"a": 0.3, "b": 0.09, "c": 0.8, "d": 0.95}[name]
+    assert summary[("response_match_score", "overall")]["threshold"] is None  # the files' thresholds differ
+    runs = table(run_dir, "runs")[0]
+    assert runs["read_count"] == runs["scored_count"] == 120 and runs["dead_letter_count"] == 0
+
+
+# --- validate -----------------------------------------------------------------
+
+
+def test_validate_reports_what_run_would_dead_letter_and_fails_when_nothing_is_usable(tmp_path):
+    from tests.helpers import evalbeam, table
+
+    base = eval_set_sets()["generated.evalset.json"]
+    cases = [c for c in base["eval_cases"] if c.get("conversation")]
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "good.evalset.json").write_text(json.dumps({"eval_set_id": "good", "eval_cases": cases[:5] + [
+        {"eval_id": "simulated", "conversation_scenario": {"starting_prompt": "hi", "conversation_plan": "ask"}}]}))
+    refused = copy.deepcopy(cases[5:8])
+    refused[1]["conversation"][0]["expected_tool_use"] = []
+    (data / "refused.evalset.json").write_text(json.dumps({"eval_set_id": "refused", "eval_cases": refused}))
+    config = tmp_path / "eval.yaml"
+    config.write_text(f"name: v\nrun_id: v\ninput: {{uri: '{data}/*.evalset.json'}}\nmetrics: [response_match_score]\n"
+                      f"output: {{parquet: {tmp_path}/out}}\n")
+    result = evalbeam("validate", config)
+    assert "input 2 file(s): 5 case(s) to score, 4 `run` would dead-letter; the first reasons:" in result.stdout
+    assert "eval_cases[1].conversation[0].expected_tool_use: Extra inputs are not permitted" in result.stdout
+    assert "conversation_scenario" in result.stdout
+    evalbeam("run", config, check=False)
+    runs = table(tmp_path / "out" / "v", "runs")[0]
+    assert (runs["read_count"], runs["scored_count"], runs["dead_letter_count"]) == (9, 5, 4)
+    # nothing usable: status 2, with the reasons
+    config.write_text(config.read_text().replace("*.evalset.json", "refused.evalset.json"))
+    result = evalbeam("validate", config, check=False)
+    assert result.returncode == 2
+    assert "no case of the ADK files (1 file(s)) can be scored: `run` would dead-letter 3; the first reasons:" \
+        in result.stderr
+
+
+LEGACY_CONFIGS = {
+    "defaults": None,
+    "response_only": {"criteria": {"response_match_score": 0.5}},
+    "trajectory": {"criteria": {"tool_trajectory_avg_score": {"threshold": 0.5, "match_type": "IN_ORDER"}}},
+    "judge_v2": {"criteria": {"final_response_match_v2": 0.5, "response_match_score": 0.2}},
+    "safety": {"criteria": {"safety_v1": 0.8}},
+}
+
+
+def test_a_flat_test_file_is_refused_where_adks_agent_evaluator_refuses_it(tmp_path, adk_reference):
+    """With each file's own criteria, AgentEvaluator checks a legacy test file against them: only
+    its four criteria may judge one, and tool_trajectory_avg_score needs expected_tool_use in the
+    first turn. Files in folders of every kind, with and without that key: evalbeam keeps exactly
+    the files ADK loads."""
+    from evalbeam.transforms.read_adk import AdkReading
+
+    paths = []
+    for name, config in LEGACY_CONFIGS.items():
+        folder = tmp_path / name
+        folder.mkdir()
+        if config is not None:
+            (folder / "test_config.json").write_text(json.dumps(config))
+        for variant in ("with", "without"):
+            turns = [{"query": "hi", "reference": "hello"}, {"query": "again", "expected_tool_use": []}]
+            if variant == "with":
+                turns[0]["expected_tool_use"] = [{"tool_name": "t", "tool_input": {}}]
+            paths.append(folder / f"{variant}.test.json")
+            paths[-1].write_text(json.dumps(turns))
+    adk = adk_reference(tmp_path, agent_evaluator_files=paths)["agent_evaluator_files"]
+    outcomes = set()
+    for path in paths:
+        records, dead, _ = parsed(path, adk=AdkReading(f"{tmp_path}/", criteria_per_file=True))
+        assert len(records) + len(dead) == 1
+        expected = adk[str(path)]
+        assert bool(records) == expected["accepted"], (path, expected, dead)
+        if dead:
+            message = expected["error"].split(": ", 1)[1]
+            key = "Invalid criteria key" if "Invalid criteria key" in message else "expected_tool_use"
+            assert key in dead[0].reason and key in message, (dead[0].reason, message)
+        outcomes.add(expected["accepted"])
+    assert outcomes == {True, False}
+    # read with criteria the config names, a test file is read as it is
+    records, dead, _ = parsed(tmp_path / "safety" / "without.test.json", adk=AdkReading(f"{tmp_path}/"))
+    assert records and not dead
