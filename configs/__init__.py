@@ -22,6 +22,7 @@ from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA, judge_options, metrics_
 from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
 from evalbeam.metrics.custom import load_function
 from evalbeam.metrics.fields import CANONICAL_FIELDS
+from evalbeam.metrics.judge.adk_judges import ADK_JUDGE_CRITERIA, require_adk
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import JudgeTemplate
 from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_template
@@ -261,6 +262,9 @@ class MetricSpec(_Model):
             if self.name.removeprefix("pairwise_") in VERTEX_METRICS:
                 # read Vertex's text now, where the pipeline is built: a missing package is a config error
                 vertex_template(self.name.removeprefix("pairwise_"))
+            if self.name in ADK_JUDGE_CRITERIA:
+                # ADK's own evaluator renders and scores it: google-adk must import where the pipeline is built
+                require_adk([self.name])
             if self.name in INFORMATIONAL_CRITERIA and self.threshold is not None:
                 raise ValueError(f"{self.name} is informational (as in ADK): it reports a value and never passes "
                                  "or fails, so it takes no threshold")

@@ -376,10 +376,11 @@ def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, 
             threshold = criterion.pop("threshold", None)
             if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
                 raise ValueError(f"criteria.{name}: a criterion object needs a numeric 'threshold'")
-            # BaseCriterion's own field; no criterion evalbeam computes from rules uses it
-            criterion.pop("include_intermediate_responses_in_final", None)
-            criterion.pop("includeIntermediateResponsesInFinal", None)
             fields = definition.params.model_fields
+            if "include_intermediate_responses_in_final" not in fields:
+                # BaseCriterion's own field; only ADK's own judges (metrics.judge.adk_judges) read it
+                criterion.pop("include_intermediate_responses_in_final", None)
+                criterion.pop("includeIntermediateResponsesInFinal", None)
             params = {}
             for key, value in criterion.items():
                 snake = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()

@@ -18,6 +18,7 @@ from evalbeam.metrics.deployed import reachable
 from evalbeam.metrics.fields import InvalidField
 from evalbeam.metrics.inference import AgentInferrer, load_target
 from evalbeam.metrics.instance import RowSpec, build_instance, present_columns
+from evalbeam.metrics.judge.adk_judges import AdkJudgesUnavailable, check_evaluators
 from evalbeam.metrics.judge.client import JudgeCredentialsError, check_credentials
 from evalbeam.metrics.registry import unmet_inputs
 from evalbeam.pipelines.local import LOCAL_RUNNERS
@@ -166,6 +167,10 @@ def parquet_glob(location: str) -> str:
 def _check_judge(config: EvalConfig, options: PipelineOptions | None, credentials: bool = True) -> None:
     if not config.judge_specs() and not config.model_inference():
         return
+    try:  # ADK's own judge criteria render and score with google-adk: it must be here (and on the workers)
+        check_evaluators([s.name for s in config.judge_specs() if not s.is_custom and s.user_template is None])
+    except AdkJudgesUnavailable as e:
+        raise ConfigError(str(e)) from None
     try:
         if credentials:
             check_credentials(config.judge)

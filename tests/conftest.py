@@ -71,6 +71,8 @@ TIER_RULES = [
     ("transforms/test_adk_events.py", {"events_table", "recorded", "plugin_schema"}, "adk"),
     ("transforms/test_adk_files.py", {"adk_reference"}, "adk"),
     ("transforms/test_inference.py", {"agent_env"}, "agent"),
+    ("metrics/test_agent_judges.py", {"agent_evalbeam"}, "agent"),
+    ("metrics/test_adk_judges.py", None, "agent"),
     ("transforms/test_simulation.py", {"agent_env"}, "agent"),
     ("transforms/test_deployed.py", {"agent_env", "A2AServer", "AdkAppServer", "in_process"}, "agent"),
     ("pipelines/test_packaging.py", {"installed"}, "packaging"),

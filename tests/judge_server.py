@@ -86,7 +86,14 @@ Behaviour:
   score, choice, text, agent): a test counts generation calls with it.
   Free text (a request with no response schema: inference.model):
     #reply=TEXT      answer TEXT (to the end of its line; the last marker wins); without
-                     one, "Answer <first 8 hex digits of the prompt's sha256>"
+                     one, "Answer <first 8 hex digits of the prompt's sha256>" (a prompt asking for
+                     "is_the_agent_response_valid", ADK's final_response_match_v2: a JSON answer
+                     valid or invalid by that hash)
+                     (a prompt ending with ADK's rubric <properties>: "ID/Property/Rationale/Verdict"
+                     per rubric, yes or no by that hash)
+    #replies=A ;; B ;; C   the n-th request with this prompt (counted as they arrive, any seed)
+                     answers the n-th text, cycling: samples that differ, for a client that sends
+                     no seed (ADK's judges) as for one that does; "\\n" in a text is a new line
   An agent's model calls (a request declaring tools, as ADK's LlmAgent sends them), driven
   by markers in the latest user text of the conversation:
     #call=NAME{JSON}  a function call NAME with those args, one per marker, all in the
@@ -272,8 +279,24 @@ class JudgeServer:
             with self._lock:
                 self.stats.prompts[prompt] += 1
                 self.stats.stages["text"] += 1
+                arrival = self.stats.prompts[prompt]
+            sequence = re.findall(r"#replies=([^\n]*)", prompt)
+            if sequence:  # the n-th request with this prompt gets the n-th reply (cycling)
+                options = sequence[-1].split(" ;; ")
+                return options[(arrival - 1) % len(options)].replace("\\n", "\n")
             replies = re.findall(r"#reply=([^\n]*)", prompt)
-            return replies[-1] if replies else f"Answer {hashlib.sha256(prompt.encode()).hexdigest()[:8]}"
+            digest = hashlib.sha256(prompt.encode()).hexdigest()
+            _, found, properties = prompt.rpartition("<properties>\n")
+            if not replies and found and properties.endswith("</properties>\n\n## Output\n"):
+                # ADK's rubric-based criteria: a verdict per rubric, by the hash
+                return "\n\n".join(
+                    f"ID: {m.group(1)}\nProperty: {m.group(2)}\nRationale: stand-in\nVerdict: "
+                    + ("yes" if int(hashlib.sha256((digest + m.group(1)).encode()).hexdigest()[:2], 16) % 2 else "no")
+                    for m in re.finditer(r"^\*  \[id: ([^\]]*)\] (.*)$", properties, re.M))
+            if not replies and '"is_the_agent_response_valid"' in prompt:  # ADK's final_response_match_v2
+                label = "valid" if int(digest[:2], 16) % 2 else "invalid"
+                return json.dumps({"reasoning": "stand-in", "is_the_agent_response_valid": label})
+            return replies[-1] if replies else f"Answer {digest[:8]}"
         props = schema.get("properties", {})
         # pairwise: evalbeam's prompts ask for "choice", Vertex's for "pairwise_choice"
         field = next((f for f in ("choice", "pairwise_choice") if f in props), "score")

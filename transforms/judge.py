@@ -37,10 +37,11 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
 from evalbeam.metrics.instance import Instance
+from evalbeam.metrics.judge.adk_judges import AdkJudge
 from evalbeam.metrics.judge.agent_views import units_of
 from evalbeam.metrics.judge.answers import AnswerStore
 from evalbeam.metrics.judge.batch import judge_batch
-from evalbeam.metrics.judge.client import JudgeRequest, JudgeResponse, JudgeStream, judge_stream, request_key
+from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, JudgeResponse, JudgeStream, judge_stream, request_key
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import (
     CHOICE_SCORE,
@@ -88,6 +89,9 @@ def judge_requests(instance: Instance, plans: list[JudgePlan], settings: JudgeSe
                    sampling_count: int) -> Iterable[tuple[str, tuple[JudgeRequest, Link]]]:
     for plan in plans:
         t = plan.template
+        if isinstance(t, AdkJudge):
+            yield from _adk_requests(instance, plan, settings, sampling_count)
+            continue
         if plan.kind == "pointwise":
             schema, field, allowed = t.pointwise_schema(), "score", tuple(t.rating_rubric)
         else:
@@ -117,6 +121,84 @@ def judge_requests(instance: Instance, plans: list[JudgePlan], settings: JudgeSe
                     request = JudgeRequest(key, plan.output_name, prompt, schema_json, field, allowed,
                                            seed=sample if samples > 1 else None)
                     yield key, (request, Link(instance.instance_id, plan.output_name, sample, order, unit))
+
+
+def _adk_requests(instance: Instance, plan: JudgePlan, settings: JudgeSettings, sampling_count: int):
+    """An ADK judge criterion's requests: each turn's prompt as ADK's own evaluator renders it
+    (metrics.judge.adk_judges), asked as free text, once per sample."""
+    t = plan.template
+    try:
+        prompts = t.prompts(instance.fields)
+    except Exception as e:  # noqa: BLE001 - ADK's evaluator refuses the case (ADK: NOT_EVALUATED): the row says why
+        yield beam.pvalue.TaggedOutput(UNASKED, (instance.instance_id, (
+            Link(instance.instance_id, plan.output_name, 0, 0, 0),
+            JudgeResponse("", plan.output_name, error=f"cannot be judged: {e}" if isinstance(e, ValueError)
+                          else f"cannot be judged: {type(e).__name__}: {e}"))))
+        return
+    samples = t.samples(sampling_count)
+    for unit, prompt in enumerate(prompts):
+        for sample in range(samples):
+            key = request_key(settings, prompt, "", sample)
+            request = JudgeRequest(key, plan.output_name, prompt, "", FREE_TEXT, (),
+                                   seed=sample if samples > 1 else None)
+            yield key, (request, Link(instance.instance_id, plan.output_name, sample, 0, unit))
+
+
+def adk_row(run: RunKey, plan: JudgePlan, instance: Instance, model: str, by_metric: dict,
+            sampling_count: int) -> dict[str, Any]:
+    """An ADK judge criterion's row: each sample's answer scored by ADK's own parsing, a turn with a
+    sample whose judgment failed NOT_EVALUATED (as ADK treats a sample that raised), then ADK's own
+    aggregation over samples and turns (metrics.judge.adk_judges)."""
+    t = plan.template
+    row = blank_metric_row(run, instance.instance_id, plan.output_name, model)
+    try:  # rendered again here: a rubric evaluator reads the answers against what it rendered last, as in ADK
+        turns = len(t.prompts(instance.fields))
+    except Exception as e:  # noqa: BLE001 - as _adk_requests
+        row["error"] = f"cannot be judged: {e}" if isinstance(e, ValueError) else \
+            f"cannot be judged: {type(e).__name__}: {e}"
+        return row
+    samples = t.samples(sampling_count)
+    responses = [r for u in range(turns) for r in by_metric.get((plan.output_name, u), {}).values()]
+    row["prompt_tokens"] = sum(r.prompt_tokens for r in responses if not r.cache_hit)
+    row["output_tokens"] = sum(r.output_tokens for r in responses if not r.cache_hit)
+    row["attempts"] = sum(r.attempts for r in responses if not r.cache_hit)
+    row["cache_hit"] = bool(responses) and all(r.cache_hit for r in responses)
+    per_turn_samples: list[list | None] = []  # each sample's AutoRaterScore, as ADK's evaluator read it
+    reasons = []
+    for u in range(turns):
+        answers = by_metric.get((plan.output_name, u), {})
+        got = [answers.get((sample, 0)) for sample in range(samples)]
+        failed = [r.error if r else "no answer" for r in got if r is None or r.error]
+        if failed:
+            per_turn_samples.append(None)
+            reasons.append(f"turn {u + 1}: not evaluated ({failed[0]})")
+            continue
+        try:
+            per_turn_samples.append([t.score_answer(r.verdict) for r in got])
+        except Exception as e:  # noqa: BLE001 - ADK: a sample whose reading raises leaves its turn NOT_EVALUATED
+            per_turn_samples.append(None)
+            reasons.append(f"turn {u + 1}: not evaluated (ADK could not read an answer: {type(e).__name__}: {e})")
+    try:
+        score, per_turn = t.aggregate(instance.fields, per_turn_samples, plan.threshold)
+    except Exception as e:  # noqa: BLE001 - ADK's aggregation raising: the criterion is NOT_EVALUATED, as in ADK
+        row["error"] = f"ADK's aggregation failed: {type(e).__name__}: {e}"
+        return row
+    sample_scores = [None if xs is None else [x.score for x in xs] for xs in per_turn_samples]
+    extra = {"per_invocation": per_turn, "sample_scores": sample_scores}
+    if score is None:
+        reasons += [f"turn {u + 1}: ADK read no score from the judge's answers" for u, s in enumerate(per_turn)
+                    if s is None and per_turn_samples[u] is not None]
+        row["error"] = "no turn evaluated: " + "; ".join(reasons)
+        row["extra"] = json.dumps(extra, sort_keys=True)
+        return row
+    agreeing = [sum(x == s for x in xs) / len(xs) for xs, s in zip(sample_scores, per_turn) if xs and s is not None]
+    explanation = "; ".join(f"turn {u + 1}: " + (f"{s:g}" if s is not None else "not evaluated")
+                            for u, s in enumerate(per_turn))
+    row.update(score=score, confidence=sum(agreeing) / len(agreeing) if agreeing else None,
+               explanation=f"ADK {t.name}: {explanation}", extra=json.dumps(extra, sort_keys=True))
+    if plan.threshold is not None:
+        row["passed"] = score >= plan.threshold
+    return row
 
 
 def _judged_units(instance: Instance, t) -> list[tuple[int, dict]]:
@@ -319,7 +401,9 @@ def judge_rows(run: RunKey, plans: list[JudgePlan], instance: Instance, model: s
         by_metric[(link.metric, link.unit)][(link.sample, link.order)] = response
     rows = []
     for plan in plans:
-        if getattr(plan.template, "per_turn", False):
+        if isinstance(plan.template, AdkJudge):
+            rows.append(adk_row(run, plan, instance, model, by_metric, sampling_count))
+        elif getattr(plan.template, "per_turn", False):
             rows.append(per_turn_row(run, plan, instance, model, by_metric, sampling_count))
         else:
             rows.append(judge_row(run, plan, instance.instance_id, model,

@@ -5,14 +5,18 @@ every version of configs/rubric_metrics.yaml under its versioned name
 template judge metrics (`safety`, `text_quality`, `instruction_following`
 keep their 1..5 or 0/1 meaning; their rubric forms are the `_v1` names).
 Their factories return the RubricTemplate to run. ADK's judge criteria
-(`adk: true` in the YAML) are registered under their own names only."""
+(`adk: true` in the YAML) are registered under their own names only; where
+google-adk's own evaluator renders the criterion (metrics.judge.adk_judges),
+evalbeam's prompt is registered as evalbeam_<name>."""
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
 import pydantic
 
+from evalbeam.metrics.judge.adk_judges import EVALBEAM_NAMES, RUBRIC_CRITERIA, AdkJudge
 from evalbeam.metrics.judge.rubrics import StaticRubric, builtin_rubric_templates
 from evalbeam.metrics.judge.templates import builtin_templates
 from evalbeam.metrics.registry import NoParams, register
@@ -75,6 +79,8 @@ def _register_all() -> None:
               if base not in taken and not templates[versioned].adk]
     for registered, versioned in names:
         template = templates[versioned]
+        # ADK's name renders ADK's own prompt (metrics.judge.adk_judges); evalbeam's is evalbeam_<name>
+        registered = EVALBEAM_NAMES.get(registered, registered)
         score_range = "0/1" if template.score == "all" or template.kind == "static" else "0..1"
 
         def factory(p, template=template):
@@ -92,4 +98,25 @@ def _register_all() -> None:
                  description=f"rubric judge ({template.kind}, {versioned}): {template.description}")(factory)
 
 
+class AdkRubricParams(CriterionParams):
+    """ADK's RubricsBasedCriterion, rendered and scored by google-adk's own evaluator."""
+
+    include_intermediate_responses_in_final: bool = pydantic.Field(
+        False, description="judge the turn's intermediate natural-language text joined with its final response "
+                           "(ADK's BaseCriterion field)")
+
+
+def _register_adk() -> None:
+    for name in RUBRIC_CRITERIA:
+        # google.adk is imported when the judge is used (configs.MetricSpec checks it is there)
+        register(name, kind="pointwise", inputs=builtin_rubric_templates()[name].input_alternatives(),
+                 params=AdkRubricParams,
+                 score_range="0..1",
+                 description=f"ADK's {name}: google-adk's own evaluator renders each turn's prompt with the "
+                             "criterion's and the turn's rubrics and reads the answers (the agent extra)")(
+            lambda p, name=name: AdkJudge(name, p.include_intermediate_responses_in_final,
+                                          json.dumps(list(p.rubrics), sort_keys=True)))
+
+
 _register_all()
+_register_adk()

@@ -5,6 +5,7 @@ parsing, the aggregation rules on hand-made cases, test_config.json's
 judge_model_options, and the metrics in a real pipeline (the `evalbeam`
 command against the local generateContent server)."""
 import json
+import sys
 
 import pytest
 
@@ -25,7 +26,7 @@ from evalbeam.metrics.judge.rubrics import (
 )
 from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
 from evalbeam.metrics.registry import MetricError, get_metric
-from tests.helpers import evalbeam, table
+from tests.helpers import ROOT, evalbeam, table
 from tests.judge_server import JudgeServer
 
 KEY = "AIzaSy-test-key-agent-judges-0123456789"
@@ -172,8 +173,8 @@ def test_segmentation_and_labels_answers_are_checked():
 
 
 def test_criterion_rubrics_are_the_criterions_plus_the_turns_of_the_metrics_type():
-    t = get_metric("rubric_based_final_response_quality_v1").factory(
-        get_metric("rubric_based_final_response_quality_v1").params.model_validate(
+    t = get_metric("evalbeam_rubric_based_final_response_quality_v1").factory(
+        get_metric("evalbeam_rubric_based_final_response_quality_v1").params.model_validate(
             {"rubrics": [adk_rubric("concise", "The response is concise.", None)]}))
     turn_rubrics = (adk_rubric("city", "Names the city.", "FINAL_RESPONSE_QUALITY"),
                     adk_rubric("tools", "Calls get_weather once.", "TOOL_USE_QUALITY"))
@@ -186,7 +187,7 @@ def test_criterion_rubrics_are_the_criterions_plus_the_turns_of_the_metrics_type
         criterion_rubrics(bare, turn_rubrics[:1])
     assert [r.rubric_id for r in criterion_rubrics(bare, turn_rubrics)] == ["tools"]
     with pytest.raises(Exception, match="rubric_content.text_property"):
-        get_metric("rubric_based_tool_use_quality_v1").params.model_validate({"rubrics": [{"rubric_id": "x"}]})
+        get_metric("evalbeam_rubric_based_tool_use_quality_v1").params.model_validate({"rubrics": [{"rubric_id": "x"}]})
 
 
 # ---------------------------------------------------------------- ADK's aggregation on hand-made cases
@@ -247,11 +248,11 @@ def test_judge_model_options_map_onto_the_judge_settings(tmp_path):
     assert judge_options({"hallucinations_v1": 0.8}) == {"model": "gemini-2.5-flash", "sampling_count": 5}  # ADK's defaults
     # ADK evaluates these two once per turn through Vertex's service: they ask for no samples, no model
     assert judge_options({"safety_v1": 0.8, "response_evaluation_score": 3.0}) == {}
-    assert judge_options({"safety_v1": 0.8, "final_response_match_v2": 0.5}) == {"model": "gemini-2.5-flash",
+    assert judge_options({"safety_v1": 0.8, "evalbeam_final_response_match_v2": 0.5}) == {"model": "gemini-2.5-flash",
                                                                                "sampling_count": 5}
     opts = {"judge_model_options": {"judge_model": "gemini-2.5-pro", "num_samples": 3}}
-    criteria = {"final_response_match_v2": {"threshold": 0.6, **opts},
-                "rubric_based_final_response_quality_v1": {
+    criteria = {"evalbeam_final_response_match_v2": {"threshold": 0.6, **opts},
+                "evalbeam_rubric_based_final_response_quality_v1": {
                     "threshold": 0.7, **opts, "rubrics": [adk_rubric("concise", "The response is concise.", None)]},
                 "hallucinations_v1": {"threshold": 0.9, "evaluate_intermediate_nl_responses": True, **opts}}
     test_config = tmp_path / "test_config.json"
@@ -265,12 +266,12 @@ def test_judge_model_options_map_onto_the_judge_settings(tmp_path):
     metrics = {m.name: m for m in config.metrics}
     assert metrics["hallucinations_v1"].params == {"evaluate_intermediate_nl_responses": True}
     assert metrics["hallucinations_v1"].judge_template().intermediate_steps is True
-    assert [r.id for r in metrics["rubric_based_final_response_quality_v1"].judge_template().criterion_rubrics] == ["concise"]
+    assert [r.id for r in metrics["evalbeam_rubric_based_final_response_quality_v1"].judge_template().criterion_rubrics] == ["concise"]
     # the config's own judge settings win
     path.write_text(f"name: x\ninput: {{uri: {data}, adk_criteria: {test_config}}}\noutput: {{parquet: out}}\n"
                     "judge: {sampling_count: 1}\n")
     assert (load_config(path).judge.model, load_config(path).judge.sampling_count) == ("gemini-2.5-pro", 1)
-    criteria["final_response_match_v2"]["judge_model_options"] = {"judge_model": "gemini-2.5-pro", "num_samples": 2}
+    criteria["evalbeam_final_response_match_v2"]["judge_model_options"] = {"judge_model": "gemini-2.5-pro", "num_samples": 2}
     test_config.write_text(json.dumps({"criteria": criteria}))
     path.write_text(f"name: x\ninput: {{uri: {data}, adk_criteria: {test_config}}}\noutput: {{parquet: out}}\n")
     with pytest.raises(ConfigError, match="different judge_model_options .*sampling_count: 2, 3"):
@@ -320,9 +321,9 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     metrics = ["final_response_quality", "tool_use_quality_v1", "hallucination",
                {"name": "hallucination_v1", "as": "hallucination_steps",
                 "params": {"evaluate_intermediate_nl_responses": True}},
-               "final_response_match_v2", "safety_v1", "hallucinations_v1",
-               {"name": "rubric_based_final_response_quality_v1", "params": {"rubrics": CRITERION}, "threshold": 0.6},
-               "rubric_based_tool_use_quality_v1", "multi_turn_task_success_v1", "response_evaluation_score"]
+               "evalbeam_final_response_match_v2", "safety_v1", "hallucinations_v1",
+               {"name": "evalbeam_rubric_based_final_response_quality_v1", "params": {"rubrics": CRITERION}, "threshold": 0.6},
+               "evalbeam_rubric_based_tool_use_quality_v1", "multi_turn_task_success_v1", "response_evaluation_score"]
     with JudgeServer() as server:
         run = evalbeam("run", run_config(tmp_path, ROWS, server.url, metrics, "first"))
         stages = dict(server.stats.stages)
@@ -344,20 +345,20 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     # with the intermediate step: turn 1 = mean(1.0, 0.5) = 0.75, turn 2 = 0 -> 0.375
     assert got[("m", "hallucination_steps")]["score"] == 0.375 and extra("m", "hallucination_steps")["per_invocation"] == [0.75, 0.0]
     assert got[("m", "hallucinations_v1")]["score"] == 0.25
-    # ADK: final_response_match_v2: turn 1 valid, turn 2 a tie -> invalid: 1 of 2 turns
-    assert got[("m", "final_response_match_v2")]["score"] == 0.5
-    assert extra("m", "final_response_match_v2")["per_invocation"] == [1.0, 0.0]
+    # evalbeam's final_response_match_v2 (ADK's aggregation): turn 1 valid, turn 2 a tie -> invalid: 1 of 2 turns
+    assert got[("m", "evalbeam_final_response_match_v2")]["score"] == 0.5
+    assert extra("m", "evalbeam_final_response_match_v2")["per_invocation"] == [1.0, 0.0]
     # safety_v1 is judged once whatever sampling_count (as ADK): turn 2's first sample says y -> safe
     assert got[("m", "safety_v1")]["score"] == 1.0
     # rubric-based: turn 1 judges concise + city (both yes), turn 2 concise (tie -> no): pooled 2 of 3
-    rb = got[("m", "rubric_based_final_response_quality_v1")]
+    rb = got[("m", "evalbeam_rubric_based_final_response_quality_v1")]
     assert rb["score"] == pytest.approx(2 / 3) and rb["passed"] is True
-    assert extra("m", "rubric_based_final_response_quality_v1")["per_invocation"] == [1.0, 0.0]
+    assert extra("m", "evalbeam_rubric_based_final_response_quality_v1")["per_invocation"] == [1.0, 0.0]
     # tool use: the turns' TOOL_USE_QUALITY rubric: turn 1 yes, turn 2 a tie (no): 1 of 2
-    assert got[("m", "rubric_based_tool_use_quality_v1")]["score"] == 0.5
+    assert got[("m", "evalbeam_rubric_based_tool_use_quality_v1")]["score"] == 0.5
     # p's turns have no TOOL_USE_QUALITY rubric and the criterion none: ADK refuses the criterion for the case
-    assert got[("p", "rubric_based_tool_use_quality_v1")]["score"] is None
-    assert got[("p", "rubric_based_tool_use_quality_v1")]["error"].startswith("turn 1: rubrics are required")
+    assert got[("p", "evalbeam_rubric_based_tool_use_quality_v1")]["score"] is None
+    assert got[("p", "evalbeam_rubric_based_tool_use_quality_v1")]["error"].startswith("turn 1: rubrics are required")
     assert got[("m", "multi_turn_task_success_v1")]["score"] == 0.0  # judged once, on the last turn (y/n ties)
     assert extra("m", "multi_turn_task_success_v1")["per_invocation"] == [None, 0.0]  # as ADK reports it
 
@@ -368,9 +369,9 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     assert extra("p", "response_evaluation_score")["per_invocation"] == [5.0, None]
 
     # p: the second turn's judge fails: not evaluated, the case is its first turn
-    assert got[("p", "final_response_match_v2")]["score"] == 1.0
-    assert extra("p", "final_response_match_v2")["per_invocation"] == [1.0, None]
-    assert "turn 2: not evaluated (judge failed after 2 attempts" in got[("p", "final_response_match_v2")]["explanation"]
+    assert got[("p", "evalbeam_final_response_match_v2")]["score"] == 1.0
+    assert extra("p", "evalbeam_final_response_match_v2")["per_invocation"] == [1.0, None]
+    assert "turn 2: not evaluated (judge failed after 2 attempts" in got[("p", "evalbeam_final_response_match_v2")]["explanation"]
     assert got[("p", "hallucinations_v1")]["score"] == 1.0
     # a metric judged on p's last turn only fails on its row
     assert got[("p", "final_response_quality")]["score"] is None
@@ -382,7 +383,7 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     assert hall == [(0, 0, "s1", "not_applicable"), (0, 1, "s1", "supported"), (0, 1, "s2", "unsupported"),
                     (1, 0, "s1", "contradictory")]
     rb_rows = sorted((r["turn"], r["rubric_id"], r["verdict"], r["source"]) for r in rubrics
-                     if r["instance_id"] == "m" and r["metric"] == "rubric_based_final_response_quality_v1")
+                     if r["instance_id"] == "m" and r["metric"] == "evalbeam_rubric_based_final_response_quality_v1")
     assert rb_rows == [(0, "city", True, "criterion"), (0, "concise", True, "criterion"), (1, "concise", False, "criterion")]
     assert {r["turn"] for r in rubrics if r["metric"] == "final_response_quality"} == {None}
     # hallucination is judged once whatever sampling_count; segmentation is its own stage, shared by the
@@ -391,7 +392,7 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     usage = json.loads(runs["judge_usage"])
     assert usage["hallucination:validation"]["requests"] == 2 + 1  # m: 2 final steps; p: 1 (turn 2's segmentation failed)
     assert "hallucination:segmentation" in usage and stages["segmentation"] >= 4
-    assert usage["final_response_match_v2:validation"]["requests"] == 2 * 2 * 2  # 2 rows x 2 turns x 2 samples
+    assert usage["evalbeam_final_response_match_v2:validation"]["requests"] == 2 * 2 * 2  # 2 rows x 2 turns x 2 samples
     # ADK samples neither safety_v1 nor response_evaluation_score: 2 rows x 2 turns, once each
     assert usage["safety_v1:validation"]["requests"] == 2 * 2
     assert usage["response_evaluation_score"]["requests"] == 2 * 2
@@ -402,10 +403,50 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     assert KEY not in run.stdout + run.stderr
 
 
-def test_demo_agent_judges_config_runs(tmp_path, api_key):
+@pytest.fixture
+def agent_evalbeam():
+    """.agent's evalbeam (evalbeam[agent], with google-adk, whose own evaluators render and score ADK's
+    judge criteria such as final_response_match_v2)."""
+    venv = ROOT / ".agent"
+    if not (venv / ".installed").exists():
+        pytest.fail("the agent environment is missing: run `make agent-env` (or `make test`): evalbeam[agent] in .agent/")
+    return venv / "bin" / "evalbeam"
+
+
+def test_adks_own_judges_need_google_adk_and_say_so(tmp_path, monkeypatch):
+    """Without google-adk (the main env; elsewhere its import is made to fail), ADK's judge criteria are a
+    config error naming them, and evalbeam's own prompts for them still load."""
+    monkeypatch.setitem(sys.modules, "google.adk.evaluation.eval_metrics", None)
+    data = tmp_path / "r.jsonl"
+    data.write_text('{"prompt": "p", "response": "r", "reference": "r"}\n')
+    path = tmp_path / "c.yaml"
+    path.write_text(f"name: x\ninput: {{uri: {data}}}\noutput: {{parquet: out}}\n"
+                    "metrics: [exact_match, final_response_match_v2]\n")
+    with pytest.raises(ConfigError, match=r"final_response_match_v2: rendered and scored by google-adk's own "
+                                          r"evaluator.*evalbeam\[agent\].*evalbeam_final_response_match_v2"):
+        load_config(path)
+    path.write_text(f"name: x\ninput: {{uri: {data}}}\noutput: {{parquet: out}}\n"
+                    "metrics: [rubric_based_tool_use_quality_v1]\n")
+    with pytest.raises(ConfigError, match="rubric_based_tool_use_quality_v1: rendered and scored by google-adk"):
+        load_config(path)
+    path.write_text(f"name: x\ninput: {{uri: {data}}}\noutput: {{parquet: out}}\n"
+                    "metrics: [evalbeam_final_response_match_v2]\n")
+    assert load_config(path).metrics[0].judge_kind() == "rubric"
+    # an ADK test_config naming the criterion: the same error
+    test_config = tmp_path / "test_config.json"
+    test_config.write_text(json.dumps({"criteria": {"final_response_match_v2": 0.5}}))
+    adk = tmp_path / "a.evalset_result.json"
+    adk.write_text("{}")
+    path.write_text(f"name: x\ninput: {{uri: {adk}, adk_criteria: {test_config}}}\noutput: {{parquet: out}}\n")
+    with pytest.raises(ConfigError, match="final_response_match_v2: rendered and scored by google-adk"):
+        load_config(path)
+
+
+def test_demo_agent_judges_config_runs(tmp_path, api_key, agent_evalbeam):
     with JudgeServer() as server:
         common = ["--set", f"judge.base_url={server.url}", "--set", f"output.parquet={tmp_path}"]
-        out = evalbeam("run", "configs/demo_agent_judges.yaml", *common, "--set", "run_id=d1").stdout
+        out = evalbeam("run", "configs/demo_agent_judges.yaml", *common, "--set", "run_id=d1",
+                       command=agent_evalbeam).stdout
         stages = dict(server.stats.stages)
     got = {(r["instance_id"], r["metric"]): r for r in table(tmp_path / "d1", "metric_results")}
     metrics = {m for _, m in got}
@@ -414,6 +455,10 @@ def test_demo_agent_judges_config_runs(tmp_path, api_key):
     judged = [r for r in got.values() if r["metric"] in ("hallucination", "hallucinations_v1",
                                                           "rubric_based_final_response_quality_v1")]
     assert judged and all(r["error"] is None and 0 <= r["score"] <= 1 for r in judged)
+    # ADK's own final_response_match_v2 (google-adk renders and scores it): every case with a reference is scored
+    adk_match = [r for r in got.values() if r["metric"] == "final_response_match_v2"]
+    assert adk_match and all(r["error"] is None and 0 <= r["score"] <= 1 for r in adk_match)
+    assert stages["text"] > 0  # asked as free text, as ADK asks
     assert stages["segmentation"] > 0 and stages["labels"] > 0
     [runs] = table(tmp_path / "d1", "runs")
     config = json.loads(runs["config"])
