@@ -14,6 +14,7 @@ separate environment, on generated cases covering every rule.
 from __future__ import annotations
 
 import json
+import math
 import re
 import unicodedata
 from typing import Any, Callable, Literal, Mapping, Optional
@@ -349,6 +350,13 @@ def _invocation_duration(_params):
 # --- test_config.json -> metrics ---------------------------------------------
 
 
+def _threshold(name: str, value: float | int) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer past the float range
+        raise ValueError(f"criteria.{name}: the threshold {str(value)[:20]}... is not a finite number") from None
+
+
 def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """Metric specs (as in an evalbeam config) for ADK criteria, as ADK's
     get_eval_metrics_from_config maps them: a bare number is the threshold; an
@@ -386,11 +394,15 @@ def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, 
                 # other keys are ignored, as ADK's criteria (extra="allow") ignore them
                 if snake in fields:
                     params[snake] = value
-            spec = {"name": name, "threshold": float(threshold)}
+            spec = {"name": name, "threshold": _threshold(name, threshold)}
             if params:
                 spec["params"] = params
         else:
-            spec = {"name": name, "threshold": float(criterion)}
+            spec = {"name": name, "threshold": _threshold(name, criterion)}
+        # json and ADK's EvalConfig take NaN and Infinity; against NaN ADK fails every case.
+        # Refused here, naming the criterion: a NaN would fill the threshold column
+        if not math.isfinite(spec["threshold"]):
+            raise ValueError(f"criteria.{name}: the threshold {spec['threshold']} is not a finite number")
         specs.append(spec)
     return specs + [{"name": name} for name in INFORMATIONAL_CRITERIA]
 

@@ -382,3 +382,20 @@ def test_a_flat_test_file_is_refused_where_adks_agent_evaluator_refuses_it(tmp_p
     # read with criteria the config names, a test file is read as it is
     records, dead, _ = parsed(tmp_path / "safety" / "without.test.json", adk=AdkReading(f"{tmp_path}/"))
     assert records and not dead
+
+
+@pytest.mark.parametrize("threshold", ["NaN", "Infinity", "-Infinity", "9" * 400, '{"threshold": NaN, "match_type": "IN_ORDER"}'])
+def test_a_test_config_with_a_non_finite_threshold_is_refused_naming_it(tmp_path, threshold):
+    """json (and ADK's EvalConfig) take NaN and Infinity; with a NaN threshold ADK fails every
+    case, and evalbeam once dead-lettered every case with 'adk_case: holds a non-finite number'
+    (the threshold column would hold NaN): the test_config.json is refused, naming the criterion."""
+    from evalbeam.configs import EvalConfig
+    from evalbeam.metrics.adk import read_test_config
+    text = f'{{"criteria": {{"tool_trajectory_avg_score": {threshold}, "response_match_score": 0.5}}}}'
+    with pytest.raises(ValueError, match=r"criteria\.tool_trajectory_avg_score: .*not a finite number"):
+        read_test_config(text)
+    (tmp_path / "test_config.json").write_text(text)
+    (tmp_path / "a.evalset.json").write_text(json.dumps({"eval_set_id": "a", "eval_cases": []}))
+    with pytest.raises(ValueError, match=r"test_config\.json: criteria\.tool_trajectory_avg_score"):
+        EvalConfig.model_validate({"name": "n", "input": {"uri": str(tmp_path / "*.evalset.json")},
+                                   "output": {"parquet": str(tmp_path / "out")}})
