@@ -399,3 +399,36 @@ def test_a_test_config_with_a_non_finite_threshold_is_refused_naming_it(tmp_path
     with pytest.raises(ValueError, match=r"test_config\.json: criteria\.tool_trajectory_avg_score"):
         EvalConfig.model_validate({"name": "n", "input": {"uri": str(tmp_path / "*.evalset.json")},
                                    "output": {"parquet": str(tmp_path / "out")}})
+
+
+def test_an_unreadable_test_config_dead_letters_its_files_cases_and_the_others_run(tmp_path):
+    """docs/agents.md: an unreadable test_config.json dead-letters its file's cases (ADK cannot
+    judge them). The config check once refused the whole run for one bad folder among many;
+    now the run is configured from the readable ones, and the bad folder's files are
+    dead-lettered naming their test_config.json. With no readable one the config is refused."""
+    from evalbeam.configs import EvalConfig
+    from evalbeam.transforms.read_adk import AdkReading, adk_base, criteria_of_file
+    from tests.adk_cases import eval_set_result
+
+    for name, config in (("good", {"criteria": {"response_match_score": 0.4}}), ("bad", None)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "test_config.json").write_text(
+            json.dumps(config) if config else '{"criteria": {"response_match_score": 0.5,}')
+        (tmp_path / name / f"app_{name}_1700000000.0.evalset_result.json").write_text(
+            json.dumps(eval_set_result(7, f"{name}_set", 3), indent=1))
+    criteria_of_file.cache_clear()
+    uri = str(tmp_path / "*" / "*.evalset_result.json")
+    config = EvalConfig.model_validate({"name": "n", "input": {"uri": uri}, "output": {"parquet": str(tmp_path / "o")}})
+    assert config.criteria_per_file
+    assert {m.name: m.threshold for m in config.metrics}["response_match_score"] == 0.4
+    reading = AdkReading(adk_base(uri), True)
+    good = parsed(tmp_path / "good" / "app_good_1700000000.0.evalset_result.json", "adk_eval_result", adk=reading)
+    bad = parsed(tmp_path / "bad" / "app_bad_1700000000.0.evalset_result.json", "adk_eval_result", adk=reading)
+    assert len(good[0]) == 3 and not good[1]
+    assert not bad[0] and len(bad[1]) == 1
+    assert bad[1][0].reason.startswith(f"the file's test_config.json cannot be read: {tmp_path}/bad/test_config.json: "
+                                       "not valid JSON")
+    (tmp_path / "good" / "test_config.json").write_text("[")
+    criteria_of_file.cache_clear()
+    with pytest.raises(ValueError, match=r"test_config\.json: not valid JSON"):
+        EvalConfig.model_validate({"name": "n", "input": {"uri": uri}, "output": {"parquet": str(tmp_path / "o")}})
