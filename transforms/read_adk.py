@@ -64,6 +64,8 @@ class _Document:
         except UnicodeDecodeError as e:
             self.text = data.decode("utf-8", "replace")
             self.error = f"the file is not valid UTF-8 ({e.reason} at byte {e.start})"
+            if data.startswith((b"\xff\xfe", b"\xfe\xff")):  # as Windows tools (PowerShell's `>`) write
+                self.error += ": it is UTF-16 (it starts with a UTF-16 byte order mark); ADK reads UTF-8 only: save it as UTF-8"
         if self.too_large:
             self.error = f"the file is over {MAX_ADK_FILE_BYTES:,} bytes, the limit for one ADK file"
         if unreadable:

@@ -432,3 +432,16 @@ def test_an_unreadable_test_config_dead_letters_its_files_cases_and_the_others_r
     criteria_of_file.cache_clear()
     with pytest.raises(ValueError, match=r"test_config\.json: not valid JSON"):
         EvalConfig.model_validate({"name": "n", "input": {"uri": uri}, "output": {"parquet": str(tmp_path / "o")}})
+
+
+@pytest.mark.parametrize("bom", ["utf-16-le", "utf-16-be"])
+def test_a_utf16_file_is_dead_lettered_saying_it_is_utf16(tmp_path, bom):
+    """Windows tools (PowerShell's `>`) write UTF-16 with a byte order mark; ADK reads UTF-8
+    only. The reason says what the file is, not just 'invalid start byte'; lines reconcile."""
+    doc = {"eval_set_id": "w", "eval_cases": []}
+    path = tmp_path / "w.evalset.json"
+    path.write_bytes(("\ufeff" + json.dumps(doc, indent=1).replace("\n", "\r\n")).encode(bom))
+    records, dead, lines = parsed(path)
+    assert not records and len(dead) == 1
+    assert "UTF-16" in dead[0].reason and "save it as UTF-8" in dead[0].reason
+    assert dead[0].line_count + lines[0].skipped == lines[0].lines
