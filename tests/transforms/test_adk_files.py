@@ -445,3 +445,57 @@ def test_a_utf16_file_is_dead_lettered_saying_it_is_utf16(tmp_path, bom):
     assert not records and len(dead) == 1
     assert "UTF-16" in dead[0].reason and "save it as UTF-8" in dead[0].reason
     assert dead[0].line_count + lines[0].skipped == lines[0].lines
+
+
+SESSION_INPUTS = [
+    None, {"app_name": "a", "user_id": "u"}, {"appName": "a", "userId": "u", "state": {"k": [1]}},
+    {"app_name": "a", "user_id": "u", "session_id": "s", "extra_ok": 1}, {"app_name": "a", "user_id": "u", "session_id": None},
+    {"user_id": "u"}, {"app_name": "a"}, {}, {"app_name": 5, "user_id": "u"}, {"app_name": "a", "user_id": None},
+    {"app_name": "a", "user_id": "u", "state": [1]}, {"app_name": "a", "user_id": "u", "state": "x"},
+    {"app_name": "a", "user_id": "u", "state": None}, {"app_name": "a", "user_id": "u", "session_id": 3},
+    {"app_name": True, "user_id": "u"}, "x", [], 7,
+]
+
+
+def test_a_session_input_adks_model_refuses_refuses_the_eval_set_as_adk_does(tmp_path, adk_reference):
+    """ADK validates each case's session_input (SessionInput: app_name and user_id required
+    strings, session_id an optional string, state an object) and refuses the whole eval set
+    for one it cannot read. evalbeam once ignored a non-object session_input silently and let a
+    bad state fail later, in inference. On generated sets, evalbeam refuses exactly the files
+    ADK refuses, naming the field; every case is dead-lettered, and lines reconcile."""
+    from evalbeam.transforms.adk_models import session_input_errors
+
+    base = [c for c in eval_set_sets()["generated.evalset.json"]["eval_cases"] if c.get("conversation")][:3]
+    rng = random.Random(11)
+    docs, paths = [], []
+    for i in range(60):
+        cases = copy.deepcopy(base)
+        for case in cases:
+            case.pop("session_input", None), case.pop("sessionInput", None)
+            choice = SESSION_INPUTS[i % len(SESSION_INPUTS)] if case is cases[1] else rng.choice(SESSION_INPUTS[:5])
+            if choice is not None or rng.random() < 0.5:
+                case["session_input"] = copy.deepcopy(choice)
+        docs.append({"eval_set_id": f"s{i}", "eval_cases": cases})
+        paths.append(tmp_path / f"s{i}.evalset.json")
+        paths[-1].write_text(json.dumps(docs[-1], indent=1))
+    adk = adk_reference(tmp_path, eval_sets=paths)["eval_sets"]
+    refused = 0
+    for doc, path in zip(docs, paths):
+        accepted = adk[str(path)]["accepted"]
+        ours = session_input_errors(doc)
+        assert (not ours) == accepted, (doc["eval_cases"][1].get("session_input"), ours, adk[str(path)]["errors"])
+        records, dead, lines = parsed(path)
+        if accepted:
+            assert len(records) == 3 and not dead
+            loaded = {c["eval_id"]: c["session_input"] for c in adk[str(path)]["cases"]}
+            for record in records:
+                given = record.data["adk_case"].get("session_input")
+                assert (given is None) == (loaded[record.data["eval_id"]] is None)
+        else:
+            refused += 1
+            assert not records and len(dead) == 3
+            eval_id = doc["eval_cases"][1].get("eval_id") or doc["eval_cases"][1]["evalId"]
+            assert dead[1].reason.startswith(f"eval case {eval_id!r}: eval_cases[1].session_input")
+            assert all("ADK refuses the whole eval set" in d.reason for d in dead)
+            assert sum(d.line_count for d in dead) + lines[0].skipped == lines[0].lines
+    assert 20 < refused < 50
