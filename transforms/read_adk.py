@@ -417,6 +417,14 @@ def parse_adk_eval_set(doc: _Document, value: Any, positional: bool, reading: Ad
                 if not isinstance(session, dict):
                     yield out.dead(index, f"{label}: initial_session must be an object", raw, "initial_session")
                     continue
+                # what ADK's SessionInput refuses of the values it is made with
+                wrong = next((k for k, kind in (("app_name", str), ("user_id", str), ("state", dict))
+                              if k in session and not isinstance(session[k], kind)), None)
+                if wrong:
+                    yield out.dead(index, f"{label}: initial_session.{wrong} must be "
+                                          f"{'an object' if wrong == 'state' else 'a string'} (ADK's SessionInput "
+                                          f"refuses {type(session[wrong]).__name__})", raw, f"initial_session.{wrong}")
+                    continue
                 adk_case["session_input"] = {"app_name": session.get("app_name", ""),
                                              "user_id": session.get("user_id", ""), "state": session.get("state", {})}
             yield out.record(index, {"instance_id": f"{name}:{eval_id}", "eval_set_id": name, "eval_id": eval_id,

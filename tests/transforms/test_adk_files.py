@@ -499,3 +499,24 @@ def test_a_session_input_adks_model_refuses_refuses_the_eval_set_as_adk_does(tmp
             assert all("ADK refuses the whole eval set" in d.reason for d in dead)
             assert sum(d.line_count for d in dead) + lines[0].skipped == lines[0].lines
     assert 20 < refused < 50
+
+
+@pytest.mark.parametrize("session, field", [
+    ({"app_name": 5}, "initial_session.app_name"), ({"user_id": None}, "initial_session.user_id"),
+    ({"state": [1, 2]}, "initial_session.state"), ({"state": "x"}, "initial_session.state"),
+    ("x", "initial_session"), ([1], "initial_session")])
+def test_a_legacy_initial_session_adks_session_input_refuses_is_dead_lettered_naming_the_field(tmp_path, session, field):
+    """ADK makes SessionInput(app_name=..., user_id=..., state=...) of a legacy initial_session,
+    which refuses a non-string app_name/user_id or a non-object state (and .get fails on a non-object).
+    evalbeam took them, and the bad state failed later, in inference: the case is dead-lettered
+    naming the field; the file's other cases are kept."""
+    cases = [{"name": "bad", "data": [{"query": "q", "expected_tool_use": [], "reference": "r"}],
+              "initial_session": session},
+             {"name": "good", "data": [{"query": "q", "expected_tool_use": [], "reference": "r"}],
+              "initial_session": {"app_name": "a", "state": {"k": 1}}}]
+    path = tmp_path / "older.json"
+    path.write_text(json.dumps(cases, indent=1))
+    records, dead, lines = parsed(path)
+    assert [r.data["eval_id"] for r in records] == ["good"]
+    assert len(dead) == 1 and dead[0].field == field and dead[0].reason.startswith(f"eval case 'bad': {field} ")
+    assert sum(d.line_count for d in dead) + sum(r.line_count for r in records) + lines[0].skipped == lines[0].lines
