@@ -18,7 +18,8 @@ from evalbeam.metrics.fields import InvalidField
 from evalbeam.metrics.inference import AgentInferrer, load_target
 from evalbeam.metrics.instance import RowSpec, build_instance, present_columns
 from evalbeam.metrics.judge.client import JudgeCredentialsError, check_credentials
-from evalbeam.metrics.registry import unmet_inputs
+from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS
+from evalbeam.metrics.registry import get_metric, unmet_inputs
 from evalbeam.pipelines.local import LOCAL_RUNNERS
 from evalbeam.pipelines.stages.read import adk_reading, inputs_left, row_spec
 from evalbeam.transforms import bigquery
@@ -227,7 +228,8 @@ def _check_columns(config: EvalConfig, checked: Preflight) -> None:
             for alt in alternatives
         )
         problems.append(f"  metrics.{i} ({spec.output_name}): needs {needs}; no column provides "
-                        + ", ".join(sorted({f for alt in alternatives for f in alt} - available)))
+                        + ", ".join(sorted({f for alt in alternatives for f in alt} - available))
+                        + _own_prompt_hint(config, spec, columns))
     for col in config.input.slice_columns:
         if col not in columns:
             problems.append(f"  input.slice_columns: column {col!r} is not in the dataset")
@@ -239,6 +241,27 @@ def _check_columns(config: EvalConfig, checked: Preflight) -> None:
             f"the dataset ({checked.source}) does not fit the config "
             f"(columns in {seen}: {', '.join(sorted(columns))}):\n" + "\n".join(problems)
         )
+
+
+def _own_prompt_hint(config: EvalConfig, spec, columns: set[str]) -> str:
+    """A Vertex-named judge metric the dataset cannot feed (Vertex's template shows the judge the
+    prompt): the name of evalbeam's own prompt, which runs before the split judged under this name,
+    where the dataset feeds it."""
+    name = spec.name
+    base = name.removeprefix("pairwise_")
+    if spec.is_custom or spec.user_template is not None or base not in VERTEX_METRICS:
+        return ""
+    own = f"pairwise_evalbeam_{base}" if name.startswith("pairwise_") else f"evalbeam_{base}"
+    try:
+        definition = get_metric(own)
+    except KeyError:
+        return ""
+    mapping = config.input.column_mapping
+    alternatives = inputs_left(config, definition.inputs)
+    available = {f for alt in alternatives for f in alt if mapping.get(f, f) in columns}
+    if unmet_inputs(alternatives, available):
+        return ""
+    return f"; evalbeam's own prompt, which needs no prompt, is {own}"
 
 
 def _check_outputs(config: EvalConfig, options: PipelineOptions | None, run_id: str | None) -> None:
