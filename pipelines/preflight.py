@@ -6,6 +6,7 @@ names the resource or field at fault; nothing is created."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 from apache_beam.io.filesystem import BeamIOError
@@ -178,8 +179,39 @@ def _check_files(config: EvalConfig) -> Preflight:
         raise ConfigError(f"input.uri: {uri!r} is a folder: name its files, e.g. "
                           f"{os.path.join(uri, '*.' + ext)!r}")
     sample = sample_records(files, config.input.inferred_format(), encoding=config.input.encoding)
+    if config.input.format is None and config.input.inferred_format() == "jsonl" and not sample.records \
+            and sample.dead_letters:
+        _refuse_json_document(config, sample.dead_letters[0].origin or files[0])
     return Preflight(f"{len(files)} file(s)", len(sample.records), present_columns(map(_with_trace_fields, sample.records)),
                      sample.dead_letters)
+
+
+# A whole file read to tell a JSON document from JSON Lines: ADK writes one file per eval set
+_DOCUMENT_CHECK_BYTES = 64 * 1024 * 1024
+
+
+def _refuse_json_document(config: EvalConfig, path: str) -> None:
+    """A `.json` file read as JSON Lines whose lines are no rows: when the file is one JSON
+    object over several lines (an ADK eval set, an indented row), a ConfigError saying so
+    and which input.format reads it; otherwise nothing (its dead letters say why)."""
+    try:
+        with FileSystems.open(path) as f:  # decompressed by its extension, as the reader does
+            data = f.read(_DOCUMENT_CHECK_BYTES + 1)
+        if len(data) > _DOCUMENT_CHECK_BYTES:
+            return
+        text = data.decode("utf-8-sig")
+        value = json.loads(text)
+    except (OSError, ValueError, RecursionError):
+        return
+    if len([line for line in text.splitlines() if line.strip()]) < 2:
+        return
+    fmt = None
+    if isinstance(value, dict):
+        fmt = "adk_eval_result" if "eval_case_results" in value or "evalCaseResults" in value else \
+            "adk_eval_set" if "eval_cases" in value else None
+    what = (f"set input.format: {fmt} (or name the files *.{'evalset_result' if fmt == 'adk_eval_result' else 'evalset'}"
+            ".json)" if fmt else "write one object a line (JSON Lines), e.g. `jq -c '.[]'`")
+    raise ConfigError(f"input.uri: {path} is one JSON document, not JSON Lines (one object a line), as evalbeam reads a .json or .jsonl file: {what}")
 
 
 def _with_trace_fields(record: dict) -> dict:

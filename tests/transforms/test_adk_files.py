@@ -520,3 +520,27 @@ def test_a_legacy_initial_session_adks_session_input_refuses_is_dead_lettered_na
     assert [r.data["eval_id"] for r in records] == ["good"]
     assert len(dead) == 1 and dead[0].field == field and dead[0].reason.startswith(f"eval case 'bad': {field} ")
     assert sum(d.line_count for d in dead) + sum(r.line_count for r in records) + lines[0].skipped == lines[0].lines
+
+
+@pytest.mark.parametrize("name, doc, format_", [
+    ("weather.json", {"eval_set_id": "w", "eval_cases": []}, "adk_eval_set"),
+    ("run.json", {"eval_set_id": "w", "eval_case_results": []}, "adk_eval_result"),
+    ("row.json", {"prompt": "p", "response": "r"}, None)])
+def test_an_adk_file_named_json_is_refused_saying_which_format_to_set(tmp_path, name, doc, format_):
+    """A `.json` file is read as JSON Lines; an ADK eval set (or any indented JSON document)
+    under that name made every line a dead letter ('invalid JSON: Extra data'). Before anything
+    runs, the error says the file is one JSON document and which input.format reads it."""
+    from evalbeam.configs import ConfigError, EvalConfig
+    from evalbeam.pipelines.preflight import _check_files
+
+    (tmp_path / name).write_text(json.dumps(doc, indent=2))
+    config = EvalConfig.model_validate({"name": "n", "input": {"uri": str(tmp_path / "*.json")},
+                                        "metrics": ["response_match_score"], "output": {"parquet": str(tmp_path / "o")}})
+    with pytest.raises(ConfigError, match=f"input.uri: {tmp_path / name} is one JSON document, not JSON Lines") as e:
+        _check_files(config)
+    if format_:
+        assert f"set input.format: {format_}" in str(e.value)
+    else:
+        assert "one object a line" in str(e.value)
+    (tmp_path / name).write_text(json.dumps(doc) + "\n")  # one line: JSON Lines it is
+    assert _check_files(config).checked_rows == 1
