@@ -164,6 +164,10 @@ class InputConfig(_Model):
                 )
         elif self.query is None and self.format is None and self.inferred_format() is None:
             raise ValueError(f"cannot infer the format of {self.uri!r} from its extension; set input.format")
+        if self.labels and self.is_adk:
+            raise ValueError(f"input.labels: label columns are read from the dataset's rows; {self.inferred_format()} "
+                             "inputs (ADK files, ADK agent events) have no label column: label a JSONL, CSV or "
+                             "BigQuery dataset")
         return self
 
     @pydantic.model_validator(mode="before")
