@@ -328,10 +328,16 @@ def _refused_cases(out: _Cases, cases: list, forbidden: list[str],
     `invalid`: (path, message) of values its models refuse, adk_models.session_input_errors):
     a case holding such keys names its first (and how many more); the others name the file's first."""
     problems = [(p, EXTRA_FORBIDDEN) for p in forbidden] + list(invalid)
+    # grouped by case once: a file of many cases each with a forbidden key is linear, not quadratic
+    by_case: dict[int, list[tuple[str, str]]] = {}
+    for path, message in problems:
+        found = re.match(r"eval_cases\[(\d+)\]\.", path)
+        if found:
+            by_case.setdefault(int(found.group(1)), []).append((path, message))
     for index, case in enumerate(cases):
         eval_id = get_key(case, "eval_id") if isinstance(case, dict) else None
         label = f"eval case {eval_id!r}" if isinstance(eval_id, str) and eval_id else f"eval_cases[{index}]"
-        own = [(p, m) for p, m in problems if p.startswith(f"eval_cases[{index}].")]
+        own = by_case.get(index, [])
         if own:
             kind = "forbidden key" if all(m == EXTRA_FORBIDDEN for _, m in own) else "refused key"
             more = f" (and {len(own) - 1} more {kind}{'s' * (len(own) > 2)} in this case)" if len(own) > 1 else ""
