@@ -350,11 +350,18 @@ def _invocation_duration(_params):
 # --- test_config.json -> metrics ---------------------------------------------
 
 
-def _threshold(name: str, value: float | int) -> float:
+_THRESHOLD = pydantic.TypeAdapter(float)
+
+
+def _threshold(name: str, value: Any, what: str) -> float:
+    """A threshold as ADK's EvalConfig reads it: pydantic's float in lax JSON mode (so "0.5" is
+    0.5 and true is 1.0), read by pydantic itself."""
+    if isinstance(value, (dict, list)) or value is None:
+        raise ValueError(f"criteria.{name}: {what}")
     try:
-        return float(value)
-    except OverflowError:  # an integer past the float range
-        raise ValueError(f"criteria.{name}: the threshold {str(value)[:20]}... is not a finite number") from None
+        return _THRESHOLD.validate_json(json.dumps(value))
+    except (pydantic.ValidationError, OverflowError, ValueError):
+        raise ValueError(f"criteria.{name}: {what}") from None
 
 
 def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, Any]]:
@@ -377,13 +384,10 @@ def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, 
             definition = get_metric(name)
         except KeyError:
             raise ValueError(f"criteria.{name}: this ADK criterion is not supported by evalbeam") from None
-        if isinstance(criterion, bool) or not isinstance(criterion, (int, float, dict)):
-            raise ValueError(f"criteria.{name}: expected a threshold (number) or a criterion object")
         if isinstance(criterion, dict):
             criterion = dict(criterion)
-            threshold = criterion.pop("threshold", None)
-            if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
-                raise ValueError(f"criteria.{name}: a criterion object needs a numeric 'threshold'")
+            threshold = _threshold(name, criterion.pop("threshold", None),
+                                   "a criterion object needs a numeric 'threshold'")
             # BaseCriterion's own field; no criterion evalbeam computes from rules uses it
             criterion.pop("include_intermediate_responses_in_final", None)
             criterion.pop("includeIntermediateResponsesInFinal", None)
@@ -394,11 +398,12 @@ def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, 
                 # other keys are ignored, as ADK's criteria (extra="allow") ignore them
                 if snake in fields:
                     params[snake] = value
-            spec = {"name": name, "threshold": _threshold(name, threshold)}
+            spec = {"name": name, "threshold": threshold}
             if params:
                 spec["params"] = params
         else:
-            spec = {"name": name, "threshold": _threshold(name, criterion)}
+            spec = {"name": name, "threshold": _threshold(
+                name, criterion, "expected a threshold (number) or a criterion object")}
         # json and ADK's EvalConfig take NaN and Infinity; against NaN ADK fails every case.
         # Refused here, naming the criterion: a NaN would fill the threshold column
         if not math.isfinite(spec["threshold"]):

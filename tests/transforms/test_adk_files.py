@@ -544,3 +544,30 @@ def test_an_adk_file_named_json_is_refused_saying_which_format_to_set(tmp_path, 
         assert "one object a line" in str(e.value)
     (tmp_path / name).write_text(json.dumps(doc) + "\n")  # one line: JSON Lines it is
     assert _check_files(config).checked_rows == 1
+
+
+LAX_THRESHOLDS = ["0.5", " 1e-1 ", True, False, 1, "2", {"threshold": "0.9", "match_type": "IN_ORDER"},
+                  {"threshold": True}, {"threshold": " 0.25"}]
+
+
+def test_thresholds_adk_reads_leniently_are_read_as_adk_reads_them(tmp_path, adk_reference):
+    """ADK's EvalConfig reads thresholds in pydantic's lax mode: "0.5" and true are thresholds 0.5
+    and 1.0. evalbeam refused such a test_config.json ('expected a threshold (number)'); it now
+    reads the same thresholds ADK's AgentEvaluator.find_config_for_test_file finds."""
+    from evalbeam.transforms.read_adk import criteria_of_file
+
+    files = []
+    for i, value in enumerate(LAX_THRESHOLDS):
+        folder = tmp_path / f"f{i}"
+        folder.mkdir()
+        name = "tool_trajectory_avg_score" if isinstance(value, dict) else "response_match_score"
+        (folder / "test_config.json").write_text(json.dumps({"criteria": {name: value}}))
+        files.append(folder / "x.evalset_result.json")
+    criteria_of_file.cache_clear()
+    found = adk_reference(tmp_path, test_files=files)["test_files"]
+    for path in files:
+        [(name, adk)] = found[str(path)].items()
+        ours = {spec["name"]: spec for spec in criteria_of_file(str(path))}[name]
+        assert ours["threshold"] == (adk["threshold"] if isinstance(adk, dict) else adk), path
+        if isinstance(adk, dict) and adk.get("match_type"):
+            assert ours["params"]["match_type"] == adk["match_type"]
