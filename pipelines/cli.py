@@ -510,14 +510,15 @@ def entry() -> None:
     except BaseException as e:
         from evalbeam.transforms.progress import INTERRUPTED  # start-up time: a command imports only what it runs
 
-        missing = _missing_credentials(e)
-        if missing is not None:  # any Google Cloud client (BigQuery, Cloud Storage, Vertex AI) without credentials
+        # Beam re-raises a KeyboardInterrupt met inside a step as a RuntimeError
+        if not (isinstance(e, KeyboardInterrupt) or INTERRUPTED.is_set()):
+            missing = _missing_credentials(e)
+            if missing is None:
+                raise
+            # any Google Cloud client (BigQuery, Cloud Storage, Vertex AI) without credentials
             _say(f"evalbeam: no Google credentials ({missing}): run `gcloud auth application-default login`, "
                  "or set GOOGLE_APPLICATION_CREDENTIALS to a service account key file")
             _end(2)
-        # Beam re-raises a KeyboardInterrupt met inside a step as a RuntimeError
-        if not (isinstance(e, KeyboardInterrupt) or INTERRUPTED.is_set()):
-            raise
         _say("evalbeam: interrupted")
         _end(INTERRUPTED_STATUS)  # Beam's threads waiting on worker processes may be left: not waited for
 
