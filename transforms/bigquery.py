@@ -61,19 +61,6 @@ class ReadPlan:
     streams: tuple[str, ...]
 
 
-def _checked_client(project: str | None, field: str):
-    """bigquery_client, or BigQueryError naming `field` when no Google credentials are found
-    (google-auth's DefaultCredentialsError was a traceback before any check ran)."""
-    from google.auth.exceptions import DefaultCredentialsError  # start-up time: Google Cloud clients only where used
-
-    try:
-        return bigquery_client(project)
-    except DefaultCredentialsError as e:
-        raise BigQueryError(f"{field}: no Google credentials to reach BigQuery ({str(e).splitlines()[0][:200]}): "
-                            "run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS "
-                            "to a service account key file") from None
-
-
 def describe_input(input_cfg, billing_project: str | None) -> tuple[str, list[str]]:
     """Check a BigQuery input before any work; return (label, column names).
     A missing table or a query BigQuery refuses raises BigQueryError naming it."""
@@ -83,7 +70,7 @@ def describe_input(input_cfg, billing_project: str | None) -> tuple[str, list[st
     if input_cfg.kind == "bigquery_table":
         table = input_cfg.bigquery_table()
         return f"bq://{table}", describe_table(table, input_cfg.project, "input.uri")
-    client = _checked_client(billing_project, "input.query")
+    client = bigquery_client(billing_project)
     try:
         job = client.query(input_cfg.query, job_config=bigquery.QueryJobConfig(dry_run=True, use_legacy_sql=False))
         return "bq://query", [f.name for f in job.schema or []]
@@ -95,7 +82,7 @@ def describe_table(table: str, project: str | None, field: str) -> list[str]:
     """The column names of a table; BigQueryError naming the table and `field` if it cannot be read."""
     from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
 
-    client = _checked_client(project or table.split(".")[0], field)
+    client = bigquery_client(project or table.split(".")[0])
     try:
         return [f.name for f in client.get_table(table).schema]
     except exceptions.NotFound:

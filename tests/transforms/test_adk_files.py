@@ -571,22 +571,3 @@ def test_thresholds_adk_reads_leniently_are_read_as_adk_reads_them(tmp_path, adk
         assert ours["threshold"] == (adk["threshold"] if isinstance(adk, dict) else adk), path
         if isinstance(adk, dict) and adk.get("match_type"):
             assert ours["params"]["match_type"] == adk["match_type"]
-
-
-def test_the_recorded_runs_example_without_credentials_says_so_not_a_traceback(tmp_path, monkeypatch):
-    """`evalbeam validate configs/adk_recorded_runs.yaml` on a machine without Google credentials
-    printed google-auth's DefaultCredentialsError traceback. The BigQuery input check says which
-    input needs credentials and how to give them."""
-    from evalbeam.configs import ConfigError, load_config
-    from evalbeam.pipelines.preflight import preflight
-
-    for name in ("BIGQUERY_EMULATOR_HOST", "BIGQUERY_STORAGE_EMULATOR_HOST"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "no-such-key.json"))
-    config = load_config(ROOT / "configs" / "adk_recorded_runs.yaml", ["run_date=2026-11-24"])
-    with pytest.raises(ConfigError, match=r"input.query: no Google credentials to reach BigQuery .*"
-                                          r"gcloud auth application-default login"):
-        preflight(config.for_run_date(config.resolved_run_date()))
-    with pytest.raises(ConfigError, match=r"input.uri: no Google credentials to reach BigQuery"):
-        preflight(load_config(ROOT / "configs" / "adk_recorded_runs.yaml",
-                              ["input.query=null", "input.uri=bq://my-project.agent_logs.agent_events"]))
