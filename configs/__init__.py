@@ -26,7 +26,7 @@ from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import JudgeTemplate
 from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_template
 from evalbeam.metrics.names import BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE
-from evalbeam.metrics.registry import MetricDef, get_metric
+from evalbeam.metrics.registry import SIMULATOR_QUALITY, MetricDef, get_metric
 from evalbeam.transforms.read_adk import criteria_of_file, test_config_path
 from evalbeam.transforms.schema import TABLES
 
@@ -425,6 +425,92 @@ def _with_adk_judge_options(data: dict, text: str) -> dict:
     return {**data, "judge": judge} if options else data
 
 
+# GenerateContentConfig fields of user_simulator.model_configuration the judge layer applies (the answer's
+# shape); thinking_config is accepted as ADK's default carries it: the layer reads the answer's text, thoughts
+# left out, as ADK's simulator does, so the thinking budget changes no rule.
+SIMULATOR_GENERATION_KEYS = ("temperature", "max_output_tokens", "maxOutputTokens", "thinking_config",
+                             "thinkingConfig")
+
+
+class UserSimulatorConfig(_Model):
+    """inference.user_simulator: google-adk 2.13.0's LlmBackedUserSimulatorConfig (same fields, defaults and
+    checks; camelCase accepted as ADK accepts it). Its model calls go through the judge layer."""
+
+    type: Literal["llm_backed"] = pydantic.Field("llm_backed", description="ADK's discriminator; only llm_backed")
+    model: str = pydantic.Field("gemini-2.5-flash", min_length=1, description="the model writing the user's messages")
+    model_configuration: dict[str, Any] = pydantic.Field(
+        default_factory=dict, alias="modelConfiguration",
+        description="GenerateContentConfig: temperature and max_output_tokens are applied (else the judge's); "
+                    "thinking_config is accepted")
+    max_allowed_invocations: int = pydantic.Field(
+        20, ge=-1, alias="maxAllowedInvocations",
+        description="the most user messages of a conversation, the starting prompt included; -1: no limit")
+    custom_instructions: str | None = pydantic.Field(
+        None, alias="customInstructions",
+        description="a Jinja template with {{ stop_signal }}, {{ conversation_plan }}, {{ conversation_history }} "
+                    "(and {{ persona }} for scenarios with a persona)")
+    include_function_calls: bool = pydantic.Field(
+        False, alias="includeFunctionCalls",
+        description="show the agent's tool calls and responses in the conversation the simulator reads")
+
+    @pydantic.field_validator("custom_instructions")
+    @classmethod
+    def _jinja(cls, value: str | None) -> str | None:
+        from evalbeam.metrics.simulator import check_custom_instructions
+
+        return check_custom_instructions(value)
+
+    @pydantic.field_validator("model_configuration")
+    @classmethod
+    def _applied(cls, value: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(value) - set(SIMULATOR_GENERATION_KEYS))
+        if unknown:
+            raise ValueError(f"model_configuration: {unknown} not supported (supported: temperature, "
+                             "max_output_tokens, thinking_config)")
+        return value
+
+    def judge_settings(self, judge: JudgeSettings) -> JudgeSettings:
+        """The judge's settings (backend, credentials, quota, retries, cache) calling this model."""
+        update: dict[str, Any] = {"model": self.model}
+        c = self.model_configuration
+        if c.get("temperature") is not None:
+            update["temperature"] = float(c["temperature"])
+        tokens = c.get("max_output_tokens", c.get("maxOutputTokens"))
+        if tokens is not None:
+            update["max_output_tokens"] = int(tokens)
+        return judge.model_copy(update=update)
+
+
+def user_simulator_from_adk(text: str) -> dict | None:
+    """The user_simulator_config of an ADK test_config.json (EvalConfig), as ADK reads it: snake_case or
+    camelCase key, a missing `type` taken as llm_backed (EvalConfig._inject_default_user_simulator_type)."""
+    config = json.loads(text)
+    value = config.get("user_simulator_config", config.get("userSimulatorConfig")) if isinstance(config, dict) \
+        else None
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("user_simulator_config must be an object")
+    value = {k: v for k, v in value.items() if v is not None or k != "type"}
+    if value.get("type", "llm_backed") != "llm_backed":
+        raise ValueError(f"user_simulator_config: type {value['type']!r} is not supported (only llm_backed)")
+    # ADK's config allows (and ignores) other keys (BaseUserSimulatorConfig: extra="allow")
+    known = {name for field_name, f in UserSimulatorConfig.model_fields.items() for name in (field_name, f.alias)}
+    return {k: v for k, v in value.items() if k in known}
+
+
+def _with_adk_user_simulator(data: dict, text: str) -> dict:
+    """The ADK config's user_simulator_config as inference.user_simulator, unless the config sets one."""
+    try:
+        simulator = user_simulator_from_adk(text)
+    except ValueError as e:
+        raise ValueError(f"input.adk_criteria: {e}") from None
+    inference = data.get("inference")
+    if simulator is None or not isinstance(inference, dict) or inference.get("user_simulator") is not None:
+        return data
+    return {**data, "inference": {**inference, "user_simulator": simulator}}
+
+
 INFERENCE_KINDS = ("function", "model", "agent", "a2a", "agent_engine")
 
 
@@ -446,6 +532,10 @@ class InferenceConfig(_Model):
     num_runs: int = pydantic.Field(1, ge=1, le=100, description="runs per case; > 1: instance ids get :run<k>")
     max_concurrency: int = pydantic.Field(8, ge=1, le=1024, description="function/agent: cases in flight per worker")
     timeout_seconds: float = pydantic.Field(300, gt=0, description="function/agent: the longest a case may take")
+    user_simulator: UserSimulatorConfig | None = pydantic.Field(
+        None, description="function/agent: the user simulator of conversation_scenario cases (ADK's "
+                          "LlmBackedUserSimulatorConfig); default ADK's defaults, or input.adk_criteria's "
+                          "user_simulator_config")
     # deployed agents (metrics/deployed.py)
     a2a: str | None = pydantic.Field(
         None, pattern=r"^https?://[^\s/]+(/\S*)?$",
@@ -477,6 +567,13 @@ class InferenceConfig(_Model):
                              + (f" (got {given})" if given else ""))
         if self.base_url and self.kind != "agent_engine":
             raise ValueError("inference.base_url is for inference.agent_engine")
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _simulator_runs_an_agent(self) -> "InferenceConfig":
+        if self.user_simulator is not None and self.kind not in ("function", "agent"):
+            raise ValueError("user_simulator: a simulated user talks with an in-process agent (inference.function "
+                             f"or inference.agent), not with inference.{self.kind}")
         return self
 
     @property
@@ -577,6 +674,40 @@ class EvalConfig(_Model):
             data = _with_adk_judge_options(data, _read_text(source.adk_criteria))
         return data
 
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _default_user_simulator(cls, data: Any) -> Any:
+        """inference.user_simulator, when not given, for an agent or function: input.adk_criteria's
+        user_simulator_config, else over an ADK eval set ADK's default LlmBackedUserSimulatorConfig
+        (its conversation_scenario cases run with it, as ADK runs them)."""
+        if not isinstance(data, dict) or not isinstance(data.get("input"), dict) \
+                or not isinstance(data.get("inference"), dict):
+            return data
+        inference = data["inference"]
+        if inference.get("user_simulator") is not None or inference.get("model") \
+                or not (inference.get("function") or inference.get("agent")):
+            return data
+        try:
+            source = InputConfig.model_validate(data["input"])
+        except pydantic.ValidationError:
+            return data
+        if source.adk_criteria:  # as ADK reads it: the test_config's user_simulator_config
+            try:
+                text = _read_text(source.adk_criteria)
+            except OSError:
+                return data  # reported by _adk_criteria, with the path
+            data = _with_adk_user_simulator(data, text)
+            if data["inference"].get("user_simulator") is not None:
+                return data
+        if source.inferred_format() != "adk_eval_set":
+            return data
+        return {**data, "inference": {**inference, "user_simulator": {}}}
+
+    def simulates_users(self) -> bool:
+        """Whether inference may run a user simulator (conversation_scenario cases of an ADK eval set),
+        whose model calls go through the judge layer."""
+        return self.inference is not None and self.inference.user_simulator is not None
+
     # Defined after _adk_criteria, so that it sees the config as written (pydantic runs the
     # last-defined wrap/before validator first): whether the metrics are the ADK files' own.
     @pydantic.model_validator(mode="wrap")
@@ -645,7 +776,11 @@ class EvalConfig(_Model):
 
     def template_judge_specs(self) -> list[MetricSpec]:
         """The judge metrics answered from one prompt template (not rubric metrics)."""
-        return [m for m in self.metrics if m.judge_kind() and m.judge_kind() != "rubric"]
+        return [m for m in self.metrics if m.judge_kind() and m.judge_kind() not in ("rubric", SIMULATOR_QUALITY)]
+
+    def simulator_quality_specs(self) -> list[MetricSpec]:
+        """per_turn_user_simulator_quality_v1 (transforms.simulator_quality)."""
+        return [m for m in self.metrics if m.judge_kind() == SIMULATOR_QUALITY]
 
     def model_inference(self) -> bool:
         """Whether inference calls a model (through the judge layer)."""
@@ -657,7 +792,7 @@ class EvalConfig(_Model):
 
     def calls_a_model(self) -> bool:
         """Whether the run calls a model: a judge metric or model inference (credentials, checkpoints, judge.cache)."""
-        return bool(self.judge_specs()) or self.model_inference()
+        return bool(self.judge_specs()) or self.model_inference() or self.simulates_users()
 
     def metric_directions(self) -> dict[str, str]:
         """output name -> which way is better, for every metric the run reports

@@ -490,3 +490,22 @@ def case_status(statuses: list[str]) -> str:
     if FAILED in statuses:
         return FAILED
     return PASSED if PASSED in statuses else NOT_EVALUATED
+
+
+# --- per_turn_user_simulator_quality_v1 (simulation/per_turn_user_simulator_quality_v1.py) ----------
+
+
+class SimulatorQualityParams(pydantic.BaseModel):
+    """LlmBackedUserSimulatorCriterion's own field (judge_model_options become judge settings)."""
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+    stop_signal: str = "</finished>"
+
+
+@register("per_turn_user_simulator_quality_v1", kind="simulator_quality", inputs=AGENT_INPUTS,
+          params=SimulatorQualityParams,
+          description="ADK: whether the simulated user of a conversation_scenario case kept to the scenario: the "
+                      "first turn is the starting prompt, each later user turn and the conversation's end are "
+                      "judged by an LLM with ADK's verifier prompt (majority of judge.sampling_count samples); the "
+                      "share of turns that passed")
+def _per_turn_user_simulator_quality(params: SimulatorQualityParams):
+    return params  # judged in its own stage (transforms.simulator_quality), through the judge layer

@@ -21,6 +21,10 @@ better side. Requiring both keeps a nightly gate over many metrics and slices
 from flagging noise: unadjusted 95% intervals over 20 metric-slices would flag
 one of them by chance on a good share of nights.
 
+With repeated runs (inference.num_runs > 1 on either side) the paired unit is the
+case, not the instance: each value added is a case's mean over its valid runs and the
+weights are the case's (transforms.compare pairs them); everything here is unchanged.
+
 Directions: `higher` (most metrics), `lower` (latency, failure), and
 `closer_to_zero` (verbosity, -2..2 with 0 best), which is compared on the
 distance from zero, |score|, as a lower-is-better value.

@@ -39,3 +39,19 @@ def weather_agent(instance):
         turns.append({"response": f"It is {result['celsius']}C and {result['sky']} in {city}.", "tool_calls": [call],
                       "duration": {"total": time.perf_counter() - started}})
     return turns
+
+
+def weather_chat(instance):
+    """The demo agent under user simulation (configs/example_scenarios.yaml): called once per user
+    turn, with `prompt` the new user message and `conversation` the messages so far (the new one
+    last); the city is the one the user named last. Returns the turn."""
+    started = time.perf_counter()
+    said = " ".join(m["text"] for m in instance["conversation"] if m["role"] == "user").lower()
+    named = [(said.rfind(c), c) for c in WEATHER if c in said]
+    if not named:
+        return {"response": "Which city would you like the weather for?", "tool_calls": []}
+    city = max(named)[1].title()
+    result = get_weather(city)
+    call = {"tool_name": "get_weather", "tool_input": {"city": city}, "id": "call-0", "response": result}
+    return {"response": f"It is {result['celsius']}C and {result['sky']} in {city}.", "tool_calls": [call],
+            "duration": {"total": time.perf_counter() - started}}

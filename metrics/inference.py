@@ -112,8 +112,59 @@ class FunctionInferrer:
             result = await result
         return result
 
+    async def conversation(self, fields: dict[str, Any], run: int = 1) -> "FunctionConversation":
+        return FunctionConversation(self, fields, run)
+
     async def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class FunctionConversation:
+    """A function agent under user simulation: called once per user turn with the case's fields,
+    `prompt` the new user message and `conversation` every message so far, the new one last
+    ([{role: user | agent, text}]); it returns the turn: its final response as text, or an object
+    with the keys of one turn (response, tool_calls, intermediate_responses, events, duration)."""
+
+    def __init__(self, inferrer: FunctionInferrer, fields: dict[str, Any], run: int = 1):
+        self._inferrer, self._fields, self._run = inferrer, fields, run
+        self.messages: list[dict[str, str]] = []
+
+    async def send(self, prompt: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        self.messages.append({"role": "user", "text": prompt})
+        started = time.monotonic()
+        result = await self._inferrer.infer({**self._fields, "prompt": prompt,
+                                             "conversation": [dict(m) for m in self.messages]}, run=self._run)
+        seconds = time.monotonic() - started
+        if isinstance(result, str):
+            result = {"response": result}
+        if not isinstance(result, dict):
+            raise InferenceError(f"under user simulation a function returns one turn (text or an object), got "
+                                 f"{type(result).__name__}")
+        unknown = set(result) - set(ACTUAL_TURN_KEYS)
+        if unknown:
+            raise InferenceError(f"under user simulation a function returns one turn; unknown keys {sorted(unknown)} "
+                                 f"(expected {list(ACTUAL_TURN_KEYS)})")
+        turn = {"prompt": prompt, "tool_calls": [], "duration": {"total": seconds}, **result}
+        turn = parse_turns([turn])[0]
+        self.messages.append({"role": "agent", "text": turn.get("response") or ""})
+        return turn, turn_events(turn)
+
+
+def turn_events(turn: dict[str, Any], author: str = "agent") -> list[dict[str, Any]]:
+    """A function agent's turn as the ADK events the simulator reads (its Event JSON): the user's
+    message, each tool call and response, the intermediate texts, then the final response."""
+    events = [{"author": "user", "content": {"role": "user", "parts": [{"text": turn["prompt"]}]}}]
+    for text in turn.get("intermediate_responses") or []:
+        events.append({"author": text.get("author") or author, "content": {"parts": [{"text": text.get("text")}]}})
+    for call in turn.get("tool_calls") or []:
+        events.append({"author": author, "content": {"parts": [{"function_call": {
+            "name": call.get("tool_name"), "args": call.get("tool_input")}}]}})
+        if "response" in call:
+            events.append({"author": author, "content": {"parts": [{"function_response": {
+                "name": call.get("tool_name"), "response": call.get("response")}}]}})
+    if turn.get("response"):
+        events.append({"author": author, "content": {"role": "model", "parts": [{"text": turn["response"]}]}})
+    return events
 
 
 class AgentInferrer:
@@ -145,6 +196,11 @@ class AgentInferrer:
         return self._runners[app_name]
 
     async def infer(self, fields: dict[str, Any]) -> Any:
+        conversation = await self.conversation(fields)
+        return [(await conversation.send(prompt))[0] for prompt in user_turns(fields)]
+
+    async def conversation(self, fields: dict[str, Any]) -> "AgentConversation":
+        """The case's session, created with its ADK session_input (app_name, user_id, state)."""
         case = fields.get("adk_case")
         session_input = (case.get("session_input") or {}) if isinstance(case, dict) else {}
         user_id = session_input.get("user_id") or "evalbeam_user"
@@ -152,21 +208,7 @@ class AgentInferrer:
         runner = self._runner_for(app_name)
         session = await self._sessions.create_session(
             app_name=app_name, user_id=user_id, state=dict(session_input.get("state") or {}))
-        turns = []
-        for prompt in user_turns(fields):
-            message = self._types.Content(role="user", parts=[self._types.Part(text=prompt)])
-            started = time.monotonic()
-            events = []
-            async for event in runner.run_async(user_id=user_id, session_id=session.id, new_message=message):
-                events.append(event.model_dump(mode="json", exclude_none=True))
-            seconds = time.monotonic() - started
-            user = {"author": "user", "content": message.model_dump(mode="json", exclude_none=True)}
-            turn = turns_from_agent_data({"turns": [{"events": [user, *events]}]})[0]
-            if events and events[0].get("invocation_id"):
-                turn["invocation_id"] = events[0]["invocation_id"]
-            turn["duration"] = {"total": seconds}
-            turns.append(turn)
-        return turns
+        return AgentConversation(self, runner, user_id, session.id)
 
     async def close(self) -> None:
         for runner in self._runners.values():
@@ -174,6 +216,30 @@ class AgentInferrer:
                 await runner.close()
             except Exception:  # noqa: BLE001 - closing is best effort
                 pass
+
+
+class AgentConversation:
+    """One case's ADK session: `send(prompt)` runs one user turn -> (the turn, its events as ADK's
+    Event JSON, the user's first as ADK's evaluation generator records it: only when the agent answered)."""
+
+    def __init__(self, inferrer: AgentInferrer, runner, user_id: str, session_id: str):
+        self._types = inferrer._types
+        self._runner, self._user_id, self._session_id = runner, user_id, session_id
+
+    async def send(self, prompt: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        message = self._types.Content(role="user", parts=[self._types.Part(text=prompt)])
+        started = time.monotonic()
+        events = []
+        async for event in self._runner.run_async(user_id=self._user_id, session_id=self._session_id,
+                                                  new_message=message):
+            events.append(event.model_dump(mode="json", exclude_none=True))
+        seconds = time.monotonic() - started
+        user = {"author": "user", "content": message.model_dump(mode="json", exclude_none=True)}
+        turn = turns_from_agent_data({"turns": [{"events": [user, *events]}]})[0]
+        if events and events[0].get("invocation_id"):
+            turn["invocation_id"] = events[0]["invocation_id"]
+        turn["duration"] = {"total": seconds}
+        return turn, [user, *events] if events else []
 
 
 def make_inferrer(kind: str, target: str, max_concurrency: int) -> Inferrer:
@@ -306,29 +372,64 @@ def describe(error: BaseException) -> str:
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
+def scenario_of(fields: dict[str, Any]) -> Any:
+    """The case's ADK conversation_scenario, or None."""
+    case = fields.get("adk_case")
+    return case.get("conversation_scenario") if isinstance(case, dict) else None
+
+
+async def simulate(conversation, simulator) -> list[dict[str, Any]]:
+    """A conversation_scenario case (`conversation`: the inferrer's, for this case): the simulated
+    user and the agent take turns, as ADK's EvaluationGenerator._generate_inferences_from_root_agent
+    drives them (evaluation_generator.py:936-983): the simulator reads every event so far and answers
+    the next user message, or ends (its stop signal, or max_allowed_invocations); each message is
+    one agent turn."""
+    events: list[dict[str, Any]] = []
+    turns = []
+    while True:
+        status, text = await simulator.next_message(events)
+        if text is None:
+            return turns
+        turn, turn_events = await conversation.send(text)
+        events.extend(turn_events)
+        turns.append(turn)
+
+
 def infer_all(make: Callable[[], Inferrer], items: Iterable[tuple[Any, dict[str, Any]]], max_concurrency: int,
               timeout_seconds: float | None, run_of: Callable[[Any], int] | None = None,
+              make_simulators: Callable[[], Any] | None = None,
               ) -> Iterator[tuple[Any, dict[str, Any]]]:
     """(key, fields) items -> (key, fields filled or failed), each case exactly once,
     at most `max_concurrency` in flight on one asyncio loop. The inferrer is made
     (and closed) on that loop: ADK's runner and sessions belong to one loop.
     run_of(key): which run of its case an item is, passed on to a FunctionInferrer
-    (the one kind of inferrer a user's code can be told it by)."""
+    (the one kind of inferrer a user's code can be told it by).
+    make_simulators: for conversation_scenario cases, made on the loop too: an object with
+    `for_case(scenario, key) -> metrics.simulator.LlmBackedUserSimulator` and `async close()`."""
     items = list(items)
 
     async def main() -> list:
         inferrer = make()
+        simulators = make_simulators() if make_simulators is not None else None
         gate = asyncio.Semaphore(max_concurrency)
+
+        async def run(key, fields):
+            told = run_of is not None and isinstance(inferrer, FunctionInferrer)
+            scenario = scenario_of(fields)
+            if scenario is None:
+                return await (inferrer.infer(fields, run=run_of(key)) if told else inferrer.infer(fields))
+            if simulators is None:
+                raise InferenceError("a conversation_scenario case runs with the user simulator, which talks with "
+                                     "inference.function or inference.agent only")
+            conversation = await (inferrer.conversation(fields, run=run_of(key)) if told
+                                  else inferrer.conversation(fields))
+            return await simulate(conversation, simulators.for_case(scenario, key))
 
         async def one(key, fields):
             async with gate:
                 started = time.monotonic()
                 try:
-                    if run_of is not None and isinstance(inferrer, FunctionInferrer):
-                        asked = inferrer.infer(fields, run=run_of(key))
-                    else:
-                        asked = inferrer.infer(fields)
-                    result = await asyncio.wait_for(asked, timeout_seconds)
+                    result = await asyncio.wait_for(run(key, fields), timeout_seconds)
                     return key, apply_result(fields, result, time.monotonic() - started)
                 except (asyncio.TimeoutError, TimeoutError):
                     return key, failed(fields, f"inference timed out after {timeout_seconds:g}s")
@@ -339,5 +440,7 @@ def infer_all(make: Callable[[], Inferrer], items: Iterable[tuple[Any, dict[str,
             return await asyncio.gather(*(one(k, f) for k, f in items))
         finally:
             await inferrer.close()
+            if simulators is not None:
+                await simulators.close()
 
     yield from asyncio.run(main())

@@ -172,6 +172,11 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
         if len(unmet) == len(spec.requirements):
             label = list(unmet)[0]
             missing = unmet[label]
+            case = fields.get("adk_case")
+            if missing[0] == "invocations" and isinstance(case, dict) and "conversation_scenario" in case:
+                raise InvalidField("invocations", "a conversation_scenario case has no turns until the agent runs "
+                                   "with the user simulator: set inference.function or inference.agent (see "
+                                   "docs/agents.md, 'User simulation')")
             raise InvalidField(
                 missing[0],
                 f"missing or null; needed by metric '{label}'",

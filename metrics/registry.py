@@ -26,6 +26,9 @@ class NoParams(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
 
+# ADK's per_turn_user_simulator_quality_v1: a judge with its own stage (transforms.simulator_quality)
+SIMULATOR_QUALITY = "simulator_quality"
+
 @dataclasses.dataclass(frozen=True)
 class MetricValue:
     score: float
@@ -39,7 +42,7 @@ Scorer = Callable[[Mapping[str, Any]], "MetricValue | float"]
 @dataclasses.dataclass(frozen=True)
 class MetricDef:
     name: str
-    kind: str  # computation | tool_call | agent | adk | custom | pointwise | pairwise | rubric
+    kind: str  # computation | tool_call | agent | adk | custom | pointwise | pairwise | rubric | simulator_quality
     description: str
     # Alternatives of required canonical fields: the metric can run when every
     # field of at least one alternative is present.
@@ -55,7 +58,7 @@ class MetricDef:
 
     @property
     def is_judge(self) -> bool:
-        return self.kind in ("pointwise", "pairwise", "rubric")
+        return self.kind in ("pointwise", "pairwise", "rubric", SIMULATOR_QUALITY)
 
     def inputs_with(self, params: pydantic.BaseModel) -> tuple[tuple[str, ...], ...]:
         return self.inputs_for(params) if self.inputs_for else self.inputs

@@ -516,7 +516,7 @@ def entry() -> None:
             if missing is None:
                 raise
             # any Google Cloud client (BigQuery, Cloud Storage, Vertex AI) without credentials
-            _say(f"evalbeam: no Google credentials ({missing}): run `gcloud auth application-default login`, "
+            _say(f"evalbeam: no Google Cloud credentials ({missing}): run `gcloud auth application-default login`, "
                  "or set GOOGLE_APPLICATION_CREDENTIALS to a service account key file")
             _end(2)
         _say("evalbeam: interrupted")

@@ -54,6 +54,7 @@ class RunInfo:
     slice_columns: tuple[str, ...]
     directions: dict[str, str]
     labelled: bool = False  # input.labels: its metric_results have human_label
+    num_runs: int = 1  # inference.num_runs: > 1, its instances are runs of cases (compared by case)
 
 
 def run_info(row: dict[str, Any]) -> RunInfo:
@@ -63,16 +64,18 @@ def run_info(row: dict[str, Any]) -> RunInfo:
     slices: tuple[str, ...] = ()
     directions: dict[str, str] = {}
     labelled = False
+    num_runs = 1
     try:
         config = EvalConfig.model_validate(json.loads(row["config"]))
         slices, directions = tuple(config.input.slice_columns), config.metric_directions()
         labelled = bool(config.input.labels)
+        num_runs = config.inference.num_runs if config.inference else 1
     except (ValueError, TypeError):
         pass
     run_date = row["run_date"]
     if isinstance(run_date, str):
         run_date = dt.date.fromisoformat(run_date)
-    return RunInfo(row["run_id"], row["name"], run_date, row["started_at"], slices, directions, labelled)
+    return RunInfo(row["run_id"], row["name"], run_date, row["started_at"], slices, directions, labelled, num_runs)
 
 
 # ------------------------------------------------------------- where runs are
@@ -159,7 +162,7 @@ def compare_inputs(pipeline, location: Location, base: RunInfo, run: RunInfo, la
 
 def pair_spec(base: RunInfo, run: RunInfo, tolerance: float, alpha: float, compared_at: dt.datetime) -> PairSpec:
     return PairSpec(base.run_id, run.run_id, run.run_date, run.name, {**base.directions, **run.directions},
-                    tolerance, alpha, compared_at)
+                    tolerance, alpha, compared_at, base.num_runs, run.num_runs)
 
 
 # ------------------------------------------------------------- what a comparison may gate on
@@ -181,7 +184,8 @@ def default_min_paired(base_row: dict[str, Any], run_row: dict[str, Any]) -> int
 
 def pairing_problems(rows: list[dict[str, Any]], min_paired: int) -> list[str]:
     """The metrics of a comparison (its overall rows) that pair fewer than min_paired instances."""
-    return [f"{r['run_id']} vs {r['base_run_id']}: metric {r['metric']} pairs {r['n_paired']} instance(s), "
+    return [f"{r['run_id']} vs {r['base_run_id']}: metric {r['metric']} pairs {r['n_paired']} "
+            f"{'case' if r.get('paired_by') == 'case' else 'instance'}(s), "
             f"fewer than {min_paired} (--min-paired): {r['only_in_base']} only in base, {r['only_in_run']} only in run, "
             f"{r['error_in_either']} with an error in either"
             for r in rows if r["slice"] == "overall" and r["n_paired"] < min_paired]
@@ -289,6 +293,10 @@ def format_comparison(rows: list[dict[str, Any]], brief: bool = False) -> str:
     table = format_table(("run", "metric", "slice", "paired", "base", "run mean", "difference", "95% CI",
                          "p (Holm)", "W/T/L", "flag"), lines)
     agreement = format_agreement(rows if not brief else [r for r in rows if r["slice"] == "overall"])
+    by_case = sorted({r["run_id"] for r in rows if r.get("paired_by") == "case"})
+    if by_case:
+        table += (f"\n{', '.join(by_case)}: paired by case (repeated runs, inference.num_runs > 1): 'paired' counts "
+                  "cases, each case's score the mean of its valid runs")
     return table + ("\n\nagreement with human labels (input.labels), run against base:\n" + agreement if agreement else "")
 
 
@@ -320,7 +328,8 @@ def unpaired_note(rows: list[dict[str, Any]]) -> list[str]:
     notes = []
     for r in rows:
         if r["slice"] == "overall" and (r["only_in_base"] or r["only_in_run"] or r["error_in_either"]):
-            notes.append(f"{r['run_id']} {r['metric']}: not paired: {r['only_in_base']} only in base, "
+            unit = "case(s)" if r.get("paired_by") == "case" else "instance(s)"
+            notes.append(f"{r['run_id']} {r['metric']}: {unit} not paired: {r['only_in_base']} only in base, "
                          f"{r['only_in_run']} only in run, {r['error_in_either']} with an error in either")
     return notes
 

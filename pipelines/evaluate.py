@@ -30,6 +30,7 @@ from evalbeam.pipelines.stages.judging import InferredOnlyStage, JudgeStage
 from evalbeam.pipelines.stages.read import ReadStage
 from evalbeam.pipelines.stages.rubrics import RubricStage
 from evalbeam.pipelines.stages.scoring import ScoringStage
+from evalbeam.pipelines.stages.simulator_quality import SimulatorQualityStage
 from evalbeam.pipelines.stages.summaries import SummariesStage
 from evalbeam.pipelines.stages.writing import WriteResults
 from evalbeam.transforms import bigquery
@@ -57,6 +58,8 @@ def stages(pipeline: beam.Pipeline, context: RunContext) -> list[tuple[str, beam
         chosen.append(("Judges", JudgeStage(context, stream=stream_judge(pipeline, config))))
     if rubrics:
         chosen.append(("Rubrics", RubricStage(context)))
+    if config.simulator_quality_specs():
+        chosen.append(("SimulatorQuality", SimulatorQualityStage(context)))
     chosen.append(("Summaries", SummariesStage(context)))
     if config.input.labels:
         chosen.append(("Calibration", CalibrationStage(context)))

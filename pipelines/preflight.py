@@ -12,6 +12,7 @@ import os
 from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
+from google.auth.exceptions import DefaultCredentialsError
 
 from evalbeam.configs import ConfigError, EvalConfig
 from evalbeam.metrics.deployed import reachable
@@ -95,6 +96,33 @@ def preflight(config: EvalConfig, options: PipelineOptions | None = None, run_id
     `run_id`, that its Parquet folder is evalbeam's to replace). Raises
     ConfigError naming the resource or field at fault. Creates nothing.
     credentials: False for what calls no model (`plan`): the judge's key is not needed."""
+    try:
+        return _preflight(config, options, run_id, credentials)
+    except DefaultCredentialsError:
+        # google-auth's own message is a paragraph; what the user needs is which resource asked
+        raise ConfigError(
+            "no Google Cloud credentials: reading or writing BigQuery or Cloud Storage "
+            f"({_cloud_resources(config)}) needs Application Default Credentials (`gcloud auth "
+            "application-default login`, or GOOGLE_APPLICATION_CREDENTIALS naming a service account key)") from None
+
+
+def _cloud_resources(config: EvalConfig) -> str:
+    """The config's cloud resources, for the message of missing credentials."""
+    named = []
+    if config.input.kind != "files":
+        named.append(f"input {config.input.uri or 'query'}" + (f" in project {config.input.project}"
+                                                               if config.input.project else ""))
+    elif config.input.uri.startswith("gs://"):
+        named.append(f"input {config.input.uri}")
+    if config.output.bigquery:
+        named.append(f"output {config.output.bigquery}")
+    if config.output.parquet and str(config.output.parquet).startswith("gs://"):
+        named.append(f"output {config.output.parquet}")
+    return ", ".join(named) or "the config's cloud resources"
+
+
+def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str | None,
+               credentials: bool) -> Preflight:
     if config.input.kind == "files":
         checked = _check_files(config)
     else:

@@ -1,7 +1,8 @@
 """Paired comparison of two runs as a Beam pipeline (metrics.compare does the statistics).
 
     base results, run results, instances' slices
-      -> one CoGroupByKey by instance_id: each instance's metrics paired
+      -> one CoGroupByKey by instance_id (by case when either run repeated its
+         cases, inference.num_runs > 1: see below): each instance's metrics paired
       -> ((metric, slice), paired value) for "overall" and the instance's slices
       -> one CombinePerKey of constant-size accumulators (plus a Counter of the
          distinct paired differences, for the Wilcoxon test)
@@ -10,17 +11,31 @@
 
 Used by `evalbeam compare` (both runs read back from Parquet or BigQuery) and by
 `evalbeam run` with `compare_with` (this run's scores straight from the pipeline).
+
+Repeated runs: when either run ran its cases several times (num_runs > 1, instance
+ids `<case>:run<k>`), the unit of the comparison is the case, as in the summary.
+The instances of a run with num_runs > 1 are keyed by their case (transforms.infer
+case_id; a run with one run per case keeps its ids, so a case of a num_runs 3 run
+pairs with the same case of a num_runs 1 run). Per metric, a case's value on each
+side is the mean of the compared values (metrics.compare.compared_value) of its
+valid runs (for a 0/1 metric: the share of its runs that passed); a case with no
+valid run on a side, all its runs failed, counts in error_in_either. The paired
+difference, its bootstrap (weights seeded by the case id: cases are resampled, not
+runs), the wins and the test are then over cases, and n_paired counts cases. With
+one run per case on both sides nothing differs from pairing instances.
 """
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 from typing import Any, Iterable
 
 import apache_beam as beam
 
 from evalbeam.metrics.compare import ERROR, ONLY_BASE, ONLY_RUN, PAIRED, PairedMoments, better_sign, compared_value, finish
 from evalbeam.metrics.summary import bootstrap_weights
+from evalbeam.transforms.infer import case_id
 from evalbeam.transforms.summarize import OVERALL
 
 
@@ -48,17 +63,43 @@ class PairSpec:
     tolerance: float
     alpha: float
     compared_at: dt.datetime
+    base_num_runs: int = 1  # inference.num_runs of each run: > 1 on either side pairs cases
+    run_num_runs: int = 1
 
     def direction(self, metric: str) -> str:
         return self.directions.get(metric, "higher")
 
+    @property
+    def by_case(self) -> bool:
+        return self.base_num_runs > 1 or self.run_num_runs > 1
+
+    @property
+    def paired_by(self) -> str:
+        return "case" if self.by_case else "instance"
+
+
+def _side(entries) -> dict[str, list[float | None]]:
+    """One side's entries of an instance (or of a case's runs) -> {metric: [score or None per row]}."""
+    out: dict[str, list[float | None]] = {}
+    for metric, score, _, _ in entries:
+        out.setdefault(metric, []).append(score)
+    return out
+
+
+def _case_value(scores: list[float | None], direction: str) -> float | None:
+    """A case's value on one side: the mean of its valid runs' compared values (None: none valid).
+    One run: that run's value itself (fsum of one float over 1 is the float)."""
+    valid = [compared_value(s, direction) for s in scores if s is not None]
+    return math.fsum(valid) / len(valid) if valid else None
+
 
 def paired_values(element, spec: PairSpec):
-    """(instance_id, {base, run, run_slices, base_slices}) -> ((metric, slice), (kind, base, run, weights,
-    (base score, run score, human value) of a labelled metric, else None))."""
-    instance_id, groups = element
-    base = {entry[0]: entry[1] for entry in groups["base"]}
-    run = {entry[0]: entry[1] for entry in groups["run"]}
+    """(instance_id or case id, {base, run, run_slices, base_slices}) -> ((metric, slice), (kind, base, run,
+    weights, (base score, run score, human value) of a labelled metric, else None)). With repeated runs
+    the key is a case and each side holds the entries of its runs: see the module doc."""
+    key, groups = element
+    base = _side(groups["base"])
+    run = _side(groups["run"])
     # input.labels: the human value of a labelled metric, from either run (the same data's labels)
     human = {entry[0]: entry[3] for entry in [*groups["base"], *groups["run"]] if entry[3] is not None}
     slices = next(iter(groups["run_slices"]), None)
@@ -66,22 +107,31 @@ def paired_values(element, spec: PairSpec):
         slices = next(iter(groups["base_slices"]), [])
     weights = None
     for metric in sorted(base.keys() | run.keys()):
+        direction = spec.direction(metric)
         if metric not in run:
             value = (ONLY_BASE, None, None, None, None)
         elif metric not in base:
             value = (ONLY_RUN, None, None, None, None)
-        elif base[metric] is None or run[metric] is None:
-            value = (ERROR, None, None, None, None)
         else:
-            if weights is None:
-                weights = bootstrap_weights(instance_id)
-            direction = spec.direction(metric)
-            labelled = (base[metric], run[metric], human[metric]) if metric in human else None
-            value = (PAIRED, compared_value(base[metric], direction), compared_value(run[metric], direction), weights,
-                     labelled)
+            base_value, run_value = _case_value(base[metric], direction), _case_value(run[metric], direction)
+            if base_value is None or run_value is None:
+                value = (ERROR, None, None, None, None)
+            else:
+                if weights is None:
+                    weights = bootstrap_weights(key)
+                labelled = None
+                if metric in human:
+                    # agreement on raw scores: a case's mean raw score on each side
+                    labelled = (_case_value(base[metric], "higher"), _case_value(run[metric], "higher"), human[metric])
+                value = (PAIRED, base_value, run_value, weights, labelled)
         yield (metric, OVERALL), value
         for name in slices:
             yield (metric, name), value
+
+
+def _by_case(pcoll, label: str):
+    """(instance_id, v) -> (its case's id, v)."""
+    return pcoll | label >> beam.Map(lambda kv: (case_id(kv[0]), kv[1]))
 
 
 class _MomentsFn(beam.CombineFn):
@@ -116,7 +166,7 @@ def comparison_row(keyed, spec: PairSpec) -> dict[str, Any]:
     return {
         "base_run_id": spec.base_run_id, "run_id": spec.run_id, "run_date": spec.run_date, "name": spec.name,
         "metric": metric, "slice": slice_name, "direction": spec.direction(metric),
-        **moments.statistics(), "compared_at": spec.compared_at,
+        **moments.statistics(), "compared_at": spec.compared_at, "paired_by": spec.paired_by,
     }
 
 
@@ -130,6 +180,13 @@ class CompareRuns(beam.PTransform):
 
     def expand(self, inputs: dict):
         spec = self._spec
+        if spec.by_case:
+            # the side(s) with repeated runs keyed by case (a side with one run per case keeps
+            # its ids, even one that happens to end in `:run<k>`)
+            repeated = {"base": spec.base_num_runs > 1, "base_slices": spec.base_num_runs > 1,
+                        "run": spec.run_num_runs > 1, "run_slices": spec.run_num_runs > 1}
+            inputs = {name: _by_case(pcoll, f"ByCase_{name}") if repeated[name] else pcoll
+                      for name, pcoll in inputs.items()}
         return (
             inputs
             | "ByInstance" >> beam.CoGroupByKey()

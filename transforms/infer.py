@@ -40,6 +40,7 @@ from evalbeam.metrics.inference import (
     load_target,
     make_inferrer,
     render_prompt,
+    scenario_of,
 )
 from evalbeam.metrics.deployed import Calls, case_key, decode_result, encode_result, make_deployed_inferrer
 from evalbeam.metrics.instance import Instance
@@ -255,6 +256,15 @@ class Infer(beam.PTransform):
     def expand(self, instances):
         inference = self._inference
         cases = instances | "Runs" >> beam.FlatMap(run_copies, inference.num_runs)
+        if inference.kind != "model" and inference.user_simulator is not None:
+            # conversation_scenario cases run with the user simulator (transforms.simulate)
+            from evalbeam.transforms.simulate import Simulate
+
+            split = cases | "Scenarios" >> beam.Partition(lambda i, _: int(scenario_of(i.fields) is not None), 2)
+            fixed = split[0] | "Fixed" >> Infer(self._run, inference.model_copy(update={"user_simulator": None, "num_runs": 1}),
+                                                 self._context)
+            simulated, cache_rows, usage = split[1] | "Simulate" >> Simulate(self._run, inference, self._context)
+            return (fixed[0], simulated) | "AllCases" >> beam.Flatten(), cache_rows, usage
         if inference.deployed:
             kind, target, shards = inference.kind, inference.target, inference.shards
             filled = (

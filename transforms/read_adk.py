@@ -11,8 +11,9 @@
   reference}` turns (`*.test.json`: one case, whose eval_id is the file path, as
   in ADK), or a list of `{name, data, initial_session}` cases. Expected turns
   only; `instance_id` is `<eval_set_id>:<eval_id>`. A `conversation_scenario`
-  case (user simulation) is dead-lettered: it has no turns until a user
-  simulator runs it.
+  case (user simulation) has no turns: its record carries the scenario in
+  `adk_case`, and inference runs the agent with the user simulator
+  (transforms.simulate).
 
 Each record carries the case's trace in `invocations` (metrics.trace) and
 the columns `instance_id`, `eval_set_id`, `eval_id` (and `session_id`).
@@ -37,6 +38,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA, metrics_from_criteria, read_test_config
+from evalbeam.metrics.simulator import ScenarioError, parse_scenario
 from evalbeam.metrics.trace import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
 from evalbeam.transforms.adk_models import EXTRA_FORBIDDEN, forbidden_keys, session_input_errors
 from evalbeam.transforms.records import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
@@ -468,9 +470,28 @@ def parse_adk_eval_set(doc: _Document, value: Any, positional: bool, reading: Ad
         label = f"eval case {eval_id!r}"
         conversation, scenario = get_key(case, "conversation"), get_key(case, "conversation_scenario")
         if scenario is not None:
-            yield out.dead(index, f"{label}: conversation_scenario cases (user simulation) are not supported: their "
-                                  "turns exist only once a user simulator has run them with the agent",
-                           case, "conversation_scenario")
+            # user simulation (metrics.simulator): no turns until inference runs the agent with the simulator
+            if conversation is not None:
+                yield out.dead(index, f"{label}: Exactly one of conversation and conversation_scenario must be "
+                                      "provided in an EvalCase.", case, "conversation_scenario")
+                continue
+            try:
+                parse_scenario(scenario)
+            except ScenarioError as e:
+                yield out.dead(index, f"{label}: {e}", case, "conversation_scenario")
+                continue
+            adk_case = {"eval_set_id": set_id, "eval_id": eval_id, "conversation_scenario": scenario}
+            if isinstance(get_key(case, "session_input"), dict):
+                adk_case["session_input"] = get_key(case, "session_input")
+            if get_key(case, "rubrics") is not None:  # copied onto the simulated turns, as ADK copies them
+                try:
+                    adk_case["rubrics"] = rubrics_of(get_key(case, "rubrics"), "rubrics")
+                except ValueError as e:
+                    yield out.dead(index, f"{label}: {e}", case, _field_of(str(e)))
+                    continue
+            record = {"instance_id": f"{set_id}:{eval_id}", "eval_set_id": set_id, "eval_id": eval_id,
+                      "adk_case": adk_case}
+            yield out.record(index, record, case)
             continue
         if not isinstance(conversation, list):
             yield out.dead(index, f"{label}: conversation is missing or not a list of invocations", case, "conversation")

@@ -220,6 +220,9 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("agreement_ci_high", "FLOAT64"),
         Column("agrees_more", "STRING", description="run | base: whose judge agrees more with the people (the CI "
                                                     "excludes 0); neither"),
+        Column("paired_by", "STRING", description="instance | case: what n_paired and the statistics count; "
+                                                  "case when either run has inference.num_runs > 1 (a case's "
+                                                  "value is the mean of its valid runs)"),
     ),
     "calibration": (
         RUN_ID,

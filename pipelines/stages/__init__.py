@@ -58,10 +58,12 @@ class RunContext:
         return JudgeContext(self.config.judge, named.get("cached"), self.checkpoint, self.progress).share(share)
 
     def judges_share(self) -> float:
-        """The quota share of the template judges' stage and of the rubric stage: they call
-        the judge at the same time, so each takes half when both run. (Inference ends
+        """The quota share of each judge stage (template judges, rubrics, simulator quality): they
+        call the judge at the same time, so each takes 1/n of n running. (Inference ends
         before judging starts, behind a join, and keeps the whole quota.)"""
-        return 0.5 if self.config.template_judge_specs() and self.config.rubric_specs() else 1.0
+        running = sum(bool(specs) for specs in (self.config.template_judge_specs(), self.config.rubric_specs(),
+                                                 self.config.simulator_quality_specs()))
+        return 1.0 / max(1, running)
 
 
 def parts(named: dict, kind: str) -> list:

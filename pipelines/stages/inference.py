@@ -16,6 +16,8 @@ class InferenceStage(Stage):
         config = context.config
         instances, cache_rows, usage = named["instances"] | "Infer" >> Infer(
             context.run, config.inference, context.judge_context(named))
+        if config.simulates_users():
+            return {"instances": instances, "judge_cache/user_simulator": cache_rows, "usage/user_simulator": usage}
         if not config.model_inference():
             return {"instances": instances}
         return {"instances": instances, "judge_cache/inference": cache_rows, "usage/inference": usage}

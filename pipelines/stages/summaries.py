@@ -29,6 +29,7 @@ def thresholds(config: EvalConfig) -> dict[str, float | None]:
         found.update({p.output_name: p.threshold for p in plan_judges(config.template_judge_specs())})
     if config.rubric_specs():
         found.update({p.output_name: p.threshold for p in plan_rubric_metrics(config.rubric_specs())})
+    found.update({s.output_name: s.effective_threshold() for s in config.simulator_quality_specs()})
     return found
 
 

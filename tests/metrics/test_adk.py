@@ -62,7 +62,12 @@ def test_eval_set_expected_turns_and_unusable_cases(tmp_path):
     path.write_text(json.dumps(EVAL_SET, indent=2))
     assert InputConfig(uri=str(path)).inferred_format() == "adk_eval_set"
     records, dead = parse(path, "adk_eval_set")
-    assert [r.data["instance_id"] for r in records] == ["weather:sf", "weather:paris"]
+    assert [r.data["instance_id"] for r in records] == ["weather:sf", "weather:paris", "weather:simulated"]
+    # a user-simulation case has no turns until inference runs it: its scenario is in adk_case
+    simulated = records.pop().data
+    assert "invocations" not in simulated and simulated["adk_case"] == {
+        "eval_set_id": "weather", "eval_id": "simulated",
+        "conversation_scenario": {"starting_prompt": "hi", "conversation_plan": "ask"}}
     sf, paris = (r.data["invocations"] for r in records)
     assert sf == [{"invocation_id": "inv-1", "prompt": "Weather in SF?", "expected": {
         "response": "18C\nfoggy", "tool_calls": [{"tool_name": "get_weather", "tool_input": {"city": "SF"}}],
@@ -72,8 +77,6 @@ def test_eval_set_expected_turns_and_unusable_cases(tmp_path):
     assert paris[0]["expected"]["tool_calls"] == [{"tool_name": "get_weather", "tool_input": {"city": "Paris"},
                                                    "response": {"t": 25}}]
     reasons = {d.field: d.reason for d in dead}
-    assert "conversation_scenario cases (user simulation) are not supported" in reasons["conversation_scenario"]
-    assert "'simulated'" in reasons["conversation_scenario"]
     assert reasons["conversation[0]"] == "eval case 'no_user': conversation[0] has no user_content"
     # an eval set alone has nothing to compare the expected turns with
     instance = build_instance(records[0].data, SPEC, "x")
@@ -102,7 +105,7 @@ def test_a_truncated_compressed_adk_file_is_one_dead_letter(tmp_path, ext):
     whole.write_bytes(packed)
     cut.write_bytes(packed[: len(packed) // 2])
     records, _ = parse(whole, "adk_eval_set")
-    assert [r.data["instance_id"] for r in records] == ["weather:sf", "weather:paris"]
+    assert [r.data["instance_id"] for r in records] == ["weather:sf", "weather:paris", "weather:simulated"]
     records, dead = parse(cut, "adk_eval_set")
     assert not records and [d.reason.split(" (")[0] for d in dead] == ["the file cannot be read"]
     assert "EOFError" in dead[0].reason

@@ -517,5 +517,22 @@ def test_no_google_credentials_is_a_message_not_a_traceback(tmp_path):
         result = evalbeam(*args, check=False, env=env)
         assert result.returncode == 2, result.stderr
         assert "Traceback" not in result.stderr
-        assert result.stderr.strip().splitlines()[-1].startswith("evalbeam: no Google credentials")
+        assert result.stderr.strip().splitlines()[-1].startswith("evalbeam: no Google Cloud credentials")
         assert "gcloud auth application-default login" in result.stderr
+
+
+def test_a_cloud_config_without_credentials_fails_in_one_line(tmp_path):
+    # no Application Default Credentials anywhere: no key file, no gcloud config, no emulator
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GOOGLE_APPLICATION_CREDENTIALS", "BIGQUERY_EMULATOR_HOST", "STORAGE_EMULATOR_HOST")}
+    env.update(HOME=str(tmp_path), CLOUDSDK_CONFIG=str(tmp_path / "gcloud"), GCE_METADATA_HOST="127.0.0.1:9",
+               GCE_METADATA_IP="127.0.0.1:9")
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "recorded", "input": {"format": "adk_agent_events", "project": "my-project",
+                                      "query": "SELECT * FROM `logs.agent_events`"},
+        "metrics": ["tool_call_count_v1"], "output": {"parquet": str(tmp_path / "out")}}))
+    result = subprocess.run([EVALBEAM, "validate", str(config)], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert "no Google Cloud credentials" in result.stderr and "input query in project my-project" in result.stderr
