@@ -14,6 +14,7 @@ separate environment, on generated cases covering every rule.
 from __future__ import annotations
 
 import json
+import math
 import re
 import unicodedata
 from typing import Any, Callable, Literal, Mapping, Optional
@@ -349,6 +350,20 @@ def _invocation_duration(_params):
 # --- test_config.json -> metrics ---------------------------------------------
 
 
+_THRESHOLD = pydantic.TypeAdapter(float)
+
+
+def _threshold(name: str, value: Any, what: str) -> float:
+    """A threshold as ADK's EvalConfig reads it: pydantic's float in lax JSON mode (so "0.5" is
+    0.5 and true is 1.0), read by pydantic itself."""
+    if isinstance(value, (dict, list)) or value is None:
+        raise ValueError(f"criteria.{name}: {what}")
+    try:
+        return _THRESHOLD.validate_json(json.dumps(value))
+    except (pydantic.ValidationError, OverflowError, ValueError):
+        raise ValueError(f"criteria.{name}: {what}") from None
+
+
 def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """Metric specs (as in an evalbeam config) for ADK criteria, as ADK's
     get_eval_metrics_from_config maps them: a bare number is the threshold; an
@@ -369,13 +384,10 @@ def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, 
             definition = get_metric(name)
         except KeyError:
             raise ValueError(f"criteria.{name}: this ADK criterion is not supported by evalbeam") from None
-        if isinstance(criterion, bool) or not isinstance(criterion, (int, float, dict)):
-            raise ValueError(f"criteria.{name}: expected a threshold (number) or a criterion object")
         if isinstance(criterion, dict):
             criterion = dict(criterion)
-            threshold = criterion.pop("threshold", None)
-            if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
-                raise ValueError(f"criteria.{name}: a criterion object needs a numeric 'threshold'")
+            threshold = _threshold(name, criterion.pop("threshold", None),
+                                   "a criterion object needs a numeric 'threshold'")
             fields = definition.params.model_fields
             if "include_intermediate_responses_in_final" not in fields:
                 # BaseCriterion's own field; only ADK's own judges (metrics.judge.adk_judges) read it
@@ -387,11 +399,16 @@ def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, 
                 # other keys are ignored, as ADK's criteria (extra="allow") ignore them
                 if snake in fields:
                     params[snake] = value
-            spec = {"name": name, "threshold": float(threshold)}
+            spec = {"name": name, "threshold": threshold}
             if params:
                 spec["params"] = params
         else:
-            spec = {"name": name, "threshold": float(criterion)}
+            spec = {"name": name, "threshold": _threshold(
+                name, criterion, "expected a threshold (number) or a criterion object")}
+        # json and ADK's EvalConfig take NaN and Infinity; against NaN ADK fails every case.
+        # Refused here, naming the criterion: a NaN would fill the threshold column
+        if not math.isfinite(spec["threshold"]):
+            raise ValueError(f"criteria.{name}: the threshold {spec['threshold']} is not a finite number")
         specs.append(spec)
     return specs + [{"name": name} for name in INFORMATIONAL_CRITERIA]
 

@@ -48,6 +48,9 @@ import numpy as np
 from evalbeam.metrics.summary import BOOTSTRAP_REPLICATES
 
 MAX_CATEGORIES = 20
+# The largest label magnitude taken: far past any metric's scale, and small enough that the
+# annotator sums (of squares, over any number of rows) stay finite; a larger one is refused.
+MAX_LABEL_MAGNITUDE = 1e15
 # Distinct (score, label) pairs kept per metric and slice: each holds a count and
 # BOOTSTRAP_REPLICATES weight sums (1.6 KB), so at most about 8 MB.
 MAX_CELLS = 5000
@@ -72,7 +75,10 @@ def parse_label(value: Any) -> float | None:
     if isinstance(value, bool):
         return 1.0 if value else 0.0
     if isinstance(value, (int, float)):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer past the float range (a JSON number of 400 digits)
+            raise ValueError(f"{_short(value)} is beyond {MAX_LABEL_MAGNITUDE:g}, the largest label taken") from None
     elif isinstance(value, str):
         text = value.strip()
         if text.lower() in _BOOL_TEXT:
@@ -85,6 +91,8 @@ def parse_label(value: Any) -> float | None:
         raise ValueError(f"must be a number or true/false, got {type(value).__name__}")
     if not math.isfinite(number):
         raise ValueError(f"{_short(value)} is not a finite number")
+    if abs(number) > MAX_LABEL_MAGNITUDE:
+        raise ValueError(f"{_short(value)} is beyond {MAX_LABEL_MAGNITUDE:g}, the largest label taken")
     return number
 
 
@@ -424,6 +432,11 @@ class CalibrationMoments:
             "mae": self.abs_sum / n if n else None,
             **stats,
         }
+        overflowed = [k for k in ("judge_mean", "human_mean", "bias", "mae")
+                      if row[k] is not None and not math.isfinite(row[k])]
+        if overflowed:  # scores near the float range: their sums overflowed; no inf or NaN in the table
+            row.update(dict.fromkeys(overflowed))
+            notes.append(f"sums past the float range (overflow): no {', '.join(overflowed)}")
         row.update(dict.fromkeys(("accuracy", "precision", "recall", "f1")))
         if threshold is not None and n:
             tp, fp, fn, tn = self.tp, self.fp, self.fn, self.tn

@@ -512,7 +512,13 @@ def entry() -> None:
 
         # Beam re-raises a KeyboardInterrupt met inside a step as a RuntimeError
         if not (isinstance(e, KeyboardInterrupt) or INTERRUPTED.is_set()):
-            raise
+            missing = _missing_credentials(e)
+            if missing is None:
+                raise
+            # any Google Cloud client (BigQuery, Cloud Storage, Vertex AI) without credentials
+            _say(f"evalbeam: no Google Cloud credentials ({missing}): run `gcloud auth application-default login`, "
+                 "or set GOOGLE_APPLICATION_CREDENTIALS to a service account key file")
+            _end(2)
         _say("evalbeam: interrupted")
         _end(INTERRUPTED_STATUS)  # Beam's threads waiting on worker processes may be left: not waited for
 
@@ -520,6 +526,21 @@ def entry() -> None:
     if any(t is not main_thread and not t.daemon and t.is_alive() for t in threading.enumerate()):
         sys.exit(status)
     _end(status)
+
+
+def _missing_credentials(error: BaseException) -> str | None:
+    """The first line of google-auth's DefaultCredentialsError where `error` is one, or was
+    raised from one (Beam re-raises); else None."""
+    try:
+        from google.auth.exceptions import DefaultCredentialsError  # only on failure: start-up time
+    except ImportError:
+        return None
+    seen = 0
+    while error is not None and seen < 10:
+        if isinstance(error, DefaultCredentialsError):
+            return (str(error).splitlines() or [""])[0][:200]
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
 
 
 def _end(status: int) -> NoReturn:

@@ -6,6 +6,7 @@ names the resource or field at fault; nothing is created."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 from apache_beam.io.filesystem import BeamIOError
@@ -20,7 +21,8 @@ from evalbeam.metrics.inference import AgentInferrer, load_target
 from evalbeam.metrics.instance import RowSpec, build_instance, present_columns
 from evalbeam.metrics.judge.adk_judges import AdkJudgesUnavailable, check_evaluators
 from evalbeam.metrics.judge.client import JudgeCredentialsError, check_credentials
-from evalbeam.metrics.registry import unmet_inputs
+from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS
+from evalbeam.metrics.registry import get_metric, unmet_inputs
 from evalbeam.pipelines.local import LOCAL_RUNNERS
 from evalbeam.pipelines.stages.read import adk_reading, inputs_left, row_spec
 from evalbeam.transforms import bigquery
@@ -210,8 +212,39 @@ def _check_files(config: EvalConfig) -> Preflight:
         raise ConfigError(f"input.uri: {uri!r} is a folder: name its files, e.g. "
                           f"{os.path.join(uri, '*.' + ext)!r}")
     sample = sample_records(files, config.input.inferred_format(), encoding=config.input.encoding)
+    if config.input.format is None and config.input.inferred_format() == "jsonl" and not sample.records \
+            and sample.dead_letters:
+        _refuse_json_document(config, sample.dead_letters[0].origin or files[0])
     return Preflight(f"{len(files)} file(s)", len(sample.records), present_columns(map(_with_trace_fields, sample.records)),
                      sample.dead_letters)
+
+
+# A whole file read to tell a JSON document from JSON Lines: ADK writes one file per eval set
+_DOCUMENT_CHECK_BYTES = 64 * 1024 * 1024
+
+
+def _refuse_json_document(config: EvalConfig, path: str) -> None:
+    """A `.json` file read as JSON Lines whose lines are no rows: when the file is one JSON
+    object over several lines (an ADK eval set, an indented row), a ConfigError saying so
+    and which input.format reads it; otherwise nothing (its dead letters say why)."""
+    try:
+        with FileSystems.open(path) as f:  # decompressed by its extension, as the reader does
+            data = f.read(_DOCUMENT_CHECK_BYTES + 1)
+        if len(data) > _DOCUMENT_CHECK_BYTES:
+            return
+        text = data.decode("utf-8-sig")
+        value = json.loads(text)
+    except (OSError, ValueError, RecursionError):
+        return
+    if len([line for line in text.splitlines() if line.strip()]) < 2:
+        return
+    fmt = None
+    if isinstance(value, dict):
+        fmt = "adk_eval_result" if "eval_case_results" in value or "evalCaseResults" in value else \
+            "adk_eval_set" if "eval_cases" in value else None
+    what = (f"set input.format: {fmt} (or name the files *.{'evalset_result' if fmt == 'adk_eval_result' else 'evalset'}"
+            ".json)" if fmt else "write one object a line (JSON Lines), e.g. `jq -c '.[]'`")
+    raise ConfigError(f"input.uri: {path} is one JSON document, not JSON Lines (one object a line), as evalbeam reads a .json or .jsonl file: {what}")
 
 
 def _with_trace_fields(record: dict) -> dict:
@@ -260,7 +293,8 @@ def _check_columns(config: EvalConfig, checked: Preflight) -> None:
             for alt in alternatives
         )
         problems.append(f"  metrics.{i} ({spec.output_name}): needs {needs}; no column provides "
-                        + ", ".join(sorted({f for alt in alternatives for f in alt} - available)))
+                        + ", ".join(sorted({f for alt in alternatives for f in alt} - available))
+                        + _own_prompt_hint(config, spec, columns))
     for col in config.input.slice_columns:
         if col not in columns:
             problems.append(f"  input.slice_columns: column {col!r} is not in the dataset")
@@ -272,6 +306,27 @@ def _check_columns(config: EvalConfig, checked: Preflight) -> None:
             f"the dataset ({checked.source}) does not fit the config "
             f"(columns in {seen}: {', '.join(sorted(columns))}):\n" + "\n".join(problems)
         )
+
+
+def _own_prompt_hint(config: EvalConfig, spec, columns: set[str]) -> str:
+    """A Vertex-named judge metric the dataset cannot feed (Vertex's template shows the judge the
+    prompt): the name of evalbeam's own prompt, which runs before the split judged under this name,
+    where the dataset feeds it."""
+    name = spec.name
+    base = name.removeprefix("pairwise_")
+    if spec.is_custom or spec.user_template is not None or base not in VERTEX_METRICS:
+        return ""
+    own = f"pairwise_evalbeam_{base}" if name.startswith("pairwise_") else f"evalbeam_{base}"
+    try:
+        definition = get_metric(own)
+    except KeyError:
+        return ""
+    mapping = config.input.column_mapping
+    alternatives = inputs_left(config, definition.inputs)
+    available = {f for alt in alternatives for f in alt if mapping.get(f, f) in columns}
+    if unmet_inputs(alternatives, available):
+        return ""
+    return f"; evalbeam's own prompt, which needs no prompt, is {own}"
 
 
 def _check_outputs(config: EvalConfig, options: PipelineOptions | None, run_id: str | None) -> None:

@@ -33,6 +33,12 @@ def run_problems(tables: dict[str, list[dict[str, Any]]]) -> list[str]:
     for s in tables["summary"]:
         if s["slice"] == "overall" and s["valid_count"] == 0 and s["error_count"] > 0:
             problems.append(f"metric {s['metric']} has no valid score: all {s['error_count']} rows failed")
+    for c in tables.get("calibration") or []:
+        # input.labels, yet no scored row had a label (a misspelt label column, most likely)
+        if c["slice"] == "overall" and c["n"] == 0 and c["unscored_count"] == 0 and c["unlabelled_count"] > 0:
+            problems.append(f"metric {c['metric']} has no human label to compare with (input.labels): "
+                            f"{c['unlabelled_count']} row(s) unlabelled, {c['invalid_label_count']} label(s) refused; "
+                            "is its label column misspelt?")
     problems += input_problems(r)
     return problems
 

@@ -304,3 +304,37 @@ def forbidden_keys(eval_set: Any) -> list[str]:
     """The paths of the keys ADK's models forbid in an EvalSet document
     (e.g. `eval_cases[0].conversation[1].final_respone`), in document order."""
     return list(_errors(eval_set, "EvalSet", ""))
+
+
+# ADK's SessionInput (eval_case.py; extra="allow", camelCase aliases): field -> (required, type name, Python type)
+_SESSION_INPUT = {"app_name": (True, "string", str), "user_id": (True, "string", str),
+                  "session_id": (False, "string", (str, type(None))), "state": (False, "dictionary", dict)}
+
+
+def session_input_errors(eval_set: Any) -> list[tuple[str, str]]:
+    """(path, pydantic's message) for each case's session_input ADK's SessionInput refuses, which
+    refuses the whole eval set as a forbidden key does: not an object, app_name or user_id
+    missing or not a string, session_id not a string, state not an object. (JSON gives
+    nothing pydantic's lax mode would coerce to these: it makes no string of a number.)"""
+    out: list[tuple[str, str]] = []
+    cases = eval_set.get("eval_cases") if isinstance(eval_set, dict) else None
+    for index, case in enumerate(cases if isinstance(cases, list) else []):
+        if not isinstance(case, dict):
+            continue
+        # given in both spellings, the camelCase one is the field (as forbidden_keys: pydantic's choice)
+        key = "sessionInput" if "sessionInput" in case else "session_input"
+        value = case.get(key)
+        where = f"eval_cases[{index}].{key}"
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            out.append((where, "Input should be a valid dictionary or instance of SessionInput"))
+            continue
+        for field, (required, name, kind) in _SESSION_INPUT.items():
+            spelled = _camel(field) if _camel(field) in value else field
+            if spelled not in value:
+                if required:
+                    out.append((f"{where}.{field}", "Field required"))
+            elif isinstance(value[spelled], bool) or not isinstance(value[spelled], kind):
+                out.append((f"{where}.{spelled}", f"Input should be a valid {name}"))
+    return out

@@ -40,7 +40,7 @@ from apache_beam.io.filesystems import FileSystems
 from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA, metrics_from_criteria, read_test_config
 from evalbeam.metrics.simulator import ScenarioError, parse_scenario
 from evalbeam.metrics.trace import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
-from evalbeam.transforms.adk_models import EXTRA_FORBIDDEN, forbidden_keys
+from evalbeam.transforms.adk_models import EXTRA_FORBIDDEN, forbidden_keys, session_input_errors
 from evalbeam.transforms.records import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
 
 # A whole ADK file is read at once: bounded, so a wrong file cannot take a worker's memory.
@@ -66,6 +66,8 @@ class _Document:
         except UnicodeDecodeError as e:
             self.text = data.decode("utf-8", "replace")
             self.error = f"the file is not valid UTF-8 ({e.reason} at byte {e.start})"
+            if data.startswith((b"\xff\xfe", b"\xfe\xff")):  # as Windows tools (PowerShell's `>`) write
+                self.error += ": it is UTF-16 (it starts with a UTF-16 byte order mark); ADK reads UTF-8 only: save it as UTF-8"
         if self.too_large:
             self.error = f"the file is over {MAX_ADK_FILE_BYTES:,} bytes, the limit for one ADK file"
         if unreadable:
@@ -322,21 +324,33 @@ def _legacy_turn(turn: Any, where: str) -> dict[str, Any]:
     return turn_from_adk(None, invocation, where)
 
 
-def _refused_cases(out: _Cases, cases: list, forbidden: list[str]) -> Iterator[DeadLetter]:
-    """A dead letter per case of an eval set ADK refuses for keys its models forbid:
+def _refused_cases(out: _Cases, cases: list, forbidden: list[str],
+                   invalid: list[tuple[str, str]] = ()) -> Iterator[DeadLetter]:
+    """A dead letter per case of an eval set ADK refuses for keys its models forbid (or
+    `invalid`: (path, message) of values its models refuse, adk_models.session_input_errors):
     a case holding such keys names its first (and how many more); the others name the file's first."""
+    problems = [(p, EXTRA_FORBIDDEN) for p in forbidden] + list(invalid)
+    # grouped by case once: a file of many cases each with a forbidden key is linear, not quadratic
+    by_case: dict[int, list[tuple[str, str]]] = {}
+    for path, message in problems:
+        found = re.match(r"eval_cases\[(\d+)\]\.", path)
+        if found:
+            by_case.setdefault(int(found.group(1)), []).append((path, message))
     for index, case in enumerate(cases):
         eval_id = get_key(case, "eval_id") if isinstance(case, dict) else None
         label = f"eval case {eval_id!r}" if isinstance(eval_id, str) and eval_id else f"eval_cases[{index}]"
-        own = [p for p in forbidden if p.startswith(f"eval_cases[{index}].")]
+        own = by_case.get(index, [])
         if own:
-            more = f" (and {len(own) - 1} more forbidden key{'s' * (len(own) > 2)} in this case)" if len(own) > 1 else ""
-            reason = (f"{label}: {own[0]}: {EXTRA_FORBIDDEN}{more}; ADK's models forbid the key, "
+            kind = "forbidden key" if all(m == EXTRA_FORBIDDEN for _, m in own) else "refused key"
+            more = f" (and {len(own) - 1} more {kind}{'s' * (len(own) > 2)} in this case)" if len(own) > 1 else ""
+            what = "forbid the key" if own[0][1] == EXTRA_FORBIDDEN else "refuse the value"
+            reason = (f"{label}: {own[0][0]}: {own[0][1]}{more}; ADK's models {what}, "
                       "so ADK refuses the whole eval set")
         else:
-            reason = (f"{label}: not scored: ADK refuses the whole eval set, which holds a key its models forbid "
-                      f"({forbidden[0]}: {EXTRA_FORBIDDEN})")
-        yield out.dead(index, reason, case, (own or forbidden)[0])
+            what = "a key its models forbid" if problems[0][1] == EXTRA_FORBIDDEN else "a value its models refuse"
+            reason = (f"{label}: not scored: ADK refuses the whole eval set, which holds {what} "
+                      f"({problems[0][0]}: {problems[0][1]})")
+        yield out.dead(index, reason, case, (own or problems)[0][0])
 
 
 # AgentEvaluator's ALLOWED_CRITERIA: the criteria its legacy test files may be judged with
@@ -411,6 +425,14 @@ def parse_adk_eval_set(doc: _Document, value: Any, positional: bool, reading: Ad
                 if not isinstance(session, dict):
                     yield out.dead(index, f"{label}: initial_session must be an object", raw, "initial_session")
                     continue
+                # what ADK's SessionInput refuses of the values it is made with
+                wrong = next((k for k, kind in (("app_name", str), ("user_id", str), ("state", dict))
+                              if k in session and not isinstance(session[k], kind)), None)
+                if wrong:
+                    yield out.dead(index, f"{label}: initial_session.{wrong} must be "
+                                          f"{'an object' if wrong == 'state' else 'a string'} (ADK's SessionInput "
+                                          f"refuses {type(session[wrong]).__name__})", raw, f"initial_session.{wrong}")
+                    continue
                 adk_case["session_input"] = {"app_name": session.get("app_name", ""),
                                              "user_id": session.get("user_id", ""), "state": session.get("state", {})}
             yield out.record(index, {"instance_id": f"{name}:{eval_id}", "eval_set_id": name, "eval_id": eval_id,
@@ -432,9 +454,9 @@ def parse_adk_eval_set(doc: _Document, value: Any, positional: bool, reading: Ad
         return
     spans = _element_spans(doc, ("eval_cases",), len(cases)) if positional else None
     out = _Cases(doc, spans)
-    forbidden = forbidden_keys(value)
-    if forbidden:  # ADK refuses the whole file: every case is dead-lettered, none scored
-        yield from _refused_cases(out, cases, forbidden)
+    forbidden, invalid = forbidden_keys(value), session_input_errors(value)
+    if forbidden or invalid:  # ADK refuses the whole file: every case is dead-lettered, none scored
+        yield from _refused_cases(out, cases, forbidden, invalid)
         yield out.lines()
         return
     for index, case in enumerate(cases):

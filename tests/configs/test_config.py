@@ -1,9 +1,10 @@
 import os
 import textwrap
 
+import pydantic
 import pytest
 
-from evalbeam.configs import ConfigError, load_config
+from evalbeam.configs import ConfigError, EvalConfig, load_config
 
 BASE = """
 name: t
@@ -153,3 +154,13 @@ def test_relative_paths_in_a_config_file_are_relative_to_its_folder(tmp_path):
 
     assert _relative_to("gs://bucket/evals", "data/*.jsonl") == "gs://bucket/evals/data/*.jsonl"
     assert _relative_to("gs://bucket/evals", "../out/") == "gs://bucket/out/"
+
+
+@pytest.mark.parametrize("source", [{"uri": "data/*.evalset.json"}, {"uri": "data/*.evalset_result.json"},
+                                    {"uri": "bq://my-project.logs.agent_events", "format": "adk_agent_events"}])
+def test_labels_on_an_adk_input_are_refused_as_it_has_no_label_column(source):
+    """input.labels names columns of the dataset's rows; an ADK file's cases (and the plugin's
+    event rows, grouped into sessions) carry none, so the calibration table was always empty."""
+    with pytest.raises(pydantic.ValidationError, match="input.labels: .*ADK"):
+        EvalConfig.model_validate({"name": "n", "input": {**source, "labels": {"tool_call_count_v1": "human"}},
+                                   "metrics": ["tool_call_count_v1"], "output": {"parquet": "out/"}})

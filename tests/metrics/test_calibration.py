@@ -16,10 +16,12 @@ import pytest
 from evalbeam.metrics.calibration import (
     CATEGORICAL,
     MAX_CELLS,
+    MAX_LABEL_MAGNITUDE,
     CalibrationMoments,
     human_value,
     parse_label,
 )
+from evalbeam.metrics.instance import read_labels
 from evalbeam.metrics.summary import bootstrap_weight_matrix
 from tests.helpers import ROOT
 
@@ -270,3 +272,31 @@ def test_paired_agreement_difference_is_a_paired_bootstrap_of_scikit_learns_stat
         assert got["agreement_ci_low"] == pytest.approx(low, abs=1e-9)
         assert got["agreement_ci_high"] == pytest.approx(high, abs=1e-9)
         assert got["agrees_more"] == "run" and got["agreement_ci_low"] > 0
+
+
+def test_labels_too_large_for_the_sums_are_refused_not_a_crash():
+    """A JSON label of 1e308 (or a 400-digit integer) once overflowed the annotator sums
+    (math.fsum raised OverflowError and the whole run crashed) or made them inf: such a
+    label is refused, with its reason, as any other bad label."""
+    for bad in (1e308, -1e300, int("9" * 400), "1e200", MAX_LABEL_MAGNITUDE * 2):
+        with pytest.raises(ValueError, match="beyond"):
+            parse_label(bad)
+    assert parse_label(MAX_LABEL_MAGNITUDE) == MAX_LABEL_MAGNITUDE
+    labels, errors = read_labels({"a": 1e308, "b": int("9" * 400), "c": 2}, (("m", ("a", "b", "c")),), "f.jsonl:3")
+    assert labels == {"m": (None, None, 2.0)}
+    assert len(errors["m"]) == 2 and errors["m"][0].startswith("f.jsonl:3: label column 'a' of metric 'm'")
+
+
+def test_scores_whose_sums_overflow_give_null_means_not_inf():
+    """A metric's score may be any finite float: sums past the float range give null means
+    with a note, never inf or NaN in the table."""
+    moments = CalibrationMoments()
+    moments.add(1.7e308, (1.0,), threshold=1.0)
+    moments.add(1.7e308, (2.0,), threshold=1.0)
+    moments.add(0.0, (3.0,), threshold=1.0)
+    row = moments.statistics(1.0)
+    for key, value in row.items():
+        assert not (isinstance(value, float) and not math.isfinite(value)), key
+    assert row["judge_mean"] is None and row["mae"] is None and row["bias"] is None
+    assert row["human_mean"] == 2.0 and row["n"] == 3
+    assert "overflow" in row["note"]

@@ -196,3 +196,23 @@ def test_the_plan_carries_the_text_to_workers_that_cannot_import_vertexai(tmp_pa
     metric = PairwiseMetric(metric="pairwise_multi_turn_chat_quality", metric_prompt_template=
                             MetricPromptTemplateExamples.get_prompt_template("pairwise_multi_turn_chat_quality"))
     assert json.loads(out) == _vertex_prompt(metric, row)
+
+
+def test_a_dataset_without_prompt_is_told_of_evalbeams_own_prompt(tmp_path):
+    """Runs before the split judged `fluency` with evalbeam's prompt, which needs only the
+    response; Vertex's shows the judge the prompt. A dataset with no prompt column is refused
+    before anything runs, and the error names the metric that judges it as before."""
+    from evalbeam.configs import ConfigError, EvalConfig
+    from evalbeam.pipelines.preflight import Preflight, _check_columns
+
+    config = EvalConfig.model_validate({
+        "name": "n", "input": {"uri": str(tmp_path / "d.jsonl")}, "output": {"parquet": str(tmp_path / "o")},
+        "metrics": ["fluency", "pairwise_coherence", "multi_turn_chat_quality", "exact_match"]})
+    with pytest.raises(ConfigError) as e:
+        _check_columns(config, Preflight("1 file(s)", 5, {"response", "reference", "baseline_model_response"}))
+    lines = str(e.value).splitlines()
+    assert lines[1].startswith("  metrics.0 (fluency): needs (response, prompt); no column provides prompt")
+    assert lines[1].endswith("; evalbeam's own prompt, which needs no prompt, is evalbeam_fluency")
+    assert lines[2].endswith("; evalbeam's own prompt, which needs no prompt, is pairwise_evalbeam_coherence")
+    assert "evalbeam_multi_turn" not in lines[3]  # evalbeam's needs the prompt too: no such hint
+    assert len(lines) == 4

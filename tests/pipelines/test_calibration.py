@@ -274,3 +274,24 @@ def test_calibration_and_agreement_comparison_in_bigquery(cloud, tmp_path):
     client.delete_table(f"{dataset}.calibration")
     shown = json.loads(evalbeam("show", "bq_next", "--bigquery", dataset, "--json").stdout)
     assert shown["calibration"] == [] and shown["counts"]["read_count"] == 24
+
+
+def test_a_labelled_metric_compared_with_no_label_is_a_run_problem():
+    """A misspelt label column (input.labels: {fluency: rator_a}) gives every row no label: the
+    calibration table was all nulls with a note, and the run finished as fine. It is a problem
+    (as a metric with no valid score is), naming the metric and the counts; a metric that
+    failed on every labelled row is already one, and is not named twice."""
+    from evalbeam.pipelines.report_data import run_problems
+
+    run = {"read_count": 4, "scored_count": 4, "dead_letter_count": 0}
+    summary = [{"metric": m, "slice": "overall", "valid_count": 4, "error_count": 0} for m in ("f", "g")]
+    row = {"slice": "overall", "n": 0, "unlabelled_count": 4, "unscored_count": 0, "invalid_label_count": 1}
+    calibration = [{**row, "metric": "f"}, {**row, "metric": "f", "slice": "topic=a"},
+                   {**row, "metric": "g", "n": 3, "unlabelled_count": 1}]
+    assert run_problems({"runs": [run], "summary": summary, "calibration": calibration}) == [
+        "metric f has no human label to compare with (input.labels): 4 row(s) unlabelled, 1 label(s) refused; "
+        "is its label column misspelt?"]
+    assert run_problems({"runs": [run], "summary": summary, "calibration": calibration[2:]}) == []
+    assert run_problems({"runs": [run], "summary": summary}) == []  # a results folder from before the table
+    failed = [{**row, "metric": "f", "unlabelled_count": 0, "unscored_count": 4}]
+    assert run_problems({"runs": [run], "summary": summary, "calibration": failed}) == []

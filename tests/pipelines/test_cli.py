@@ -502,6 +502,25 @@ def test_make_demo_judge_runs_a_judge_config_against_the_stand_in_and_says_its_s
         "fluency": 15, "safety": 15, "instruction_following": 15, "response_follows_trajectory": 15}
 
 
+def test_no_google_credentials_is_a_message_not_a_traceback(tmp_path):
+    """`run` with output.bigquery (its run lock), `show --bigquery`: without Google credentials
+    google-auth's DefaultCredentialsError was a traceback. It is one line saying what to do,
+    status 2, and no path to a key file is needed to read it."""
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"response": "a", "reference": "a"}\n')
+    config = tmp_path / "c.yaml"
+    config.write_text(f"name: q\nrun_id: q1\ninput: {{uri: {data}}}\nmetrics: [exact_match]\n"
+                      "output: {bigquery: my-project.evals}\n")
+    env = {"GOOGLE_APPLICATION_CREDENTIALS": str(tmp_path / "no-such-key.json"), "BIGQUERY_EMULATOR_HOST": "",
+           "STORAGE_EMULATOR_HOST": "", "BIGQUERY_STORAGE_EMULATOR_HOST": ""}
+    for args in (("run", config), ("show", "q1", "--bigquery", "my-project.evals")):
+        result = evalbeam(*args, check=False, env=env)
+        assert result.returncode == 2, result.stderr
+        assert "Traceback" not in result.stderr
+        assert result.stderr.strip().splitlines()[-1].startswith("evalbeam: no Google Cloud credentials")
+        assert "gcloud auth application-default login" in result.stderr
+
+
 def test_a_cloud_config_without_credentials_fails_in_one_line(tmp_path):
     # no Application Default Credentials anywhere: no key file, no gcloud config, no emulator
     env = {k: v for k, v in os.environ.items()

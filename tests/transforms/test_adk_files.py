@@ -382,3 +382,192 @@ def test_a_flat_test_file_is_refused_where_adks_agent_evaluator_refuses_it(tmp_p
     # read with criteria the config names, a test file is read as it is
     records, dead, _ = parsed(tmp_path / "safety" / "without.test.json", adk=AdkReading(f"{tmp_path}/"))
     assert records and not dead
+
+
+@pytest.mark.parametrize("threshold", ["NaN", "Infinity", "-Infinity", "9" * 400, '{"threshold": NaN, "match_type": "IN_ORDER"}'])
+def test_a_test_config_with_a_non_finite_threshold_is_refused_naming_it(tmp_path, threshold):
+    """json (and ADK's EvalConfig) take NaN and Infinity; with a NaN threshold ADK fails every
+    case, and evalbeam once dead-lettered every case with 'adk_case: holds a non-finite number'
+    (the threshold column would hold NaN): the test_config.json is refused, naming the criterion."""
+    from evalbeam.configs import EvalConfig
+    from evalbeam.metrics.adk import read_test_config
+    text = f'{{"criteria": {{"tool_trajectory_avg_score": {threshold}, "response_match_score": 0.5}}}}'
+    with pytest.raises(ValueError, match=r"criteria\.tool_trajectory_avg_score: .*not a finite number"):
+        read_test_config(text)
+    (tmp_path / "test_config.json").write_text(text)
+    (tmp_path / "a.evalset.json").write_text(json.dumps({"eval_set_id": "a", "eval_cases": []}))
+    with pytest.raises(ValueError, match=r"test_config\.json: criteria\.tool_trajectory_avg_score"):
+        EvalConfig.model_validate({"name": "n", "input": {"uri": str(tmp_path / "*.evalset.json")},
+                                   "output": {"parquet": str(tmp_path / "out")}})
+
+
+def test_an_unreadable_test_config_dead_letters_its_files_cases_and_the_others_run(tmp_path):
+    """docs/agents.md: an unreadable test_config.json dead-letters its file's cases (ADK cannot
+    judge them). The config check once refused the whole run for one bad folder among many;
+    now the run is configured from the readable ones, and the bad folder's files are
+    dead-lettered naming their test_config.json. With no readable one the config is refused."""
+    from evalbeam.configs import EvalConfig
+    from evalbeam.transforms.read_adk import AdkReading, adk_base, criteria_of_file
+    from tests.adk_cases import eval_set_result
+
+    for name, config in (("good", {"criteria": {"response_match_score": 0.4}}), ("bad", None)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "test_config.json").write_text(
+            json.dumps(config) if config else '{"criteria": {"response_match_score": 0.5,}')
+        (tmp_path / name / f"app_{name}_1700000000.0.evalset_result.json").write_text(
+            json.dumps(eval_set_result(7, f"{name}_set", 3), indent=1))
+    criteria_of_file.cache_clear()
+    uri = str(tmp_path / "*" / "*.evalset_result.json")
+    config = EvalConfig.model_validate({"name": "n", "input": {"uri": uri}, "output": {"parquet": str(tmp_path / "o")}})
+    assert config.criteria_per_file
+    assert {m.name: m.threshold for m in config.metrics}["response_match_score"] == 0.4
+    reading = AdkReading(adk_base(uri), True)
+    good = parsed(tmp_path / "good" / "app_good_1700000000.0.evalset_result.json", "adk_eval_result", adk=reading)
+    bad = parsed(tmp_path / "bad" / "app_bad_1700000000.0.evalset_result.json", "adk_eval_result", adk=reading)
+    assert len(good[0]) == 3 and not good[1]
+    assert not bad[0] and len(bad[1]) == 1
+    assert bad[1][0].reason.startswith(f"the file's test_config.json cannot be read: {tmp_path}/bad/test_config.json: "
+                                       "not valid JSON")
+    (tmp_path / "good" / "test_config.json").write_text("[")
+    criteria_of_file.cache_clear()
+    with pytest.raises(ValueError, match=r"test_config\.json: not valid JSON"):
+        EvalConfig.model_validate({"name": "n", "input": {"uri": uri}, "output": {"parquet": str(tmp_path / "o")}})
+
+
+@pytest.mark.parametrize("bom", ["utf-16-le", "utf-16-be"])
+def test_a_utf16_file_is_dead_lettered_saying_it_is_utf16(tmp_path, bom):
+    """Windows tools (PowerShell's `>`) write UTF-16 with a byte order mark; ADK reads UTF-8
+    only. The reason says what the file is, not just 'invalid start byte'; lines reconcile."""
+    doc = {"eval_set_id": "w", "eval_cases": []}
+    path = tmp_path / "w.evalset.json"
+    path.write_bytes(("\ufeff" + json.dumps(doc, indent=1).replace("\n", "\r\n")).encode(bom))
+    records, dead, lines = parsed(path)
+    assert not records and len(dead) == 1
+    assert "UTF-16" in dead[0].reason and "save it as UTF-8" in dead[0].reason
+    assert dead[0].line_count + lines[0].skipped == lines[0].lines
+
+
+SESSION_INPUTS = [
+    None, {"app_name": "a", "user_id": "u"}, {"appName": "a", "userId": "u", "state": {"k": [1]}},
+    {"app_name": "a", "user_id": "u", "session_id": "s", "extra_ok": 1}, {"app_name": "a", "user_id": "u", "session_id": None},
+    {"user_id": "u"}, {"app_name": "a"}, {}, {"app_name": 5, "user_id": "u"}, {"app_name": "a", "user_id": None},
+    {"app_name": "a", "user_id": "u", "state": [1]}, {"app_name": "a", "user_id": "u", "state": "x"},
+    {"app_name": "a", "user_id": "u", "state": None}, {"app_name": "a", "user_id": "u", "session_id": 3},
+    {"app_name": True, "user_id": "u"}, "x", [], 7,
+]
+
+
+def test_a_session_input_adks_model_refuses_refuses_the_eval_set_as_adk_does(tmp_path, adk_reference):
+    """ADK validates each case's session_input (SessionInput: app_name and user_id required
+    strings, session_id an optional string, state an object) and refuses the whole eval set
+    for one it cannot read. evalbeam once ignored a non-object session_input silently and let a
+    bad state fail later, in inference. On generated sets, evalbeam refuses exactly the files
+    ADK refuses, naming the field; every case is dead-lettered, and lines reconcile."""
+    from evalbeam.transforms.adk_models import session_input_errors
+
+    base = [c for c in eval_set_sets()["generated.evalset.json"]["eval_cases"] if c.get("conversation")][:3]
+    rng = random.Random(11)
+    docs, paths = [], []
+    for i in range(60):
+        cases = copy.deepcopy(base)
+        for case in cases:
+            case.pop("session_input", None), case.pop("sessionInput", None)
+            choice = SESSION_INPUTS[i % len(SESSION_INPUTS)] if case is cases[1] else rng.choice(SESSION_INPUTS[:5])
+            if choice is not None or rng.random() < 0.5:
+                case["session_input"] = copy.deepcopy(choice)
+        docs.append({"eval_set_id": f"s{i}", "eval_cases": cases})
+        paths.append(tmp_path / f"s{i}.evalset.json")
+        paths[-1].write_text(json.dumps(docs[-1], indent=1))
+    adk = adk_reference(tmp_path, eval_sets=paths)["eval_sets"]
+    refused = 0
+    for doc, path in zip(docs, paths):
+        accepted = adk[str(path)]["accepted"]
+        ours = session_input_errors(doc)
+        assert (not ours) == accepted, (doc["eval_cases"][1].get("session_input"), ours, adk[str(path)]["errors"])
+        records, dead, lines = parsed(path)
+        if accepted:
+            assert len(records) == 3 and not dead
+            loaded = {c["eval_id"]: c["session_input"] for c in adk[str(path)]["cases"]}
+            for record in records:
+                given = record.data["adk_case"].get("session_input")
+                assert (given is None) == (loaded[record.data["eval_id"]] is None)
+        else:
+            refused += 1
+            assert not records and len(dead) == 3
+            eval_id = doc["eval_cases"][1].get("eval_id") or doc["eval_cases"][1]["evalId"]
+            assert dead[1].reason.startswith(f"eval case {eval_id!r}: eval_cases[1].session_input")
+            assert all("ADK refuses the whole eval set" in d.reason for d in dead)
+            assert sum(d.line_count for d in dead) + lines[0].skipped == lines[0].lines
+    assert 20 < refused < 50
+
+
+@pytest.mark.parametrize("session, field", [
+    ({"app_name": 5}, "initial_session.app_name"), ({"user_id": None}, "initial_session.user_id"),
+    ({"state": [1, 2]}, "initial_session.state"), ({"state": "x"}, "initial_session.state"),
+    ("x", "initial_session"), ([1], "initial_session")])
+def test_a_legacy_initial_session_adks_session_input_refuses_is_dead_lettered_naming_the_field(tmp_path, session, field):
+    """ADK makes SessionInput(app_name=..., user_id=..., state=...) of a legacy initial_session,
+    which refuses a non-string app_name/user_id or a non-object state (and .get fails on a non-object).
+    evalbeam took them, and the bad state failed later, in inference: the case is dead-lettered
+    naming the field; the file's other cases are kept."""
+    cases = [{"name": "bad", "data": [{"query": "q", "expected_tool_use": [], "reference": "r"}],
+              "initial_session": session},
+             {"name": "good", "data": [{"query": "q", "expected_tool_use": [], "reference": "r"}],
+              "initial_session": {"app_name": "a", "state": {"k": 1}}}]
+    path = tmp_path / "older.json"
+    path.write_text(json.dumps(cases, indent=1))
+    records, dead, lines = parsed(path)
+    assert [r.data["eval_id"] for r in records] == ["good"]
+    assert len(dead) == 1 and dead[0].field == field and dead[0].reason.startswith(f"eval case 'bad': {field} ")
+    assert sum(d.line_count for d in dead) + sum(r.line_count for r in records) + lines[0].skipped == lines[0].lines
+
+
+@pytest.mark.parametrize("name, doc, format_", [
+    ("weather.json", {"eval_set_id": "w", "eval_cases": []}, "adk_eval_set"),
+    ("run.json", {"eval_set_id": "w", "eval_case_results": []}, "adk_eval_result"),
+    ("row.json", {"prompt": "p", "response": "r"}, None)])
+def test_an_adk_file_named_json_is_refused_saying_which_format_to_set(tmp_path, name, doc, format_):
+    """A `.json` file is read as JSON Lines; an ADK eval set (or any indented JSON document)
+    under that name made every line a dead letter ('invalid JSON: Extra data'). Before anything
+    runs, the error says the file is one JSON document and which input.format reads it."""
+    from evalbeam.configs import ConfigError, EvalConfig
+    from evalbeam.pipelines.preflight import _check_files
+
+    (tmp_path / name).write_text(json.dumps(doc, indent=2))
+    config = EvalConfig.model_validate({"name": "n", "input": {"uri": str(tmp_path / "*.json")},
+                                        "metrics": ["response_match_score"], "output": {"parquet": str(tmp_path / "o")}})
+    with pytest.raises(ConfigError, match=f"input.uri: {tmp_path / name} is one JSON document, not JSON Lines") as e:
+        _check_files(config)
+    if format_:
+        assert f"set input.format: {format_}" in str(e.value)
+    else:
+        assert "one object a line" in str(e.value)
+    (tmp_path / name).write_text(json.dumps(doc) + "\n")  # one line: JSON Lines it is
+    assert _check_files(config).checked_rows == 1
+
+
+LAX_THRESHOLDS = ["0.5", " 1e-1 ", True, False, 1, "2", {"threshold": "0.9", "match_type": "IN_ORDER"},
+                  {"threshold": True}, {"threshold": " 0.25"}]
+
+
+def test_thresholds_adk_reads_leniently_are_read_as_adk_reads_them(tmp_path, adk_reference):
+    """ADK's EvalConfig reads thresholds in pydantic's lax mode: "0.5" and true are thresholds 0.5
+    and 1.0. evalbeam refused such a test_config.json ('expected a threshold (number)'); it now
+    reads the same thresholds ADK's AgentEvaluator.find_config_for_test_file finds."""
+    from evalbeam.transforms.read_adk import criteria_of_file
+
+    files = []
+    for i, value in enumerate(LAX_THRESHOLDS):
+        folder = tmp_path / f"f{i}"
+        folder.mkdir()
+        name = "tool_trajectory_avg_score" if isinstance(value, dict) else "response_match_score"
+        (folder / "test_config.json").write_text(json.dumps({"criteria": {name: value}}))
+        files.append(folder / "x.evalset_result.json")
+    criteria_of_file.cache_clear()
+    found = adk_reference(tmp_path, test_files=files)["test_files"]
+    for path in files:
+        [(name, adk)] = found[str(path)].items()
+        ours = {spec["name"]: spec for spec in criteria_of_file(str(path))}[name]
+        assert ours["threshold"] == (adk["threshold"] if isinstance(adk, dict) else adk), path
+        if isinstance(adk, dict) and adk.get("match_type"):
+            assert ours["params"]["match_type"] == adk["match_type"]
