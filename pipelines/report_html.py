@@ -134,7 +134,7 @@ def _nav(data) -> str:
 
 def _header(data) -> str:
     c = data["counts"]
-    reconciles = (f'<span class="ok">reconciles</span>' if data["reconciles"]
+    reconciles = ('<span class="ok">reconciles</span>' if data["reconciles"]
                   else '<span class="bad">DOES NOT RECONCILE</span>')
     rows = [
         ("eval", e(data["name"])),

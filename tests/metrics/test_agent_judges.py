@@ -14,7 +14,6 @@ from evalbeam.metrics.adk import judge_options
 from evalbeam.metrics.judge.agent_views import units_of
 from evalbeam.metrics.judge.rubrics import (
     Rubric,
-    RubricScore,
     RubricVerdict,
     UnitResult,
     aggregate_units,

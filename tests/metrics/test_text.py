@@ -1,5 +1,4 @@
 """Text metrics against their reference implementations on many generated cases."""
-import os
 
 import pytest
 import sacrebleu
