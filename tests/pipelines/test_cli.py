@@ -336,8 +336,12 @@ def slow_run(tmp_path, metric: str, flags: list[str], processes: int):
     scoring = tmp_path / "scoring"
     scoring.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALBEAM_TEST_SCORING": str(scoring)}
+    # SIGINT at its default, as a shell starts a command in a terminal: a suite run in the
+    # background (`nohup make test &`) hands its children SIGINT ignored, and a command started
+    # with it ignored rightly keeps ignoring it
     proc = subprocess.Popen([EVALBEAM, "run", str(config), *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, cwd=ROOT, env=env, start_new_session=True)
+                            text=True, cwd=ROOT, env=env, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 300
         while len(list(scoring.iterdir())) < processes and proc.poll() is None and time.monotonic() < deadline:
