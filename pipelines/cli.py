@@ -515,9 +515,10 @@ def entry() -> None:
             missing = _missing_credentials(e)
             if missing is None:
                 raise
-            # any Google Cloud client (BigQuery, Cloud Storage, Vertex AI) without credentials
-            _say(f"evalbeam: no Google Cloud credentials ({missing}): run `gcloud auth application-default login`, "
-                 "or set GOOGLE_APPLICATION_CREDENTIALS to a service account key file")
+            # any Google Cloud client (BigQuery, Cloud Storage, Vertex AI) without credentials, past preflight
+            from evalbeam.transforms.local_cloud import no_credentials  # only on failure: start-up time
+
+            _say(f"evalbeam: {no_credentials(missing)}")
             _end(2)
         _say("evalbeam: interrupted")
         _end(INTERRUPTED_STATUS)  # Beam's threads waiting on worker processes may be left: not waited for

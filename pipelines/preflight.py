@@ -26,7 +26,7 @@ from evalbeam.metrics.registry import get_metric, unmet_inputs
 from evalbeam.pipelines.local import LOCAL_RUNNERS
 from evalbeam.pipelines.stages.read import adk_reading, inputs_left, row_spec
 from evalbeam.transforms import bigquery
-from evalbeam.transforms.local_cloud import storage_client
+from evalbeam.transforms.local_cloud import no_credentials, storage_client
 from evalbeam.transforms.read import match_files, parse_file
 from evalbeam.transforms.records import DeadLetter, Record
 from evalbeam.transforms.sample import sample_records
@@ -101,10 +101,7 @@ def preflight(config: EvalConfig, options: PipelineOptions | None = None, run_id
         return _preflight(config, options, run_id, credentials)
     except DefaultCredentialsError:
         # google-auth's own message is a paragraph; what the user needs is which resource asked
-        raise ConfigError(
-            "no Google Cloud credentials: reading or writing BigQuery or Cloud Storage "
-            f"({_cloud_resources(config)}) needs Application Default Credentials (`gcloud auth "
-            "application-default login`, or GOOGLE_APPLICATION_CREDENTIALS naming a service account key)") from None
+        raise ConfigError(no_credentials(f"BigQuery or Cloud Storage: {_cloud_resources(config)}")) from None
 
 
 def _cloud_resources(config: EvalConfig) -> str:

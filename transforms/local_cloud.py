@@ -14,6 +14,13 @@ from __future__ import annotations
 import os
 
 
+def no_credentials(what: str) -> str:
+    """The one message for a Google Cloud client that found no Application Default
+    Credentials (google-auth's own is a paragraph): `what` says which resources asked."""
+    return (f"no Google Cloud credentials ({what}): run `gcloud auth application-default login`, "
+            "or set GOOGLE_APPLICATION_CREDENTIALS to a service account key file")
+
+
 def emulated() -> bool:
     return any(os.environ.get(v) for v in ("STORAGE_EMULATOR_HOST", "BIGQUERY_EMULATOR_HOST", "BIGQUERY_STORAGE_EMULATOR_HOST"))
 
