@@ -70,7 +70,8 @@ def require_adk(what: str) -> None:
         importlib.import_module(f"{_SIMULATION}.llm_backed_user_simulator")
     except ImportError as e:
         raise SimulatorUnavailable(
-            f"{what}: runs google-adk's own user simulator, which cannot be imported here ({e}); install the "
+            f"{what}: needs google-adk's user simulation (evalbeam reads its prompts, personas and answer parsing "
+            f"from it), which cannot be imported here ({e}); install the "
             f"agent extra ({AGENT_EXTRA}) where the pipeline is built and on the workers") from None
 
 
