@@ -150,6 +150,7 @@ SLOW = {
     "transforms/test_simulation.py::test_scenarios_run_with_the_simulator_through_the_judge_layer_and_its_cache",
     "transforms/test_simulation.py::test_per_turn_user_simulator_quality_in_a_run",
     "transforms/test_simulation.py::test_runs_are_separate_simulations_and_checkpointed_answers_are_not_asked_again",
+    "transforms/test_simulation.py::test_a_scenario_run_without_the_agent_extra_stops_before_it_starts",
     "transforms/test_judge_durability.py::test_a_batch_run_killed_while_its_jobs_run_resumes_them_without_resubmitting",
     "transforms/test_judge_durability.py::test_a_run_killed_while_judging_repeats_only_its_last_seconds",
     "transforms/test_progress.py::test_a_run_prints_its_run_id_first_and_its_final_counts",
