@@ -171,7 +171,7 @@ def test_no_text_of_adks_simulator_is_in_evalbeams_files(adk_simulator):
             texts += [b["name"], b["description"], *b["behavior_instructions"], *b["violation_rubrics"]]
     sentences = {s.strip() for t in texts for line in t.splitlines() for s in line.split(". ")
                  if len(s.strip()) >= 40 and "{" not in s}
-    assert len(sentences) > 200  # the templates and personas were read
+    assert len(sentences) > 100  # the templates and personas were read
     ours = tracked_text()
     assert [s for s in sorted(sentences) if s in ours] == []
 
