@@ -183,10 +183,16 @@ def test_stop_signal_and_defaults_are_adks(adk_simulator, request):
 
     _, adk = adk_simulator
     assert simulator.adk_stop_signal() == adk["stop_signal"]
-    # the config's defaults are LlmBackedUserSimulatorConfig's
+    # the config's defaults are LlmBackedUserSimulatorConfig's, the verifier's stop signal
+    # LlmBackedUserSimulatorCriterion's
+    from google.adk.evaluation.eval_metrics import LlmBackedUserSimulatorCriterion
+
+    from evalbeam.metrics.adk import SimulatorQualityParams
+
     ours = UserSimulatorConfig()
     assert simulator.simulator_defaults() == {"model": ours.model,
                                               "max_allowed_invocations": ours.max_allowed_invocations}
+    assert SimulatorQualityParams().stop_signal == LlmBackedUserSimulatorCriterion(threshold=0.5).stop_signal
 
 
 def test_prompts_summaries_and_checks_equal_adks(adk_simulator, request):
