@@ -152,13 +152,17 @@ def test_a_broken_link_is_found(tmp_path):
 # projects' paths (sacrebleu/metrics/...) and installed paths (evalbeam/configs/...) are not taken.
 TOP_FOLDERS = ("bench", "configs", "docs", "metrics", "pipelines", "tests", "transforms")
 REPOSITORY_PATH = re.compile(r"(?<![\w./@:-])(?:" + "|".join(TOP_FOLDERS) + r")/[\w./*?<>{}\[\]-]*")
+# A test module named without its folder (`test_text.py`): one of that name must be under tests/.
+BARE_TEST_MODULE = re.compile(r"(?<![\w./-])test_\w+\.py\b")
 # Files the documentation names as a user's own, not the repository's.
 USERS_FILES = {"configs/my_eval.yaml"}
 
 
 def named_paths(text: str) -> list[str]:
-    """The repository paths a text names: a test's `::name` and trailing punctuation dropped."""
-    return [m.group(0).split("::")[0].rstrip(".,:;") for m in REPOSITORY_PATH.finditer(text)]
+    """The repository paths a text names: a test's `::name` and trailing punctuation dropped; a
+    test module named alone (`test_text.py`) as a glob under tests/."""
+    return ([m.group(0).split("::")[0].rstrip(".,:;") for m in REPOSITORY_PATH.finditer(text)]
+            + [f"tests/**/{m.group(0)}" for m in BARE_TEST_MODULE.finditer(text)])
 
 
 def path_exists(root: Path, path: str) -> bool:
@@ -228,7 +232,7 @@ def test_a_stale_path_is_found_and_urls_globs_and_outputs_are_not(tmp_path):
     (tmp_path / "metrics").mkdir()
     (tmp_path / "metrics" / "text.py").write_text(
         '"""Scores text; tested by tests/metrics/test_text.py and tests/metrics/test_gone.py::test_x."""\n'
-        "# see metrics/text.TEXT, metrics/old.py, and https://example.com/tests/metrics/nowhere.py\n"
+        "# see metrics/text.TEXT, metrics/old.py, test_text.py, test_renamed.py and https://example.com/tests/metrics/nowhere.py\n"
         "X = 'tests/metrics/a_string_not_prose.py'\n", encoding="utf-8")
     (tmp_path / "tests" / "metrics").mkdir(parents=True)
     (tmp_path / "tests" / "metrics" / "test_text.py").write_text("", encoding="utf-8")
@@ -240,4 +244,5 @@ def test_a_stale_path_is_found_and_urls_globs_and_outputs_are_not(tmp_path):
     assert missing_paths(tmp_path) == [
         "README.md: metrics/*.yaml", "README.md: docs/gone.md",
         "metrics/text.py: metrics/old.py", "metrics/text.py: tests/metrics/test_gone.py",
+        "metrics/text.py: tests/**/test_renamed.py",
         "Makefile: bench/missing.py"]
