@@ -42,6 +42,10 @@ setuptools.setup(
     name="evalbeam",
     version="0.1.0",
     description="Batch evaluation of LLM and agent outputs on Apache Beam",
+    # The Apache License 2.0 (LICENSE), with its NOTICE: both go into the sdist and the wheel.
+    license="Apache-2.0",
+    license_files=["LICENSE", "NOTICE"],
+    classifiers=["License :: OSI Approved :: Apache Software License"],
     python_requires=">=3.10",
     packages=PACKAGES,
     package_dir=PACKAGE_DIR,

@@ -75,7 +75,7 @@ TIER_RULES = [
     ("metrics/test_adk_judges.py", None, "agent"),
     ("transforms/test_simulation.py", {"agent_env", "in_agent_env"}, "agent"),
     ("transforms/test_deployed.py", {"agent_env", "A2AServer", "AdkAppServer", "in_process"}, "agent"),
-    ("pipelines/test_packaging.py", {"installed"}, "packaging"),
+    ("pipelines/test_packaging.py", {"installed", "build_sdist"}, "packaging"),
 ]
 
 # Measured with --durations=80 (2 cores shared with other runs, load ~4.5): the tests of no other tier
