@@ -22,6 +22,11 @@ ADK sends num_samples identical requests per invocation.
 
 An AdkJudge is what the metric's factory returns: a small picklable value (the
 criterion's name and fields); the evaluator is built lazily in each process.
+The multi-turn trajectory criterion is an AdkJudge judged once, on the last turn,
+after the evaluator has read the whole dialogue. hallucinations_v1 asks two
+dependent questions per response step: AdkHallucinations, run by the rubric
+stage's two stages (transforms.rubric_judge). ADK's criteria that Vertex's
+hosted evaluation service scores (HOSTED_CRITERIA) are refused by name.
 """
 from __future__ import annotations
 
