@@ -49,7 +49,7 @@ def main() -> None:
         tmp = Path(tmp)
         data = tmp / "cases.jsonl"
         k = args.rubric_candidates
-        metric = "general_quality" if k else "evalbeam_fluency"
+        metric = "evalbeam_general_quality" if k else "evalbeam_fluency"
         data.write_text("".join(json.dumps({
             "id": f"case-{i}", "response": f"Response number {i}: the answer is {i * 7 % 97}.",
             **({"prompt": f"Question {i // k} #rubrics=4"} if k else {})}) + "\n" for i in range(args.judgments)))
