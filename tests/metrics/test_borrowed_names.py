@@ -10,7 +10,9 @@ borrowed name is registered as evalbeam_<name> and the borrowed one refused (doc
 """
 from __future__ import annotations
 
+import importlib.util
 import json
+import pathlib
 import re
 import subprocess
 
@@ -20,6 +22,7 @@ from evalbeam.metrics.registry import _REFUSED, all_metrics, get_metric
 from tests.helpers import ROOT
 
 ADK_PYTHON = ROOT / ".adk" / "bin" / "python"
+ADK_STAMP = ROOT / ".adk" / ".installed"  # the Makefile's: .adk/ is complete
 
 _VERTEX_TEMPLATES = ("coherence", "fluency", "safety", "groundedness", "instruction_following", "verbosity",
                      "text_quality", "summarization_quality", "question_answering_quality",
@@ -96,7 +99,13 @@ def _vertexai_names() -> set[str]:
     from google.cloud.aiplatform_v1beta1.types import EvaluateInstancesRequest
     from vertexai.evaluation import constants
     from vertexai.evaluation.metrics.metric_prompt_template_examples import MetricPromptTemplateExamples
-    from vertexai.preview.evaluation import constants as preview_constants
+
+    # vertexai.preview.evaluation's package imports scikit-learn, which the main environment lacks: its
+    # constants module alone is read (it imports nothing)
+    path = pathlib.Path(constants.__file__).parent.parent / "preview" / "evaluation" / "constants.py"
+    spec = importlib.util.spec_from_file_location("vertexai_preview_evaluation_constants", path)
+    preview_constants = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(preview_constants)
 
     names = {v for module in (constants, preview_constants) for k, v in vars(module.Metric).items()
              if not k.startswith("_") and isinstance(v, str)}
@@ -107,8 +116,8 @@ def _vertexai_names() -> set[str]:
 
 @pytest.fixture(scope="module")
 def adk_names() -> dict[str, list[str]]:
-    if not ADK_PYTHON.exists():
-        reason = f"{ADK_PYTHON} is missing (`make adk-env` builds it): agentplatform's and ADK's names not read"
+    if not ADK_STAMP.exists():
+        reason = f"{ADK_STAMP} is missing (`make adk-env` builds it): agentplatform's and ADK's names not read"
         print(reason)
         pytest.skip(reason)
     result = subprocess.run([str(ADK_PYTHON), "-c", _ADK_SCRIPT], capture_output=True, text=True, timeout=300)
