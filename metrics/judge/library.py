@@ -34,8 +34,9 @@ VERTEX_HOSTED_TEMPLATES = ("fulfillment", "summarization_helpfulness", "summariz
 
 def _register_all() -> None:
     for own_name in VERTEX_HOSTED_TEMPLATES:
-        refuse(own_name, "Vertex's evaluation service scores it with its own prompt and scoring (the "
-                         f"{own_name}_input of EvaluateInstancesRequest), which it does not publish, so evalbeam "
+        refuse(own_name, "Vertex AI scores it on Vertex's hosted evaluation service, with the service's own prompt "
+                         f"and scoring (the {own_name}_input of EvaluateInstancesRequest), which it does not publish, "
+                         "so evalbeam "
                          f"cannot give its score under this name. evalbeam's own prompt for it is evalbeam_{own_name} "
                          f"(pairwise: pairwise_evalbeam_{own_name}), not Vertex's score")
     for own_name, template in builtin_templates().items():

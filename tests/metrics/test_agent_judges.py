@@ -11,7 +11,6 @@ import pytest
 
 from evalbeam.configs import ConfigError, load_config
 from evalbeam.metrics.adk import judge_options
-from evalbeam.metrics.judge.adk_judges import EVALBEAM_NAMES
 from evalbeam.metrics.judge.agent_views import units_of
 from evalbeam.metrics.judge.rubrics import (
     Rubric,
@@ -122,7 +121,7 @@ def test_a_turn_without_a_response_text_is_not_evaluated():
 @pytest.mark.parametrize("name", AGENT_TEMPLATES)
 def test_every_agent_judge_renders_its_stages_from_a_trace(name):
     t = TEMPLATES[name]
-    assert get_metric(EVALBEAM_NAMES.get(name, name)).inputs == t.input_alternatives()  # evalbeam's prompt
+    assert get_metric(f"evalbeam_{name}").inputs == t.input_alternatives()  # evalbeam's prompt
     f = fields_of(trace_row("c", [turn("Weather in Paris?", "Sunny in Paris.", [CALL], ["Let me check."]),
                                   turn("And London?", "Rainy.")]))
     units = units_of(f, t.unit, True)
@@ -415,11 +414,14 @@ def agent_evalbeam():
     return venv / "bin" / "evalbeam"
 
 
-@pytest.mark.parametrize("name", ["safety_v1", "response_evaluation_score"])
+@pytest.mark.parametrize("name", ["safety_v1", "response_evaluation_score", "multi_turn_task_success_v1",
+                                  "multi_turn_trajectory_quality_v1", "multi_turn_tool_use_quality_v1",
+                                  "general_quality", "hallucination_v1", "fulfillment"])
 def test_adks_criteria_scored_by_vertexs_hosted_service_are_refused_naming_evalbeams_prompt(tmp_path, name):
-    """ADK 2.13 has Vertex's hosted evaluation service score safety_v1 and response_evaluation_score: under
-    those names a config (its metrics, or an ADK test_config's criteria) is an error naming evalbeam's own
-    prompt, which loads and is judged without google-adk."""
+    """ADK 2.13 has Vertex's hosted evaluation service score safety_v1, response_evaluation_score and the
+    three multi_turn_*_v1 criteria, and Vertex's service scores its predefined rubric metrics and fulfillment:
+    under those names a config (its metrics, or an ADK test_config's criteria) is an error naming evalbeam's
+    own prompt, which loads and is judged without google-adk."""
     data = tmp_path / "r.jsonl"
     data.write_text('{"prompt": "p", "response": "r", "reference": "r"}\n')
     path = tmp_path / "c.yaml"
@@ -436,7 +438,9 @@ def test_adks_criteria_scored_by_vertexs_hosted_service_are_refused_naming_evalb
         load_config(path)
     test_config.write_text(json.dumps({"criteria": {f"evalbeam_{name}": 0.5}}))
     [metric] = [m for m in load_config(path).metrics if m.name == f"evalbeam_{name}"]
-    assert metric.threshold == 0.5 and metric.judge_template().single_sample is True
+    assert metric.threshold == 0.5
+    if name in ("safety_v1", "response_evaluation_score"):
+        assert metric.judge_template().single_sample is True
 
 
 def test_adks_own_judges_need_google_adk_and_say_so(tmp_path, monkeypatch):

@@ -8,7 +8,6 @@ import pytest
 import yaml
 
 from evalbeam.metrics.fields import CANONICAL_FIELDS
-from evalbeam.metrics.judge.adk_judges import EVALBEAM_NAMES
 from evalbeam.metrics.judge.rubrics import (
     IMPORTANCE_WEIGHT,
     Rubric,
@@ -41,7 +40,7 @@ TEMPLATES = builtin_rubric_templates()
 def test_every_rubric_metric_renders_its_stages_and_parses_their_answers(name):
     # (the agent judges' units and stages: tests/metrics/test_agent_judges.py)
     t = TEMPLATES[name]
-    definition = get_metric(EVALBEAM_NAMES.get(name, name))
+    definition = get_metric(f"evalbeam_{name}")  # every prompt of the library is evalbeam's
     assert definition.kind == "rubric" and definition.inputs == t.input_alternatives()
     if t.kind == "adaptive":
         prompt = t.render_generation(FIELDS)
@@ -90,11 +89,15 @@ def test_registered_names_versions_and_the_names_taken_by_template_judges():
         assert get_metric(name).kind == get_metric(f"{name}_v1").kind == "rubric"
     # these names keep their template-judge meaning; the rubric forms are pinned by version
     for name in ("safety", "text_quality", "instruction_following"):
-        rubric_form = EVALBEAM_NAMES.get(f"{name}_v1", f"{name}_v1")
+        rubric_form = f"evalbeam_{name}_v1"
         assert get_metric(name).kind == "pointwise" and get_metric(rubric_form).kind == "rubric"
     # safety_v1 is Vertex's (and ADK's) hosted metric: refused, evalbeam's rubric form is evalbeam_safety_v1
     with pytest.raises(KeyError, match="safety_v1: .*evalbeam_safety_v1"):
         get_metric("safety_v1")
+    # Vertex's predefined rubric metrics are scored on its hosted service: refused, naming evalbeam's prompt
+    for name in ("general_quality", "text_quality_v1", "grounding", "final_response_match", "multi_turn_task_success_v1"):
+        with pytest.raises(KeyError, match=rf"^.{name}: .*is evalbeam_{name} \("):
+            get_metric(name)
     assert get_metric("evalbeam_final_response_reference_free").inputs == (("response", "prompt", "rubric_groups"),)
     assert get_metric("evalbeam_multi_turn_general_quality").inputs == (("response", "history", "prompt"),)
     assert get_metric("evalbeam_final_response_match").inputs == (("response", "prompt", "reference"), ("invocations",))
@@ -318,7 +321,7 @@ def test_a_row_lacking_a_rubric_metrics_input_loses_that_metric_only(tmp_path, a
 
 def test_given_rubrics_skip_generation_and_a_missing_group_is_a_row_error(tmp_path, api_key):
     groups = {"final_response_reference_free": ["Cites a source.", "Is under 50 words."],
-              "evalbeam_general_quality": [{"rubric_id": "q", "text": "Answers the question."}]}
+              "general_quality": [{"rubric_id": "q", "text": "Answers the question."}]}
     rows = [{"id": "u1", "prompt": "Q #rubrics=4", "response": "A #verdicts=yn", "rubric_groups": groups},
             {"id": "u2", "prompt": "Q #rubrics=4", "response": "B #verdicts=yy", "rubric_groups": groups},
             {"id": "u3", "prompt": "Q #rubrics=4", "response": "C", "rubric_groups": {"other": ["x"]}},
