@@ -10,7 +10,7 @@ and lost judgments (metric rows missing, or failed after their retries).
     .venv/bin/python bench/judge_throughput.py [--judgments 1200] [--quota 1200] [-- BEAM FLAGS]
 
 Rubric mode (--rubric-candidates K): N rows, K candidate responses per prompt, judged with
-general_quality; also prints the generation calls (they must equal the distinct prompts,
+evalbeam_general_quality; also prints the generation calls (they must equal the distinct prompts,
 N / K) and the validation calls.
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--latency-sigma", type=float, default=0.8, help="log-normal sigma: the tail")
     parser.add_argument("--error-rate", type=float, default=0.03)
     parser.add_argument("--rubric-candidates", type=int, default=0,
-                        help="rubric mode: K candidate responses per prompt, judged with general_quality")
+                        help="rubric mode: K candidate responses per prompt, judged with evalbeam_general_quality")
     parser.add_argument("beam_args", nargs="*")
     args = parser.parse_args()
 
@@ -49,7 +49,7 @@ def main() -> None:
         tmp = Path(tmp)
         data = tmp / "cases.jsonl"
         k = args.rubric_candidates
-        metric = "general_quality" if k else "evalbeam_fluency"
+        metric = "evalbeam_general_quality" if k else "evalbeam_fluency"
         data.write_text("".join(json.dumps({
             "id": f"case-{i}", "response": f"Response number {i}: the answer is {i * 7 % 97}.",
             **({"prompt": f"Question {i // k} #rubrics=4"} if k else {})}) + "\n" for i in range(args.judgments)))

@@ -68,6 +68,7 @@ TIER_RULES = [
     ("metrics/test_adk_fidelity.py", None, "adk"),
     ("metrics/test_simulator.py", {"adk_simulator", "in_agent_env"}, "adk"),
     ("metrics/test_calibration.py", {"sklearn_reference"}, "adk"),
+    ("metrics/test_borrowed_names.py", {"adk_names"}, "adk"),
     ("transforms/test_adk_events.py", {"events_table", "recorded", "plugin_schema"}, "adk"),
     ("transforms/test_adk_files.py", {"adk_reference"}, "adk"),
     ("transforms/test_inference.py", {"agent_env"}, "agent"),

@@ -68,6 +68,12 @@ CONVERSATION_CRITERIA = ("rubric_based_multi_turn_trajectory_quality_v1",)
 HOSTED_CRITERIA = {  # name -> (who scores it so, with what)
     "safety_v1": ("Vertex AI and ADK 2.13", "Vertex's predefined metric safety_v1"),
     "response_evaluation_score": ("ADK 2.13", "Vertex's predefined metric coherence"),
+    # multi_turn_*_evaluator.py: _MultiTurnVertexiAiEvalFacade with vertexai.types.RubricMetric.MULTI_TURN_*
+    "multi_turn_task_success_v1": ("Vertex AI and ADK 2.13", "Vertex's predefined metric multi_turn_task_success_v1"),
+    "multi_turn_trajectory_quality_v1": ("Vertex AI and ADK 2.13",
+                                         "Vertex's predefined metric multi_turn_trajectory_quality_v1"),
+    "multi_turn_tool_use_quality_v1": ("Vertex AI and ADK 2.13",
+                                       "Vertex's predefined metric multi_turn_tool_use_quality_v1"),
 }
 # evalbeam's own prompts for the same criteria stay available under these names
 EVALBEAM_NAMES = {name: f"evalbeam_{name}" for name in (*ADK_JUDGE_CRITERIA, *HOSTED_CRITERIA)}

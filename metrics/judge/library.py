@@ -1,16 +1,17 @@
 """The built-in model-based metrics, registered in the one metric registry:
-every template of configs/judge_metrics.yaml (evalbeam's own prompts) as a
-pointwise metric, and as pairwise_<name>; where Vertex AI publishes a template
-of the same name, evalbeam's is named evalbeam_<name> (pairwise_evalbeam_<name>)
-and <name> renders Vertex's (metrics.judge.vertex_templates). Their factories
-return the JudgeTemplate to render."""
+every template of configs/judge_metrics.yaml (evalbeam's own prompts) as
+evalbeam_<name> (pointwise) and pairwise_evalbeam_<name>. Where Vertex AI
+publishes a template of the same name, <name> renders Vertex's
+(metrics.judge.vertex_templates); where Vertex's service scores the name with
+a prompt it does not publish, <name> is refused. Their factories return the
+JudgeTemplate to render."""
 from __future__ import annotations
 
 import pydantic
 
 from evalbeam.metrics.judge.templates import builtin_templates
 from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_template
-from evalbeam.metrics.registry import NoParams, register
+from evalbeam.metrics.registry import NoParams, refuse, register
 
 
 class UseReferenceParams(pydantic.BaseModel):
@@ -23,10 +24,26 @@ def _without_reference(template):
     return template.model_copy(update={"input_variables": variables})
 
 
+# Vertex's evaluation-service metrics with no published prompt (google-cloud-aiplatform's EvaluateInstancesRequest
+# has a <name>_input for each; MetricPromptTemplateExamples has no template of them): the service's own prompt
+# and scoring, so evalbeam refuses these names and keeps its prompts as evalbeam_<name>
+VERTEX_HOSTED_TEMPLATES = ("fulfillment", "summarization_helpfulness", "summarization_verbosity",
+                           "question_answering_relevance", "question_answering_helpfulness",
+                           "question_answering_correctness")
+
+
 def _register_all() -> None:
+    for own_name in VERTEX_HOSTED_TEMPLATES:
+        refuse(own_name, "Vertex AI scores it on Vertex's hosted evaluation service, with the service's own prompt "
+                         f"and scoring (the {own_name}_input of EvaluateInstancesRequest), which it does not publish, "
+                         "so evalbeam "
+                         f"cannot give its score under this name. evalbeam's own prompt for it is evalbeam_{own_name} "
+                         f"(pairwise: pairwise_evalbeam_{own_name}), not Vertex's score")
     for own_name, template in builtin_templates().items():
-        name = f"evalbeam_{own_name}" if own_name in VERTEX_METRICS else own_name
-        takes_reference = name == "question_answering_correctness"
+        # every template of the library is evalbeam's; <name> without the prefix is Vertex's metric (rendered
+        # from Vertex's own prompt below, or refused above)
+        name = f"evalbeam_{own_name}"
+        takes_reference = own_name == "question_answering_correctness"
         params = UseReferenceParams if takes_reference else NoParams
         scale = "/".join(template.rating_rubric) if len(template.rating_rubric) == 2 else \
             f"{min(template.scores().values()):g}..{max(template.scores().values()):g}"

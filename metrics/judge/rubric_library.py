@@ -1,13 +1,19 @@
-"""The built-in rubric-based metrics, registered in the one metric registry:
-every version of configs/rubric_metrics.yaml under its versioned name
-(`general_quality_v1`), and the latest version under the unversioned name
-(`general_quality`), except where that name already belongs to one of the
-template judge metrics (`safety`, `text_quality`, `instruction_following`
-keep their 1..5 or 0/1 meaning; their rubric forms are the `_v1` names).
-Their factories return the RubricTemplate to run. ADK's judge criteria
-(`adk: true` in the YAML) are registered under their own names only; where
-google-adk's own evaluator renders the criterion (metrics.judge.adk_judges),
-evalbeam's prompt is registered as evalbeam_<name>."""
+"""The built-in rubric-based metrics, registered in the one metric registry.
+
+Every prompt of configs/rubric_metrics.yaml is evalbeam's own, so every one is
+registered as evalbeam_<name>: each version under its versioned name
+(`evalbeam_general_quality_v1`), and the latest version under the unversioned
+name (`evalbeam_general_quality`), except where that name already belongs to
+one of the template judge metrics (`evalbeam_safety`, `evalbeam_text_quality`,
+`evalbeam_instruction_following` keep their 1..5 or 0/1 meaning). Their
+factories return the RubricTemplate to run.
+
+The names without the prefix are Vertex's predefined rubric metrics
+(agentplatform's RubricMetric, whose prompts and scoring Vertex's hosted
+evaluation service keeps) or ADK's criteria: a name Vertex's service scores is
+refused (VERTEX_HOSTED), naming evalbeam's; a name google-adk's own evaluator
+renders (metrics.judge.adk_judges) gives ADK's score under ADK's name.
+"""
 from __future__ import annotations
 
 import json
@@ -19,7 +25,7 @@ import pydantic
 from evalbeam.metrics.judge.adk_judges import EVALBEAM_NAMES, RUBRIC_CRITERIA, AdkHallucinations, AdkJudge
 from evalbeam.metrics.judge.rubrics import StaticRubric, builtin_rubric_templates
 from evalbeam.metrics.judge.templates import builtin_templates
-from evalbeam.metrics.registry import NoParams, register
+from evalbeam.metrics.registry import NoParams, refuse, register
 
 
 class RubricParams(pydantic.BaseModel):
@@ -63,6 +69,28 @@ class HallucinationParams(pydantic.BaseModel):
                            "context before it (default: the final response only)")
 
 
+# Vertex's predefined rubric metrics that configs/rubric_metrics.yaml has prompts of the same name for:
+# google-cloud-aiplatform 2.7's agentplatform._genai._evals_constant (SUPPORTED_PREDEFINED_METRICS, and the
+# unversioned names RubricMetric resolves to one of them), scored by Vertex's hosted evaluation service with
+# its own prompts. ADK's multi_turn_*_v1 are ADK's too: refused in metrics.judge.adk_judges.HOSTED_CRITERIA
+VERTEX_HOSTED = frozenset({
+    "general_quality", "general_quality_v1", "text_quality_v1", "instruction_following_v1",
+    "multi_turn_general_quality", "multi_turn_general_quality_v1",
+    "multi_turn_text_quality", "multi_turn_text_quality_v1",
+    "final_response_reference_free", "final_response_reference_free_v1", "final_response_match",
+    "grounding", "grounding_v1", "final_response_quality", "final_response_quality_v1",
+    "tool_use_quality", "tool_use_quality_v1", "hallucination", "hallucination_v1",
+    "multi_turn_task_success", "multi_turn_trajectory_quality", "multi_turn_tool_use_quality",
+})
+
+
+def _refuse_vertex(name: str, own: str) -> None:
+    refuse(name, f"Vertex AI scores it with its predefined rubric metric {name} (RubricMetric), on Vertex's "
+                 "hosted evaluation service: the service's own prompts and scoring, which it does not publish, so "
+                 f"evalbeam cannot give its score under this name. evalbeam's own prompt for it is {own} "
+                 "(not Vertex's score)")
+
+
 def _version(name: str) -> int:
     return int(re.search(r"_v(\d+)$", name).group(1))
 
@@ -77,10 +105,13 @@ def _register_all() -> None:
     names = [(name, name) for name in templates]
     names += [(base, versioned) for base, versioned in latest.items()
               if base not in taken and not templates[versioned].adk]
-    for registered, versioned in names:
+    for borrowed, versioned in names:
         template = templates[versioned]
-        # ADK's name renders ADK's own prompt (metrics.judge.adk_judges); evalbeam's is evalbeam_<name>
-        registered = EVALBEAM_NAMES.get(registered, registered)
+        # every prompt here is evalbeam's: ADK's name renders ADK's own prompt (metrics.judge.adk_judges) or is
+        # refused there; Vertex's name is refused below
+        registered = EVALBEAM_NAMES.get(borrowed, f"evalbeam_{borrowed}")
+        if borrowed in VERTEX_HOSTED:
+            _refuse_vertex(borrowed, registered)
         score_range = "0/1" if template.score == "all" or template.kind == "static" else "0..1"
 
         def factory(p, template=template):

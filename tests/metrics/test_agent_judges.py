@@ -11,7 +11,6 @@ import pytest
 
 from evalbeam.configs import ConfigError, load_config
 from evalbeam.metrics.adk import judge_options
-from evalbeam.metrics.judge.adk_judges import EVALBEAM_NAMES
 from evalbeam.metrics.judge.agent_views import units_of
 from evalbeam.metrics.judge.rubrics import (
     Rubric,
@@ -122,7 +121,7 @@ def test_a_turn_without_a_response_text_is_not_evaluated():
 @pytest.mark.parametrize("name", AGENT_TEMPLATES)
 def test_every_agent_judge_renders_its_stages_from_a_trace(name):
     t = TEMPLATES[name]
-    assert get_metric(EVALBEAM_NAMES.get(name, name)).inputs == t.input_alternatives()  # evalbeam's prompt
+    assert get_metric(f"evalbeam_{name}").inputs == t.input_alternatives()  # evalbeam's prompt
     f = fields_of(trace_row("c", [turn("Weather in Paris?", "Sunny in Paris.", [CALL], ["Let me check."]),
                                   turn("And London?", "Rainy.")]))
     units = units_of(f, t.unit, True)
@@ -319,12 +318,12 @@ ROWS = [
 
 
 def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path, api_key):
-    metrics = ["final_response_quality", "tool_use_quality_v1", "hallucination",
-               {"name": "hallucination_v1", "as": "hallucination_steps",
+    metrics = ["evalbeam_final_response_quality", "evalbeam_tool_use_quality_v1", "evalbeam_hallucination",
+               {"name": "evalbeam_hallucination_v1", "as": "hallucination_steps",
                 "params": {"evaluate_intermediate_nl_responses": True}},
                "evalbeam_final_response_match_v2", "evalbeam_safety_v1", "evalbeam_hallucinations_v1",
                {"name": "evalbeam_rubric_based_final_response_quality_v1", "params": {"rubrics": CRITERION}, "threshold": 0.6},
-               "evalbeam_rubric_based_tool_use_quality_v1", "multi_turn_task_success_v1",
+               "evalbeam_rubric_based_tool_use_quality_v1", "evalbeam_multi_turn_task_success_v1",
                "evalbeam_response_evaluation_score"]
     with JudgeServer() as server:
         run = evalbeam("run", run_config(tmp_path, ROWS, server.url, metrics, "first"))
@@ -339,11 +338,11 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     extra = lambda i, m: json.loads(got[(i, m)]["extra"])  # noqa: E731
 
     # Vertex's agent metrics judge the last turn: m's is "And London?" (3 rubrics), tie y/n per rubric -> all no
-    assert got[("m", "final_response_quality")]["score"] == 0.0 and extra("m", "final_response_quality")["rubric_count"] == 3
-    assert got[("m", "tool_use_quality_v1")]["score"] == 0.0
+    assert got[("m", "evalbeam_final_response_quality")]["score"] == 0.0 and extra("m", "evalbeam_final_response_quality")["rubric_count"] == 3
+    assert got[("m", "evalbeam_tool_use_quality_v1")]["score"] == 0.0
     # hallucination: final responses only: turn 1 1 of 2 supported, turn 2 0 of 1 -> (0.5 + 0) / 2
-    assert got[("m", "hallucination")]["score"] == 0.25
-    assert extra("m", "hallucination")["labels"] == {"supported": 1, "unsupported": 1, "contradictory": 1}
+    assert got[("m", "evalbeam_hallucination")]["score"] == 0.25
+    assert extra("m", "evalbeam_hallucination")["labels"] == {"supported": 1, "unsupported": 1, "contradictory": 1}
     # with the intermediate step: turn 1 = mean(1.0, 0.5) = 0.75, turn 2 = 0 -> 0.375
     assert got[("m", "hallucination_steps")]["score"] == 0.375 and extra("m", "hallucination_steps")["per_invocation"] == [0.75, 0.0]
     assert got[("m", "evalbeam_hallucinations_v1")]["score"] == 0.25
@@ -361,8 +360,8 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     # p's turns have no TOOL_USE_QUALITY rubric and the criterion none: ADK refuses the criterion for the case
     assert got[("p", "evalbeam_rubric_based_tool_use_quality_v1")]["score"] is None
     assert got[("p", "evalbeam_rubric_based_tool_use_quality_v1")]["error"].startswith("turn 1: rubrics are required")
-    assert got[("m", "multi_turn_task_success_v1")]["score"] == 0.0  # judged once, on the last turn (y/n ties)
-    assert extra("m", "multi_turn_task_success_v1")["per_invocation"] == [None, 0.0]  # as ADK reports it
+    assert got[("m", "evalbeam_multi_turn_task_success_v1")]["score"] == 0.0  # judged once, on the last turn (y/n ties)
+    assert extra("m", "evalbeam_multi_turn_task_success_v1")["per_invocation"] == [None, 0.0]  # as ADK reports it
 
     # evalbeam_response_evaluation_score: coherence 1..5 per turn, the mean over the turns judged (as ADK aggregates)
     assert got[("m", "evalbeam_response_evaluation_score")]["score"] == 3.0
@@ -376,8 +375,8 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     assert "turn 2: not evaluated (judge failed after 2 attempts" in got[("p", "evalbeam_final_response_match_v2")]["explanation"]
     assert got[("p", "evalbeam_hallucinations_v1")]["score"] == 1.0
     # a metric judged on p's last turn only fails on its row
-    assert got[("p", "final_response_quality")]["score"] is None
-    assert got[("p", "final_response_quality")]["error"].startswith("judge failed after 2 attempts")
+    assert got[("p", "evalbeam_final_response_quality")]["score"] is None
+    assert got[("p", "evalbeam_final_response_quality")]["error"].startswith("judge failed after 2 attempts")
 
     rubrics = table(out / "first", "rubrics")
     hall = sorted((r["turn"], r["step"], r["rubric_id"], r["label"]) for r in rubrics
@@ -387,13 +386,13 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     rb_rows = sorted((r["turn"], r["rubric_id"], r["verdict"], r["source"]) for r in rubrics
                      if r["instance_id"] == "m" and r["metric"] == "evalbeam_rubric_based_final_response_quality_v1")
     assert rb_rows == [(0, "city", True, "criterion"), (0, "concise", True, "criterion"), (1, "concise", False, "criterion")]
-    assert {r["turn"] for r in rubrics if r["metric"] == "final_response_quality"} == {None}
+    assert {r["turn"] for r in rubrics if r["metric"] == "evalbeam_final_response_quality"} == {None}
     # hallucination is judged once whatever sampling_count; segmentation is its own stage, shared by the
     # two hallucination metrics with the same steps (hallucination_v1 and evalbeam_hallucinations_v1 are distinct)
     [runs] = table(out / "first", "runs")
     usage = json.loads(runs["judge_usage"])
-    assert usage["hallucination:validation"]["requests"] == 2 + 1  # m: 2 final steps; p: 1 (turn 2's segmentation failed)
-    assert "hallucination:segmentation" in usage and stages["segmentation"] >= 4
+    assert usage["evalbeam_hallucination:validation"]["requests"] == 2 + 1  # m: 2 final steps; p: 1 (turn 2's segmentation failed)
+    assert "evalbeam_hallucination:segmentation" in usage and stages["segmentation"] >= 4
     assert usage["evalbeam_final_response_match_v2:validation"]["requests"] == 2 * 2 * 2  # 2 rows x 2 turns x 2 samples
     # neither evalbeam_safety_v1 nor evalbeam_response_evaluation_score is sampled (as ADK): 2 rows x 2 turns, once each
     assert usage["evalbeam_safety_v1:validation"]["requests"] == 2 * 2
@@ -415,11 +414,14 @@ def agent_evalbeam():
     return venv / "bin" / "evalbeam"
 
 
-@pytest.mark.parametrize("name", ["safety_v1", "response_evaluation_score"])
+@pytest.mark.parametrize("name", ["safety_v1", "response_evaluation_score", "multi_turn_task_success_v1",
+                                  "multi_turn_trajectory_quality_v1", "multi_turn_tool_use_quality_v1",
+                                  "general_quality", "hallucination_v1", "fulfillment"])
 def test_adks_criteria_scored_by_vertexs_hosted_service_are_refused_naming_evalbeams_prompt(tmp_path, name):
-    """ADK 2.13 has Vertex's hosted evaluation service score safety_v1 and response_evaluation_score: under
-    those names a config (its metrics, or an ADK test_config's criteria) is an error naming evalbeam's own
-    prompt, which loads and is judged without google-adk."""
+    """ADK 2.13 has Vertex's hosted evaluation service score safety_v1, response_evaluation_score and the
+    three multi_turn_*_v1 criteria, and Vertex's service scores its predefined rubric metrics and fulfillment:
+    under those names a config (its metrics, or an ADK test_config's criteria) is an error naming evalbeam's
+    own prompt, which loads and is judged without google-adk."""
     data = tmp_path / "r.jsonl"
     data.write_text('{"prompt": "p", "response": "r", "reference": "r"}\n')
     path = tmp_path / "c.yaml"
@@ -436,7 +438,9 @@ def test_adks_criteria_scored_by_vertexs_hosted_service_are_refused_naming_evalb
         load_config(path)
     test_config.write_text(json.dumps({"criteria": {f"evalbeam_{name}": 0.5}}))
     [metric] = [m for m in load_config(path).metrics if m.name == f"evalbeam_{name}"]
-    assert metric.threshold == 0.5 and metric.judge_template().single_sample is True
+    assert metric.threshold == 0.5
+    if name in ("safety_v1", "response_evaluation_score"):
+        assert metric.judge_template().single_sample is True
 
 
 def test_adks_own_judges_need_google_adk_and_say_so(tmp_path, monkeypatch):
@@ -482,9 +486,9 @@ def test_demo_agent_judges_config_runs(tmp_path, api_key, agent_evalbeam):
         stages = dict(server.stats.stages)
     got = {(r["instance_id"], r["metric"]): r for r in table(tmp_path / "d1", "metric_results")}
     metrics = {m for _, m in got}
-    assert {"hallucination", "final_response_quality", "tool_use_quality", "final_response_match_v2",
+    assert {"evalbeam_hallucination", "evalbeam_final_response_quality", "evalbeam_tool_use_quality", "final_response_match_v2",
             "rubric_based_final_response_quality_v1", "hallucinations_v1", "tool_trajectory_avg_score"} <= metrics
-    judged = [r for r in got.values() if r["metric"] in ("hallucination", "hallucinations_v1",
+    judged = [r for r in got.values() if r["metric"] in ("evalbeam_hallucination", "hallucinations_v1",
                                                           "rubric_based_final_response_quality_v1")]
     assert judged and all(r["error"] is None and 0 <= r["score"] <= 1 for r in judged)
     # ADK's own final_response_match_v2 (google-adk renders and scores it): every case with a reference is scored

@@ -360,7 +360,7 @@ def test_demo_judge_configs_run(tmp_path, api_key, config):
     summary = table(tmp_path / "demo", "summary")
     judged = {s["metric"] for s in summary if s["slice"] == "overall"}
     if config.endswith("qa.yaml"):
-        assert {"pairwise_evalbeam_summarization_quality", "question_answering_correctness"} <= judged
+        assert {"pairwise_evalbeam_summarization_quality", "evalbeam_question_answering_correctness"} <= judged
         pairwise = next(s for s in summary if s["metric"] == "pairwise_evalbeam_summarization_quality"
                         and s["slice"] == "overall")
         assert pairwise["candidate_model_win_rate"] is not None
@@ -532,7 +532,7 @@ def test_a_slow_call_whose_copy_fails_gets_one_more_copy(api_key):
     (["--runner=DataflowRunner"], [], False),
     (["--runner=PrismRunner"], [], False),
     ([], ["judge.mode=batch"], False),
-    ([], ["metrics=[fluency,general_quality]"], False),
+    ([], ["metrics=[fluency,evalbeam_general_quality]"], False),
 ])
 def test_rows_stream_through_the_judge_only_where_one_process_keeps_the_quota(tmp_path, flags, overrides, streams):
     import apache_beam as beam

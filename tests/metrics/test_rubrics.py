@@ -8,7 +8,6 @@ import pytest
 import yaml
 
 from evalbeam.metrics.fields import CANONICAL_FIELDS
-from evalbeam.metrics.judge.adk_judges import EVALBEAM_NAMES
 from evalbeam.metrics.judge.rubrics import (
     IMPORTANCE_WEIGHT,
     Rubric,
@@ -41,7 +40,7 @@ TEMPLATES = builtin_rubric_templates()
 def test_every_rubric_metric_renders_its_stages_and_parses_their_answers(name):
     # (the agent judges' units and stages: tests/metrics/test_agent_judges.py)
     t = TEMPLATES[name]
-    definition = get_metric(EVALBEAM_NAMES.get(name, name))
+    definition = get_metric(f"evalbeam_{name}")  # every prompt of the library is evalbeam's
     assert definition.kind == "rubric" and definition.inputs == t.input_alternatives()
     if t.kind == "adaptive":
         prompt = t.render_generation(FIELDS)
@@ -84,22 +83,26 @@ def test_every_rubric_metric_renders_its_stages_and_parses_their_answers(name):
 
 
 def test_registered_names_versions_and_the_names_taken_by_template_judges():
-    assert get_metric("general_quality").factory(get_metric("general_quality").params()).name == "general_quality_v1"
-    assert get_metric("final_response_match").factory(get_metric("final_response_match").params()).name == "final_response_match_v2"
-    for name in ("grounding", "multi_turn_general_quality", "multi_turn_text_quality", "final_response_reference_free"):
+    assert get_metric("evalbeam_general_quality").factory(get_metric("evalbeam_general_quality").params()).name == "general_quality_v1"
+    assert get_metric("evalbeam_final_response_match").factory(get_metric("evalbeam_final_response_match").params()).name == "final_response_match_v2"
+    for name in ("evalbeam_grounding", "evalbeam_multi_turn_general_quality", "evalbeam_multi_turn_text_quality", "evalbeam_final_response_reference_free"):
         assert get_metric(name).kind == get_metric(f"{name}_v1").kind == "rubric"
     # these names keep their template-judge meaning; the rubric forms are pinned by version
     for name in ("safety", "text_quality", "instruction_following"):
-        rubric_form = EVALBEAM_NAMES.get(f"{name}_v1", f"{name}_v1")
+        rubric_form = f"evalbeam_{name}_v1"
         assert get_metric(name).kind == "pointwise" and get_metric(rubric_form).kind == "rubric"
     # safety_v1 is Vertex's (and ADK's) hosted metric: refused, evalbeam's rubric form is evalbeam_safety_v1
     with pytest.raises(KeyError, match="safety_v1: .*evalbeam_safety_v1"):
         get_metric("safety_v1")
-    assert get_metric("final_response_reference_free").inputs == (("response", "prompt", "rubric_groups"),)
-    assert get_metric("multi_turn_general_quality").inputs == (("response", "history", "prompt"),)
-    assert get_metric("final_response_match").inputs == (("response", "prompt", "reference"), ("invocations",))
-    group = get_metric("general_quality").params(rubric_group="mine")
-    assert get_metric("general_quality").factory(group).group == "mine"
+    # Vertex's predefined rubric metrics are scored on its hosted service: refused, naming evalbeam's prompt
+    for name in ("general_quality", "text_quality_v1", "grounding", "final_response_match", "multi_turn_task_success_v1"):
+        with pytest.raises(KeyError, match=rf"^.{name}: .*is evalbeam_{name} \("):
+            get_metric(name)
+    assert get_metric("evalbeam_final_response_reference_free").inputs == (("response", "prompt", "rubric_groups"),)
+    assert get_metric("evalbeam_multi_turn_general_quality").inputs == (("response", "history", "prompt"),)
+    assert get_metric("evalbeam_final_response_match").inputs == (("response", "prompt", "reference"), ("invocations",))
+    group = get_metric("evalbeam_general_quality").params(rubric_group="mine")
+    assert get_metric("evalbeam_general_quality").factory(group).group == "mine"
 
 
 def test_stage_answers_that_do_not_fit_are_invalid():
@@ -237,7 +240,7 @@ ROWS = [
 def test_rubric_metrics_end_to_end(tmp_path, api_key):
     data = write_data(tmp_path, ROWS)
     with JudgeServer(Behaviour(latency_median=0.01)) as server:
-        metrics = ["general_quality", "evalbeam_safety_v1", "grounding", "final_response_match"]
+        metrics = ["evalbeam_general_quality", "evalbeam_safety_v1", "evalbeam_grounding", "evalbeam_final_response_match"]
         run = evalbeam("run", rubric_config(tmp_path, data, server.url, metrics))
         stages, requests = dict(server.stats.stages), server.stats.requests
     out = tmp_path / "out"
@@ -246,7 +249,7 @@ def test_rubric_metrics_end_to_end(tmp_path, api_key):
     # one generation per distinct prompt: P1 for a, b and c, P2 for d and g (f's is refused with 503s,
     # before any answer); e gives its rubrics
     assert stages["generation"] == 2
-    gq = {i: got[(i, "general_quality")] for i in "abcdefg"}
+    gq = {i: got[(i, "evalbeam_general_quality")] for i in "abcdefg"}
     assert [gq[i]["score"] for i in "abcdeg"] == [0.75, 0.0, 1.0, 0.5, 0.5, 1.0]
     assert gq["f"]["score"] is None and gq["f"]["error"].startswith(
         "rubric generation failed: judge failed after 3 attempts; last: HTTP 503")
@@ -258,44 +261,44 @@ def test_rubric_metrics_end_to_end(tmp_path, api_key):
     assert json.loads(gq["e"]["extra"])["rubric_source"] == "given"
     assert json.loads(gq["e"]["extra"])["weighted_score"] == pytest.approx(2 / (2 + 3))  # "Is brief." (MEDIUM) met, "warm" (HIGH) not
     assert gq["g"]["attempts"] == 3  # a malformed answer, then one skipping a rubric, then a good one
-    assert got[("g", "evalbeam_safety_v1")]["attempts"] == 3 and got[("g", "grounding")]["attempts"] == 3
+    assert got[("g", "evalbeam_safety_v1")]["attempts"] == 3 and got[("g", "evalbeam_grounding")]["attempts"] == 3
     assert gq["a"]["judge_model"] == "gemini-2.5-flash" and gq["a"]["confidence"] == 1.0
 
     safety = {i: got[(i, "evalbeam_safety_v1")] for i in "abcdeg"}
     assert [safety[i]["score"] for i in "abcdeg"] == [0.0, 0.0, 1.0, 0.0, 0.0, 1.0]
     assert json.loads(safety["a"]["extra"])["violated"] == ["dangerous_content"]  # a: y y n y -> the third policy
     assert json.loads(safety["d"]["extra"])["violated"] == ["pii_and_demographics"]  # n then y repeated
-    grounding = {i: got[(i, "grounding")] for i in "abcdeg"}
+    grounding = {i: got[(i, "evalbeam_grounding")] for i in "abcdeg"}
     assert grounding["c"]["score"] == pytest.approx(2 / 3) and grounding["d"]["score"] == 0.0
     assert json.loads(grounding["c"]["extra"])["labels"] == {"supported": 1, "unsupported": 1, "no_rad": 1}
-    assert [got[(i, "final_response_match")]["score"] for i in "abcdeg"] == [1.0, 0.0, 1.0, 0.0, 1.0, 1.0]
-    for metric in ("evalbeam_safety_v1", "grounding", "final_response_match"):
+    assert [got[(i, "evalbeam_final_response_match")]["score"] for i in "abcdeg"] == [1.0, 0.0, 1.0, 0.0, 1.0, 1.0]
+    for metric in ("evalbeam_safety_v1", "evalbeam_grounding", "evalbeam_final_response_match"):
         assert got[("f", metric)]["error"].startswith("judge failed after 3 attempts")
 
     rubrics = rubric_table(out, "r1")
-    a = rubrics[("a", "general_quality")]
+    a = rubrics[("a", "evalbeam_general_quality")]
     assert [(r["rubric_id"], r["importance"], r["verdict"], r["source"]) for r in a] == [
         ("r1", "HIGH", True, "generated"), ("r2", "MEDIUM", True, "generated"),
         ("r3", "LOW", False, "generated"), ("r4", "LOW", True, "generated")]
     # a, b and c share the one generation: the same rubrics, the same key
-    assert [r["rubric"] for r in rubrics[("b", "general_quality")]] == [r["rubric"] for r in a]
-    assert {r["generation_key"] for k in "abc" for r in rubrics[(k, "general_quality")]} == {a[0]["generation_key"]}
-    assert [(r["rubric_id"], r["rubric"], r["source"]) for r in rubrics[("e", "general_quality")]] == [
+    assert [r["rubric"] for r in rubrics[("b", "evalbeam_general_quality")]] == [r["rubric"] for r in a]
+    assert {r["generation_key"] for k in "abc" for r in rubrics[(k, "evalbeam_general_quality")]} == {a[0]["generation_key"]}
+    assert [(r["rubric_id"], r["rubric"], r["source"]) for r in rubrics[("e", "evalbeam_general_quality")]] == [
         ("r1", "Is brief.", "given"), ("warm", "Is warm.", "given")]
-    assert ("f", "general_quality") not in rubrics  # no rubrics to list
+    assert ("f", "evalbeam_general_quality") not in rubrics  # no rubrics to list
     assert [r["verdict"] for r in rubrics[("f", "evalbeam_safety_v1")]] == [None] * 5  # listed, not judged
-    assert [r["label"] for r in rubrics[("c", "grounding")]] == ["supported", "unsupported", "no_rad"]
+    assert [r["label"] for r in rubrics[("c", "evalbeam_grounding")]] == ["supported", "unsupported", "no_rad"]
     assert sum(len(v) for v in rubrics.values()) == len(table(out / "r1", "rubrics"))
 
     [runs] = table(out / "r1", "runs")
     usage = json.loads(runs["judge_usage"])
-    assert usage["general_quality:generation"]["requests"] == 3 and usage["general_quality:generation"]["failures"] == 1
-    assert usage["general_quality:validation"]["requests"] == 6
+    assert usage["evalbeam_general_quality:generation"]["requests"] == 3 and usage["evalbeam_general_quality:generation"]["failures"] == 1
+    assert usage["evalbeam_general_quality:validation"]["requests"] == 6
     assert usage["evalbeam_safety_v1:validation"]["requests"] == 7
     assert runs["judge_calls"] == requests
     assert "read 7 = scored 7 + dead-lettered 0; metric errors 4" in run.stdout
     summary = {(s["metric"], s["slice"]): s for s in table(out / "r1", "summary")}
-    assert summary[("general_quality", "overall")]["mean"] == pytest.approx((0.75 + 0 + 1 + 0.5 + 0.5 + 1) / 6)
+    assert summary[("evalbeam_general_quality", "overall")]["mean"] == pytest.approx((0.75 + 0 + 1 + 0.5 + 0.5 + 1) / 6)
     assert KEY not in run.stdout + run.stderr
 
 
@@ -306,11 +309,11 @@ def test_a_row_lacking_a_rubric_metrics_input_loses_that_metric_only(tmp_path, a
             {"id": "noprompt", "response": "same", "reference": "same"}]
     data = write_data(tmp_path, rows, "partial.jsonl")
     with JudgeServer() as server:
-        run = evalbeam("run", rubric_config(tmp_path, data, server.url, ["general_quality", "exact_match"], run_id="r3"))
+        run = evalbeam("run", rubric_config(tmp_path, data, server.url, ["evalbeam_general_quality", "exact_match"], run_id="r3"))
         assert server.stats.stages["generation"] == 1 and server.stats.stages["validation"] == 1  # ok's only
     got = results(tmp_path / "out", "r3")
-    assert got[("ok", "general_quality")]["score"] == 1.0
-    assert (got[("noprompt", "general_quality")]["score"], got[("noprompt", "general_quality")]["error"]) == (
+    assert got[("ok", "evalbeam_general_quality")]["score"] == 1.0
+    assert (got[("noprompt", "evalbeam_general_quality")]["score"], got[("noprompt", "evalbeam_general_quality")]["error"]) == (
         None, "missing input prompt")
     assert got[("noprompt", "exact_match")]["score"] == 1.0 and got[("ok", "exact_match")]["score"] == 1.0
     assert "read 2 = scored 2 + dead-lettered 0; metric errors 1" in run.stdout
@@ -327,21 +330,21 @@ def test_given_rubrics_skip_generation_and_a_missing_group_is_a_row_error(tmp_pa
     data = write_data(tmp_path, rows)
     with JudgeServer() as server:
         run = evalbeam("run", rubric_config(tmp_path, data, server.url, [
-            "final_response_reference_free", {"name": "general_quality", "params": {"rubric_group": "general_quality"}}]))
+            "evalbeam_final_response_reference_free", {"name": "evalbeam_general_quality", "params": {"rubric_group": "general_quality"}}]))
         stages = dict(server.stats.stages)
     # u5: no rubric_groups for the metric that needs them: that metric's row says so (issue 21: missing
     # inputs are per metric; it used to dead-letter the row)
     assert "read 5 = scored 5 + dead-lettered 0" in run.stdout
     got = results(tmp_path / "out", "r1")
     assert stages.get("generation", 0) == 2  # u3 and u5: u1 and u2 give general_quality's rubrics; u4's are bad
-    assert [got[(i, "final_response_reference_free")]["score"] for i in ("u1", "u2")] == [0.5, 1.0]
-    assert [got[(i, "general_quality")]["score"] for i in ("u1", "u2")] == [1.0, 1.0]
-    assert got[("u3", "final_response_reference_free")]["error"] == (
+    assert [got[(i, "evalbeam_final_response_reference_free")]["score"] for i in ("u1", "u2")] == [0.5, 1.0]
+    assert [got[(i, "evalbeam_general_quality")]["score"] for i in ("u1", "u2")] == [1.0, 1.0]
+    assert got[("u3", "evalbeam_final_response_reference_free")]["error"] == (
         "needs the row's rubric_groups to give the group 'final_response_reference_free' (this metric does not generate rubrics)")
-    assert got[("u3", "general_quality")]["error"] is None  # generated for u3
-    assert got[("u4", "general_quality")]["error"] == "bad rubric_groups: rubric_groups.general_quality must be a non-empty list of rubrics"
-    assert got[("u5", "final_response_reference_free")]["error"] == "missing input rubric_groups"
-    assert got[("u5", "general_quality")]["error"] is None  # generated for u5, which is no longer dead-lettered
+    assert got[("u3", "evalbeam_general_quality")]["error"] is None  # generated for u3
+    assert got[("u4", "evalbeam_general_quality")]["error"] == "bad rubric_groups: rubric_groups.general_quality must be a non-empty list of rubrics"
+    assert got[("u5", "evalbeam_final_response_reference_free")]["error"] == "missing input rubric_groups"
+    assert got[("u5", "evalbeam_general_quality")]["error"] is None  # generated for u5, which is no longer dead-lettered
     assert table(tmp_path / "out" / "r1", "dead_letter") == []
 
 
@@ -351,16 +354,16 @@ def test_pinned_rubrics_and_the_cache_skip_the_judge(tmp_path, api_key):
     data = write_data(tmp_path, rows)
     out = tmp_path / "out"
     with JudgeServer() as server:
-        evalbeam("run", rubric_config(tmp_path, data, server.url, ["general_quality", "text_quality_v1"], run_id="first"))
+        evalbeam("run", rubric_config(tmp_path, data, server.url, ["evalbeam_general_quality", "evalbeam_text_quality_v1"], run_id="first"))
         assert server.stats.stages["generation"] == 2 * 2  # two prompts, two metrics
         # pinned: another judge model, the first run's rubrics, no generation
         server.stats.stages.clear()
-        evalbeam("run", rubric_config(tmp_path, data, server.url, ["general_quality", "text_quality_v1"], run_id="pinned",
+        evalbeam("run", rubric_config(tmp_path, data, server.url, ["evalbeam_general_quality", "evalbeam_text_quality_v1"], run_id="pinned",
                                       model="gemini-2.5-pro", rubrics_from=str(out / "first" / "rubrics")))
         assert server.stats.stages.get("generation", 0) == 0 and server.stats.stages["validation"] == 4 * 2
         # cached: the same settings again, every judgment of both stages from judge.cache: no call at all
         before = server.stats.requests
-        evalbeam("run", rubric_config(tmp_path, data, server.url, ["general_quality", "text_quality_v1"], run_id="cached",
+        evalbeam("run", rubric_config(tmp_path, data, server.url, ["evalbeam_general_quality", "evalbeam_text_quality_v1"], run_id="cached",
                                       cache=str(out / "first" / "judge_cache")))
         assert server.stats.requests == before
     first, pinned, cached = (rubric_table(out, r) for r in ("first", "pinned", "cached"))
@@ -369,7 +372,7 @@ def test_pinned_rubrics_and_the_cache_skip_the_judge(tmp_path, api_key):
             (r["rubric_id"], r["rubric"], r["generation_key"]) for r in listed]
         assert {r["source"] for r in pinned[key]} == {"pinned"} and {r["source"] for r in listed} == {"generated"}
         assert cached[key] and [r["verdict"] for r in cached[key]] == [r["verdict"] for r in listed]
-    assert [len(first[(f"p{i}", "general_quality")]) for i in range(4)] == [3, 4, 3, 4]
+    assert [len(first[(f"p{i}", "evalbeam_general_quality")]) for i in range(4)] == [3, 4, 3, 4]
     scores = lambda run_id: {k: r["score"] for k, r in results(out, run_id).items()}  # noqa: E731
     assert scores("first") == scores("pinned") == scores("cached")
     assert {r["judge_model"] for r in results(out, "pinned").values()} == {"gemini-2.5-pro"}
@@ -386,21 +389,21 @@ def test_samples_majority_per_rubric_a_tie_is_no(tmp_path, api_key):
             {"id": "m3", "prompt": "P #rubrics=3", "response": "#verdicts=yyy/yyy/yyy"}]
     data = write_data(tmp_path, rows)
     with JudgeServer() as server:
-        evalbeam("run", rubric_config(tmp_path, data, server.url, ["general_quality"],
+        evalbeam("run", rubric_config(tmp_path, data, server.url, ["evalbeam_general_quality"],
                                       sampling_count=3, temperature=1.0, run_id="three"))
         assert server.stats.stages["generation"] == 1  # generated once, whatever the samples
         even = [{"id": "t1", "prompt": "P #rubrics=2", "response": "#verdicts=yy/ny", "reference": "r"}]
         evalbeam("run", rubric_config(tmp_path, write_data(tmp_path, even, "even.jsonl"), server.url,
-                                      ["general_quality", "final_response_match"], sampling_count=2, run_id="two"))
+                                      ["evalbeam_general_quality", "evalbeam_final_response_match"], sampling_count=2, run_id="two"))
     out = tmp_path / "out"
     got = results(out, "three")
-    assert [got[(i, "general_quality")]["score"] for i in ("m1", "m2", "m3")] == [pytest.approx(2 / 3), 0.0, 1.0]
-    assert got[("m1", "general_quality")]["confidence"] == pytest.approx(6 / 9)
-    assert [r["verdict"] for r in rubric_table(out, "three")[("m1", "general_quality")]] == [True, True, False]
+    assert [got[(i, "evalbeam_general_quality")]["score"] for i in ("m1", "m2", "m3")] == [pytest.approx(2 / 3), 0.0, 1.0]
+    assert got[("m1", "evalbeam_general_quality")]["confidence"] == pytest.approx(6 / 9)
+    assert [r["verdict"] for r in rubric_table(out, "three")[("m1", "evalbeam_general_quality")]] == [True, True, False]
     two = results(out, "two")
     # r1: yes and no -> a tie is no; r2: yes twice
-    assert two[("t1", "general_quality")]["score"] == 0.5
-    assert two[("t1", "final_response_match")]["score"] == 0.0  # one valid of two samples: a tie is invalid
+    assert two[("t1", "evalbeam_general_quality")]["score"] == 0.5
+    assert two[("t1", "evalbeam_final_response_match")]["score"] == 0.0  # one valid of two samples: a tie is invalid
 
 
 def test_judge_faults_are_retried_and_failures_stay_on_their_rows(tmp_path, api_key):
@@ -409,11 +412,11 @@ def test_judge_faults_are_retried_and_failures_stay_on_their_rows(tmp_path, api_
     # 429s with Retry-After, 503s and answers slower than the timeout along the way: nothing lost
     behaviour = Behaviour(quota=8, window_seconds=1.0, error_rate=0.2, timeout_rate=0.15, timeout_delay=3.0, seed=7)
     with JudgeServer(behaviour) as server:
-        run = evalbeam("run", rubric_config(tmp_path, data, server.url, ["general_quality"], max_attempts=10,
+        run = evalbeam("run", rubric_config(tmp_path, data, server.url, ["evalbeam_general_quality"], max_attempts=10,
                                             timeout_seconds=1.5))
     assert server.stats.rate_limited > 0 and server.stats.errors > 0 and server.stats.timeouts > 0
     got = results(tmp_path / "out", "r1")
-    assert [got[(f"q{i}", "general_quality")]["score"] for i in range(12)] == [1.0] * 12
+    assert [got[(f"q{i}", "evalbeam_general_quality")]["score"] for i in range(12)] == [1.0] * 12
     assert "read 12 = scored 12 + dead-lettered 0; metric errors 0" in run.stdout
 
     # answers that never fit the schema: the error on the rows, after the retries
@@ -423,17 +426,17 @@ def test_judge_faults_are_retried_and_failures_stay_on_their_rows(tmp_path, api_
             {"id": "ok", "prompt": "Fine #rubrics=1", "response": "#verdicts=y"}]
     data = write_data(tmp_path, rows, "bad.jsonl")
     with JudgeServer() as server:
-        run = evalbeam("run", rubric_config(tmp_path, data, server.url, ["general_quality"], run_id="r2"))
+        run = evalbeam("run", rubric_config(tmp_path, data, server.url, ["evalbeam_general_quality"], run_id="r2"))
         assert server.stats.stages["generation"] == 1 + 3 + 1  # bad's, ok's, then badgen's and badgen2's one generation, 3 attempts
     got = results(tmp_path / "out", "r2")
-    assert got[("bad", "general_quality")]["error"] == (
+    assert got[("bad", "evalbeam_general_quality")]["error"] == (
         "judge failed after 3 attempts; last: invalid judge output: the verdicts do not match the rubrics asked; "
         "missing: r2; not asked: not_asked")
     for i in ("badgen", "badgen2"):
-        assert got[(i, "general_quality")]["error"] == (
+        assert got[(i, "evalbeam_general_quality")]["error"] == (
             "rubric generation failed: judge failed after 3 attempts; last: invalid judge output: "
             "rubric 0: importance 'URGENT' is not one of HIGH, MEDIUM, LOW")
-    assert got[("ok", "general_quality")]["score"] == 1.0
+    assert got[("ok", "evalbeam_general_quality")]["score"] == 1.0
     assert "read 4 = scored 4 + dead-lettered 0; metric errors 3" in run.stdout
 
 
@@ -443,12 +446,12 @@ def test_multi_turn_metrics_read_the_history(tmp_path, api_key):
             {"id": "t2", "history": history, "prompt": "What is my name? #rubrics=2", "response": "Bob. #verdicts=nn"}]
     data = write_data(tmp_path, rows)
     with JudgeServer() as server:
-        evalbeam("run", rubric_config(tmp_path, data, server.url, ["multi_turn_general_quality", "multi_turn_text_quality"]))
+        evalbeam("run", rubric_config(tmp_path, data, server.url, ["evalbeam_multi_turn_general_quality", "evalbeam_multi_turn_text_quality"]))
         generation_prompts = [p for p in server.stats.prompts if "## history" in p and "## Response" not in p]
     assert len(generation_prompts) == 2 and all("Hello Ada!" in p for p in generation_prompts)  # one per metric
     got = results(tmp_path / "out", "r1")
-    assert [got[(i, "multi_turn_general_quality")]["score"] for i in ("t1", "t2")] == [0.5, 0.0]
-    assert [got[(i, "multi_turn_text_quality")]["score"] for i in ("t1", "t2")] == [0.5, 0.0]
+    assert [got[(i, "evalbeam_multi_turn_general_quality")]["score"] for i in ("t1", "t2")] == [0.5, 0.0]
+    assert [got[(i, "evalbeam_multi_turn_text_quality")]["score"] for i in ("t1", "t2")] == [0.5, 0.0]
 
 
 def test_rubrics_table_in_bigquery_and_pinned_from_it(cloud, tmp_path, api_key):
@@ -460,10 +463,10 @@ def test_rubrics_table_in_bigquery_and_pinned_from_it(cloud, tmp_path, api_key):
     data = write_data(tmp_path, rows)
     output = {"parquet": str(tmp_path / "out"), "bigquery": dataset}
     with JudgeServer() as server:
-        evalbeam("run", rubric_config(tmp_path, data, server.url, ["general_quality"], run_id="bq1", output=output))
+        evalbeam("run", rubric_config(tmp_path, data, server.url, ["evalbeam_general_quality"], run_id="bq1", output=output))
         assert server.stats.stages["generation"] == 2
         server.stats.stages.clear()
-        evalbeam("run", rubric_config(tmp_path, data, server.url, ["general_quality"], run_id="bq2", output=output,
+        evalbeam("run", rubric_config(tmp_path, data, server.url, ["evalbeam_general_quality"], run_id="bq2", output=output,
                                       rubrics_from=f"bq://{dataset}.rubrics"))
         assert server.stats.stages.get("generation", 0) == 0 and server.stats.stages["validation"] == 2  # b0, b2 alike
     client = bigquery_client(PROJECT)
@@ -492,7 +495,7 @@ def test_demo_rubrics_config_runs_and_its_pinned_rerun_generates_nothing(tmp_pat
         assert server.stats.stages.get("generation", 0) == 0
     assert f"read {len(rows)} = scored {len(rows)} + dead-lettered 0; metric errors 0" in out
     judged = {s["metric"] for s in table(tmp_path / "demo1", "summary") if s["slice"] == "overall"}
-    assert {"general_quality", "instruction_following_v1", "final_response_match", "evalbeam_safety_v1"} <= judged
+    assert {"evalbeam_general_quality", "evalbeam_instruction_following_v1", "evalbeam_final_response_match", "evalbeam_safety_v1"} <= judged
     first, pinned = rubric_table(tmp_path, "demo1"), rubric_table(tmp_path, "demo2")
     assert {k: [r["rubric"] for r in v] for k, v in first.items()} == {k: [r["rubric"] for r in v] for k, v in pinned.items()}
 
@@ -500,13 +503,13 @@ def test_demo_rubrics_config_runs_and_its_pinned_rerun_generates_nothing(tmp_pat
 def test_runs_prices_each_metric_and_stage():
     from evalbeam.transforms.runs import judge_totals
 
-    usage = {"general_quality:generation": {"requests": 3, "prompt_tokens": 1_000_000, "output_tokens": 200_000},
-             "general_quality:validation": {"requests": 6, "prompt_tokens": 2_000_000, "output_tokens": 100_000,
+    usage = {"evalbeam_general_quality:generation": {"requests": 3, "prompt_tokens": 1_000_000, "output_tokens": 200_000},
+             "evalbeam_general_quality:validation": {"requests": 6, "prompt_tokens": 2_000_000, "output_tokens": 100_000,
                                             "batch_prompt_tokens": 2_000_000, "batch_output_tokens": 100_000}}
     totals = judge_totals(usage, {"m": {"input_per_million": 0.3, "output_per_million": 2.5}}, "m")
     per_stage = json.loads(totals["judge_usage"])
-    assert per_stage["general_quality:generation"]["estimated_cost"] == pytest.approx(0.3 + 0.5)
-    assert per_stage["general_quality:validation"]["estimated_cost"] == pytest.approx((0.6 + 0.25) / 2)  # batch: half
+    assert per_stage["evalbeam_general_quality:generation"]["estimated_cost"] == pytest.approx(0.3 + 0.5)
+    assert per_stage["evalbeam_general_quality:validation"]["estimated_cost"] == pytest.approx((0.6 + 0.25) / 2)  # batch: half
     assert totals["judge_estimated_cost"] == pytest.approx(sum(u["estimated_cost"] for u in per_stage.values()))
     unpriced = json.loads(judge_totals(usage, {}, "m")["judge_usage"])
     assert all("estimated_cost" not in u for u in unpriced.values())

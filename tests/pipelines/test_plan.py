@@ -23,7 +23,7 @@ def plan(config, monkeypatch):
 def test_plan_counts_what_the_run_then_asks_and_the_cache_removes(tmp_path, monkeypatch):
     data = write_data(tmp_path, ROWS)
     with JudgeServer() as server:
-        config = judge_config(tmp_path, data, server.url, ["fluency", "general_quality"], sampling_count=2)
+        config = judge_config(tmp_path, data, server.url, ["fluency", "evalbeam_general_quality"], sampling_count=2)
         planned = plan(config, monkeypatch)
         assert server.stats.requests == 0  # plan calls nothing
         assert (planned["read"], planned["instances"], planned["dead_lettered"]) == (6, 5, 1)
@@ -31,9 +31,9 @@ def test_plan_counts_what_the_run_then_asks_and_the_cache_removes(tmp_path, monk
         # fluency: 5 instances x 2 samples asked; "a" and "b" ask the same, so 4 x 2 distinct
         assert (rows["fluency"]["asked"], rows["fluency"]["distinct"], rows["fluency"]["to_call"]) == (10, 8, 8)
         # rubrics depend on the prompt only: three prompts, three generations
-        gen = rows["general_quality:generation"]
+        gen = rows["evalbeam_general_quality:generation"]
         assert (gen["asked"], gen["distinct"], gen["to_call"], gen["upper_bound"]) == (5, 3, 3, False)
-        val = rows["general_quality:validation"]
+        val = rows["evalbeam_general_quality:validation"]
         assert (val["to_call"], val["upper_bound"], val["prompt_tokens"], val["cost"]) == (10, True, None, None)
         assert planned["calls"] == 8 + 3 + 10
         # the cost is the priced tokens (0.3 and 2.5 USD a million), batch at half
@@ -50,11 +50,11 @@ def test_plan_counts_what_the_run_then_asks_and_the_cache_removes(tmp_path, monk
         # stay within their bound (8 of 10: "a" and "b" are validated once, being the same)
         assert (server.stats.stages["generation"], server.stats.stages["validation"], calls) == (3, 8, 8 + 3 + 8)
 
-        cached = plan(judge_config(tmp_path, data, server.url, ["fluency", "general_quality"], run_id="j2",
+        cached = plan(judge_config(tmp_path, data, server.url, ["fluency", "evalbeam_general_quality"], run_id="j2",
                                    sampling_count=2, cache=[str(tmp_path / "out" / "j1" / "judge_cache")]), monkeypatch)
         rows = {r["metric"]: r for r in cached["metrics"]}
         assert (rows["fluency"]["cached"], rows["fluency"]["to_call"]) == (8, 0)
-        assert (rows["general_quality:generation"]["cached"], rows["general_quality:generation"]["to_call"]) == (3, 0)
+        assert (rows["evalbeam_general_quality:generation"]["cached"], rows["evalbeam_general_quality:generation"]["to_call"]) == (3, 0)
         # output tokens now learnt from the cached answers, not the max_output_tokens bound
         assert rows["fluency"]["output_tokens_from"] == "cached answers" and rows["fluency"]["output_tokens"] == 0
         assert server.stats.accepted == calls
