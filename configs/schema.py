@@ -1,40 +1,38 @@
-"""The one typed model of an evalbeam config, and its loading from YAML.
+"""The typed model of an evalbeam config: its shape, and nothing else.
 
-Every bad field gets a message naming it (``metrics.2.params.rouge_type: ...``).
+Every bad field gets a message naming it (``metrics.2.params.rouge_type: ...``). Validating
+reads no file, imports no user code and no optional package: the same YAML validates the same
+everywhere. Loading (configs.load) reads the file and expands ADK's criteria
+(configs.adk_expansion) first; what the environment must provide is checked by
+pipelines.preflight.
 """
 from __future__ import annotations
 
 import codecs
 import datetime as dt
 import json
-import os
-import posixpath
 import re
 import secrets
-from pathlib import Path
 from typing import Any, Literal
 
 import pydantic
-import yaml
-from apache_beam.io.filesystems import FileSystems
 
-from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA, judge_options, metrics_from_criteria, read_test_config
+from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA
 from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
-from evalbeam.metrics.custom import load_function
+from evalbeam.metrics.custom import function_path
 from evalbeam.metrics.fields import CANONICAL_FIELDS
-from evalbeam.metrics.judge.adk_judges import ADK_JUDGE_CRITERIA, require_adk
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import JudgeTemplate
-from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_template
 from evalbeam.metrics.names import BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE
 from evalbeam.metrics.registry import SIMULATOR_QUALITY, MetricDef, get_metric
-from evalbeam.transforms.read_adk import criteria_of_file, test_config_path
-from evalbeam.transforms.schema import TABLES
+from evalbeam.metrics.trace import get_key
 
 
 def reserved_columns() -> frozenset[str]:
     """The instances table's own columns, which a slice column may not shadow:
     read from the one schema definition."""
+    from evalbeam.transforms.schema import TABLES  # start-up time: pyarrow only where slice columns are checked
+
     return frozenset(c.name for c in TABLES["instances"])
 
 
@@ -263,12 +261,6 @@ class MetricSpec(_Model):
                     "params: " + "; ".join(f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors())
                 ) from None
 
-            if self.name.removeprefix("pairwise_") in VERTEX_METRICS:
-                # read Vertex's text now, where the pipeline is built: a missing package is a config error
-                vertex_template(self.name.removeprefix("pairwise_"))
-            if self.name in ADK_JUDGE_CRITERIA:
-                # ADK's own evaluator renders and scores it: google-adk must import where the pipeline is built
-                require_adk([self.name])
             if self.name in INFORMATIONAL_CRITERIA and self.threshold is not None:
                 raise ValueError(f"{self.name} is informational (as in ADK): it reports a value and never passes "
                                  "or fails, so it takes no threshold")
@@ -278,9 +270,8 @@ class MetricSpec(_Model):
             for field in self.inputs or []:
                 if field not in CANONICAL_FIELDS:
                     raise ValueError(f"inputs: {field!r} is not a canonical field")
-
-            try:
-                load_function(self.function)
+            try:  # its form; that it imports is checked where it runs (pipelines.preflight)
+                function_path(self.function)
             except ValueError as e:
                 raise ValueError(f"function: {e}") from None
         return self
@@ -366,68 +357,6 @@ class OutputConfig(_Model):
         return project, dataset
 
 
-def _criteria_of_files(uri: str) -> tuple[list[dict], dict]:
-    """(the metric specs of every criterion the ADK files of `uri` are judged with, each from
-    the test_config.json AgentEvaluator.find_config_for_test_file finds for its file, else ADK's
-    defaults; the judge settings their judge criteria ask for). A criterion's threshold is in
-    its spec where every file agrees; the files' own thresholds are on each row. Its other
-    fields (match_type, ...) and a judge criterion's threshold must agree between the files:
-    one run computes a metric one way."""
-    try:
-        paths = sorted(m.path for m in FileSystems.match([uri])[0].metadata_list)
-    except Exception:  # noqa: BLE001 - an unlistable uri: the input check (preflight) names it; ADK's defaults here
-        paths = []
-    configs = sorted({test_config_path(p) for p in paths}) or [None]
-    found: dict[str, tuple[dict, set]] = {}
-    judge: dict = {}
-    unreadable: list[str] = []
-    for config, path in ((c, next(p for p in paths if test_config_path(p) == c) if c else None) for c in configs):
-        try:
-            specs = criteria_of_file(path) if path else metrics_from_criteria(None)
-        except ValueError as e:
-            # ADK cannot judge this folder's files: read_adk dead-letters their cases naming the
-            # test_config.json (docs/agents.md); the run is configured from the readable ones
-            unreadable.append(str(e))
-            continue
-        if config and FileSystems.exists(config):
-            asked = judge_options(json.loads(_read_text(config)).get("criteria"))
-            for key, value in asked.items():
-                if judge.setdefault(key, value) != value:
-                    raise ValueError(f"{config}: its judge criteria ask for judge {key} {value!r}, another file's "
-                                     f"{judge[key]!r}; evalbeam runs one judge: make them agree, or set judge.{key}")
-        for spec in specs:
-            other = {k: v for k, v in spec.items() if k != "threshold"}
-            seen, thresholds = found.setdefault(spec["name"], (other, set()))
-            if seen != other:
-                raise ValueError(f"{config}: criterion {spec['name']} is given as {other.get('params') or {}} there "
-                                 f"and as {seen.get('params') or {}} for another file; evalbeam computes a criterion "
-                                 "one way in a run: make them agree, or set input.adk_criteria")
-            thresholds.add(spec.get("threshold"))
-    if unreadable and not found:  # no file could be judged: nothing to run
-        raise ValueError(unreadable[0])
-    out = []
-    for name, (spec, thresholds) in found.items():
-        if len(thresholds) > 1 and get_metric(name).is_judge:
-            raise ValueError(f"the files' test_config.json give judge criterion {name} different thresholds "
-                             f"({', '.join(map(str, sorted(thresholds)))}); per-file thresholds are for the rule-based "
-                             "criteria: make them agree, or set input.adk_criteria")
-        out.append({**spec, **({"threshold": thresholds.pop()} if len(thresholds) == 1 and None not in thresholds
-                               else {})})
-    return out, judge
-
-
-def _with_adk_judge_options(data: dict, text: str) -> dict:
-    """The judge criteria's judge_model_options (judge model, num_samples) as
-    judge.model and judge.sampling_count, unless the config sets them."""
-    try:
-        options = judge_options(json.loads(text).get("criteria"))
-    except ValueError as e:
-        raise ValueError(f"input.adk_criteria: {e}") from None
-    judge = dict(data.get("judge") or {})
-    for key, value in options.items():
-        judge.setdefault(key, value)
-    return {**data, "judge": judge} if options else data
-
 
 # GenerateContentConfig fields of user_simulator.model_configuration the judge layer applies (the answer's
 # shape); thinking_config is accepted as ADK's default carries it: the layer reads the answer's text, thoughts
@@ -479,40 +408,11 @@ class UserSimulatorConfig(_Model):
         c = self.model_configuration
         if c.get("temperature") is not None:
             update["temperature"] = float(c["temperature"])
-        tokens = c.get("max_output_tokens", c.get("maxOutputTokens"))
+        tokens = get_key(c, "max_output_tokens")
         if tokens is not None:
             update["max_output_tokens"] = int(tokens)
         return judge.model_copy(update=update)
 
-
-def user_simulator_from_adk(text: str) -> dict | None:
-    """The user_simulator_config of an ADK test_config.json (EvalConfig), as ADK reads it: snake_case or
-    camelCase key, a missing `type` taken as llm_backed (EvalConfig._inject_default_user_simulator_type)."""
-    config = json.loads(text)
-    value = config.get("user_simulator_config", config.get("userSimulatorConfig")) if isinstance(config, dict) \
-        else None
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise ValueError("user_simulator_config must be an object")
-    value = {k: v for k, v in value.items() if v is not None or k != "type"}
-    if value.get("type", "llm_backed") != "llm_backed":
-        raise ValueError(f"user_simulator_config: type {value['type']!r} is not supported (only llm_backed)")
-    # ADK's config allows (and ignores) other keys (BaseUserSimulatorConfig: extra="allow")
-    known = {name for field_name, f in UserSimulatorConfig.model_fields.items() for name in (field_name, f.alias)}
-    return {k: v for k, v in value.items() if k in known}
-
-
-def _with_adk_user_simulator(data: dict, text: str) -> dict:
-    """The ADK config's user_simulator_config as inference.user_simulator, unless the config sets one."""
-    try:
-        simulator = user_simulator_from_adk(text)
-    except ValueError as e:
-        raise ValueError(f"input.adk_criteria: {e}") from None
-    inference = data.get("inference")
-    if simulator is None or not isinstance(inference, dict) or inference.get("user_simulator") is not None:
-        return data
-    return {**data, "inference": {**inference, "user_simulator": simulator}}
 
 
 INFERENCE_KINDS = ("function", "model", "agent", "a2a", "agent_engine")
@@ -644,7 +544,15 @@ class EvalConfig(_Model):
                     "(status 1)")
     # field path -> (the relative path as the config file gives it, the folder it was taken relative to)
     _relative_paths: dict[str, tuple[str, str]] = pydantic.PrivateAttr(default_factory=dict)
+    # set by the loader (configs.load): whether the metrics are the ADK files' own, each file judged with its
+    # test_config.json (configs.adk_expansion); the config file's path, for the errors found past validation
     _criteria_per_file: bool = pydantic.PrivateAttr(False)
+    _config_file: str | None = pydantic.PrivateAttr(None)
+
+    @property
+    def config_file(self) -> str | None:
+        """The file the config was loaded from (None: validated from a mapping)."""
+        return self._config_file
 
     def path_note(self, field: str) -> str:
         """For an error about a path: where a relative path of the config file was resolved, when it was."""
@@ -653,86 +561,10 @@ class EvalConfig(_Model):
         written, folder = self._relative_paths[field]
         return f" ({written!r} in the config file: a relative path there is relative to the config file's folder, {folder!r})"
 
-    @pydantic.model_validator(mode="before")
-    @classmethod
-    def _adk_criteria(cls, data: Any) -> Any:
-        """input.adk_criteria's criteria become metrics; an ADK input with no
-        metrics gets ADK's default criteria (as `adk eval` without a test_config)."""
-        if not isinstance(data, dict) or not isinstance(data.get("input"), dict):
-            return data
-        try:
-            source = InputConfig.model_validate(data["input"])
-        except pydantic.ValidationError:
-            return data  # reported by the field's own validation
-        metrics = data.get("metrics") or []
-        if source.adk_criteria:
-            try:
-                added = read_test_config(_read_text(source.adk_criteria))
-            except (OSError, ValueError) as e:
-                raise ValueError(f"input.adk_criteria: {source.adk_criteria}: {e}") from None
-        elif source.is_adk and not metrics and source.kind == "files":
-            # each file judged with the test_config.json beside it (as ADK's AgentEvaluator): every
-            # criterion any of them names; a case's rows carry its own file's (adk_case.criteria)
-            try:
-                added, judge = _criteria_of_files(source.uri)
-            except ValueError as e:
-                raise ValueError(f"input: {e}") from None
-            data = {**data, "judge": {**judge, **(data.get("judge") or {})}} if judge else data
-        elif source.is_adk and not metrics:
-            # recorded runs have no expected side: the reference-free (efficiency) criteria
-            added = metrics_from_criteria({} if source.format == "adk_agent_events" else None)
-        else:
-            return data
-        names = {m if isinstance(m, str) else m.get("as") or m.get("name") for m in metrics}
-        data = {**data, "metrics": list(metrics) + [m for m in added if m["name"] not in names]}
-        if source.adk_criteria:
-            data = _with_adk_judge_options(data, _read_text(source.adk_criteria))
-        return data
-
-    @pydantic.model_validator(mode="before")
-    @classmethod
-    def _default_user_simulator(cls, data: Any) -> Any:
-        """inference.user_simulator, when not given, for an agent or function: input.adk_criteria's
-        user_simulator_config, else over an ADK eval set ADK's default LlmBackedUserSimulatorConfig
-        (its conversation_scenario cases run with it, as ADK runs them)."""
-        if not isinstance(data, dict) or not isinstance(data.get("input"), dict) \
-                or not isinstance(data.get("inference"), dict):
-            return data
-        inference = data["inference"]
-        if inference.get("user_simulator") is not None or inference.get("model") \
-                or not (inference.get("function") or inference.get("agent")):
-            return data
-        try:
-            source = InputConfig.model_validate(data["input"])
-        except pydantic.ValidationError:
-            return data
-        if source.adk_criteria:  # as ADK reads it: the test_config's user_simulator_config
-            try:
-                text = _read_text(source.adk_criteria)
-            except OSError:
-                return data  # reported by _adk_criteria, with the path
-            data = _with_adk_user_simulator(data, text)
-            if data["inference"].get("user_simulator") is not None:
-                return data
-        if source.inferred_format() != "adk_eval_set":
-            return data
-        return {**data, "inference": {**inference, "user_simulator": {}}}
-
     def simulates_users(self) -> bool:
         """Whether inference may run a user simulator (conversation_scenario cases of an ADK eval set),
         whose model calls go through the judge layer."""
         return self.inference is not None and self.inference.user_simulator is not None
-
-    # Defined after _adk_criteria, so that it sees the config as written (pydantic runs the
-    # last-defined wrap/before validator first): whether the metrics are the ADK files' own.
-    @pydantic.model_validator(mode="wrap")
-    @classmethod
-    def _criteria_of_each_file(cls, data: Any, handler) -> "EvalConfig":
-        source = data.get("input") if isinstance(data, dict) else None
-        per_file = (isinstance(source, dict) and not source.get("adk_criteria") and not data.get("metrics"))
-        config = handler(data)
-        config._criteria_per_file = bool(per_file) and config.input.kind == "files" and config.input.is_adk
-        return config
 
     @property
     def criteria_per_file(self) -> bool:
@@ -846,12 +678,6 @@ class EvalConfig(_Model):
         return json.dumps(self.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=True)
 
 
-def _read_text(path: str) -> str:
-    if not FileSystems.exists(path):
-        raise OSError("the file does not exist")
-    with FileSystems.open(path, mime_type="application/octet-stream") as f:
-        return f.read().decode("utf-8")
-
 
 def _loc(loc: tuple) -> str:
     return ".".join(str(p) for p in loc)
@@ -863,174 +689,4 @@ def format_errors(error: pydantic.ValidationError) -> str:
         msg = err["msg"].removeprefix("Value error, ")
         lines.append(f"  {_loc(err['loc']) or '(top level)'}: {msg}")
     return "\n".join(lines)
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML as safe_load reads it, but a date-like scalar stays text: the config's
-    one date (run_date) is parsed by its field, which names it when it is not a
-    date (`2026-02-30`), and a string field keeps what was typed. (PyYAML builds
-    a date object as it reads, and raises a bare ValueError on an impossible one.)"""
-
-
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-
-
-def _yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 - _Loader is a SafeLoader
-
-
-def _override_value(text: str) -> Any:
-    """A --set value: YAML (numbers, lists, mappings...), else the text as typed
-    (`*.jsonl` or `%x` are not valid YAML, and are meant as text)."""
-    if not text:
-        return ""
-    try:
-        return _yaml(text)
-    except yaml.YAMLError:
-        return text
-
-
-def apply_overrides(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``--set a.b.c=value`` (value parsed as YAML, else text; list items by index)."""
-    for item in overrides:
-        path, sep, text = item.partition("=")
-        if not sep or not path:
-            raise ConfigError(f"--set {item!r}: expected KEY.PATH=VALUE")
-        _set_path(raw, path, _override_value(text))
-    return raw
-
-
-def _set_path(raw: dict[str, Any], path: str, value: Any) -> None:
-    """Set the value at a dotted path (list items by index), creating mappings on the way."""
-    node: Any = raw
-    parts = path.split(".")
-    for i, part in enumerate(parts):
-        last = i == len(parts) - 1
-        if isinstance(node, list):
-            if not part.isdigit() or int(part) >= len(node):
-                raise ConfigError(f"--set {path}: {'.'.join(parts[:i])} has no item {part}")
-            if last:
-                node[int(part)] = value
-            else:
-                if isinstance(node[int(part)], str):  # a metric given by name only
-                    node[int(part)] = {"name": node[int(part)]}
-                node = node[int(part)]
-        elif isinstance(node, dict):
-            if last:
-                node[part] = value
-            else:
-                if node.get(part) is None:
-                    node[part] = {}
-                node = node[part]
-        else:
-            raise ConfigError(f"--set {path}: {'.'.join(parts[:i])} is not a mapping")
-
-
-# The paths a config file names, each (section, field): a relative local one is taken
-# relative to the config file's folder, so that a config means the same files wherever it is
-# run from. (judge.cache and judge.rubrics_from hold one location or a list of them.)
-PATH_FIELDS = (("input", "uri"), ("input", "adk_criteria"), ("output", "parquet"), ("output", "adk_eval_history"),
-               ("judge", "cache"), ("judge", "rubrics_from"))
-
-
-def _config_folder(path: str) -> str:
-    """The folder of the config file, as the path names it ('' for one in the current folder)."""
-    if FileSystems.get_scheme(path) is None:
-        return os.path.dirname(path)
-    return path.rsplit("/", 1)[0] if "/" in path.split("://", 1)[1] else path
-
-
-def relative_to(folder: str, value: Any) -> Any:
-    """`value` taken relative to `folder`, if it is a relative local path (a URL, an
-    absolute path or a non-text value is kept); a trailing / stays."""
-    if not folder or not isinstance(value, str) or not value or os.path.isabs(value) or \
-            FileSystems.get_scheme(value) is not None:
-        return value
-    if FileSystems.get_scheme(folder) is None:
-        joined = os.path.normpath(os.path.join(folder, value))
-    else:  # gs://bucket/evals + data/x.jsonl: the path within the bucket normalised, its scheme and bucket kept
-        scheme, rest = folder.split("://", 1)
-        bucket, _, within = rest.partition("/")
-        joined = f"{scheme}://{bucket}/" + posixpath.normpath(posixpath.join(within, value)).lstrip("/")
-    return joined + "/" if value.endswith("/") and not joined.endswith("/") else joined
-
-
-def resolve_paths(raw: dict[str, Any], folder: str) -> dict[tuple[str, ...], str]:
-    """Make the relative local paths of a config file's PATH_FIELDS relative to its folder,
-    in place; returns what was changed: field path -> the value as written."""
-    changed = {}
-    for section, field in PATH_FIELDS:
-        node = raw.get(section)
-        if not isinstance(node, dict) or field not in node:
-            continue
-        values = node[field]
-        for i, value in enumerate(values if isinstance(values, list) else [values]):
-            resolved = relative_to(folder, value)
-            if resolved == value:
-                continue
-            if isinstance(values, list):
-                values[i] = resolved
-                changed[(section, field, str(i))] = value
-            else:
-                node[field] = resolved
-                changed[(section, field)] = value
-    return changed
-
-
-def _value_at(raw: Any, path: tuple[str, ...]) -> Any:
-    for part in path:
-        if isinstance(raw, dict):
-            raw = raw.get(part)
-        elif isinstance(raw, list) and part.isdigit() and int(part) < len(raw):
-            raw = raw[int(part)]
-        else:
-            return None
-    return raw
-
-
-def load_config(path: str | Path, overrides: list[str] | None = None) -> EvalConfig:
-    """The config file at `path` (local or gs://) with the `--set` overrides applied.
-    A relative local path in the file (PATH_FIELDS) is relative to the file's folder;
-    one given in an override is taken as typed (relative to the current folder)."""
-    path = str(path)
-    try:
-        with FileSystems.open(path, mime_type="application/octet-stream") as f:
-            raw = _yaml(f.read().decode("utf-8"))
-    except (FileNotFoundError, IOError) as e:
-        if not FileSystems.exists(path):
-            raise ConfigError(f"config file {path!r} does not exist") from None
-        raise ConfigError(f"cannot read config file {path!r}: {e}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping")
-    folder = _config_folder(path)
-    resolved = {loc: (written, _value_at(raw, loc)) for loc, written in resolve_paths(raw, folder).items()}
-    raw = apply_overrides(raw, overrides or [])
-    # the notes errors give: for the paths that came from the file (an override replaces its note)
-    notes = {".".join(loc): (written, folder or ".") for loc, (written, value) in resolved.items()
-             if _value_at(raw, loc) == value}
-    try:
-        config = EvalConfig.model_validate(raw)
-        config._relative_paths.update(notes)
-        return config
-    except pydantic.ValidationError as e:
-        error = e
-    # A string field set with --set takes the text as typed (`--set run_id=20261122`
-    # is YAML for a number): put those values back as text and validate once more.
-    typed = {tuple(o.partition("=")[0].split(".")): o.partition("=")[2] for o in overrides or []}
-    as_text = [loc for loc in (tuple(map(str, err["loc"])) for err in error.errors() if err["type"] == "string_type")
-               if loc in typed]
-    if as_text:
-        for loc in as_text:
-            _set_path(raw, ".".join(loc), typed[loc])
-        try:
-            config = EvalConfig.model_validate(raw)
-            config._relative_paths.update(notes)
-            return config
-        except pydantic.ValidationError as e:
-            error = e
-    raise ConfigError(f"{path}: invalid config\n{format_errors(error)}") from None
 
