@@ -378,6 +378,7 @@ class UserSimulatorConfig(_Model):
     max_allowed_invocations: int = pydantic.Field(
         20, ge=-1, alias="maxAllowedInvocations",
         description="the most user messages of a conversation, the starting prompt included; -1: no limit")
+    # checked by ADK's own LlmBackedUserSimulatorConfig, with google-adk: where it runs (pipelines.preflight)
     custom_instructions: str | None = pydantic.Field(
         None, alias="customInstructions",
         description="a Jinja template with {{ stop_signal }}, {{ conversation_plan }}, {{ conversation_history }} "
@@ -385,13 +386,6 @@ class UserSimulatorConfig(_Model):
     include_function_calls: bool = pydantic.Field(
         False, alias="includeFunctionCalls",
         description="show the agent's tool calls and responses in the conversation the simulator reads")
-
-    @pydantic.field_validator("custom_instructions")
-    @classmethod
-    def _jinja(cls, value: str | None) -> str | None:
-        from evalbeam.metrics.simulator import check_custom_instructions
-
-        return check_custom_instructions(value)
 
     @pydantic.field_validator("model_configuration")
     @classmethod

@@ -6,7 +6,7 @@ import pydantic
 import pytest
 
 from evalbeam.configs import ConfigError, EvalConfig, load_config
-from evalbeam.pipelines.preflight import check_metric_code
+from evalbeam.pipelines.preflight import check_imports
 
 BASE = """
 name: t
@@ -70,7 +70,7 @@ def test_a_custom_metric_that_does_not_import_is_named(tmp_path, change, expecte
     text = BASE.replace("  - exact_match\n", "  - exact_match\n" + change + "\n")
     config = load_config(write(tmp_path, text))
     with pytest.raises(ConfigError) as e:
-        check_metric_code(config)
+        check_imports(config)
     assert expected in str(e.value) and "metrics.1: function: " in str(e.value)
 
 
