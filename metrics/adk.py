@@ -22,7 +22,7 @@ from typing import Any, Callable, Literal, Mapping, Optional
 import pydantic
 
 from evalbeam.metrics.registry import MetricError, MetricValue, get_metric, is_refused, register
-from evalbeam.metrics.trace import trace_of
+from evalbeam.metrics.trace import get_key, trace_of
 
 # Reported by ADK on every eval; they never pass or fail, and ADK refuses a threshold on them.
 INFORMATIONAL_CRITERIA = ("tool_call_count_v1", "token_usage_v1", "inference_call_count_v1", "invocation_duration_v1")
@@ -443,11 +443,11 @@ def judge_options(criteria: Mapping[str, Any] | None) -> dict[str, Any]:
             continue
         options = {}
         if isinstance(criterion, dict):
-            options = criterion.get("judge_model_options", criterion.get("judgeModelOptions")) or {}
+            options = get_key(criterion, "judge_model_options") or {}
             if not isinstance(options, dict):
                 raise ValueError(f"criteria.{name}.judge_model_options must be an object")
-        model = options.get("judge_model", options.get("judgeModel", ADK_JUDGE_MODEL))
-        samples = options.get("num_samples", options.get("numSamples", ADK_NUM_SAMPLES))
+        model = get_key(options, "judge_model", ADK_JUDGE_MODEL)
+        samples = get_key(options, "num_samples", ADK_NUM_SAMPLES)
         if not isinstance(model, str) or not model:
             raise ValueError(f"criteria.{name}.judge_model_options.judge_model must be a model name")
         if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:

@@ -1,8 +1,10 @@
-"""Checks made before any work: that the input exists and its columns provide every
-metric's inputs, that the outputs can be written (and the run's folder is
+"""Checks made before any work: that what the config names imports here (a custom metric's function,
+Vertex's published prompts, google-adk for ADK's judges and user simulator), that the input exists and its columns
+provide every metric's inputs, that the outputs can be written (and the run's folder is
 evalbeam's to replace), that the judge has credentials and its tables exist, and
 that an inference function or agent imports. Each failure is a ConfigError that
-names the resource or field at fault; nothing is created."""
+names the resource or field at fault; nothing is created. (The config model, configs.schema,
+checks a config's shape only: these are what the environment must provide.)"""
 from __future__ import annotations
 
 import dataclasses
@@ -14,16 +16,18 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 from google.auth.exceptions import DefaultCredentialsError
 
-from evalbeam.configs import ConfigError, EvalConfig
+from evalbeam.configs import ConfigError, EvalConfig, MetricSpec
+from evalbeam.metrics.custom import load_function
 from evalbeam.metrics.deployed import reachable
 from evalbeam.metrics.fields import InvalidField
 from evalbeam.metrics.inference import AgentInferrer, load_target
 from evalbeam.metrics.instance import RowSpec, build_instance, present_columns
 from evalbeam.metrics.judge.adk_judges import AdkJudgesUnavailable, check_evaluators
+from evalbeam.metrics.judge.adk_judges import require_adk as require_adk_judges
 from evalbeam.metrics.judge.client import JudgeCredentialsError, check_credentials
-from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS
+from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_template
 from evalbeam.metrics.registry import get_metric, unmet_inputs
-from evalbeam.metrics.simulator import SimulatorUnavailable, require_adk
+from evalbeam.metrics.simulator import QUALITY_METRIC, SimulatorUnavailable, check_custom_instructions, require_adk
 from evalbeam.pipelines.local import LOCAL_RUNNERS
 from evalbeam.pipelines.stages.read import adk_reading, inputs_left, row_spec
 from evalbeam.transforms import bigquery
@@ -122,6 +126,7 @@ def _cloud_resources(config: EvalConfig) -> str:
 
 def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str | None,
                credentials: bool) -> Preflight:
+    check_imports(config)
     if config.input.kind == "files":
         checked = _check_files(config)
     else:
@@ -136,6 +141,47 @@ def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str 
     _check_inference(config)
     _check_simulator(config)
     return checked
+
+
+def check_imports(config: EvalConfig) -> None:
+    """What the config needs to import here, checked first: a custom metric's function, a
+    Vertex-named judge's published prompt (read from google-cloud-aiplatform), google-adk for ADK's
+    judge criteria and for the user simulator's verifier (per_turn_user_simulator_quality_v1), and
+    ADK's own check of the user simulator's custom_instructions. Raises ConfigError naming each
+    field at fault (`metrics.<i>: ...`), worded as the config's own errors are."""
+    problems = []
+    for i, spec in enumerate(config.metrics):
+        try:
+            _check_metric_imports(spec)
+        except ValueError as e:
+            problems.append(f"  metrics.{i}: {e}")
+    simulator = config.inference.user_simulator if config.inference else None
+    if simulator is not None:
+        try:
+            check_custom_instructions(simulator.custom_instructions)
+        except ValueError as e:
+            problems.append(f"  inference.user_simulator.custom_instructions: {e}")
+    if problems:
+        where = f"{config.config_file}: " if config.config_file else ""
+        raise ConfigError(f"{where}invalid config\n" + "\n".join(problems))
+
+
+def _check_metric_imports(spec: MetricSpec) -> None:
+    if spec.is_custom:
+        try:
+            load_function(spec.function)
+        except ValueError as e:
+            raise ValueError(f"function: {e}") from None
+        return
+    if spec.user_template is not None:
+        return
+    if spec.name.removeprefix("pairwise_") in VERTEX_METRICS:
+        # read Vertex's text here, where the pipeline is built: a missing package is a config error
+        vertex_template(spec.name.removeprefix("pairwise_"))
+    # ADK's own evaluator renders and scores ADK's judge criteria: google-adk must import where the pipeline is built
+    require_adk_judges([spec.name])
+    if spec.name == QUALITY_METRIC:  # ADK's own verifier prompt and parsing, likewise
+        require_adk(spec.name)
 
 
 def _check_inference(config: EvalConfig) -> None:

@@ -1,3 +1,4 @@
+import json
 import os
 import textwrap
 
@@ -5,6 +6,7 @@ import pydantic
 import pytest
 
 from evalbeam.configs import ConfigError, EvalConfig, load_config
+from evalbeam.pipelines.preflight import check_imports
 
 BASE = """
 name: t
@@ -44,8 +46,6 @@ def test_minimal_config_and_defaults(tmp_path):
         ("  - {name: bleu, params: {use_effective_ordr: true}}", "use_effective_ordr: Extra inputs are not permitted"),
         ("  - nonexistent_metric", "unknown metric 'nonexistent_metric'"),
         ("  - {name: trajectory_single_tool_use}", "tool_name: Field required"),
-        ("  - {name: x, function: 'no_such_module:f'}", "function: cannot import module 'no_such_module'"),
-        ("  - {name: x, function: 'evalbeam.metrics.examples:nope'}", "has no attribute 'nope'"),
         ("  - {name: x, function: 'metrics.examples'}", "not of the form 'package.module:function'"),
         ("  - {name: exact_match, as: exact_match}", "two metrics are named 'exact_match'"),
         ("  - {name: bleu, as: 'bad name'}", "metrics.1.as: String should match pattern"),
@@ -55,6 +55,23 @@ def test_bad_metric_fields_are_named(tmp_path, change, expected):
     text = BASE.replace("  - exact_match\n", "  - exact_match\n" + change + "\n")
     message = error_of(tmp_path, text).replace("Value error, ", "")
     assert expected.replace("Value error, ", "") in message
+
+
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        ("  - {name: x, function: 'no_such_module:f'}", "function: cannot import module 'no_such_module'"),
+        ("  - {name: x, function: 'evalbeam.metrics.examples:nope'}", "has no attribute 'nope'"),
+    ],
+)
+def test_a_custom_metric_that_does_not_import_is_named(tmp_path, change, expected):
+    """Whether a custom metric's function imports is a fact of the environment, not of the config:
+    the config loads, and the check made before any work (preflight) names the field."""
+    text = BASE.replace("  - exact_match\n", "  - exact_match\n" + change + "\n")
+    config = load_config(write(tmp_path, text))
+    with pytest.raises(ConfigError) as e:
+        check_imports(config)
+    assert expected in str(e.value) and "metrics.1: function: " in str(e.value)
 
 
 @pytest.mark.parametrize(
@@ -164,3 +181,25 @@ def test_labels_on_an_adk_input_are_refused_as_it_has_no_label_column(source):
     with pytest.raises(pydantic.ValidationError, match="input.labels: .*ADK"):
         EvalConfig.model_validate({"name": "n", "input": {**source, "labels": {"tool_call_count_v1": "human"}},
                                    "metrics": ["tool_call_count_v1"], "output": {"parquet": "out/"}})
+
+
+def test_importing_the_config_model_loads_no_beam_transform_or_metric():
+    """The config model checks shape only: importing it loads neither Beam nor the transforms nor a
+    metric's implementation (issue 28); the registry imports the built-in metrics when first asked."""
+    import subprocess
+    import sys
+
+    metric_modules = ("evalbeam.metrics.builtin", "evalbeam.metrics.adk", "evalbeam.metrics.agent",
+                      "evalbeam.metrics.text", "evalbeam.metrics.tool_call", "evalbeam.metrics.trajectory",
+                      "evalbeam.metrics.judge.adk_judges", "evalbeam.metrics.judge.library",
+                      "evalbeam.metrics.judge.rubric_library")
+    code = ("import json, sys\n"
+            "import evalbeam.configs\n"
+            "loaded = [m for m in sys.modules if m.split('.')[0] == 'apache_beam'\n"
+            "          or m.startswith(('evalbeam.transforms', 'evalbeam.pipelines')) or m in %r]\n"
+            "from evalbeam.metrics.registry import get_metric\n"
+            "get_metric('exact_match')\n"
+            "print(json.dumps([loaded, all(m in sys.modules for m in %r)]))\n" % (metric_modules, metric_modules))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded, metrics_after_lookup = json.loads(result.stdout)
+    assert loaded == [] and metrics_after_lookup
