@@ -2,15 +2,18 @@
 module show, compare and report read through.
 
 From BigQuery when the config writes there, else from the Parquet output with
-DuckDB. Parquet files are opened through Beam's filesystems (local or gs://)
-and handed to DuckDB as Arrow tables: DuckDB's own gs:// support is an
-extension it would download.
+DuckDB. Parquet files are opened through Beam's filesystems where the output is
+a URL (gs://), and handed to DuckDB as Arrow tables: DuckDB's own gs:// support
+is an extension it would download. A local output is read without Beam, whose
+import would be most of the start-up of `show` and `runs`.
 """
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import fnmatch
 import os
+import re
 import sys
 from typing import Any
 
@@ -18,8 +21,6 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from apache_beam.io.filesystems import FileSystems
-
 from evalbeam.transforms.local_cloud import bigquery_client
 from evalbeam.transforms.schema import TABLES, arrow_schema
 
@@ -57,7 +58,7 @@ class ParquetResults:
         self.output = output
         self.location = output
         self._tables: dict[tuple[str, str], pa.Table] = {}
-        if FileSystems.get_scheme(output) is None and not os.path.isdir(output):
+        if not is_url(output) and not os.path.isdir(output):
             raise ResultsError(f"no results folder {output!r}")
 
     def _read(self, pattern: str, table: str) -> pa.Table:
@@ -71,15 +72,15 @@ class ParquetResults:
         """columns: only these; keep: a batch -> the mask of its rows to keep. Files are
         read a record batch at a time, so a large table read for a few of its rows
         (the metric errors of a million-row run) never sits in memory whole."""
-        paths = sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+        paths = match_files(pattern)
         tables = []
         for path in paths:
             try:
                 if columns is None and keep is None:
-                    with FileSystems.open(path, mime_type="application/octet-stream") as f:
+                    with open_file(path) as f:
                         tables.append(pq.read_table(pa.BufferReader(f.read())))
                     continue
-                with FileSystems.open(path, mime_type="application/octet-stream") as f:
+                with open_file(path) as f:
                     parquet = pq.ParquetFile(f)
                     present = [c for c in columns or parquet.schema_arrow.names if c in parquet.schema_arrow.names]
                     batches = [b.filter(keep(b)) if keep else b for b in parquet.iter_batches(columns=present)]
@@ -108,18 +109,18 @@ class ParquetResults:
     def sql(self, template: str, params: dict[str, Any], tables: dict[str, tuple[str, str | None]]) -> list[dict[str, Any]]:
         """SQL written once for both backends: `{name}` is a table of `tables` ({name: (table,
         run_id)}; run_id None: every run's rows), `{P}` the parameter sigil."""
-        where = {name: (table, FileSystems.join(self.output, run_id or "*", table, "*.parquet"))
+        where = {name: (table, join_path(self.output, run_id or "*", table, "*.parquet"))
                  for name, (table, run_id) in tables.items()}
         return self.query(template.format(P="$", **{name: name for name in tables}), params, **where)
 
     def runs(self, eval_name: str | None) -> list[dict[str, Any]]:
         where = "WHERE name = $name" if eval_name else ""
         return self.query(RUNS_SQL.format(runs="runs", where=where), {"name": eval_name} if eval_name else {},
-                          runs=FileSystems.join(self.output, "*", "runs", "*.parquet"))
+                          runs=join_path(self.output, "*", "runs", "*.parquet"))
 
     def run_tables(self, run_id: str) -> dict[str, list[dict[str, Any]]]:
         def pattern(table):
-            return FileSystems.join(self.output, run_id, table, "*.parquet")
+            return join_path(self.output, run_id, table, "*.parquet")
 
         params = {"run_id": run_id}
         return {
@@ -244,7 +245,7 @@ def as_date(value) -> dt.date:
 def read_rows(paths: list[str]) -> list[dict[str, Any]]:
     rows = []
     for path in paths:
-        with FileSystems.open(path, mime_type="application/octet-stream") as f:
+        with open_file(path) as f:
             rows += pq.read_table(pa.BufferReader(f.read())).to_pylist()
     return rows
 
@@ -254,5 +255,64 @@ def run_comparisons(results, run_id: str) -> list[dict[str, Any]]:
     location = location_of(results)
     if location.bigquery:
         return results._query(f"SELECT * FROM `{location.bigquery}.comparisons` WHERE run_id = @run_id", run_id=run_id)
-    pattern = FileSystems.join(location.parquet, run_id, "comparisons", "*.parquet")
-    return read_rows(sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list))
+    return read_rows(match_files(join_path(location.parquet, run_id, "comparisons", "*.parquet")))
+
+
+# A URL's scheme (gs://), as Beam's filesystems tell it
+URL_RE = re.compile(r"[a-zA-Z][-a-zA-Z0-9+.]*://")
+
+
+def is_url(path: str) -> bool:
+    return URL_RE.match(path.strip()) is not None
+
+
+def join_path(base: str, *parts: str) -> str:
+    if is_url(base):
+        from apache_beam.io.filesystems import FileSystems  # start-up time: Beam only for a URL
+
+        return FileSystems.join(base, *parts)
+    return os.path.join(base, *parts)
+
+
+def open_file(path: str):
+    """`path` opened for reading bytes."""
+    if is_url(path):
+        from apache_beam.io.filesystems import FileSystems  # start-up time: Beam only for a URL
+
+        return FileSystems.open(path, mime_type="application/octet-stream")
+    return open(path, "rb")
+
+
+def match_files(pattern: str) -> list[str]:
+    """The paths of the files `pattern` names, sorted. A local pattern is matched as
+    Beam's local filesystem matches it: `*`, `?` and `[...]` within one path component,
+    hidden files too, no folder entered through a symbolic link below the part of the
+    pattern before its first wildcard, no link that leads nowhere."""
+    if is_url(pattern):
+        from apache_beam.io.filesystems import FileSystems  # start-up time: Beam only for a URL
+
+        return sorted(m.path for m in FileSystems.match([pattern])[0].metadata_list)
+    parts = pattern.split(os.sep)
+    first = next((i for i, part in enumerate(parts) if re.search(r"[*?[]", part)), len(parts) - 1)
+    found = [os.sep.join(parts[:first]) or (os.sep if pattern.startswith(os.sep) else "")]
+    for depth, part in enumerate(parts[first:], start=first):
+        last = depth == len(parts) - 1
+        found = [os.path.join(folder, entry.name) for folder in found for entry in _entries(folder)
+                 if fnmatch.fnmatchcase(entry.name, part)
+                 and (_is_file(entry) if last else entry.is_dir(follow_symlinks=False))]
+    return sorted(found)
+
+
+def _is_file(entry: os.DirEntry) -> bool:
+    try:
+        return not entry.is_dir() and entry.stat() is not None
+    except OSError:  # a link to nothing
+        return False
+
+
+def _entries(folder: str) -> list[os.DirEntry]:
+    try:
+        with os.scandir(folder or os.curdir) as entries:
+            return list(entries)
+    except OSError:  # no such folder (yet), or not a folder: no files
+        return []

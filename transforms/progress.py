@@ -21,6 +21,8 @@ import uuid
 
 import apache_beam as beam
 
+from evalbeam.transforms.interrupt import INTERRUPTED
+
 FLUSH_SECONDS = 1.0
 
 
@@ -154,12 +156,6 @@ def describe(counts: dict[str, int], elapsed: float, quota_per_minute: float | N
 def _duration(seconds: float) -> str:
     seconds = int(seconds)
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
-
-
-# Set by the `evalbeam` command's Ctrl-C handler (pipelines.cli): Beam reports a
-# KeyboardInterrupt raised inside a step as a RuntimeError, so the exception
-# alone does not tell an interrupted run from a failed one.
-INTERRUPTED = threading.Event()
 
 
 class ProgressDisplay:

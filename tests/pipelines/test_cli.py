@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import textwrap
 
 import pyarrow.parquet as pq
@@ -266,7 +267,7 @@ def test_the_command_ends_after_its_exit_handlers_and_whole_output(dataset, tmp_
     assert result.stdout.rstrip().endswith(f"results: {tmp_path / 'out'}")
     assert "read 9 = scored 4 + dead-lettered 5" in result.stdout
     # a long output through a pipe: all of it, as main() writes it in the test's own process
-    from evalbeam.pipelines.cli import metrics_table as _metrics_table
+    from evalbeam.pipelines.commands.metrics import metrics_table as _metrics_table
 
     listed = evalbeam("metrics")
     assert listed.returncode == 0 and listed.stdout == _metrics_table() + "\n"
@@ -452,6 +453,42 @@ def test_runs_with_a_config_lists_that_configs_eval_only(dataset, tmp_path):
     named = evalbeam("runs", "--config", other, "--eval", "e2e").stdout.splitlines()[2:]  # --eval still chooses
     assert [line.split()[:2] for line in named] == [["r1", "e2e"]]
 
+
+
+def traced(*args):
+    """`evalbeam ARGS` run under `python -X importtime`: the process, and the modules it
+    imported (every import it made, logged as made, however it ended)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-X", "importtime", EVALBEAM, *map(str, args)], capture_output=True,
+                            text=True, cwd=ROOT, env=env, timeout=600)
+    modules = {line.rpartition("|")[2].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert "evalbeam.pipelines.cli" in modules, result.stderr  # the trace holds the command's imports
+    return result, modules
+
+
+def test_commands_that_run_no_pipeline_do_not_import_beam(tmp_path):
+    """A command's module is imported only when it is chosen (pipelines/commands/): the help,
+    the metrics and reading a local results folder need no Beam, whose import is most of
+    the start-up of a command that does (bench/cli_startup.py)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for args, status in ([["--help"], 0], [["metrics"], 0], [["runs", "--parquet", empty], 0],
+                         [["show", "r1", "--parquet", empty], 1]):
+        result, modules = traced(*args)
+        assert result.returncode == status, result.stderr
+        assert "apache_beam" not in modules, args
+    result, modules = traced("run", "--help")  # the trace does see Beam where a command imports it
+    assert result.returncode == 0 and "apache_beam" in modules
+
+
+def test_show_and_runs_read_a_run_without_beam(dataset):
+    config, _, run_dir = dataset
+    evalbeam("run", config, "--direct_num_workers=1", check=False)  # exits 1: the dataset has bad rows
+    out = run_dir.parent
+    for args in (["show", "r1", "--parquet", out], ["show", "r1", "--json", "--parquet", out], ["runs", "--parquet", out]):
+        result, modules = traced(*args)
+        assert result.returncode == 0 and "r1" in result.stdout, result.stderr
+        assert "apache_beam" not in modules, args
 
 def test_a_latin1_csv_is_read_with_input_encoding(tmp_path):
     data = tmp_path / "latin.csv"

@@ -273,7 +273,7 @@ def test_dataflow_dry_run_builds_the_whole_job(cloud, monkeypatch):
 
     from evalbeam.configs import load_config
     from evalbeam.pipelines import evaluate
-    from evalbeam.pipelines.cli import with_setup_file as _with_setup_file
+    from evalbeam.pipelines.commands.beam_flags import with_setup_file as _with_setup_file
 
     secret = "AIzaSy-not-a-real-key-but-secret-0123456789"
     monkeypatch.setenv("GOOGLE_API_KEY", secret)

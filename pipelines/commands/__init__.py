@@ -1,0 +1,71 @@
+"""The commands of `evalbeam`, one module each, imported only when chosen.
+
+COMMANDS names them with the line `evalbeam --help` gives each; `parser(argv)`
+builds the command line with the arguments of the command chosen only, from its
+module's `add_arguments(parser)`. A command module's `main(args, beam_args)`
+returns the exit status; its imports are what that command runs, so `evalbeam
+--help` and `evalbeam metrics` load neither Beam nor the pipeline.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+from types import ModuleType
+from typing import NoReturn
+
+# name: (its line in `evalbeam --help`, whether its options may be abbreviated), in that order
+COMMANDS = {
+    "run": ("run an evaluation (extra arguments go to Beam)", False),
+    "validate": ("check a config and its dataset's columns; runs nothing", False),
+    "plan": ("the judgments a run needs after dedup and the cache, their tokens, cost and time; calls nothing", False),
+    "metrics": ("list every metric", True),
+    "runs": ("list runs, newest first", False),
+    "compare": ("paired comparison of runs with a base run; exit 1 when a regression is flagged "
+                "(extra arguments go to Beam)", False),
+    "show": ("print a run's summary", False),
+    "report": ("write a run's report as one self-contained HTML file (needs the 'report' extra: Matplotlib)", False),
+}
+
+# What CPython exits with when it cannot flush stdout at shutdown.
+UNWRITTEN_OUTPUT_STATUS = 120
+
+
+def parser(argv: list[str] | tuple[str, ...] = ()) -> argparse.ArgumentParser:
+    """The command line. The command chosen is the first argument of `argv` that is not an
+    option (`evalbeam` itself takes no option with a value); its arguments are added from
+    its module, which is imported then. Every other command is a name and its help line."""
+    top = argparse.ArgumentParser(prog="evalbeam", description="Batch evaluation of LLM and agent outputs on Apache Beam.",
+                                  allow_abbrev=False)
+    top.add_argument("--version", action="version", version=f"evalbeam {version()}")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    for name, (help_line, abbreviated) in COMMANDS.items():
+        command_parser = sub.add_parser(name, help=help_line, allow_abbrev=abbreviated)
+        if name == chosen:
+            command(name).add_arguments(command_parser)
+    return top
+
+
+def command(name: str) -> ModuleType:
+    """The module of the command `name` (one of COMMANDS)."""
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def usage_error(message: str) -> NoReturn:
+    """A usage error said as `evalbeam`'s own (its usage line, then the message); status 2."""
+    parser().error(message)
+
+
+def no_beam_flags(beam_args: list[str]) -> None:
+    """Only `run`, `compare` and `report` take Beam flags: another command's unknown argument is an error."""
+    if beam_args:
+        usage_error(f"unrecognized arguments: {' '.join(beam_args)}")
+
+
+def version() -> str:
+    """The installed distribution's version (setup.py's, as pip recorded it)."""
+    try:
+        return importlib.metadata.version("evalbeam")
+    except importlib.metadata.PackageNotFoundError:  # imported from a checkout that was never installed
+        return "(not installed)"

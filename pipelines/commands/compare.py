@@ -1,0 +1,61 @@
+"""`evalbeam compare BASE_RUN_ID RUN_ID ... [Beam flags]`: paired statistics of runs against a
+base run, written to the comparisons table; status 1 when a regression is flagged."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from evalbeam.configs import ConfigError, load_config
+from evalbeam.pipelines.commands import usage_error
+from evalbeam.pipelines.commands.arguments import gate_args
+from evalbeam.pipelines.commands.beam_flags import check_beam_args, pipeline_options
+from evalbeam.pipelines.commands.results_args import results_args, results_of
+from evalbeam.pipelines.compare import CompareError, compare, comparison_gate, format_comparison, unpaired_note
+from evalbeam.pipelines.results import ResultsError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("base_run_id")
+    parser.add_argument("run_ids", nargs="+", metavar="run_id")
+    parser.add_argument("--tolerance", type=float, default=0.0,
+                        help="T: flag only changes whose 95%% CI lies entirely beyond -T or +T (default 0)")
+    parser.add_argument("--alpha", type=float, default=0.05,
+                        help="flag only changes whose Holm-adjusted p-value is below this (default 0.05)")
+    gate_args(parser)
+    results_args(parser)
+
+
+def main(args: argparse.Namespace, beam_args: list[str]) -> int:
+    check_beam_args(beam_args)
+    if args.tolerance < 0 or not 0 < args.alpha <= 1:
+        usage_error("--tolerance must be >= 0 and --alpha in (0, 1]")
+    logging.getLogger().setLevel(logging.WARNING)
+    try:
+        results = results_of(args)
+        also_parquet = None
+        if args.config:
+            config = load_config(args.config)
+            also_parquet = config.output.parquet if config.output.bigquery else None
+        options = pipeline_options(beam_args)
+        rows = compare(results, args.base_run_id, args.run_ids, options, args.tolerance, args.alpha, also_parquet,
+                       allow_different_evals=args.allow_different_evals)
+    except (ConfigError, ResultsError, CompareError) as e:
+        print(f"evalbeam: {e}", file=sys.stderr)
+        return 2
+    print(format_comparison(rows))
+    for note in unpaired_note(rows):
+        print(note)
+    regressed = [r for r in rows if r["regression"]]
+    print(f"\n{len(regressed)} regression(s) flagged; comparisons written to {results.location}")
+    if gate_failed(results, rows, args.base_run_id, args.run_ids, args.min_paired):
+        return 2  # too little paired to gate on: neither a pass nor a regression
+    return 1 if regressed else 0
+
+
+def gate_failed(results, rows, base_run_id: str, run_ids: list[str], min_paired: int | None) -> bool:
+    """Say (stderr) each metric that pairs too few instances to gate on; whether there was one."""
+    problems = comparison_gate(results, rows, base_run_id, run_ids, min_paired)
+    for problem in problems:
+        print(f"evalbeam: compare: {problem}", file=sys.stderr)
+    return bool(problems)

@@ -1,0 +1,37 @@
+"""`evalbeam show RUN_ID`: a run's counts, judge accounting, summary, errors and dead letters."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from evalbeam.configs import ConfigError
+from evalbeam.pipelines.commands import UNWRITTEN_OUTPUT_STATUS, no_beam_flags
+from evalbeam.pipelines.commands.results_args import results_args, results_of
+from evalbeam.pipelines.report_data import show_data, to_json
+from evalbeam.pipelines.results import ResultsError
+from evalbeam.pipelines.text_tables import run_report
+from evalbeam.transforms.write_failure import OutputWriteError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_id")
+    parser.add_argument("--json", action="store_true", help="print it as JSON, for scripts")
+    results_args(parser)
+
+
+def main(args: argparse.Namespace, beam_args: list[str]) -> int:
+    no_beam_flags(beam_args)
+    try:
+        results = results_of(args)
+        tables = results.run_tables(args.run_id)
+        if not tables["runs"]:
+            print(f"evalbeam: no run {args.run_id!r} in {results.location}", file=sys.stderr)
+            return 1
+        print(to_json(show_data(results, args.run_id, tables)) if args.json else run_report(results, args.run_id, tables))
+        return 0
+    except (ConfigError, ResultsError) as e:
+        print(f"evalbeam: {e}", file=sys.stderr)
+        return 2
+    except OutputWriteError as e:
+        print(f"evalbeam: {e}", file=sys.stderr)
+        return UNWRITTEN_OUTPUT_STATUS
