@@ -18,6 +18,7 @@ import pydantic
 import yaml
 from apache_beam.io.filesystems import FileSystems
 
+from evalbeam.configs.failure_modes import FailureModesConfig, check_metrics
 from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA, judge_options, metrics_from_criteria, read_test_config
 from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
 from evalbeam.metrics.custom import load_function
@@ -29,13 +30,13 @@ from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_templ
 from evalbeam.metrics.names import BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE
 from evalbeam.metrics.registry import SIMULATOR_QUALITY, MetricDef, get_metric
 from evalbeam.transforms.read_adk import criteria_of_file, test_config_path
-from evalbeam.transforms.schema import TABLES
+from evalbeam.transforms.schema import SLICED_TABLES, TABLES
 
 
 def reserved_columns() -> frozenset[str]:
-    """The instances table's own columns, which a slice column may not shadow:
-    read from the one schema definition."""
-    return frozenset(c.name for c in TABLES["instances"])
+    """The own columns of the tables with slice columns, which a slice column may not
+    shadow: read from the one schema definition."""
+    return frozenset(c.name for t in SLICED_TABLES for c in TABLES[t])
 
 
 class ConfigError(ValueError):
@@ -628,6 +629,9 @@ class EvalConfig(_Model):
     inference: InferenceConfig | None = pydantic.Field(
         None, description="inference before scoring: run a function, a model or an ADK agent on each case")
     output: OutputConfig
+    failure_modes: FailureModesConfig | None = pydantic.Field(
+        None, description="classify the failures of these metrics into a taxonomy of failure modes "
+                          "(configs/failure_modes.py)")
     compare_with: str | None = pydantic.Field(
         None, pattern=NAME_RE,
         description="'previous' (this eval's latest earlier run by run date) or a run_id: compared with in the "
@@ -773,6 +777,16 @@ class EvalConfig(_Model):
         return self
 
     @pydantic.model_validator(mode="after")
+    def _failure_mode_metrics(self) -> "EvalConfig":
+        if self.failure_modes is not None:
+            can_fail = {m.output_name: m.effective_threshold() is not None or m.judge_kind() == "rubric"
+                        or (m.definition() is not None and m.definition().kind == "adk") for m in self.metrics}
+            if self.input.is_adk:
+                can_fail["adk_case_status"] = True
+            check_metrics(self.failure_modes, can_fail)
+        return self
+
+    @pydantic.model_validator(mode="after")
     def _vertex_batch_staging(self) -> "EvalConfig":
         judge = self.judge
         if judge.mode == "batch" and judge.backend == "vertex_ai" and not judge.batch_staging \
@@ -807,7 +821,8 @@ class EvalConfig(_Model):
 
     def calls_a_model(self) -> bool:
         """Whether the run calls a model: a judge metric or model inference (credentials, checkpoints, judge.cache)."""
-        return bool(self.judge_specs()) or self.model_inference() or self.simulates_users()
+        return bool(self.judge_specs()) or self.model_inference() or self.simulates_users() or \
+            self.failure_modes is not None
 
     def metric_directions(self) -> dict[str, str]:
         """output name -> which way is better, for every metric the run reports
@@ -932,7 +947,8 @@ def _set_path(raw: dict[str, Any], path: str, value: Any) -> None:
 # relative to the config file's folder, so that a config means the same files wherever it is
 # run from. (judge.cache and judge.rubrics_from hold one location or a list of them.)
 PATH_FIELDS = (("input", "uri"), ("input", "adk_criteria"), ("output", "parquet"), ("output", "adk_eval_history"),
-               ("judge", "cache"), ("judge", "rubrics_from"))
+               ("judge", "cache"), ("judge", "rubrics_from"), ("failure_modes", "taxonomy"),
+               ("failure_modes", "taxonomies_from"))
 
 
 def _config_folder(path: str) -> str:

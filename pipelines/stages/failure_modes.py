@@ -1,0 +1,39 @@
+"""The failure modes' stage (transforms.failure_modes): after scoring, judging and
+rubrics, every failure of failure_modes.metrics classified into the taxonomy through
+the one judge layer, and counted per metric, slice and mode."""
+from __future__ import annotations
+
+import apache_beam as beam
+
+from evalbeam.configs import ConfigError
+from evalbeam.configs.failure_modes import taxonomy_of
+from evalbeam.metrics.failure_modes import TaxonomyError
+from evalbeam.pipelines.stages import Stage, parts
+from evalbeam.transforms.failure_modes import ClassifyFailures
+
+
+class FailureModesStage(Stage):
+    """scores/*, instances[, rubrics] -> failure_assignments, failure_modes, taxonomies,
+    judge_cache/failure_modes, usage/failure_modes."""
+
+    def expand(self, named):
+        context = self._context
+        config = context.config
+        fm = config.failure_modes
+        pipeline = named["instances"].pipeline
+        try:
+            taxonomy = taxonomy_of(fm)
+        except TaxonomyError as e:
+            raise ConfigError(str(e)) from None
+        taxonomies = pipeline | "Taxonomy" >> beam.Create([taxonomy])
+        scores = parts(named, "scores")
+        scored = tuple(scores) | "AllScoresForFailures" >> beam.Flatten() if len(scores) > 1 else scores[0]
+        rubric_metrics = [s.output_name for s in config.rubric_specs()]
+        # The classification waits for every score (its requests are grouped behind them),
+        # so it runs alone and takes the whole quota.
+        assignments, modes, cache_rows, usage = (scored, named["instances"]) \
+            | "ClassifyFailures" >> ClassifyFailures(context.run, fm.metrics, rubric_metrics,
+                                                     config.input.slice_columns, context.judge_context(named),
+                                                     taxonomies, named.get("rubrics"))
+        return {"failure_assignments": assignments, "failure_modes": modes,
+                "judge_cache/failure_modes": cache_rows, "usage/failure_modes": usage}

@@ -1,0 +1,139 @@
+"""Failure modes in real runs (in-process, DirectRunner) against the local judge
+stand-in, through the real google-genai client: planted failures whose modes the
+markers script (#mode=ID), counted per mode and slice and checked against a direct
+computation; a judge answering an unknown mode, junk, or failing; a re-run from the
+judge cache making no classification call."""
+import json
+import random
+
+import pytest
+import yaml
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from evalbeam.configs import load_config
+from evalbeam.metrics.failure_modes import OTHER, TOOL_USE
+from evalbeam.pipelines.evaluate import run
+from tests.helpers import table
+from tests.judge_server import JudgeServer
+
+KEY = "AIzaSy-test-key-failure-modes-0123456"
+
+
+@pytest.fixture
+def api_key(monkeypatch):
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+
+
+def planted_rows(n=60, seed=3):
+    """Rows of two teams; a failed exact_match plants its mode in the response (#mode=...)."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        team = rng.choice(["billing", "shipping"])
+        if rng.random() < 0.3:
+            rows.append({"id": f"i{i}", "team": team, "prompt": f"q{i}", "response": f"a{i}", "reference": f"a{i}"})
+            continue
+        mode = rng.choice(["wrong_tool", "bad_arguments", "bad_arguments", "tool_not_called"])
+        rows.append({"id": f"i{i}", "team": team, "prompt": f"q{i}", "response": f"wrong {i} #mode={mode}",
+                     "reference": f"a{i}"})
+    # the judge answers a mode outside the taxonomy, junk every time, or fails with 503s
+    rows += [{"id": "unknown", "team": "billing", "prompt": "q", "response": "x #mode=cosmic_rays", "reference": "y"},
+             {"id": "junk", "team": "billing", "prompt": "q", "response": "x #malformed=99", "reference": "y"},
+             {"id": "down", "team": "shipping", "prompt": "q", "response": "x #fail", "reference": "y"}]
+    return rows
+
+
+def write_config(tmp_path, rows, server_url, run_id, **extra):
+    data = tmp_path / f"{run_id}.jsonl"
+    data.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    config = {
+        "name": "failmodes", "run_id": run_id,
+        "input": {"uri": str(data), "id_column": "id", "slice_columns": ["team"]},
+        "metrics": [{"name": "exact_match", "threshold": 1.0}],
+        "failure_modes": {"metrics": ["exact_match"], "taxonomy": "tool_use"},
+        "judge": {"base_url": server_url, "requests_per_minute": 6000, "max_attempts": 3, "timeout_seconds": 10},
+        "output": {"parquet": str(tmp_path / "out")},
+    }
+    config.update(extra)
+    path = tmp_path / f"{run_id}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def run_config(path):
+    run(load_config(path), PipelineOptions([]))
+
+
+def expected_modes(rows):
+    """(instance_id, team) -> the mode it must be counted under, None when unclassified."""
+    out = {}
+    for r in rows:
+        if r["response"] == r["reference"]:
+            continue
+        if "#fail" in r["response"] or "#malformed" in r["response"]:
+            out[(r["id"], r["team"])] = None
+            continue
+        mode = r["response"].split("#mode=")[1]
+        out[(r["id"], r["team"])] = mode if mode in TOOL_USE.ids else OTHER
+    return out
+
+
+def test_planted_failures_counted_per_mode_and_slice_and_a_cached_rerun(tmp_path, api_key):
+    rows = planted_rows()
+    expected = expected_modes(rows)
+    with JudgeServer() as server:
+        run_config(write_config(tmp_path, rows, server.url, "f1"))
+        first_calls = server.stats.requests
+        assert server.stats.stages["failure_mode"] == len(expected) - 1 + 2  # #fail gets no answer; junk 3 tries
+    out = tmp_path / "out"
+    assignments = table(out / "f1", "failure_assignments")
+    # one row per failure, none lost
+    assert sorted((a["instance_id"], a["team"]) for a in assignments) == sorted(expected)
+    by_id = {a["instance_id"]: a for a in assignments}
+    for (i, _), mode in expected.items():
+        assert by_id[i]["mode"] == mode, i
+        assert by_id[i]["rubric_id"] is None and by_id[i]["taxonomy_digest"] == TOOL_USE.digest
+    assert by_id["unknown"]["judge_mode"] == "cosmic_rays" and by_id["unknown"]["rationale"] == "The case shows cosmic_rays."
+    assert by_id["junk"]["error"].startswith("judge failed after 3 attempts; last: invalid judge output")
+    assert by_id["down"]["error"].startswith("judge failed after 3 attempts; last: HTTP 503")
+
+    modes = table(out / "f1", "failure_modes")
+    got = {(m["slice"], m["mode"]): m for m in modes}
+    for slice_name, keep in (("overall", lambda t: True), ("team=billing", lambda t: t == "billing"),
+                             ("team=shipping", lambda t: t == "shipping")):
+        in_slice = {k: v for k, v in expected.items() if keep(k[1])}
+        unclassified = sum(v is None for v in in_slice.values())
+        for mode in TOOL_USE.ids:
+            ids = sorted(i for (i, _), v in in_slice.items() if v == mode)
+            row = got[(slice_name, mode)]
+            assert (row["count"], row["failures"], row["unclassified"]) == (len(ids), len(in_slice), unclassified)
+            assert row["share"] == pytest.approx(len(ids) / len(in_slice))
+            assert set(json.loads(row["examples"])) <= set(ids) and len(json.loads(row["examples"])) == min(5, len(ids))
+            if 0 < len(ids) < len(in_slice):
+                assert row["share_ci_low"] <= row["share"] <= row["share_ci_high"]
+        assert sum(got[(slice_name, m)]["count"] for m in TOOL_USE.ids) + unclassified == len(in_slice)
+
+    [runs] = table(out / "f1", "runs")
+    usage = json.loads(runs["judge_usage"])["exact_match:failure_modes"]
+    assert usage["requests"] == len(expected) and usage["failures"] == 2 and usage["cache_hits"] == 0
+    assert runs["judge_calls"] == first_calls
+
+    # a re-run from the judge cache: only the two failed classifications are asked again
+    with JudgeServer() as server:
+        run_config(write_config(tmp_path, rows, server.url, "f2",
+                                judge={"base_url": server.url, "requests_per_minute": 6000, "max_attempts": 3,
+                                       "timeout_seconds": 10, "cache": [str(out / "f1" / "judge_cache")]}))
+        assert server.stats.requests == 6
+    [runs] = table(out / "f2", "runs")
+    usage = json.loads(runs["judge_usage"])["exact_match:failure_modes"]
+    assert usage["cache_hits"] == len(expected) - 2
+    assert {(m["slice"], m["mode"], m["count"]) for m in table(out / "f2", "failure_modes")} == {
+        (m["slice"], m["mode"], m["count"]) for m in modes}
+
+    # without the failing judge: nothing asked at all
+    clean = [r for r in rows if r["id"] not in ("junk", "down")]
+    with JudgeServer() as server:
+        run_config(write_config(tmp_path, clean, server.url, "f3",
+                                judge={"base_url": server.url, "cache": [str(out / "f1" / "judge_cache")]}))
+        assert server.stats.requests == 0
+    assert len(table(out / "f3", "failure_assignments")) == len(expected) - 2
