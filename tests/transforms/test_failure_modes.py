@@ -13,6 +13,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from evalbeam.configs import load_config
 from evalbeam.metrics.failure_modes import OTHER, TOOL_USE
 from evalbeam.pipelines.evaluate import run
+from evalbeam.pipelines.plan import plan
 from tests.helpers import table
 from tests.judge_server import JudgeServer
 
@@ -51,7 +52,8 @@ def write_config(tmp_path, rows, server_url, run_id, **extra):
         "input": {"uri": str(data), "id_column": "id", "slice_columns": ["team"]},
         "metrics": [{"name": "exact_match", "threshold": 1.0}],
         "failure_modes": {"metrics": ["exact_match"], "taxonomy": "tool_use"},
-        "judge": {"base_url": server_url, "requests_per_minute": 6000, "max_attempts": 3, "timeout_seconds": 10},
+        "judge": {"base_url": server_url, "requests_per_minute": 6000, "max_attempts": 3, "timeout_seconds": 10,
+                  "hedge_share": 0},
         "output": {"parquet": str(tmp_path / "out")},
     }
     config.update(extra)
@@ -82,6 +84,12 @@ def test_planted_failures_counted_per_mode_and_slice_and_a_cached_rerun(tmp_path
     rows = planted_rows()
     expected = expected_modes(rows)
     with JudgeServer() as server:
+        planned = {r["metric"]: r for r in plan(load_config(write_config(tmp_path, rows, server.url, "f1")))["metrics"]}
+        assert server.stats.requests == 0
+        # exact: the computation metric is scored offline, its failures' requests built as the run builds them
+        counted = planned["exact_match:failure_modes"]
+        assert (counted["asked"], counted["distinct"], counted["to_call"], counted["upper_bound"]) == (
+            len(expected), len(expected), len(expected), False)
         run_config(write_config(tmp_path, rows, server.url, "f1"))
         first_calls = server.stats.requests
         assert server.stats.stages["failure_mode"] == len(expected) - 1 + 2  # #fail gets no answer; junk 3 tries
@@ -120,9 +128,12 @@ def test_planted_failures_counted_per_mode_and_slice_and_a_cached_rerun(tmp_path
 
     # a re-run from the judge cache: only the two failed classifications are asked again
     with JudgeServer() as server:
+        cached = {"base_url": server.url, "cache": [str(out / "f1" / "judge_cache")]}
+        planned = plan(load_config(write_config(tmp_path, rows, server.url, "f2", judge=cached)))
+        assert planned["metrics"][0]["to_call"] == 2 and planned["calls"] == 2
         run_config(write_config(tmp_path, rows, server.url, "f2",
                                 judge={"base_url": server.url, "requests_per_minute": 6000, "max_attempts": 3,
-                                       "timeout_seconds": 10, "cache": [str(out / "f1" / "judge_cache")]}))
+                                       "timeout_seconds": 10, "hedge_share": 0, "cache": [str(out / "f1" / "judge_cache")]}))
         assert server.stats.requests == 6
     [runs] = table(out / "f2", "runs")
     usage = json.loads(runs["judge_usage"])["exact_match:failure_modes"]
