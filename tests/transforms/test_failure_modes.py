@@ -148,3 +148,34 @@ def test_planted_failures_counted_per_mode_and_slice_and_a_cached_rerun(tmp_path
                                 judge={"base_url": server.url, "cache": [str(out / "f1" / "judge_cache")]}))
         assert server.stats.requests == 0
     assert len(table(out / "f3", "failure_assignments")) == len(expected) - 2
+
+
+def test_failed_rubrics_classified_one_by_one_into_bigquery_and_its_latest_view(cloud, tmp_path, api_key):
+    """A rubric metric's failures are its rubrics not met (rubric_id set), each classified
+    apart; the tables and the latest_failure_modes view in BigQuery hold the Parquet rows."""
+    from evalbeam.transforms.local_cloud import bigquery_client
+    from tests.emulators.control import PROJECT
+
+    dataset = f"{PROJECT}.evals_failure_modes"
+    rows = [{"id": "a", "team": "billing", "prompt": "P #rubrics=3", "response": "ra #verdicts=ynn #mode=wrong_tool"},
+            {"id": "b", "team": "billing", "prompt": "P #rubrics=3", "response": "rb #verdicts=yyy"},
+            {"id": "c", "team": "shipping", "prompt": "P #rubrics=3", "response": "rc #verdicts=nyy #mode=oops"}]
+    with JudgeServer() as server:
+        path = write_config(tmp_path, rows, server.url, "g1",
+                            metrics=[{"name": "general_quality", "threshold": 1.0}],
+                            failure_modes={"metrics": ["general_quality"], "taxonomy": "tool_use"},
+                            output={"parquet": str(tmp_path / "out"), "bigquery": dataset})
+        run_config(path)
+        assert server.stats.stages["failure_mode"] == 3  # a's r2 and r3, c's r1
+    got = sorted((a["instance_id"], a["rubric_id"], a["mode"], a["judge_mode"], a["team"])
+                 for a in table(tmp_path / "out" / "g1", "failure_assignments"))
+    assert got == [("a", "r2", "wrong_tool", "wrong_tool", "billing"), ("a", "r3", "wrong_tool", "wrong_tool", "billing"),
+                   ("c", "r1", OTHER, "oops", "shipping")]
+    client = bigquery_client(PROJECT)
+    in_bq = sorted(tuple(r.values()) for r in client.query(
+        f"SELECT instance_id, rubric_id, mode, judge_mode, team FROM `{dataset}.failure_assignments`").result())
+    assert in_bq == got
+    view = {(r["slice"], r["mode"]): (r["name"], r["count"], r["failures"]) for r in client.query(
+        f"SELECT name, slice, mode, count, failures FROM `{dataset}.latest_failure_modes` WHERE count > 0").result()}
+    assert view == {("overall", "wrong_tool"): ("failmodes", 2, 3), ("overall", OTHER): ("failmodes", 1, 3),
+                    ("team=billing", "wrong_tool"): ("failmodes", 2, 2), ("team=shipping", OTHER): ("failmodes", 1, 1)}
