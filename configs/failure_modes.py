@@ -29,6 +29,18 @@ class FailureModesConfig(pydantic.BaseModel):
         description="discover: earlier runs' taxonomies tables (Parquet folders or bq://...): the earliest "
                     "discovered taxonomy in them is reused instead of discovering again")
 
+    taxonomy_digest: str | None = pydantic.Field(
+        None, pattern=r"^[0-9a-f]{16}$",
+        description="with taxonomies_from: reuse the discovered taxonomy of this digest (default: the earliest)")
+
+    @pydantic.model_validator(mode="after")
+    def _pinning_needs_discover(self) -> "FailureModesConfig":
+        if (self.taxonomies_from or self.taxonomy_digest) and not self.discovers:
+            raise ValueError("taxonomies_from and taxonomy_digest pin a discovered taxonomy: set taxonomy: discover")
+        if self.taxonomy_digest and not self.taxonomies_from:
+            raise ValueError("taxonomy_digest: give taxonomies_from, the tables to find it in")
+        return self
+
     @pydantic.field_validator("taxonomy", mode="before")
     @classmethod
     def _builtin_names(cls, value: Any) -> Any:
@@ -57,12 +69,16 @@ class FailureModesConfig(pydantic.BaseModel):
 
 
 def taxonomy_of(config: FailureModesConfig) -> Taxonomy | None:
-    """The taxonomy a built-in name or a file names (None for discover, found in the
-    pipeline). Raises TaxonomyError naming the file."""
+    """The taxonomy a built-in name or a file names, or the pinned discovered one
+    (taxonomies_from); None to discover one in the pipeline. Raises TaxonomyError."""
     if config.taxonomy in BUILTIN:
         return builtin_taxonomy(config.taxonomy)
     if config.discovers:
-        return None
+        if not config.taxonomies_from:
+            return None
+        from evalbeam.transforms.failure_modes import pinned_taxonomy  # reads tables: Beam and pyarrow only here
+
+        return pinned_taxonomy(config.taxonomies_from, config.taxonomy_digest)
     try:
         with FileSystems.open(config.taxonomy, mime_type="application/octet-stream") as f:
             text = f.read().decode("utf-8")

@@ -52,6 +52,7 @@ class Taxonomy:
     name: str  # task_success | tool_use | the file's name | discovered
     modes: tuple[Mode, ...]
     origin: str = "builtin"  # builtin | file | discovered
+    discovered_in: str | None = None  # the run whose judge proposed it (not part of the digest)
 
     @property
     def ids(self) -> tuple[str, ...]:
@@ -376,3 +377,63 @@ class ModeCounts:
                         "share_ci_low": low, "share_ci_high": high,
                         "examples": [i for _, i in self.examples.get(mode, [])]})
         return out
+
+
+# ---------------------------------------------------------------- discovering a taxonomy
+
+DISCOVERY_FIELD = "modes"
+CASE_CHARS = 1500  # of each sampled case in the discovery prompt: the sample must fit one prompt
+
+DISCOVER_PROMPT = """You are designing the categories an evaluation team will use to sort its failures, night after
+night. Below are {n} failures of an automatic evaluation, sampled from one run.
+
+{failures}
+
+Propose a taxonomy of failure modes that covers them: between 4 and 15 modes, each with an "id" (lowercase
+letters, digits and underscores, starting with a letter), a short "name" and a one-sentence "description"
+that lets a reviewer decide whether a new failure belongs to it. A mode may name a "parent" (the id of a
+broader mode) to give two levels, no more. Modes must not overlap. Include a mode with id "other" for
+failures that fit none."""
+
+
+def sample_rank(seed: int, failure: Failure) -> str:
+    """The discovery sample is the failures with the smallest ranks: fixed by the seed
+    and the failures, whatever order they come in."""
+    material = f"{seed}\x00{failure.instance_id}\x00{failure.metric}\x00{failure.rubric_id or ''}"
+    return hashlib.blake2b(material.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def sample_entry(failure: Failure, fields: Mapping[str, Any]) -> str:
+    case = render_case(fields)
+    if len(case) > CASE_CHARS:
+        case = case[:CASE_CHARS] + " [...]"
+    return f"{failure.what}\nThe case:\n{case}"
+
+
+def discovery_prompt(entries: list[str]) -> str:
+    failures = "\n\n".join(f"## Failure {n}\n{e}" for n, e in enumerate(entries, 1))
+    return DISCOVER_PROMPT.format(n=len(entries), failures=failures)
+
+
+def discovery_schema() -> dict[str, Any]:
+    mode = {"type": "object", "properties": {k: {"type": "string"} for k in ("id", "name", "description", "parent")},
+            "required": ["id", "name", "description"]}
+    return {"type": "object", "properties": {DISCOVERY_FIELD: {"type": "array", "items": mode, "minItems": 2}},
+            "required": [DISCOVERY_FIELD]}
+
+
+def parse_discovery(text: str | None) -> tuple[str, str]:
+    """The judge's proposed taxonomy -> (its modes as JSON, a note). Raises TaxonomyError."""
+    try:
+        answer = json.loads(text or "")
+    except json.JSONDecodeError as e:
+        raise TaxonomyError(f"the judge's answer is not JSON: {str(e)[:100]}") from None
+    entries = answer.get(DISCOVERY_FIELD) if isinstance(answer, dict) else None
+    entries = [{k: v for k, v in e.items() if v not in (None, "")} if isinstance(e, dict) else e
+               for e in entries or []]
+    taxonomy = taxonomy_from_entries(entries, "discovered", "discovered")
+    return taxonomy.modes_json(), f"{len(taxonomy.modes)} modes"
+
+
+def taxonomy_from_json(modes_json: str, name: str, origin: str) -> Taxonomy:
+    return Taxonomy(name, tuple(Mode(**m) for m in json.loads(modes_json)), origin)

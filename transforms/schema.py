@@ -291,6 +291,19 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("examples", "JSON", description="up to five instance ids of this mode (the smallest hashes)"),
         Column("taxonomy_digest", "STRING", True, "content hash of the taxonomy's modes"),
     ),
+    "taxonomies": (
+        RUN_ID,
+        RUN_DATE,
+        Column("digest", "STRING", True, "content hash of the modes: what failure_modes.taxonomy_digest names"),
+        Column("name", "STRING", True, "task_success | tool_use | the file's name | discovered"),
+        Column("origin", "STRING", True, "builtin | file | discovered"),
+        Column("discovered_in", "STRING", description="discovered: the run whose judge proposed it (a run reusing "
+                                                      "it through failure_modes.taxonomies_from keeps that run)"),
+        Column("modes", "JSON", True, "[{id, name, description, parent}]"),
+        Column("metrics", "JSON", True, "the metrics whose failures were classified into it in this run"),
+        Column("sample_size", "INT64", description="discovered in this run: the failures the judge was shown"),
+        Column("seed", "INT64", description="discovered in this run: the seed of the sample"),
+    ),
     "dead_letter": (
         RUN_ID,
         RUN_DATE,
@@ -336,6 +349,7 @@ CLUSTERING = {
     "calibration": ["metric", "slice"],
     "failure_assignments": ["metric", "run_id"],
     "failure_modes": ["metric", "slice"],
+    "taxonomies": ["digest"],
 }
 
 

@@ -39,6 +39,8 @@ class WriteResults(Stage):
                 pipeline | "NoFailureAssignments" >> beam.Create([])),
             "failure_modes": named["failure_modes"] if "failure_modes" in named else (
                 pipeline | "NoFailureModes" >> beam.Create([])),
+            "taxonomies": named["taxonomies"] if "taxonomies" in named else (
+                pipeline | "NoTaxonomies" >> beam.Create([])),
         }
         direct = direct_runner(pipeline)
         # Parquet is always written: it is the output (written beside the run's

@@ -179,3 +179,65 @@ def test_failed_rubrics_classified_one_by_one_into_bigquery_and_its_latest_view(
         f"SELECT name, slice, mode, count, failures FROM `{dataset}.latest_failure_modes` WHERE count > 0").result()}
     assert view == {("overall", "wrong_tool"): ("failmodes", 2, 3), ("overall", OTHER): ("failmodes", 1, 3),
                     ("team=billing", "wrong_tool"): ("failmodes", 2, 2), ("team=shipping", OTHER): ("failmodes", 1, 1)}
+
+
+def test_discovered_taxonomy_is_stored_pinned_and_reused_by_digest(tmp_path, api_key):
+    from evalbeam.configs import ConfigError
+
+    rows = [r for r in planted_rows(40, seed=5) if r["id"] not in ("junk", "down")]
+    expected = {i: m for (i, _), m in expected_modes(rows).items()}
+    discover = {"metrics": ["exact_match"], "taxonomy": "discover", "discover_sample": 200, "seed": 1}
+    out = tmp_path / "out"
+    with JudgeServer() as server:
+        run_config(write_config(tmp_path, rows, server.url, "d1", failure_modes=discover))
+        assert server.stats.stages["taxonomy"] == 1  # one discovery, from the sample
+    [tax] = table(out / "d1", "taxonomies")
+    modes = [m["id"] for m in json.loads(tax["modes"])]
+    # the stand-in proposes the modes the sampled failures plant, in order, and other is added
+    planted = {r["response"].split("#mode=")[1] for r in rows if "#mode=" in r["response"]}
+    assert set(modes) == planted | {OTHER} and "cosmic_rays" in modes
+    assert (tax["origin"], tax["discovered_in"], tax["sample_size"], tax["seed"]) == ("discovered", "d1", 200, 1)
+    got = {a["instance_id"]: a["mode"] for a in table(out / "d1", "failure_assignments")}
+    # cosmic_rays is a mode of this taxonomy: counted as itself, not as other
+    assert got == {i: ("cosmic_rays" if i == "unknown" else m) for i, m in expected.items()}
+    assert {m["taxonomy_digest"] for m in table(out / "d1", "failure_modes")} == {tax["digest"]}
+
+    # the next night: pinned by taxonomies_from, with the cache: no discovery, no call at all
+    pinned = {**discover, "taxonomies_from": [str(out / "d1" / "taxonomies")]}
+    with JudgeServer() as server:
+        path = write_config(tmp_path, rows, server.url, "d2", failure_modes=pinned,
+                            judge={"base_url": server.url, "cache": [str(out / "d1" / "judge_cache")]})
+        assert plan(load_config(path))["calls"] == 0
+        run_config(path)
+        assert server.stats.requests == 0
+    [again] = table(out / "d2", "taxonomies")
+    assert (again["digest"], again["discovered_in"], again["sample_size"]) == (tax["digest"], "d1", None)
+    assert {a["instance_id"]: a["mode"] for a in table(out / "d2", "failure_assignments")} == got
+    # a table holding no discovered taxonomy (a built-in one's run) is refused, never re-discovered in silence
+    with JudgeServer() as server:
+        run_config(write_config(tmp_path, rows, server.url, "b1"))
+        with pytest.raises(ConfigError, match="no discovered taxonomy in .*b1.*does not discover a new one"):
+            run_config(write_config(tmp_path, rows, server.url, "d3", failure_modes={
+                **discover, "taxonomies_from": [str(out / "b1" / "taxonomies")]}))
+        assert server.stats.stages.get("taxonomy", 0) == 0
+
+
+def test_the_discovery_sample_is_seeded_and_a_failed_discovery_loses_no_row(tmp_path, api_key):
+    rows = [r for r in planted_rows(40, seed=5) if r["id"] not in ("junk", "down")]
+    prompts = []
+    for run_id, seed in (("s1", 1), ("s2", 1), ("s3", 2)):
+        with JudgeServer() as server:
+            run_config(write_config(tmp_path, rows, server.url, run_id, failure_modes={
+                "metrics": ["exact_match"], "taxonomy": "discover", "discover_sample": 6, "seed": seed}))
+            [prompt] = [p for p in server.stats.prompts if p.count("## Failure ") >= 1]
+            prompts.append(prompt)
+    assert prompts[0] == prompts[1] != prompts[2] and prompts[0].count("## Failure ") == 6
+    # the judge fails the discovery: every failure keeps its row, with the error
+    failing = rows + [{"id": "down", "team": "billing", "prompt": "q", "response": "x #fail", "reference": "y"}]
+    with JudgeServer() as server:
+        run_config(write_config(tmp_path, failing, server.url, "s4", failure_modes={
+            "metrics": ["exact_match"], "taxonomy": "discover"}))
+        assert server.stats.stages.get("failure_mode", 0) == 0
+    assignments = table(tmp_path / "out" / "s4", "failure_assignments")
+    assert len(assignments) == len(expected_modes(failing))
+    assert {a["error"].split(";")[0] for a in assignments} == {"taxonomy discovery failed: judge failed after 3 attempts"}
