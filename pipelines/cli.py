@@ -68,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("run_ids", nargs="+", metavar="run_id")
     compare.add_argument("--tolerance", type=float, default=0.0,
                          help="T: flag only changes whose 95%% CI lies entirely beyond -T or +T (default 0)")
+    compare.add_argument("--fail-on-mode-growth", action="append", default=[], metavar="MODE",
+                         help="exit 1 when this failure mode (or 'any') grew significantly in a slice (repeatable)")
     compare.add_argument("--alpha", type=float, default=0.05,
                          help="flag only changes whose Holm-adjusted p-value is below this (default 0.05)")
     _gate_args(compare)
@@ -304,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
 
                 print(to_json(show_data(results, args.run_id, tables)))
             else:
-                print(run_report(results, args.run_id, tables))
+                from evalbeam.pipelines.failure_mode_results import failure_mode_rows, format_failure_modes  # as above
+                print(run_report(results, args.run_id, tables) + format_failure_modes(failure_mode_rows(results, args.run_id)))
             return 0
         config = load_config(args.config, args.overrides)
         if args.command == "validate":
@@ -415,10 +418,12 @@ def _compare(args, beam_args: list[str]) -> int:
     for note in unpaired_note(rows):
         print(note)
     regressed = [r for r in rows if r["regression"]]
+    from evalbeam.pipelines.failure_mode_results import compare_modes_command  # start-up time: as above
+    modes_grew = compare_modes_command(results, args.base_run_id, args.run_ids, args.alpha, args.fail_on_mode_growth)
     print(f"\n{len(regressed)} regression(s) flagged; comparisons written to {results.location}")
     if _gate_failed(results, rows, args.base_run_id, args.run_ids, args.min_paired):
         return 2  # too little paired to gate on: neither a pass nor a regression
-    return 1 if regressed else 0
+    return 1 if regressed or modes_grew else 0
 
 
 def _report(args, beam_args: list[str]) -> int:

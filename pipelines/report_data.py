@@ -244,7 +244,11 @@ def show_data(results, run_id: str, tables: dict | None = None) -> dict[str, Any
     run = tables["runs"][0]
     counts = {k: run.get(k) for k in ("read_count", "scored_count", "dead_letter_count", "metric_error_count",
                                        "lines_read", "lines_skipped", "lines_scored", "lines_dead_lettered")}
+    from evalbeam.pipelines.failure_mode_results import failure_mode_rows  # imports one way: it reads results
+
+    modes = failure_mode_rows(results, run_id)
     return {
+        **({"failure_modes": [{**m, "examples": json.loads(m["examples"] or "[]")} for m in modes]} if modes else {}),
         "run_id": run["run_id"], "name": run["name"], "run_date": run["run_date"], "started_at": run["started_at"],
         "finished_at": run["finished_at"], "evalbeam_version": run["evalbeam_version"],
         "config_digest": config_digest(run["config"]), "counts": counts,

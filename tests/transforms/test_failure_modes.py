@@ -241,3 +241,67 @@ def test_the_discovery_sample_is_seeded_and_a_failed_discovery_loses_no_row(tmp_
     assignments = table(tmp_path / "out" / "s4", "failure_assignments")
     assert len(assignments) == len(expected_modes(failing))
     assert {a["error"].split(";")[0] for a in assignments} == {"taxonomy discovery failed: judge failed after 3 attempts"}
+
+
+def shifted_rows(rows, share=0.6, seed=11):
+    """The same instances, with a share of billing's wrong_tool failures now bad_arguments."""
+    rng = random.Random(seed)
+    out = []
+    for r in rows:
+        r = dict(r)
+        if r["team"] == "billing" and "#mode=wrong_tool" in r["response"] and rng.random() < share:
+            r["response"] = r["response"].replace("#mode=wrong_tool", "#mode=bad_arguments")
+        out.append(r)
+    return out
+
+
+def test_compare_says_which_modes_grew_per_slice_and_refuses_other_taxonomies(tmp_path, api_key):
+    from scipy.stats import binomtest
+
+    from evalbeam.pipelines.failure_mode_results import TaxonomiesDiffer, compare_failure_modes, failure_mode_rows, \
+        format_failure_modes
+    from evalbeam.pipelines.results import ParquetResults
+    from tests.helpers import evalbeam
+
+    base = [r for r in planted_rows(120, seed=9) if r["id"] not in ("junk", "down")]
+    for r in base:  # billing fails with wrong_tool more often
+        if r["team"] == "billing" and "#mode=" in r["response"] and "cosmic" not in r["response"]:
+            r["response"] = r["response"].split("#mode=")[0] + "#mode=wrong_tool"
+    night = shifted_rows(base)
+    with JudgeServer() as server:
+        run_config(write_config(tmp_path, base, server.url, "c1"))
+        run_config(write_config(tmp_path, night, server.url, "c2"))
+        run_config(write_config(tmp_path, night, server.url, "c3", failure_modes={
+            "metrics": ["exact_match"], "taxonomy": "discover"}))
+    out = tmp_path / "out"
+    results = ParquetResults(str(out))
+    rows = {(r["slice"], r["mode"]): r for r in compare_failure_modes(results, "c1", "c2")}
+    before, after = expected_modes(base), expected_modes(night)
+    for slice_name, team in (("overall", None), ("team=billing", "billing"), ("team=shipping", "shipping")):
+        for mode in ("wrong_tool", "bad_arguments"):
+            had = {i for (i, t), m in before.items() if m == mode and team in (None, t)}
+            has = {i for (i, t), m in after.items() if m == mode and team in (None, t)}
+            r = rows[(slice_name, mode)]
+            assert (r["base_count"], r["count"], r["grew_in"], r["shrank_in"]) == (
+                len(had), len(has), len(has - had), len(had - has)), (slice_name, mode)
+            n = len(has - had) + len(had - has)
+            if n:
+                assert r["p_value"] == pytest.approx(binomtest(len(has - had), n, 0.5).pvalue)
+    moved = rows[("team=billing", "bad_arguments")]
+    assert moved["grew"] and moved["grew_in"] >= 10 and rows[("team=billing", "wrong_tool")]["shrank"]
+    assert not rows[("team=shipping", "bad_arguments")]["grew"]  # shipping was left alone
+    assert rows[("overall", "bad_arguments")]["n_paired"] == len(night)
+
+    with pytest.raises(TaxonomiesDiffer, match="different taxonomies .* Pin one taxonomy"):
+        compare_failure_modes(results, "c1", "c3")
+    shown = format_failure_modes(failure_mode_rows(results, "c2"))
+    assert "exact_match              team=billing           bad_arguments" in shown
+
+    # the command: the growth is flagged, and gates when asked
+    gated = evalbeam("compare", "c1", "c2", "--parquet", out, "--fail-on-mode-growth", "bad_arguments", check=False)
+    assert gated.returncode == 1 and "GREW" in gated.stdout and "2 gated failure mode growth(s) flagged" in gated.stdout  # overall and billing
+    other = evalbeam("compare", "c1", "c3", "--parquet", out, "--fail-on-mode-growth", "any", check=False)
+    assert other.returncode == 0 and "failure modes not compared: runs c1 and c3 classified failures into " \
+                                      "different taxonomies" in other.stdout
+    show = evalbeam("show", "c2", "--parquet", out)
+    assert "failure modes (top 3 per metric and slice" in show.stdout and "bad_arguments" in show.stdout
