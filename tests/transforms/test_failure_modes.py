@@ -305,3 +305,28 @@ def test_compare_says_which_modes_grew_per_slice_and_refuses_other_taxonomies(tm
                                       "different taxonomies" in other.stdout
     show = evalbeam("show", "c2", "--parquet", out)
     assert "failure modes (top 3 per metric and slice" in show.stdout and "bad_arguments" in show.stdout
+
+
+def test_the_report_charts_modes_per_slice_linked_to_example_instances(tmp_path, api_key):
+    import re
+
+    from evalbeam.pipelines.report_data import report_data
+    from evalbeam.pipelines.report_html import render
+    from evalbeam.pipelines.results import ParquetResults
+
+    rows = [r for r in planted_rows(30, seed=4) if r["id"] not in ("junk", "down")]
+    with JudgeServer() as server:
+        run_config(write_config(tmp_path, rows, server.url, "p1"))
+    results = ParquetResults(str(tmp_path / "out"))
+    data = report_data(results, "p1")
+    page = render(data)
+    assert '<a href="#failure-modes">Failure modes</a>' in page and '<section id="failure-modes">' in page
+    modes = {r["mode"] for r in table(tmp_path / "out" / "p1", "failure_modes") if r["count"]}
+    assert {m for m in modes} == set(re.findall(r'<g id="mode-([a-z_]+)"', page))  # a bar series per mode
+    links = set(re.findall(r'<a href="#(fm-[^"]+)"><code>', page))
+    anchors = set(re.findall(r'<tr class="instance" id="(fm-[^"]+)">', page))
+    # every example of the overall slice links to its instance, shown with the judge's rationale
+    overall = {i for r in table(tmp_path / "out" / "p1", "failure_modes") if r["slice"] == "overall"
+               for i in json.loads(r["examples"])}
+    assert links == anchors and len(anchors) == len(overall) > 0
+    assert "The case shows bad_arguments." in page or "The case shows wrong_tool." in page
