@@ -133,7 +133,22 @@ def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str 
     _check_outputs(config, options, run_id or config.resolved_run_id())
     _check_judge(config, options, credentials)
     _check_inference(config)
+    _check_taxonomy(config)
     return checked
+
+
+def _check_taxonomy(config: EvalConfig) -> None:
+    """failure_modes.taxonomy's file (or taxonomies_from's pinned taxonomy) must be readable
+    and well formed: said before any work."""
+    if config.failure_modes is None:
+        return
+    from evalbeam.configs.failure_modes import taxonomy_of  # start-up time: only with failure_modes
+    from evalbeam.metrics.failure_modes import TaxonomyError
+
+    try:
+        taxonomy_of(config.failure_modes)
+    except TaxonomyError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _check_inference(config: EvalConfig) -> None:

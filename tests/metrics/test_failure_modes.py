@@ -161,3 +161,31 @@ def test_mode_counts_hold_no_failure():
     counts.flush()
     # bounded by the modes: replicate sums per mode, five examples each, nothing per failure
     assert len(counts.boot) == 3 and all(len(e) == 5 for e in counts.examples.values()) and not counts.pending
+
+
+def test_a_bad_taxonomy_file_or_metric_is_refused_before_any_work(tmp_path):
+    import yaml
+
+    from evalbeam.configs import ConfigError, load_config
+    from evalbeam.pipelines.preflight import preflight
+
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"id": "a", "response": "x", "reference": "y"}\n')
+    (tmp_path / "mine.yaml").write_text("- {id: slow, name: Slow}\n")
+
+    def config(**failure_modes):
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump({
+            "name": "t", "input": {"uri": str(data), "id_column": "id"},
+            "metrics": [{"name": "exact_match", "threshold": 1.0}, "bleu"],
+            "failure_modes": {"metrics": ["exact_match"], **failure_modes}, "output": {"parquet": str(tmp_path / "o")}}))
+        return path
+
+    with pytest.raises(ConfigError, match="mine.yaml: mode slow: needs a description"):
+        preflight(load_config(config(taxonomy="mine.yaml")), credentials=False)  # relative to the config's folder
+    with pytest.raises(ConfigError, match="'bleu' never fails: give it a threshold"):
+        load_config(config(metrics=["bleu"]))
+    with pytest.raises(ConfigError, match="'nope' is not a metric of this config"):
+        load_config(config(metrics=["nope"]))
+    with pytest.raises(ConfigError, match="pin a discovered taxonomy: set taxonomy: discover"):
+        load_config(config(taxonomies_from=["x"]))
