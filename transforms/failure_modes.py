@@ -73,10 +73,6 @@ def usage_name(metric: str) -> str:
     return f"{metric}:{STAGE}"
 
 
-def failure_item(failure: Failure, instance: Instance):
-    return failure, instance
-
-
 def instance_failures(scored: ScoredInstance, metrics: frozenset, rubric_metrics: frozenset) -> Iterable:
     """A ScoredInstance (one part of an instance's rows) -> (Failure, Instance) of its failed
     rows. A rubric metric's failures are its failed rubrics (instance_rubric_failures),

@@ -330,3 +330,32 @@ def test_the_report_charts_modes_per_slice_linked_to_example_instances(tmp_path,
                for i in json.loads(r["examples"])}
     assert links == anchors and len(anchors) == len(overall) > 0
     assert "The case shows bad_arguments." in page or "The case shows wrong_tool." in page
+
+
+def test_an_agent_run_that_failed_is_a_failure_and_batch_mode_classifies_the_same(tmp_path, api_key):
+    """inference.function raising on a case: its metric row's error is classified as a failure of
+    the case (the agent's error in the prompt); the same run in judge batch mode (Gemini batch
+    jobs at the stand-in) gives the same assignments."""
+    from tests.judge_server import Behaviour
+
+    rows = [{"id": "ok", "prompt": "weather in paris", "reference": "WEATHER IN PARIS"},
+            {"id": "miss", "prompt": "weather in oslo #mode=output_misused", "reference": "It is cold."},
+            {"id": "boom", "prompt": "boom #mode=run_failed", "reference": "x"}]
+    for r in rows:
+        r["team"] = "billing"
+    got = {}
+    for mode, extra in (("online", {}), ("batch", {"mode": "batch", "batch_poll_seconds": 0.05,
+                                                    "batch_poll_max_seconds": 0.1})):
+        with JudgeServer(Behaviour(batch_seconds=0.2)) as server:
+            run_config(write_config(tmp_path, rows, server.url, mode,
+                                    inference={"function": "tests.inference_app:answer"},
+                                    judge={"base_url": server.url, "hedge_share": 0, **extra}))
+            prompts = [p for p in (server.stats.prompts if mode == "online" else server.stats.batch_prompts)
+                       if "#mode=run_failed" in p]
+            if mode == "batch":
+                assert server.stats.batch_items >= 2 and server.stats.stages.get("failure_mode", 0) >= 2
+        assert len(prompts) == 1 and "the app broke on 'boom #mode=run_failed'" in prompts[0]
+        got[mode] = sorted((a["instance_id"], a["mode"], a["error"]) for a in table(tmp_path / "out" / mode,
+                                                                                     "failure_assignments"))
+    assert got["online"] == [("boom", "run_failed", None), ("miss", "output_misused", None)]
+    assert got["batch"] == got["online"]
