@@ -359,3 +359,44 @@ def test_an_agent_run_that_failed_is_a_failure_and_batch_mode_classifies_the_sam
                                                                                      "failure_assignments"))
     assert got["online"] == [("boom", "run_failed", None), ("miss", "output_misused", None)]
     assert got["batch"] == got["online"]
+
+
+def test_dataflow_dry_run_builds_the_failure_modes_stage(cloud, monkeypatch, tmp_path):
+    """The stage on the Dataflow submission path, offline: built into the job (the discovery,
+    the classification through the judge layer's shards, the count), every DoFn and the count's
+    CombineFn unpickling, the key nowhere in the job."""
+    from apache_beam.internal import pickler
+    from apache_beam.portability import common_urns, python_urns
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    from tests.emulators.control import BUCKET, PROJECT
+    from evalbeam.transforms.local_cloud import storage_client
+
+    secret = "AIzaSy-failure-modes-key-not-in-the-job"
+    monkeypatch.setenv("GOOGLE_API_KEY", secret)
+    storage_client(PROJECT).bucket(BUCKET).blob("fm/in/data.jsonl").upload_from_string(
+        json.dumps({"id": "a", "team": "billing", "prompt": "p", "response": "x", "reference": "y"}) + "\n")
+    path = write_config(tmp_path, [], "http://127.0.0.1:9", "dryfm",
+                        failure_modes={"metrics": ["exact_match"], "taxonomy": "discover"},
+                        output={"parquet": f"gs://{BUCKET}/fm/out"})
+    config = load_config(path, [f"input.uri=gs://{BUCKET}/fm/in/*.jsonl"])
+    options = PipelineOptions(["--runner=DataflowRunner", f"--project={PROJECT}", "--region=us-central1",
+                               f"--temp_location=gs://{BUCKET}/tmp", "--dry_run=True"])
+    _, result = run(config, options)
+    proto = result.job.proto_pipeline
+    names = {t.unique_name for t in proto.components.transforms.values()}
+    for step in ("FailureModes/ClassifyFailures/Discover/AskJudge/CallJudge",
+                 "FailureModes/ClassifyFailures/Classify/CallJudge", "FailureModes/ClassifyFailures/Count/CountModes",
+                 "Write/Write_failure_assignments", "Write/Write_failure_modes", "Write/Write_taxonomies"):
+        assert any(n.startswith(step) for n in names), step
+    loaded = set()
+    for t in proto.components.transforms.values():
+        if t.spec.urn == common_urns.primitives.PAR_DO.urn:
+            payload = beam_runner_api_pb2.ParDoPayload.FromString(t.spec.payload)
+            if payload.do_fn.urn == python_urns.PICKLED_DOFN_INFO:
+                loaded.add(type(pickler.loads(payload.do_fn.payload)[0]).__name__)
+        if t.spec.urn == common_urns.composites.COMBINE_PER_KEY.urn:
+            payload = beam_runner_api_pb2.CombinePayload.FromString(t.spec.payload)
+            loaded.add(type(pickler.loads(payload.combine_fn.payload)).__name__)
+    assert {"CallJudgeFn", "ModeCountsFn"} <= loaded, loaded
+    assert secret not in result.job.json() and secret.encode() not in proto.SerializeToString()
