@@ -248,7 +248,6 @@ def show_data(results, run_id: str, tables: dict | None = None) -> dict[str, Any
 
     modes = failure_mode_rows(results, run_id)
     return {
-        **({"failure_modes": [{**m, "examples": json.loads(m["examples"] or "[]")} for m in modes]} if modes else {}),
         "run_id": run["run_id"], "name": run["name"], "run_date": run["run_date"], "started_at": run["started_at"],
         "finished_at": run["finished_at"], "evalbeam_version": run["evalbeam_version"],
         "config_digest": config_digest(run["config"]), "counts": counts,
@@ -264,6 +263,8 @@ def show_data(results, run_id: str, tables: dict | None = None) -> dict[str, Any
         if run["dead_letter_count"] else {"first": [], "by_reason": []},
         "problems": run_problems(tables),
         "results": results.location,
+        # failure_modes: the failure_modes rows, each with its examples as a list
+        **({"failure_modes": [{**m, "examples": json.loads(m["examples"] or "[]")} for m in modes]} if modes else {}),
     }
 
 

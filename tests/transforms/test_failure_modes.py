@@ -400,3 +400,29 @@ def test_dataflow_dry_run_builds_the_failure_modes_stage(cloud, monkeypatch, tmp
             loaded.add(type(pickler.loads(payload.combine_fn.payload)).__name__)
     assert {"CallJudgeFn", "ModeCountsFn"} <= loaded, loaded
     assert secret not in result.job.json() and secret.encode() not in proto.SerializeToString()
+
+
+def test_the_example_config_classifies_every_failed_adk_criterion(tmp_path, api_key):
+    """configs/failure_modes.yaml on the demo's agent conversations: one assignment per metric row
+    that did not pass (failed ADK criteria), each agent case rendered with its tool calls; the
+    counts reconcile with metric_results per metric and slice."""
+    from evalbeam.metrics.failure_modes import TOOL_USE
+
+    with JudgeServer() as server:
+        config = load_config("configs/failure_modes.yaml", [f"judge.base_url={server.url}", "judge.hedge_share=0",
+                                                             f"output.parquet={tmp_path / 'out'}", "run_id=ex1"])
+        run(config, PipelineOptions([]))
+        prompts = [p for p in server.stats.prompts if "# The failure modes to choose from" in p]
+    out = tmp_path / "out" / "ex1"
+    failed = {(r["instance_id"], r["metric"]) for r in table(out, "metric_results") if r["passed"] is False}
+    assignments = table(out, "failure_assignments")
+    assert sorted((a["instance_id"], a["metric"]) for a in assignments) == sorted(failed) and failed
+    assert {a["mode"] for a in assignments} <= set(TOOL_USE.ids) and all(a["error"] is None for a in assignments)
+    assert len(prompts) == len(failed) and any("tool_calls: [" in p for p in prompts)
+    modes = table(out, "failure_modes")
+    for metric in ("tool_trajectory_avg_score", "response_match_score"):
+        for slice_name in {m["slice"] for m in modes if m["metric"] == metric}:
+            rows = [m for m in modes if m["metric"] == metric and m["slice"] == slice_name]
+            ids = {a["instance_id"] for a in assignments if a["metric"] == metric and (
+                slice_name == "overall" or f"dataset={a['dataset']}" == slice_name)}
+            assert sum(m["count"] for m in rows) == rows[0]["failures"] == len(ids)
