@@ -1,6 +1,6 @@
 """The evaluation pipeline: a short list of named stages (pipelines.stages) chosen
 from the config, read -> [judge cache] -> [inference] -> scoring -> [judges] ->
-[rubrics] -> summaries -> [comparison] -> [ADK history] -> write; and `run`, which
+[rubrics] -> [failure modes] -> summaries -> [comparison] -> [ADK history] -> write; and `run`, which
 checks everything first (pipelines.preflight), plans the BigQuery reads and the
 comparison, then runs it."""
 from __future__ import annotations
@@ -24,6 +24,7 @@ from evalbeam.pipelines.stages import RunContext
 from evalbeam.pipelines.stages.adk_history import AdkHistoryStage
 from evalbeam.pipelines.stages.calibration import CalibrationStage
 from evalbeam.pipelines.stages.comparison import ComparisonStage
+from evalbeam.pipelines.stages.failure_modes import FailureModesStage
 from evalbeam.pipelines.stages.inference import InferenceStage
 from evalbeam.pipelines.stages.judge_cache import JudgeCacheStage
 from evalbeam.pipelines.stages.judging import InferredOnlyStage, JudgeStage
@@ -60,6 +61,8 @@ def stages(pipeline: beam.Pipeline, context: RunContext) -> list[tuple[str, beam
         chosen.append(("Rubrics", RubricStage(context)))
     if config.simulator_quality_specs():
         chosen.append(("SimulatorQuality", SimulatorQualityStage(context)))
+    if config.failure_modes:
+        chosen.append(("FailureModes", FailureModesStage(context)))
     chosen.append(("Summaries", SummariesStage(context)))
     if config.input.labels:
         chosen.append(("Calibration", CalibrationStage(context)))

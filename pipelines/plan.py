@@ -12,12 +12,14 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from evalbeam.configs import ConfigError, EvalConfig
+from evalbeam.configs.failure_modes import taxonomy_of
+from evalbeam.metrics.failure_modes import TaxonomyError
 from evalbeam.metrics.judge.client import CHARS_PER_TOKEN
 from evalbeam.pipelines.local import new_pipeline
 from evalbeam.pipelines.preflight import billing_project, parquet_glob, preflight
 from evalbeam.pipelines.stages.read import read_instances
 from evalbeam.transforms import bigquery, judge
-from evalbeam.transforms.plan import PlanJudging
+from evalbeam.transforms.plan import PlanFailureModes, PlanJudging
 from evalbeam.transforms.rubric_judge import ReadPinnedRubrics
 from evalbeam.transforms.runs import judge_cost
 
@@ -38,7 +40,7 @@ def plan(config: EvalConfig) -> dict:
     try:
         read_plan = bigquery.plan_read(config.input, project) if config.input.kind != "files" else None
         cache_plans = [bigquery.plan_table_read(c.removeprefix("bq://"), project)
-                       for c in config.judge.cache if c.startswith("bq://")] if config.judge_specs() else []
+                       for c in config.judge.cache if c.startswith("bq://")] if config.calls_a_model() else []
         rubric_plans = [bigquery.plan_table_read(c.removeprefix("bq://"), project)
                         for c in config.judge.rubrics_from if c.startswith("bq://")] if rubric_specs else []
     except bigquery.BigQueryError as e:
@@ -48,13 +50,14 @@ def plan(config: EvalConfig) -> dict:
         with new_pipeline(PipelineOptions(["--runner=DirectRunner"])) as p:
             instances, read, dead = read_instances(p, config, read_plan)
             cached = pinned = None
-            if config.judge.cache and config.judge_specs():
+            if config.judge.cache and config.calls_a_model():
                 parquet = [parquet_glob(c) for c in config.judge.cache if not c.startswith("bq://")]
                 cached = p | "JudgeCache" >> judge.ReadJudgeCache(parquet, cache_plans)
             if config.judge.rubrics_from and rubric_specs:
                 parquet = [parquet_glob(c) for c in config.judge.rubrics_from if not c.startswith("bq://")]
                 pinned = p | "PinnedRubrics" >> ReadPinnedRubrics(parquet, rubric_plans)
-            counted = instances | "Plan" >> PlanJudging(judge_specs, rubric_specs, config.judge, cached, pinned)
+            counted = instances | "Plan" >> PlanJudging(judge_specs, rubric_specs, config.judge, cached, pinned,
+                                                        plan_failure_modes(config))
             counted | "WriteCounts" >> beam.Map(_write, counts_path)
             totals = {
                 "read": read | "CountRead" >> beam.combiners.Count.Globally(),
@@ -69,6 +72,22 @@ def plan(config: EvalConfig) -> dict:
         with open(totals_path) as f:
             totals = json.load(f)
     return estimate(config, checked.source, totals, counts)
+
+
+def plan_failure_modes(config: EvalConfig) -> PlanFailureModes | None:
+    """The failure classifications' part of the plan, or None without failure_modes."""
+    fm = config.failure_modes
+    if fm is None:
+        return None
+    try:
+        taxonomy = taxonomy_of(fm)
+    except TaxonomyError as e:
+        raise ConfigError(str(e)) from None
+    if taxonomy is None:
+        raise ConfigError("failure_modes: evalbeam plan does not count the classifications of a taxonomy not "
+                          "discovered yet (their prompts hold the taxonomy)")
+    judge_metrics = {s.output_name for s in config.template_judge_specs()}
+    return PlanFailureModes(fm, taxonomy, config.computation_specs(), judge_metrics, config.judge)
 
 
 def estimate(config: EvalConfig, source: str, totals: dict, counts: dict) -> dict:
@@ -139,7 +158,11 @@ def format_plan(plan: dict) -> str:
                   f"{minutes:,.1f} min at the quota ({minutes / 60:,.2f} h)",
               f"estimated cost: online {_money(plan['cost'])}, batch {_money(plan['cost_batch'])}"
               + ("" if plan["priced"] else f" (no judge.prices for {plan['model']})")]
-    if any(r["upper_bound"] for r in plan["metrics"]):
+    if any(r["metric"].endswith(":failure_modes") and r["upper_bound"] for r in plan["metrics"]):
+        lines.append("failure classifications of judge metrics (<=) are counted one per instance and metric: "
+                     "which instances fail is the judge's to say; a rubric metric's (one per failed rubric) "
+                     "are not counted")
+    if any(r["metric"].endswith(":validation") for r in plan["metrics"]):
         lines.append("rubric validations (<=) are counted one per instance, metric and sample: their prompts and "
                      "cache keys depend on the rubrics generated, so their tokens and cost are not estimated")
     if any(r["output_tokens_from"] == "max_output_tokens" for r in plan["metrics"]):

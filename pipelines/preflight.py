@@ -140,6 +140,7 @@ def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str 
     _check_judge(config, options, credentials)
     _check_inference(config)
     _check_simulator(config)
+    _check_taxonomy(config)
     return checked
 
 
@@ -182,6 +183,20 @@ def _check_metric_imports(spec: MetricSpec) -> None:
     require_adk_judges([spec.name])
     if spec.name == QUALITY_METRIC:  # ADK's own verifier prompt and parsing, likewise
         require_adk(spec.name)
+
+
+def _check_taxonomy(config: EvalConfig) -> None:
+    """failure_modes.taxonomy's file (or taxonomies_from's pinned taxonomy) must be readable
+    and well formed: said before any work."""
+    if config.failure_modes is None:
+        return
+    from evalbeam.transforms.failure_modes import taxonomy_of  # start-up time: only with failure_modes
+    from evalbeam.metrics.failure_modes import TaxonomyError
+
+    try:
+        taxonomy_of(config.failure_modes)
+    except TaxonomyError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _check_inference(config: EvalConfig) -> None:

@@ -255,3 +255,32 @@ def pass_curves(metric: str, pass_at: list[dict[str, Any]], pass_all: list[dict[
         ax.legend(loc="best", fontsize=7, frameon=False)
         fig.tight_layout()
         return _svg(fig)
+
+
+MODE_COLOURS = ("#2f6db3", "#c0392b", "#2e8b57", "#d4881c", "#7b4fa0", "#1a9aa0", "#b5527f", "#6b8e23",
+                "#8c6d31", "#4a6fa5", "#a0522d", "#5f9ea0")
+
+
+def failure_mode_bars(metric: str, rows: list[dict[str, Any]]) -> str:
+    """A metric's failure modes: one bar per slice, split by the share of each mode
+    (the modes no slice has left out), with the slice's failure count."""
+    slices = sorted({r["slice"] for r in rows}, key=lambda s: (s != "overall", s))[:MAX_SLICES]
+    modes = sorted({r["mode"] for r in rows if r["count"]},
+                   key=lambda m: -sum(r["count"] for r in rows if r["mode"] == m))
+    share = {(r["slice"], r["mode"]): r["share"] or 0.0 for r in rows}
+    failures = {r["slice"]: r["failures"] for r in rows}
+    with _figure(7.5, 0.9 + 0.32 * len(slices)) as (fig, [ax]):
+        left = [0.0] * len(slices)
+        for n, mode in enumerate(modes):
+            widths = [share.get((s, mode), 0.0) for s in slices]
+            ax.barh(range(len(slices)), widths, left=left, color=MODE_COLOURS[n % len(MODE_COLOURS)], label=mode,
+                    gid=f"mode-{mode}")
+            left = [a + b for a, b in zip(left, widths)]
+        ax.set_yticks(range(len(slices)), [f"{s} ({failures[s]} failures)" for s in slices])
+        ax.set_ylim(len(slices) - 0.5, -0.5)
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("share of the metric's failures")
+        ax.set_title(f"{metric}: failure modes by slice", loc="left")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=7, frameon=False)
+        fig.tight_layout()
+        return _svg(fig)

@@ -244,6 +244,9 @@ def show_data(results, run_id: str, tables: dict | None = None) -> dict[str, Any
     run = tables["runs"][0]
     counts = {k: run.get(k) for k in ("read_count", "scored_count", "dead_letter_count", "metric_error_count",
                                        "lines_read", "lines_skipped", "lines_scored", "lines_dead_lettered")}
+    from evalbeam.pipelines.failure_mode_results import failure_mode_rows  # imports one way: it reads results
+
+    modes = failure_mode_rows(results, run_id)
     return {
         "run_id": run["run_id"], "name": run["name"], "run_date": run["run_date"], "started_at": run["started_at"],
         "finished_at": run["finished_at"], "evalbeam_version": run["evalbeam_version"],
@@ -260,6 +263,8 @@ def show_data(results, run_id: str, tables: dict | None = None) -> dict[str, Any
         if run["dead_letter_count"] else {"first": [], "by_reason": []},
         "problems": run_problems(tables),
         "results": results.location,
+        # failure_modes: the failure_modes rows, each with its examples as a list
+        **({"failure_modes": [{**m, "examples": json.loads(m["examples"] or "[]")} for m in modes]} if modes else {}),
     }
 
 
@@ -323,6 +328,7 @@ def report_data(results, run_id: str, base_run_id: str | None = None,
         for metric, s in means.get(r["run_id"], {}).items():
             data["trend"].setdefault(metric, []).append({"run_id": r["run_id"], "run_date": as_date(r["run_date"]),
                                                          **{k: s[k] for k in ("mean", "ci_low", "ci_high")}})
+    data["failure_examples"] = failure_examples(results, run_id, data.get("failure_modes") or [])
     data["base_run_id"] = base_run_id
     data["comparisons"] = comparisons or []
     data["worst"] = {}
@@ -333,3 +339,24 @@ def report_data(results, run_id: str, base_run_id: str | None = None,
     for metric, direction in sorted(regressed.items()):
         data["worst"][metric] = worst_instances(results, base_run_id, run_id, metric, direction, WORST_SHOWN)
     return data
+
+
+def failure_examples(results, run_id: str, modes: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(metric, instance_id) -> the instance's row and its failure assignments, for the
+    example instances of the overall slice (at most five per mode): what the report links to."""
+    wanted = {(m["metric"], i) for m in modes if m["slice"] == "overall" for i in m["examples"]}
+    if not wanted:
+        return {}
+    from evalbeam.pipelines.failure_mode_results import assignments  # imports one way: it reads results
+
+    ids = sorted({i for _, i in wanted})
+    params = {f"id{n}": i for n, i in enumerate(ids)}
+    rows = results.sql("SELECT * FROM {i} WHERE instance_id IN (" + ", ".join("{P}" + k for k in params) + ")",
+                       params, {"i": ("instances", run_id)})
+    instances = {r["instance_id"]: r for r in rows}
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for a in assignments(results, run_id):
+        key = (a["metric"], a["instance_id"])
+        if key in wanted and a["instance_id"] in instances:
+            out.setdefault(key, {"instance": instances[a["instance_id"]], "assignments": []})["assignments"].append(a)
+    return out

@@ -95,7 +95,8 @@ def render(data: dict[str, Any]) -> str:
         body.append(_comparison(data))
     body += [_summary(data), _repeats(data), _position_consistency(data),
              *([_calibration(data)] if data.get("calibration") else []),
-             _metric_sections(data), _metric_errors(data), _dead_letters(data),
+             _metric_sections(data), *([_failure_modes(data)] if data.get("failure_modes") else []),
+             _metric_errors(data), _dead_letters(data),
              f"<footer>Read from {e(data['results'])} by evalbeam {e(data['evalbeam_version'])}. "
              "Self-contained: this file loads nothing from the network.</footer>"]
     return "\n".join([
@@ -127,7 +128,10 @@ def _nav(data) -> str:
         links.append(("#position-consistency", "Position consistency"))
     if data.get("calibration"):
         links.append(("#calibration", "Agreement with people"))
-    links += [("#metrics", "Metrics"), ("#metric-errors", "Metric errors"),
+    links.append(("#metrics", "Metrics"))
+    if data.get("failure_modes"):
+        links.append(("#failure-modes", "Failure modes"))
+    links += [("#metric-errors", "Metric errors"),
               ("#dead-letters", "Dead letters")]
     return "<nav>" + "".join(f'<a href="{h}">{e(t)}</a>' for h, t in links) + "</nav>"
 
@@ -426,6 +430,54 @@ def _metric_sections(data) -> str:
         out.append(f'<h3 id="{anchor(metric)}">{e(metric)}<span class=sub>{e(note)}</span></h3>')
         out.append(charts.metric_panel(metric, slices, data["histograms"].get(metric), data["trend"].get(metric, []),
                                        info, data["run_id"]))
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _example_anchor(metric: str, instance_id: str) -> str:
+    return "fm-" + anchor(f"{metric}-{instance_id}")
+
+
+def _failure_modes(data) -> str:
+    """Per metric: the modes' shares per slice (a chart), the modes with their counts, CIs and
+    example instances, each linked to the instance and the judge's rationale below."""
+    by_metric: dict[str, list[dict[str, Any]]] = {}
+    for r in data["failure_modes"]:
+        by_metric.setdefault(r["metric"], []).append(r)
+    out = ['<section id="failure-modes"><h2>Failure modes</h2>',
+           "<p class=sub>Each failure of the metrics in failure_modes, classified by the judge into one mode of the "
+           f"taxonomy {e(data['failure_modes'][0]['taxonomy_digest'])}; shares of the metric's failures per slice "
+           "with 95% CIs (instances resampled).</p>"]
+    examples = data.get("failure_examples") or {}
+    for metric, rows in by_metric.items():
+        out.append(f"<h3>{e(metric)}</h3>")
+        out.append(charts.failure_mode_bars(metric, rows))
+        out.append("<table><tr><th>slice</th><th>mode</th><th>count</th><th>failures</th><th>share</th>"
+                   "<th>95% CI</th><th>examples</th></tr>")
+        for r in sorted(rows, key=lambda r: (r["slice"] != "overall", r["slice"], -r["count"], r["mode"])):
+            if not r["count"]:
+                continue
+            links = ", ".join(
+                f'<a href="#{_example_anchor(metric, i)}"><code>{e(i)}</code></a>' if (metric, i) in examples
+                else f"<code>{e(i)}</code>" for i in r["examples"])
+            out.append(f"<tr><td>{e(r['slice'])}</td><td>{e(r['mode'])}</td><td>{r['count']}</td>"
+                       f"<td>{r['failures']}</td><td>{num(r['share'], 3)}</td>"
+                       f"<td>[{num(r['share_ci_low'], 3)}, {num(r['share_ci_high'], 3)}]</td><td>{links}</td></tr>")
+        out.append("</table>")
+        shown = [(i, x) for (m, i), x in examples.items() if m == metric]
+        if shown:
+            out.append('<table class="side"><colgroup><col class="name"><col></colgroup>')
+            for instance_id, x in shown:
+                out.append(f'<tr class="instance" id="{_example_anchor(metric, instance_id)}"><td colspan=2>'
+                           f"<strong>instance <code>{e(instance_id)}</code></strong>: "
+                           + "; ".join(f"{e(a['mode'] or 'unclassified')}"
+                                       + (f" (rubric {e(a['rubric_id'])})" if a.get("rubric_id") else "")
+                                       + f": {e(a['rationale'] or a['error'] or '')}" for a in x["assignments"])
+                           + "</td></tr>")
+                for field in _fields(x["instance"], x["instance"]):
+                    out.append(f'<tr><td class="field">{e(field)}</td><td><pre>{e(_clip(x["instance"].get(field)))}'
+                               "</pre></td></tr>")
+            out.append("</table>")
     out.append("</section>")
     return "\n".join(out)
 

@@ -82,6 +82,13 @@ TIER_RULES = [
 # Measured with --durations=80 (2 cores shared with other runs, load ~4.5): the tests of no other tier
 # that took 4.4 s or more (up to 100 s), with their parameters; the 20 s mark left 14 minutes.
 SLOW = {
+    "transforms/test_failure_modes.py::test_planted_failures_counted_per_mode_and_slice_and_a_cached_rerun",
+    "transforms/test_failure_modes.py::test_discovered_taxonomy_is_stored_pinned_and_reused_by_digest",
+    "transforms/test_failure_modes.py::test_the_discovery_sample_is_seeded_and_a_failed_discovery_loses_no_row",
+    "transforms/test_failure_modes.py::test_compare_says_which_modes_grew_per_slice_and_refuses_other_taxonomies",
+    "transforms/test_failure_modes.py::test_the_report_charts_modes_per_slice_linked_to_example_instances",
+    "transforms/test_failure_modes.py::test_an_agent_run_that_failed_is_a_failure_and_batch_mode_classifies_the_same",
+    "transforms/test_failure_modes.py::test_the_example_config_classifies_every_failed_adk_criterion",
     "metrics/test_adk.py::test_the_adk_demo_runs",
     "metrics/test_adk.py::test_vertex_flat_jsonl_with_agent_data",
     "metrics/test_agent_judges.py::test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache",

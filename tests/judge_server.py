@@ -82,6 +82,11 @@ Behaviour:
     #invalid=K       the first K attempts answer against the schema: a generation with an
                      importance outside HIGH/MEDIUM/LOW, a validation that skips the last
                      rubric and answers one not asked, a claim with an unknown label
+  Failure modes (a schema with "mode" and "rationale"; a taxonomy: a "modes" list):
+    #mode=ID         classify as ID (the last marker in the prompt wins; ID need not be in the
+                     taxonomy); without one, a mode of the schema's enum by the prompt's hash;
+                     #malformed=K and #fail as above
+    a taxonomy:      one mode per distinct #mode= marker in the sampled failures, in order
   `stats.stages` counts the answers given per stage (generation, validation, claims,
   score, choice, text, agent): a test counts generation calls with it.
   Free text (a request with no response schema: inference.model):
@@ -322,6 +327,10 @@ class JudgeServer:
         # pairwise: evalbeam's prompts ask for "choice", Vertex's for "pairwise_choice"
         field = next((f for f in ("choice", "pairwise_choice") if f in props), "score")
         allowed = props.get(field, {}).get("enum", [])
+        if "mode" in props and "rationale" in props:  # a failure's classification
+            return self._failure_mode(prompt, props["mode"].get("enum", []))
+        if "modes" in props:  # a taxonomy discovered from a sample of failures
+            return self._taxonomy(prompt)
         stage = "generation" if "rubrics" in props else "claims" if "claims" in props else \
             "segmentation" if "sentences" in props else ("choice" if "choice" in field else field) if field in props else \
             "labels" if any("label" in (p.get("properties") or {}) for p in props.values()) else "validation"
@@ -365,6 +374,26 @@ class JudgeServer:
             else:
                 value = allowed[int(hashlib.sha256(prompt.encode()).hexdigest(), 16) % len(allowed)]
         return json.dumps({"explanation": f"Judged {field} {value} from the inputs.", field: value})
+
+    def _failure_mode(self, prompt: str, allowed: list[str]) -> str:
+        with self._lock:
+            self.stats.prompts[prompt] += 1
+            self.stats.stages["failure_mode"] += 1
+            attempt = self.stats.prompts[prompt]
+        malformed = re.search(r"#malformed=(\d+)", prompt)
+        if malformed and attempt <= int(malformed.group(1)):
+            return "Probably a tool problem, I would say."
+        named = re.findall(r"#mode=([A-Za-z0-9_]+)", prompt)
+        value = named[-1] if named else allowed[int(hashlib.sha256(prompt.encode()).hexdigest(), 16) % len(allowed)]
+        return json.dumps({"mode": value, "rationale": f"The case shows {value}."})
+
+    def _taxonomy(self, prompt: str) -> str:
+        with self._lock:
+            self.stats.prompts[prompt] += 1
+            self.stats.stages["taxonomy"] += 1
+        seen = list(dict.fromkeys(re.findall(r"#mode=([a-z][a-z0-9_]*)", prompt)))
+        return json.dumps({"modes": [{"id": m, "name": m.replace("_", " ").capitalize(),
+                                      "description": f"Failures the sample shows as {m}."} for m in seen]})
 
     @staticmethod
     def _rubrics(prompt: str, invalid: bool) -> str:

@@ -298,6 +298,16 @@ FROM (
   SELECT c.*, DENSE_RANK() OVER (PARTITION BY c.name ORDER BY c.run_date DESC, c.compared_at DESC) AS recency
   FROM {comparisons} AS c)
 WHERE recency = 1 AND regression""",
+        # failure_modes: each eval's most recent run's modes per metric and slice
+        "latest_failure_modes": f"""
+SELECT r.name, f.*
+FROM `{dataset}.failure_modes` AS f
+JOIN (
+  SELECT name, run_id FROM (
+    SELECT name, run_id, ROW_NUMBER() OVER (PARTITION BY name ORDER BY started_at DESC) AS recency
+    FROM {runs})
+  WHERE recency = 1
+) AS r ON r.run_id = f.run_id""",
         # input.labels: each eval's most recent run's agreement with the human labels
         "latest_calibration": f"""
 SELECT r.name, c.*

@@ -10,13 +10,17 @@ metric, unit -- a turn or step for agent judges -- and sample) and not matched w
 from __future__ import annotations
 
 import collections
+import datetime as dt
 from typing import Iterable
 
 import apache_beam as beam
 
 from evalbeam.metrics.judge.settings import JudgeSettings
+from evalbeam.transforms.failure_modes import instance_asks, usage_name
 from evalbeam.transforms.judge import judge_requests, plan_judges
 from evalbeam.transforms.rubric_judge import READY, RubricNeedsFn, plan_rubric_metrics, plan_units, use_pinned
+from evalbeam.transforms.schema import RunKey
+from evalbeam.transforms.score import ScoreInstances
 
 COUNTS = ("asked", "distinct", "cached", "to_call", "prompt_chars", "cached_output_tokens", "upper_bound")
 
@@ -52,16 +56,49 @@ def _validations(instance, plans, sampling_count: int):
              {"asked": len(plan_units(instance, p.template)) * p.template.samples(sampling_count), "upper_bound": 1})
             for p in plans if p.output_name not in instance.missing_inputs]
 
+def _failure_bounds(instance, metrics: list[str]):
+    """Failure classifications of judge metrics, before the run: at most one per instance
+    and metric (whether it fails is the judge's to say). A rubric metric asks one per
+    failed rubric, not known before its rubrics are judged: it is not counted."""
+    return [(usage_name(m), {"asked": 1, "upper_bound": 1}) for m in metrics if m not in instance.missing_inputs]
+
+
+class PlanFailureModes(beam.PTransform):
+    """Instances -> (request_key, (request, link)) asks of the failure classifications of the
+    computation metrics (scored here, offline: exactly the requests the run sends), and
+    (metric, counts) upper bounds for the judge metrics' (see _failure_bounds)."""
+
+    def __init__(self, failure_modes, taxonomy, computation_specs, judge_metrics, settings: JudgeSettings):
+        super().__init__()
+        self._metrics = frozenset(failure_modes.metrics)
+        self._taxonomy = taxonomy
+        self._specs = computation_specs
+        self._judge_metrics = [m for m in failure_modes.metrics if m in judge_metrics]
+        self._settings = settings
+
+    def expand(self, instances):
+        run = RunKey("plan", dt.date.today())
+        taxonomy = instances.pipeline | "Taxonomy" >> beam.Create([self._taxonomy])
+        asks = (instances
+                | "ScoreOffline" >> ScoreInstances(run, self._specs)
+                | "FailureAsks" >> beam.FlatMap(instance_asks, self._metrics, frozenset(), self._settings,
+                                                taxonomy=beam.pvalue.AsSingleton(taxonomy)))
+        bounds = instances | "FailureBounds" >> beam.FlatMap(_failure_bounds, self._judge_metrics)
+        return asks, bounds
+
+
 class PlanJudging(beam.PTransform):
     """Instances -> one list of (metric or metric:stage, counts)."""
 
-    def __init__(self, judge_specs, rubric_specs, settings: JudgeSettings, cached=None, pinned=None):
+    def __init__(self, judge_specs, rubric_specs, settings: JudgeSettings, cached=None, pinned=None,
+                 failure_modes: PlanFailureModes | None = None):
         super().__init__()
         self._judge_specs = judge_specs
         self._rubric_specs = rubric_specs
         self._settings = settings
         self._cached = cached
         self._pinned = pinned
+        self._failure_modes = failure_modes
 
     def expand(self, instances):
         settings = self._settings
@@ -84,6 +121,10 @@ class PlanJudging(beam.PTransform):
             asks.append(generation.requests)
             validations.append(instances | "Validations" >> beam.FlatMap(
                 _validations, plans, settings.sampling_count))
+        if self._failure_modes is not None:
+            failure_asks, bounds = instances | "FailureModes" >> self._failure_modes
+            asks.append(failure_asks)
+            validations.append(bounds)
         if not asks and not validations:
             return pipeline | "NothingToJudge" >> beam.Create([[]])
         parts = list(validations)

@@ -259,6 +259,51 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("annotator_alpha_units", "INT64", description="instances with two labels or more"),
         Column("note", "STRING", description="why a statistic is null (n < 2, constant labels, one category, ...)"),
     ),
+    "failure_assignments": (
+        RUN_ID,
+        RUN_DATE,
+        Column("instance_id", "STRING", True),
+        Column("metric", "STRING", True, "the metric (its 'as' name) that failed"),
+        Column("rubric_id", "STRING", description="the rubric not met; null for a failure of the whole instance "
+                                                  "(the metric did not pass, or the agent's run failed)"),
+        Column("mode", "STRING", description="the failure mode counted: the judge's answer when it names a mode of "
+                                             "the taxonomy, else other; null when the classification failed"),
+        Column("judge_mode", "STRING", description="the mode the judge answered, as it answered it"),
+        Column("rationale", "STRING", description="the judge's reason for the mode"),
+        Column("error", "STRING", description="why the failure could not be classified (the judge failed)"),
+        Column("taxonomy_digest", "STRING", True, "content hash of the taxonomy's modes"),
+        Column("cache_hit", "BOOL", description="the classification came from judge.cache"),
+    ),
+    "failure_modes": (
+        RUN_ID,
+        RUN_DATE,
+        Column("metric", "STRING", True),
+        Column("slice", "STRING", True, "'overall' or 'column=value'"),
+        Column("mode", "STRING", True, "a mode of the taxonomy (every mode has a row, count 0 included)"),
+        Column("mode_name", "STRING"),
+        Column("count", "INT64", True, "failures of the metric in the slice classified as this mode"),
+        Column("failures", "INT64", True, "all failures of the metric in the slice (= sum of count + unclassified)"),
+        Column("unclassified", "INT64", True, "failures whose classification failed (an error)"),
+        Column("share", "FLOAT64", description="count / failures"),
+        Column("share_ci_low", "FLOAT64", description="95% CI of share (Poisson bootstrap of instances, seeded by "
+                                                      "instance id)"),
+        Column("share_ci_high", "FLOAT64"),
+        Column("examples", "JSON", description="up to five instance ids of this mode (the smallest hashes)"),
+        Column("taxonomy_digest", "STRING", True, "content hash of the taxonomy's modes"),
+    ),
+    "taxonomies": (
+        RUN_ID,
+        RUN_DATE,
+        Column("digest", "STRING", True, "content hash of the modes: what failure_modes.taxonomy_digest names"),
+        Column("name", "STRING", True, "task_success | tool_use | the file's name | discovered"),
+        Column("origin", "STRING", True, "builtin | file | discovered"),
+        Column("discovered_in", "STRING", description="discovered: the run whose judge proposed it (a run reusing "
+                                                      "it through failure_modes.taxonomies_from keeps that run)"),
+        Column("modes", "JSON", True, "[{id, name, description, parent}]"),
+        Column("metrics", "JSON", True, "the metrics whose failures were classified into it in this run"),
+        Column("sample_size", "INT64", description="discovered in this run: the failures the judge was shown"),
+        Column("seed", "INT64", description="discovered in this run: the seed of the sample"),
+    ),
     "dead_letter": (
         RUN_ID,
         RUN_DATE,
@@ -273,9 +318,13 @@ TABLES: dict[str, tuple[Column, ...]] = {
 }
 
 
+# Tables with a column per slice column (input.slice_columns).
+SLICED_TABLES = ("instances", "failure_assignments")
+
+
 def table_columns(table: str, slice_columns: Iterable[str] = ()) -> tuple[Column, ...]:
     columns = TABLES[table]
-    if table == "instances":
+    if table in SLICED_TABLES:
         columns = columns + tuple(Column(c, "STRING", description="slice column") for c in slice_columns)
     return columns
 
@@ -298,6 +347,9 @@ CLUSTERING = {
     "comparisons": ["metric", "run_id"],
     "rubrics": ["metric", "run_id"],
     "calibration": ["metric", "slice"],
+    "failure_assignments": ["metric", "run_id"],
+    "failure_modes": ["metric", "slice"],
+    "taxonomies": ["digest"],
 }
 
 

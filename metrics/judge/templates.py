@@ -206,6 +206,21 @@ def parse_answer(text: str | None, field: str, allowed: tuple[str, ...]) -> tupl
         if not isinstance(text, str) or not text.strip():
             raise InvalidJudgment("the model's answer has no text")
         return text, None
+    if field == "mode":  # a failure's classification (metrics.failure_modes): any mode named is kept
+        answer = _json_object(text)
+        mode, rationale = answer.get("mode"), answer.get("rationale")
+        if not isinstance(mode, str) or not mode.strip():
+            raise InvalidJudgment("the judge's answer names no mode")
+        if not isinstance(rationale, str) or not rationale.strip():
+            raise InvalidJudgment("the judge's answer has no rationale")
+        return mode.strip(), rationale
+    if field == "modes":  # a taxonomy of failure modes proposed from a sample (metrics.failure_modes)
+        from evalbeam.metrics.failure_modes import TaxonomyError, parse_discovery  # imports one way: it imports judge views
+
+        try:
+            return parse_discovery(text)
+        except TaxonomyError as e:
+            raise InvalidJudgment(str(e)) from None
     if field in ("rubrics", "verdicts", "claims", "sentences", "labels"):
         try:
             return parse_stage_answer(text, field, allowed)

@@ -35,6 +35,12 @@ class WriteResults(Stage):
                 pipeline | "NoComparison" >> beam.Create([])),
             "calibration": named["calibration"] if "calibration" in named else (
                 pipeline | "NoCalibration" >> beam.Create([])),
+            "failure_assignments": named["failure_assignments"] if "failure_assignments" in named else (
+                pipeline | "NoFailureAssignments" >> beam.Create([])),
+            "failure_modes": named["failure_modes"] if "failure_modes" in named else (
+                pipeline | "NoFailureModes" >> beam.Create([])),
+            "taxonomies": named["taxonomies"] if "taxonomies" in named else (
+                pipeline | "NoTaxonomies" >> beam.Create([])),
         }
         direct = direct_runner(pipeline)
         # Parquet is always written: it is the output (written beside the run's

@@ -1,0 +1,184 @@
+"""A run's failure modes read back (pipelines.results), for `show` (the top modes per
+metric and slice, with an example each) and `compare` (which modes grew and which
+shrank between two runs that used the same taxonomy, with paired statistics over the
+instances both runs hold). The CLI calls these with a line or two."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from evalbeam.transforms.summarize import OVERALL
+
+TOP = 3
+
+
+class TaxonomiesDiffer(ValueError):
+    """Two runs whose failures were classified into different taxonomies: not compared."""
+
+
+def _rows(results, sql: str, params: dict[str, Any], tables: dict) -> list[dict[str, Any]]:
+    try:
+        return results.sql(sql, params, tables)
+    except Exception as e:  # noqa: BLE001 - a BigQuery dataset prepared before these tables existed has none
+        if type(e).__name__ == "NotFound":
+            return []
+        raise
+
+
+def failure_mode_rows(results, run_id: str) -> list[dict[str, Any]]:
+    return _rows(results, "SELECT * FROM {fm} ORDER BY metric, slice, count DESC, mode", {},
+                 {"fm": ("failure_modes", run_id)})
+
+
+def assignments(results, run_id: str) -> list[dict[str, Any]]:
+    return _rows(results, "SELECT * FROM {fa}", {}, {"fa": ("failure_assignments", run_id)})
+
+
+def _ci(row) -> str:
+    if row.get("share_ci_low") is None:
+        return "-"
+    return f"[{row['share_ci_low']:.2f}, {row['share_ci_high']:.2f}]"
+
+
+def format_failure_modes(rows: list[dict[str, Any]], top: int = TOP) -> str:
+    """The `top` modes of each metric and slice (by count), with share, CI and an example."""
+    if not rows:
+        return ""
+    import json
+
+    lines = ["\nfailure modes (top {} per metric and slice; failure_modes table):".format(top),
+             f"{'metric':24} {'slice':22} {'mode':24} {'count':>6} {'of':>6} {'share':>6} {'95% CI':>13}  example"]
+    shown: dict[tuple, int] = {}
+    for r in sorted(rows, key=lambda r: (r["metric"], r["slice"] != OVERALL, r["slice"], -r["count"], r["mode"])):
+        key = (r["metric"], r["slice"])
+        if r["count"] == 0 or shown.get(key, 0) >= top:
+            continue
+        shown[key] = shown.get(key, 0) + 1
+        examples = json.loads(r["examples"] or "[]")
+        lines.append(f"{r['metric'][:24]:24} {r['slice'][:22]:22} {r['mode'][:24]:24} {r['count']:>6} "
+                     f"{r['failures']:>6} {r['share']:>6.2f} {_ci(r):>13}  {examples[0] if examples else '-'}")
+    unclassified = {(r["metric"], r["slice"]): r["unclassified"] for r in rows if r["unclassified"]}
+    for (metric, slice_name), n in sorted(unclassified.items()):
+        if slice_name == OVERALL:
+            lines.append(f"  {metric}: {n} failure(s) not classified (the judge failed; see failure_assignments.error)")
+    return "\n".join(lines)
+
+
+def _mcnemar(b: int, c: int) -> float | None:
+    """Exact two-sided McNemar p-value on the discordant pairs (b one way, c the other)."""
+    n = b + c
+    if n == 0:
+        return None
+    k = min(b, c)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def _digest(rows: list[dict[str, Any]], run_id: str) -> str:
+    digests = {r["taxonomy_digest"] for r in rows}
+    if len(digests) > 1:
+        raise TaxonomiesDiffer(f"run {run_id} classified into several taxonomies ({', '.join(sorted(digests))})")
+    return digests.pop()
+
+
+def _slices(assignment: dict[str, Any], slice_columns: list[str]) -> list[str]:
+    return [OVERALL] + [f"{c}={'(missing)' if assignment.get(c) is None else assignment[c]}" for c in slice_columns]
+
+
+def compare_failure_modes(results, base_id: str, run_id: str, alpha: float = 0.05,
+                          slice_columns: list[str] | None = None) -> list[dict[str, Any]]:
+    """Per metric, slice and mode: both runs' counts and shares, and, over the instances
+    both runs hold (an instance with a metric_results row of the metric in each), how
+    many have a failure of the mode in the run only (grew_in) or the base only
+    (shrank_in), with McNemar's exact p-value; `grew` / `shrank` when p < alpha.
+    Raises TaxonomiesDiffer when the runs used different taxonomies (or none)."""
+    base_rows, run_rows = failure_mode_rows(results, base_id), failure_mode_rows(results, run_id)
+    if not base_rows or not run_rows:
+        missing = base_id if not base_rows else run_id
+        raise TaxonomiesDiffer(f"run {missing} has no failure modes (no failure_modes section, or no failure)")
+    base_digest, run_digest = _digest(base_rows, base_id), _digest(run_rows, run_id)
+    if base_digest != run_digest:
+        raise TaxonomiesDiffer(f"runs {base_id} and {run_id} classified failures into different taxonomies "
+                               f"({base_digest} and {run_digest}): a mode of one does not mean a mode of the other. "
+                               "Pin one taxonomy (a built-in, a file, or taxonomies_from) to compare modes")
+    held = {}
+    for which, rid in (("base", base_id), ("run", run_id)):
+        held[which] = {(r["metric"], r["instance_id"]) for r in _rows(
+            results, "SELECT DISTINCT metric, instance_id FROM {mr}", {}, {"mr": ("metric_results", rid)})}
+    paired = held["base"] & held["run"]
+    if slice_columns is None:
+        slice_columns = sorted({s.split("=", 1)[0] for s in (r["slice"] for r in run_rows + base_rows) if s != OVERALL})
+    instance_slices = {}
+    for rid in (base_id, run_id):  # an instance's slices: as its run's instances table has them
+        for i in _rows(results, "SELECT * FROM {i}", {}, {"i": ("instances", rid)}):
+            instance_slices.setdefault(i["instance_id"], _slices(i, slice_columns))
+    has_mode: dict[str, set] = {"base": set(), "run": set()}  # (metric, instance, mode)
+    for which, rid in (("base", base_id), ("run", run_id)):
+        for a in assignments(results, rid):
+            if a["mode"] is not None:
+                has_mode[which].add((a["metric"], a["instance_id"], a["mode"]))
+    counts = {}
+    for which, rows in (("base", base_rows), ("run", run_rows)):
+        for r in rows:
+            counts.setdefault((r["metric"], r["slice"], r["mode"]), {})[which] = r
+    out = []
+    for (metric, slice_name, mode), both in sorted(counts.items()):
+        base, run = both.get("base"), both.get("run")
+        in_slice = [i for m, i in paired if m == metric and slice_name in instance_slices.get(i, [OVERALL])]
+        grew = sum((metric, i, mode) in has_mode["run"] and (metric, i, mode) not in has_mode["base"] for i in in_slice)
+        shrank = sum((metric, i, mode) in has_mode["base"] and (metric, i, mode) not in has_mode["run"]
+                     for i in in_slice)
+        p = _mcnemar(shrank, grew)
+        base_share = base["share"] if base else None
+        run_share = run["share"] if run else None
+        out.append({
+            "base_run_id": base_id, "run_id": run_id, "metric": metric, "slice": slice_name, "mode": mode,
+            "taxonomy_digest": run_digest, "base_count": base["count"] if base else 0,
+            "count": run["count"] if run else 0, "base_share": base_share, "share": run_share,
+            "share_change": None if base_share is None or run_share is None else run_share - base_share,
+            "n_paired": len(in_slice), "grew_in": grew, "shrank_in": shrank, "p_value": p,
+            "grew": p is not None and p < alpha and grew > shrank,
+            "shrank": p is not None and p < alpha and shrank > grew,
+        })
+    return out
+
+
+def format_mode_comparison(rows: list[dict[str, Any]]) -> str:
+    changed = [r for r in rows if r["count"] != r["base_count"] or r["grew_in"] or r["shrank_in"]]
+    if not changed:
+        return "\nfailure modes: no change in any mode"
+    lines = ["\nfailure modes, run against base (paired over the instances both runs hold):",
+             f"{'metric':22} {'slice':20} {'mode':22} {'base':>5} {'run':>5} {'share':>13} {'grew':>5} {'shrank':>6} "
+             f"{'p':>7}  flag"]
+    for r in changed:
+        share = "-" if r["share_change"] is None else f"{r['base_share'] or 0:.2f}->{r['share'] or 0:.2f}"
+        p = "-" if r["p_value"] is None else f"{r['p_value']:.4f}"
+        flag = "GREW" if r["grew"] else "shrank" if r["shrank"] else ""
+        lines.append(f"{r['metric'][:22]:22} {r['slice'][:20]:20} {r['mode'][:22]:22} {r['base_count']:>5} "
+                     f"{r['count']:>5} {share:>13} {r['grew_in']:>5} {r['shrank_in']:>6} {p:>7}  {flag}")
+    return "\n".join(lines)
+
+
+def mode_gate_failed(rows: list[dict[str, Any]], gated: list[str]) -> list[dict[str, Any]]:
+    """The flagged growths of the gated modes ("any": every mode)."""
+    return [r for r in rows if r["grew"] and ("any" in gated or r["mode"] in gated)]
+
+
+def compare_modes_command(results, base_id: str, run_ids: list[str], alpha: float, gated: list[str]) -> int:
+    """`evalbeam compare`'s failure-mode part: prints each run's mode changes (or why its
+    modes are not compared); 1 when a gated mode grew (--fail-on-mode-growth), else 0."""
+    failed = []
+    for run_id in run_ids:
+        try:
+            rows = compare_failure_modes(results, base_id, run_id, alpha)
+        except TaxonomiesDiffer as e:
+            if gated or "no failure modes" not in str(e):
+                print(f"\nfailure modes not compared: {e}")
+            continue
+        print(format_mode_comparison(rows))
+        failed += mode_gate_failed(rows, gated)
+    if gated:
+        print(f"{len(failed)} gated failure mode growth(s) flagged"
+              + "".join(f"\n  {r['metric']} {r['slice']}: {r['mode']} grew ({r['base_count']} -> {r['count']}, "
+                        f"p {r['p_value']:.4f})" for r in failed))
+    return 1 if failed else 0
