@@ -1,16 +1,14 @@
 """The `failure_modes:` section of a config: which metrics' failures are classified,
 and into which taxonomy (metrics.failure_modes). A shape only: the taxonomy file is
-read where the pipeline is built (`taxonomy_of`), not while validating."""
+read where the pipeline is built (transforms.failure_modes.taxonomy_of), not while validating."""
 from __future__ import annotations
 
 import posixpath
 from typing import Any
 
 import pydantic
-from apache_beam.io.filesystems import FileSystems
 
-from evalbeam.metrics.failure_modes import BUILTIN, DISCOVER, Taxonomy, TaxonomyError, builtin_taxonomy, \
-    taxonomy_from_yaml
+from evalbeam.metrics.failure_modes import BUILTIN, DISCOVER
 
 
 class FailureModesConfig(pydantic.BaseModel):
@@ -66,28 +64,6 @@ class FailureModesConfig(pydantic.BaseModel):
     @property
     def discovers(self) -> bool:
         return self.taxonomy == DISCOVER
-
-
-def taxonomy_of(config: FailureModesConfig) -> Taxonomy | None:
-    """The taxonomy a built-in name or a file names, or the pinned discovered one
-    (taxonomies_from); None to discover one in the pipeline. Raises TaxonomyError."""
-    if config.taxonomy in BUILTIN:
-        return builtin_taxonomy(config.taxonomy)
-    if config.discovers:
-        if not config.taxonomies_from:
-            return None
-        from evalbeam.transforms.failure_modes import pinned_taxonomy  # reads tables: Beam and pyarrow only here
-
-        return pinned_taxonomy(config.taxonomies_from, config.taxonomy_digest)
-    try:
-        with FileSystems.open(config.taxonomy, mime_type="application/octet-stream") as f:
-            text = f.read().decode("utf-8")
-    except (IOError, OSError, UnicodeDecodeError) as e:
-        raise TaxonomyError(f"failure_modes.taxonomy: cannot read {config.taxonomy}: {e}") from None
-    try:
-        return taxonomy_from_yaml(text, posixpath.basename(config.taxonomy).rsplit(".", 1)[0])
-    except TaxonomyError as e:
-        raise TaxonomyError(f"failure_modes.taxonomy: {config.taxonomy}: {e}") from None
 
 
 def check_metrics(config: FailureModesConfig, metrics: dict[str, bool]) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import pydantic
 
+from evalbeam.configs.failure_modes import FailureModesConfig, check_metrics
 from evalbeam.metrics.custom import function_path
 from evalbeam.metrics.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.settings import JudgeSettings
@@ -27,11 +28,11 @@ from evalbeam.metrics.trace import get_key
 
 
 def reserved_columns() -> frozenset[str]:
-    """The instances table's own columns, which a slice column may not shadow:
-    read from the one schema definition."""
-    from evalbeam.transforms.schema import TABLES  # start-up time: pyarrow only where slice columns are checked
+    """The own columns of the tables with slice columns, which a slice column may not
+    shadow: read from the one schema definition."""
+    from evalbeam.transforms.schema import SLICED_TABLES, TABLES  # start-up time: pyarrow only where slice columns are checked
 
-    return frozenset(c.name for c in TABLES["instances"])
+    return frozenset(c.name for t in SLICED_TABLES for c in TABLES[t])
 
 
 class ConfigError(ValueError):
@@ -522,6 +523,9 @@ class EvalConfig(_Model):
     inference: InferenceConfig | None = pydantic.Field(
         None, description="inference before scoring: run a function, a model or an ADK agent on each case")
     output: OutputConfig
+    failure_modes: FailureModesConfig | None = pydantic.Field(
+        None, description="classify the failures of these metrics into a taxonomy of failure modes "
+                          "(configs/failure_modes.py)")
     compare_with: str | None = pydantic.Field(
         None, pattern=NAME_RE,
         description="'previous' (this eval's latest earlier run by run date) or a run_id: compared with in the "
@@ -609,6 +613,16 @@ class EvalConfig(_Model):
         return self
 
     @pydantic.model_validator(mode="after")
+    def _failure_mode_metrics(self) -> "EvalConfig":
+        if self.failure_modes is not None:
+            can_fail = {m.output_name: m.effective_threshold() is not None or m.judge_kind() == "rubric"
+                        or (m.definition() is not None and m.definition().kind == "adk") for m in self.metrics}
+            if self.input.is_adk:
+                can_fail["adk_case_status"] = True
+            check_metrics(self.failure_modes, can_fail)
+        return self
+
+    @pydantic.model_validator(mode="after")
     def _vertex_batch_staging(self) -> "EvalConfig":
         judge = self.judge
         if judge.mode == "batch" and judge.backend == "vertex_ai" and not judge.batch_staging \
@@ -643,7 +657,8 @@ class EvalConfig(_Model):
 
     def calls_a_model(self) -> bool:
         """Whether the run calls a model: a judge metric or model inference (credentials, checkpoints, judge.cache)."""
-        return bool(self.judge_specs()) or self.model_inference() or self.simulates_users()
+        return bool(self.judge_specs()) or self.model_inference() or self.simulates_users() or \
+            self.failure_modes is not None
 
     def metric_directions(self) -> dict[str, str]:
         """output name -> which way is better, for every metric the run reports

@@ -40,6 +40,9 @@ from typing import Any
 
 import numpy as np
 
+# the slice value of a summary row over every instance
+OVERALL = "overall"
+
 BOOTSTRAP_REPLICATES = 200
 
 # P(K <= k) for K ~ Poisson(1), k = 0, 1, ...: a uniform u in [0, 1) gives the

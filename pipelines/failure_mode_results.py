@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from evalbeam.transforms.summarize import OVERALL
+from evalbeam.metrics.summary import OVERALL
 
 TOP = 3
 

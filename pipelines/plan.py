@@ -12,13 +12,13 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from evalbeam.configs import ConfigError, EvalConfig
-from evalbeam.configs.failure_modes import taxonomy_of
 from evalbeam.metrics.failure_modes import TaxonomyError
 from evalbeam.metrics.judge.client import CHARS_PER_TOKEN
 from evalbeam.pipelines.local import new_pipeline
 from evalbeam.pipelines.preflight import billing_project, parquet_glob, preflight
 from evalbeam.pipelines.stages.read import read_instances
 from evalbeam.transforms import bigquery, judge
+from evalbeam.transforms.failure_modes import taxonomy_of
 from evalbeam.transforms.plan import PlanFailureModes, PlanJudging
 from evalbeam.transforms.rubric_judge import ReadPinnedRubrics
 from evalbeam.transforms.runs import judge_cost

@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any, Iterable
+import posixpath
+from typing import TYPE_CHECKING, Any, Iterable
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 
 from evalbeam.metrics.failure_modes import (
+    BUILTIN,
     DISCOVERY_FIELD,
     MODE_FIELD,
     Failure,
@@ -35,6 +38,7 @@ from evalbeam.metrics.failure_modes import (
     Taxonomy,
     TaxonomyError,
     assigned_mode,
+    builtin_taxonomy,
     classification_prompt,
     classification_schema,
     discovery_prompt,
@@ -44,6 +48,7 @@ from evalbeam.metrics.failure_modes import (
     sample_entry,
     sample_rank,
     taxonomy_from_json,
+    taxonomy_from_yaml,
 )
 from evalbeam.metrics.instance import Instance
 from evalbeam.metrics.judge.client import JudgeRequest, JudgeResponse, request_key
@@ -53,6 +58,9 @@ from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.schema import RunKey, to_json_text
 from evalbeam.transforms.score import ScoredInstance
 from evalbeam.transforms.summarize import OVERALL
+
+if TYPE_CHECKING:
+    from evalbeam.configs.failure_modes import FailureModesConfig
 
 STAGE = "failure_modes"
 UNASKED = "unasked"
@@ -318,7 +326,6 @@ def _table_rows(location: str) -> list[dict[str, Any]]:
         client = bigquery_client(table.split(".")[0])
         return [dict(r.items()) for r in client.query(f"SELECT * FROM `{table}`").result()]
     import pyarrow.parquet as pq  # start-up time: only where a pinned taxonomy is read
-    from apache_beam.io.filesystems import FileSystems
 
     pattern = location if any(c in location for c in "*?[") or location.endswith(".parquet") \
         else location.rstrip("/") + "/*.parquet"
@@ -348,3 +355,23 @@ def pinned_taxonomy(locations: list[str], digest: str | None = None) -> Taxonomy
     first = min(found, key=lambda r: (str(r["run_date"]), r["run_id"]))
     return dataclasses.replace(taxonomy_from_json(first["modes"], "discovered", "discovered"),
                                discovered_in=first.get("discovered_in") or first["run_id"])
+
+
+def taxonomy_of(config: "FailureModesConfig") -> Taxonomy | None:
+    """The taxonomy a built-in name or a file names, or the pinned discovered one
+    (taxonomies_from); None to discover one in the pipeline. Raises TaxonomyError."""
+    if config.taxonomy in BUILTIN:
+        return builtin_taxonomy(config.taxonomy)
+    if config.discovers:
+        if not config.taxonomies_from:
+            return None
+        return pinned_taxonomy(config.taxonomies_from, config.taxonomy_digest)
+    try:
+        with FileSystems.open(config.taxonomy, mime_type="application/octet-stream") as f:
+            text = f.read().decode("utf-8")
+    except (IOError, OSError, UnicodeDecodeError) as e:
+        raise TaxonomyError(f"failure_modes.taxonomy: cannot read {config.taxonomy}: {e}") from None
+    try:
+        return taxonomy_from_yaml(text, posixpath.basename(config.taxonomy).rsplit(".", 1)[0])
+    except TaxonomyError as e:
+        raise TaxonomyError(f"failure_modes.taxonomy: {config.taxonomy}: {e}") from None

@@ -16,12 +16,10 @@ from typing import Any, Iterable
 import apache_beam as beam
 import numpy as np
 
-from evalbeam.metrics.summary import ScoreMoments, bootstrap_weight_matrix
+from evalbeam.metrics.summary import OVERALL, ScoreMoments, bootstrap_weight_matrix
 from evalbeam.transforms.infer import case_id
 from evalbeam.transforms.schema import RunKey, to_json_text
 from evalbeam.transforms.score import ScoredInstance
-
-OVERALL = "overall"
 
 
 def results_of(scored: ScoredInstance) -> list[tuple]:

@@ -12,6 +12,7 @@ from evalbeam.pipelines.commands.arguments import gate_args
 from evalbeam.pipelines.commands.beam_flags import check_beam_args, pipeline_options
 from evalbeam.pipelines.commands.results_args import results_args, results_of
 from evalbeam.pipelines.compare import CompareError, compare, comparison_gate, format_comparison, unpaired_note
+from evalbeam.pipelines.failure_mode_results import compare_modes_command
 from evalbeam.pipelines.results import ResultsError
 
 
@@ -22,6 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="T: flag only changes whose 95%% CI lies entirely beyond -T or +T (default 0)")
     parser.add_argument("--alpha", type=float, default=0.05,
                         help="flag only changes whose Holm-adjusted p-value is below this (default 0.05)")
+    parser.add_argument("--fail-on-mode-growth", action="append", default=[], metavar="MODE",
+                        help="exit 1 when this failure mode (or 'any') grew significantly in a slice (repeatable)")
     gate_args(parser)
     results_args(parser)
 
@@ -47,10 +50,11 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
     for note in unpaired_note(rows):
         print(note)
     regressed = [r for r in rows if r["regression"]]
+    modes_grew = compare_modes_command(results, args.base_run_id, args.run_ids, args.alpha, args.fail_on_mode_growth)
     print(f"\n{len(regressed)} regression(s) flagged; comparisons written to {results.location}")
     if gate_failed(results, rows, args.base_run_id, args.run_ids, args.min_paired):
         return 2  # too little paired to gate on: neither a pass nor a regression
-    return 1 if regressed else 0
+    return 1 if regressed or modes_grew else 0
 
 
 def gate_failed(results, rows, base_run_id: str, run_ids: list[str], min_paired: int | None) -> bool:

@@ -6,10 +6,9 @@ from __future__ import annotations
 import apache_beam as beam
 
 from evalbeam.configs import ConfigError
-from evalbeam.configs.failure_modes import taxonomy_of
 from evalbeam.metrics.failure_modes import TaxonomyError
 from evalbeam.pipelines.stages import Stage, parts
-from evalbeam.transforms.failure_modes import ClassifyFailures, taxonomy_row
+from evalbeam.transforms.failure_modes import ClassifyFailures, taxonomy_of, taxonomy_row
 
 
 class FailureModesStage(Stage):

@@ -162,8 +162,8 @@ def test_failed_rubrics_classified_one_by_one_into_bigquery_and_its_latest_view(
             {"id": "c", "team": "shipping", "prompt": "P #rubrics=3", "response": "rc #verdicts=nyy #mode=oops"}]
     with JudgeServer() as server:
         path = write_config(tmp_path, rows, server.url, "g1",
-                            metrics=[{"name": "general_quality", "threshold": 1.0}],
-                            failure_modes={"metrics": ["general_quality"], "taxonomy": "tool_use"},
+                            metrics=[{"name": "evalbeam_general_quality", "threshold": 1.0}],
+                            failure_modes={"metrics": ["evalbeam_general_quality"], "taxonomy": "tool_use"},
                             output={"parquet": str(tmp_path / "out"), "bigquery": dataset})
         run_config(path)
         assert server.stats.stages["failure_mode"] == 3  # a's r2 and r3, c's r1
