@@ -40,10 +40,15 @@ def _ci(row) -> str:
     return f"[{row['share_ci_low']:.2f}, {row['share_ci_high']:.2f}]"
 
 
-def format_failure_modes(rows: list[dict[str, Any]], top: int = TOP) -> str:
-    """The `top` modes of each metric and slice (by count), with share, CI and an example."""
+def format_failure_modes(rows: list[dict[str, Any]], top: int = TOP,
+                         taxonomies: list[dict[str, Any]] | None = None) -> str:
+    """The `top` modes of each metric and slice (by count), with share, CI and an example;
+    for a run that classified nothing (`taxonomies`: its taxonomies rows), that it had no failure."""
     if not rows:
-        return ""
+        import json
+
+        return "".join(f"\nfailure modes: no failure of {', '.join(json.loads(t['metrics'] or '[]'))} to classify "
+                       f"(taxonomy {t['name']})" for t in taxonomies or [])
     import json
 
     lines = ["\nfailure modes (top {} per metric and slice; failure_modes table):".format(top),
@@ -74,11 +79,23 @@ def _mcnemar(b: int, c: int) -> float | None:
     return min(1.0, 2 * tail)
 
 
-def _digest(rows: list[dict[str, Any]], run_id: str) -> str:
-    digests = {r["taxonomy_digest"] for r in rows}
+def taxonomy_rows(results, run_id: str) -> list[dict[str, Any]]:
+    return _rows(results, "SELECT * FROM {t}", {}, {"t": ("taxonomies", run_id)})
+
+
+def _digest(results, rows: list[dict[str, Any]], run_id: str) -> str:
+    """The taxonomy a run classified into: its failure_modes rows', else (a run with no
+    failure) its taxonomies row's. Raises TaxonomiesDiffer when it has none."""
+    digests = {r["taxonomy_digest"] for r in rows} or {r["digest"] for r in taxonomy_rows(results, run_id)}
     if len(digests) > 1:
         raise TaxonomiesDiffer(f"run {run_id} classified into several taxonomies ({', '.join(sorted(digests))})")
-    return digests.pop()
+    if not digests:
+        raise TaxonomiesDiffer(f"run {run_id} has no failure modes (its config has no failure_modes section)")
+    digest = digests.pop()
+    if not digest:
+        reason = next((r["name"] for r in taxonomy_rows(results, run_id)), "")
+        raise TaxonomiesDiffer(f"run {run_id} has no taxonomy to compare ({reason})")
+    return digest
 
 
 def _slices(assignment: dict[str, Any], slice_columns: list[str]) -> list[str]:
@@ -93,10 +110,8 @@ def compare_failure_modes(results, base_id: str, run_id: str, alpha: float = 0.0
     (shrank_in), with McNemar's exact p-value; `grew` / `shrank` when p < alpha.
     Raises TaxonomiesDiffer when the runs used different taxonomies (or none)."""
     base_rows, run_rows = failure_mode_rows(results, base_id), failure_mode_rows(results, run_id)
-    if not base_rows or not run_rows:
-        missing = base_id if not base_rows else run_id
-        raise TaxonomiesDiffer(f"run {missing} has no failure modes (no failure_modes section, or no failure)")
-    base_digest, run_digest = _digest(base_rows, base_id), _digest(run_rows, run_id)
+    # a run with no failure has no failure_modes row but its taxonomies row: compared as 0 per mode
+    base_digest, run_digest = _digest(results, base_rows, base_id), _digest(results, run_rows, run_id)
     if base_digest != run_digest:
         raise TaxonomiesDiffer(f"runs {base_id} and {run_id} classified failures into different taxonomies "
                                f"({base_digest} and {run_digest}): a mode of one does not mean a mode of the other. "
