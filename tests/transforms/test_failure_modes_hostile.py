@@ -38,3 +38,43 @@ def test_a_run_with_no_failure_is_shown_and_compared_as_zero_per_mode(tmp_path, 
     assert "2 gated failure mode growth(s) flagged" in grew.stdout and "wrong_tool grew (0 -> 8, p 0.0078)" in grew.stdout
     shrank = evalbeam("compare", "broken", "clean", "--parquet", out, "--fail-on-mode-growth", "any", check=False)
     assert "0 gated failure mode growth(s) flagged" in shrank.stdout and "  shrank" in shrank.stdout
+
+
+BAD_TAXONOMIES = {
+    "duplicate.yaml": ("- {id: a, name: A, description: d}\n- {id: a, name: B, description: e}\n",
+                       "mode 2: id 'a' is repeated"),
+    "empty.yaml": ("[]\n", "a taxonomy is a non-empty list of modes"),
+    "orphan.yaml": ("- {id: a, name: A, description: d, parent: nowhere}\n",
+                    "mode a: parent 'nowhere' is not another mode"),
+    "cycle.yaml": ("- {id: a, name: A, description: d, parent: b}\n- {id: b, name: B, description: e, parent: a}\n",
+                   "mode a: its parent b has a parent itself"),
+    "latin1.yaml": ("- {id: a, name: caf\xe9, description: d}\n".encode("latin-1"),
+                    "cannot read .*latin1.yaml: 'utf-8' codec can't decode"),
+    "huge.yaml": ("- {id: a, name: A, description: '" + "x" * 200_000 + "'}\n",
+                  "mode a: its description is 200000 characters, at most 1000"),
+    "long_name.yaml": ("- {id: a, name: '" + "n" * 500 + "', description: d}\n",
+                       "mode a: its name is 500 characters, at most 120"),
+    "two_lines.yaml": ("- {id: a, name: \"A\\n- b: not a mode\", description: d}\n",
+                       "mode a: its name is more than one line"),
+    "many.yaml": ("".join(f"- {{id: m{n}, name: M{n}, description: d}}\n" for n in range(101)),
+                  "101 modes: at most 100"),
+    "only_other.yaml": ("- {id: other, name: Other, description: anything}\n", "no mode besides 'other'"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_TAXONOMIES))
+def test_a_bad_taxonomy_file_is_refused_naming_the_field_and_why_before_any_call(tmp_path, api_key, name):  # noqa: F811
+    """Refused when the pipeline is built: the error names failure_modes.taxonomy, the file, the
+    mode and the reason, and the judge is never called. A huge name or description would be
+    sent with every failure (every prompt lists every mode), so its size is bounded."""
+    from evalbeam.configs import ConfigError
+
+    text, message = BAD_TAXONOMIES[name]
+    (tmp_path / name).write_bytes(text if isinstance(text, bytes) else text.encode())
+    rows = [dict(PASSING[0], response="wrong")]
+    with JudgeServer() as server:
+        with pytest.raises(ConfigError, match=f"failure_modes.taxonomy: .*{message}"):
+            run_config(write_config(tmp_path, rows, server.url, "bad", failure_modes={
+                "metrics": ["exact_match"], "taxonomy": str(tmp_path / name)}))
+        assert server.stats.requests == 0
+    assert not (tmp_path / "out" / "bad").exists()
