@@ -18,7 +18,7 @@ from evalbeam.pipelines.local import new_pipeline
 from evalbeam.pipelines.preflight import billing_project, parquet_glob, preflight
 from evalbeam.pipelines.stages.read import read_instances
 from evalbeam.transforms import bigquery, judge
-from evalbeam.transforms.failure_modes import taxonomy_of
+from evalbeam.transforms.failure_modes import DISCOVERY, taxonomy_of
 from evalbeam.transforms.plan import PlanFailureModes, PlanJudging
 from evalbeam.transforms.rubric_judge import ReadPinnedRubrics
 from evalbeam.transforms.runs import judge_cost
@@ -83,9 +83,6 @@ def plan_failure_modes(config: EvalConfig) -> PlanFailureModes | None:
         taxonomy = taxonomy_of(fm)
     except TaxonomyError as e:
         raise ConfigError(str(e)) from None
-    if taxonomy is None:
-        raise ConfigError("failure_modes: evalbeam plan does not count the classifications of a taxonomy not "
-                          "discovered yet (their prompts hold the taxonomy)")
     judge_metrics = {s.output_name for s in config.template_judge_specs()}
     return PlanFailureModes(fm, taxonomy, config.computation_specs(), judge_metrics, config.judge)
 
@@ -158,7 +155,12 @@ def format_plan(plan: dict) -> str:
                   f"{minutes:,.1f} min at the quota ({minutes / 60:,.2f} h)",
               f"estimated cost: online {_money(plan['cost'])}, batch {_money(plan['cost_batch'])}"
               + ("" if plan["priced"] else f" (no judge.prices for {plan['model']})")]
-    if any(r["metric"].endswith(":failure_modes") and r["upper_bound"] for r in plan["metrics"]):
+    discovers = any(r["metric"] == DISCOVERY for r in plan["metrics"])
+    if discovers:
+        lines.append("failure_modes: discover: the taxonomy is not proposed yet, so each failure's classification "
+                     "(<=) is counted without its tokens or the cache (a judge metric's: one per instance; a "
+                     "rubric metric's, one per failed rubric, not counted)")
+    elif any(r["metric"].endswith(":failure_modes") and r["upper_bound"] for r in plan["metrics"]):
         lines.append("failure classifications of judge metrics (<=) are counted one per instance and metric: "
                      "which instances fail is the judge's to say; a rubric metric's (one per failed rubric) "
                      "are not counted")

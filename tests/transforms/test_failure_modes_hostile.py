@@ -78,3 +78,27 @@ def test_a_bad_taxonomy_file_is_refused_naming_the_field_and_why_before_any_call
                 "metrics": ["exact_match"], "taxonomy": str(tmp_path / name)}))
         assert server.stats.requests == 0
     assert not (tmp_path / "out" / "bad").exists()
+
+
+def test_plan_counts_a_discovery_run_as_upper_bounds_that_the_run_keeps(tmp_path, api_key):  # noqa: F811
+    """`plan` on taxonomy: discover (nothing pinned) used to refuse the whole plan; it counts one
+    discovery and one classification per failure (scored offline), as upper bounds without
+    tokens, and the run makes exactly those calls."""
+    from evalbeam.configs import load_config
+    from evalbeam.pipelines.plan import format_plan, plan
+
+    rows = PASSING[:3] + [dict(r, response=f"wrong #mode=wrong_tool") for r in PASSING[3:]]
+    discover = {"metrics": ["exact_match"], "taxonomy": "discover"}
+    with JudgeServer() as server:
+        path = write_config(tmp_path, rows, server.url, "disc", failure_modes=discover)
+        planned = plan(load_config(path))
+        assert server.stats.requests == 0
+        got = {r["metric"]: (r["asked"], r["to_call"], r["upper_bound"], r["prompt_tokens"]) for r in planned["metrics"]}
+        assert got == {"exact_match:failure_modes": (5, 5, True, None), "failure_modes:discovery": (1, 1, True, None)}
+        assert planned["calls"] == 6 and "failure_modes: discover: the taxonomy is not proposed yet" in format_plan(planned)
+        run_config(path)
+        assert (server.stats.stages["taxonomy"], server.stats.stages["failure_mode"]) == (1, 5)
+    # nothing fails: no discovery is counted (the run asks none)
+    with JudgeServer() as server:
+        clean = plan(load_config(write_config(tmp_path, PASSING, server.url, "disc0", failure_modes=discover)))
+    assert clean["calls"] == 0 and clean["metrics"] == []
