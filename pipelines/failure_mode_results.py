@@ -51,8 +51,9 @@ def format_failure_modes(rows: list[dict[str, Any]], top: int = TOP,
                        f"(taxonomy {t['name']})" for t in taxonomies or [])
     import json
 
-    lines = ["\nfailure modes (top {} per metric and slice; failure_modes table):".format(top),
-             f"{'metric':24} {'slice':22} {'mode':24} {'count':>6} {'of':>6} {'share':>6} {'95% CI':>13}  example"]
+    lines = ["\nfailure modes (top {} per metric and slice; failure_modes table):".format(top)]
+    if any(r["count"] for r in rows):  # else every failure went unclassified: no table, the count below
+        lines.append(f"{'metric':24} {'slice':22} {'mode':24} {'count':>6} {'of':>6} {'share':>6} {'95% CI':>13}  example")
     shown: dict[tuple, int] = {}
     for r in sorted(rows, key=lambda r: (r["metric"], r["slice"] != OVERALL, r["slice"], -r["count"], r["mode"])):
         key = (r["metric"], r["slice"])

@@ -102,3 +102,32 @@ def test_plan_counts_a_discovery_run_as_upper_bounds_that_the_run_keeps(tmp_path
     with JudgeServer() as server:
         clean = plan(load_config(write_config(tmp_path, PASSING, server.url, "disc0", failure_modes=discover)))
     assert clean["calls"] == 0 and clean["metrics"] == []
+
+
+def test_a_judge_down_throughout_leaves_every_failure_with_its_error_and_the_counts_reconcile(tmp_path, api_key):  # noqa: F811
+    """5xx on every request: each failure keeps its row with the error and no mode; the modes'
+    rows count 0 with every failure unclassified; show says so without an empty table; the key
+    is in no output."""
+    from tests.judge_server import Behaviour
+
+    rows = [dict(r, team="billing" if n % 2 else "shipping", response=f"wrong #mode=wrong_tool")
+            for n, r in enumerate(PASSING)]
+    with JudgeServer(Behaviour(error_rate=1.0)) as server:
+        run_config(write_config(tmp_path, rows, server.url, "down"))
+        assert server.stats.stages.get("failure_mode", 0) == 0 and server.stats.errors == 3 * len(rows)
+    out = tmp_path / "out" / "down"
+    assignments = table(out, "failure_assignments")
+    assert sorted(a["instance_id"] for a in assignments) == sorted(r["id"] for r in rows)
+    assert all(a["mode"] is None and a["error"].startswith("judge failed after 3 attempts; last: HTTP 503")
+               for a in assignments)
+    modes = table(out, "failure_modes")
+    for slice_name, n in (("overall", 8), ("team=billing", 4), ("team=shipping", 4)):
+        in_slice = [m for m in modes if m["slice"] == slice_name]
+        assert len(in_slice) == len(TOOL_USE.ids)
+        assert {(m["count"], m["failures"], m["unclassified"]) for m in in_slice} == {(0, n, n)}
+    show = evalbeam("show", "down", "--parquet", tmp_path / "out").stdout
+    assert "exact_match: 8 failure(s) not classified" in show and "95% CI  example" not in show
+    [runs] = table(out, "runs")
+    assert json.loads(runs["judge_usage"])["exact_match:failure_modes"]["failures"] == 8
+    for path in out.rglob("*.parquet"):
+        assert b"AIzaSy-test-key" not in path.read_bytes()
