@@ -131,3 +131,49 @@ def test_a_judge_down_throughout_leaves_every_failure_with_its_error_and_the_cou
     assert json.loads(runs["judge_usage"])["exact_match:failure_modes"]["failures"] == 8
     for path in out.rglob("*.parquet"):
         assert b"AIzaSy-test-key" not in path.read_bytes()
+
+
+def test_a_run_killed_mid_classification_reuses_its_checkpoints_and_loses_or_doubles_no_row(tmp_path, api_key):  # noqa: F811
+    """SIGKILL while classifying, then the same run_id again: the re-run asks only what no
+    checkpoint holds, and failure_assignments has exactly one row per failure, each classified."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from tests.helpers import EVALBEAM, ROOT
+    from tests.judge_server import Behaviour
+
+    modes = ["wrong_tool", "bad_arguments", "tool_not_called", "repeated_call"]
+    rows = [{"id": f"k{n:02d}", "team": "billing" if n % 2 else "shipping", "prompt": f"q{n}",
+             "response": f"wrong {n} #mode={modes[n % 4]}", "reference": "a"} for n in range(40)]
+    with JudgeServer(Behaviour(latency_median=0.05)) as server:
+        config = write_config(tmp_path, rows, server.url, "killed", judge={
+            "base_url": server.url, "requests_per_minute": 240, "max_attempts": 3, "timeout_seconds": 10,
+            "hedge_share": 0, "checkpoint_seconds": 1})
+        first = subprocess.Popen([EVALBEAM, "run", str(config)], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                 start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 300
+            while server.stats.stages["failure_mode"] < 15 and first.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert first.poll() is None, "the run ended before it could be killed"
+            os.killpg(first.pid, signal.SIGKILL)
+        finally:
+            if first.poll() is None:
+                os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+        time.sleep(2)  # calls in flight at the kill arrive, or never will
+        first_calls = server.stats.requests
+        assert first_calls < len(rows)
+        evalbeam("run", config)
+        second_calls = server.stats.requests - first_calls
+    out = tmp_path / "out" / "killed"
+    [runs] = table(out, "runs")
+    reused = json.loads(runs["judge_usage"])["exact_match:failure_modes"]["checkpoint_reused"]
+    assert reused > 0 and second_calls == len(rows) - reused
+    assignments = table(out, "failure_assignments")
+    assert sorted(a["instance_id"] for a in assignments) == [r["id"] for r in rows]  # none lost, none doubled
+    assert {a["instance_id"]: a["mode"] for a in assignments} == {r["id"]: modes[n % 4] for n, r in enumerate(rows)}
+    overall = [m for m in table(out, "failure_modes") if m["slice"] == "overall"]
+    assert sum(m["count"] for m in overall) == len(rows) and {m["failures"] for m in overall} == {len(rows)}
