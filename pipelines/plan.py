@@ -71,7 +71,12 @@ def plan(config: EvalConfig) -> dict:
             counts = dict(json.load(f))
         with open(totals_path) as f:
             totals = json.load(f)
-    return estimate(config, checked.source, totals, counts)
+    planned = estimate(config, checked.source, totals, counts)
+    # a rubric metric's classifications (one per failed rubric) are not known before its rubrics are judged
+    rubric_names = {s.output_name for s in rubric_specs}
+    planned["uncounted_failure_modes"] = [m for m in config.failure_modes.metrics if m in rubric_names] \
+        if config.failure_modes is not None else []
+    return planned
 
 
 def plan_failure_modes(config: EvalConfig) -> PlanFailureModes | None:
@@ -138,8 +143,10 @@ def format_plan(plan: dict) -> str:
              f"read {plan['read']:,} = {plan['instances']:,} valid + {plan['dead_lettered']:,} dead-lettered",
              f"judge {plan['model']}, quota {plan['requests_per_minute']:,g} requests/min"
              + (f", {plan['tokens_per_minute']:,g} tokens/min" if plan["tokens_per_minute"] else "")]
+    uncounted = [f"failure classifications of {m} (a rubric metric: one per failed rubric, not known before "
+                 "its rubrics are judged) are not counted" for m in plan.get("uncounted_failure_modes", [])]
     if not plan["metrics"]:
-        return "\n".join(lines + ["no judge metric: nothing to call"])
+        return "\n".join(lines + ["no judge metric: nothing to call"] + uncounted)
     head = f"{'metric':36} {'asked':>9} {'distinct':>9} {'cached':>8} {'to call':>9} {'prompt tok':>11} {'output tok':>11} {'online':>11} {'batch':>11}"
     lines += ["", head]
     for r in plan["metrics"]:
@@ -164,6 +171,7 @@ def format_plan(plan: dict) -> str:
         lines.append("failure classifications of judge metrics (<=) are counted one per instance and metric: "
                      "which instances fail is the judge's to say; a rubric metric's (one per failed rubric) "
                      "are not counted")
+    lines += uncounted
     if any(r["metric"].endswith(":validation") for r in plan["metrics"]):
         lines.append("rubric validations (<=) are counted one per instance, metric and sample: their prompts and "
                      "cache keys depend on the rubrics generated, so their tokens and cost are not estimated")

@@ -177,3 +177,21 @@ def test_a_run_killed_mid_classification_reuses_its_checkpoints_and_loses_or_dou
     assert {a["instance_id"]: a["mode"] for a in assignments} == {r["id"]: modes[n % 4] for n, r in enumerate(rows)}
     overall = [m for m in table(out, "failure_modes") if m["slice"] == "overall"]
     assert sum(m["count"] for m in overall) == len(rows) and {m["failures"] for m in overall} == {len(rows)}
+
+
+def test_plan_says_a_rubric_metrics_classifications_are_not_counted(tmp_path, api_key):  # noqa: F811
+    """A rubric metric's failures are its failed rubrics, unknown before the run: plan used to
+    leave them out without a word; it says they are not counted."""
+    from evalbeam.configs import load_config
+    from evalbeam.pipelines.plan import format_plan, plan
+
+    rows = [dict(r, prompt="P #rubrics=2") for r in PASSING[:2]]
+    with JudgeServer() as server:
+        planned = plan(load_config(write_config(
+            tmp_path, rows, server.url, "rub", metrics=[{"name": "evalbeam_general_quality", "threshold": 1.0}],
+            failure_modes={"metrics": ["evalbeam_general_quality"], "taxonomy": "tool_use"})))
+        assert server.stats.requests == 0
+    assert not any(r["metric"].endswith(":failure_modes") for r in planned["metrics"])
+    assert planned["uncounted_failure_modes"] == ["evalbeam_general_quality"]
+    assert "failure classifications of evalbeam_general_quality (a rubric metric: one per failed rubric" in \
+        format_plan(planned)
