@@ -195,3 +195,17 @@ def test_plan_says_a_rubric_metrics_classifications_are_not_counted(tmp_path, ap
     assert planned["uncounted_failure_modes"] == ["evalbeam_general_quality"]
     assert "failure classifications of evalbeam_general_quality (a rubric metric: one per failed rubric" in \
         format_plan(planned)
+
+
+@pytest.mark.parametrize("column, table_name", [("mode", "failure_assignments"), ("rationale", "failure_assignments"),
+                                                ("instance_id", "instances")])
+def test_a_slice_column_clashing_with_an_output_column_names_the_table_it_clashes_with(tmp_path, column, table_name):
+    """Slice columns are columns of failure_assignments as well as instances: a clash used to be
+    reported as one with the instances table, which has no `mode` or `rationale` column."""
+    from evalbeam.configs import ConfigError, load_config
+
+    path = write_config(tmp_path, PASSING, "http://127.0.0.1:9", "clash", input={
+        "uri": str(tmp_path / "data.jsonl"), "id_column": "id", "slice_columns": [column]})
+    with pytest.raises(ConfigError, match=f"input.slice_columns: '{column}' clashes with an output column of the "
+                                          f"{table_name} table"):
+        load_config(path)
