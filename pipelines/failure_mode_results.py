@@ -84,6 +84,17 @@ def taxonomy_rows(results, run_id: str) -> list[dict[str, Any]]:
     return _rows(results, "SELECT * FROM {t}", {}, {"t": ("taxonomies", run_id)})
 
 
+def classified_metrics(results, run_id: str, rows: list[dict[str, Any]] | None = None) -> list[str]:
+    """The metrics whose failures a run classified (failure_modes.metrics, from its taxonomies
+    row; else those with failure_modes rows)."""
+    import json
+
+    for t in taxonomy_rows(results, run_id):
+        if t.get("metrics"):
+            return json.loads(t["metrics"])
+    return sorted({r["metric"] for r in rows or failure_mode_rows(results, run_id)})
+
+
 def _digest(results, rows: list[dict[str, Any]], run_id: str) -> str:
     """The taxonomy a run classified into: its failure_modes rows', else (a run with no
     failure) its taxonomies row's. Raises TaxonomiesDiffer when it has none."""
@@ -133,10 +144,14 @@ def compare_failure_modes(results, base_id: str, run_id: str, alpha: float = 0.0
         for a in assignments(results, rid):
             if a["mode"] is not None:
                 has_mode[which].add((a["metric"], a["instance_id"], a["mode"]))
+    # a metric classified in one run only has no count in the other: not 0, unknown
+    both_classified = set.intersection(*(set(classified_metrics(results, rid, rows))
+                                         for rid, rows in ((base_id, base_rows), (run_id, run_rows))))
     counts = {}
     for which, rows in (("base", base_rows), ("run", run_rows)):
         for r in rows:
-            counts.setdefault((r["metric"], r["slice"], r["mode"]), {})[which] = r
+            if r["metric"] in both_classified:
+                counts.setdefault((r["metric"], r["slice"], r["mode"]), {})[which] = r
     out = []
     for (metric, slice_name, mode), both in sorted(counts.items()):
         base, run = both.get("base"), both.get("run")
@@ -191,6 +206,10 @@ def compare_modes_command(results, base_id: str, run_ids: list[str], alpha: floa
             if gated or "no failure modes" not in str(e):
                 print(f"\nfailure modes not compared: {e}")
             continue
+        base_metrics, run_metrics = classified_metrics(results, base_id), classified_metrics(results, run_id)
+        for metric in sorted(set(base_metrics) ^ set(run_metrics)):
+            only = base_id if metric in base_metrics else run_id
+            print(f"\nfailure modes of {metric} not compared: only run {only} classified its failures")
         print(format_mode_comparison(rows))
         failed += mode_gate_failed(rows, gated)
     if gated:

@@ -209,3 +209,28 @@ def test_a_slice_column_clashing_with_an_output_column_names_the_table_it_clashe
     with pytest.raises(ConfigError, match=f"input.slice_columns: '{column}' clashes with an output column of the "
                                           f"{table_name} table"):
         load_config(path)
+
+
+def test_compare_leaves_out_a_metric_that_only_one_run_classified(tmp_path, api_key):  # noqa: F811
+    """Adding a metric to failure_modes.metrics used to make each of its modes 'grow' from 0
+    against a base that never classified it, tripping --fail-on-mode-growth any; its modes are
+    now not compared, and compare says so. The metric both classified is still compared."""
+    rows = [dict(r, response=f"wrong #mode=wrong_tool") for r in PASSING]
+    metrics = [{"name": "exact_match", "threshold": 1.0}, {"name": "exact_match", "as": "strict", "threshold": 1.0}]
+    with JudgeServer() as server:
+        run_config(write_config(tmp_path, rows, server.url, "one", metrics=metrics))
+        run_config(write_config(tmp_path, rows, server.url, "two", metrics=metrics, failure_modes={
+            "metrics": ["exact_match", "strict"], "taxonomy": "tool_use"}))
+    out = tmp_path / "out"
+    assert {a["metric"] for a in table(out / "two", "failure_assignments")} == {"exact_match", "strict"}
+    result = evalbeam("compare", "one", "two", "--parquet", out, "--fail-on-mode-growth", "any", check=False)
+    assert "0 gated failure mode growth(s) flagged" in result.stdout and result.returncode == 0, result.stdout
+    assert "failure modes of strict not compared: only run two classified its failures" in result.stdout
+
+    from evalbeam.pipelines.failure_mode_results import compare_failure_modes
+    from evalbeam.pipelines.results import ParquetResults
+
+    compared = compare_failure_modes(ParquetResults(str(out)), "one", "two")
+    assert {r["metric"] for r in compared} == {"exact_match"}
+    assert {(r["slice"], r["base_count"], r["count"]) for r in compared if r["mode"] == "wrong_tool"} == {
+        ("overall", 8, 8), ("team=billing", 8, 8)}
