@@ -197,8 +197,12 @@ def mode_gate_failed(rows: list[dict[str, Any]], gated: list[str]) -> list[dict[
 
 def compare_modes_command(results, base_id: str, run_ids: list[str], alpha: float, gated: list[str]) -> int:
     """`evalbeam compare`'s failure-mode part: prints each run's mode changes (or why its
-    modes are not compared); 1 when a gated mode grew (--fail-on-mode-growth), else 0."""
-    failed = []
+    modes are not compared); 1 when a gated mode grew (--fail-on-mode-growth), 2 when a gated
+    mode is no mode of the taxonomies compared (a typo would never fire), else 0."""
+    import json
+    import sys
+
+    failed, known, compared = [], set(), False
     for run_id in run_ids:
         try:
             rows = compare_failure_modes(results, base_id, run_id, alpha)
@@ -212,8 +216,15 @@ def compare_modes_command(results, base_id: str, run_ids: list[str], alpha: floa
             print(f"\nfailure modes of {metric} not compared: only run {only} classified its failures")
         print(format_mode_comparison(rows))
         failed += mode_gate_failed(rows, gated)
+        compared = True
+        known |= {r["mode"] for r in rows} | {m["id"] for t in taxonomy_rows(results, run_id)
+                                              for m in json.loads(t["modes"] or "[]")}
+    unknown = sorted({g for g in gated if g != "any"} - known) if compared else []
+    if unknown:
+        print(f"evalbeam: --fail-on-mode-growth {', '.join(unknown)}: not a mode of the taxonomy compared "
+              f"(its modes: {', '.join(sorted(known))})", file=sys.stderr)
     if gated:
         print(f"{len(failed)} gated failure mode growth(s) flagged"
               + "".join(f"\n  {r['metric']} {r['slice']}: {r['mode']} grew ({r['base_count']} -> {r['count']}, "
                         f"p {r['p_value']:.4f})" for r in failed))
-    return 1 if failed else 0
+    return 2 if unknown else 1 if failed else 0

@@ -234,3 +234,19 @@ def test_compare_leaves_out_a_metric_that_only_one_run_classified(tmp_path, api_
     assert {r["metric"] for r in compared} == {"exact_match"}
     assert {(r["slice"], r["base_count"], r["count"]) for r in compared if r["mode"] == "wrong_tool"} == {
         ("overall", 8, 8), ("team=billing", 8, 8)}
+
+
+def test_a_gate_on_a_mode_the_taxonomy_does_not_have_is_refused_not_passed(tmp_path, api_key):  # noqa: F811
+    """--fail-on-mode-growth wrong_tol (a typo) could never fire and compare passed in silence;
+    it exits 2 naming the mode and the taxonomy's modes. A mode of the taxonomy with no failure
+    in either run (0 per mode) is a valid gate."""
+    with JudgeServer() as server:
+        run_config(write_config(tmp_path, PASSING, server.url, "a"))
+        run_config(write_config(tmp_path, PASSING, server.url, "b"))
+    out = tmp_path / "out"
+    typo = evalbeam("compare", "a", "b", "--parquet", out, "--fail-on-mode-growth", "wrong_tol", check=False)
+    assert typo.returncode == 2, typo.stdout + typo.stderr
+    assert "--fail-on-mode-growth wrong_tol: not a mode of the taxonomy compared (its modes: bad_arguments" in typo.stderr
+    fine = evalbeam("compare", "a", "b", "--parquet", out, "--fail-on-mode-growth", "wrong_tool",
+                    "--fail-on-mode-growth", "any", check=False)
+    assert fine.returncode == 0 and "0 gated failure mode growth(s) flagged" in fine.stdout, fine.stdout + fine.stderr
