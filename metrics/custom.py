@@ -12,10 +12,16 @@ from typing import Any, Callable
 from evalbeam.metrics.registry import MetricError, MetricValue
 
 
-def load_function(path: str) -> Callable[[dict[str, Any]], Any]:
+def function_path(path: str) -> tuple[str, str]:
+    """(module, attribute) of 'package.module:function'; ValueError when it is not of that form."""
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"{path!r} is not of the form 'package.module:function'")
+    return module_name, attr
+
+
+def load_function(path: str) -> Callable[[dict[str, Any]], Any]:
+    module_name, attr = function_path(path)
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:

@@ -1,8 +1,10 @@
-"""Checks made before any work: that the input exists and its columns provide every
-metric's inputs, that the outputs can be written (and the run's folder is
+"""Checks made before any work: that each metric's code is here (a custom metric's function,
+Vertex's published prompts, google-adk for ADK's judges), that the input exists and its columns
+provide every metric's inputs, that the outputs can be written (and the run's folder is
 evalbeam's to replace), that the judge has credentials and its tables exist, and
 that an inference function or agent imports. Each failure is a ConfigError that
-names the resource or field at fault; nothing is created."""
+names the resource or field at fault; nothing is created. (The config model, configs.schema,
+checks a config's shape only: these are what the environment must provide.)"""
 from __future__ import annotations
 
 import dataclasses
@@ -14,14 +16,15 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 from google.auth.exceptions import DefaultCredentialsError
 
-from evalbeam.configs import ConfigError, EvalConfig
+from evalbeam.configs import ConfigError, EvalConfig, MetricSpec
+from evalbeam.metrics.custom import load_function
 from evalbeam.metrics.deployed import reachable
 from evalbeam.metrics.fields import InvalidField
 from evalbeam.metrics.inference import AgentInferrer, load_target
 from evalbeam.metrics.instance import RowSpec, build_instance, present_columns
-from evalbeam.metrics.judge.adk_judges import AdkJudgesUnavailable, check_evaluators
+from evalbeam.metrics.judge.adk_judges import AdkJudgesUnavailable, check_evaluators, require_adk
 from evalbeam.metrics.judge.client import JudgeCredentialsError, check_credentials
-from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS
+from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_template
 from evalbeam.metrics.registry import get_metric, unmet_inputs
 from evalbeam.pipelines.local import LOCAL_RUNNERS
 from evalbeam.pipelines.stages.read import adk_reading, inputs_left, row_spec
@@ -121,6 +124,7 @@ def _cloud_resources(config: EvalConfig) -> str:
 
 def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str | None,
                credentials: bool) -> Preflight:
+    check_metric_code(config)
     if config.input.kind == "files":
         checked = _check_files(config)
     else:
@@ -134,6 +138,38 @@ def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str 
     _check_judge(config, options, credentials)
     _check_inference(config)
     return checked
+
+
+def check_metric_code(config: EvalConfig) -> None:
+    """What each metric needs of this environment, checked first: a custom metric's function
+    imports, a Vertex-named judge's published prompt is read from google-cloud-aiplatform, ADK's
+    judge criteria find google-adk. Raises ConfigError naming each metric at fault
+    (`metrics.<i>: ...`), worded as the config's own errors are."""
+    problems = []
+    for i, spec in enumerate(config.metrics):
+        try:
+            _check_metric_code(spec)
+        except ValueError as e:
+            problems.append(f"  metrics.{i}: {e}")
+    if problems:
+        where = f"{config.config_file}: " if config.config_file else ""
+        raise ConfigError(f"{where}invalid config\n" + "\n".join(problems))
+
+
+def _check_metric_code(spec: MetricSpec) -> None:
+    if spec.is_custom:
+        try:
+            load_function(spec.function)
+        except ValueError as e:
+            raise ValueError(f"function: {e}") from None
+        return
+    if spec.user_template is not None:
+        return
+    if spec.name.removeprefix("pairwise_") in VERTEX_METRICS:
+        # read Vertex's text here, where the pipeline is built: a missing package is a config error
+        vertex_template(spec.name.removeprefix("pairwise_"))
+    # ADK's own evaluator renders and scores ADK's judge criteria: google-adk must import where the pipeline is built
+    require_adk([spec.name])
 
 
 def _check_inference(config: EvalConfig) -> None:

@@ -30,7 +30,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from evalbeam.configs import NAME_RE
+from evalbeam.metrics.names import NAME_RE
 from evalbeam.transforms.local_cloud import bigquery_client, bigquery_read_client
 from evalbeam.transforms.records import LINES, Record, SourceLines
 from evalbeam.transforms.schema import CLUSTERING, TABLES, RunKey, bigquery_schema, table_columns

@@ -5,6 +5,7 @@ import pydantic
 import pytest
 
 from evalbeam.configs import ConfigError, EvalConfig, load_config
+from evalbeam.pipelines.preflight import check_metric_code
 
 BASE = """
 name: t
@@ -44,8 +45,6 @@ def test_minimal_config_and_defaults(tmp_path):
         ("  - {name: bleu, params: {use_effective_ordr: true}}", "use_effective_ordr: Extra inputs are not permitted"),
         ("  - nonexistent_metric", "unknown metric 'nonexistent_metric'"),
         ("  - {name: trajectory_single_tool_use}", "tool_name: Field required"),
-        ("  - {name: x, function: 'no_such_module:f'}", "function: cannot import module 'no_such_module'"),
-        ("  - {name: x, function: 'evalbeam.metrics.examples:nope'}", "has no attribute 'nope'"),
         ("  - {name: x, function: 'metrics.examples'}", "not of the form 'package.module:function'"),
         ("  - {name: exact_match, as: exact_match}", "two metrics are named 'exact_match'"),
         ("  - {name: bleu, as: 'bad name'}", "metrics.1.as: String should match pattern"),
@@ -55,6 +54,23 @@ def test_bad_metric_fields_are_named(tmp_path, change, expected):
     text = BASE.replace("  - exact_match\n", "  - exact_match\n" + change + "\n")
     message = error_of(tmp_path, text).replace("Value error, ", "")
     assert expected.replace("Value error, ", "") in message
+
+
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        ("  - {name: x, function: 'no_such_module:f'}", "function: cannot import module 'no_such_module'"),
+        ("  - {name: x, function: 'evalbeam.metrics.examples:nope'}", "has no attribute 'nope'"),
+    ],
+)
+def test_a_custom_metric_that_does_not_import_is_named(tmp_path, change, expected):
+    """Whether a custom metric's function imports is a fact of the environment, not of the config:
+    the config loads, and the check made before any work (preflight) names the field."""
+    text = BASE.replace("  - exact_match\n", "  - exact_match\n" + change + "\n")
+    config = load_config(write(tmp_path, text))
+    with pytest.raises(ConfigError) as e:
+        check_metric_code(config)
+    assert expected in str(e.value) and "metrics.1: function: " in str(e.value)
 
 
 @pytest.mark.parametrize(

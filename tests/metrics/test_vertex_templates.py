@@ -167,15 +167,19 @@ def test_without_vertexai_a_vertex_metric_is_a_config_error_naming_it(tmp_path):
     import sys
     # an environment where vertexai cannot be imported (None in sys.modules makes the import fail)
     probe = ("import sys; sys.modules['vertexai'] = None\n"
-             "import pydantic\n"
-             "from evalbeam.configs import MetricSpec\n"
-             "MetricSpec.model_validate({'name': 'evalbeam_fluency'})\n"
+             "from evalbeam.configs import ConfigError, EvalConfig\n"
+             "from evalbeam.pipelines.preflight import check_metric_code\n"
+             "def config(metric):\n"
+             "    return EvalConfig.model_validate({'name': 'n', 'input': {'uri': 'd.jsonl'}, 'metrics': [metric],\n"
+             "                                      'output': {'parquet': 'o'}})\n"
+             "check_metric_code(config('evalbeam_fluency'))\n"
              "try:\n"
-             "    MetricSpec.model_validate({'name': 'pairwise_text_quality'})\n"
-             "except pydantic.ValidationError as e:\n"
-             "    print(e.errors()[0]['msg'])\n")
+             "    check_metric_code(config('pairwise_text_quality'))\n"
+             "except ConfigError as e:\n"
+             "    print(e)\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert "metric 'text_quality' renders Vertex AI's published prompt" in out and "google-cloud-aiplatform" in out
+    assert "metrics.0: " in out
 
 
 def test_the_plan_carries_the_text_to_workers_that_cannot_import_vertexai(tmp_path):

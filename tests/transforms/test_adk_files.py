@@ -201,7 +201,7 @@ def _flat(query: str) -> list:
 
 
 def test_each_flat_test_file_is_its_own_eval_set_and_ids_hold_when_the_folder_moves(tmp_path):
-    from evalbeam.configs import EvalConfig
+    from evalbeam.configs import validate_config
     from evalbeam.pipelines.stages.read import adk_reading
 
     first = tmp_path / "first" / "evals"
@@ -210,8 +210,8 @@ def test_each_flat_test_file_is_its_own_eval_set_and_ids_hold_when_the_folder_mo
         (first / agent / "simple.test.json").write_text(json.dumps(_flat(agent)))
 
     def ids(folder):
-        config = EvalConfig.model_validate({"name": "x", "input": {"uri": f"{folder}/*/*.test.json"},
-                                            "output": {"parquet": str(tmp_path / "out")}})
+        config = validate_config({"name": "x", "input": {"uri": f"{folder}/*/*.test.json"},
+                                 "output": {"parquet": str(tmp_path / "out")}})
         reading = adk_reading(config)
         assert reading.base == f"{folder}/"
         found = {}
@@ -389,7 +389,7 @@ def test_a_test_config_with_a_non_finite_threshold_is_refused_naming_it(tmp_path
     """json (and ADK's EvalConfig) take NaN and Infinity; with a NaN threshold ADK fails every
     case, and evalbeam once dead-lettered every case with 'adk_case: holds a non-finite number'
     (the threshold column would hold NaN): the test_config.json is refused, naming the criterion."""
-    from evalbeam.configs import EvalConfig
+    from evalbeam.configs import validate_config
     from evalbeam.metrics.adk import read_test_config
     text = f'{{"criteria": {{"tool_trajectory_avg_score": {threshold}, "response_match_score": 0.5}}}}'
     with pytest.raises(ValueError, match=r"criteria\.tool_trajectory_avg_score: .*not a finite number"):
@@ -397,8 +397,8 @@ def test_a_test_config_with_a_non_finite_threshold_is_refused_naming_it(tmp_path
     (tmp_path / "test_config.json").write_text(text)
     (tmp_path / "a.evalset.json").write_text(json.dumps({"eval_set_id": "a", "eval_cases": []}))
     with pytest.raises(ValueError, match=r"test_config\.json: criteria\.tool_trajectory_avg_score"):
-        EvalConfig.model_validate({"name": "n", "input": {"uri": str(tmp_path / "*.evalset.json")},
-                                   "output": {"parquet": str(tmp_path / "out")}})
+        validate_config({"name": "n", "input": {"uri": str(tmp_path / "*.evalset.json")},
+                        "output": {"parquet": str(tmp_path / "out")}})
 
 
 def test_an_unreadable_test_config_dead_letters_its_files_cases_and_the_others_run(tmp_path):
@@ -406,7 +406,7 @@ def test_an_unreadable_test_config_dead_letters_its_files_cases_and_the_others_r
     judge them). The config check once refused the whole run for one bad folder among many;
     now the run is configured from the readable ones, and the bad folder's files are
     dead-lettered naming their test_config.json. With no readable one the config is refused."""
-    from evalbeam.configs import EvalConfig
+    from evalbeam.configs import validate_config
     from evalbeam.transforms.read_adk import AdkReading, adk_base, criteria_of_file
     from tests.adk_cases import eval_set_result
 
@@ -418,7 +418,7 @@ def test_an_unreadable_test_config_dead_letters_its_files_cases_and_the_others_r
             json.dumps(eval_set_result(7, f"{name}_set", 3), indent=1))
     criteria_of_file.cache_clear()
     uri = str(tmp_path / "*" / "*.evalset_result.json")
-    config = EvalConfig.model_validate({"name": "n", "input": {"uri": uri}, "output": {"parquet": str(tmp_path / "o")}})
+    config = validate_config({"name": "n", "input": {"uri": uri}, "output": {"parquet": str(tmp_path / "o")}})
     assert config.criteria_per_file
     assert {m.name: m.threshold for m in config.metrics}["response_match_score"] == 0.4
     reading = AdkReading(adk_base(uri), True)
@@ -431,7 +431,7 @@ def test_an_unreadable_test_config_dead_letters_its_files_cases_and_the_others_r
     (tmp_path / "good" / "test_config.json").write_text("[")
     criteria_of_file.cache_clear()
     with pytest.raises(ValueError, match=r"test_config\.json: not valid JSON"):
-        EvalConfig.model_validate({"name": "n", "input": {"uri": uri}, "output": {"parquet": str(tmp_path / "o")}})
+        validate_config({"name": "n", "input": {"uri": uri}, "output": {"parquet": str(tmp_path / "o")}})
 
 
 @pytest.mark.parametrize("bom", ["utf-16-le", "utf-16-be"])

@@ -215,30 +215,30 @@ def test_the_scenarios_example_config_validates(monkeypatch):
 
 
 def test_user_simulator_config_checks(tmp_path):
-    from evalbeam.configs import EvalConfig
+    from evalbeam.configs import validate_config
 
     # an ADK file's user_simulator_config as ADK reads it: camelCase, no type, other keys ignored
     adk_file = tmp_path / "test_config.json"
     adk_file.write_text(json.dumps({"criteria": {"safety_v1": 0.5}, "userSimulatorConfig": {
         "maxAllowedInvocations": 4, "someFutureKey": 1}}))
-    config = EvalConfig.model_validate({"name": "s", "input": {"uri": "x.evalset.json", "adk_criteria": str(adk_file)},
-                                        "inference": {"function": "a.b:c"}, "output": {"parquet": "/tmp/x"}})
+    config = validate_config({"name": "s", "input": {"uri": "x.evalset.json", "adk_criteria": str(adk_file)},
+                             "inference": {"function": "a.b:c"}, "output": {"parquet": "/tmp/x"}})
     assert config.inference.user_simulator.max_allowed_invocations == 4
     # the config's own inference.user_simulator wins over the file's
-    config = EvalConfig.model_validate({"name": "s", "input": {"uri": "x.evalset.json", "adk_criteria": str(adk_file)},
-                                        "inference": {"function": "a.b:c", "user_simulator": {"model": "m2"}},
-                                        "output": {"parquet": "/tmp/x"}})
+    config = validate_config({"name": "s", "input": {"uri": "x.evalset.json", "adk_criteria": str(adk_file)},
+                             "inference": {"function": "a.b:c", "user_simulator": {"model": "m2"}},
+                             "output": {"parquet": "/tmp/x"}})
     assert (config.inference.user_simulator.model, config.inference.user_simulator.max_allowed_invocations) == (
         "m2", 20)
 
     base = {"name": "s", "input": {"uri": "x.evalset.json"}, "metrics": ["tool_call_count_v1"],
             "output": {"parquet": "/tmp/x"}}
     # over an ADK eval set, an agent gets ADK's default simulator
-    config = EvalConfig.model_validate({**base, "inference": {"function": "a.b:c"}})
+    config = validate_config({**base, "inference": {"function": "a.b:c"}})
     assert config.inference.user_simulator.model_dump() == {
         "type": "llm_backed", "model": "gemini-2.5-flash", "model_configuration": {}, "max_allowed_invocations": 20,
         "custom_instructions": None, "include_function_calls": False}
-    config = EvalConfig.model_validate({**base, "inference": {"function": "a.b:c", "user_simulator": {
+    config = validate_config({**base, "inference": {"function": "a.b:c", "user_simulator": {
         "maxAllowedInvocations": -1, "includeFunctionCalls": True, "model_configuration": {"temperature": 0.5}}}})
     sim = config.inference.user_simulator
     assert sim.max_allowed_invocations == -1 and sim.include_function_calls
@@ -249,13 +249,13 @@ def test_user_simulator_config_checks(tmp_path):
                         ({"model_configuration": {"tools": []}}, "not supported"),
                         ({"unknown": 1}, "Extra inputs")]:
         try:
-            EvalConfig.model_validate({**base, "inference": {"function": "a.b:c", "user_simulator": bad}})
+            validate_config({**base, "inference": {"function": "a.b:c", "user_simulator": bad}})
         except ValueError as e:
             assert reason in str(e), (bad, str(e))
         else:
             raise AssertionError(f"accepted {bad}")
     try:
-        EvalConfig.model_validate({**base, "inference": {"model": "m", "user_simulator": {}}})
+        validate_config({**base, "inference": {"model": "m", "user_simulator": {}}})
     except ValueError as e:
         assert "not with inference.model" in str(e)
     else:

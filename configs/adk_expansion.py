@@ -1,0 +1,201 @@
+"""What a config of ADK inputs gets from ADK's own files, before the schema validates it.
+
+Loading (configs.load) calls expand_adk on the config as a mapping:
+
+- input.adk_criteria (a test_config.json): its criteria become metrics, its judge criteria's
+  judge_model_options judge.model and judge.sampling_count, its user_simulator_config
+  inference.user_simulator (the config's own values win);
+- an ADK file input with neither metrics nor adk_criteria: every criterion of the test_config.json
+  beside each file (as ADK's AgentEvaluator.find_config_for_test_file), else ADK's defaults; each
+  file's cases are then judged with their own file's (criteria_per_file);
+- recorded runs (adk_agent_events) with no metrics: ADK's reference-free (efficiency) criteria;
+- a function or agent run over an ADK eval set: ADK's default user simulator.
+
+It reads files (local or on Cloud Storage); the schema (configs.schema) reads none.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pydantic
+
+from evalbeam.configs.schema import InputConfig, UserSimulatorConfig
+from evalbeam.metrics.adk import judge_options, metrics_from_criteria, read_test_config
+from evalbeam.metrics.registry import get_metric
+from evalbeam.metrics.trace import get_key
+
+
+def expand_adk(data: Any) -> tuple[Any, bool]:
+    """The config `data` (a mapping) with what its ADK inputs imply, and whether each ADK file is
+    judged with its own test_config.json (criteria_per_file). Raises ValueError naming the field
+    (`input.adk_criteria: ...`, `input: ...`). A mapping whose input is not valid is returned as it
+    is: the schema names its errors."""
+    if not isinstance(data, dict) or not isinstance(data.get("input"), dict):
+        return data, False
+    try:
+        source = InputConfig.model_validate(data["input"])
+    except pydantic.ValidationError:
+        return data, False
+    per_file = not source.adk_criteria and not data.get("metrics") and source.kind == "files" and source.is_adk
+    # the user simulator first: a test_config.json's user_simulator_config is read (and named
+    # when it is wrong) before its criteria, as the config model did
+    data = _with_user_simulator(data, source)
+    return _with_criteria(data, source), per_file
+
+
+def _with_criteria(data: dict, source: InputConfig) -> dict:
+    """input.adk_criteria's criteria become metrics; an ADK input with no
+    metrics gets ADK's default criteria (as `adk eval` without a test_config)."""
+    metrics = data.get("metrics") or []
+    if source.adk_criteria:
+        try:
+            added = read_test_config(_read_text(source.adk_criteria))
+        except (OSError, ValueError) as e:
+            raise ValueError(f"input.adk_criteria: {source.adk_criteria}: {e}") from None
+    elif source.is_adk and not metrics and source.kind == "files":
+        # each file judged with the test_config.json beside it (as ADK's AgentEvaluator): every
+        # criterion any of them names; a case's rows carry its own file's (adk_case.criteria)
+        try:
+            added, judge = _criteria_of_files(source.uri)
+        except ValueError as e:
+            raise ValueError(f"input: {e}") from None
+        data = {**data, "judge": {**judge, **(data.get("judge") or {})}} if judge else data
+    elif source.is_adk and not metrics:
+        # recorded runs have no expected side: the reference-free (efficiency) criteria
+        added = metrics_from_criteria({} if source.format == "adk_agent_events" else None)
+    else:
+        return data
+    names = {m if isinstance(m, str) else m.get("as") or m.get("name") for m in metrics}
+    data = {**data, "metrics": list(metrics) + [m for m in added if m["name"] not in names]}
+    if source.adk_criteria:
+        data = _with_adk_judge_options(data, _read_text(source.adk_criteria))
+    return data
+
+
+def _with_user_simulator(data: dict, source: InputConfig) -> dict:
+    """inference.user_simulator, when not given, for an agent or function: input.adk_criteria's
+    user_simulator_config, else over an ADK eval set ADK's default LlmBackedUserSimulatorConfig
+    (its conversation_scenario cases run with it, as ADK runs them)."""
+    inference = data.get("inference")
+    if not isinstance(inference, dict) or inference.get("user_simulator") is not None or inference.get("model") \
+            or not (inference.get("function") or inference.get("agent")):
+        return data
+    if source.adk_criteria:  # as ADK reads it: the test_config's user_simulator_config
+        try:
+            text = _read_text(source.adk_criteria)
+        except OSError:
+            return data  # reported with the criteria, naming the path
+        data = _with_adk_user_simulator(data, text)
+        if data["inference"].get("user_simulator") is not None:
+            return data
+    if source.inferred_format() != "adk_eval_set":
+        return data
+    return {**data, "inference": {**inference, "user_simulator": {}}}
+
+
+def _criteria_of_files(uri: str) -> tuple[list[dict], dict]:
+    """(the metric specs of every criterion the ADK files of `uri` are judged with, each from
+    the test_config.json AgentEvaluator.find_config_for_test_file finds for its file, else ADK's
+    defaults; the judge settings their judge criteria ask for). A criterion's threshold is in
+    its spec where every file agrees; the files' own thresholds are on each row. Its other
+    fields (match_type, ...) and a judge criterion's threshold must agree between the files:
+    one run computes a metric one way."""
+    # start-up time: Beam (file listing, and the reader's own lookup of a file's test_config.json) only
+    # where ADK files are expanded
+    from apache_beam.io.filesystems import FileSystems
+
+    from evalbeam.transforms.read_adk import criteria_of_file, test_config_path
+
+    try:
+        paths = sorted(m.path for m in FileSystems.match([uri])[0].metadata_list)
+    except Exception:  # noqa: BLE001 - an unlistable uri: the input check (preflight) names it; ADK's defaults here
+        paths = []
+    configs = sorted({test_config_path(p) for p in paths}) or [None]
+    found: dict[str, tuple[dict, set]] = {}
+    judge: dict = {}
+    unreadable: list[str] = []
+    for config, path in ((c, next(p for p in paths if test_config_path(p) == c) if c else None) for c in configs):
+        try:
+            specs = criteria_of_file(path) if path else metrics_from_criteria(None)
+        except ValueError as e:
+            # ADK cannot judge this folder's files: read_adk dead-letters their cases naming the
+            # test_config.json (docs/agents.md); the run is configured from the readable ones
+            unreadable.append(str(e))
+            continue
+        if config and FileSystems.exists(config):
+            asked = judge_options(json.loads(_read_text(config)).get("criteria"))
+            for key, value in asked.items():
+                if judge.setdefault(key, value) != value:
+                    raise ValueError(f"{config}: its judge criteria ask for judge {key} {value!r}, another file's "
+                                     f"{judge[key]!r}; evalbeam runs one judge: make them agree, or set judge.{key}")
+        for spec in specs:
+            other = {k: v for k, v in spec.items() if k != "threshold"}
+            seen, thresholds = found.setdefault(spec["name"], (other, set()))
+            if seen != other:
+                raise ValueError(f"{config}: criterion {spec['name']} is given as {other.get('params') or {}} there "
+                                 f"and as {seen.get('params') or {}} for another file; evalbeam computes a criterion "
+                                 "one way in a run: make them agree, or set input.adk_criteria")
+            thresholds.add(spec.get("threshold"))
+    if unreadable and not found:  # no file could be judged: nothing to run
+        raise ValueError(unreadable[0])
+    out = []
+    for name, (spec, thresholds) in found.items():
+        if len(thresholds) > 1 and get_metric(name).is_judge:
+            raise ValueError(f"the files' test_config.json give judge criterion {name} different thresholds "
+                             f"({', '.join(map(str, sorted(thresholds)))}); per-file thresholds are for the rule-based "
+                             "criteria: make them agree, or set input.adk_criteria")
+        out.append({**spec, **({"threshold": thresholds.pop()} if len(thresholds) == 1 and None not in thresholds
+                               else {})})
+    return out, judge
+
+
+def _with_adk_judge_options(data: dict, text: str) -> dict:
+    """The judge criteria's judge_model_options (judge model, num_samples) as
+    judge.model and judge.sampling_count, unless the config sets them."""
+    try:
+        options = judge_options(json.loads(text).get("criteria"))
+    except ValueError as e:
+        raise ValueError(f"input.adk_criteria: {e}") from None
+    judge = dict(data.get("judge") or {})
+    for key, value in options.items():
+        judge.setdefault(key, value)
+    return {**data, "judge": judge} if options else data
+
+
+def user_simulator_from_adk(text: str) -> dict | None:
+    """The user_simulator_config of an ADK test_config.json (EvalConfig), as ADK reads it: snake_case or
+    camelCase key, a missing `type` taken as llm_backed (EvalConfig._inject_default_user_simulator_type)."""
+    config = json.loads(text)
+    value = get_key(config, "user_simulator_config") if isinstance(config, dict) else None
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError("user_simulator_config must be an object")
+    value = {k: v for k, v in value.items() if v is not None or k != "type"}
+    if value.get("type", "llm_backed") != "llm_backed":
+        raise ValueError(f"user_simulator_config: type {value['type']!r} is not supported (only llm_backed)")
+    # ADK's config allows (and ignores) other keys (BaseUserSimulatorConfig: extra="allow")
+    known = {name for field_name, f in UserSimulatorConfig.model_fields.items() for name in (field_name, f.alias)}
+    return {k: v for k, v in value.items() if k in known}
+
+
+def _with_adk_user_simulator(data: dict, text: str) -> dict:
+    """The ADK config's user_simulator_config as inference.user_simulator, unless the config sets one."""
+    try:
+        simulator = user_simulator_from_adk(text)
+    except ValueError as e:
+        raise ValueError(f"input.adk_criteria: {e}") from None
+    inference = data.get("inference")
+    if simulator is None or not isinstance(inference, dict) or inference.get("user_simulator") is not None:
+        return data
+    return {**data, "inference": {**inference, "user_simulator": simulator}}
+
+
+def _read_text(path: str) -> str:
+    from apache_beam.io.filesystems import FileSystems  # start-up time: Beam only where a file is read
+
+    if not FileSystems.exists(path):
+        raise OSError("the file does not exist")
+    with FileSystems.open(path, mime_type="application/octet-stream") as f:
+        return f.read().decode("utf-8")

@@ -1,0 +1,692 @@
+"""The typed model of an evalbeam config: its shape, and nothing else.
+
+Every bad field gets a message naming it (``metrics.2.params.rouge_type: ...``). Validating
+reads no file, imports no user code and no optional package: the same YAML validates the same
+everywhere. Loading (configs.load) reads the file and expands ADK's criteria
+(configs.adk_expansion) first; what the environment must provide is checked by
+pipelines.preflight.
+"""
+from __future__ import annotations
+
+import codecs
+import datetime as dt
+import json
+import re
+import secrets
+from typing import Any, Literal
+
+import pydantic
+
+from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA
+from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
+from evalbeam.metrics.custom import function_path
+from evalbeam.metrics.fields import CANONICAL_FIELDS
+from evalbeam.metrics.judge.settings import JudgeSettings
+from evalbeam.metrics.judge.templates import JudgeTemplate
+from evalbeam.metrics.names import BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE
+from evalbeam.metrics.registry import SIMULATOR_QUALITY, MetricDef, get_metric
+from evalbeam.metrics.trace import get_key
+
+
+def reserved_columns() -> frozenset[str]:
+    """The instances table's own columns, which a slice column may not shadow:
+    read from the one schema definition."""
+    from evalbeam.transforms.schema import TABLES  # start-up time: pyarrow only where slice columns are checked
+
+    return frozenset(c.name for c in TABLES["instances"])
+
+
+class ConfigError(ValueError):
+    """The config or its dataset cannot be used; the message names the field."""
+
+
+class _Model(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class InputConfig(_Model):
+    uri: str | None = pydantic.Field(
+        None, min_length=1,
+        description="files: a local path or glob (relative: to the config file's folder), or gs://bucket/path/*.jsonl; "
+                    "a BigQuery table: bq://project.dataset.table",
+    )
+    query: str | None = pydantic.Field(None, min_length=1, description="a BigQuery standard SQL query, instead of uri")
+    query_dataset: str = pydantic.Field(
+        "evalbeam_temp", pattern=f"^{DATASET_RE}$",
+        description="dataset (in the billing project) for query results, which expire after a day; created when missing",
+    )
+    project: str | None = pydantic.Field(
+        None, pattern=f"^(?:{PROJECT_RE})$",
+        description="the project BigQuery reads and queries run in; default: the table's project, else output.bigquery's",
+    )
+    format: Literal["jsonl", "csv", "adk_eval_result", "adk_eval_set", "adk_agent_events"] | None = pydantic.Field(
+        None, description="jsonl | csv | adk_eval_result | adk_eval_set, for files; inferred from the file name "
+                          "when omitted (*.evalset_result.json, *.evalset.json and *.test.json are ADK files); "
+                          "adk_agent_events for BigQuery rows of ADK's BigQueryAgentAnalyticsPlugin table"
+    )
+    encoding: str = pydantic.Field(
+        "utf-8", min_length=1,
+        description="jsonl and csv files: their text encoding, any codec Python knows (latin-1, cp1252, utf-16, "
+                    "shift_jis, ...); default utf-8 (a byte order mark is skipped). A line that does not decode "
+                    "is dead-lettered with its line number")
+    granularity: Literal["session", "turn"] = pydantic.Field(
+        "session", description="adk_agent_events: one instance per session (id: session_id) or per turn "
+                               "(<session_id>:<invocation_id>)")
+    adk_criteria: str | None = pydantic.Field(
+        None, min_length=1,
+        description="an ADK test_config.json (local, relative to the config file's folder, or gs://): its criteria "
+                    "become metrics with their thresholds",
+    )
+    column_mapping: dict[str, str] = pydantic.Field(
+        default_factory=dict, description="canonical field -> dataset column"
+    )
+    id_column: str | None = pydantic.Field(None, description="default: a stable content hash of the row")
+    slice_columns: list[str] = pydantic.Field(
+        default_factory=list, description="dataset columns to slice the summary by"
+    )
+    labels: dict[str, list[str]] = pydantic.Field(
+        default_factory=dict,
+        description="metric output name -> the dataset column of its human labels (numbers on the metric's scale, "
+                    "true/false for pass/fail), or a list of columns, one an annotator: the calibration table",
+    )
+
+    @pydantic.field_validator("labels", mode="before")
+    @classmethod
+    def _label_lists(cls, labels: Any) -> Any:
+        if isinstance(labels, dict):
+            return {metric: [columns] if isinstance(columns, str) else columns for metric, columns in labels.items()}
+        return labels
+
+    @pydantic.field_validator("labels")
+    @classmethod
+    def _label_columns(cls, labels: dict[str, list[str]]) -> dict[str, list[str]]:
+        for metric, columns in labels.items():
+            if not columns:
+                raise ValueError(f"{metric}: give a label column, or a list of them")
+            if any(not c for c in columns):
+                raise ValueError(f"{metric}: a label column name is empty")
+            if len(set(columns)) != len(columns):
+                raise ValueError(f"{metric}: label columns repeat")
+        return labels
+
+    @pydantic.field_validator("column_mapping")
+    @classmethod
+    def _canonical_keys(cls, mapping: dict[str, str]) -> dict[str, str]:
+        for key in mapping:
+            if key not in CANONICAL_FIELDS:
+                raise ValueError(f"{key!r} is not a canonical field; known: {', '.join(CANONICAL_FIELDS)}")
+        return mapping
+
+    @pydantic.field_validator("encoding")
+    @classmethod
+    def _known_codec(cls, encoding: str) -> str:
+        try:
+            info = codecs.lookup(encoding)
+        except LookupError:
+            raise ValueError(f"unknown encoding {encoding!r}: give a codec Python knows, e.g. utf-8, latin-1, "
+                             "cp1252, utf-16 (https://docs.python.org/3/library/codecs.html#standard-encodings)") from None
+        if not getattr(info, "_is_text_encoding", True):  # base64, zlib, rot13...: bytes to bytes, not a text encoding
+            raise ValueError(f"{encoding!r} is not a text encoding: give one such as utf-8, latin-1, cp1252, utf-16")
+        return encoding
+
+    @pydantic.field_validator("slice_columns")
+    @classmethod
+    def _slice_names(cls, columns: list[str]) -> list[str]:
+        for col in columns:
+            if not re.fullmatch(COLUMN_RE, col):
+                raise ValueError(f"{col!r} is not a valid column name (letters, digits, underscore)")
+            if col in reserved_columns():
+                raise ValueError(f"{col!r} clashes with an output column of the instances table")
+        if len(set(columns)) != len(columns):
+            raise ValueError("slice columns repeat")
+        return columns
+
+    @pydantic.model_validator(mode="after")
+    def _source_known(self) -> "InputConfig":
+        if (self.uri is None) == (self.query is None):
+            raise ValueError("set exactly one of input.uri and input.query")
+        if self.format == "adk_agent_events" and self.kind == "files":
+            raise ValueError("format adk_agent_events reads the plugin's BigQuery table: set input.uri to "
+                             "bq://project.dataset.agent_events, or input.query")
+        if self.format in ("adk_eval_result", "adk_eval_set") and self.kind != "files":
+            raise ValueError(f"format {self.format} reads files; BigQuery rows of agent events are adk_agent_events")
+        if codecs.lookup(self.encoding).name != "utf-8" and self.inferred_format() not in ("jsonl", "csv", None):
+            raise ValueError(f"input.encoding applies to jsonl and csv files; {self.inferred_format()} files are JSON "
+                             "documents, read as UTF-8")
+        if codecs.lookup(self.encoding).name != "utf-8" and self.kind != "files":
+            raise ValueError("input.encoding applies to jsonl and csv files; BigQuery rows have no encoding to set")
+        if self.uri is not None and self.uri.startswith("bq://"):
+            if not re.fullmatch(BQ_TABLE_URI_RE, self.uri):
+                raise ValueError(
+                    f"{self.uri!r} is not a valid BigQuery table: expected bq://project.dataset.table with a valid "
+                    "project id (lower-case letters, digits, hyphens), dataset (letters, digits, underscores) and table name"
+                )
+        elif self.query is None and self.format is None and self.inferred_format() is None:
+            raise ValueError(f"cannot infer the format of {self.uri!r} from its extension; set input.format")
+        if self.labels and self.is_adk:
+            raise ValueError(f"input.labels: label columns are read from the dataset's rows; {self.inferred_format()} "
+                             "inputs (ADK files, ADK agent events) have no label column: label a JSONL, CSV or "
+                             "BigQuery dataset")
+        return self
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _adk_defaults(cls, data: Any) -> Any:
+        """An ADK file's cases are sliced by eval set (the pass rate per eval set) unless told otherwise."""
+        if isinstance(data, dict) and "slice_columns" not in data:
+            fmt = data.get("format")
+            if fmt is None and isinstance(data.get("uri"), str) and not data["uri"].startswith("bq://"):
+                name = data["uri"].lower()
+                fmt = "adk" if name.endswith((".evalset_result.json", ".evalset.json", ".test.json")) else None
+            if fmt in ("adk", "adk_eval_result", "adk_eval_set"):
+                data = {**data, "slice_columns": ["eval_set_id"]}
+        return data
+
+    @property
+    def is_adk(self) -> bool:
+        return (self.inferred_format() or "").startswith("adk_")
+
+    @property
+    def kind(self) -> Literal["files", "bigquery_table", "bigquery_query"]:
+        if self.query is not None:
+            return "bigquery_query"
+        return "bigquery_table" if self.uri.startswith("bq://") else "files"  # type: ignore[union-attr]
+
+    def bigquery_table(self) -> str:
+        """project.dataset.table of a bq:// uri."""
+        return self.uri.removeprefix("bq://")  # type: ignore[union-attr]
+
+    def inferred_format(self) -> str | None:
+        if self.format == "adk_agent_events":
+            return self.format
+        if self.kind != "files":
+            return None
+        if self.format:
+            return self.format
+        name = self.uri.lower()
+        for suffix in (".gz", ".bz2", ".zst", ".deflate"):
+            name = name.removesuffix(suffix)
+        if name.endswith(".evalset_result.json"):
+            return "adk_eval_result"
+        if name.endswith((".evalset.json", ".test.json")):
+            return "adk_eval_set"
+        if name.endswith((".jsonl", ".ndjson", ".json")):
+            return "jsonl"
+        if name.endswith(".csv"):
+            return "csv"
+        return None
+
+
+class MetricSpec(_Model):
+    name: str = pydantic.Field(min_length=1)
+    as_: str | None = pydantic.Field(None, alias="as", pattern=COLUMN_RE, description="output name of the metric")
+    params: dict[str, Any] = pydantic.Field(default_factory=dict)
+    function: str | None = pydantic.Field(None, description="custom metric: 'package.module:function'")
+    inputs: list[str] | None = pydantic.Field(None, description="custom metric: canonical fields it needs")
+    threshold: float | None = pydantic.Field(None, description="pass when score >= threshold")
+    direction: Literal["higher", "lower", "closer_to_zero"] | None = pydantic.Field(
+        None, description="which way is better, for run comparisons; default: the metric's own (custom: higher)")
+    pointwise: "JudgeTemplate | None" = pydantic.Field(None, description="a user-defined pointwise judge metric")
+    pairwise: "JudgeTemplate | None" = pydantic.Field(None, description="a user-defined pairwise judge metric")
+
+    @pydantic.model_validator(mode="after")
+    def _check(self) -> "MetricSpec":
+        defined = [k for k in ("function", "pointwise", "pairwise") if getattr(self, k) is not None]
+        if len(defined) > 1:
+            raise ValueError(f"give only one of {', '.join(defined)}")
+        if self.pointwise is not None or self.pairwise is not None:
+            if self.params or self.inputs is not None:
+                raise ValueError("a user-defined judge metric takes no 'params' or 'inputs': its template's input_variables say what it reads")
+            given = self.user_template.model_fields_set & {"source", "pointwise_text", "pairwise_text", "choice_field",
+                                                              "single_sample"}
+            if given:
+                raise ValueError(f"{', '.join(sorted(given))}: set by built-in metrics (a published template such as "
+                                 "Vertex AI's, or ADK's sampling), not by a user-defined one")
+            if self.pointwise is not None:
+                self.pointwise.scores()  # rubric keys must be numbers
+            elif set(self.pairwise.rating_rubric) != {"A", "B", "SAME"}:
+                raise ValueError("a pairwise rating_rubric has exactly the keys A, B and SAME")
+            return self
+        if self.function is None:
+            if self.inputs is not None:
+                raise ValueError("'inputs' applies to custom metrics (with 'function') only")
+            try:
+                definition = get_metric(self.name)
+            except KeyError as e:
+                raise ValueError(str(e.args[0])) from None
+            try:
+                definition.params.model_validate(self.params)
+            except pydantic.ValidationError as e:
+                raise ValueError(
+                    "params: " + "; ".join(f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors())
+                ) from None
+
+            if self.name in INFORMATIONAL_CRITERIA and self.threshold is not None:
+                raise ValueError(f"{self.name} is informational (as in ADK): it reports a value and never passes "
+                                 "or fails, so it takes no threshold")
+        else:
+            if self.params:
+                raise ValueError("custom metrics take no 'params'; read what you need from the instance")
+            for field in self.inputs or []:
+                if field not in CANONICAL_FIELDS:
+                    raise ValueError(f"inputs: {field!r} is not a canonical field")
+            try:  # its form; that it imports is checked where it runs (pipelines.preflight)
+                function_path(self.function)
+            except ValueError as e:
+                raise ValueError(f"function: {e}") from None
+        return self
+
+    @property
+    def output_name(self) -> str:
+        return self.as_ or self.name
+
+    @property
+    def is_custom(self) -> bool:
+        return self.function is not None
+
+    @property
+    def user_template(self) -> "JudgeTemplate | None":
+        return self.pointwise or self.pairwise
+
+    def definition(self) -> MetricDef | None:
+        return None if self.is_custom or self.user_template else get_metric(self.name)
+
+    def judge_kind(self) -> str | None:
+        """pointwise | pairwise for a model-based metric, else None."""
+        if self.pointwise is not None:
+            return "pointwise"
+        if self.pairwise is not None:
+            return "pairwise"
+        definition = self.definition()
+        return definition.kind if definition is not None and definition.is_judge else None
+
+    def judge_template(self) -> "JudgeTemplate":
+        if self.user_template is not None:
+            return self.user_template
+        definition = self.definition()
+        return definition.factory(definition.params.model_validate(self.params))
+
+    def input_alternatives(self) -> tuple[tuple[str, ...], ...]:
+        if self.is_custom:
+            return (tuple(self.inputs),) if self.inputs else ()
+        if self.user_template is not None:
+            extra = ("baseline_model_response",) if self.pairwise is not None else ()
+            return (("response", *extra, *self.user_template.input_variables),)
+        definition = self.definition()
+        return definition.inputs_with(definition.params.model_validate(self.params))  # type: ignore[union-attr]
+
+    def effective_direction(self) -> str:
+        if self.direction is not None:
+            return self.direction
+        definition = self.definition()
+        return definition.direction if definition else "higher"
+
+    def effective_threshold(self) -> float | None:
+        if self.threshold is not None:
+            return self.threshold
+        definition = self.definition()
+        return definition.default_threshold if definition else None
+
+
+class OutputConfig(_Model):
+    parquet: str | None = pydantic.Field(
+        None, min_length=1,
+        description="a local folder (relative: to the config file's folder) or gs:// prefix under which each run "
+                    "writes <run_id>/<table>/",
+    )
+    bigquery: str | None = pydantic.Field(
+        None, pattern=BQ_DATASET_RE, description="project.dataset to write the tables and views to"
+    )
+    bigquery_location: str | None = pydantic.Field(
+        None, pattern=r"^[A-Za-z0-9-]+$", description="location of the dataset when evalbeam creates it (default US)"
+    )
+    adk_eval_history: str | None = pydantic.Field(
+        None, min_length=1,
+        description="ADK inputs: a folder (local, relative to the config file's folder, or gs://) to write one "
+                    "EvalSetResult JSON per eval set to, in ADK's "
+                    "format and file naming (for adk web and other ADK tooling)")
+
+    @pydantic.model_validator(mode="after")
+    def _somewhere(self) -> "OutputConfig":
+        if self.parquet is None and self.bigquery is None:
+            raise ValueError("set output.parquet, output.bigquery or both")
+        return self
+
+    def bigquery_dataset(self) -> tuple[str, str]:
+        project, _, dataset = self.bigquery.rpartition(".")  # type: ignore[union-attr]
+        return project, dataset
+
+
+
+# GenerateContentConfig fields of user_simulator.model_configuration the judge layer applies (the answer's
+# shape); thinking_config is accepted as ADK's default carries it: the layer reads the answer's text, thoughts
+# left out, as ADK's simulator does, so the thinking budget changes no rule.
+SIMULATOR_GENERATION_KEYS = ("temperature", "max_output_tokens", "maxOutputTokens", "thinking_config",
+                             "thinkingConfig")
+
+
+class UserSimulatorConfig(_Model):
+    """inference.user_simulator: google-adk 2.13.0's LlmBackedUserSimulatorConfig (same fields, defaults and
+    checks; camelCase accepted as ADK accepts it). Its model calls go through the judge layer."""
+
+    type: Literal["llm_backed"] = pydantic.Field("llm_backed", description="ADK's discriminator; only llm_backed")
+    model: str = pydantic.Field("gemini-2.5-flash", min_length=1, description="the model writing the user's messages")
+    model_configuration: dict[str, Any] = pydantic.Field(
+        default_factory=dict, alias="modelConfiguration",
+        description="GenerateContentConfig: temperature and max_output_tokens are applied (else the judge's); "
+                    "thinking_config is accepted")
+    max_allowed_invocations: int = pydantic.Field(
+        20, ge=-1, alias="maxAllowedInvocations",
+        description="the most user messages of a conversation, the starting prompt included; -1: no limit")
+    custom_instructions: str | None = pydantic.Field(
+        None, alias="customInstructions",
+        description="a Jinja template with {{ stop_signal }}, {{ conversation_plan }}, {{ conversation_history }} "
+                    "(and {{ persona }} for scenarios with a persona)")
+    include_function_calls: bool = pydantic.Field(
+        False, alias="includeFunctionCalls",
+        description="show the agent's tool calls and responses in the conversation the simulator reads")
+
+    @pydantic.field_validator("custom_instructions")
+    @classmethod
+    def _jinja(cls, value: str | None) -> str | None:
+        from evalbeam.metrics.simulator import check_custom_instructions
+
+        return check_custom_instructions(value)
+
+    @pydantic.field_validator("model_configuration")
+    @classmethod
+    def _applied(cls, value: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(value) - set(SIMULATOR_GENERATION_KEYS))
+        if unknown:
+            raise ValueError(f"model_configuration: {unknown} not supported (supported: temperature, "
+                             "max_output_tokens, thinking_config)")
+        return value
+
+    def judge_settings(self, judge: JudgeSettings) -> JudgeSettings:
+        """The judge's settings (backend, credentials, quota, retries, cache) calling this model."""
+        update: dict[str, Any] = {"model": self.model}
+        c = self.model_configuration
+        if c.get("temperature") is not None:
+            update["temperature"] = float(c["temperature"])
+        tokens = get_key(c, "max_output_tokens")
+        if tokens is not None:
+            update["max_output_tokens"] = int(tokens)
+        return judge.model_copy(update=update)
+
+
+
+INFERENCE_KINDS = ("function", "model", "agent", "a2a", "agent_engine")
+
+
+class InferenceConfig(_Model):
+    """Inference before scoring: produce each case's actual side, then score it."""
+
+    function: str | None = pydantic.Field(
+        None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
+        description="'package.module:function': a callable, instance fields -> {response, predicted_trajectory, ...}, "
+                    "text, or a list of turns")
+    model: str | None = pydantic.Field(
+        None, min_length=1, description="a Gemini model, asked prompt_template through the judge layer's client")
+    prompt_template: str = pydantic.Field(
+        "{prompt}", min_length=1, description="model: the prompt, with {field} replaced by the instance's field")
+    agent: str | None = pydantic.Field(
+        None, pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
+        description="'package.module:agent': an ADK agent, run with ADK's Runner and in-memory sessions "
+                    "(needs the `agent` extra, installed from requirements-agent.lock: see docs/agents.md)")
+    num_runs: int = pydantic.Field(1, ge=1, le=100, description="runs per case; > 1: instance ids get :run<k>")
+    max_concurrency: int = pydantic.Field(8, ge=1, le=1024, description="function/agent: cases in flight per worker")
+    timeout_seconds: float = pydantic.Field(300, gt=0, description="function/agent: the longest a case may take")
+    user_simulator: UserSimulatorConfig | None = pydantic.Field(
+        None, description="function/agent: the user simulator of conversation_scenario cases (ADK's "
+                          "LlmBackedUserSimulatorConfig); default ADK's defaults, or input.adk_criteria's "
+                          "user_simulator_config")
+    # deployed agents (metrics/deployed.py)
+    a2a: str | None = pydantic.Field(
+        None, pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="the URL of an agent served over A2A (its card at <url>/.well-known/agent-card.json): each case "
+                    "one conversation, each user turn one message")
+    agent_engine: str | None = pydantic.Field(
+        None, pattern=r"^projects/[^/\s]+/locations/[^/\s]+/reasoningEngines/[^/\s]+$",
+        description="projects/P/locations/L/reasoningEngines/ID: an ADK app on Vertex AI Agent Engine, one session "
+                    "per case (Application Default Credentials)")
+    base_url: str | None = pydantic.Field(
+        None, description="agent_engine: an endpoint instead of https://<location>-aiplatform.googleapis.com")
+    requests_per_minute: float | None = pydantic.Field(
+        None, gt=0, description="a2a/agent_engine: the whole job's quota of agent requests (each turn, each session "
+                                "created), split over the shards; default: none")
+    shards: int = pydantic.Field(
+        1, ge=1, le=1024,
+        description="a2a/agent_engine: cases are split into this many shards, each on one worker with 1/shards of "
+                    "requests_per_minute")
+    max_attempts: int = pydantic.Field(
+        6, ge=1, le=20, description="a2a/agent_engine: attempts per request (retries on 429, 5xx, and timeouts but not of a turn)")
+    request_timeout_seconds: float = pydantic.Field(
+        120, gt=0, description="a2a/agent_engine: the longest one request (one turn) may take; a turn past it fails the "
+                         "case (not sent again: the agent may have run it)")
+
+    @pydantic.field_validator("a2a")
+    @classmethod
+    def _no_credentials_in_url(cls, url: str | None) -> str | None:
+        # user:password@ would reach only the agent card (messages go to the endpoint the card names) and
+        # would be written with the config to the runs table
+        if url and "@" in url.split("://", 1)[-1].split("/", 1)[0]:
+            raise ValueError("credentials in the URL are not supported (they would be recorded with the config "
+                             "in the runs table, and A2A messages are sent without them)")
+        return url
+
+    @pydantic.model_validator(mode="after")
+    def _one_kind(self) -> "InferenceConfig":
+        given = [k for k in INFERENCE_KINDS if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError("give exactly one of function, model, agent, a2a, agent_engine"
+                             + (f" (got {given})" if given else ""))
+        if self.base_url and self.kind != "agent_engine":
+            raise ValueError("inference.base_url is for inference.agent_engine")
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _simulator_runs_an_agent(self) -> "InferenceConfig":
+        if self.user_simulator is not None and self.kind not in ("function", "agent"):
+            raise ValueError("user_simulator: a simulated user talks with an in-process agent (inference.function "
+                             f"or inference.agent), not with inference.{self.kind}")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in INFERENCE_KINDS if getattr(self, k))
+
+    @property
+    def deployed(self) -> bool:
+        """Whether the agent is reached over the network (a2a, agent_engine)."""
+        return self.kind in ("a2a", "agent_engine")
+
+    def quota_share(self) -> float | None:
+        """One shard's requests per minute: the job's quota split over the shards, as the
+        judge's is (JudgeSettings.with_quota_share)."""
+        return self.requests_per_minute / self.shards if self.requests_per_minute else None
+
+    @property
+    def target(self) -> str:
+        return getattr(self, self.kind)
+
+
+DEFAULT_MAX_DEAD_LETTER_SHARE = 0.5
+
+
+class EvalConfig(_Model):
+    name: str = pydantic.Field(pattern=NAME_RE)
+    run_id: str | None = pydantic.Field(None, pattern=NAME_RE)
+    run_date: dt.date | None = pydantic.Field(
+        None, description="the date the run is for (YYYY-MM-DD); default today (UTC). Tables are partitioned by it"
+    )
+    input: InputConfig
+    metrics: list[MetricSpec] = pydantic.Field(
+        default_factory=list,
+        description="the metrics to compute; ADK files with none given (and no input.adk_criteria): the criteria "
+                    "of the test_config.json beside each file, else ADK's defaults")
+    judge: JudgeSettings = pydantic.Field(default_factory=JudgeSettings)
+    inference: InferenceConfig | None = pydantic.Field(
+        None, description="inference before scoring: run a function, a model or an ADK agent on each case")
+    output: OutputConfig
+    compare_with: str | None = pydantic.Field(
+        None, pattern=NAME_RE,
+        description="'previous' (this eval's latest earlier run by run date) or a run_id: compared with in the "
+                    "same pipeline, into the comparisons table")
+    compare_tolerance: float = pydantic.Field(
+        0.0, ge=0, description="T of the comparison flags: a change within +-T is never flagged")
+    # 0.5: past it, the dead letters outnumber the rows scored, and the means describe a
+    # minority of the input; that is a wrong file, encoding or mapping, never a few bad
+    # lines, so the run fails (status 1) instead of passing a gate. Below it a run
+    # passes and lists its dead letters. A curated dataset may set 0 (no row may be lost).
+    max_dead_letter_share: float = pydantic.Field(
+        DEFAULT_MAX_DEAD_LETTER_SHARE, ge=0, le=1,
+        description="the largest share of the records read that may be dead-lettered before the run fails "
+                    "(status 1)")
+    # field path -> (the relative path as the config file gives it, the folder it was taken relative to)
+    _relative_paths: dict[str, tuple[str, str]] = pydantic.PrivateAttr(default_factory=dict)
+    # set by the loader (configs.load): whether the metrics are the ADK files' own, each file judged with its
+    # test_config.json (configs.adk_expansion); the config file's path, for the errors found past validation
+    _criteria_per_file: bool = pydantic.PrivateAttr(False)
+    _config_file: str | None = pydantic.PrivateAttr(None)
+
+    @property
+    def config_file(self) -> str | None:
+        """The file the config was loaded from (None: validated from a mapping)."""
+        return self._config_file
+
+    def path_note(self, field: str) -> str:
+        """For an error about a path: where a relative path of the config file was resolved, when it was."""
+        if field not in self._relative_paths:
+            return ""
+        written, folder = self._relative_paths[field]
+        return f" ({written!r} in the config file: a relative path there is relative to the config file's folder, {folder!r})"
+
+    def simulates_users(self) -> bool:
+        """Whether inference may run a user simulator (conversation_scenario cases of an ADK eval set),
+        whose model calls go through the judge layer."""
+        return self.inference is not None and self.inference.user_simulator is not None
+
+    @property
+    def criteria_per_file(self) -> bool:
+        """An ADK file input with neither input.adk_criteria nor metrics: each file's cases are
+        judged with the criteria (and thresholds) of the test_config.json beside the file."""
+        return self._criteria_per_file
+
+    @pydantic.model_validator(mode="after")
+    def _some_metric(self) -> "EvalConfig":
+        if not self.metrics:
+            raise ValueError("metrics: give at least one metric")
+        return self
+
+    @pydantic.field_validator("metrics", mode="before")
+    @classmethod
+    def _names_to_specs(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"name": m} if isinstance(m, str) else m for m in value]
+        return value
+
+    @pydantic.field_validator("metrics")
+    @classmethod
+    def _unique_outputs(cls, specs: list[MetricSpec]) -> list[MetricSpec]:
+        seen: set[str] = set()
+        for spec in specs:
+            if spec.output_name in seen:
+                raise ValueError(f"two metrics are named {spec.output_name!r}; give one a different 'as'")
+            seen.add(spec.output_name)
+        return specs
+
+    @pydantic.model_validator(mode="after")
+    def _labelled_metrics_known(self) -> "EvalConfig":
+        names = [m.output_name for m in self.metrics]
+        for metric in self.input.labels:
+            if metric not in names:
+                raise ValueError(f"input.labels: {metric!r} is not a metric of this config; its metrics: "
+                                 f"{', '.join(names)}")
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _vertex_batch_staging(self) -> "EvalConfig":
+        judge = self.judge
+        if judge.mode == "batch" and judge.backend == "vertex_ai" and not judge.batch_staging \
+                and not (self.output.parquet or "").startswith("gs://"):
+            raise ValueError(
+                "judge.batch_staging: batch mode on vertex_ai reads and writes Cloud Storage: set judge.batch_staging "
+                "to a gs:// folder (or write output.parquet to gs://)")
+        return self
+
+    def judge_specs(self) -> list[MetricSpec]:
+        """Every model-based metric (template and rubric judges alike)."""
+        return [m for m in self.metrics if m.judge_kind()]
+
+    def rubric_specs(self) -> list[MetricSpec]:
+        return [m for m in self.metrics if m.judge_kind() == "rubric"]
+
+    def template_judge_specs(self) -> list[MetricSpec]:
+        """The judge metrics answered from one prompt template (not rubric metrics)."""
+        return [m for m in self.metrics if m.judge_kind() and m.judge_kind() not in ("rubric", SIMULATOR_QUALITY)]
+
+    def simulator_quality_specs(self) -> list[MetricSpec]:
+        """per_turn_user_simulator_quality_v1 (transforms.simulator_quality)."""
+        return [m for m in self.metrics if m.judge_kind() == SIMULATOR_QUALITY]
+
+    def model_inference(self) -> bool:
+        """Whether inference calls a model (through the judge layer)."""
+        return self.inference is not None and self.inference.kind == "model"
+
+    def deployed_inference(self) -> bool:
+        """Whether inference calls a deployed agent (a2a, agent_engine): its finished cases are checkpointed."""
+        return self.inference is not None and self.inference.deployed
+
+    def calls_a_model(self) -> bool:
+        """Whether the run calls a model: a judge metric or model inference (credentials, checkpoints, judge.cache)."""
+        return bool(self.judge_specs()) or self.model_inference() or self.simulates_users()
+
+    def metric_directions(self) -> dict[str, str]:
+        """output name -> which way is better, for every metric the run reports
+        (the passed-through agent values included)."""
+        directions = {f: get_metric(f).direction for f in PASSTHROUGH_FIELDS}
+        directions.update({m.output_name: m.effective_direction() for m in self.metrics})
+        return directions
+
+    def computation_specs(self) -> list[MetricSpec]:
+        return [m for m in self.metrics if not m.judge_kind()]
+
+    def resolved_run_id(self, now: dt.datetime | None = None) -> str:
+        """run_id, else <name>-<run_date> when a run date is given (so that a
+        scheduled night's re-run replaces that night), else <name>-<UTC timestamp>-<4 random
+        hex digits>: runs started in the same second get different run_ids (the
+        suffix), which still sort by their start (the timestamp comes first)."""
+        if self.run_id:
+            return self.run_id
+        if self.run_date:
+            return f"{self.name}-{self.run_date:%Y%m%d}"
+        now = now or dt.datetime.now(dt.timezone.utc)
+        return f"{self.name}-{now:%Y%m%dT%H%M%SZ}-{secrets.token_hex(2)}"
+
+    def resolved_run_date(self, now: dt.datetime | None = None) -> dt.date:
+        return self.run_date or (now or dt.datetime.now(dt.timezone.utc)).date()
+
+    def for_run_date(self, run_date: dt.date) -> "EvalConfig":
+        """The config with `{run_date}` in input.query replaced by the run date (YYYY-MM-DD), so a
+        nightly config selects its day: `WHERE DATE(timestamp) = '{run_date}'`."""
+        if self.input.query is None or "{run_date}" not in self.input.query:
+            return self
+        query = self.input.query.replace("{run_date}", run_date.isoformat())
+        return self.model_copy(update={"input": self.input.model_copy(update={"query": query})})
+
+    def to_json(self) -> str:
+        return json.dumps(self.model_dump(mode="json", by_alias=True, exclude_none=True), sort_keys=True)
+
+
+
+def _loc(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def format_errors(error: pydantic.ValidationError) -> str:
+    lines = []
+    for err in error.errors():
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"  {_loc(err['loc']) or '(top level)'}: {msg}")
+    return "\n".join(lines)
+
