@@ -19,6 +19,7 @@ import pydantic
 
 from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA
 from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
+from evalbeam.metrics.compare import Gate, parse_tolerance
 from evalbeam.metrics.custom import function_path
 from evalbeam.metrics.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.settings import JudgeSettings
@@ -532,8 +533,14 @@ class EvalConfig(_Model):
         None, pattern=NAME_RE,
         description="'previous' (this eval's latest earlier run by run date) or a run_id: compared with in the "
                     "same pipeline, into the comparisons table")
-    compare_tolerance: float = pydantic.Field(
-        0.0, ge=0, description="T of the comparison flags: a change within +-T is never flagged")
+    compare_tolerance: float | str = pydantic.Field(
+        0.0, description="T of the comparison flags for every metric compare_tolerances does not name: a change "
+                         "within +-T is never flagged. A number (absolute) or 'N%' (relative to the base run's mean)")
+    compare_tolerances: dict[str, float | str] = pydantic.Field(
+        default_factory=dict, description="metric -> its T, as compare_tolerance: {latency_in_seconds: 10%, rouge_1: 0.02}")
+    compare_watch: list[str] | None = pydantic.Field(
+        None, description="the metrics the comparison gate flags; default every metric of the config "
+                          "(latency_in_seconds and failure, added to agent runs automatically, only when named)")
     # 0.5: past it, the dead letters outnumber the rows scored, and the means describe a
     # minority of the input; that is a wrong file, encoding or mapping, never a few bad
     # lines, so the run fails (status 1) instead of passing a gate. Below it a run
@@ -603,6 +610,42 @@ class EvalConfig(_Model):
                 raise ValueError(f"input.labels: {metric!r} is not a metric of this config; its metrics: "
                                  f"{', '.join(names)}")
         return self
+
+    @pydantic.field_validator("compare_tolerance")
+    @classmethod
+    def _a_tolerance(cls, value: float | str) -> float | str:
+        parse_tolerance(value)
+        return value
+
+    @pydantic.field_validator("compare_tolerances")
+    @classmethod
+    def _tolerances(cls, value: dict[str, float | str]) -> dict[str, float | str]:
+        for metric, tolerance in value.items():
+            try:
+                parse_tolerance(tolerance)
+            except ValueError as e:
+                raise ValueError(f"{metric}: {e}") from None
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _gate_metrics_known(self) -> "EvalConfig":
+        names = [m.output_name for m in self.metrics]
+        known = set(names) | set(PASSTHROUGH_FIELDS)
+        named = [(f"compare_tolerances.{m}", m) for m in self.compare_tolerances]
+        named += [(f"compare_watch.{i}", m) for i, m in enumerate(self.compare_watch or [])]
+        for field, metric in named:
+            if metric not in known:
+                raise ValueError(f"{field}: {metric!r} is not a metric of this config; its metrics: "
+                                 f"{', '.join([*names, *(f for f in PASSTHROUGH_FIELDS if f not in names)])}")
+        return self
+
+    def gate(self) -> Gate:
+        """The comparison gate of this config: tolerances and watched metrics (metrics.compare.Gate)."""
+        names = {m.output_name for m in self.metrics}
+        return Gate(parse_tolerance(self.compare_tolerance),
+                    tuple((m, parse_tolerance(t)) for m, t in self.compare_tolerances.items()),
+                    frozenset(self.compare_watch) if self.compare_watch is not None else None,
+                    frozenset(f for f in PASSTHROUGH_FIELDS if f not in names))
 
     @pydantic.model_validator(mode="after")
     def _vertex_batch_staging(self) -> "EvalConfig":

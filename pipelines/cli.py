@@ -9,7 +9,7 @@ each in pipelines/commands/, imported only when chosen), and how the process end
     evalbeam --version
     evalbeam show RUN_ID [--json] [--config CONFIG | --parquet DIR | --bigquery PROJECT.DATASET]
     evalbeam report RUN_ID [--compare BASE_RUN_ID] [-o report.html] [--config C | --parquet DIR | --bigquery P.D]
-    evalbeam compare BASE_RUN_ID RUN_ID [RUN_ID ...] [--tolerance T] [--config C | --parquet DIR | --bigquery P.D]
+    evalbeam compare BASE_RUN_ID RUN_ID [RUN_ID ...] [--tolerance [METRIC=]T] [--watch METRIC] [--config C | --parquet DIR | --bigquery P.D]
 
 Arguments `run` does not know go to Beam's PipelineOptions unchanged, so the
 same command targets DirectRunner or Dataflow (`--runner=DataflowRunner ...`).
