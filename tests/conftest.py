@@ -121,6 +121,7 @@ SLOW = {
     "pipelines/test_cli.py::test_rerunning_a_run_id_replaces_its_output",
     "pipelines/test_cli.py::test_run_writes_every_table_and_counts_reconcile",
     "pipelines/test_cli.py::test_runs_with_a_config_lists_that_configs_eval_only",
+    "pipelines/test_cli.py::test_show_and_runs_read_a_run_without_beam",
     "pipelines/test_cli.py::test_validate_ok_and_missing_input_files",
     "pipelines/test_plan.py::test_plan_counts_what_the_run_then_asks_and_the_cache_removes",
     "pipelines/test_plan.py::test_plan_needs_no_key_and_run_still_does",

@@ -466,16 +466,29 @@ def traced(*args):
     return result, modules
 
 
-def test_commands_that_run_no_pipeline_do_not_import_beam():
+def test_commands_that_run_no_pipeline_do_not_import_beam(tmp_path):
     """A command's module is imported only when it is chosen (pipelines/commands/): the help,
-    and the metrics need no Beam, whose import is most of
+    the metrics and reading a local results folder need no Beam, whose import is most of
     the start-up of a command that does (bench/cli_startup.py)."""
-    for args, status in ([["--help"], 0], [["metrics"], 0]):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for args, status in ([["--help"], 0], [["metrics"], 0], [["runs", "--parquet", empty], 0],
+                         [["show", "r1", "--parquet", empty], 1]):
         result, modules = traced(*args)
         assert result.returncode == status, result.stderr
         assert "apache_beam" not in modules, args
     result, modules = traced("run", "--help")  # the trace does see Beam where a command imports it
     assert result.returncode == 0 and "apache_beam" in modules
+
+
+def test_show_and_runs_read_a_run_without_beam(dataset):
+    config, _, run_dir = dataset
+    evalbeam("run", config, "--direct_num_workers=1", check=False)  # exits 1: the dataset has bad rows
+    out = run_dir.parent
+    for args in (["show", "r1", "--parquet", out], ["show", "r1", "--json", "--parquet", out], ["runs", "--parquet", out]):
+        result, modules = traced(*args)
+        assert result.returncode == 0 and "r1" in result.stdout, result.stderr
+        assert "apache_beam" not in modules, args
 
 def test_a_latin1_csv_is_read_with_input_encoding(tmp_path):
     data = tmp_path / "latin.csv"
