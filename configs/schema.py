@@ -82,6 +82,9 @@ class InputConfig(_Model):
         default_factory=dict, description="canonical field -> dataset column"
     )
     id_column: str | None = pydantic.Field(None, description="default: a stable content hash of the row")
+    allow_empty: bool = pydantic.Field(
+        False, description="an input with no record is expected (a quiet night's query): the run passes; "
+                           "otherwise a run that reads nothing fails (status 1), naming the input")
     slice_columns: list[str] = pydantic.Field(
         default_factory=list, description="dataset columns to slice the summary by"
     )

@@ -231,8 +231,10 @@ def runs_row(results, run_id: str) -> dict[str, Any] | None:
 
 
 def previous_run(results, name: str, run_id: str, run_date: dt.date) -> str | None:
-    """The eval's latest run before this one by run date (then start time), other than run_id itself."""
-    candidates = [r for r in results.runs(name) if r["run_id"] != run_id and as_date(r["run_date"]) <= run_date]
+    """The eval's latest run before this one by run date (then start time), other than run_id itself
+    and other than a run that read nothing (an empty input: nothing to compare with)."""
+    candidates = [r for r in results.runs(name) if r["run_id"] != run_id and as_date(r["run_date"]) <= run_date
+                  and r.get("read_count") != 0]
     if not candidates:
         return None
     return max(candidates, key=lambda r: (as_date(r["run_date"]), r["started_at"]))["run_id"]

@@ -77,9 +77,27 @@ def test_a_run_that_scores_nothing_or_dead_letters_too_much_fails(tmp_path):
     assert "3 of 5 records read were dead-lettered (60%), more than max_dead_letter_share 0.5 allows" in too_many.stdout
     allowed = evalbeam("run", config_file(tmp_path, data, ["exact_match"], run_id="r3", max_dead_letter_share=0.6))
     assert "PROBLEMS" not in allowed.stdout and "read 5 = scored 2 + dead-lettered 3" in allowed.stdout
+
+
+def test_an_empty_input_fails_the_run_naming_it_unless_expected(tmp_path):
+    """Issue 32, item 7: an empty file exited 0 with an empty table, a pass in CI and a base for
+    compare_with: previous. It fails (status 1) naming the input, unless input.allow_empty."""
     empty = tmp_path / "empty.jsonl"
-    empty.write_text("")  # an empty input is an empty run, as before
-    evalbeam("run", config_file(tmp_path, empty, ["exact_match"], run_id="r4"))
+    empty.write_text("")
+    result = evalbeam("run", config_file(tmp_path, empty, ["exact_match"], run_id="r4"), check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (f"PROBLEMS:\n  no record was read from input.uri {empty}: an empty input fails the run "
+            "(set input.allow_empty: true when it is expected)") in result.stdout
+    assert "evalbeam: run r4 finished with problems" in result.stderr
+    expected = evalbeam("run", config_file(tmp_path, empty, ["exact_match"], run_id="r5"), "--set", "input.allow_empty=true")
+    assert "PROBLEMS" not in expected.stdout and "read 0 = scored 0 + dead-lettered 0" in expected.stdout
+    # compare_with: previous passes over the runs that read nothing to the last one that read something
+    evalbeam("run", scored_run(tmp_path, ["a", "b"], "r0"), "--set", "run_date=2026-11-01")
+    for run_id, day in (("r4", "02"), ("r5", "03")):
+        evalbeam("run", config_file(tmp_path, empty, ["exact_match"], run_id=run_id), "--set", f"run_date=2026-11-{day}",
+                 "--set", "input.allow_empty=true")
+    later = evalbeam("run", scored_run(tmp_path, ["a", "b"], "r6", compare_with="previous"), "--set", "run_date=2026-11-04")
+    assert "compared with r0:" in later.stdout, later.stdout
 
 
 def scored_run(tmp_path, ids, run_id, name="outcomes", **extra):
