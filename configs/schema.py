@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import re
 import secrets
+import typing
 from typing import Any, Literal
 
 import pydantic
@@ -43,6 +44,22 @@ class ConfigError(ValueError):
 
 class _Model(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _null_is_the_default(cls, data: Any) -> Any:
+        """null for a field that has a default but cannot be null (`--set input.labels=null`, a YAML
+        key left empty) is that default; where null is a value of its own it stays."""
+        if not isinstance(data, dict):
+            return data
+        fields = {alias: field for name, field in cls.model_fields.items() for alias in (name, field.alias) if alias}
+        return {key: value for key, value in data.items()
+                if not (value is None and key in fields and not fields[key].is_required()
+                        and not _accepts_null(fields[key].annotation))}
+
+
+def _accepts_null(annotation: Any) -> bool:
+    return annotation is None or annotation is Any or type(None) in typing.get_args(annotation)
 
 
 class InputConfig(_Model):

@@ -140,6 +140,19 @@ def test_the_comparison_gate_of_a_config(tmp_path):
     assert "compare_tolerance: -1.0 is not a tolerance" in error_of(tmp_path, BASE, ["compare_tolerance=-1"])
 
 
+def test_null_resets_a_field_that_cannot_be_null_to_its_default(tmp_path):
+    """Issue 32, item 7: `--set input.labels=null` failed ('Input should be a valid dictionary')
+    and needed `{}`. Where null is a value of its own (judge.max_output_tokens: no limit) it stays."""
+    labelled = BASE.replace("uri: data.jsonl", "uri: data.jsonl\n  labels: {exact_match: human}\n  slice_columns: [a]")
+    config = load_config(write(tmp_path, labelled), ["input.labels=null", "input.slice_columns=null",
+                                                     "judge.max_output_tokens=null", "compare_with=null"])
+    assert config.input.labels == {} and config.input.slice_columns == []
+    assert config.judge.max_output_tokens is None and config.compare_with is None
+    # a YAML key left empty reads the same
+    assert load_config(write(tmp_path, BASE.replace("uri: data.jsonl", "uri: data.jsonl\n  labels:"))).input.labels == {}
+    assert "output: Input should be a valid dictionary" in error_of(tmp_path, BASE, ["output=null"])  # no default
+
+
 def test_missing_and_invalid_files(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.yaml")
