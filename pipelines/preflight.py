@@ -17,7 +17,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from google.auth.exceptions import DefaultCredentialsError
 
 from evalbeam.configs import ConfigError, EvalConfig, MetricSpec
-from evalbeam.metrics.custom import load_function
+from evalbeam.metrics.custom import load_function, path_hint
 from evalbeam.metrics.deployed import reachable
 from evalbeam.metrics.fields import InvalidField
 from evalbeam.metrics.inference import AgentInferrer, load_target
@@ -189,7 +189,8 @@ def _check_inference(config: EvalConfig) -> None:
         else:
             load_target(inference.target, "inference.function")
     except Exception as e:  # noqa: BLE001 - whatever stops the import is what the user must fix
-        raise ConfigError(f"inference.{inference.kind}: cannot load {inference.target!r}: {type(e).__name__}: {e}") from None
+        hint = path_hint(inference.target.partition(":")[0], e)
+        raise ConfigError(f"inference.{inference.kind}: cannot load {inference.target!r}: {type(e).__name__}: {e}{hint}") from None
 
 
 def parquet_glob(location: str) -> str:
