@@ -140,4 +140,4 @@ schedule-nightly: $(STAMP)
 	  --headers=Content-Type=application/json --message-body-from-file=.nightly-launch.json
 
 clean:
-	rm -rf $(VENV) $(EMULATORS) $(AIRFLOW) $(ADK_ENV) $(AGENT_ENV) .browser output .pytest_cache
+	rm -rf $(VENV) $(EMULATORS) $(AIRFLOW) $(ADK_ENV) $(AGENT_ENV) .browser output .pytest_cache build dist
