@@ -200,6 +200,18 @@ def parquet_glob(location: str) -> str:
     return location.rstrip("/") + "/*.parquet"
 
 
+def judge_credentials_problem(config: EvalConfig) -> str | None:
+    """What the judge (or model inference) lacks to authenticate, or None: for `validate`, which
+    checks everything else without it and reports this as the one thing left."""
+    if not config.judge_specs() and not config.model_inference():
+        return None
+    try:
+        check_credentials(config.judge)
+    except JudgeCredentialsError as e:
+        return str(e)
+    return None
+
+
 def _check_judge(config: EvalConfig, options: PipelineOptions | None, credentials: bool = True) -> None:
     if not config.judge_specs() and not config.model_inference():
         return
@@ -334,6 +346,10 @@ def _check_columns(config: EvalConfig, checked: Preflight) -> None:
             problems.append(f"  input.slice_columns: column {col!r} is not in the dataset")
     if config.input.id_column and config.input.id_column not in columns:
         problems.append(f"  input.id_column: column {config.input.id_column!r} is not in the dataset")
+    for metric, label_columns in config.input.labels.items():
+        for col in label_columns:
+            if col not in columns:  # a run would find no label to compare with, and fail
+                problems.append(f"  input.labels.{metric}: column {col!r} is not in the dataset")
     if problems:
         seen = "its schema" if checked.checked_rows is None else f"the first {checked.checked_rows} rows"
         raise ConfigError(

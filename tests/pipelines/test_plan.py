@@ -85,3 +85,25 @@ def test_plan_needs_no_key_and_run_still_does(tmp_path, monkeypatch):
     assert {r["metric"]: r["to_call"] for r in planned["metrics"]} == {"fluency": 4}
     run = evalbeam("run", config, check=False)
     assert run.returncode == 2 and "GOOGLE_API_KEY" in run.stderr
+
+
+def test_validate_checks_a_judge_config_without_a_key_and_names_the_key_as_what_is_left(tmp_path, monkeypatch):
+    """Issue 32, item 4: validate refused a judge config without GOOGLE_API_KEY before checking its
+    columns (plan works without one), and passed a label column no row has, which run fails on."""
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    data = write_data(tmp_path, ROWS)
+    config = judge_config(tmp_path, data, "http://127.0.0.1:9", ["fluency"])
+    result = evalbeam("validate", config, check=False)
+    assert result.returncode == 2
+    assert "config ok: 1 metrics; input 1 file(s); columns checked on 6 row(s)" in result.stdout
+    assert result.stderr.strip() == (
+        "evalbeam: everything else checked; left: judge metrics with backend gemini_api need an API key: set the "
+        "environment variable GOOGLE_API_KEY (or set judge.backend: vertex_ai to use Application Default Credentials)")
+    # a column a metric needs is missing: that is said, not the key
+    bad = judge_config(tmp_path, data, "http://127.0.0.1:9", ["bleu", "fluency"], run_id="bad")
+    result = evalbeam("validate", bad, "--set", "input.labels={fluency: rating}", check=False)
+    assert result.returncode == 2 and "GOOGLE_API_KEY" not in result.stderr
+    assert "metrics.0 (bleu): needs (response, reference); no column provides reference" in result.stderr
+    assert "input.labels.fluency: column 'rating' is not in the dataset" in result.stderr
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    assert evalbeam("validate", config).stderr == ""
