@@ -27,6 +27,7 @@ from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import JudgeTemplate
 from evalbeam.metrics.names import BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE
 from evalbeam.metrics.registry import SIMULATOR_QUALITY, MetricDef, get_metric
+from evalbeam.metrics.summary import MAX_SLICE_VALUES
 from evalbeam.metrics.trace import get_key
 
 
@@ -105,6 +106,9 @@ class InputConfig(_Model):
     slice_columns: list[str] = pydantic.Field(
         default_factory=list, description="dataset columns to slice the summary by"
     )
+    max_slice_values: int = pydantic.Field(
+        MAX_SLICE_VALUES, ge=1, description="the most slices one slice column makes: past its largest this many, "
+                                            "the other values are summarized as one slice, <column>=(other)")
     labels: dict[str, list[str]] = pydantic.Field(
         default_factory=dict,
         description="metric output name -> the dataset column of its human labels (numbers on the metric's scale, "

@@ -259,6 +259,9 @@ def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOpti
     (the command line's) over it. Runs of another eval than the base's are refused
     (CompareError) unless allowed."""
     gate_settings = gate_settings or GateSettings()
+    if base_run_id in run_ids:
+        raise CompareError(f"run {base_run_id} is the base run itself: a run compared with itself can flag nothing; "
+                           "give the base run and another run")
     location = location_of(results)
     infos = {}
     for run_id in [base_run_id, *run_ids]:

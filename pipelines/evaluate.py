@@ -96,6 +96,9 @@ def plan_comparison(config: EvalConfig, run_key: RunKey, started_at, allow_diffe
             logging.getLogger(__name__).warning("compare_with: no earlier run of %s to compare with", config.name)
             print(f"compare_with: previous: no earlier run of {config.name} to compare with", file=sys.stderr)
             return None
+    if base_id == run_key.run_id:
+        raise ConfigError(f"compare_with: {base_id} is this run's own run_id: a run compared with itself can flag "
+                          "nothing (compare_with: previous compares with the eval's run before it)")
     row = results and runs_row(results, base_id)
     if row is None:
         raise ConfigError(f"compare_with: no run {base_id!r} in {results.location if results else config.output.parquet}")

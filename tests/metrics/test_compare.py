@@ -277,23 +277,24 @@ def test_compare_flags_the_regressed_slice_and_is_a_ci_gate(tmp_path):
     result = evalbeam("compare", "base", "cand", "--parquet", out, "--tolerance", "rouge_1=ten%", check=False)
     assert result.returncode == 2 and "--tolerance rouge_1=ten%: 'ten%' is not a tolerance" in result.stderr
 
-    # the same run against itself: nothing flagged, exit 0
-    again = evalbeam("compare", "cand", "cand", "--parquet", out)
-    assert "0 regression(s) flagged" in again.stdout
+    # the same run against itself: refused, it could flag nothing (issue 32, item 8)
+    again = evalbeam("compare", "cand", "cand", "--parquet", out, check=False)
+    assert again.returncode == 2 and "run cand is the base run itself" in again.stderr, again.stderr
 
 
 def test_compare_refuses_unknown_runs(tmp_path):
     out = tmp_path / "out"
     cfg = write_run(tmp_path, "base", cases(False)[:20], out)
     evalbeam("run", cfg, "--set", "run_id=only")
+    evalbeam("run", cfg, "--set", "run_id=other")
     result = evalbeam("compare", "only", "nosuch", "--parquet", out, check=False)
     assert result.returncode == 2 and "no run 'nosuch'" in result.stderr
-    result = evalbeam("compare", "only", "only", "--parquet", out, "--tolerance=-1", check=False)
+    result = evalbeam("compare", "only", "other", "--parquet", out, "--tolerance=-1", check=False)
     assert result.returncode == 2
     # a run whose table holds a file that is not Parquet: named, status 2, no traceback
     broken = out / "only" / "metric_results" / "part-zzz.parquet"
     broken.write_text("garbage")
-    result = evalbeam("compare", "only", "only", "--parquet", out, check=False)
+    result = evalbeam("compare", "other", "only", "--parquet", out, check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert f"run only: metric_results file {broken} is not readable Parquet" in result.stderr
 

@@ -196,13 +196,17 @@ def test_a_full_disk_ends_the_run_with_120_and_one_line_leaving_the_previous_out
 
 
 def test_many_slice_values_are_bounded_in_the_summary_and_on_the_terminal(tmp_path):
-    from evalbeam.transforms.summarize import MAX_SLICE_VALUES
+    """The cap is input.max_slice_values (default 1,000; a constant before issue 32, item 8)."""
+    from evalbeam.configs import EvalConfig
 
+    assert EvalConfig.model_fields["input"].annotation.model_fields["max_slice_values"].default == 1000
+    MAX_SLICE_VALUES = 40
     n = MAX_SLICE_VALUES + 50
     data = jsonl(tmp_path / "d.jsonl", [{"id": f"c{i}", "response": "a", "reference": "a" if i % 4 else "b",
                                          "user": f"u{i:05d}", "ds": "x" if i % 2 else "y"} for i in range(n)])
     config = config_file(tmp_path, data, ["exact_match"], input={"uri": str(data), "id_column": "id",
-                                                                 "slice_columns": ["user", "ds"]})
+                                                                 "slice_columns": ["user", "ds"],
+                                                                 "max_slice_values": MAX_SLICE_VALUES})
     result = evalbeam("run", config)
     summary = {s["slice"]: s for s in table(tmp_path / "out" / "r1", "summary")}
     users = sorted(name for name in summary if name.startswith("user=u"))
@@ -214,9 +218,21 @@ def test_many_slice_values_are_bounded_in_the_summary_and_on_the_terminal(tmp_pa
     assert (summary["ds=x"]["row_count"], summary["ds=y"]["row_count"], summary["overall"]["row_count"]) == (
         n // 2, n - n // 2, n)
     assert summary["overall"]["mean"] == pytest.approx(sum(1.0 if i % 4 else 0.0 for i in range(n)) / n)
-    assert f"slice column 'user' has {n} distinct values: the {MAX_SLICE_VALUES} largest slices are summarized, " \
-           f"the other 50 values together as user=(other)" in result.stderr
+    assert f"slice column 'user' has {n} values, more than input.max_slice_values ({MAX_SLICE_VALUES}): the " \
+           f"{MAX_SLICE_VALUES} largest are summarized one slice each, the other 50 as one slice, user=(other)" \
+           in result.stderr
     # the terminal: overall and the 20 largest slices of the metric, and where the rest are
     assert len(result.stdout.splitlines()) < 40
     assert f"({MAX_SLICE_VALUES + 3 - 20:,} more slice rows not shown, the largest 20 of each metric are: every slice " \
            f"is in the run's summary table in {tmp_path / 'out'})" in result.stdout
+
+
+def test_a_run_compared_with_itself_is_refused(tmp_path):
+    """Issue 32, item 8: `compare p1 p1` was accepted (and flags nothing, whatever changed);
+    compare_with naming the run's own run_id is refused likewise, before any work."""
+    evalbeam("run", scored_run(tmp_path, ["a", "b"], "p1"))
+    result = evalbeam("compare", "p1", "p1", "--parquet", tmp_path / "out", check=False)
+    assert result.returncode == 2 and "run p1 is the base run itself: a run compared with itself can flag nothing" \
+        in result.stderr, result.stderr
+    result = evalbeam("run", scored_run(tmp_path, ["a", "b"], "p1", compare_with="p1"), check=False)
+    assert result.returncode == 2 and "compare_with: p1 is this run's own run_id" in result.stderr, result.stderr
