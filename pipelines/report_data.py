@@ -128,6 +128,8 @@ def judge_accounting(run: dict[str, Any]) -> dict[str, Any] | None:
         "rate_limited": run["judge_rate_limited"], "failures": run["judge_failures"],
         "prompt_tokens": run["judge_prompt_tokens"], "output_tokens": run["judge_output_tokens"],
         "estimated_cost_usd": run.get("judge_estimated_cost"), "per_metric": usage,
+        # judgments a killed attempt had checkpointed, taken again by this run (neither called nor cached)
+        "checkpoint_reused": sum(u.get("checkpoint_reused", 0) for u in usage.values()),
     }
 
 

@@ -311,7 +311,7 @@ def _summary(data) -> str:
                "<th>95% CI</th><th>mean and CI on the score range</th><th class=num>pass rate</th></tr>")
     for s in overall:
         info = data["metrics"].get(s["metric"], {})
-        ci = "-" if s["ci_low"] is None else f"[{num(s['ci_low'], 3)}, {num(s['ci_high'], 3)}]"
+        ci = "-" if s["ci_low"] is None else f"[{num(s['ci_low'])}, {num(s['ci_high'])}]"  # as the mean's 4 decimals
         errors = num(s["error_count"])
         if s["error_count"]:
             errors = f'<span class="bad">{errors}</span>'
