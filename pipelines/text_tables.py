@@ -253,6 +253,7 @@ def format_calibration(rows: list[dict[str, Any]]) -> str:
         slices = sorted((r for r in metric_rows if r["slice"] != "overall"), key=lambda r: (-(r["n"] or 0), r["slice"]))
         shown += overall + sorted(slices[:MAX_SHOWN_SLICES], key=lambda r: r["slice"])
     lines, notes = [], []
+    overall_notes = {r["metric"]: r.get("note") for r in shown if r["slice"] == "overall"}
     for r in shown:
         ci = "-" if r["ci_low"] is None else f"[{fmt(r['ci_low'], 3)}, {fmt(r['ci_high'], 3)}]"
         lines.append((r["metric"], r["slice"], str(r["n"]), fmt(r["bias"], 3), fmt(r["mae"], 3), fmt(r["spearman"], 3),
@@ -267,6 +268,9 @@ def format_calibration(rows: list[dict[str, Any]]) -> str:
                        if r["invalid_label_count"] else ""]
             if any(missing):
                 notes.append(f"  {r['metric']}: not compared: " + "; ".join(m for m in missing if m))
+        elif r.get("note") and r["note"] != overall_notes.get(r["metric"]):
+            # a slice's own reason (too few pairs there, one label value...), not the overall row's again
+            notes.append(f"  {r['metric']} ({r['slice']}): {r['note']}")
     table = format_table(("metric", "slice", "n", "bias", "MAE", "spearman", "kendall", "kappa", "w. kappa",
                           "95% CI", "F1", "annot. alpha"), lines)
     return table + ("\n" + "\n".join(notes) if notes else "")

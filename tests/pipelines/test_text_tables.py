@@ -31,3 +31,18 @@ def test_the_judge_line_counts_the_judgments_taken_from_checkpoints():
     # a run that resumed nothing says nothing of checkpoints
     usage["fluency"]["checkpoint_reused"] = 0
     assert "checkpoint" not in "\n".join(format_judge(judge_accounting({**run, "judge_usage": json.dumps(usage)})))
+
+
+def test_calibration_notes_of_slices_are_printed_not_only_the_overall_rows():
+    from evalbeam.pipelines.text_tables import format_calibration
+
+    base = {"metric": "fluency", "n": 2, "bias": None, "mae": None, "spearman": None, "kendall_tau": None,
+            "kappa": None, "weighted_kappa": None, "ci_low": None, "ci_high": None, "f1": None,
+            "annotator_alpha": None, "unlabelled_count": 0, "unscored_count": 0, "invalid_label_count": 0,
+            "invalid_label_example": None}
+    rows = [{**base, "slice": "overall", "n": 40, "note": None},
+            {**base, "slice": "topic=a", "note": "spearman: every human label is 3 (no variance)"},
+            {**base, "slice": "topic=b", "note": None}]
+    text = format_calibration(rows)
+    assert "  fluency (topic=a): spearman: every human label is 3 (no variance)" in text
+    assert "topic=b)" not in text
