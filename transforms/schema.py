@@ -57,6 +57,11 @@ def _canonical_column(field: str) -> Column:
 RUN_ID = Column("run_id", "STRING", True, "the run that wrote the row")
 RUN_DATE = Column("run_date", "DATE", True, "the date the run is for; BigQuery tables are partitioned by it")
 
+# The folder beside an output's run folders where runs write their attempts, locks and
+# checkpoints (<output>/_evalbeam_attempts/<run_id>/): never a run folder itself.
+ATTEMPTS = "_evalbeam_attempts"
+
+
 TABLES: dict[str, tuple[Column, ...]] = {
     "instances": (
         RUN_ID,
