@@ -11,7 +11,8 @@ Loading (configs.load) calls expand_adk on the config as a mapping:
 - recorded runs (adk_agent_events) with no metrics: ADK's reference-free (efficiency) criteria;
 - a function or agent run over an ADK eval set: ADK's default user simulator.
 
-It reads files (local or on Cloud Storage); the schema (configs.schema) reads none.
+It reads files (local or on Cloud Storage), with Beam's FileSystems and the ADK reader's own lookup
+of a file's test_config.json (transforms.read_adk); the schema (configs.schema) reads none.
 """
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ import json
 from typing import Any
 
 import pydantic
+from apache_beam.io.filesystems import FileSystems
 
 from evalbeam.configs.schema import InputConfig, UserSimulatorConfig
 from evalbeam.metrics.adk import judge_options, metrics_from_criteria, read_test_config
 from evalbeam.metrics.registry import get_metric
 from evalbeam.metrics.trace import get_key
+from evalbeam.transforms.read_adk import criteria_of_file, test_config_path
 
 
 def expand_adk(data: Any) -> tuple[Any, bool]:
@@ -101,12 +104,6 @@ def _criteria_of_files(uri: str) -> tuple[list[dict], dict]:
     its spec where every file agrees; the files' own thresholds are on each row. Its other
     fields (match_type, ...) and a judge criterion's threshold must agree between the files:
     one run computes a metric one way."""
-    # start-up time: Beam (file listing, and the reader's own lookup of a file's test_config.json) only
-    # where ADK files are expanded
-    from apache_beam.io.filesystems import FileSystems
-
-    from evalbeam.transforms.read_adk import criteria_of_file, test_config_path
-
     try:
         paths = sorted(m.path for m in FileSystems.match([uri])[0].metadata_list)
     except Exception:  # noqa: BLE001 - an unlistable uri: the input check (preflight) names it; ADK's defaults here
@@ -193,8 +190,6 @@ def _with_adk_user_simulator(data: dict, text: str) -> dict:
 
 
 def _read_text(path: str) -> str:
-    from apache_beam.io.filesystems import FileSystems  # start-up time: Beam only where a file is read
-
     if not FileSystems.exists(path):
         raise OSError("the file does not exist")
     with FileSystems.open(path, mime_type="application/octet-stream") as f:

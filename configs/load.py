@@ -14,7 +14,6 @@ from typing import Any
 import pydantic
 import yaml
 
-from evalbeam.configs.adk_expansion import expand_adk
 from evalbeam.configs.schema import ConfigError, EvalConfig, format_errors
 
 
@@ -23,14 +22,15 @@ def validate_config(data: Any) -> EvalConfig:
     what its ADK inputs imply (expand_adk), validated by the schema. Raises
     pydantic.ValidationError naming each bad field, as EvalConfig.model_validate does (an error
     of ADK's files at the top level)."""
+    # start-up time: Beam and ADK's reader (the expansion reads files) only where a config is validated
+    from evalbeam.configs.adk_expansion import expand_adk
+
     try:
         data, per_file = expand_adk(data)
     except ValueError as e:
         raise pydantic.ValidationError.from_exception_data(
             EvalConfig.__name__, [{"type": "value_error", "loc": (), "input": data, "ctx": {"error": e}}]) from None
-    config = EvalConfig.model_validate(data)
-    config._criteria_per_file = per_file
-    return config
+    return EvalConfig.model_validate(data).note_origin(criteria_per_file=per_file)
 
 
 class _Loader(yaml.SafeLoader):
@@ -187,7 +187,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> EvalCon
     notes = {".".join(loc): (written, folder or ".") for loc, (written, value) in resolved.items()
              if _value_at(raw, loc) == value}
     try:
-        return _loaded(validate_config(raw), path, notes)
+        return validate_config(raw).note_origin(config_file=path, relative_paths=notes)
     except pydantic.ValidationError as e:
         error = e
     # A string field set with --set takes the text as typed (`--set run_id=20261122`
@@ -199,14 +199,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> EvalCon
         for loc in as_text:
             _set_path(raw, ".".join(loc), typed[loc])
         try:
-            return _loaded(validate_config(raw), path, notes)
+            return validate_config(raw).note_origin(config_file=path, relative_paths=notes)
         except pydantic.ValidationError as e:
             error = e
     raise ConfigError(f"{path}: invalid config\n{format_errors(error)}") from None
-
-
-def _loaded(config: EvalConfig, path: str, notes: dict[str, tuple[str, str]]) -> EvalConfig:
-    """The config with where it came from: its file, and the relative paths the file gave."""
-    config._relative_paths.update(notes)
-    config._config_file = path
-    return config

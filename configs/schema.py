@@ -18,16 +18,15 @@ from typing import Any, Literal
 
 import pydantic
 
-from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA
-from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
-from evalbeam.metrics.compare import Gate, parse_tolerance
+if typing.TYPE_CHECKING:
+    from evalbeam.metrics.compare import Gate
+
 from evalbeam.metrics.custom import function_path
 from evalbeam.metrics.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import JudgeTemplate
 from evalbeam.metrics.names import BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE
 from evalbeam.metrics.registry import SIMULATOR_QUALITY, MetricDef, get_metric
-from evalbeam.metrics.summary import MAX_SLICE_VALUES
 from evalbeam.metrics.trace import get_key
 
 
@@ -107,7 +106,7 @@ class InputConfig(_Model):
         default_factory=list, description="dataset columns to slice the summary by"
     )
     max_slice_values: int = pydantic.Field(
-        MAX_SLICE_VALUES, ge=1, description="the most slices one slice column makes: past its largest this many, "
+        1000, ge=1, description="the most slices one slice column makes: past its largest this many, "
                                             "the other values are summarized as one slice, <column>=(other)")
     labels: dict[str, list[str]] = pydantic.Field(
         default_factory=dict,
@@ -286,6 +285,8 @@ class MetricSpec(_Model):
                     "params: " + "; ".join(f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors())
                 ) from None
 
+            from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA  # start-up time: ADK's metrics where validated
+
             if self.name in INFORMATIONAL_CRITERIA and self.threshold is not None:
                 raise ValueError(f"{self.name} is informational (as in ADK): it reports a value and never passes "
                                  "or fails, so it takes no threshold")
@@ -403,6 +404,7 @@ class UserSimulatorConfig(_Model):
     max_allowed_invocations: int = pydantic.Field(
         20, ge=-1, alias="maxAllowedInvocations",
         description="the most user messages of a conversation, the starting prompt included; -1: no limit")
+    # checked by ADK's own LlmBackedUserSimulatorConfig, with google-adk: where it runs (pipelines.preflight)
     custom_instructions: str | None = pydantic.Field(
         None, alias="customInstructions",
         description="a Jinja template with {{ stop_signal }}, {{ conversation_plan }}, {{ conversation_history }} "
@@ -410,13 +412,6 @@ class UserSimulatorConfig(_Model):
     include_function_calls: bool = pydantic.Field(
         False, alias="includeFunctionCalls",
         description="show the agent's tool calls and responses in the conversation the simulator reads")
-
-    @pydantic.field_validator("custom_instructions")
-    @classmethod
-    def _jinja(cls, value: str | None) -> str | None:
-        from evalbeam.metrics.simulator import check_custom_instructions
-
-        return check_custom_instructions(value)
 
     @pydantic.field_validator("model_configuration")
     @classmethod
@@ -575,10 +570,20 @@ class EvalConfig(_Model):
                     "(status 1)")
     # field path -> (the relative path as the config file gives it, the folder it was taken relative to)
     _relative_paths: dict[str, tuple[str, str]] = pydantic.PrivateAttr(default_factory=dict)
-    # set by the loader (configs.load): whether the metrics are the ADK files' own, each file judged with its
-    # test_config.json (configs.adk_expansion); the config file's path, for the errors found past validation
+    # set by loading (configs.load, with note_origin): whether the metrics are the ADK files' own, each file
+    # judged with its test_config.json (configs.adk_expansion); the config file, for errors found past validation
     _criteria_per_file: bool = pydantic.PrivateAttr(False)
     _config_file: str | None = pydantic.PrivateAttr(None)
+
+    def note_origin(self, *, criteria_per_file: bool | None = None, config_file: str | None = None,
+                    relative_paths: dict[str, tuple[str, str]] | None = None) -> "EvalConfig":
+        """Records what loading knows of the config and the schema does not (see the attributes above); returns it."""
+        if criteria_per_file is not None:
+            self._criteria_per_file = criteria_per_file
+        if config_file is not None:
+            self._config_file = config_file
+        self._relative_paths.update(relative_paths or {})
+        return self
 
     @property
     def config_file(self) -> str | None:
@@ -638,12 +643,16 @@ class EvalConfig(_Model):
     @pydantic.field_validator("compare_tolerance")
     @classmethod
     def _a_tolerance(cls, value: float | str) -> float | str:
+        from evalbeam.metrics.compare import parse_tolerance  # start-up time: the comparison's module where asked
+
         parse_tolerance(value)
         return value
 
     @pydantic.field_validator("compare_tolerances")
     @classmethod
     def _tolerances(cls, value: dict[str, float | str]) -> dict[str, float | str]:
+        from evalbeam.metrics.compare import parse_tolerance  # start-up time: the comparison's module where asked
+
         for metric, tolerance in value.items():
             try:
                 parse_tolerance(tolerance)
@@ -653,6 +662,8 @@ class EvalConfig(_Model):
 
     @pydantic.model_validator(mode="after")
     def _gate_metrics_known(self) -> "EvalConfig":
+        from evalbeam.metrics.agent import PASSTHROUGH_FIELDS  # start-up time: the agent metrics where asked
+
         names = [m.output_name for m in self.metrics]
         known = set(names) | set(PASSTHROUGH_FIELDS)
         named = [(f"compare_tolerances.{m}", m) for m in self.compare_tolerances]
@@ -663,8 +674,11 @@ class EvalConfig(_Model):
                                  f"{', '.join([*names, *(f for f in PASSTHROUGH_FIELDS if f not in names)])}")
         return self
 
-    def gate(self) -> Gate:
+    def gate(self) -> "Gate":
         """The comparison gate of this config: tolerances and watched metrics (metrics.compare.Gate)."""
+        from evalbeam.metrics.agent import PASSTHROUGH_FIELDS  # start-up time: where a comparison is made
+        from evalbeam.metrics.compare import Gate, parse_tolerance
+
         names = {m.output_name for m in self.metrics}
         return Gate(parse_tolerance(self.compare_tolerance),
                     tuple((m, parse_tolerance(t)) for m, t in self.compare_tolerances.items()),
@@ -711,6 +725,8 @@ class EvalConfig(_Model):
     def metric_directions(self) -> dict[str, str]:
         """output name -> which way is better, for every metric the run reports
         (the passed-through agent values included)."""
+        from evalbeam.metrics.agent import PASSTHROUGH_FIELDS  # start-up time: the agent metrics where asked
+
         directions = {f: get_metric(f).direction for f in PASSTHROUGH_FIELDS}
         directions.update({m.output_name: m.effective_direction() for m in self.metrics})
         return directions

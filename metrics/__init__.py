@@ -1,8 +1,7 @@
-"""evalbeam metrics: pure Python, no Beam. A metric takes an instance's fields and returns a score."""
-from evalbeam.metrics.registry import MetricDef, MetricError, MetricValue, all_metrics, as_metric_value, get_metric
+"""evalbeam metrics: pure Python, no Beam. A metric takes an instance's fields and returns a score.
 
-# Importing the built-in metric modules registers them (the registry itself imports none).
-from evalbeam.metrics import adk, agent, text, tool_call, trajectory  # noqa: E402,F401  isort: skip
-from evalbeam.metrics.judge import adk_judges, library, rubric_library  # noqa: E402,F401  isort: skip
+Importing the package (or a base module of it: names, fields, the judge's settings) loads no metric:
+the registry imports the built-in ones (metrics/builtin.py) when a metric is first looked up or listed."""
+from evalbeam.metrics.registry import MetricDef, MetricError, MetricValue, all_metrics, as_metric_value, get_metric
 
 __all__ = ["MetricDef", "MetricError", "MetricValue", "all_metrics", "as_metric_value", "get_metric"]

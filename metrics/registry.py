@@ -5,13 +5,14 @@ metric's validated parameters and returns a scorer, ``scorer(fields) -> MetricVa
 Factories run once per worker (in a DoFn's ``setup``), so expensive set-up
 (tokenizers, compiled patterns) happens once, not per instance.
 
-This module imports no metric: the metric modules register into it, and the
-``evalbeam.metrics`` package's ``__init__`` imports the built-in ones, so the
-registry is full whenever any part of the package is imported.
+The metric modules register into it. It imports the built-in ones (metrics/builtin.py)
+the first time a metric is looked up or listed, not before: importing the package, a base
+module or the config model loads no metric.
 """
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 from typing import Any, Callable, Mapping
 
@@ -118,9 +119,21 @@ def register(
     return decorate
 
 
+_builtins_registered = False
+
+
+def _registry() -> dict[str, MetricDef]:
+    """Every metric, the built-in ones registered by importing their modules on the first call."""
+    global _builtins_registered
+    if not _builtins_registered:
+        importlib.import_module("evalbeam.metrics.builtin")
+        _builtins_registered = True
+    return _REGISTRY
+
+
 def get_metric(name: str) -> MetricDef:
     try:
-        return _REGISTRY[name]
+        return _registry()[name]
     except KeyError:
         raise KeyError(
             f"unknown metric {name!r}; `evalbeam metrics` lists the known ones"
@@ -128,7 +141,7 @@ def get_metric(name: str) -> MetricDef:
 
 
 def all_metrics() -> list[MetricDef]:
-    return sorted(_REGISTRY.values(), key=lambda d: (d.kind, d.name))
+    return sorted(_registry().values(), key=lambda d: (d.kind, d.name))
 
 
 def as_metric_value(result: "MetricValue | float | int | bool") -> MetricValue:

@@ -1,5 +1,5 @@
-"""Checks made before any work: that each metric's code is here (a custom metric's function,
-Vertex's published prompts, google-adk for ADK's judges), that the input exists and its columns
+"""Checks made before any work: that what the config names imports here (a custom metric's function,
+Vertex's published prompts, google-adk for ADK's judges and user simulator), that the input exists and its columns
 provide every metric's inputs, that the outputs can be written (and the run's folder is
 evalbeam's to replace), that the judge has credentials and its tables exist, and
 that an inference function or agent imports. Each failure is a ConfigError that
@@ -22,10 +22,12 @@ from evalbeam.metrics.deployed import reachable
 from evalbeam.metrics.fields import InvalidField
 from evalbeam.metrics.inference import AgentInferrer, load_target
 from evalbeam.metrics.instance import RowSpec, build_instance, present_columns
-from evalbeam.metrics.judge.adk_judges import AdkJudgesUnavailable, check_evaluators, require_adk
+from evalbeam.metrics.judge.adk_judges import AdkJudgesUnavailable, check_evaluators
+from evalbeam.metrics.judge.adk_judges import require_adk as require_adk_judges
 from evalbeam.metrics.judge.client import JudgeCredentialsError, check_credentials
 from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_template
 from evalbeam.metrics.registry import get_metric, unmet_inputs
+from evalbeam.metrics.simulator import QUALITY_METRIC, SimulatorUnavailable, check_custom_instructions, require_adk
 from evalbeam.pipelines.local import LOCAL_RUNNERS
 from evalbeam.pipelines.stages.read import adk_reading, inputs_left, row_spec
 from evalbeam.transforms import bigquery
@@ -124,7 +126,7 @@ def _cloud_resources(config: EvalConfig) -> str:
 
 def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str | None,
                credentials: bool) -> Preflight:
-    check_metric_code(config)
+    check_imports(config)
     if config.input.kind == "files":
         checked = _check_files(config)
     else:
@@ -137,26 +139,34 @@ def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str 
     _check_outputs(config, options, run_id or config.resolved_run_id())
     _check_judge(config, options, credentials)
     _check_inference(config)
+    _check_simulator(config)
     return checked
 
 
-def check_metric_code(config: EvalConfig) -> None:
-    """What each metric needs of this environment, checked first: a custom metric's function
-    imports, a Vertex-named judge's published prompt is read from google-cloud-aiplatform, ADK's
-    judge criteria find google-adk. Raises ConfigError naming each metric at fault
-    (`metrics.<i>: ...`), worded as the config's own errors are."""
+def check_imports(config: EvalConfig) -> None:
+    """What the config needs to import here, checked first: a custom metric's function, a
+    Vertex-named judge's published prompt (read from google-cloud-aiplatform), google-adk for ADK's
+    judge criteria and for the user simulator's verifier (per_turn_user_simulator_quality_v1), and
+    ADK's own check of the user simulator's custom_instructions. Raises ConfigError naming each
+    field at fault (`metrics.<i>: ...`), worded as the config's own errors are."""
     problems = []
     for i, spec in enumerate(config.metrics):
         try:
-            _check_metric_code(spec)
+            _check_metric_imports(spec)
         except ValueError as e:
             problems.append(f"  metrics.{i}: {e}")
+    simulator = config.inference.user_simulator if config.inference else None
+    if simulator is not None:
+        try:
+            check_custom_instructions(simulator.custom_instructions)
+        except ValueError as e:
+            problems.append(f"  inference.user_simulator.custom_instructions: {e}")
     if problems:
         where = f"{config.config_file}: " if config.config_file else ""
         raise ConfigError(f"{where}invalid config\n" + "\n".join(problems))
 
 
-def _check_metric_code(spec: MetricSpec) -> None:
+def _check_metric_imports(spec: MetricSpec) -> None:
     if spec.is_custom:
         try:
             load_function(spec.function)
@@ -169,7 +179,9 @@ def _check_metric_code(spec: MetricSpec) -> None:
         # read Vertex's text here, where the pipeline is built: a missing package is a config error
         vertex_template(spec.name.removeprefix("pairwise_"))
     # ADK's own evaluator renders and scores ADK's judge criteria: google-adk must import where the pipeline is built
-    require_adk([spec.name])
+    require_adk_judges([spec.name])
+    if spec.name == QUALITY_METRIC:  # ADK's own verifier prompt and parsing, likewise
+        require_adk(spec.name)
 
 
 def _check_inference(config: EvalConfig) -> None:
@@ -191,6 +203,41 @@ def _check_inference(config: EvalConfig) -> None:
     except Exception as e:  # noqa: BLE001 - whatever stops the import is what the user must fix
         hint = path_hint(inference.target.partition(":")[0], e)
         raise ConfigError(f"inference.{inference.kind}: cannot load {inference.target!r}: {type(e).__name__}: {e}{hint}") from None
+
+
+def _check_simulator(config: EvalConfig) -> None:
+    """per_turn_user_simulator_quality_v1 and conversation_scenario cases run google-adk's own user
+    simulator and verifier (metrics.simulator): google-adk must import here (and on the workers).
+    The input is looked into for a scenario case only when google-adk is missing."""
+    try:
+        for spec in config.simulator_quality_specs():
+            require_adk(spec.name)
+        if config.simulates_users():
+            try:
+                require_adk("conversation_scenario cases")
+            except SimulatorUnavailable:
+                case = _a_scenario_case(config)
+                if case is not None:
+                    require_adk(f"conversation_scenario cases (eval case {case})")
+    except SimulatorUnavailable as e:
+        raise ConfigError(str(e)) from None
+
+
+def _a_scenario_case(config: EvalConfig) -> str | None:
+    """The first conversation_scenario case of an ADK eval set input (`file: eval_id`), or None."""
+    if config.input.kind != "files" or config.input.inferred_format() != "adk_eval_set":
+        return None
+    for path in match_files(config.input.uri):
+        try:
+            with FileSystems.open(path) as f:
+                value = json.loads(f.read().decode("utf-8-sig"))
+        except (OSError, ValueError, RecursionError):
+            continue  # its cases are dead-lettered when read, saying why
+        cases = value.get("eval_cases") if isinstance(value, dict) else None
+        for case in cases if isinstance(cases, list) else []:
+            if isinstance(case, dict) and (case.get("conversation_scenario") or case.get("conversationScenario")):
+                return f"{path}: {case.get('eval_id', case.get('evalId'))!r}"
+    return None
 
 
 def parquet_glob(location: str) -> str:

@@ -66,16 +66,16 @@ TIER_RULES = [
     ("pipelines/test_report.py", {"render", "chromium"}, "browser"),
     ("pipelines/test_nightly_dag.py", None, "airflow"),
     ("metrics/test_adk_fidelity.py", None, "adk"),
-    ("metrics/test_simulator.py", {"adk_simulator"}, "adk"),
+    ("metrics/test_simulator.py", {"adk_simulator", "in_agent_env"}, "adk"),
     ("metrics/test_calibration.py", {"sklearn_reference"}, "adk"),
     ("transforms/test_adk_events.py", {"events_table", "recorded", "plugin_schema"}, "adk"),
     ("transforms/test_adk_files.py", {"adk_reference"}, "adk"),
     ("transforms/test_inference.py", {"agent_env"}, "agent"),
     ("metrics/test_agent_judges.py", {"agent_evalbeam"}, "agent"),
     ("metrics/test_adk_judges.py", None, "agent"),
-    ("transforms/test_simulation.py", {"agent_env"}, "agent"),
+    ("transforms/test_simulation.py", {"agent_env", "in_agent_env"}, "agent"),
     ("transforms/test_deployed.py", {"agent_env", "A2AServer", "AdkAppServer", "in_process"}, "agent"),
-    ("pipelines/test_packaging.py", {"installed"}, "packaging"),
+    ("pipelines/test_packaging.py", {"installed", "build_sdist"}, "packaging"),
 ]
 
 # Measured with --durations=80 (2 cores shared with other runs, load ~4.5): the tests of no other tier
@@ -151,6 +151,7 @@ SLOW = {
     "transforms/test_simulation.py::test_scenarios_run_with_the_simulator_through_the_judge_layer_and_its_cache",
     "transforms/test_simulation.py::test_per_turn_user_simulator_quality_in_a_run",
     "transforms/test_simulation.py::test_runs_are_separate_simulations_and_checkpointed_answers_are_not_asked_again",
+    "transforms/test_simulation.py::test_a_scenario_run_without_the_agent_extra_stops_before_it_starts",
     "transforms/test_judge_durability.py::test_a_batch_run_killed_while_its_jobs_run_resumes_them_without_resubmitting",
     "transforms/test_judge_durability.py::test_a_run_killed_while_judging_repeats_only_its_last_seconds",
     "transforms/test_progress.py::test_a_run_prints_its_run_id_first_and_its_final_counts",

@@ -1,3 +1,4 @@
+import json
 import os
 import textwrap
 
@@ -5,7 +6,7 @@ import pydantic
 import pytest
 
 from evalbeam.configs import ConfigError, EvalConfig, load_config
-from evalbeam.pipelines.preflight import check_metric_code
+from evalbeam.pipelines.preflight import check_imports
 
 BASE = """
 name: t
@@ -69,7 +70,7 @@ def test_a_custom_metric_that_does_not_import_is_named(tmp_path, change, expecte
     text = BASE.replace("  - exact_match\n", "  - exact_match\n" + change + "\n")
     config = load_config(write(tmp_path, text))
     with pytest.raises(ConfigError) as e:
-        check_metric_code(config)
+        check_imports(config)
     assert expected in str(e.value) and "metrics.1: function: " in str(e.value)
 
 
@@ -220,3 +221,25 @@ def test_labels_on_an_adk_input_are_refused_as_it_has_no_label_column(source):
     with pytest.raises(pydantic.ValidationError, match="input.labels: .*ADK"):
         EvalConfig.model_validate({"name": "n", "input": {**source, "labels": {"tool_call_count_v1": "human"}},
                                    "metrics": ["tool_call_count_v1"], "output": {"parquet": "out/"}})
+
+
+def test_importing_the_config_model_loads_no_beam_transform_or_metric():
+    """The config model checks shape only: importing it loads neither Beam nor the transforms nor a
+    metric's implementation (issue 28); the registry imports the built-in metrics when first asked."""
+    import subprocess
+    import sys
+
+    metric_modules = ("evalbeam.metrics.builtin", "evalbeam.metrics.adk", "evalbeam.metrics.agent",
+                      "evalbeam.metrics.text", "evalbeam.metrics.tool_call", "evalbeam.metrics.trajectory",
+                      "evalbeam.metrics.judge.adk_judges", "evalbeam.metrics.judge.library",
+                      "evalbeam.metrics.judge.rubric_library")
+    code = ("import json, sys\n"
+            "import evalbeam.configs\n"
+            "loaded = [m for m in sys.modules if m.split('.')[0] == 'apache_beam'\n"
+            "          or m.startswith(('evalbeam.transforms', 'evalbeam.pipelines')) or m in %r]\n"
+            "from evalbeam.metrics.registry import get_metric\n"
+            "get_metric('exact_match')\n"
+            "print(json.dumps([loaded, all(m in sys.modules for m in %r)]))\n" % (metric_modules, metric_modules))
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded, metrics_after_lookup = json.loads(result.stdout)
+    assert loaded == [] and metrics_after_lookup

@@ -247,6 +247,18 @@ def test_response_match_score_reads_every_script():
     assert score("response_match_score", {"response": "Ｆｕｌｌ ﬁne", "reference": "full fine"}).score == 1.0
 
 
+def test_response_match_words_follow_adks_rules():
+    from evalbeam.metrics.adk import UnicodeAwareTokenizer
+
+    words = UnicodeAwareTokenizer.words
+    assert words("ab東京cd") == ["ab", "東", "京", "cd"]  # CJK: a word per character
+    assert words("สวัสดี") == ["ส", "วั", "ส", "ดี"]  # Thai: a word per base character, its marks attached
+    assert words("กa ข") == ["กa", "ข"]  # what follows a Thai character joins it up to a break
+    assert words("Ｆｕｌｌ ﬁne! naïve-café") == ["full", "fine", "naïve", "café"]  # NFKC, lower case, punctuation breaks
+    assert words("x\u0301 \u0301") == ["x\u0301", "\u0301"] and words("") == words(" !") == []
+    assert UnicodeAwareTokenizer(use_stemmer=True).tokenize("Running 東 naïve") == ["run", "東", "naïve"]
+
+
 def _config(tmp_path, body):
     path = tmp_path / "c.yaml"
     path.write_text(body)

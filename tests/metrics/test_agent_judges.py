@@ -25,7 +25,7 @@ from evalbeam.metrics.judge.rubrics import (
 )
 from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
 from evalbeam.metrics.registry import MetricError, get_metric
-from evalbeam.pipelines.preflight import check_metric_code
+from evalbeam.pipelines.preflight import check_imports
 from tests.helpers import ROOT, evalbeam, table
 from tests.judge_server import JudgeServer
 
@@ -425,15 +425,15 @@ def test_adks_own_judges_need_google_adk_and_say_so(tmp_path, monkeypatch):
                     "metrics: [exact_match, final_response_match_v2]\n")
     with pytest.raises(ConfigError, match=r"final_response_match_v2: rendered and scored by google-adk's own "
                                           r"evaluator.*evalbeam\[agent\].*evalbeam_final_response_match_v2"):
-        check_metric_code(load_config(path))
+        check_imports(load_config(path))
     path.write_text(f"name: x\ninput: {{uri: {data}}}\noutput: {{parquet: out}}\n"
                     "metrics: [rubric_based_tool_use_quality_v1]\n")
     with pytest.raises(ConfigError, match="rubric_based_tool_use_quality_v1: rendered and scored by google-adk"):
-        check_metric_code(load_config(path))
+        check_imports(load_config(path))
     path.write_text(f"name: x\ninput: {{uri: {data}}}\noutput: {{parquet: out}}\n"
                     "metrics: [evalbeam_final_response_match_v2]\n")
     config = load_config(path)
-    check_metric_code(config)
+    check_imports(config)
     assert config.metrics[0].judge_kind() == "rubric"
     # an ADK test_config naming the criterion: the same error
     test_config = tmp_path / "test_config.json"
@@ -442,7 +442,7 @@ def test_adks_own_judges_need_google_adk_and_say_so(tmp_path, monkeypatch):
     adk.write_text("{}")
     path.write_text(f"name: x\ninput: {{uri: {adk}, adk_criteria: {test_config}}}\noutput: {{parquet: out}}\n")
     with pytest.raises(ConfigError, match="final_response_match_v2: rendered and scored by google-adk"):
-        check_metric_code(load_config(path))
+        check_imports(load_config(path))
 
 
 def test_demo_agent_judges_config_runs(tmp_path, api_key, agent_evalbeam):

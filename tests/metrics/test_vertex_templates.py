@@ -168,13 +168,13 @@ def test_without_vertexai_a_vertex_metric_is_a_config_error_naming_it(tmp_path):
     # an environment where vertexai cannot be imported (None in sys.modules makes the import fail)
     probe = ("import sys; sys.modules['vertexai'] = None\n"
              "from evalbeam.configs import ConfigError, EvalConfig\n"
-             "from evalbeam.pipelines.preflight import check_metric_code\n"
+             "from evalbeam.pipelines.preflight import check_imports\n"
              "def config(metric):\n"
              "    return EvalConfig.model_validate({'name': 'n', 'input': {'uri': 'd.jsonl'}, 'metrics': [metric],\n"
              "                                      'output': {'parquet': 'o'}})\n"
-             "check_metric_code(config('evalbeam_fluency'))\n"
+             "check_imports(config('evalbeam_fluency'))\n"
              "try:\n"
-             "    check_metric_code(config('pairwise_text_quality'))\n"
+             "    check_imports(config('pairwise_text_quality'))\n"
              "except ConfigError as e:\n"
              "    print(e)\n")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
