@@ -1,7 +1,7 @@
 """evalbeam plan: what a run would ask the judge, checked against what the run then asks."""
 import json
 
-from tests.helpers import evalbeam
+from tests.helpers import evalbeam, table
 from tests.judge_server import JudgeServer
 from tests.metrics.test_judge import KEY, judge_config, write_data
 
@@ -58,6 +58,22 @@ def test_plan_counts_what_the_run_then_asks_and_the_cache_removes(tmp_path, monk
         # output tokens now learnt from the cached answers, not the max_output_tokens bound
         assert rows["fluency"]["output_tokens_from"] == "cached answers" and rows["fluency"]["output_tokens"] == 0
         assert server.stats.accepted == calls
+
+        # issue 32, item 6: no cache, but an earlier run of the eval (j1) answered fluency: its output
+        # tokens per answer, not the max_output_tokens bound (ten times a real run)
+        monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+        [j1] = table(tmp_path / "out" / "j1", "runs")
+        used = json.loads(j1["judge_usage"])["fluency"]
+        per_answer = used["output_tokens"] / (used["calls"] - used["rate_limited"] - used["failures"])
+        text = evalbeam("plan", judge_config(tmp_path, data, server.url, ["fluency"], run_id="j3", sampling_count=2)).stdout
+        [line] = [line for line in text.splitlines() if line.startswith("fluency")]
+        assert line.split()[6] == f"{round(per_answer * 8):,}", line  # output tok of 8 calls, unmarked: no bound
+        assert "output tokens learnt from real answers: run j1 (the mean answer of each metric)" in text
+        assert "UPPER BOUNDS" not in text
+        # a new eval, never run: the bound, said plainly
+        text = evalbeam("plan", judge_config(tmp_path, data, server.url, ["fluency"], run_id="j4", sampling_count=2),
+                        "--set", "name=other-eval").stdout
+        assert "<=16,384" in text and "are UPPER BOUNDS, not estimates" in text
 
 
 def test_plan_prints_a_table_and_checks_inputs_like_validate(tmp_path, monkeypatch):
