@@ -108,6 +108,17 @@ def format_position_consistency(rows: list[dict[str, Any]]) -> str:
             + format_table(("metric", "slice", "consistency", "95% CI"), lines))
 
 
+def _adk_files(run: dict[str, Any]) -> bool:
+    """Whether the run read ADK eval set or result files (JSON documents, a case over many lines)."""
+    try:
+        from evalbeam.configs import EvalConfig  # start-up time: the config model only for this line
+
+        config = EvalConfig.model_validate(json.loads(run.get("config") or "{}"))
+        return config.input.kind == "files" and config.input.is_adk
+    except (TypeError, ValueError):
+        return False
+
+
 def _num_runs(run: dict[str, Any]) -> int:
     """inference.num_runs of the config a runs row ran with (1 without inference, or unreadable)."""
     try:
@@ -133,7 +144,8 @@ def run_report(results, run_id: str, tables: dict | None = None) -> str:
                      f"{r['scored_count'] * num_runs} instances, counted in the summary's n and errors")
     if r.get("lines_read") is not None:
         lines.append(f"source lines {r['lines_read']} = {r['lines_scored']} scored + {r['lines_dead_lettered']} "
-                     f"dead-lettered + {r['lines_skipped']} holding no record")
+                     f"dead-lettered + {r['lines_skipped']} holding no record"
+                     + (" (the lines of the ADK files' JSON: one case spans many)" if _adk_files(r) else ""))
     judge = judge_accounting(r)
     if judge:
         lines += format_judge(judge)
