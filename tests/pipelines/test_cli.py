@@ -632,3 +632,18 @@ def _cmdline(proc_dir) -> bytes:
         return (proc_dir / "cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_make_demo_labels_shows_agreement_with_human_labels_without_a_key(tmp_path):
+    """Issue 32, item 7: a try of input.labels without a key existed only through tests/demo_judge.py;
+    `make demo-labels` runs configs/demo_labels.yaml against the stand-in, with its calibration table."""
+    env = {k: v for k, v in os.environ.items() if k != "GOOGLE_API_KEY"}
+    result = subprocess.run(["make", "-s", "-o", ".venv/.installed", "demo-labels",
+                             f"DEMO_JUDGE_ARGS=--set output.parquet={tmp_path} --set run_id=labels"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "agreement with human labels (input.labels; calibration table):" in result.stdout
+    overall = {r["metric"]: r for r in table(tmp_path / "labels", "calibration") if r["slice"] == "overall"}
+    # four summaries rated by two annotators, four answers judged by one person; the rest unlabelled
+    assert {m: (r["n"], r["unlabelled_count"], r["annotators"]) for m, r in overall.items()} == {
+        "evalbeam_summarization_quality": (4, 4, 2), "question_answering_correctness": (4, 4, 1)}
