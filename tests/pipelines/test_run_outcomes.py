@@ -237,3 +237,34 @@ def test_a_run_compared_with_itself_is_refused(tmp_path):
         in result.stderr, result.stderr
     result = evalbeam("run", scored_run(tmp_path, ["a", "b"], "p1", compare_with="p1"), check=False)
     assert result.returncode == 2 and "compare_with: p1 is this run's own run_id" in result.stderr, result.stderr
+
+
+def test_a_full_disk_under_a_labelled_run_ends_it_with_120_and_keeps_the_previous_output(tmp_path, small_disk):
+    """Issue 32, item 8: a full disk was not tried with the calibration table among the tables. A
+    labelled run with a slice per row (a calibration row per slice) whose tables do not fit: status
+    120, one line naming the step (whichever table's write meets the full disk first: here the
+    instances'), nothing of the attempt left, the previous output and its calibration table whole."""
+    import re
+
+    out = small_disk / "out"
+    rows = [{"id": f"s{i}", "response": "a", "reference": "a", "human": 1, "who": f"u{i}"} for i in range(3)]
+    small = jsonl(tmp_path / "small.jsonl", rows)
+    config = config_file(tmp_path, small, ["exact_match"], run_id="c1", output=out,
+                         input={"uri": str(small), "id_column": "id", "slice_columns": ["who"],
+                                "labels": {"exact_match": "human"}})
+    evalbeam("run", config)
+    assert len(table(out / "c1", "calibration")) == 4  # overall and three slices
+    files_before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    rng = random.Random(2)
+    big = jsonl(tmp_path / "big.jsonl", [
+        {"id": f"c{i}", "response": " ".join(str(rng.random()) for _ in range(40)), "reference": "x",
+         "human": i % 2, "who": f"user-{i:05d}-{rng.random()}"} for i in range(900)])
+    config.write_text(config.read_text().replace(str(small), str(big)))
+    full = evalbeam("run", config, check=False)
+    assert full.returncode == 120, full.stdout + full.stderr
+    assert "Traceback" not in full.stderr
+    assert re.fullmatch(rf"evalbeam: could not write the output under {re.escape(str(out))}: \[Errno 28\] No space left "
+                        r"on device \(in step [\w/]+\); this run's partial files were removed and the previous output "
+                        r"of run_id c1, if any, is as it was", full.stderr.splitlines()[-1]), full.stderr
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == files_before
+    assert len(table(out / "c1", "calibration")) == 4
