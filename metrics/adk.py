@@ -21,7 +21,7 @@ from typing import Any, Callable, Literal, Mapping, Optional
 
 import pydantic
 
-from evalbeam.metrics.registry import MetricError, MetricValue, get_metric, register
+from evalbeam.metrics.registry import MetricError, MetricValue, get_metric, is_refused, register
 from evalbeam.metrics.trace import get_key, trace_of
 
 # Reported by ADK on every eval; they never pass or fail, and ADK refuses a threshold on them.
@@ -389,7 +389,9 @@ def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, 
                              "passes or fails (ADK reports it on every eval without being asked)")
         try:
             definition = get_metric(name)
-        except KeyError:
+        except KeyError as e:
+            if is_refused(name):  # e names the criterion and why
+                raise ValueError(f"criteria.{e.args[0]}") from None
             raise ValueError(f"criteria.{name}: this ADK criterion is not supported by evalbeam") from None
         if isinstance(criterion, dict):
             criterion = dict(criterion)
@@ -424,7 +426,7 @@ def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, 
 ADK_JUDGE_MODEL, ADK_NUM_SAMPLES = "gemini-2.5-flash", 5
 # ADK's judge criteria without JudgeModelOptions: ADK hands them to Vertex's evaluation service
 # (safety_evaluator.py, response_evaluator.py), once per turn, so they ask for no model and no samples
-ADK_UNSAMPLED_CRITERIA = ("safety_v1", "response_evaluation_score")
+ADK_UNSAMPLED_CRITERIA = ("evalbeam_safety_v1", "evalbeam_response_evaluation_score")
 
 
 def judge_options(criteria: Mapping[str, Any] | None) -> dict[str, Any]:

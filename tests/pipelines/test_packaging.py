@@ -158,7 +158,7 @@ def test_the_installed_package_is_what_gets_imported(installed):
     assert Path(got["templates_file"]).is_relative_to(site_packages) and Path(got["templates_file"]).is_file()
     assert {"fluency", "safety", "coherence"} <= set(got["templates"])
     assert {"fluency", "pairwise_fluency", "exact_match", "rouge_1", "trajectory_exact_match",
-            "general_quality", "safety_v1", "grounding"} <= set(got["metrics"])
+            "general_quality", "evalbeam_safety_v1", "grounding"} <= set(got["metrics"])
     # what the distribution installed: one top-level package, evalbeam, holding the four with their
     # data files, not the tests
     installed_files = set(got["installed"])

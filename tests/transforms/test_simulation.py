@@ -229,7 +229,7 @@ def test_user_simulator_config_checks(tmp_path, request):
 
     # an ADK file's user_simulator_config as ADK reads it: camelCase, no type, other keys ignored
     adk_file = tmp_path / "test_config.json"
-    adk_file.write_text(json.dumps({"criteria": {"safety_v1": 0.5}, "userSimulatorConfig": {
+    adk_file.write_text(json.dumps({"criteria": {"evalbeam_safety_v1": 0.5}, "userSimulatorConfig": {
         "maxAllowedInvocations": 4, "someFutureKey": 1}}))
     config = validate_config({"name": "s", "input": {"uri": "x.evalset.json", "adk_criteria": str(adk_file)},
                              "inference": {"function": "a.b:c"}, "output": {"parquet": "/tmp/x"}})
