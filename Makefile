@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 EMULATORS := .emulators
 EMULATORS_STAMP := $(EMULATORS)/.installed
 
-.PHONY: env adk-env agent-env demo demo-judge test test-fast bench emulators emulators-env emulators-stop airflow browser punkt-reference flex-template schedule-nightly clean
+.PHONY: env adk-env agent-env demo demo-judge demo-labels test test-fast bench emulators emulators-env emulators-stop airflow browser punkt-reference flex-template schedule-nightly clean
 
 env: $(STAMP)
 
@@ -29,6 +29,11 @@ demo: $(STAMP)
 # work without a key. Its scores mean nothing (it says so). The stand-in stays in tests/.
 demo-judge: $(STAMP)
 	$(BIN)/python -m tests.demo_judge configs/demo_judge.yaml $(DEMO_JUDGE_ARGS)
+
+# Agreement with human labels (configs/demo_labels.yaml: input.labels, the calibration table) against the
+# same stand-in, without a key; its scores, and so the agreement, mean nothing.
+demo-labels: $(STAMP)
+	$(BIN)/python -m tests.demo_judge configs/demo_labels.yaml $(DEMO_JUDGE_ARGS)
 
 # The Cloud Storage and BigQuery emulators, each in its own venv (tests/emulators/*.lock).
 $(EMULATORS_STAMP): $(STAMP) tests/emulators/bigquery.lock tests/emulators/storage.lock tests/emulators/control.py
@@ -140,4 +145,4 @@ schedule-nightly: $(STAMP)
 	  --headers=Content-Type=application/json --message-body-from-file=.nightly-launch.json
 
 clean:
-	rm -rf $(VENV) $(EMULATORS) $(AIRFLOW) $(ADK_ENV) $(AGENT_ENV) .browser output .pytest_cache
+	rm -rf $(VENV) $(EMULATORS) $(AIRFLOW) $(ADK_ENV) $(AGENT_ENV) .browser output .pytest_cache build dist

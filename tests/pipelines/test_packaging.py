@@ -303,3 +303,25 @@ def test_both_locks_satisfy_setup_py_and_differ_only_where_google_adk_needs_it()
     assert {"google-adk", "fastapi", "uvicorn", "sse-starlette"} <= set(agent) - set(default)
     # the A2A client (inference.a2a) is in both; the agent lock adds its server side (ADK's to_a2a)
     assert default["a2a-sdk"] == agent["a2a-sdk"] == "1.3.0"
+
+
+def test_building_evalbeam_from_a_clone_leaves_the_clone_clean(tmp_path):
+    """Issue 32, item 7: `pip install .` from a clone left an untracked build/ (setuptools'
+    bdist_wheel builds in the tree). The clone's git status stays empty."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    # the working tree as it is (committed or not), over the clone's checkout
+    for name in subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True,
+                               check=True).stdout.split("\0"):
+        if not name:
+            continue
+        if (ROOT / name).is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, clone / name)
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "tree", "--allow-empty"],
+                   cwd=clone, check=True)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", ".",
+                    "-w", str(tmp_path / "wheels")], cwd=clone, check=True, capture_output=True, timeout=600)
+    assert (clone / "build").is_dir()  # what setuptools leaves: ignored, not untracked
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True,
+                          check=True).stdout == ""
