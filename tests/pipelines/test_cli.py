@@ -227,7 +227,7 @@ def test_empty_dataset_is_an_empty_run(tmp_path):
     data.write_text("\n")
     config = tmp_path / "c.yaml"
     config.write_text(config_text(data, tmp_path / "out"))
-    result = evalbeam("run", config)
+    result = evalbeam("run", config, "--set", "input.allow_empty=true")  # an empty input that is expected
     assert "read 0 = scored 0 + dead-lettered 0" in result.stdout
     assert table(tmp_path / "out" / "r1", "summary") == []
 
@@ -646,4 +646,4 @@ def test_make_demo_labels_shows_agreement_with_human_labels_without_a_key(tmp_pa
     overall = {r["metric"]: r for r in table(tmp_path / "labels", "calibration") if r["slice"] == "overall"}
     # four summaries rated by two annotators, four answers judged by one person; the rest unlabelled
     assert {m: (r["n"], r["unlabelled_count"], r["annotators"]) for m, r in overall.items()} == {
-        "evalbeam_summarization_quality": (4, 4, 2), "question_answering_correctness": (4, 4, 1)}
+        "evalbeam_summarization_quality": (4, 4, 2), "evalbeam_question_answering_correctness": (4, 4, 1)}
