@@ -55,6 +55,7 @@ TIERS = {
     "adk": "google-adk, the reference, in .adk/ (`make adk-env`)",
     "agent": "evalbeam[agent] in .agent/ (`make agent-env`)",
     "packaging": "builds the sdist and installs it into a fresh venv (needs only .venv)",
+    "pythons": "a fresh venv from the lock and the demo on each supported Python found here (setup.py's PYTHONS)",
     "slow": "more than ~4 s on a loaded 2-core machine (SLOW below), and in no other tier",
 }
 
@@ -76,6 +77,7 @@ TIER_RULES = [
     ("transforms/test_simulation.py", {"agent_env"}, "agent"),
     ("transforms/test_deployed.py", {"agent_env", "A2AServer", "AdkAppServer", "in_process"}, "agent"),
     ("pipelines/test_packaging.py", {"installed"}, "packaging"),
+    ("pipelines/test_pythons.py", {"pythons_installed"}, "pythons"),
 ]
 
 # Measured with --durations=80 (2 cores shared with other runs, load ~4.5): the tests of no other tier
