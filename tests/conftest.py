@@ -189,6 +189,15 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(tier)
 
 
+def pytest_collection_finish(session):
+    # The `pythons` tier's installs (minutes each) start now, beside the tests before them.
+    versions = [item.callspec.params["version"] for item in session.items if "pythons_installed" in getattr(item, "fixturenames", ())]
+    if versions and not session.config.option.collectonly:
+        from tests.pipelines.test_pythons import start_installs
+
+        start_installs(versions)
+
+
 @pytest.fixture(scope="session")
 def cloud(tmp_path_factory):
     """The Cloud Storage and BigQuery emulators (installed by `make test`),

@@ -7,12 +7,18 @@ requirements.lock, evalbeam's sdist built in it by that Python (`python -m build
 that venv's setuptools, as a worker installs it), `pip check`, then configs/demo_qa.yaml run from
 outside the repository. Its summary must be the one this interpreter's own run prints. A version
 not found is a skip whose reason names where it was looked for (`make test` prints the reasons).
+
+The installs take minutes: they start when collection ends (tests/conftest.py calls
+start_installs when a selected test uses `pythons_installed`), two at a time in threads, so
+that they run beside the tests before these rather than add their time to the session's.
 """
+import atexit
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from glob import glob
 from pathlib import Path
@@ -30,6 +36,7 @@ PYENV_ROOT = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
 DEMO = ROOT / "configs" / "demo_qa.yaml"
 # The installs run two at a time: on 2 cores a third only queues behind them.
 AT_ONCE = 2
+INSTALLS = {}  # version: the Future of its venv, or None where the version is not here
 
 
 def version_of(python) -> str:
@@ -58,6 +65,7 @@ def summary(stdout: str) -> list:
 
 def install(python: str, work: Path) -> Path:
     """A fresh venv of `python` with requirements.lock, and evalbeam's sdist built and installed in it."""
+    work.mkdir()
     venv = work / "venv"
     run([python, "-m", "venv", "--without-pip", venv], cwd=work)
     target = venv / "bin" / "python"
@@ -69,19 +77,23 @@ def install(python: str, work: Path) -> Path:
     return venv
 
 
+def start_installs(versions=PYTHONS) -> dict:
+    """Starts the install of each of `versions` found here (once), AT_ONCE at a time."""
+    if not INSTALLS:
+        work = Path(tempfile.mkdtemp(prefix="evalbeam-pythons-"))
+        atexit.register(shutil.rmtree, work, ignore_errors=True)  # ~700 MB a venv
+        pool = ThreadPoolExecutor(max_workers=AT_ONCE, thread_name_prefix="install")
+        for version in versions:
+            python = find_python(version)
+            INSTALLS[version] = python and pool.submit(install, python, work / f"python{version}")
+        pool.shutdown(wait=False)
+    return INSTALLS
+
+
 @pytest.fixture(scope="module")
-def pythons_installed(tmp_path_factory):
-    """{version: a future of its venv (None where the version is not here)}: the installs start
-    together, AT_ONCE at a time, and each test waits for its own."""
-    found = {v: find_python(v) for v in PYTHONS}
-    with ThreadPoolExecutor(max_workers=AT_ONCE) as pool:
-        futures = {v: python and pool.submit(install, python, tmp_path_factory.mktemp(f"python{v}")) for v, python in found.items()}
-        yield futures
-        for future in filter(None, futures.values()):
-            future.cancel()
-    for future in filter(None, futures.values()):
-        if not future.cancelled() and future.exception() is None:
-            shutil.rmtree(future.result(), ignore_errors=True)  # ~700 MB each
+def pythons_installed():
+    """{version: a future of its venv (None where the version is not here)}; each test waits for its own."""
+    return start_installs()
 
 
 @pytest.fixture(scope="module")
@@ -91,11 +103,18 @@ def demo_summary(tmp_path_factory):
 
 
 @pytest.mark.parametrize("version", PYTHONS)
-def test_the_demo_runs_from_a_fresh_install_on_each_python(version, pythons_installed, demo_summary, tmp_path):
+def test_the_demo_runs_from_a_fresh_install_on_each_python(version, pythons_installed, request, tmp_path):
     if pythons_installed[version] is None:
         pytest.skip(f"Python {version} not found here (python{version} on PATH, {PYENV_ROOT}/versions/{version}.*): "
                     f"not checked")
     venv = pythons_installed[version].result()
+    try:
+        check_the_demo(version, venv, request.getfixturevalue("demo_summary"), tmp_path)
+    finally:
+        shutil.rmtree(venv.parent, ignore_errors=True)  # while the other installs still run
+
+
+def check_the_demo(version: str, venv: Path, demo_summary: list, tmp_path: Path):
     env = outside_env(venv)
     assert version_of(venv / "bin" / "python") == version
     result = run([venv / "bin" / "evalbeam", "run", DEMO, "--set", f"output.parquet={tmp_path / 'out'}"], cwd=tmp_path, env=env)
