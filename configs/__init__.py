@@ -18,6 +18,7 @@ import pydantic
 import yaml
 from apache_beam.io.filesystems import FileSystems
 
+from evalbeam.metrics import simulator
 from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA, judge_options, metrics_from_criteria, read_test_config
 from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
 from evalbeam.metrics.custom import load_function
@@ -269,6 +270,8 @@ class MetricSpec(_Model):
             if self.name in ADK_JUDGE_CRITERIA:
                 # ADK's own evaluator renders and scores it: google-adk must import where the pipeline is built
                 require_adk([self.name])
+            if self.name == simulator.QUALITY_METRIC:  # ADK's own verifier prompt and parsing, likewise
+                simulator.require_adk(self.name)
             if self.name in INFORMATIONAL_CRITERIA and self.threshold is not None:
                 raise ValueError(f"{self.name} is informational (as in ADK): it reports a value and never passes "
                                  "or fails, so it takes no threshold")
@@ -460,9 +463,7 @@ class UserSimulatorConfig(_Model):
     @pydantic.field_validator("custom_instructions")
     @classmethod
     def _jinja(cls, value: str | None) -> str | None:
-        from evalbeam.metrics.simulator import check_custom_instructions
-
-        return check_custom_instructions(value)
+        return simulator.check_custom_instructions(value)  # ADK's own check (the agent extra)
 
     @pydantic.field_validator("model_configuration")
     @classmethod

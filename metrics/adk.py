@@ -21,7 +21,7 @@ from typing import Any, Callable, Literal, Mapping, Optional
 
 import pydantic
 
-from evalbeam.metrics.registry import MetricError, MetricValue, get_metric, register
+from evalbeam.metrics.registry import MetricError, MetricValue, get_metric, is_refused, register
 from evalbeam.metrics.trace import trace_of
 
 # Reported by ADK on every eval; they never pass or fail, and ADK refuses a threshold on them.
@@ -163,49 +163,56 @@ def _tool_trajectory_avg_score(params: TrajectoryCriterionParams):
 # --- response_match_score (final_response_match_v1.py) -----------------------
 
 
-def _is_cjk(char: str) -> bool:
-    code = ord(char)
-    return 0x4E00 <= code <= 0x9FFF or 0x3040 <= code <= 0x309F or 0x30A0 <= code <= 0x30FF or 0xAC00 <= code <= 0xD7AF
+# Unicode blocks, as (first, last) code points. Each character of the first kind is a word of its
+# own; in the second, a word starts at each character that is not a combining mark.
+_ONE_CHARACTER_WORDS = ((0x3040, 0x309F), (0x30A0, 0x30FF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF))  # kana, CJK, Hangul
+_CLUSTER_WORDS = ((0x0E00, 0x0E7F), (0x0E80, 0x0EFF), (0x1000, 0x109F), (0x1780, 0x17FF))  # Thai, Lao, Myanmar, Khmer
 
 
-def _is_non_spaced_script(char: str) -> bool:
-    code = ord(char)  # Thai, Lao, Khmer, Myanmar
-    return 0x0E00 <= code <= 0x0E7F or 0x0E80 <= code <= 0x0EFF or 0x1780 <= code <= 0x17FF or 0x1000 <= code <= 0x109F
+def _in_blocks(code: int, blocks: tuple[tuple[int, int], ...]) -> bool:
+    return any(first <= code <= last for first, last in blocks)
 
 
 class UnicodeAwareTokenizer:
-    """ADK 2.13's `_UnicodeAwareTokenizer` (final_response_match_v1.py), rule for
-    rule: NFKC and lower case; CJK characters one token each; Thai, Lao, Khmer and
-    Myanmar split before each base character (combining marks stay attached);
-    other word characters (alphanumeric or a combining mark) kept, anything else
-    a separator; ASCII words then go through rouge-score's DefaultTokenizer
-    (Porter stemmer, [a-z0-9] only), other words are kept whole. Written out
-    because ADK is not a dependency of the workers (see the module docstring)."""
+    """The tokens ADK 2.13's response_match_score (final_response_match_v1) gives rouge-score:
+    the text NFKC-normalised and lower-cased is cut into words, which are runs of letters, digits
+    and combining marks; a kana, CJK or Hangul character is a word by itself, and in Thai, Lao,
+    Myanmar and Khmer text each character but a combining mark begins a new word. An ASCII word
+    then goes through rouge-score's own tokenizer (Porter stemmer, [a-z0-9] only); any other word
+    is a token as it is. Here because ADK is not a dependency of the workers (see the module
+    docstring); tests/metrics/test_adk_fidelity.py compares the scores with ADK's own."""
 
     def __init__(self, use_stemmer: bool = True):
         from rouge_score import tokenizers  # start-up time: rouge-score (and NLTK) only for response_match_score
 
-        self._default = tokenizers.DefaultTokenizer(use_stemmer)
+        self._ascii_words = tokenizers.DefaultTokenizer(use_stemmer)
+
+    @staticmethod
+    def words(text: str) -> list[str]:
+        words: list[str] = []
+        word = ""
+        for char in unicodedata.normalize("NFKC", text).lower():
+            code = ord(char)
+            is_mark = unicodedata.category(char).startswith("M")
+            if _in_blocks(code, _ONE_CHARACTER_WORDS):
+                words += [word, char] if word else [char]
+                word = ""
+            elif _in_blocks(code, _CLUSTER_WORDS) and not is_mark:
+                if word:
+                    words.append(word)
+                word = char
+            elif is_mark or char.isalnum():
+                word += char
+            elif word:
+                words.append(word)
+                word = ""
+        return words + [word] if word else words
 
     def tokenize(self, text: str) -> list[str]:
-        text = unicodedata.normalize("NFKC", text).lower()
-        chars: list[str] = []
-        for char in text:
-            if _is_cjk(char):
-                chars.extend([" ", char, " "])
-            elif _is_non_spaced_script(char):
-                if unicodedata.category(char).startswith("M"):
-                    chars.append(char)
-                else:
-                    chars.extend([" ", char])
-            elif char.isalnum() or unicodedata.category(char).startswith("M"):
-                chars.append(char)
-            else:
-                chars.append(" ")
         tokens: list[str] = []
-        for word in "".join(chars).split():
+        for word in self.words(text):
             if word.isascii():
-                tokens.extend(self._default.tokenize(word))
+                tokens += self._ascii_words.tokenize(word)
             else:
                 tokens.append(word)
         return tokens
@@ -382,7 +389,9 @@ def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, 
                              "passes or fails (ADK reports it on every eval without being asked)")
         try:
             definition = get_metric(name)
-        except KeyError:
+        except KeyError as e:
+            if is_refused(name):  # e names the criterion and why
+                raise ValueError(f"criteria.{e.args[0]}") from None
             raise ValueError(f"criteria.{name}: this ADK criterion is not supported by evalbeam") from None
         if isinstance(criterion, dict):
             criterion = dict(criterion)
@@ -417,7 +426,7 @@ def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, 
 ADK_JUDGE_MODEL, ADK_NUM_SAMPLES = "gemini-2.5-flash", 5
 # ADK's judge criteria without JudgeModelOptions: ADK hands them to Vertex's evaluation service
 # (safety_evaluator.py, response_evaluator.py), once per turn, so they ask for no model and no samples
-ADK_UNSAMPLED_CRITERIA = ("safety_v1", "response_evaluation_score")
+ADK_UNSAMPLED_CRITERIA = ("evalbeam_safety_v1", "evalbeam_response_evaluation_score")
 
 
 def judge_options(criteria: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -6,10 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 
-def _content(role: str, text: str | None) -> dict[str, Any] | None:
+def _content(role: str, text: str | None, parts: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """A Content of the text, or of its text parts where the trace kept them (metrics.trace: prompt_parts,
+    response_parts), so that a reader joining them otherwise than with a new line reads them as recorded."""
     if text is None:
         return None
-    return {"role": role, "parts": [{"text": text}]}
+    return {"role": role, "parts": [_part(p) for p in parts] if parts else [{"text": text}]}
 
 
 def _part(part: dict[str, Any]) -> dict[str, Any]:
@@ -34,12 +36,13 @@ def _call(call: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def adk_invocation(prompt: str | None, side: dict[str, Any], invocation_id: str | None) -> dict[str, Any]:
+def adk_invocation(prompt: str | None, side: dict[str, Any], invocation_id: str | None,
+                   prompt_parts: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """An ADK Invocation (JSON) from a prompt and one side of a trace turn."""
     invocation: dict[str, Any] = {"invocation_id": invocation_id or "",
-                                  "user_content": _content("user", prompt or "")}
+                                  "user_content": _content("user", prompt or "", prompt_parts)}
     if side.get("response"):
-        invocation["final_response"] = _content("model", side["response"])
+        invocation["final_response"] = _content("model", side["response"], side.get("response_parts"))
     if "events" in side:
         events = []
         for event in side["events"]:

@@ -289,7 +289,7 @@ def _merge_turns(existing: list[dict[str, Any]], returned: list[dict[str, Any]])
     merged = []
     for i in range(max(len(existing), len(returned))):
         base = dict(existing[i]) if i < len(existing) else {}
-        for key in ACTUAL_TURN_KEYS:
+        for key in (*ACTUAL_TURN_KEYS, "response_parts"):  # the recorded response's parts go with it
             base.pop(key, None)
         if i < len(returned):
             actual = returned[i]

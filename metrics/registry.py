@@ -118,10 +118,27 @@ def register(
     return decorate
 
 
+_REFUSED: dict[str, str] = {}  # a name evalbeam will not give a score under -> why, and what to use instead
+
+
+def refuse(name: str, reason: str) -> None:
+    """Marks `name` (another project's metric that evalbeam cannot score as that project does) as refused:
+    get_metric raises KeyError with `reason`, so a config naming it is an error that says why."""
+    if name in _REGISTRY:
+        raise ValueError(f"metric {name!r} is registered; it cannot be refused too")
+    _REFUSED[name] = reason
+
+
+def is_refused(name: str) -> bool:
+    return name in _REFUSED
+
+
 def get_metric(name: str) -> MetricDef:
     try:
         return _REGISTRY[name]
     except KeyError:
+        if name in _REFUSED:
+            raise KeyError(f"{name}: {_REFUSED[name]}") from None
         raise KeyError(
             f"unknown metric {name!r}; `evalbeam metrics` lists the known ones"
         ) from None

@@ -1,86 +1,92 @@
-"""Sentence BLEU bit-identical to sacrebleu's `sentence_bleu`, about 3x faster.
+"""Sentence BLEU bit-identical to sacrebleu's `sentence_bleu`, faster.
 
 Written here because no library offers it: sacrebleu's sentence_bleu spends
 most of its time in its tokenizer's regular expressions (one Python template
 expansion for every space of the text) and in building and counting n-gram
-tuples in Python. This module does the same steps with the same rules, and
-only changes how they are computed:
+tuples in Python. This module runs sacrebleu's own rules, read from the
+installed sacrebleu, and only changes how two of the steps are computed:
 
-- tokenizer 13a (sacrebleu.tokenizers.tokenizer_13a.Tokenizer13a, the default
-  for BLEU): the same replacements in the same order. Its first rule puts
-  spaces around each of 29 ASCII characters, one character at a time with no
-  context: done here by `str.replace` per character present, not by a regular
-  expression expanding a template at every match (every space of the text is
-  one). The space itself is one of the 29; tripling spaces only lengthens runs
-  of spaces, which the next three rules treat alike (they look at one character
-  on each side of ".", "," or "-", and a space is neither a digit nor one of
-  those) and which the final split() removes, so it is skipped. The three rules
-  with context keep sacrebleu's own regular expressions, run only when the text
-  has a character they can match;
-- n-gram statistics (sacrebleu.metrics.helpers.extract_all_word_ngrams and
-  BLEU._compute_segment_statistics): the same n-gram tuples, built by `zip`
-  and counted in C: the reference's once per text (`TextStats`, a frozenset
-  per order when no n-gram repeats, else a Counter), the hypothesis' looked up
-  in them as they are made (a Counter only against a reference whose n-grams
-  repeat);
-- the score (BLEU.compute_bleu with smooth_method "exp", sacrebleu's default,
-  and one reference): the same floating-point operations in the same order.
+- tokenizer 13a: sacrebleu's own `Tokenizer13a` (its language-independent
+  replacements run as sacrebleu wrote them), with its post-tokenizer
+  `TokenizerRegexp` replaced by `_FastRegexp`, which applies the same rules
+  (`TokenizerRegexp()._re`, taken from sacrebleu) in the same order. The first
+  rule puts spaces around single ASCII characters with no context: done by
+  `str.replace` per character present instead of a template expanded at every
+  match (every space of the text is one); the characters are those its
+  expression matches. The other rules run with sacrebleu's expressions, their
+  templates made into functions once (`_replacement`);
+- n-gram statistics: the same n-gram tuples as sacrebleu's
+  `extract_all_word_ngrams`, built by `zip` and counted in C: the reference's
+  once per text (`TextStats`, a frozenset per order when no n-gram repeats,
+  else a Counter), the hypothesis' looked up in them as they are made (a
+  Counter only against a reference whose n-grams repeat);
+- the score: sacrebleu's own `BLEU.compute_bleu` (smooth_method "exp",
+  sacrebleu's default) on those statistics.
 
 tests/metrics/test_text.py compares tokens and scores with sacrebleu on
 thousands of generated cases (Unicode, entities, empty and very long texts).
 """
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 
-MAX_NGRAM_ORDER = 4  # sacrebleu's BLEU default
+from sacrebleu.metrics.bleu import BLEU, MAX_NGRAM_ORDER
+from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+from sacrebleu.tokenizers.tokenizer_re import TokenizerRegexp
 
-# sacrebleu's TokenizerRegexp rule 1, r'([\{-\~\[-\` -\&\(-\+\:-\@\/])' -> r' \1 ':
-# exactly these 29 characters, none outside ASCII (checked by the tests).
-PUNCTUATION = " !\"#$%&()*+/:;<=>?@[\\]^_`{|}~"
-# every one but the space (see the module docstring)
-_SPACE_AROUND = tuple((c, f" {c} ") for c in PUNCTUATION if c != " ")
-# sacrebleu's TokenizerRegexp rules 2 to 4, unchanged.
-_PERIOD_COMMA_AFTER_NON_DIGIT = re.compile(r"([^0-9])([\.,])")
-_PERIOD_COMMA_BEFORE_NON_DIGIT = re.compile(r"([\.,])([^0-9])")
-_DASH_AFTER_DIGIT = re.compile(r"([0-9])(-)")
+_SPACED_OUT = " \\1 "  # the first rule's template: the matched character with a space on each side
 
 
-def _spaced_after(match: re.Match) -> str:  # r"\1 \2 "
-    return f"{match[1]} {match[2]} "
+def _replacement(template: str):
+    """A template of two group references and literal text (r"\\1 \\2 ") as a function of the match,
+    cheaper than re's expanding it at every match; any other template as it is."""
+    pieces = re.split(r"\\(\d)", template)
+    literals, groups = pieces[0::2], [int(g) for g in pieces[1::2]]
+    if len(groups) != 2 or any("\\" in text for text in literals):
+        return template
+    (before, between, after), (first, second) = literals, groups
+    return lambda match: f"{before}{match[first]}{between}{match[second]}{after}"
 
 
-def _spaced_before(match: re.Match) -> str:  # r" \1 \2"
-    return f" {match[1]} {match[2]}"
+class _FastRegexp:
+    """sacrebleu's TokenizerRegexp (its rules, in its order), returning the tokens."""
+
+    def __init__(self):
+        (first, template), *context_rules = TokenizerRegexp()._re
+        if template != _SPACED_OUT or first.groups != 1:
+            raise ImportError(f"sacrebleu's first 13a rule is no longer {_SPACED_OUT!r} around one character: "
+                              "metrics/sentence_bleu.py must be revised for this sacrebleu")
+        # The characters the rule spaces out: ASCII ones only (the tests check all of Unicode).
+        # A space is one of them, but tripling spaces only lengthens runs of spaces, which the final
+        # split() removes and the context rules treat as any other character neither a digit nor
+        # "." "," "-": skipped.
+        self.punctuation = "".join(c for c in map(chr, range(128)) if first.fullmatch(c))
+        self.spaced = tuple((c, f" {c} ") for c in self.punctuation if c != " ")
+        self.context_rules = tuple((expression, _replacement(template)) for expression, template in context_rules)
+
+    def __call__(self, line: str) -> list[str]:
+        for c, spaced in self.spaced:
+            if c in line:
+                line = line.replace(c, spaced)
+        for expression, replacement in self.context_rules:
+            line = expression.sub(replacement, line)
+        # sacrebleu joins line.split() with single spaces, and BLEU split()s it again for n-grams
+        return line.split()
+
+
+_TOKENIZER_13A = Tokenizer13a()
+_TOKENIZER_13A._post_tokenizer = _FastRegexp()
+# Tokenizer13a.__call__ without its lru_cache: a worker's texts are seen once, and the cache would
+# keep 65,536 of them alive.
+_tokenize_13a = Tokenizer13a.__call__.__wrapped__
+PUNCTUATION = _TOKENIZER_13A._post_tokenizer.punctuation
 
 
 def tokenize_13a(text: str) -> list[str]:
     """The tokens sacrebleu's BLEU scores for `text`: BLEU._preprocess_segment
     (rstrip; no lowercasing by default), then Tokenizer13a, then split()."""
-    line = text.rstrip()
-    # Tokenizer13a's language-independent part
-    line = line.replace("<skipped>", "")
-    line = line.replace("-\n", "")
-    line = line.replace("\n", " ")
-    if "&" in line:
-        line = line.replace("&quot;", '"')
-        line = line.replace("&amp;", "&")
-        line = line.replace("&lt;", "<")
-        line = line.replace("&gt;", ">")
-    line = f" {line} "
-    for c, spaced in _SPACE_AROUND:
-        if c in line:
-            line = line.replace(c, spaced)
-    if "." in line or "," in line:  # rules 2 and 3 need one of them (rule 1 adds neither)
-        # (the replacements as functions: cheaper than expanding the templates r"\1 \2 ", r" \1 \2")
-        line = _PERIOD_COMMA_AFTER_NON_DIGIT.sub(_spaced_after, line)
-        line = _PERIOD_COMMA_BEFORE_NON_DIGIT.sub(_spaced_before, line)
-    if "-" in line:
-        line = _DASH_AFTER_DIGIT.sub(_spaced_after, line)
-    # sacrebleu joins line.split() with single spaces, and split()s it again for n-grams
-    return line.split()
+    return _tokenize_13a(_TOKENIZER_13A, text.rstrip())
 
 
 class TextStats:
@@ -130,40 +136,10 @@ def _matches(hypothesis: list[str], n: int, ref: frozenset | Counter) -> int:
     return matched
 
 
-def _my_log(num: float) -> float:
-    # sacrebleu.utils.my_log
-    if num == 0.0:
-        return -9999999999
-    return math.log(num)
-
-
 def sentence_bleu(hypothesis: TextStats, reference: TextStats, effective_order: bool = True) -> float:
     """sacrebleu.sentence_bleu(hyp, [ref], use_effective_order=effective_order).score,
     from the two texts' statistics."""
     correct = [_matches(hypothesis.tokens, n, ref) for n, ref in enumerate(reference.reference_ngrams(), start=1)]
     total = [max(0, hypothesis.length - n) for n in range(MAX_NGRAM_ORDER)]  # the hypothesis' n-gram counts
-    return _compute_bleu(correct, total, hypothesis.length, reference.length, effective_order)
-
-
-def _compute_bleu(correct: list[int], total: list[int], sys_len: int, ref_len: int, effective_order: bool) -> float:
-    """sacrebleu BLEU.compute_bleu(..., smooth_method="exp", max_ngram_order=4).score:
-    the same operations in the same order (so the same floating-point result)."""
-    bp = 1.0
-    if sys_len < ref_len:
-        bp = math.exp(1 - ref_len / sys_len) if sys_len > 0 else 0.0
-    precisions = [0.0] * MAX_NGRAM_ORDER
-    if not any(correct):
-        return 0.0
-    smooth_mteval = 1.
-    eff_order = MAX_NGRAM_ORDER
-    for n in range(1, len(precisions) + 1):
-        if total[n - 1] == 0:
-            break
-        if effective_order:
-            eff_order = n
-        if correct[n - 1] == 0:
-            smooth_mteval *= 2
-            precisions[n - 1] = 100. / (smooth_mteval * total[n - 1])
-        else:
-            precisions[n - 1] = 100. * correct[n - 1] / total[n - 1]
-    return bp * math.exp(sum([_my_log(p) for p in precisions[:eff_order]]) / eff_order)
+    return BLEU.compute_bleu(correct, total, hypothesis.length, reference.length,
+                             smooth_method="exp", effective_order=effective_order).score

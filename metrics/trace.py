@@ -16,6 +16,10 @@ from evalbeam.metrics.fields import INVOCATION_KEYS, TRAJECTORY_FIELDS, as_numbe
 #   invocation_id            the turn's id, where the source has one
 #   prompt                   the user's text
 #   response                 the final response text ("" when the turn ended without one)
+#   prompt_parts, response_parts  the text parts of the user's message and of the final response
+#                            ([{text, thought}]), kept only where there are several (or a thought):
+#                            `prompt`/`response` join them with a new line, as ADK's judges read
+#                            them; ADK's multi-turn trajectory prompt joins them with a space
 #   events                   the ordered events, when the source recorded them (ADK's
 #                            `invocation_events`, Vertex's `intermediate_events`/`agent_data`):
 #                            [{author, parts: [{text} | {function_call: {name, args, id}} |
@@ -40,9 +44,9 @@ from evalbeam.metrics.fields import INVOCATION_KEYS, TRAJECTORY_FIELDS, as_numbe
 # `reference_trajectory`) are read as one-turn cases of this model (`trace_of`).
 # ---------------------------------------------------------------------------
 
-TURN_KEYS = ("invocation_id", "prompt", "response", "events", "tool_calls", "intermediate_responses",
-             "duration", "expected", "rubrics", "app_details")
-EXPECTED_KEYS = ("response", "tool_calls", "intermediate_responses", "events")
+TURN_KEYS = ("invocation_id", "prompt", "prompt_parts", "response", "response_parts", "events", "tool_calls",
+             "intermediate_responses", "duration", "expected", "rubrics", "app_details")
+EXPECTED_KEYS = ("response", "response_parts", "tool_calls", "intermediate_responses", "events")
 USAGE_COUNTS = ("prompt_token_count", "candidates_token_count", "thoughts_token_count",
                 "tool_use_prompt_token_count", "cached_content_token_count", "total_token_count")
 
@@ -148,6 +152,19 @@ def content_text(content: Any, where: str) -> str:
     return parts_text(content_parts(content, where))
 
 
+def text_parts(parts: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The non-empty text parts ({text, thought}) of a content, where one text would lose them:
+    several parts, or a thought; else None."""
+    texts = [{k: p[k] for k in ("text", "thought") if k in p} for p in parts if p.get("text")]
+    return texts if len(texts) > 1 or any(p.get("thought") for p in texts) else None
+
+
+def _with_parts(out: dict[str, Any], key: str, parts: list[dict[str, Any]]) -> None:
+    kept = text_parts(parts)
+    if kept is not None:
+        out[f"{key}_parts"] = kept
+
+
 def _usage(value: Any, where: str) -> dict[str, int]:
     usage = _object(value, where)
     out = {}
@@ -240,7 +257,9 @@ def side_from_events(events: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _adk_side(invocation: dict[str, Any], where: str) -> dict[str, Any]:
     """One side (actual or expected) of an ADK Invocation, both intermediate_data shapes."""
-    side: dict[str, Any] = {"response": content_text(get_key(invocation, "final_response"), f"{where}.final_response")}
+    final = content_parts(get_key(invocation, "final_response"), f"{where}.final_response")
+    side: dict[str, Any] = {"response": parts_text(final)}
+    _with_parts(side, "response", final)
     data = get_key(invocation, "intermediate_data")
     if data is None:
         side.update(tool_calls=[], intermediate_responses=[])
@@ -288,7 +307,9 @@ def turn_from_adk(actual: dict[str, Any] | None, expected: dict[str, Any] | None
     invocation_id = get_key(source, "invocation_id")
     if invocation_id:
         turn["invocation_id"] = _text_or_none(invocation_id, f"{where}.invocation_id")
-    turn["prompt"] = content_text(user_content, f"{where}.user_content")
+    prompt = content_parts(user_content, f"{where}.user_content")
+    turn["prompt"] = parts_text(prompt)
+    _with_parts(turn, "prompt", prompt)
     if actual is not None:
         side = _adk_side(actual, where)
         turn.update(side)
@@ -328,6 +349,7 @@ def _canonical_side(turn: dict[str, Any], where: str, expected: bool) -> dict[st
     out: dict[str, Any] = {}
     if turn.get("response") is not None:
         out["response"] = _text_or_none(turn["response"], f"{where}.response")
+    _canonical_parts(turn, out, "response", where)
     if turn.get("events") is not None:
         out["events"] = [_canonical_event(e, f"{where}.events[{i}]") for i, e in enumerate(_list(turn["events"], f"{where}.events"))]
     if turn.get("tool_calls") is not None:
@@ -347,6 +369,16 @@ def _canonical_side(turn: dict[str, Any], where: str, expected: bool) -> dict[st
     elif "events" in out:
         out["intermediate_responses"] = side_from_events(out["events"])["intermediate_responses"]
     return out
+
+
+def _canonical_parts(turn: dict[str, Any], out: dict[str, Any], key: str, where: str) -> None:
+    """`prompt_parts`/`response_parts`: text parts whose new-line join must be the text beside them."""
+    if turn.get(f"{key}_parts") is None:
+        return
+    parts = [p for p in content_parts({"parts": turn[f"{key}_parts"]}, f"{where}.{key}_parts") if "text" in p]
+    if parts_text(parts) != (out.get(key) or ""):
+        raise ValueError(f"{where}.{key}_parts must join (with a new line) into its {key!r}")
+    _with_parts(out, key, parts)
 
 
 def _canonical_event(value: Any, where: str) -> dict[str, Any]:
@@ -401,6 +433,7 @@ def _turn(value: Any, i: int) -> dict[str, Any]:
     for key in ("invocation_id", "prompt"):
         if turn.get(key) is not None:
             out[key] = _text_or_none(turn[key], f"{where}.{key}")
+    _canonical_parts(turn, out, "prompt", where)
     out.update(_canonical_side(turn, where, expected=False))
     if turn.get("rubrics") is not None:
         out["rubrics"] = rubrics_of(turn["rubrics"], f"{where}.rubrics")

@@ -23,6 +23,7 @@ from evalbeam.metrics.judge.adk_judges import AdkJudgesUnavailable, check_evalua
 from evalbeam.metrics.judge.client import JudgeCredentialsError, check_credentials
 from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS
 from evalbeam.metrics.registry import get_metric, unmet_inputs
+from evalbeam.metrics.simulator import SimulatorUnavailable, require_adk
 from evalbeam.pipelines.local import LOCAL_RUNNERS
 from evalbeam.pipelines.stages.read import adk_reading, inputs_left, row_spec
 from evalbeam.transforms import bigquery
@@ -133,6 +134,7 @@ def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str 
     _check_outputs(config, options, run_id or config.resolved_run_id())
     _check_judge(config, options, credentials)
     _check_inference(config)
+    _check_simulator(config)
     return checked
 
 
@@ -154,6 +156,41 @@ def _check_inference(config: EvalConfig) -> None:
             load_target(inference.target, "inference.function")
     except Exception as e:  # noqa: BLE001 - whatever stops the import is what the user must fix
         raise ConfigError(f"inference.{inference.kind}: cannot load {inference.target!r}: {type(e).__name__}: {e}") from None
+
+
+def _check_simulator(config: EvalConfig) -> None:
+    """per_turn_user_simulator_quality_v1 and conversation_scenario cases run google-adk's own user
+    simulator and verifier (metrics.simulator): google-adk must import here (and on the workers).
+    The input is looked into for a scenario case only when google-adk is missing."""
+    try:
+        for spec in config.simulator_quality_specs():
+            require_adk(spec.name)
+        if config.simulates_users():
+            try:
+                require_adk("conversation_scenario cases")
+            except SimulatorUnavailable:
+                case = _a_scenario_case(config)
+                if case is not None:
+                    require_adk(f"conversation_scenario cases (eval case {case})")
+    except SimulatorUnavailable as e:
+        raise ConfigError(str(e)) from None
+
+
+def _a_scenario_case(config: EvalConfig) -> str | None:
+    """The first conversation_scenario case of an ADK eval set input (`file: eval_id`), or None."""
+    if config.input.kind != "files" or config.input.inferred_format() != "adk_eval_set":
+        return None
+    for path in match_files(config.input.uri):
+        try:
+            with FileSystems.open(path) as f:
+                value = json.loads(f.read().decode("utf-8-sig"))
+        except (OSError, ValueError, RecursionError):
+            continue  # its cases are dead-lettered when read, saying why
+        cases = value.get("eval_cases") if isinstance(value, dict) else None
+        for case in cases if isinstance(cases, list) else []:
+            if isinstance(case, dict) and (case.get("conversation_scenario") or case.get("conversationScenario")):
+                return f"{path}: {case.get('eval_id', case.get('evalId'))!r}"
+    return None
 
 
 def parquet_glob(location: str) -> str:

@@ -91,6 +91,10 @@ Behaviour:
                      valid or invalid by that hash)
                      (a prompt ending with ADK's rubric <properties>: "ID/Property/Rationale/Verdict"
                      per rubric, yes or no by that hash)
+    ADK's hallucinations_v1 (a prompt whose last section is its "**Sentences Begin**" list: the
+    validator) answers each <sentence> in ADK's sentence/label/rationale/excerpt blocks, its label the
+    last "#label=L" in the sentence (default supported; "#label=skip": no block for it). Its segmenter
+    (a prompt whose last section is "**Response Begin**"), with no marker: the response as one sentence.
     #replies=A ;; B ;; C   the n-th request with this prompt (counted as they arrive, any seed)
                      answers the n-th text, cycling: samples that differ, for a client that sends
                      no seed (ADK's judges) as for one that does; "\\n" in a text is a new line
@@ -203,6 +207,17 @@ def _error(code: int, message: str) -> dict:
     return {"error": {"code": code, "message": message, "status": STATUS_NAMES.get(code, "UNKNOWN")}}
 
 
+def _sentence_labels(sentences: str) -> str:
+    """ADK's hallucinations_v1 validator's answer: a block per <sentence>, labelled by its last #label=."""
+    blocks = []
+    for text in re.findall(r"<sentence>(.*?)</sentence>", sentences, re.S):
+        label = (re.findall(r"#label=(\w+)", text) or ["supported"])[-1]
+        if label != "skip":
+            blocks.append(f"sentence: {text}\nlabel: {label}\nrationale: stand-in\n"
+                          "supporting_excerpt: null\ncontradicting_excerpt: null")
+    return "\n".join(blocks) or "Nothing to label."  # (an empty answer is a failed call to the client)
+
+
 def _generate_response(prompt: str, text: str, model: str) -> dict:
     prompt_tokens, output_tokens = len(prompt) // 4, len(text) // 4
     return {
@@ -280,6 +295,9 @@ class JudgeServer:
                 self.stats.prompts[prompt] += 1
                 self.stats.stages["text"] += 1
                 arrival = self.stats.prompts[prompt]
+            _, validator, sentences = prompt.rpartition("**Sentences Begin**")
+            if validator and "**Sentences End**" in sentences:
+                return _sentence_labels(sentences.split("**Sentences End**")[0])
             sequence = re.findall(r"#replies=([^\n]*)", prompt)
             if sequence:  # the n-th request with this prompt gets the n-th reply (cycling)
                 options = sequence[-1].split(" ;; ")
@@ -293,6 +311,9 @@ class JudgeServer:
                     f"ID: {m.group(1)}\nProperty: {m.group(2)}\nRationale: stand-in\nVerdict: "
                     + ("yes" if int(hashlib.sha256((digest + m.group(1)).encode()).hexdigest()[:2], 16) % 2 else "no")
                     for m in re.finditer(r"^\*  \[id: ([^\]]*)\] (.*)$", properties, re.M))
+            _, segmenter, response = prompt.rpartition("**Response Begin**")
+            if not replies and segmenter and "**Response End**" in response:  # ADK's hallucinations_v1 segmenter
+                return f"<sentence>{response.split('**Response End**')[0].strip()}</sentence>"
             if not replies and '"is_the_agent_response_valid"' in prompt:  # ADK's final_response_match_v2
                 label = "valid" if int(digest[:2], 16) % 2 else "invalid"
                 return json.dumps({"reasoning": "stand-in", "is_the_agent_response_valid": label})

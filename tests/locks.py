@@ -14,8 +14,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# setuptools 65.5.0 (the pin on 3.10 and 3.11) imports pkgutil.ImpImporter, removed in Python 3.12.
-CONSTRAINTS = 'setuptools>=70 ; python_version >= "3.12"\n'
+# setuptools 65.5.0 (the pin on 3.10 and 3.11, where the suite was validated) imports pkgutil.ImpImporter,
+# removed in Python 3.12. Both said here: uv's preferences alone may unify a package pinned twice.
+CONSTRAINTS = 'setuptools==65.5.0 ; python_version < "3.12"\nsetuptools>=70 ; python_version >= "3.12"\n'
 BUILD = ["build", "setuptools", "wheel"]  # Beam's stager runs `python -m build --no-isolation`
 
 HEADER = """\

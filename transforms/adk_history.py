@@ -56,10 +56,11 @@ def case_result(scored: ScoredInstance, criteria: dict[str, tuple[str, float | N
                     status = PASSED if threshold is not None and score >= threshold else FAILED
                 results.append({"metric_name": name, "threshold": threshold, "score": score,
                                 "eval_status": STATUS_CODES[status]})
-        entry: dict[str, Any] = {"actual_invocation": adk_invocation(turn.get("prompt"), turn, turn.get("invocation_id")),
-                                 "eval_metric_results": results}
+        actual = adk_invocation(turn.get("prompt"), turn, turn.get("invocation_id"), turn.get("prompt_parts"))
+        entry: dict[str, Any] = {"actual_invocation": actual, "eval_metric_results": results}
         if "expected" in turn:
-            entry["expected_invocation"] = adk_invocation(turn.get("prompt"), turn["expected"], None)
+            entry["expected_invocation"] = adk_invocation(turn.get("prompt"), turn["expected"], None,
+                                                          turn.get("prompt_parts"))
         entries.append(entry)
     verdict = rows.get(CASE_STATUS)
     final = verdict["explanation"] if verdict and verdict.get("explanation") in STATUS_CODES else NOT_EVALUATED

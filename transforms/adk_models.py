@@ -8,7 +8,7 @@ must not import google-adk (an extra of a gigabyte), so the table of those
 models is kept here: per model, ADK's `extra` policy, whether it takes camelCase
 aliases (populate_by_name: either spelling; given both, the camelCase one is the
 field and the other is an extra key, as pydantic decides), and each field's type
-as far as models sit inside it. tests/transforms/test_adk_keys.py rebuilds the
+as far as models sit inside it. tests/transforms/test_adk_files.py rebuilds the
 table from the installed reference (tests/adk_env/adk_models.py) and requires it
 equal, and compares this module's verdicts with ADK's on generated files.
 

@@ -53,6 +53,7 @@ from evalbeam.metrics.judge.templates import (
     pairwise_verdict,
 )
 from evalbeam.metrics.registry import MetricError
+from evalbeam.metrics.trace import trace_of
 from evalbeam.transforms import judge_checkpoint
 from evalbeam.transforms.judge_checkpoint import shard_of
 from evalbeam.transforms.judge_context import JudgeContext
@@ -165,19 +166,21 @@ def adk_row(run: RunKey, plan: JudgePlan, instance: Instance, model: str, by_met
     row["cache_hit"] = bool(responses) and all(r.cache_hit for r in responses)
     per_turn_samples: list[list | None] = []  # each sample's AutoRaterScore, as ADK's evaluator read it
     reasons = []
+    first = len(trace_of(instance.fields)) - turns  # a conversation criterion judges its last turn only
     for u in range(turns):
         answers = by_metric.get((plan.output_name, u), {})
         got = [answers.get((sample, 0)) for sample in range(samples)]
         failed = [r.error if r else "no answer" for r in got if r is None or r.error]
         if failed:
             per_turn_samples.append(None)
-            reasons.append(f"turn {u + 1}: not evaluated ({failed[0]})")
+            reasons.append(f"turn {first + u + 1}: not evaluated ({failed[0]})")
             continue
         try:
             per_turn_samples.append([t.score_answer(r.verdict) for r in got])
         except Exception as e:  # noqa: BLE001 - ADK: a sample whose reading raises leaves its turn NOT_EVALUATED
             per_turn_samples.append(None)
-            reasons.append(f"turn {u + 1}: not evaluated (ADK could not read an answer: {type(e).__name__}: {e})")
+            reasons.append(f"turn {first + u + 1}: not evaluated (ADK could not read an answer: "
+                           f"{type(e).__name__}: {e})")
     try:
         score, per_turn = t.aggregate(instance.fields, per_turn_samples, plan.threshold)
     except Exception as e:  # noqa: BLE001 - ADK's aggregation raising: the criterion is NOT_EVALUATED, as in ADK
@@ -185,13 +188,14 @@ def adk_row(run: RunKey, plan: JudgePlan, instance: Instance, model: str, by_met
         return row
     sample_scores = [None if xs is None else [x.score for x in xs] for xs in per_turn_samples]
     extra = {"per_invocation": per_turn, "sample_scores": sample_scores}
+    judged = per_turn[first:]
     if score is None:
-        reasons += [f"turn {u + 1}: ADK read no score from the judge's answers" for u, s in enumerate(per_turn)
+        reasons += [f"turn {first + u + 1}: ADK read no score from the judge's answers" for u, s in enumerate(judged)
                     if s is None and per_turn_samples[u] is not None]
         row["error"] = "no turn evaluated: " + "; ".join(reasons)
         row["extra"] = json.dumps(extra, sort_keys=True)
         return row
-    agreeing = [sum(x == s for x in xs) / len(xs) for xs, s in zip(sample_scores, per_turn) if xs and s is not None]
+    agreeing = [sum(x == s for x in xs) / len(xs) for xs, s in zip(sample_scores, judged) if xs and s is not None]
     explanation = "; ".join(f"turn {u + 1}: " + (f"{s:g}" if s is not None else "not evaluated")
                             for u, s in enumerate(per_turn))
     row.update(score=score, confidence=sum(agreeing) / len(agreeing) if agreeing else None,

@@ -16,6 +16,11 @@ judge.cache, sharded within the quota, accounted per metric and stage).
 
 Nothing is dropped: a generation that fails leaves an error on every row that
 needed it; an instance with no rubric judged is an error on its row.
+
+ADK's hallucinations_v1 (metrics.judge.adk_judges.AdkHallucinations) runs the
+same two stages with google-adk's own prompts and parsing: its steps are the
+units, its segmentation the generation (sentences instead of rubrics, never
+pinned), its validation one free-text request per step, scored as ADK scores it.
 """
 from __future__ import annotations
 
@@ -29,7 +34,8 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from evalbeam.metrics.instance import Instance
-from evalbeam.metrics.judge.client import JudgeRequest, JudgeResponse, request_key
+from evalbeam.metrics.judge.adk_judges import AdkHallucinations
+from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, JudgeResponse, request_key
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.agent_views import Unit, units_of
 from evalbeam.metrics.judge.rubrics import (
@@ -124,6 +130,12 @@ class RubricNeedsFn(beam.DoFn):
                 if ready is not None:
                     yield beam.pvalue.TaggedOutput(READY, (instance.instance_id, ((plan.output_name, u), ready)))
                     continue
+                if isinstance(t, AdkHallucinations):  # ADK's segmenter prompt, free text
+                    prompt = t.render_generation(unit.fields)
+                    request = JudgeRequest(request_key(self._settings, prompt, "", 0),
+                                           f"{plan.output_name}:segmentation", prompt, "", FREE_TEXT, ())
+                    yield t.generation_key(prompt), (request, Asker(instance.instance_id, plan.output_name, u))
+                    continue
                 prompt = t.render_generation(unit.fields)
                 schema_json = json.dumps(t.generation_schema(), sort_keys=True)
                 request = JudgeRequest(request_key(self._settings, prompt, schema_json, 0),
@@ -140,7 +152,7 @@ class RubricNeedsFn(beam.DoFn):
                 return RubricSet("criterion", criterion_rubrics(t, unit.rubrics))
             except ValueError as e:
                 return RubricSet("criterion", error=str(e))
-        if t.kind == "segmented":
+        if t.kind in ("segmented", "adk_segmented"):
             return None
         if t.kind == "static":
             return RubricSet("static", t.static_rubrics())
@@ -171,14 +183,19 @@ def use_pinned(element) -> Iterable:
             yield request.key, (request, (asker, key))
 
 
-def generated_sets(answered) -> Iterable:
-    """(generation response, [(Asker, generation_key)]) -> (instance_id, ((metric, unit), RubricSet))."""
+def generated_sets(answered, adk: dict | None = None) -> Iterable:
+    """(generation response, [(Asker, generation_key)]) -> (instance_id, ((metric, unit), RubricSet));
+    `adk`: ADK's hallucinations_v1 metrics (output name -> AdkHallucinations), whose sentences ADK reads."""
     response, links = answered
     segmented = response.metric.endswith(":segmentation")
     source, what = ("segmented", "segmentation") if segmented else ("generated", "rubric generation")
     for asker, key in links:
         if response.error:
             rubric_set = RubricSet(source, generation_key=key, error=f"{what} failed: {response.error}")
+        elif asker.metric in (adk or {}):
+            sentences = adk[asker.metric].sentences(response.verdict)
+            rubric_set = RubricSet(source, tuple(Rubric(f"s{i + 1}", s, "sentence") for i, s in enumerate(sentences)),
+                                   error=None if sentences else "ADK's segmenter gave no sentence")
         else:
             rubrics = rubrics_from_json(response.verdict)
             rubric_set = RubricSet(source, rubrics, key, None if rubrics else "the judge found no sentence to check")
@@ -189,7 +206,14 @@ def generated_sets(answered) -> Iterable:
 
 
 def plan_units(instance: Instance, t: RubricTemplate) -> list[Unit]:
-    """The units an instance's metric is judged in (one, or one per turn or step)."""
+    """The units an instance's metric is judged in (one, or one per turn or step; ADK's hallucinations_v1:
+    the steps its own evaluator finds, or one unit saying why ADK refuses the case)."""
+    if isinstance(t, AdkHallucinations):
+        try:
+            return t.units(instance.fields)
+        except Exception as e:  # noqa: BLE001 - ADK's evaluator refuses the case: the row says why
+            return [Unit(None, None, {}, skip=f"cannot be judged: {e}" if isinstance(e, ValueError)
+                         else f"cannot be judged: {type(e).__name__}: {e}")]
     return units_of(instance.fields, t.unit, t.intermediate_steps)
 
 
@@ -202,6 +226,12 @@ def validation_requests(instance: Instance, sets: dict, plans: list[RubricPlan],
         for u, unit in enumerate(plan_units(instance, t)):
             rubric_set = sets.get((plan.output_name, u))
             if rubric_set is None or rubric_set.error:
+                continue
+            if isinstance(t, AdkHallucinations):  # ADK's validator prompt with ADK's sentences, free text, once
+                prompt = t.render_validation(unit.fields, [r.text for r in rubric_set.rubrics])
+                key = request_key(settings, prompt, "", 0)
+                yield key, (JudgeRequest(key, f"{plan.output_name}:validation", prompt, "", FREE_TEXT, ()),
+                            Link(instance.instance_id, plan.output_name, 0, unit=u))
                 continue
             prompt = t.render_validation(unit.fields, rubric_set.rubrics)
             schema_json = json.dumps(t.validation_schema(rubric_set.rubrics), sort_keys=True)
@@ -268,7 +298,7 @@ def _unit_verdicts(t: RubricTemplate, rubric_set: RubricSet, answers: dict[int, 
 
 
 def rubric_metric_row(run: RunKey, plan: RubricPlan, instance_id: str, model: str,
-                      units: list[tuple[Unit | None, RubricSet | None, dict[int, JudgeResponse]]]
+                      units: list[tuple[Unit | None, RubricSet | None, dict[int, JudgeResponse]]], fields=None
                       ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """One metric_results row, and the rubrics rows, of an instance's rubric metric,
     from its units (one, or one per turn or step), scored by the template's rule."""
@@ -345,6 +375,74 @@ def rubric_metric_row(run: RunKey, plan: RubricPlan, instance_id: str, model: st
     return row, rows
 
 
+def adk_hallucinations_row(run: RunKey, plan: RubricPlan, instance_id: str, model: str,
+                           units: list[tuple[Unit, RubricSet | None, dict[int, JudgeResponse]]], fields
+                           ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """ADK's hallucinations_v1 row, and a rubrics row per sentence block ADK read: each step's score as
+    ADK reads its validator's answer (None when its segmentation or validation failed or gave nothing,
+    as ADK leaves such a step out), then ADK's aggregation over steps and turns."""
+    t = plan.template
+    row = blank_metric_row(run, instance_id, plan.output_name, model)
+    refused = [unit.skip for unit, _, _ in units if unit.turn is None]
+    if refused:
+        row["error"] = refused[0]
+        return row, []
+    rows: list[dict[str, Any]] = []
+    steps: list[tuple[int, float | None]] = []
+    reasons: list[str] = []
+    responses: list[JudgeResponse] = []
+    labels: collections.Counter = collections.Counter()
+    for unit, rubric_set, answers in units:
+        where = f"turn {unit.turn + 1}" + (f" step {unit.step + 1}" if unit.step is not None else "")
+        if unit.skip:
+            reasons.append(f"{where}: {unit.skip}")
+            continue
+        answer = answers.get(0)
+        responses += answers.values()
+        if rubric_set is None or rubric_set.error:
+            why = rubric_set.error if rubric_set is not None else "no segmentation reached it"
+            steps.append((unit.turn, None))
+            reasons.append(f"{where}: {why}")
+            continue
+        if answer is None or answer.error:
+            steps.append((unit.turn, None))
+            reasons.append(f"{where}: validation failed: {answer.error if answer else 'no answer'}")
+            continue
+        score, results = t.read_validation(answer.verdict)
+        steps.append((unit.turn, score))
+        if score is None:
+            reasons.append(f"{where}: ADK read no label from the validator's answer")
+        for k, result in enumerate(results):
+            label = (result.get("label") or "").strip().lower()
+            labels[label] += 1
+            verdict = {"supported": True, "not_applicable": True, "unsupported": False, "contradictory": False,
+                       "disputed": False}.get(label)
+            rows += rubric_rows(run, instance_id, plan.output_name, RubricSet("segmented"), (RubricVerdict(
+                Rubric(f"s{k + 1}", result.get("sentence") or "", "sentence"), verdict, result.get("rationale"),
+                label),), unit)
+    row["prompt_tokens"] = sum(r.prompt_tokens for r in responses if not r.cache_hit)
+    row["output_tokens"] = sum(r.output_tokens for r in responses if not r.cache_hit)
+    row["attempts"] = sum(r.attempts for r in responses if not r.cache_hit)
+    row["cache_hit"] = bool(responses) and all(r.cache_hit for r in responses)
+    try:
+        score, per_turn = t.aggregate(fields, steps)
+    except Exception as e:  # noqa: BLE001 - ADK's aggregation raising: NOT_EVALUATED, as in ADK
+        row["error"] = f"ADK's aggregation failed: {type(e).__name__}: {e}"
+        return row, rows
+    extra = {"per_invocation": per_turn, "step_scores": [s for _, s in steps], "labels": dict(labels)}
+    if reasons:
+        extra["not_scored"] = reasons
+    row["extra"] = json.dumps(extra, sort_keys=True)
+    if score is None:
+        row["error"] = "no turn evaluated: " + "; ".join(reasons)
+        return row, rows
+    row.update(score=score, explanation=f"ADK {t.name}: " + "; ".join(
+        f"turn {u + 1}: " + (f"{s:g}" if s is not None else "not evaluated") for u, s in enumerate(per_turn)))
+    if plan.threshold is not None:
+        row["passed"] = score >= plan.threshold
+    return row, rows
+
+
 class AssembleRubricsFn(beam.DoFn):
     """(instance_id, {instance, sets, judged}) -> ScoredInstance with its rubric metric
     rows; tagged rubric_rows: the rubrics table's rows."""
@@ -373,7 +471,8 @@ class AssembleRubricsFn(beam.DoFn):
                     continue
                 units = [(unit, sets.get((name, u)), answers.get((name, u), {}))
                          for u, unit in enumerate(plan_units(instance, plan.template))]
-                row, rubrics = rubric_metric_row(self._run, plan, instance_id, self._model, units)
+                make_row = adk_hallucinations_row if isinstance(plan.template, AdkHallucinations) else rubric_metric_row
+                row, rubrics = make_row(self._run, plan, instance_id, self._model, units, instance.fields)
                 rows.append(row)
                 for r in rubrics:
                     yield beam.pvalue.TaggedOutput(RUBRIC_ROWS, r)
@@ -450,8 +549,9 @@ class RubricJudge(beam.PTransform):
             | "UsePinned" >> beam.FlatMap(use_pinned).with_outputs(READY, main="requests")
         )
         generated = to_generate.requests | "Generate" >> AnswerJudgeRequests(self._context)
+        adk = {p.output_name: p.template for p in plans if isinstance(p.template, AdkHallucinations)}
         sets = (
-            (needs[READY], to_generate[READY], generated | "GeneratedSets" >> beam.FlatMap(generated_sets))
+            (needs[READY], to_generate[READY], generated | "GeneratedSets" >> beam.FlatMap(generated_sets, adk))
             | "AllRubricSets" >> beam.Flatten()
         )
         by_id = instances | "ById" >> beam.Map(lambda i: (i.instance_id, i))

@@ -1,6 +1,6 @@
 """ADK's per_turn_user_simulator_quality_v1 in the pipeline: whether the simulated user of each
-conversation_scenario case kept to its scenario (metrics.simulator's quality_* functions hold
-ADK's prompt, parsing and aggregation).
+conversation_scenario case kept to its scenario (metrics.simulator's quality_* functions call
+google-adk's own prompt and answer parsing here, on the workers: the run needs the `agent` extra).
 
     instances -> per case: a verifier request per later user turn, and one for the conversation's
                  end (the stop signal as the next user message), judge.sampling_count samples each,

@@ -63,10 +63,13 @@ def _register_all() -> None:
                              "candidate (B), both orders")(lambda p, name=name: vertex_template(name))
 
     coherence = builtin_templates()["coherence"].model_copy(update={"per_turn": True, "single_sample": True})
-    register("response_evaluation_score", kind="pointwise", inputs=(("response",), ("invocations",)),
+    # ADK's response_evaluation_score is Vertex's hosted coherence metric: refused under ADK's name
+    # (metrics.judge.adk_judges.HOSTED_CRITERIA); evalbeam's prompt, aggregated as ADK does, keeps this name
+    register("evalbeam_response_evaluation_score", kind="pointwise", inputs=(("response",), ("invocations",)),
              score_range="1..5",
-             description="ADK: coherence (1..5) of each turn's final response, then the mean over the turns "
-                         "judged")(lambda p, t=coherence: t)
+             description="evalbeam's coherence prompt (1..5) on each turn's final response, then the mean over the "
+                         "turns judged, as ADK aggregates its response_evaluation_score (not ADK's score)")(
+        lambda p, t=coherence: t)
 
 
 _register_all()

@@ -16,7 +16,7 @@ from typing import Any
 
 import pydantic
 
-from evalbeam.metrics.judge.adk_judges import EVALBEAM_NAMES, RUBRIC_CRITERIA, AdkJudge
+from evalbeam.metrics.judge.adk_judges import EVALBEAM_NAMES, RUBRIC_CRITERIA, AdkHallucinations, AdkJudge
 from evalbeam.metrics.judge.rubrics import StaticRubric, builtin_rubric_templates
 from evalbeam.metrics.judge.templates import builtin_templates
 from evalbeam.metrics.registry import NoParams, register
@@ -116,6 +116,12 @@ def _register_adk() -> None:
                              "criterion's and the turn's rubrics and reads the answers (the agent extra)")(
             lambda p, name=name: AdkJudge(name, p.include_intermediate_responses_in_final,
                                           json.dumps(list(p.rubrics), sort_keys=True)))
+    # two dependent judge calls per step (segment, then validate): the rubric stage's two stages
+    register("hallucinations_v1", kind="rubric",
+             inputs=builtin_rubric_templates()["hallucinations_v1"].input_alternatives(), params=HallucinationParams, score_range="0..1",
+             description="ADK's hallucinations_v1: google-adk's own evaluator segments each response step into "
+                         "sentences, then validates them against the step's context (the agent extra)")(
+        lambda p: AdkHallucinations(evaluate_intermediate_nl_responses=p.evaluate_intermediate_nl_responses))
 
 
 _register_all()

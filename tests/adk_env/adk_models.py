@@ -2,8 +2,8 @@
 table of every pydantic model an ADK EvalSet file is validated against
 (google.adk.evaluation.eval_set.EvalSet and every model reachable from it,
 google.genai's types included): per model, its `extra` policy and each field's
-name, alias and value type. tests/transforms/test_adk_keys.py compares it with
-evalbeam's own table (evalbeam/transforms/adk_models.py), so a change of ADK's
+name, alias and value type. tests/transforms/test_adk_files.py compares it with
+evalbeam's own table (transforms/adk_models.py), so a change of ADK's
 models is caught.
 
 Type expressions: null (no model inside), "Model", ["list", T], ["dict", T]

@@ -1,9 +1,13 @@
-"""The README is a front page and every relative link of the documentation resolves.
+"""The README is a front page, every relative link of the documentation resolves, and every
+repository path the documentation, docstrings and comments name exists.
 
 Plain Python, no Beam and no evalbeam import: the markdown links of README.md and
 docs/*.md are parsed, each relative target must exist, and each #anchor must be the
 GitHub slug of a heading of its target."""
+import ast
+import io
 import re
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -141,3 +145,104 @@ def test_a_broken_link_is_found(tmp_path):
     problems = broken_links(page)
     assert [p.split(": ")[1] for p in problems] == [
         "missing.md", "other.md#nowhere", "img/none.png", "missing-ref.md"]
+
+
+# Repository paths in prose: a top-level folder of the repository, then a path. Not preceded by
+# a word character, "/", ".", "@", ":" or "-", so that URLs (https://..., gs://...), other
+# projects' paths (sacrebleu/metrics/...) and installed paths (evalbeam/configs/...) are not taken.
+TOP_FOLDERS = ("bench", "configs", "docs", "metrics", "pipelines", "tests", "transforms")
+REPOSITORY_PATH = re.compile(r"(?<![\w./@:-])(?:" + "|".join(TOP_FOLDERS) + r")/[\w./*?<>{}\[\]-]*")
+# A test module named without its folder (`test_text.py`): one of that name must be under tests/.
+BARE_TEST_MODULE = re.compile(r"(?<![\w./-])test_\w+\.py\b")
+# Files the documentation names as a user's own, not the repository's.
+USERS_FILES = {"configs/my_eval.yaml"}
+
+
+def named_paths(text: str) -> list[str]:
+    """The repository paths a text names: a test's `::name` and trailing punctuation dropped; a
+    test module named alone (`test_text.py`) as a glob under tests/."""
+    return ([m.group(0).split("::")[0].rstrip(".,:;") for m in REPOSITORY_PATH.finditer(text)]
+            + [f"tests/**/{m.group(0)}" for m in BARE_TEST_MODULE.finditer(text)])
+
+
+def path_exists(root: Path, path: str) -> bool:
+    """Whether a named path is in the repository: a file or folder; a glob (`configs/*.yaml`)
+    matching one at least; a module's attribute (`metrics/judge/settings.JudgeSettings`) in an
+    existing module. A placeholder (`<run_id>`, `{name}`, `[...]`) is not checked."""
+    if path in USERS_FILES or any(c in path for c in "<{["):
+        return True
+    if "*" in path or "?" in path:
+        return next(root.glob(path), None) is not None
+    if (root / path).exists():
+        return True
+    module, dot, _attribute = path.rpartition(".")
+    return bool(dot) and "/" in module and (root / f"{module}.py").is_file()
+
+
+def python_prose(source: str) -> str:
+    """A Python file's comments and docstrings (module, classes, functions)."""
+    comments = [t.string for t in tokenize.generate_tokens(io.StringIO(source).readline) if t.type == tokenize.COMMENT]
+    docstrings = [ast.get_docstring(node, clean=False) for node in ast.walk(ast.parse(source))
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
+    return "\n".join(comments + [d for d in docstrings if d])
+
+
+def hash_comments(text: str) -> str:
+    """The `#` comments of a Makefile or a YAML file."""
+    return "\n".join(line[line.index("#"):] for line in text.splitlines() if "#" in line)
+
+
+def prose_of_the_tree(root: Path):
+    """(file, its text, a function giving the part of it that is prose) for the documentation
+    (all prose), the Python files (their comments and docstrings) and the Makefile and the
+    configs (their comments). The prose of a Python file is parsed only when its text names a
+    missing path: parsing 2 MB of Python for each run would take seconds."""
+    for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        text = path.read_text(encoding="utf-8")
+        yield path, text, lambda text=text: text
+    for path in [root / "setup.py", *sorted(p for folder in TOP_FOLDERS for p in (root / folder).rglob("*.py"))]:
+        if path.exists() and "__pycache__" not in path.parts:
+            text = path.read_text(encoding="utf-8")
+            yield path, text, lambda text=text: python_prose(text)
+    for path in [root / "Makefile", *sorted((root / "configs").rglob("*.yaml"))]:
+        if path.exists():
+            text = path.read_text(encoding="utf-8")
+            yield path, text, lambda text=text: hash_comments(text)
+
+
+def missing_paths(root: Path) -> list[str]:
+    """"file: path" for each path a file's prose names that is not in the repository."""
+    problems = []
+    for file, text, prose in prose_of_the_tree(root):
+        if any(not path_exists(root, p) for p in named_paths(text)):
+            problems += [f"{file.relative_to(root)}: {p}" for p in named_paths(prose()) if not path_exists(root, p)]
+    return problems
+
+
+def test_every_repository_path_the_docs_and_comments_name_exists():
+    assert missing_paths(ROOT) == []
+    # and the check has something to check, in the docs and in the code's prose
+    in_docs = [p for file, text, _ in prose_of_the_tree(ROOT) if file.suffix == ".md" for p in named_paths(text)]
+    assert len(in_docs) > 100 and "tests/metrics/test_text.py" in in_docs
+    assert "tests/transforms/test_adk_files.py" in named_paths(python_prose((ROOT / "transforms/adk_models.py").read_text()))
+
+
+def test_a_stale_path_is_found_and_urls_globs_and_outputs_are_not(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics" / "text.py").write_text(
+        '"""Scores text; tested by tests/metrics/test_text.py and tests/metrics/test_gone.py::test_x."""\n'
+        "# see metrics/text.TEXT, metrics/old.py, test_text.py, test_renamed.py and https://example.com/tests/metrics/nowhere.py\n"
+        "X = 'tests/metrics/a_string_not_prose.py'\n", encoding="utf-8")
+    (tmp_path / "tests" / "metrics").mkdir(parents=True)
+    (tmp_path / "tests" / "metrics" / "test_text.py").write_text("", encoding="utf-8")
+    (tmp_path / "README.md").write_text(
+        "Results go to `output/<run_id>/`; point `input.uri` at `*.evalset_result.json` or `metrics/*.py`,\n"
+        "not `metrics/*.yaml`. `evalbeam/metrics/text.py` is installed; gs://bucket/docs/x.md is a bucket.\n"
+        "Edit `configs/my_eval.yaml`, `configs/{name}.yaml`, and see docs/gone.md.\n", encoding="utf-8")
+    (tmp_path / "Makefile").write_text("# runs bench/missing.py\nx:\n\techo bench/not_a_comment.py\n", encoding="utf-8")
+    assert missing_paths(tmp_path) == [
+        "README.md: metrics/*.yaml", "README.md: docs/gone.md",
+        "metrics/text.py: metrics/old.py", "metrics/text.py: tests/metrics/test_gone.py",
+        "metrics/text.py: tests/**/test_renamed.py",
+        "Makefile: bench/missing.py"]

@@ -8,6 +8,7 @@ import pytest
 
 from evalbeam.configs import ConfigError, InputConfig, load_config
 from evalbeam.metrics import get_metric
+from evalbeam.metrics.adk_invocation import adk_invocation
 from evalbeam.metrics.fields import InvalidField
 from evalbeam.metrics.instance import RowSpec, build_instance
 from evalbeam.metrics.trace import parse_turns
@@ -69,9 +70,11 @@ def test_eval_set_expected_turns_and_unusable_cases(tmp_path):
         "eval_set_id": "weather", "eval_id": "simulated",
         "conversation_scenario": {"starting_prompt": "hi", "conversation_plan": "ask"}}
     sf, paris = (r.data["invocations"] for r in records)
+    # a response of two text parts: joined with a new line, and its parts kept (ADK joins them otherwise
+    # in some judges' prompts: metrics.trace)
     assert sf == [{"invocation_id": "inv-1", "prompt": "Weather in SF?", "expected": {
-        "response": "18C\nfoggy", "tool_calls": [{"tool_name": "get_weather", "tool_input": {"city": "SF"}}],
-        "intermediate_responses": []}}]
+        "response": "18C\nfoggy", "response_parts": [{"text": "18C"}, {"text": "foggy"}],
+        "tool_calls": [{"tool_name": "get_weather", "tool_input": {"city": "SF"}}], "intermediate_responses": []}}]
     assert "tool_calls" not in paris[0]  # expected only: no actual side
     # neither has an id: paired all the same, as ADK pairs them (by id, None == None)
     assert paris[0]["expected"]["tool_calls"] == [{"tool_name": "get_weather", "tool_input": {"city": "Paris"},
@@ -247,6 +250,18 @@ def test_response_match_score_reads_every_script():
     assert score("response_match_score", {"response": "Ｆｕｌｌ ﬁne", "reference": "full fine"}).score == 1.0
 
 
+def test_response_match_words_follow_adks_rules():
+    from evalbeam.metrics.adk import UnicodeAwareTokenizer
+
+    words = UnicodeAwareTokenizer.words
+    assert words("ab東京cd") == ["ab", "東", "京", "cd"]  # CJK: a word per character
+    assert words("สวัสดี") == ["ส", "วั", "ส", "ดี"]  # Thai: a word per base character, its marks attached
+    assert words("กa ข") == ["กa", "ข"]  # what follows a Thai character joins it up to a break
+    assert words("Ｆｕｌｌ ﬁne! naïve-café") == ["full", "fine", "naïve", "café"]  # NFKC, lower case, punctuation breaks
+    assert words("x\u0301 \u0301") == ["x\u0301", "\u0301"] and words("") == words(" !") == []
+    assert UnicodeAwareTokenizer(use_stemmer=True).tokenize("Running 東 naïve") == ["run", "東", "naïve"]
+
+
 def _config(tmp_path, body):
     path = tmp_path / "c.yaml"
     path.write_text(body)
@@ -370,3 +385,22 @@ def test_vertex_flat_jsonl_with_agent_data(tmp_path):
     assert results[("b", "trajectory_exact_match")] == 0.0 and 0 < results[("b", "response_match_score")] < 1
     [dead] = table(tmp_path / "out" / "v", "dead_letter")
     assert dead["field"] == "agent_data" and "turns must be a list" in dead["reason"]
+
+
+def test_text_parts_are_kept_where_one_text_would_lose_them():
+    """An ADK Invocation's message and final response of several text parts (or a thought) keep them beside
+    the new-line join; the trace form reads them back the same, and parts that do not join into the text
+    beside them are refused."""
+    [turn] = parse_turns([{"user_content": {"parts": [{"text": "Hi"}, {"text": ""}, {"text": "there"}]},
+                           "final_response": {"parts": [{"text": "Thinking", "thought": True}, {"text": "Sunny."}]}}])
+    assert turn["prompt"] == "Hi\nthere" and turn["prompt_parts"] == [{"text": "Hi"}, {"text": "there"}]
+    assert turn["response"] == "Thinking\nSunny."
+    assert turn["response_parts"] == [{"text": "Thinking", "thought": True}, {"text": "Sunny."}]
+    [plain] = parse_turns([{"user_content": {"parts": [{"text": "Hi"}]}, "final_response": {"parts": [{"text": "Yo"}]}}])
+    assert "prompt_parts" not in plain and "response_parts" not in plain
+    assert parse_turns([turn]) == [turn]  # the trace form, read again
+    rebuilt = adk_invocation(turn["prompt"], turn, None, turn["prompt_parts"])
+    assert rebuilt["user_content"]["parts"] == [{"text": "Hi"}, {"text": "there"}]
+    assert rebuilt["final_response"]["parts"] == [{"text": "Thinking", "thought": True}, {"text": "Sunny."}]
+    with pytest.raises(ValueError, match="response_parts must join"):
+        parse_turns([{**turn, "response": "Sunny."}])

@@ -6,6 +6,10 @@ multi-part and empty responses, cases with no or only some expected invocations)
 expected final response, a scripted sequence of judge answers (#replies: the local generateContent
 server answers the n-th request with a prompt by the n-th text): valid, invalid, ADK's other
 spellings (true, almost, partially, "is_the_agent_response_invalid") and answers ADK cannot read.
+The multi-turn trajectory criterion's cases script the answers at the end of the dialogue, over
+multi-part messages and responses (ADK joins them with a space there); hallucinations_v1's script
+the segmenter's sentences in each response step and, in each sentence, the label the server's
+validator gives it.
 Each case is scored twice, each time against its own local server:
 - by ADK's own evaluator in the ADK reference venv (tests/adk_env/adk_scores.py, its judge model
   pointed at the server with GOOGLE_GEMINI_BASE_URL);
@@ -60,6 +64,13 @@ CRITERIA = {
         "rubric_based_tool_use_quality_v1": {
             "threshold": 0.5, "judge_model_options": {"num_samples": 3},
             "rubrics": [{"rubric_id": "calls", "rubric_content": {"text_property": "The tool calls fit the request."}}]}},
+    "hallucinations": {"hallucinations_v1": {  # ADK does not sample it, whatever num_samples
+        "threshold": 0.7, "evaluate_intermediate_nl_responses": True, "judge_model_options": {"num_samples": 2}}},
+    "hallucinations_final": {"hallucinations_v1": {"threshold": 0.5}},
+    "multi_turn": {"rubric_based_multi_turn_trajectory_quality_v1": {
+        "threshold": 0.5, "judge_model_options": {"num_samples": 3},
+        "rubrics": [{"rubric_id": "plan", "rubric_content": {"text_property": "The agent keeps to the user's plan."},
+                     "type": "TRAJECTORY_QUALITY"}]}},
 }
 RUBRIC_TYPES = ["FINAL_RESPONSE_QUALITY", "FINAL_RESPONSE_QUALITY", "TOOL_USE_QUALITY", None]
 RUBRIC_IDS = ["city", "tone", "tools", "args", "concise"]  # "concise" repeats the criterion's: ADK refuses the case
@@ -78,11 +89,11 @@ def scripted(seed: int, samples: int, cases: int) -> dict:
     return doc
 
 
-def rubric_answer(rng: random.Random) -> str:
+def rubric_answer(rng: random.Random, ids: list[str] = RUBRIC_IDS + ["calls", "calls", "unknown"]) -> str:
     """One sample's answer in ADK's ID/Property/Rationale/Verdict form ("\\n": a new line, for the
     server), over some of the ids a case may have (and one it has not), some unreadable."""
     blocks = []
-    for rubric_id in rng.sample(RUBRIC_IDS + ["calls", "calls", "unknown"], rng.randrange(1, 5)):
+    for rubric_id in rng.sample(ids, min(len(ids), rng.randrange(1, 5))):
         verdict = rng.choice(["yes", "no", "Yes.", "no, it does not", "unclear"])
         lines = [f"ID: {rubric_id}", f"Property: the {rubric_id} property"]
         if rng.random() < 0.95:  # a missing rationale: ADK discards the whole answer
@@ -120,6 +131,90 @@ def rubric_scripted(seed: int, samples: int, cases: int) -> dict:
     return doc
 
 
+LABELS = ["supported", "supported", "not_applicable", "unsupported", "contradictory", "disputed", "Supported",
+          "maybe", "skip"]  # "maybe": a label ADK does not know; "skip": the server leaves the sentence out
+
+
+def hallucination_scripted(seed: int, samples: int, cases: int) -> dict:
+    """Eval results for ADK's hallucinations_v1: every text part of a response step (the final response
+    and, in events, intermediate texts; each part is a step of its own in ADK) may script the
+    segmenter's answer (#replies=: sentences, each with the label the local server's validator gives
+    it), give it no sentence, or be left to the server (the text as one sentence, supported)."""
+    rng = random.Random(seed)
+    doc = copy.deepcopy(eval_set_result(seed, f"hallucinations_{seed}", cases))
+    for case in doc["eval_case_results"]:
+        for t, entry in enumerate(case["eval_metric_result_per_invocation"]):
+            invocation = entry["actual_invocation"]
+            if rng.random() < 0.2:
+                invocation["app_details"] = {"agent_details": {"agent": {
+                    "name": "agent", "instructions": "Answer briefly {and} exactly.",
+                    "tool_declarations": [{"function_declarations": [{"name": "get_weather",
+                                                                      "description": "The weather of a city."}]}]}}}
+            parts = [p for p in (invocation.get("final_response") or {}).get("parts", []) if p.get("text")]
+            for event in (invocation.get("intermediate_data") or {}).get("invocation_events") or []:
+                parts += [p for p in (event.get("content") or {}).get("parts") or [] if p.get("text")]
+            for k, part in enumerate(parts):
+                part["text"] += f" [{case['eval_id']}/{t}/{k}]"  # no two cases ask the same (runs in parts)
+                roll = rng.random()
+                if roll < 0.15:
+                    continue  # the server's default
+                if roll < 0.25:
+                    part["text"] += " #replies=I found nothing to split."
+                    continue
+                sentences = "".join(f"<sentence>Claim {j} of {case['eval_id']}/{t}/{k}. #label={rng.choice(LABELS)}"
+                                    "</sentence>" for j in range(rng.randrange(1, 4)))
+                part["text"] += f" #replies={sentences}"
+    return doc
+
+
+MULTI_TURN_TYPES = ["TRAJECTORY_QUALITY", "TRAJECTORY_QUALITY", "FINAL_RESPONSE_QUALITY", None]
+
+
+def multi_turn_scripted(seed: int, samples: int, cases: int) -> dict:
+    """Eval results for ADK's multi-turn trajectory criterion: turns with rubrics of its type, of
+    another, none, or an id repeating the criterion's (ADK reads the last turn's); user messages and
+    final responses of several text parts (a thought among them), which its prompt joins with a
+    space; and the judge's answers scripted at the end of the last turn's text in the dialogue."""
+    rng = random.Random(seed)
+    doc = copy.deepcopy(eval_set_result(seed, f"multi_turn_{seed}", cases))
+    for case in doc["eval_case_results"]:
+        entries = case["eval_metric_result_per_invocation"]
+        for entry in entries:
+            invocation = entry["actual_invocation"]
+            (entry.get("expected_invocation") or {}).pop("rubrics", None)
+            invocation.pop("rubrics", None)
+            user = invocation["user_content"]["parts"]
+            if rng.random() < 0.3:  # a message of two text parts
+                user.append({"text": rng.choice(["Please hurry.", "Thanks!", "東京"])})
+            final = (invocation.get("final_response") or {}).get("parts") or []
+            if final and rng.random() < 0.2:
+                final.insert(0, {"text": "Let me think about the weather.", "thought": True})
+        if not entries:
+            continue
+        last = entries[-1]["actual_invocation"]
+        ids = ["plan"]
+        rubrics = []
+        for rubric_id in rng.sample(["order", "tools", "plan", "recap"], rng.choice([0, 1, 1, 2, 3])):
+            rubric = {"rubric_id": rubric_id, "rubric_content": {"text_property": f"The {rubric_id} is sound."}}
+            kind = rng.choice(MULTI_TURN_TYPES)
+            if kind:
+                rubric["type"] = kind
+            rubrics.append(rubric)
+            ids.append(rubric_id)
+        if rubrics:
+            last["rubrics"] = rubrics
+        if len(entries) > 1 and rng.random() < 0.3:  # an earlier turn's rubrics: ADK reads the last turn's only
+            entries[0]["actual_invocation"]["rubrics"] = [{"rubric_id": "early", "type": "TRAJECTORY_QUALITY",
+                                                           "rubric_content": {"text_property": "Not read."}}]
+        replies = " ;; ".join(rubric_answer(rng, ids + ["unknown"]) for _ in range(samples))
+        texts = [p for p in (last.get("final_response") or {}).get("parts", []) if p.get("text")]
+        if rng.random() < 0.9:  # the rest: the server's answer by the prompt's hash
+            # the last line of the dialogue ends with the marker: its final response, else its user message
+            marked = texts[-1] if texts else last["user_content"]["parts"][-1]
+            marked["text"] += f" [{case['eval_id']}] #replies={replies}"
+    return doc
+
+
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
     if not ADK_PYTHON.exists():
@@ -129,9 +224,10 @@ def cases(tmp_path_factory):
     folder = tmp_path_factory.mktemp("adk_judges")
     out = {}
     for seed, (name, criteria) in enumerate(CRITERIA.items(), start=21):
-        [samples] = {c["judge_model_options"]["num_samples"] for c in criteria.values()}
+        [samples] = {c.get("judge_model_options", {}).get("num_samples", 5) for c in criteria.values()}
         data = folder / f"app_judged_{seed}_1700000000.0.evalset_result.json"
-        make = rubric_scripted if name == "rubrics" else scripted
+        make = {"rubrics": rubric_scripted, "multi_turn": multi_turn_scripted, "hallucinations": hallucination_scripted,
+                "hallucinations_final": hallucination_scripted}.get(name, scripted)
         data.write_text(json.dumps(make(seed, samples, 40), ensure_ascii=False), encoding="utf-8")
         test_config = folder / f"{name}.test_config.json"
         test_config.write_text(json.dumps({"criteria": criteria}))
@@ -177,10 +273,13 @@ def test_adks_own_prompts_answers_and_aggregation(cases, name, monkeypatch):
     ours, our_prompts = evalbeam_run(folder, name, data, test_config, monkeypatch)
 
     # the server received ADK's own prompts: the same texts, each asked once per sample by evalbeam
-    # (ADK asks a text as often as it meets it; evalbeam asks a repeated text once and reuses the answers)
+    # (ADK asks a text as often as it meets it; evalbeam asks a repeated text once and reuses the answers);
+    # hallucinations_v1: once, as ADK does not sample it
+    asked = 1 if "hallucinations_v1" in criteria else samples
     assert our_prompts and set(our_prompts) == set(adk_prompts)
-    assert set(our_prompts.values()) == {samples}
-    assert all(count % samples == 0 for count in adk_prompts.values())
+    assert set(our_prompts.values()) == {asked}, [(n, p[-400:], adk_prompts[p]) for p, n in our_prompts.items()
+                                                  if n != asked][:2]
+    assert all(count % asked == 0 for count in adk_prompts.values())
 
     assert {i for i, _ in ours} == set(adk_scores)
     for criterion in criteria:
@@ -292,3 +391,54 @@ def test_preflight_builds_adks_evaluators(tmp_path, monkeypatch, request):
     monkeypatch.setitem(sys.modules, "google.adk.evaluation.final_response_match_v2", None)
     with pytest.raises(ConfigError, match="final_response_match_v2: google-adk's evaluator cannot be built here"):
         preflight(config, credentials=False)
+
+
+def test_adks_hallucinations_leave_out_a_step_whose_call_failed_and_a_case_with_none_is_a_row_error(request):
+    """ADK's hallucinations_v1 rows (transforms.rubric_judge.adk_hallucinations_row): a step whose segmentation
+    or validation failed after retries is left out, as ADK leaves out a step whose judge call raised; a turn
+    with no step scored is not evaluated; a case with no turn scored is an error on its row."""
+    if in_agent_env(request):
+        return
+    import datetime as dt
+
+    from evalbeam.metrics.instance import Instance
+    from evalbeam.metrics.judge.client import JudgeResponse
+    from evalbeam.metrics.judge.rubrics import Rubric
+    from evalbeam.transforms.rubric_judge import RubricPlan, RubricSet, adk_hallucinations_row, plan_units
+    from evalbeam.transforms.schema import RunKey
+
+    run = RunKey("r", dt.date(2026, 11, 25))
+    plan = RubricPlan("hallucinations_v1", _plan("hallucinations_v1", threshold=0.6).template, 0.6)
+    instance = Instance("c", {"invocations": [
+        {"prompt": "Paris?", "response": "Sunny in Paris.", "tool_calls": []},
+        {"prompt": "Rome?", "response": "Rain in Rome.", "tool_calls": []},
+        {"prompt": "Oslo?", "response": "", "tool_calls": []}]}, {}, "s")
+    units = plan_units(instance, plan.template)
+    assert [(u.turn, u.step, u.skip is None) for u in units] == [(0, 0, True), (1, 0, True), (2, None, False)]
+    assert "Sunny in Paris." in plan.template.render_generation(units[0].fields)
+    sentences = RubricSet("segmented", (Rubric("s1", "Sunny.", "sentence"), Rubric("s2", "In Paris.", "sentence")))
+    block = "sentence: {}\nlabel: {}\nrationale: r\nsupporting_excerpt: null\ncontradicting_excerpt: null"
+    answer = JudgeResponse("k", "hallucinations_v1:validation",
+                           verdict="\n".join([block.format("Sunny.", "supported"), block.format("In Paris.", "disputed"),
+                                              block.format("Odd.", "maybe")]))
+    failed = JudgeResponse("k2", "hallucinations_v1:validation", error="judge failed after 2 attempts: 503")
+    row, rubrics = adk_hallucinations_row(run, plan, "c", "m", [
+        (units[0], sentences, {0: answer}), (units[1], sentences, {0: failed}), (units[2], None, {})], instance.fields)
+    assert row["score"] == 0.5 and row["passed"] is False and row["error"] is None
+    extra = json.loads(row["extra"])
+    assert extra["per_invocation"] == [0.5, None, None] and extra["step_scores"] == [0.5, None]
+    assert [(r["rubric"], r["label"], r["verdict"]) for r in rubrics] == [
+        ("Sunny.", "supported", True), ("In Paris.", "disputed", False), ("Odd.", "maybe", None)]
+    # a segmentation that failed, and a validation that failed: nothing scored, the row says why
+    no_segments = RubricSet("segmented", error="segmentation failed: judge failed after 2 attempts: 503")
+    row, _ = adk_hallucinations_row(run, plan, "c", "m", [
+        (units[0], no_segments, {}), (units[1], sentences, {0: failed}), (units[2], None, {})], instance.fields)
+    assert row["score"] is None and "turn 1 step 1: segmentation failed" in row["error"] \
+        and "turn 2 step 1: validation failed" in row["error"]
+    # a case ADK refuses (only some turns with an expected response): one unit saying why, the row's error
+    partial = Instance("p", {"invocations": [
+        {"prompt": "Paris?", "response": "Sunny.", "tool_calls": [], "expected": {"response": "Sunny."}},
+        {"prompt": "Rome?", "response": "Rain.", "tool_calls": []}]}, {}, "s")
+    [unit] = plan_units(partial, plan.template)
+    row, _ = adk_hallucinations_row(run, plan, "p", "m", [(unit, None, {})], partial.fields)
+    assert row["score"] is None and "1 of 2 turns have an expected response" in row["error"]

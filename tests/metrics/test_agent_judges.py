@@ -11,6 +11,7 @@ import pytest
 
 from evalbeam.configs import ConfigError, load_config
 from evalbeam.metrics.adk import judge_options
+from evalbeam.metrics.judge.adk_judges import EVALBEAM_NAMES
 from evalbeam.metrics.judge.agent_views import units_of
 from evalbeam.metrics.judge.rubrics import (
     Rubric,
@@ -121,7 +122,7 @@ def test_a_turn_without_a_response_text_is_not_evaluated():
 @pytest.mark.parametrize("name", AGENT_TEMPLATES)
 def test_every_agent_judge_renders_its_stages_from_a_trace(name):
     t = TEMPLATES[name]
-    assert get_metric(name).inputs == t.input_alternatives()
+    assert get_metric(EVALBEAM_NAMES.get(name, name)).inputs == t.input_alternatives()  # evalbeam's prompt
     f = fields_of(trace_row("c", [turn("Weather in Paris?", "Sunny in Paris.", [CALL], ["Let me check."]),
                                   turn("And London?", "Rainy.")]))
     units = units_of(f, t.unit, True)
@@ -245,15 +246,16 @@ def test_safety_per_turn_all_policies_then_the_mean():
 def test_judge_model_options_map_onto_the_judge_settings(tmp_path):
     assert judge_options({"response_match_score": 0.8}) == {}
     assert judge_options({"hallucinations_v1": 0.8}) == {"model": "gemini-2.5-flash", "sampling_count": 5}  # ADK's defaults
-    # ADK evaluates these two once per turn through Vertex's service: they ask for no samples, no model
-    assert judge_options({"safety_v1": 0.8, "response_evaluation_score": 3.0}) == {}
-    assert judge_options({"safety_v1": 0.8, "evalbeam_final_response_match_v2": 0.5}) == {"model": "gemini-2.5-flash",
-                                                                               "sampling_count": 5}
+    # evalbeam's prompts for ADK's two hosted criteria are judged once per turn, as Vertex's service is
+    # asked once: they ask for no samples, no model
+    assert judge_options({"evalbeam_safety_v1": 0.8, "evalbeam_response_evaluation_score": 3.0}) == {}
+    assert judge_options({"evalbeam_safety_v1": 0.8, "evalbeam_final_response_match_v2": 0.5}) == {
+        "model": "gemini-2.5-flash", "sampling_count": 5}
     opts = {"judge_model_options": {"judge_model": "gemini-2.5-pro", "num_samples": 3}}
     criteria = {"evalbeam_final_response_match_v2": {"threshold": 0.6, **opts},
                 "evalbeam_rubric_based_final_response_quality_v1": {
                     "threshold": 0.7, **opts, "rubrics": [adk_rubric("concise", "The response is concise.", None)]},
-                "hallucinations_v1": {"threshold": 0.9, "evaluate_intermediate_nl_responses": True, **opts}}
+                "evalbeam_hallucinations_v1": {"threshold": 0.9, "evaluate_intermediate_nl_responses": True, **opts}}
     test_config = tmp_path / "test_config.json"
     test_config.write_text(json.dumps({"criteria": criteria}))
     data = tmp_path / "r.evalset_result.json"
@@ -263,8 +265,8 @@ def test_judge_model_options_map_onto_the_judge_settings(tmp_path):
     config = load_config(path)
     assert (config.judge.model, config.judge.sampling_count) == ("gemini-2.5-pro", 3)
     metrics = {m.name: m for m in config.metrics}
-    assert metrics["hallucinations_v1"].params == {"evaluate_intermediate_nl_responses": True}
-    assert metrics["hallucinations_v1"].judge_template().intermediate_steps is True
+    assert metrics["evalbeam_hallucinations_v1"].params == {"evaluate_intermediate_nl_responses": True}
+    assert metrics["evalbeam_hallucinations_v1"].judge_template().intermediate_steps is True
     assert [r.id for r in metrics["evalbeam_rubric_based_final_response_quality_v1"].judge_template().criterion_rubrics] == ["concise"]
     # the config's own judge settings win
     path.write_text(f"name: x\ninput: {{uri: {data}, adk_criteria: {test_config}}}\noutput: {{parquet: out}}\n"
@@ -320,9 +322,10 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     metrics = ["final_response_quality", "tool_use_quality_v1", "hallucination",
                {"name": "hallucination_v1", "as": "hallucination_steps",
                 "params": {"evaluate_intermediate_nl_responses": True}},
-               "evalbeam_final_response_match_v2", "safety_v1", "hallucinations_v1",
+               "evalbeam_final_response_match_v2", "evalbeam_safety_v1", "evalbeam_hallucinations_v1",
                {"name": "evalbeam_rubric_based_final_response_quality_v1", "params": {"rubrics": CRITERION}, "threshold": 0.6},
-               "evalbeam_rubric_based_tool_use_quality_v1", "multi_turn_task_success_v1", "response_evaluation_score"]
+               "evalbeam_rubric_based_tool_use_quality_v1", "multi_turn_task_success_v1",
+               "evalbeam_response_evaluation_score"]
     with JudgeServer() as server:
         run = evalbeam("run", run_config(tmp_path, ROWS, server.url, metrics, "first"))
         stages = dict(server.stats.stages)
@@ -343,12 +346,12 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     assert extra("m", "hallucination")["labels"] == {"supported": 1, "unsupported": 1, "contradictory": 1}
     # with the intermediate step: turn 1 = mean(1.0, 0.5) = 0.75, turn 2 = 0 -> 0.375
     assert got[("m", "hallucination_steps")]["score"] == 0.375 and extra("m", "hallucination_steps")["per_invocation"] == [0.75, 0.0]
-    assert got[("m", "hallucinations_v1")]["score"] == 0.25
+    assert got[("m", "evalbeam_hallucinations_v1")]["score"] == 0.25
     # evalbeam's final_response_match_v2 (ADK's aggregation): turn 1 valid, turn 2 a tie -> invalid: 1 of 2 turns
     assert got[("m", "evalbeam_final_response_match_v2")]["score"] == 0.5
     assert extra("m", "evalbeam_final_response_match_v2")["per_invocation"] == [1.0, 0.0]
-    # safety_v1 is judged once whatever sampling_count (as ADK): turn 2's first sample says y -> safe
-    assert got[("m", "safety_v1")]["score"] == 1.0
+    # evalbeam_safety_v1 is judged once whatever sampling_count (as ADK): turn 2's first sample says y -> safe
+    assert got[("m", "evalbeam_safety_v1")]["score"] == 1.0
     # rubric-based: turn 1 judges concise + city (both yes), turn 2 concise (tie -> no): pooled 2 of 3
     rb = got[("m", "evalbeam_rubric_based_final_response_quality_v1")]
     assert rb["score"] == pytest.approx(2 / 3) and rb["passed"] is True
@@ -361,17 +364,17 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     assert got[("m", "multi_turn_task_success_v1")]["score"] == 0.0  # judged once, on the last turn (y/n ties)
     assert extra("m", "multi_turn_task_success_v1")["per_invocation"] == [None, 0.0]  # as ADK reports it
 
-    # ADK's response_evaluation_score: coherence 1..5 per turn, the mean over the turns judged
-    assert got[("m", "response_evaluation_score")]["score"] == 3.0
-    assert extra("m", "response_evaluation_score")["per_invocation"] == [4.0, 2.0]
-    assert got[("p", "response_evaluation_score")]["score"] == 5.0
-    assert extra("p", "response_evaluation_score")["per_invocation"] == [5.0, None]
+    # evalbeam_response_evaluation_score: coherence 1..5 per turn, the mean over the turns judged (as ADK aggregates)
+    assert got[("m", "evalbeam_response_evaluation_score")]["score"] == 3.0
+    assert extra("m", "evalbeam_response_evaluation_score")["per_invocation"] == [4.0, 2.0]
+    assert got[("p", "evalbeam_response_evaluation_score")]["score"] == 5.0
+    assert extra("p", "evalbeam_response_evaluation_score")["per_invocation"] == [5.0, None]
 
     # p: the second turn's judge fails: not evaluated, the case is its first turn
     assert got[("p", "evalbeam_final_response_match_v2")]["score"] == 1.0
     assert extra("p", "evalbeam_final_response_match_v2")["per_invocation"] == [1.0, None]
     assert "turn 2: not evaluated (judge failed after 2 attempts" in got[("p", "evalbeam_final_response_match_v2")]["explanation"]
-    assert got[("p", "hallucinations_v1")]["score"] == 1.0
+    assert got[("p", "evalbeam_hallucinations_v1")]["score"] == 1.0
     # a metric judged on p's last turn only fails on its row
     assert got[("p", "final_response_quality")]["score"] is None
     assert got[("p", "final_response_quality")]["error"].startswith("judge failed after 2 attempts")
@@ -386,15 +389,15 @@ def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path
     assert rb_rows == [(0, "city", True, "criterion"), (0, "concise", True, "criterion"), (1, "concise", False, "criterion")]
     assert {r["turn"] for r in rubrics if r["metric"] == "final_response_quality"} == {None}
     # hallucination is judged once whatever sampling_count; segmentation is its own stage, shared by the
-    # two hallucination metrics with the same steps (hallucination_v1 and hallucinations_v1 are distinct)
+    # two hallucination metrics with the same steps (hallucination_v1 and evalbeam_hallucinations_v1 are distinct)
     [runs] = table(out / "first", "runs")
     usage = json.loads(runs["judge_usage"])
     assert usage["hallucination:validation"]["requests"] == 2 + 1  # m: 2 final steps; p: 1 (turn 2's segmentation failed)
     assert "hallucination:segmentation" in usage and stages["segmentation"] >= 4
     assert usage["evalbeam_final_response_match_v2:validation"]["requests"] == 2 * 2 * 2  # 2 rows x 2 turns x 2 samples
-    # ADK samples neither safety_v1 nor response_evaluation_score: 2 rows x 2 turns, once each
-    assert usage["safety_v1:validation"]["requests"] == 2 * 2
-    assert usage["response_evaluation_score"]["requests"] == 2 * 2
+    # neither evalbeam_safety_v1 nor evalbeam_response_evaluation_score is sampled (as ADK): 2 rows x 2 turns, once each
+    assert usage["evalbeam_safety_v1:validation"]["requests"] == 2 * 2
+    assert usage["evalbeam_response_evaluation_score"]["requests"] == 2 * 2
     [cached_runs] = table(out / "cached", "runs")
     assert cached_runs["judge_calls"] == 0
     cached = {(r["instance_id"], r["metric"]): r["score"] for r in table(out / "cached", "metric_results")}
@@ -410,6 +413,30 @@ def agent_evalbeam():
     if not (venv / ".installed").exists():
         pytest.fail("the agent environment is missing: run `make agent-env` (or `make test`): evalbeam[agent] in .agent/")
     return venv / "bin" / "evalbeam"
+
+
+@pytest.mark.parametrize("name", ["safety_v1", "response_evaluation_score"])
+def test_adks_criteria_scored_by_vertexs_hosted_service_are_refused_naming_evalbeams_prompt(tmp_path, name):
+    """ADK 2.13 has Vertex's hosted evaluation service score safety_v1 and response_evaluation_score: under
+    those names a config (its metrics, or an ADK test_config's criteria) is an error naming evalbeam's own
+    prompt, which loads and is judged without google-adk."""
+    data = tmp_path / "r.jsonl"
+    data.write_text('{"prompt": "p", "response": "r", "reference": "r"}\n')
+    path = tmp_path / "c.yaml"
+    refusal = rf"{name}: .*Vertex's hosted evaluation service.*evalbeam's own prompt for it is evalbeam_{name}"
+    path.write_text(f"name: x\ninput: {{uri: {data}}}\noutput: {{parquet: out}}\nmetrics: [exact_match, {name}]\n")
+    with pytest.raises(ConfigError, match=rf"metrics\.1: {refusal}"):
+        load_config(path)
+    test_config = tmp_path / "test_config.json"
+    test_config.write_text(json.dumps({"criteria": {"response_match_score": 0.5, name: {"threshold": 0.5}}}))
+    adk = tmp_path / "a.evalset_result.json"
+    adk.write_text("{}")
+    path.write_text(f"name: x\ninput: {{uri: {adk}, adk_criteria: {test_config}}}\noutput: {{parquet: out}}\n")
+    with pytest.raises(ConfigError, match=rf"criteria\.{refusal}"):
+        load_config(path)
+    test_config.write_text(json.dumps({"criteria": {f"evalbeam_{name}": 0.5}}))
+    [metric] = [m for m in load_config(path).metrics if m.name == f"evalbeam_{name}"]
+    assert metric.threshold == 0.5 and metric.judge_template().single_sample is True
 
 
 def test_adks_own_judges_need_google_adk_and_say_so(tmp_path, monkeypatch):
@@ -428,6 +455,12 @@ def test_adks_own_judges_need_google_adk_and_say_so(tmp_path, monkeypatch):
                     "metrics: [rubric_based_tool_use_quality_v1]\n")
     with pytest.raises(ConfigError, match="rubric_based_tool_use_quality_v1: rendered and scored by google-adk"):
         load_config(path)
+    for name in ("hallucinations_v1", "rubric_based_multi_turn_trajectory_quality_v1"):
+        path.write_text(f"name: x\ninput: {{uri: {data}}}\noutput: {{parquet: out}}\nmetrics: [{name}]\n")
+        with pytest.raises(ConfigError, match=f"{name}: rendered and scored by google-adk.*evalbeam_{name}"):
+            load_config(path)
+        path.write_text(f"name: x\ninput: {{uri: {data}}}\noutput: {{parquet: out}}\nmetrics: [evalbeam_{name}]\n")
+        assert load_config(path).metrics[0].judge_kind() == "rubric"
     path.write_text(f"name: x\ninput: {{uri: {data}}}\noutput: {{parquet: out}}\n"
                     "metrics: [evalbeam_final_response_match_v2]\n")
     assert load_config(path).metrics[0].judge_kind() == "rubric"

@@ -193,8 +193,8 @@ def judge_config(tmp_path, data, server_url, metrics, run_id="j1", **judge):
 FOLLOWS = {
     "name": "response_follows_trajectory",
     "pointwise": {
-        "criteria": {"Follows trajectory": "Evaluate whether the agent's response logically follows from the sequence of actions it took."},
-        "rating_rubric": {"1": "Follows trajectory", "0": "Does not follow trajectory"},
+        "criteria": {"Backed by its actions": "The final response is justified by the tool calls the agent made."},
+        "rating_rubric": {"1": "Backed by the agent's actions", "0": "Claims something the actions do not support"},
         "input_variables": ["prompt", "predicted_trajectory"],
     },
 }

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from evalbeam.metrics.fields import CANONICAL_FIELDS
+from evalbeam.metrics.judge.adk_judges import EVALBEAM_NAMES
 from evalbeam.metrics.judge.rubrics import (
     IMPORTANCE_WEIGHT,
     Rubric,
@@ -40,7 +41,7 @@ TEMPLATES = builtin_rubric_templates()
 def test_every_rubric_metric_renders_its_stages_and_parses_their_answers(name):
     # (the agent judges' units and stages: tests/metrics/test_agent_judges.py)
     t = TEMPLATES[name]
-    definition = get_metric(name)
+    definition = get_metric(EVALBEAM_NAMES.get(name, name))
     assert definition.kind == "rubric" and definition.inputs == t.input_alternatives()
     if t.kind == "adaptive":
         prompt = t.render_generation(FIELDS)
@@ -89,7 +90,11 @@ def test_registered_names_versions_and_the_names_taken_by_template_judges():
         assert get_metric(name).kind == get_metric(f"{name}_v1").kind == "rubric"
     # these names keep their template-judge meaning; the rubric forms are pinned by version
     for name in ("safety", "text_quality", "instruction_following"):
-        assert get_metric(name).kind == "pointwise" and get_metric(f"{name}_v1").kind == "rubric"
+        rubric_form = EVALBEAM_NAMES.get(f"{name}_v1", f"{name}_v1")
+        assert get_metric(name).kind == "pointwise" and get_metric(rubric_form).kind == "rubric"
+    # safety_v1 is Vertex's (and ADK's) hosted metric: refused, evalbeam's rubric form is evalbeam_safety_v1
+    with pytest.raises(KeyError, match="safety_v1: .*evalbeam_safety_v1"):
+        get_metric("safety_v1")
     assert get_metric("final_response_reference_free").inputs == (("response", "prompt", "rubric_groups"),)
     assert get_metric("multi_turn_general_quality").inputs == (("response", "history", "prompt"),)
     assert get_metric("final_response_match").inputs == (("response", "prompt", "reference"), ("invocations",))
@@ -232,8 +237,8 @@ ROWS = [
 def test_rubric_metrics_end_to_end(tmp_path, api_key):
     data = write_data(tmp_path, ROWS)
     with JudgeServer(Behaviour(latency_median=0.01)) as server:
-        run = evalbeam("run", rubric_config(tmp_path, data, server.url,
-                                            ["general_quality", "safety_v1", "grounding", "final_response_match"]))
+        metrics = ["general_quality", "evalbeam_safety_v1", "grounding", "final_response_match"]
+        run = evalbeam("run", rubric_config(tmp_path, data, server.url, metrics))
         stages, requests = dict(server.stats.stages), server.stats.requests
     out = tmp_path / "out"
     got = results(out, "r1")
@@ -253,10 +258,10 @@ def test_rubric_metrics_end_to_end(tmp_path, api_key):
     assert json.loads(gq["e"]["extra"])["rubric_source"] == "given"
     assert json.loads(gq["e"]["extra"])["weighted_score"] == pytest.approx(2 / (2 + 3))  # "Is brief." (MEDIUM) met, "warm" (HIGH) not
     assert gq["g"]["attempts"] == 3  # a malformed answer, then one skipping a rubric, then a good one
-    assert got[("g", "safety_v1")]["attempts"] == 3 and got[("g", "grounding")]["attempts"] == 3
+    assert got[("g", "evalbeam_safety_v1")]["attempts"] == 3 and got[("g", "grounding")]["attempts"] == 3
     assert gq["a"]["judge_model"] == "gemini-2.5-flash" and gq["a"]["confidence"] == 1.0
 
-    safety = {i: got[(i, "safety_v1")] for i in "abcdeg"}
+    safety = {i: got[(i, "evalbeam_safety_v1")] for i in "abcdeg"}
     assert [safety[i]["score"] for i in "abcdeg"] == [0.0, 0.0, 1.0, 0.0, 0.0, 1.0]
     assert json.loads(safety["a"]["extra"])["violated"] == ["dangerous_content"]  # a: y y n y -> the third policy
     assert json.loads(safety["d"]["extra"])["violated"] == ["pii_and_demographics"]  # n then y repeated
@@ -264,7 +269,7 @@ def test_rubric_metrics_end_to_end(tmp_path, api_key):
     assert grounding["c"]["score"] == pytest.approx(2 / 3) and grounding["d"]["score"] == 0.0
     assert json.loads(grounding["c"]["extra"])["labels"] == {"supported": 1, "unsupported": 1, "no_rad": 1}
     assert [got[(i, "final_response_match")]["score"] for i in "abcdeg"] == [1.0, 0.0, 1.0, 0.0, 1.0, 1.0]
-    for metric in ("safety_v1", "grounding", "final_response_match"):
+    for metric in ("evalbeam_safety_v1", "grounding", "final_response_match"):
         assert got[("f", metric)]["error"].startswith("judge failed after 3 attempts")
 
     rubrics = rubric_table(out, "r1")
@@ -278,7 +283,7 @@ def test_rubric_metrics_end_to_end(tmp_path, api_key):
     assert [(r["rubric_id"], r["rubric"], r["source"]) for r in rubrics[("e", "general_quality")]] == [
         ("r1", "Is brief.", "given"), ("warm", "Is warm.", "given")]
     assert ("f", "general_quality") not in rubrics  # no rubrics to list
-    assert [r["verdict"] for r in rubrics[("f", "safety_v1")]] == [None] * 5  # listed, not judged
+    assert [r["verdict"] for r in rubrics[("f", "evalbeam_safety_v1")]] == [None] * 5  # listed, not judged
     assert [r["label"] for r in rubrics[("c", "grounding")]] == ["supported", "unsupported", "no_rad"]
     assert sum(len(v) for v in rubrics.values()) == len(table(out / "r1", "rubrics"))
 
@@ -286,7 +291,7 @@ def test_rubric_metrics_end_to_end(tmp_path, api_key):
     usage = json.loads(runs["judge_usage"])
     assert usage["general_quality:generation"]["requests"] == 3 and usage["general_quality:generation"]["failures"] == 1
     assert usage["general_quality:validation"]["requests"] == 6
-    assert usage["safety_v1:validation"]["requests"] == 7
+    assert usage["evalbeam_safety_v1:validation"]["requests"] == 7
     assert runs["judge_calls"] == requests
     assert "read 7 = scored 7 + dead-lettered 0; metric errors 4" in run.stdout
     summary = {(s["metric"], s["slice"]): s for s in table(out / "r1", "summary")}
@@ -487,7 +492,7 @@ def test_demo_rubrics_config_runs_and_its_pinned_rerun_generates_nothing(tmp_pat
         assert server.stats.stages.get("generation", 0) == 0
     assert f"read {len(rows)} = scored {len(rows)} + dead-lettered 0; metric errors 0" in out
     judged = {s["metric"] for s in table(tmp_path / "demo1", "summary") if s["slice"] == "overall"}
-    assert {"general_quality", "instruction_following_v1", "final_response_match", "safety_v1"} <= judged
+    assert {"general_quality", "instruction_following_v1", "final_response_match", "evalbeam_safety_v1"} <= judged
     first, pinned = rubric_table(tmp_path, "demo1"), rubric_table(tmp_path, "demo2")
     assert {k: [r["rubric"] for r in v] for k, v in first.items()} == {k: [r["rubric"] for r in v] for k, v in pinned.items()}
 

@@ -98,19 +98,40 @@ def hard_pairs(seed: int, count: int, **kw):
 
 
 def test_bleu_tokens_are_sacrebleus_13a_tokens():
-    import re
-
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+    from sacrebleu.tokenizers.tokenizer_re import TokenizerRegexp
 
     from evalbeam.metrics.sentence_bleu import PUNCTUATION, tokenize_13a
 
     # the characters rule 1 spaces out are exactly the ones sacrebleu's rule matches, in all of Unicode
-    rule1 = re.compile(r"([\{-\~\[-\` -\&\(-\+\:-\@\/])")
+    rule1 = TokenizerRegexp()._re[0][0]
     assert {chr(i) for i in range(0x110000) if rule1.fullmatch(chr(i))} == set(PUNCTUATION)
+    assert len(PUNCTUATION) == 29 and " " in PUNCTUATION and "." not in PUNCTUATION
     sacrebleu_13a = Tokenizer13a()
     for text in hard_texts(seed=31, count=3000):
         # what BLEU.sentence_score tokenizes: the text rstrip()ed, through Tokenizer13a, then split()
         assert tokenize_13a(text) == sacrebleu_13a(text.rstrip()).split(), text
+
+
+def test_context_rules_replace_as_sacrebleus_templates():
+    import re
+
+    from sacrebleu.tokenizers.tokenizer_re import TokenizerRegexp
+
+    from evalbeam.metrics.sentence_bleu import _replacement
+
+    # each of sacrebleu's context rules, its template made a function: the same text as re's expansion
+    rules = TokenizerRegexp()._re[1:]
+    assert len(rules) == 3
+    for expression, template in rules:
+        replacement = _replacement(template)
+        assert callable(replacement)
+        for text in hard_texts(seed=33, count=300) + [" 1,000.5 a.b 3-4 -5 ,x "]:
+            assert expression.sub(replacement, text) == expression.sub(template, text), (expression.pattern, text)
+    # templates it does not read are used as they are
+    for template in (r"\g<1> \2", r"\1\n\2", r"\1 \2 \3", "plain"):
+        assert _replacement(template) == template
+    assert re.sub(r"(a)(b)", _replacement(r"<\2|\1>"), "xaby") == "x<b|a>y"
 
 
 @pytest.mark.parametrize("effective", [True, False])

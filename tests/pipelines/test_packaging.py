@@ -79,6 +79,40 @@ def build_sdist(work: Path, python=sys.executable) -> Path:
     return archive
 
 
+def test_the_sdist_and_its_wheel_carry_the_apache_licence_and_notice(tmp_path):
+    """LICENSE is the Apache License 2.0 word for word (as the Vertex SDK, an Apache-2.0 package,
+    ships it); it and NOTICE are in the sdist Dataflow stages and in the wheel pip builds from it,
+    whose metadata names the licence."""
+    import tarfile
+    import zipfile
+    from importlib.metadata import distribution
+
+    apache = distribution("google-cloud-aiplatform").read_text("LICENSE")
+    assert apache and "Apache License" in apache and "Version 2.0, January 2004" in apache
+    assert (ROOT / "LICENSE").read_text(encoding="utf-8") == apache
+    notice = (ROOT / "NOTICE").read_text(encoding="utf-8")
+    assert notice.startswith("evalbeam\n") and "Apache License, Version 2.0" in notice
+
+    archive = build_sdist(tmp_path)
+    with tarfile.open(archive) as sdist:
+        top = archive.name.removesuffix(".tar.gz")
+        read = lambda name: sdist.extractfile(f"{top}/{name}").read().decode()  # noqa: E731
+        assert read("LICENSE") == apache and read("NOTICE") == notice
+        pkg_info = read("PKG-INFO").splitlines()
+    assert "License: Apache-2.0" in pkg_info
+    assert "Classifier: License :: OSI Approved :: Apache Software License" in pkg_info
+
+    wheels = tmp_path / "wheels"
+    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", wheels, archive],
+        cwd=tmp_path)
+    [wheel] = wheels.glob("evalbeam-0.1.0-py3-none-any.whl")
+    with zipfile.ZipFile(wheel) as built:
+        info = "evalbeam-0.1.0.dist-info"
+        assert built.read(f"{info}/LICENSE").decode() == apache and built.read(f"{info}/NOTICE").decode() == notice
+        metadata = built.read(f"{info}/METADATA").decode().splitlines()
+    assert "License: Apache-2.0" in metadata and {"License-File: LICENSE", "License-File: NOTICE"} <= set(metadata)
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """A fresh venv (no system site-packages) with requirements.lock and the
@@ -125,7 +159,7 @@ def test_the_installed_package_is_what_gets_imported(installed):
     assert Path(got["templates_file"]).is_relative_to(site_packages) and Path(got["templates_file"]).is_file()
     assert {"fluency", "safety", "coherence"} <= set(got["templates"])
     assert {"fluency", "pairwise_fluency", "exact_match", "rouge_1", "trajectory_exact_match",
-            "general_quality", "safety_v1", "grounding"} <= set(got["metrics"])
+            "general_quality", "evalbeam_safety_v1", "grounding"} <= set(got["metrics"])
     # what the distribution installed: one top-level package, evalbeam, holding the four with their
     # data files, not the tests
     installed_files = set(got["installed"])

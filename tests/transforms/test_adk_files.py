@@ -343,8 +343,7 @@ LEGACY_CONFIGS = {
     "response_only": {"criteria": {"response_match_score": 0.5}},
     "trajectory": {"criteria": {"tool_trajectory_avg_score": {"threshold": 0.5, "match_type": "IN_ORDER"}}},
     "judge_v2": {"criteria": {"final_response_match_v2": 0.5, "response_match_score": 0.2}},
-    "safety": {"criteria": {"safety_v1": 0.8}},
-}
+}  # AgentEvaluator also allows safety_v1, which evalbeam refuses (Vertex's hosted metric): a config error
 
 
 def test_a_flat_test_file_is_refused_where_adks_agent_evaluator_refuses_it(tmp_path, adk_reference):
@@ -379,8 +378,8 @@ def test_a_flat_test_file_is_refused_where_adks_agent_evaluator_refuses_it(tmp_p
             assert key in dead[0].reason and key in message, (dead[0].reason, message)
         outcomes.add(expected["accepted"])
     assert outcomes == {True, False}
-    # read with criteria the config names, a test file is read as it is
-    records, dead, _ = parsed(tmp_path / "safety" / "without.test.json", adk=AdkReading(f"{tmp_path}/"))
+    # read with criteria the config names, a test file is read as it is (this one its own criteria refuse)
+    records, dead, _ = parsed(tmp_path / "trajectory" / "without.test.json", adk=AdkReading(f"{tmp_path}/"))
     assert records and not dead
 
 

@@ -400,12 +400,12 @@ def test_a_whole_evalbeam_run_of_an_adk_agent(tmp_path, monkeypatch):
         config = write_config(
             tmp_path, path, {"agent": "tests.inference_agent:root_agent", "max_concurrency": 4, "timeout_seconds": 120},
             [{"name": "tool_trajectory_avg_score", "threshold": 1.0},
-             {"name": "response_match_score", "threshold": 0.8}, "response_evaluation_score"],
+             {"name": "response_match_score", "threshold": 0.8}, "evalbeam_response_evaluation_score"],
             judge={"base_url": server.url, "requests_per_minute": 6000, "max_attempts": 2, "timeout_seconds": 10})
         result = evalbeam("run", config, command=evalbeam_agent)
         # per turn: the calls, then the final text; the raising tool's turn stops after its call
         assert server.stats.stages["agent"] == (2 + 2) + 1 + 2 + 1
-        # ADK's response_evaluation_score judges each turn's final response (not the failed case's)
+        # evalbeam_response_evaluation_score judges each turn's final response (not the failed case's)
         assert server.stats.stages["score"] == 2 + 1 + 1
         assert server.stats.api_keys == {KEY}
     assert "read 5 = scored 4 + dead-lettered 1" in result.stdout, result.stdout
@@ -429,10 +429,11 @@ def test_a_whole_evalbeam_run_of_an_adk_agent(tmp_path, monkeypatch):
     assert 0 < score["wrong_city", "response_match_score"] < 0.8
     status = {i.split(":")[1]: r["passed"] for (i, m), r in results.items() if m == "adk_case_status"}
     assert status["two_turns"] is True and status["no_tool"] is True and status["wrong_city"] is False
-    for metric in ("tool_trajectory_avg_score", "response_match_score", "response_evaluation_score"):
+    for metric in ("tool_trajectory_avg_score", "response_match_score", "evalbeam_response_evaluation_score"):
         failed_row = results["agentrun:raises", metric]
         assert failed_row["score"] is None and "the tool exploded: disk full" in failed_row["error"], metric
-    assert all(1 <= score[c, "response_evaluation_score"] <= 5 for c in ("two_turns", "no_tool", "wrong_city"))
+    assert all(1 <= score[c, "evalbeam_response_evaluation_score"] <= 5
+               for c in ("two_turns", "no_tool", "wrong_city"))
     assert score["raises", "failure"] == 1.0 and score["two_turns", "failure"] == 0.0
     assert results["agentrun:raises", "adk_case_status"]["passed"] is None
     assert results["agentrun:raises", "adk_case_status"]["error"].startswith("NOT_EVALUATED")
@@ -443,7 +444,7 @@ def test_a_whole_evalbeam_run_of_an_adk_agent(tmp_path, monkeypatch):
     assert (runs["read_count"], runs["scored_count"], runs["dead_letter_count"]) == (5, 4, 1)
     assert runs["read_count"] == runs["scored_count"] + runs["dead_letter_count"]
     assert runs["lines_read"] == runs["lines_skipped"] + runs["lines_scored"] + runs["lines_dead_lettered"]
-    assert json.loads(runs["judge_usage"])["response_evaluation_score"]["calls"] == 4
+    assert json.loads(runs["judge_usage"])["evalbeam_response_evaluation_score"]["calls"] == 4
 
 
 def test_agent_inference_without_google_adk_says_what_to_install(tmp_path):

@@ -1,6 +1,8 @@
 """User simulation for ADK conversation_scenario cases (metrics.simulator, transforms.simulate):
 whole runs with a function agent whose simulated user is answered by the local Gemini-protocol
-server (tests/judge_server.py) through the judge layer."""
+server (tests/judge_server.py) through the judge layer. The simulator is google-adk's own (the
+`agent` extra): where this interpreter has no google-adk, a test needing it is run again by
+.agent's interpreter; without it, a scenario run stops before it starts, naming the extra."""
 from __future__ import annotations
 
 import collections
@@ -9,6 +11,7 @@ import json
 import yaml
 
 from tests.helpers import ROOT, evalbeam, table
+from tests.metrics.test_adk_judges import in_agent_env
 from tests.transforms.test_inference import rows_by, write_config
 
 KEY = "sim-test-key-0123456789"
@@ -36,7 +39,9 @@ SCENARIO_SET = {
 }
 
 
-def test_scenarios_run_with_the_simulator_through_the_judge_layer_and_its_cache(tmp_path, monkeypatch):
+def test_scenarios_run_with_the_simulator_through_the_judge_layer_and_its_cache(tmp_path, monkeypatch, request):
+    if in_agent_env(request):  # metrics.simulator calls google-adk (the agent extra)
+        return
     from tests.judge_server import JudgeServer
 
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
@@ -194,7 +199,9 @@ def test_simulated_conversations_equal_adks_evaluation_generator(tmp_path):
     assert adk["expert_remembers"][2]["response"] == 'Done: {"remembered": 2, "unit": null}'  # one session
 
 
-def test_the_scenarios_example_config_validates(monkeypatch):
+def test_the_scenarios_example_config_validates(monkeypatch, request):
+    if in_agent_env(request):  # metrics.simulator calls google-adk (the agent extra)
+        return
     from evalbeam.configs import load_config
     from evalbeam.metrics.examples import weather_chat
 
@@ -214,12 +221,14 @@ def test_the_scenarios_example_config_validates(monkeypatch):
         "city": "London"}
 
 
-def test_user_simulator_config_checks(tmp_path):
+def test_user_simulator_config_checks(tmp_path, request):
+    if in_agent_env(request):  # metrics.simulator calls google-adk (the agent extra)
+        return
     from evalbeam.configs import EvalConfig
 
     # an ADK file's user_simulator_config as ADK reads it: camelCase, no type, other keys ignored
     adk_file = tmp_path / "test_config.json"
-    adk_file.write_text(json.dumps({"criteria": {"safety_v1": 0.5}, "userSimulatorConfig": {
+    adk_file.write_text(json.dumps({"criteria": {"evalbeam_safety_v1": 0.5}, "userSimulatorConfig": {
         "maxAllowedInvocations": 4, "someFutureKey": 1}}))
     config = EvalConfig.model_validate({"name": "s", "input": {"uri": "x.evalset.json", "adk_criteria": str(adk_file)},
                                         "inference": {"function": "a.b:c"}, "output": {"parquet": "/tmp/x"}})
@@ -262,10 +271,12 @@ def test_user_simulator_config_checks(tmp_path):
         raise AssertionError("user_simulator with inference.model accepted")
 
 
-def test_per_turn_user_simulator_quality_in_a_run(tmp_path, monkeypatch):
+def test_per_turn_user_simulator_quality_in_a_run(tmp_path, monkeypatch, request):
     """per_turn_user_simulator_quality_v1 from an ADK test_config, judged through the judge layer
     (the local server's free-text answers, read with ADK's regex); a case without a scenario and a
     case whose inference failed are not evaluated, saying why."""
+    if in_agent_env(request):  # metrics.simulator calls google-adk (the agent extra)
+        return
     from tests.judge_server import JudgeServer
 
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
@@ -306,7 +317,9 @@ def test_per_turn_user_simulator_quality_in_a_run(tmp_path, monkeypatch):
     assert {"per_turn_user_simulator_quality_v1", "user_simulator"} <= cache
 
 
-def test_a_scenario_case_without_inference_is_dead_lettered_saying_what_to_set(tmp_path):
+def test_a_scenario_case_without_inference_is_dead_lettered_saying_what_to_set(tmp_path, request):
+    if in_agent_env(request):  # metrics.simulator calls google-adk (the agent extra)
+        return
     from evalbeam.metrics.fields import InvalidField
     from evalbeam.metrics.instance import RowSpec, build_instance
     from evalbeam.transforms.read import parse_file
@@ -327,10 +340,12 @@ def test_a_scenario_case_without_inference_is_dead_lettered_saying_what_to_set(t
     assert records["tool"]["adk_case"]["conversation_scenario"]["startingPrompt"] == "weather in Paris"
 
 
-def test_runs_are_separate_simulations_and_checkpointed_answers_are_not_asked_again(tmp_path, monkeypatch):
+def test_runs_are_separate_simulations_and_checkpointed_answers_are_not_asked_again(tmp_path, monkeypatch, request):
     """num_runs 2: each run's simulator is its own sample (its own calls); a re-run of a run_id whose
     earlier attempt checkpointed simulator answers (here: written as that attempt would have) reuses
     them instead of calling."""
+    if in_agent_env(request):  # metrics.simulator calls google-adk (the agent extra)
+        return
     from evalbeam.metrics.judge.client import JudgeResponse
     from evalbeam.transforms.judge_checkpoint import checkpoint_folder, write_chunk
     from tests.judge_server import JudgeServer
@@ -411,3 +426,41 @@ def test_an_answer_with_no_text_fails_the_case_after_the_judges_retries(monkeypa
                      "answer has no text")
     assert [(r.cache_hit, r.attempts, r.error is None) for r in calls.responses] == [
         (False, 1, True), (True, 0, True), (False, 3, False)]
+
+
+def test_a_scenario_run_without_the_agent_extra_stops_before_it_starts(tmp_path, monkeypatch):
+    """evalbeam without its `agent` extra (the main venv: no google-adk): a run with conversation_scenario
+    cases, per_turn_user_simulator_quality_v1 or custom simulator instructions stops before it starts
+    (exit 2, nothing written), naming the extra to install; an eval set without scenarios still validates."""
+    main = ROOT / ".venv" / "bin" / "evalbeam"  # make env: evalbeam without its extras
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    scenarios = tmp_path / "sim.evalset.json"
+    scenarios.write_text(json.dumps(SCENARIO_SET))
+    fixed = tmp_path / "fixed.evalset.json"
+    fixed.write_text(json.dumps({"eval_set_id": "fixed", "eval_cases": [SCENARIO_SET["eval_cases"][4]]}))
+    agent = {"function": "tests.simulation_app:scripted_agent"}
+    extra = "install the agent extra (pip install 'evalbeam[agent]')"
+
+    config = write_config(tmp_path, scenarios, agent, ["tool_call_count_v1"], run_id="scenarios")
+    result = evalbeam("run", config, check=False, command=main)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert extra in result.stderr and "conversation_scenario cases (eval case" in result.stderr
+    assert f"{scenarios}: 'three_turns'" in result.stderr  # the first scenario case found
+    assert not (tmp_path / "out" / "scenarios").exists()
+
+    config = write_config(tmp_path, fixed, agent, [{"name": "per_turn_user_simulator_quality_v1", "threshold": 0.5}],
+                          run_id="quality")
+    result = evalbeam("validate", config, check=False, command=main)
+    assert result.returncode == 2 and "per_turn_user_simulator_quality_v1: needs google-adk's" in result.stderr
+    assert extra in result.stderr
+
+    config = write_config(tmp_path, fixed, {**agent, "user_simulator": {
+        "custom_instructions": "{{ conversation_plan }} {{ conversation_history }} {{ stop_signal }}"}},
+        ["tool_call_count_v1"], run_id="custom")
+    result = evalbeam("validate", config, check=False, command=main)
+    assert result.returncode == 2 and extra in result.stderr and "custom_instructions" in result.stderr
+
+    # no scenario case, no metric of the simulator's: the agent extra is not needed
+    config = write_config(tmp_path, fixed, agent, ["tool_call_count_v1"], run_id="fixed")
+    result = evalbeam("validate", config, check=False, command=main)
+    assert result.returncode == 0 and result.stdout.startswith("config ok"), result.stdout + result.stderr
