@@ -1,5 +1,18 @@
 # evalbeam: `make demo` and `make test` do all the set-up on a fresh machine.
-PYTHON ?= python3
+# The Pythons evalbeam supports, each checked by `make test` where found (setup.py's PYTHONS). PYTHON: `python3`
+# when it is one of them, else the first of python3.11, python3.12, python3.13, python3.10 on PATH that runs
+# (a pyenv shim of a version not selected does not); or name one: make demo PYTHON=/path/to/python3.12
+PYTHONS := 3.10 3.11 3.12 3.13
+comma := ,
+version_of = $(1) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(shell for p in python3 python3.11 python3.12 python3.13 python3.10; do \
+  case " $(PYTHONS) " in (*" $$($(call version_of,$$p)) "*) echo $$p; break;; esac; done)
+endif
+# $(call need_python,VERSIONS,SAID,WHAT): before a venv is made, stop with one line unless PYTHON is one of VERSIONS.
+need_python = v=$$($(call version_of,$(PYTHON))); case " $(1) " in *" $$v "*) ;; *) echo "$(3) needs Python $(2):\
+ $(if $(PYTHON),PYTHON=$(PYTHON) is $${v:-no Python that runs},no python3 or python3.X on PATH is one); name one with PYTHON=/path/to/python3.X" >&2; exit 1;; esac
+NEED_PYTHON := $(call need_python,$(PYTHONS),3.10$(comma) 3.11$(comma) 3.12 or 3.13,evalbeam)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -12,6 +25,7 @@ EMULATORS_STAMP := $(EMULATORS)/.installed
 env: $(STAMP)
 
 $(STAMP): requirements.lock setup.py
+	@test -x $(BIN)/python || { $(NEED_PYTHON); }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
 	$(BIN)/pip install --quiet -r requirements.lock
@@ -98,6 +112,7 @@ adk-env: $(ADK_STAMP)
 AGENT_ENV := .agent
 AGENT_STAMP := $(AGENT_ENV)/.installed
 $(AGENT_STAMP): requirements-agent.lock setup.py
+	@test -x $(AGENT_ENV)/bin/python || { $(call need_python,3.11 3.12 3.13,3.11$(comma) 3.12 or 3.13,google-adk 2.13.0 (the agent extra)); }
 	test -x $(AGENT_ENV)/bin/python || $(PYTHON) -m venv $(AGENT_ENV)
 	$(AGENT_ENV)/bin/python -m pip install --quiet --upgrade pip==25.3
 	$(AGENT_ENV)/bin/pip install --quiet --no-deps -r requirements-agent.lock
@@ -107,12 +122,13 @@ $(AGENT_STAMP): requirements-agent.lock setup.py
 
 agent-env: $(AGENT_STAMP)
 
-# Every tier (CI runs this). The tests start their own emulators on free ports.
+# Every tier (CI runs this). The tests start their own emulators on free ports. -rs: each skip says why
+# (a supported Python not found on this machine is one).
 test: $(STAMP) $(EMULATORS_STAMP) $(PUNKT_REFERENCE) $(AIRFLOW_STAMP) $(BROWSER_STAMP) $(ADK_STAMP) $(AGENT_STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -rs tests
 
 # The daily loop: .venv only, every test in no heavy tier (the markers: tests/conftest.py's TIERS).
-FAST := not emulators and not browser and not airflow and not adk and not agent and not packaging and not slow
+FAST := not emulators and not browser and not airflow and not adk and not agent and not packaging and not pythons and not slow
 test-fast: $(STAMP) $(PUNKT_REFERENCE)
 	$(BIN)/python -m pytest -q -m "$(FAST)" tests
 

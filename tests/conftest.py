@@ -55,6 +55,7 @@ TIERS = {
     "adk": "google-adk, the reference, in .adk/ (`make adk-env`)",
     "agent": "evalbeam[agent] in .agent/ (`make agent-env`)",
     "packaging": "builds the sdist and installs it into a fresh venv (needs only .venv)",
+    "pythons": "a fresh venv from the lock and the demo on each supported Python found here (setup.py's PYTHONS)",
     "slow": "more than ~4 s on a loaded 2-core machine (SLOW below), and in no other tier",
 }
 
@@ -77,6 +78,7 @@ TIER_RULES = [
     ("transforms/test_simulation.py", {"agent_env", "in_agent_env"}, "agent"),
     ("transforms/test_deployed.py", {"agent_env", "A2AServer", "AdkAppServer", "in_process"}, "agent"),
     ("pipelines/test_packaging.py", {"installed", "build_sdist"}, "packaging"),
+    ("pipelines/test_pythons.py", {"pythons_installed"}, "pythons"),
 ]
 
 # Measured with --durations=80 (2 cores shared with other runs, load ~4.5): the tests of no other tier
@@ -195,6 +197,15 @@ def pytest_collection_modifyitems(config, items):
             tiers.add("slow")
         for tier in sorted(tiers):
             item.add_marker(tier)
+
+
+def pytest_collection_finish(session):
+    # The `pythons` tier's installs (minutes each) start now, beside the tests before them.
+    versions = [item.callspec.params["version"] for item in session.items if "pythons_installed" in getattr(item, "fixturenames", ())]
+    if versions and not session.config.option.collectonly:
+        from tests.pipelines.test_pythons import start_installs
+
+        start_installs(versions)
 
 
 @pytest.fixture(scope="session")
