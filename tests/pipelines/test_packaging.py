@@ -18,6 +18,7 @@ import pytest
 
 from tests.helpers import ROOT, table
 from tests.judge_server import JudgeServer
+from tests.locks import setup_arguments
 
 KEY_ENV = "EVALBEAM_PACKAGING_JUDGE_KEY"
 KEY = "AIzaSy-packaging-test-key-0123456789"
@@ -253,20 +254,6 @@ def test_an_installed_copy_does_not_submit_workers_that_lack_evalbeam(installed,
                             cwd=tmp_path, env=outside_env(venv), capture_output=True, text=True, timeout=300)
     assert result.returncode == 2
     assert "remote workers need evalbeam installed" in result.stderr and "--setup_file" in result.stderr
-
-
-def setup_arguments() -> dict:
-    """The keyword arguments setup.py gives setuptools.setup (run without building anything)."""
-    import setuptools
-
-    captured = {}
-    original = setuptools.setup
-    setuptools.setup = lambda **kwargs: captured.update(kwargs)
-    try:
-        exec(compile((ROOT / "setup.py").read_text(), "setup.py", "exec"), {"__name__": "__main__"})
-    finally:
-        setuptools.setup = original
-    return captured
 
 
 def marker_environment(python: str) -> dict:
