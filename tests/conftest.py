@@ -178,6 +178,11 @@ SLOW = {
 }
 
 
+# pytest.ini's timeout (900 s) is per test; the tiers that install whole environments (their pip installs
+# time out at up to 1800 s: tests/pipelines/test_pythons.py) get this many seconds instead.
+LONG_TIMEOUT = {"packaging": 2400, "pythons": 2400}
+
+
 def pytest_configure(config):
     # Beam's TestPipeline is named like a test class; it is not one.
     config.addinivalue_line("filterwarnings", "ignore:cannot collect test class 'TestPipeline':pytest.PytestCollectionWarning")
@@ -197,6 +202,9 @@ def pytest_collection_modifyitems(config, items):
             tiers.add("slow")
         for tier in sorted(tiers):
             item.add_marker(tier)
+        longest = max((LONG_TIMEOUT[t] for t in tiers if t in LONG_TIMEOUT), default=None)
+        if longest and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(longest))
 
 
 def pytest_collection_finish(session):
