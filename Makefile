@@ -20,7 +20,7 @@ STAMP := $(VENV)/.installed
 EMULATORS := .emulators
 EMULATORS_STAMP := $(EMULATORS)/.installed
 
-.PHONY: env adk-env agent-env demo demo-judge demo-labels test test-fast bench emulators emulators-env emulators-stop airflow browser punkt-reference flex-template schedule-nightly clean
+.PHONY: env adk-env agent-env demo demo-judge demo-labels lint test test-fast bench emulators emulators-env emulators-stop airflow browser punkt-reference flex-template schedule-nightly clean
 
 env: $(STAMP)
 
@@ -122,14 +122,21 @@ $(AGENT_STAMP): requirements-agent.lock setup.py
 
 agent-env: $(AGENT_STAMP)
 
-# Every tier (CI runs this). The tests start their own emulators on free ports. -rs: each skip says why
-# (a supported Python not found on this machine is one).
+# The lint step of test and test-fast: ruff (pinned in requirements.lock), its rules in ruff.toml.
+LINT = $(BIN)/ruff check --quiet .
+lint: $(STAMP)
+	$(LINT)
+
+# Every tier (CI runs this), after the lint step. The tests start their own emulators on free ports. -rs: each
+# skip says why (a supported Python not found on this machine is one). pytest.ini fails a test hung past its timeout.
 test: $(STAMP) $(EMULATORS_STAMP) $(PUNKT_REFERENCE) $(AIRFLOW_STAMP) $(BROWSER_STAMP) $(ADK_STAMP) $(AGENT_STAMP)
+	$(LINT)
 	$(BIN)/python -m pytest -q -rs tests
 
 # The daily loop: .venv only, every test in no heavy tier (the markers: tests/conftest.py's TIERS).
 FAST := not emulators and not browser and not airflow and not adk and not agent and not packaging and not pythons and not slow
 test-fast: $(STAMP) $(PUNKT_REFERENCE)
+	$(LINT)
 	$(BIN)/python -m pytest -q -m "$(FAST)" tests
 
 bench: $(STAMP)
@@ -161,4 +168,4 @@ schedule-nightly: $(STAMP)
 	  --headers=Content-Type=application/json --message-body-from-file=.nightly-launch.json
 
 clean:
-	rm -rf $(VENV) $(EMULATORS) $(AIRFLOW) $(ADK_ENV) $(AGENT_ENV) .browser output .pytest_cache build dist
+	rm -rf $(VENV) $(EMULATORS) $(AIRFLOW) $(ADK_ENV) $(AGENT_ENV) .browser output .pytest_cache .ruff_cache build dist
