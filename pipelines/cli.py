@@ -5,11 +5,11 @@ each in pipelines/commands/, imported only when chosen), and how the process end
     evalbeam validate CONFIG [--set ...]
     evalbeam plan CONFIG [--set ...] [--json]
     evalbeam metrics
-    evalbeam runs [--eval NAME] [--last N] [--config CONFIG | --parquet DIR | --bigquery PROJECT.DATASET]
+    evalbeam runs [--eval NAME] [--last N] [--remove-leftovers RUN_ID] [--config CONFIG | --parquet DIR | --bigquery PROJECT.DATASET]
     evalbeam --version
     evalbeam show RUN_ID [--json] [--config CONFIG | --parquet DIR | --bigquery PROJECT.DATASET]
     evalbeam report RUN_ID [--compare BASE_RUN_ID] [-o report.html] [--config C | --parquet DIR | --bigquery P.D]
-    evalbeam compare BASE_RUN_ID RUN_ID [RUN_ID ...] [--tolerance T] [--config C | --parquet DIR | --bigquery P.D]
+    evalbeam compare BASE_RUN_ID RUN_ID [RUN_ID ...] [--tolerance [METRIC=]T] [--watch METRIC] [--config C | --parquet DIR | --bigquery P.D]
 
 Arguments `run` does not know go to Beam's PipelineOptions unchanged, so the
 same command targets DirectRunner or Dataflow (`--runner=DataflowRunner ...`).
@@ -27,7 +27,7 @@ from typing import NoReturn
 
 from evalbeam.pipelines import commands
 from evalbeam.pipelines.commands import UNWRITTEN_OUTPUT_STATUS
-from evalbeam.transforms.interrupt import INTERRUPTED
+from evalbeam.transforms.interrupt import INTERRUPTED, RESUME_HINT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,6 +81,8 @@ def entry() -> None:
             _say(f"evalbeam: {no_credentials(missing)}")
             _end(2)
         _say("evalbeam: interrupted")
+        for line in RESUME_HINT:  # what the run left for a re-run of its run_id to reuse
+            _say(line)
         _end(INTERRUPTED_STATUS)  # Beam's threads waiting on worker processes may be left: not waited for
 
     main_thread = threading.main_thread()

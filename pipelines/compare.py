@@ -29,7 +29,7 @@ from apache_beam.io.parquetio import ReadFromParquet
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from evalbeam.configs import EvalConfig
-from evalbeam.metrics.compare import ALPHA
+from evalbeam.metrics.compare import ALPHA, Gate, Tolerance, explain, parse_tolerance
 from evalbeam.pipelines.local import new_pipeline
 from evalbeam.pipelines.results import Location, location_of, read_rows, run_comparisons, runs_row
 from evalbeam.pipelines.text_tables import fmt, format_table
@@ -46,6 +46,35 @@ class CompareError(RuntimeError):
 
 
 @dataclasses.dataclass(frozen=True)
+class GateSettings:
+    """The command line's gate settings, over each run's config's: --tolerance T (every metric),
+    --tolerance METRIC=T (one metric), --watch METRIC."""
+
+    tolerance: Tolerance | None = None
+    per_metric: dict[str, Tolerance] = dataclasses.field(default_factory=dict)
+    watched: tuple[str, ...] | None = None
+
+
+def gate_settings(tolerances: list[str], watched: list[str]) -> GateSettings:
+    """--tolerance and --watch values -> GateSettings; ValueError naming the bad value."""
+    everywhere, per_metric = None, {}
+    for given in tolerances:
+        metric, sep, value = given.rpartition("=")
+        try:
+            tolerance = parse_tolerance(value)
+        except ValueError as e:
+            raise ValueError(f"--tolerance {given}: {e}") from None
+        if sep:
+            if not metric:
+                raise ValueError(f"--tolerance {given}: give METRIC=T, or T alone for every metric")
+            per_metric[metric] = tolerance
+        else:
+            everywhere = tolerance
+    names = tuple(m.strip() for given in watched for m in given.split(",") if m.strip())
+    return GateSettings(everywhere, per_metric, names if watched else None)
+
+
+@dataclasses.dataclass(frozen=True)
 class RunInfo:
     run_id: str
     name: str
@@ -55,6 +84,7 @@ class RunInfo:
     directions: dict[str, str]
     labelled: bool = False  # input.labels: its metric_results have human_label
     num_runs: int = 1  # inference.num_runs: > 1, its instances are runs of cases (compared by case)
+    gate: Gate = Gate()  # the config's compare_tolerance(s) and compare_watch
 
 
 def run_info(row: dict[str, Any]) -> RunInfo:
@@ -65,17 +95,20 @@ def run_info(row: dict[str, Any]) -> RunInfo:
     directions: dict[str, str] = {}
     labelled = False
     num_runs = 1
+    gate = Gate()
     try:
         config = EvalConfig.model_validate(json.loads(row["config"]))
         slices, directions = tuple(config.input.slice_columns), config.metric_directions()
         labelled = bool(config.input.labels)
         num_runs = config.inference.num_runs if config.inference else 1
+        gate = config.gate()
     except (ValueError, TypeError):
         pass
     run_date = row["run_date"]
     if isinstance(run_date, str):
         run_date = dt.date.fromisoformat(run_date)
-    return RunInfo(row["run_id"], row["name"], run_date, row["started_at"], slices, directions, labelled, num_runs)
+    return RunInfo(row["run_id"], row["name"], run_date, row["started_at"], slices, directions, labelled, num_runs,
+                   gate)
 
 
 # ------------------------------------------------------------- where runs are
@@ -160,9 +193,10 @@ def compare_inputs(pipeline, location: Location, base: RunInfo, run: RunInfo, la
     }
 
 
-def pair_spec(base: RunInfo, run: RunInfo, tolerance: float, alpha: float, compared_at: dt.datetime) -> PairSpec:
+def pair_spec(base: RunInfo, run: RunInfo, gate: Gate, alpha: float, compared_at: dt.datetime) -> PairSpec:
+    """gate: the run's (its config's, with the command line's settings over it)."""
     return PairSpec(base.run_id, run.run_id, run.run_date, run.name, {**base.directions, **run.directions},
-                    tolerance, alpha, compared_at, base.num_runs, run.num_runs)
+                    gate, alpha, compared_at, base.num_runs, run.num_runs)
 
 
 # ------------------------------------------------------------- what a comparison may gate on
@@ -174,6 +208,17 @@ def check_same_eval(base: RunInfo, run: RunInfo, allow_different_evals: bool = F
     if base.name != run.name and not allow_different_evals:
         raise CompareError(f"run {run.run_id} is of eval {run.name!r}, base run {base.run_id} of eval {base.name!r}: "
                            "runs of different evals are not compared (--allow-different-evals to compare them anyway)")
+
+
+def check_gate_metrics(run: RunInfo, settings: GateSettings) -> None:
+    """Every metric the command line names (--tolerance METRIC=T, --watch) is one of the run's: a
+    misspelt name would leave the metric ungated, silently."""
+    known = run.directions  # every metric the run reports (empty: its config is not readable here)
+    named = [*(f"--tolerance {m}=" for m in settings.per_metric), *(f"--watch {m}" for m in settings.watched or ())]
+    for flag, metric in zip(named, [*settings.per_metric, *(settings.watched or ())]):
+        if known and metric not in known:
+            raise CompareError(f"{flag.rstrip('=')}: run {run.run_id} has no metric {metric!r}; its metrics: "
+                               f"{', '.join(sorted(known))}")
 
 
 def default_min_paired(base_row: dict[str, Any], run_row: dict[str, Any]) -> int:
@@ -207,10 +252,16 @@ def comparison_gate(results, rows: list[dict[str, Any]], base_run_id: str, run_i
 
 
 def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOptions,
-            tolerance: float = 0.0, alpha: float = ALPHA, also_parquet: str | None = None,
+            gate_settings: GateSettings | None = None, alpha: float = ALPHA, also_parquet: str | None = None,
             allow_different_evals: bool = False) -> list[dict[str, Any]]:
     """Compare each of run_ids with base_run_id, write the comparisons, return their rows.
-    Runs of another eval than the base's are refused (CompareError) unless allowed."""
+    Each run is gated as its config says (compare_tolerance(s), compare_watch), gate_settings
+    (the command line's) over it. Runs of another eval than the base's are refused
+    (CompareError) unless allowed."""
+    gate_settings = gate_settings or GateSettings()
+    if base_run_id in run_ids:
+        raise CompareError(f"run {base_run_id} is the base run itself: a run compared with itself can flag nothing; "
+                           "give the base run and another run")
     location = location_of(results)
     infos = {}
     for run_id in [base_run_id, *run_ids]:
@@ -220,6 +271,7 @@ def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOpti
         infos[run_id] = run_info(row)
     for run_id in run_ids:
         check_same_eval(infos[base_run_id], infos[run_id], allow_different_evals)
+        check_gate_metrics(infos[run_id], gate_settings)
     parquet_out = location.parquet or also_parquet
     for run_id in run_ids:
         if parquet_out and not is_evalbeam_folder(run_folder(parquet_out, run_id)):
@@ -240,7 +292,8 @@ def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOpti
         inputs = compare_inputs(pipeline, location, base, run, label)
         inputs["run"] = pipeline | f"{label}Scores" >> ReadRunScores(location, run_id, run.labelled)
         inputs["run_slices"] = pipeline | f"{label}Slices" >> ReadRunSlices(location, run_id, run.slice_columns)
-        rows = inputs | f"{label}Compare" >> CompareRuns(pair_spec(base, run, tolerance, alpha, compared_at))
+        gate = run.gate.overridden(gate_settings.tolerance, gate_settings.per_metric, gate_settings.watched)
+        rows = inputs | f"{label}Compare" >> CompareRuns(pair_spec(base, run, gate, alpha, compared_at))
         written = rows | f"{label}Write" >> WriteParquetTable(FileSystems.join(staging, run_id), "comparisons")
         if location.bigquery:
             written_map = {"comparisons": written}
@@ -297,7 +350,17 @@ def format_comparison(rows: list[dict[str, Any]], brief: bool = False) -> str:
     if by_case:
         table += (f"\n{', '.join(by_case)}: paired by case (repeated runs, inference.num_runs > 1): 'paired' counts "
                   "cases, each case's score the mean of its valid runs")
+    explained = gate_explanations(rows)
+    if explained:
+        table += "\n\nthe gate:\n" + "\n".join(explained)
     return table + ("\n\nagreement with human labels (input.labels), run against base:\n" + agreement if agreement else "")
+
+
+def gate_explanations(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per flagged row (and per row the gate would flag but does not watch): why."""
+    several = len({r["run_id"] for r in rows}) > 1
+    return [f"{r['run_id']}: {line}" if several else line
+            for r in flagged_first(rows) if (line := explain(r)) is not None]
 
 
 def format_agreement(rows: list[dict[str, Any]]) -> str:

@@ -6,6 +6,7 @@ comparison, then runs it."""
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import sys
 import tempfile
@@ -39,7 +40,8 @@ from evalbeam.transforms.judge_checkpoint import checkpoint_folder
 from evalbeam.transforms.progress import ProgressDisplay
 from evalbeam.transforms.run_lock import BigQueryRunLock, RunIdHeld, RunLock
 from evalbeam.transforms.schema import RunKey, utc_now
-from evalbeam.transforms.write import remove_attempt, sweep_dead_attempts
+from evalbeam.transforms.interrupt import RESUME_HINT
+from evalbeam.transforms.write import ATTEMPTS, remove_attempt, sweep_dead_attempts
 from evalbeam.transforms.write_failure import OutputWriteError, describe, quiet_write_failures, write_failure
 
 
@@ -99,6 +101,9 @@ def plan_comparison(config: EvalConfig, run_key: RunKey, started_at, allow_diffe
             logging.getLogger(__name__).warning("compare_with: no earlier run of %s to compare with", config.name)
             print(f"compare_with: previous: no earlier run of {config.name} to compare with", file=sys.stderr)
             return None
+    if base_id == run_key.run_id:
+        raise ConfigError(f"compare_with: {base_id} is this run's own run_id: a run compared with itself can flag "
+                          "nothing (compare_with: previous compares with the eval's run before it)")
     row = results and runs_row(results, base_id)
     if row is None:
         raise ConfigError(f"compare_with: no run {base_id!r} in {results.location if results else config.output.parquet}")
@@ -133,6 +138,7 @@ def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: boo
                 remove_attempt(config.output.parquet, run_key.run_id, attempt)
             except Exception:  # noqa: BLE001 - the run's own error is the one to say
                 logging.getLogger(__name__).warning("could not remove attempt %s", attempt, exc_info=True)
+            RESUME_HINT[:] = resume_hint(config, run_key.run_id)
         failure = write_failure(e) if isinstance(e, Exception) else None
         if failure is not None:
             raise OutputWriteError(describe(failure, config.output.parquet or "the staging folder",
@@ -141,6 +147,20 @@ def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: boo
     finally:
         if lock is not None:
             lock.release()
+
+
+def resume_hint(config: EvalConfig, run_id: str) -> list[str]:
+    """What a run that ended early left for a re-run of its run_id (local output): its
+    checkpointed judgments and agent cases, and how to reuse or remove them."""
+    folder = os.path.join(config.output.parquet, ATTEMPTS, run_id)
+    if FileSystems.get_scheme(folder) is not None or not os.path.isdir(folder):
+        return []
+    files = sum(len(names) for _, _, names in os.walk(folder))
+    if not files:
+        return []
+    again = (f"evalbeam run {config.config_file or 'CONFIG'}" + ("" if config.run_id else f" --set run_id={run_id}"))
+    return [f"evalbeam: run {run_id} left {files} checkpoint file(s) in {folder}: `{again}` resumes it, reusing them; "
+            f"`evalbeam runs --remove-leftovers {run_id}` removes them"]
 
 
 def hold_run_id(config: EvalConfig, options: PipelineOptions, run_id: str, attempt: str, started_at):

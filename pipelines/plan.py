@@ -9,6 +9,7 @@ import os
 import tempfile
 
 import apache_beam as beam
+import duckdb
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from evalbeam.configs import ConfigError, EvalConfig
@@ -16,6 +17,7 @@ from evalbeam.metrics.failure_modes import TaxonomyError
 from evalbeam.metrics.judge.client import CHARS_PER_TOKEN
 from evalbeam.pipelines.local import new_pipeline
 from evalbeam.pipelines.preflight import billing_project, parquet_glob, preflight
+from evalbeam.pipelines.results import ResultsError, results_for
 from evalbeam.pipelines.stages.read import read_instances
 from evalbeam.transforms import bigquery, judge
 from evalbeam.transforms.failure_modes import DISCOVERY, taxonomy_of
@@ -71,7 +73,7 @@ def plan(config: EvalConfig) -> dict:
             counts = dict(json.load(f))
         with open(totals_path) as f:
             totals = json.load(f)
-    planned = estimate(config, checked.source, totals, counts)
+    planned = estimate(config, checked.source, totals, counts, earlier_output_tokens(config))
     # a rubric metric's classifications (one per failed rubric) are not known before its rubrics are judged
     rubric_names = {s.output_name for s in rubric_specs}
     planned["uncounted_failure_modes"] = [m for m in config.failure_modes.metrics if m in rubric_names] \
@@ -92,17 +94,49 @@ def plan_failure_modes(config: EvalConfig) -> PlanFailureModes | None:
     return PlanFailureModes(fm, taxonomy, config.computation_specs(), judge_metrics, config.judge)
 
 
-def estimate(config: EvalConfig, source: str, totals: dict, counts: dict) -> dict:
+# The eval's runs read for the output tokens their judge answers took (newest first)
+EARLIER_RUNS_READ = 5
+
+
+def earlier_output_tokens(config: EvalConfig) -> dict[str, tuple[float, str]]:
+    """metric -> (output tokens per judge answer, the run_id they come from), from the judge
+    accounting of the eval's latest earlier runs that called that metric; {} when there are none
+    (or the results cannot be read)."""
+    try:
+        results = results_for(config)
+        runs = results.runs(config.name)[:EARLIER_RUNS_READ]
+        found: dict[str, tuple[float, str]] = {}
+        for run in runs:
+            rows = results.run_tables(run["run_id"])["runs"]
+            usage = json.loads(rows[0].get("judge_usage") or "{}") if rows else {}
+            for metric, u in usage.items():
+                answered = (u.get("calls") or 0) - (u.get("rate_limited") or 0) - (u.get("failures") or 0)
+                if metric not in found and answered > 0 and u.get("output_tokens") is not None:
+                    found[metric] = (u["output_tokens"] / answered, run["run_id"])
+        return found
+    except (ResultsError, OSError, ValueError, KeyError, duckdb.Error):
+        return {}
+
+
+def estimate(config: EvalConfig, source: str, totals: dict, counts: dict,
+             earlier: dict[str, tuple[float, str]] | None = None) -> dict:
     """Tokens, cost and time from the counts. Prompt tokens: the prompts' characters
     over CHARS_PER_TOKEN (the judge client's own estimate); output tokens: the mean
-    of the cached answers of the same metric when there are some, else
+    of the cached answers of the same metric when there are some, else the mean
+    answer of the metric in the eval's latest earlier run (`earlier`), else
     judge.max_output_tokens (an upper bound)."""
     judge_config = config.judge
+    earlier = earlier or {}
     price = judge_config.prices.get(judge_config.model)
     rows = []
     for metric, c in sorted(counts.items()):
         to_call = c["asked"] if c["upper_bound"] else c["to_call"]
-        per_output = (c["cached_output_tokens"] / c["cached"]) if c["cached"] else (judge_config.max_output_tokens or 0)
+        if c["cached"]:
+            per_output, source_of_output = c["cached_output_tokens"] / c["cached"], "cached answers"
+        elif metric in earlier:
+            per_output, source_of_output = earlier[metric][0], f"run {earlier[metric][1]}"
+        else:
+            per_output, source_of_output = judge_config.max_output_tokens or 0, "max_output_tokens"
         prompt_tokens = None if c["upper_bound"] else c["prompt_chars"] // CHARS_PER_TOKEN
         output_tokens = round(per_output * to_call)
         cost = cost_batch = None
@@ -115,7 +149,7 @@ def estimate(config: EvalConfig, source: str, totals: dict, counts: dict) -> dic
             "metric": metric, "asked": c["asked"], "distinct": None if c["upper_bound"] else c["distinct"],
             "cached": None if c["upper_bound"] else c["cached"], "to_call": to_call,
             "upper_bound": bool(c["upper_bound"]), "prompt_tokens": prompt_tokens, "output_tokens": output_tokens,
-            "output_tokens_from": "cached answers" if c["cached"] else "max_output_tokens",
+            "output_tokens_from": source_of_output,
             "cost": cost, "cost_batch": cost_batch,
         })
     calls = sum(r["to_call"] for r in rows)
@@ -175,7 +209,11 @@ def format_plan(plan: dict) -> str:
     if any(r["metric"].endswith(":validation") for r in plan["metrics"]):
         lines.append("rubric validations (<=) are counted one per instance, metric and sample: their prompts and "
                      "cache keys depend on the rubrics generated, so their tokens and cost are not estimated")
+    learnt = sorted({r["output_tokens_from"] for r in plan["metrics"] if r["output_tokens_from"] != "max_output_tokens"})
+    if learnt:
+        lines.append(f"output tokens learnt from real answers: {', '.join(learnt)} (the mean answer of each metric)")
     if any(r["output_tokens_from"] == "max_output_tokens" for r in plan["metrics"]):
-        lines.append("output tokens marked <= (and so the costs) are upper bounds: judge.max_output_tokens per call "
-                     "(no cached answers of the metric to learn from)")
+        lines.append("output tokens marked <= (and so the tokens, the time and the costs) are UPPER BOUNDS, not "
+                     "estimates: judge.max_output_tokens per call (neither the judge cache nor an earlier run of "
+                     "this eval has answers of the metric to learn from); a real run uses far fewer")
     return "\n".join(lines)

@@ -17,7 +17,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from google.auth.exceptions import DefaultCredentialsError
 
 from evalbeam.configs import ConfigError, EvalConfig, MetricSpec
-from evalbeam.metrics.custom import load_function
+from evalbeam.metrics.custom import load_function, path_hint
 from evalbeam.metrics.deployed import reachable
 from evalbeam.metrics.fields import InvalidField
 from evalbeam.metrics.inference import AgentInferrer, load_target
@@ -216,7 +216,8 @@ def _check_inference(config: EvalConfig) -> None:
         else:
             load_target(inference.target, "inference.function")
     except Exception as e:  # noqa: BLE001 - whatever stops the import is what the user must fix
-        raise ConfigError(f"inference.{inference.kind}: cannot load {inference.target!r}: {type(e).__name__}: {e}") from None
+        hint = path_hint(inference.target.partition(":")[0], e)
+        raise ConfigError(f"inference.{inference.kind}: cannot load {inference.target!r}: {type(e).__name__}: {e}{hint}") from None
 
 
 def _check_simulator(config: EvalConfig) -> None:
@@ -259,6 +260,18 @@ def parquet_glob(location: str) -> str:
     if any(c in location for c in "*?[") or location.endswith(".parquet"):
         return location
     return location.rstrip("/") + "/*.parquet"
+
+
+def judge_credentials_problem(config: EvalConfig) -> str | None:
+    """What the judge (or model inference) lacks to authenticate, or None: for `validate`, which
+    checks everything else without it and reports this as the one thing left."""
+    if not config.judge_specs() and not config.model_inference():
+        return None
+    try:
+        check_credentials(config.judge)
+    except JudgeCredentialsError as e:
+        return str(e)
+    return None
 
 
 def _check_judge(config: EvalConfig, options: PipelineOptions | None, credentials: bool = True) -> None:
@@ -395,6 +408,10 @@ def _check_columns(config: EvalConfig, checked: Preflight) -> None:
             problems.append(f"  input.slice_columns: column {col!r} is not in the dataset")
     if config.input.id_column and config.input.id_column not in columns:
         problems.append(f"  input.id_column: column {config.input.id_column!r} is not in the dataset")
+    for metric, label_columns in config.input.labels.items():
+        for col in label_columns:
+            if col not in columns:  # a run would find no label to compare with, and fail
+                problems.append(f"  input.labels.{metric}: column {col!r} is not in the dataset")
     if problems:
         seen = "its schema" if checked.checked_rows is None else f"the first {checked.checked_rows} rows"
         raise ConfigError(

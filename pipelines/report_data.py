@@ -44,17 +44,23 @@ def run_problems(tables: dict[str, list[dict[str, Any]]]) -> list[str]:
 
 
 def input_problems(r: dict[str, Any]) -> list[str]:
-    """A run that read records but scored none, or dead-lettered more of them than
-    its config's max_dead_letter_share allows (an empty input is an empty run)."""
+    """A run that read nothing (unless its config's input.allow_empty), read records but scored
+    none, or dead-lettered more of them than its config's max_dead_letter_share allows."""
     read, scored, dead = r["read_count"], r["scored_count"], r["dead_letter_count"]
+    try:
+        config = json.loads(r.get("config") or "{}")
+    except (TypeError, ValueError):
+        config = {}
     if not read:
-        return []
+        given = config.get("input") or {}
+        if given.get("allow_empty"):
+            return []
+        source = f"input.uri {given['uri']}" if given.get("uri") else "input.query" if given.get("query") else "the input"
+        return [f"no record was read from {source}: an empty input fails the run (set input.allow_empty: true "
+                "when it is expected)"]
     if not scored:
         return [f"no instance was scored: all {read} records read were dead-lettered (see dead letters)"]
-    try:
-        share = json.loads(r.get("config") or "{}").get("max_dead_letter_share", DEFAULT_MAX_DEAD_LETTER_SHARE)
-    except (TypeError, ValueError):
-        share = DEFAULT_MAX_DEAD_LETTER_SHARE
+    share = config.get("max_dead_letter_share", DEFAULT_MAX_DEAD_LETTER_SHARE)
     if dead / read > share:
         return [f"{dead} of {read} records read were dead-lettered ({dead / read:.0%}), more than "
                 f"max_dead_letter_share {share:g} allows"]
@@ -122,6 +128,8 @@ def judge_accounting(run: dict[str, Any]) -> dict[str, Any] | None:
         "rate_limited": run["judge_rate_limited"], "failures": run["judge_failures"],
         "prompt_tokens": run["judge_prompt_tokens"], "output_tokens": run["judge_output_tokens"],
         "estimated_cost_usd": run.get("judge_estimated_cost"), "per_metric": usage,
+        # judgments a killed attempt had checkpointed, taken again by this run (neither called nor cached)
+        "checkpoint_reused": sum(u.get("checkpoint_reused", 0) for u in usage.values()),
     }
 
 

@@ -196,10 +196,15 @@ def _comparison(data) -> str:
         out.append('<p class="verdict ok">No regression flagged.</p>')
     if improved:
         out.append(f"<p>{len(improved)} improvement(s) flagged: {e(', '.join(sorted({r['metric'] for r in improved})))}</p>")
-    tolerance = rows[0].get("tolerance")
+    overall = [r for r in rows if r["slice"] == "overall"]
+    tolerances = ", ".join(f"{r['metric']} {num(r.get('tolerance'), 3)}"
+                           + (f" ({r['tolerance_relative'] * 100:g}% of the base mean)" if r.get("tolerance_relative") is not None else "")
+                           for r in overall)
+    unwatched = sorted(r["metric"] for r in overall if r.get("watched") is False)
     out.append(f"<p class=sub>Paired by instance; base = {e(base)}; difference = this run minus base; 95% CI from a paired "
-               f"bootstrap; p-value Holm-adjusted across the rows. Flagged when the CI lies beyond the tolerance "
-               f"({num(tolerance, 3)}) on one side and the adjusted p-value is below alpha.</p>")
+               f"bootstrap; p-value Holm-adjusted across the rows the gate watches. Flagged when the CI lies beyond the "
+               f"metric's tolerance ({e(tolerances)}) on one side and the adjusted p-value is below alpha."
+               + (f" Not watched by the gate, never flagged: {e(', '.join(unwatched))}." if unwatched else "") + "</p>")
     # the overall rows and every flagged one in view; the other slices' rows one click away
     # (<details>: no script needed)
     main = [r for r in rows if r["slice"] == "overall" or r["regression"] or r["improvement"]]
@@ -310,7 +315,7 @@ def _summary(data) -> str:
                "<th>95% CI</th><th>mean and CI on the score range</th><th class=num>pass rate</th></tr>")
     for s in overall:
         info = data["metrics"].get(s["metric"], {})
-        ci = "-" if s["ci_low"] is None else f"[{num(s['ci_low'], 3)}, {num(s['ci_high'], 3)}]"
+        ci = "-" if s["ci_low"] is None else f"[{num(s['ci_low'])}, {num(s['ci_high'])}]"  # as the mean's 4 decimals
         errors = num(s["error_count"])
         if s["error_count"]:
             errors = f'<span class="bad">{errors}</span>'

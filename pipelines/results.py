@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from evalbeam.transforms.local_cloud import bigquery_client
-from evalbeam.transforms.schema import TABLES, arrow_schema
+from evalbeam.transforms.schema import ATTEMPTS, TABLES, arrow_schema
 
 RUNS_SQL = """
 SELECT run_id, name, run_date, started_at, finished_at, read_count, scored_count, dead_letter_count, metric_error_count, config
@@ -225,14 +225,57 @@ def location_of(results) -> Location:
     return Location(parquet=results.output)
 
 
+@dataclasses.dataclass(frozen=True)
+class Leftover:
+    """What a run that ended early (Ctrl-C, a crash) left of its run_id in a local output:
+    checkpointed judgments and agent cases a re-run with the same run_id reuses."""
+
+    run_id: str
+    folder: str
+    files: int
+    locked: bool  # a lock file beside it: a run may be writing it now
+
+
+def leftovers(results) -> list[Leftover]:
+    """The leftovers of a local Parquet output (none for BigQuery or gs://: not listed)."""
+    output = getattr(results, "output", None)
+    if not output or is_url(output):
+        return []
+    root = os.path.join(output, ATTEMPTS)
+    if not os.path.isdir(root):
+        return []
+    found = []
+    for name in sorted(os.listdir(root)):
+        folder = os.path.join(root, name)
+        if name.startswith("compare-") or not os.path.isdir(folder):
+            continue  # a comparison's staging, or a lock file
+        files = sum(len(names) for _, _, names in os.walk(folder))
+        if files:
+            found.append(Leftover(name, folder, files, os.path.exists(os.path.join(root, name + ".lock"))))
+    return found
+
+
+def format_leftovers(found: list[Leftover]) -> str:
+    if not found:
+        return ""
+    lines = ["", "left by runs that ended early (a re-run with the same run_id reuses them: evalbeam run CONFIG "
+                 "--set run_id=RUN_ID; evalbeam runs --remove-leftovers RUN_ID removes them):"]
+    for leftover in found:
+        lines.append(f"  {leftover.run_id}: {leftover.files} file(s) in {leftover.folder}"
+                     + (" (locked: a run may be writing it now)" if leftover.locked else ""))
+    return "\n".join(lines)
+
+
 def runs_row(results, run_id: str) -> dict[str, Any] | None:
     rows = results.run_tables(run_id)["runs"]
     return rows[0] if rows else None
 
 
 def previous_run(results, name: str, run_id: str, run_date: dt.date) -> str | None:
-    """The eval's latest run before this one by run date (then start time), other than run_id itself."""
-    candidates = [r for r in results.runs(name) if r["run_id"] != run_id and as_date(r["run_date"]) <= run_date]
+    """The eval's latest run before this one by run date (then start time), other than run_id itself
+    and other than a run that read nothing (an empty input: nothing to compare with)."""
+    candidates = [r for r in results.runs(name) if r["run_id"] != run_id and as_date(r["run_date"]) <= run_date
+                  and r.get("read_count") != 0]
     if not candidates:
         return None
     return max(candidates, key=lambda r: (as_date(r["run_date"]), r["started_at"]))["run_id"]

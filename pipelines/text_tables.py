@@ -51,7 +51,7 @@ def format_summary(rows: list[dict[str, Any]], where: str | None = None) -> str:
         shown += overall + slices
     lines = []
     for r in shown:
-        ci = "-" if r["ci_low"] is None else f"[{fmt(r['ci_low'], 3)}, {fmt(r['ci_high'], 3)}]"
+        ci = "-" if r["ci_low"] is None else f"[{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]"
         lines.append((r["metric"], r["slice"], str(r["valid_count"]), str(r["error_count"]),
                       fmt(r["mean"]), fmt(r["std"]), fmt(r.get("standard_error")), ci, fmt(r["pass_rate"], 3)))
     table = format_table(("metric", "slice", "n", "errors", "mean", "std", "se", "95% CI", "pass rate"), lines)
@@ -108,6 +108,26 @@ def format_position_consistency(rows: list[dict[str, Any]]) -> str:
             + format_table(("metric", "slice", "consistency", "95% CI"), lines))
 
 
+def _adk_files(run: dict[str, Any]) -> bool:
+    """Whether the run read ADK eval set or result files (JSON documents, a case over many lines)."""
+    try:
+        from evalbeam.configs import EvalConfig  # start-up time: the config model only for this line
+
+        config = EvalConfig.model_validate(json.loads(run.get("config") or "{}"))
+        return config.input.kind == "files" and config.input.is_adk
+    except (TypeError, ValueError):
+        return False
+
+
+def _num_runs(run: dict[str, Any]) -> int:
+    """inference.num_runs of the config a runs row ran with (1 without inference, or unreadable)."""
+    try:
+        inference = json.loads(run.get("config") or "{}").get("inference") or {}
+        return int(inference.get("num_runs") or 1)
+    except (TypeError, ValueError, AttributeError):
+        return 1
+
+
 def run_report(results, run_id: str, tables: dict | None = None) -> str:
     tables = tables or results.run_tables(run_id)
     if not tables["runs"]:
@@ -118,9 +138,14 @@ def run_report(results, run_id: str, tables: dict | None = None) -> str:
         f"read {r['read_count']} = scored {r['scored_count']} + dead-lettered {r['dead_letter_count']}; "
         f"metric errors {r['metric_error_count']}",
     ]
+    num_runs = _num_runs(r)
+    if num_runs > 1:  # the summary's n counts runs: say how the records read become them
+        lines.append(f"each of the {r['scored_count']} case(s) scored ran {num_runs} times (inference.num_runs): "
+                     f"{r['scored_count'] * num_runs} instances, counted in the summary's n and errors")
     if r.get("lines_read") is not None:
         lines.append(f"source lines {r['lines_read']} = {r['lines_scored']} scored + {r['lines_dead_lettered']} "
-                     f"dead-lettered + {r['lines_skipped']} holding no record")
+                     f"dead-lettered + {r['lines_skipped']} holding no record"
+                     + (" (the lines of the ADK files' JSON: one case spans many)" if _adk_files(r) else ""))
     judge = judge_accounting(r)
     if judge:
         lines += format_judge(judge)
@@ -213,11 +238,15 @@ def format_flags(pairs: list[dict[str, Any]]) -> str:
 
 def format_judge(judge: dict[str, Any]) -> list[str]:
     cost = "no price in judge.prices" if judge["estimated_cost_usd"] is None else f"${judge['estimated_cost_usd']:.4f}"
-    lines = [f"judge: {judge['requests']} judgments needed, {judge['cache_hits']} from the cache; {judge['calls']} calls "
+    reused = judge.get("checkpoint_reused") or 0
+    from_checkpoints = f", {reused} from the checkpoints of an interrupted attempt" if reused else ""
+    lines = [f"judge: {judge['requests']} judgments needed, {judge['cache_hits']} from the cache{from_checkpoints}; {judge['calls']} calls "
              f"({judge['rate_limited']} rate-limited), {judge['failures']} failed; tokens {judge['prompt_tokens']} prompt "
              f"+ {judge['output_tokens']} output; estimated cost {cost}"]
     for metric, u in sorted(judge["per_metric"].items()):
-        lines.append(f"  {metric}: {u.get('requests', 0)} needed, {u.get('cache_hits', 0)} cached, {u.get('calls', 0)} calls, "
+        checkpointed = f"{u['checkpoint_reused']} from checkpoints, " if u.get("checkpoint_reused") else ""
+        lines.append(f"  {metric}: {u.get('requests', 0)} needed, {u.get('cache_hits', 0)} cached, {checkpointed}"
+                     f"{u.get('calls', 0)} calls, "
                      f"{u.get('rate_limited', 0)} x 429, {u.get('failures', 0)} failed, "
                      f"{u.get('prompt_tokens', 0)}+{u.get('output_tokens', 0)} tokens"
                      + (f", ${u['estimated_cost']:.4f}" if u.get("estimated_cost") is not None else ""))
@@ -236,6 +265,7 @@ def format_calibration(rows: list[dict[str, Any]]) -> str:
         slices = sorted((r for r in metric_rows if r["slice"] != "overall"), key=lambda r: (-(r["n"] or 0), r["slice"]))
         shown += overall + sorted(slices[:MAX_SHOWN_SLICES], key=lambda r: r["slice"])
     lines, notes = [], []
+    overall_notes = {r["metric"]: r.get("note") for r in shown if r["slice"] == "overall"}
     for r in shown:
         ci = "-" if r["ci_low"] is None else f"[{fmt(r['ci_low'], 3)}, {fmt(r['ci_high'], 3)}]"
         lines.append((r["metric"], r["slice"], str(r["n"]), fmt(r["bias"], 3), fmt(r["mae"], 3), fmt(r["spearman"], 3),
@@ -250,6 +280,9 @@ def format_calibration(rows: list[dict[str, Any]]) -> str:
                        if r["invalid_label_count"] else ""]
             if any(missing):
                 notes.append(f"  {r['metric']}: not compared: " + "; ".join(m for m in missing if m))
+        elif r.get("note") and r["note"] != overall_notes.get(r["metric"]):
+            # a slice's own reason (too few pairs there, one label value...), not the overall row's again
+            notes.append(f"  {r['metric']} ({r['slice']}): {r['note']}")
     table = format_table(("metric", "slice", "n", "bias", "MAE", "spearman", "kendall", "kappa", "w. kappa",
                           "95% CI", "F1", "annot. alpha"), lines)
     return table + ("\n" + "\n".join(notes) if notes else "")

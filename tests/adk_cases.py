@@ -23,7 +23,7 @@ ARGS = [
 # Khmer/Myanmar per grapheme cluster, other scripts whole, underscores, digits.
 TEXTS = [
     "The cats are running", "the cat runs", "It is 18C and foggy in San Francisco.", "18C and foggy",
-    "I have set the device_2 status to off.", "Device 2 is OFF now!", "東京の天気は晴れです", "東京は晴れ",
+    "I have set the lamp_2 status to off.", "Lamp 2 is OFF now!", "東京の天気は晴れです", "東京は晴れ",
     "今日はいい天気ですね。", "서울 날씨는 맑음", "서울은 맑아요", "สวัสดีครับ ยินดีต้อนรับ", "สวัสดีค่ะ",
     "ภาษาไทยง่ายนิดเดียว", "ມື້ນີ້ອາກາດດີ", "ខ្ញុំស្រឡាញ់ភាសាខ្មែរ", "မြန်မာစာ", "مرحبا بالعالم", "مرحبا",
     "नमस्ते दुनिया", "नमस्ते", "Ｆｕｌｌｗｉｄｔｈ ＡＢＣ", "fullwidth abc", "Café crème brûlée", "cafe creme",

@@ -55,6 +55,7 @@ TIERS = {
     "adk": "google-adk, the reference, in .adk/ (`make adk-env`)",
     "agent": "evalbeam[agent] in .agent/ (`make agent-env`)",
     "packaging": "builds the sdist and installs it into a fresh venv (needs only .venv)",
+    "pythons": "a fresh venv from the lock and the demo on each supported Python found here (setup.py's PYTHONS)",
     "slow": "more than ~4 s on a loaded 2-core machine (SLOW below), and in no other tier",
 }
 
@@ -77,6 +78,7 @@ TIER_RULES = [
     ("transforms/test_simulation.py", {"agent_env", "in_agent_env"}, "agent"),
     ("transforms/test_deployed.py", {"agent_env", "A2AServer", "AdkAppServer", "in_process"}, "agent"),
     ("pipelines/test_packaging.py", {"installed", "build_sdist"}, "packaging"),
+    ("pipelines/test_pythons.py", {"pythons_installed"}, "pythons"),
 ]
 
 # Measured with --durations=80 (2 cores shared with other runs, load ~4.5): the tests of no other tier
@@ -176,6 +178,11 @@ SLOW = {
 }
 
 
+# pytest.ini's timeout (900 s) is per test; the tiers that install whole environments (their pip installs
+# time out at up to 1800 s: tests/pipelines/test_pythons.py) get this many seconds instead.
+LONG_TIMEOUT = {"packaging": 2400, "pythons": 2400}
+
+
 def pytest_configure(config):
     # Beam's TestPipeline is named like a test class; it is not one.
     config.addinivalue_line("filterwarnings", "ignore:cannot collect test class 'TestPipeline':pytest.PytestCollectionWarning")
@@ -195,6 +202,42 @@ def pytest_collection_modifyitems(config, items):
             tiers.add("slow")
         for tier in sorted(tiers):
             item.add_marker(tier)
+        longest = max((LONG_TIMEOUT[t] for t in tiers if t in LONG_TIMEOUT), default=None)
+        if longest and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(longest))
+    stale = stale_slow_entries(config, tests, items)
+    if stale:
+        pytest.exit("tests/conftest.py's SLOW names no collected test: " + ", ".join(stale)
+                    + " (renamed or removed? fix the list)", returncode=pytest.ExitCode.USAGE_ERROR)
+
+
+def stale_slow_entries(config, tests: Path, items) -> list:
+    """The entries of SLOW that name no collected test, so that the list cannot rot. Judged only for the
+    modules this session collects whole: those under a file or folder argument given without `::` (this
+    hook sees the items before -k, -m and --deselect take theirs). An entry whose module file is missing is
+    stale; a module of which nothing was collected (--ignore, --lf) is not judged."""
+    whole = [Path(config.invocation_params.dir, arg).resolve() for arg in config.args if "::" not in arg]
+    collected = {}
+    for item in items:
+        collected.setdefault(item.path.relative_to(tests).as_posix(), set()).add(getattr(item, "originalname", item.name))
+    stale = []
+    for entry in sorted(SLOW):
+        module, _, name = entry.partition("::")
+        path = tests / module
+        if not any(path == root or path.is_relative_to(root) for root in whole):
+            continue
+        if not path.exists() or (module in collected and name not in collected[module]):
+            stale.append(entry)
+    return stale
+
+
+def pytest_collection_finish(session):
+    # The `pythons` tier's installs (minutes each) start now, beside the tests before them.
+    versions = [item.callspec.params["version"] for item in session.items if "pythons_installed" in getattr(item, "fixturenames", ())]
+    if versions and not session.config.option.collectonly:
+        from tests.pipelines.test_pythons import start_installs
+
+        start_installs(versions)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ the eval <name>-stand-in, so that its runs are never compared with real ones."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -39,9 +40,33 @@ def main(argv: list[str]) -> int:
         env = {**os.environ, "GOOGLE_API_KEY": "demo-stand-in-key"}
         command = [str(evalbeam), "run", config, "--set", f"judge.base_url={server.url}", "--set", "judge.backend=gemini_api",
                    "--set", "judge.api_key_env=GOOGLE_API_KEY", *(["--set", f"name={name}"] if name else []), *rest]
-        status = subprocess.run(command, env=env).returncode
+        child = subprocess.Popen(command, env=env)
+        try:
+            status = child.wait()
+        except KeyboardInterrupt:
+            # Ctrl-C: the run it started is ended, not left running, and no traceback is printed
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            status = end(child)
+            print("demo-judge: interrupted; the run it started has ended", file=sys.stderr, flush=True)
+            return INTERRUPTED
     print(f"\n{NOTICE}\n{REAL.format(config=config)}", flush=True)
     return status
+
+
+INTERRUPTED = 130  # as a shell reports a command Ctrl-C ended
+
+
+def end(child: subprocess.Popen) -> int:
+    """The child evalbeam run ended: a terminal's Ctrl-C reached it too, and it ends on its own
+    (saying how to resume); else a Ctrl-C of its own, then a kill. Its exit status."""
+    for signum, wait in ((None, 15), (signal.SIGINT, 15), (signal.SIGKILL, 15)):
+        if signum is not None:
+            child.send_signal(signum)
+        try:
+            return child.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+    return child.wait()
 
 
 if __name__ == "__main__":

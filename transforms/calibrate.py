@@ -15,7 +15,8 @@ from evalbeam.metrics.summary import bootstrap_weight_matrix
 from evalbeam.transforms.infer import case_id
 from evalbeam.transforms.schema import RunKey
 from evalbeam.transforms.score import ScoredInstance
-from evalbeam.transforms.summarize import BOOTSTRAP_BATCH, MAX_SLICE_VALUES, OVERALL, fold_slices, slice_column
+from evalbeam.metrics.summary import MAX_SLICE_VALUES
+from evalbeam.transforms.summarize import BOOTSTRAP_BATCH, OVERALL, fold_slices, slice_column
 
 
 def labelled_results(scored: ScoredInstance) -> list[dict[str, Any]]:

@@ -33,7 +33,8 @@ from typing import Any, Iterable
 
 import apache_beam as beam
 
-from evalbeam.metrics.compare import ERROR, ONLY_BASE, ONLY_RUN, PAIRED, PairedMoments, better_sign, compared_value, finish
+from evalbeam.metrics.compare import (ERROR, ONLY_BASE, ONLY_RUN, PAIRED, Gate, PairedMoments, better_sign, compared_value,
+                                      finish)
 from evalbeam.metrics.summary import bootstrap_weights
 from evalbeam.transforms.infer import case_id
 from evalbeam.transforms.summarize import OVERALL
@@ -60,7 +61,7 @@ class PairSpec:
     run_date: dt.date
     name: str | None
     directions: dict[str, str]
-    tolerance: float
+    gate: Gate
     alpha: float
     compared_at: dt.datetime
     base_num_runs: int = 1  # inference.num_runs of each run: > 1 on either side pairs cases
@@ -195,5 +196,5 @@ class CompareRuns(beam.PTransform):
             | "PerMetricAndSlice" >> beam.CombinePerKey(_MomentsFn())
             | "Rows" >> beam.Map(comparison_row, spec)
             | "Together" >> beam.combiners.ToList()
-            | "AdjustAndFlag" >> beam.FlatMap(lambda rows, s: finish(rows, s.tolerance, s.alpha), spec)
+            | "AdjustAndFlag" >> beam.FlatMap(lambda rows, s: finish(rows, s.gate, s.alpha), spec)
         )

@@ -6,3 +6,7 @@ import threading
 # KeyboardInterrupt raised inside a step as a RuntimeError, so the exception
 # alone does not tell an interrupted run from a failed one.
 INTERRUPTED = threading.Event()
+
+# What the command says after `evalbeam: interrupted` (set by pipelines.evaluate when the run
+# leaves checkpoints a re-run of its run_id reuses): how to resume it.
+RESUME_HINT: list[str] = []

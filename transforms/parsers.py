@@ -346,7 +346,10 @@ def _csv_records(feed: _Feed):
     """(cells or None, lines taken, error) for each CSV record, resynchronising
     after damage: a record that fails to parse, or grows past the size limit,
     costs its first line, and the lines after it are read again."""
-    reader = csv.reader(feed)
+    # strict: a closing quote followed by anything but a delimiter or the line's end is an
+    # error, not text joined to the cell (a quote closing on a later line would swallow the
+    # rows between); so is the end of the input inside a quoted field.
+    reader = csv.reader(feed, strict=True)
     while True:
         feed.start_record()
         try:
@@ -355,26 +358,23 @@ def _csv_records(feed: _Feed):
             return
         except (csv.Error, _RecordTooLarge) as e:
             taken = feed.taken
-            if not isinstance(e, _RecordTooLarge):
-                reason = f"unreadable CSV: {e}"
-            elif len(taken) == 1:
-                reason = taken[0].bad  # one line over the limit on its own
+            first, last = taken[0].number, taken[-1].number
+            if isinstance(e, _RecordTooLarge):
+                reason = (taken[0].bad if len(taken) == 1  # one line over the limit on its own
+                          else f"a quoted field opened on line {first} runs over {MAX_RECORD_BYTES:,} bytes")
+            elif feed.ran_out:
+                feed.ran_out = False
+                reason = f"a quoted field opened on line {first} is never closed; the lines after it are read again as rows"
+            elif "expected after" in str(e):
+                after = "(CSV wants a delimiter or the line's end there)"
+                reason = (f"a quoted field on line {first} has text after its closing quote {after}" if first == last
+                          else f"a quoted field opened on line {first} closes on line {last} with text after its "
+                               f"closing quote {after}; the lines after line {first} are read again as rows")
             else:
-                reason = f"a quoted field opened on line {taken[0].number} runs over {MAX_RECORD_BYTES:,} bytes"
+                reason = f"unreadable CSV: {e}"
             feed.push_back(taken[1:])
             yield None, taken[:1], reason
-            reader = csv.reader(feed)
-            continue
-        if feed.ran_out:
-            # The input ended inside a quoted field: csv.reader (not strict, whose other rules
-            # evalbeam keeps) gives what it gathered as a record, the rest of the file in one
-            # cell. The quote never closes: its first line is damaged, the rest read again.
-            feed.ran_out = False
-            taken = feed.taken
-            feed.push_back(taken[1:])
-            yield None, taken[:1], (f"a quoted field opened on line {taken[0].number} is never closed; "
-                                    "the lines after it are read again as rows")
-            reader = csv.reader(feed)
+            reader = csv.reader(feed, strict=True)
             continue
         yield cells, feed.taken, None
 

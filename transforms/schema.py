@@ -57,6 +57,11 @@ def _canonical_column(field: str) -> Column:
 RUN_ID = Column("run_id", "STRING", True, "the run that wrote the row")
 RUN_DATE = Column("run_date", "DATE", True, "the date the run is for; BigQuery tables are partitioned by it")
 
+# The folder beside an output's run folders where runs write their attempts, locks and
+# checkpoints (<output>/_evalbeam_attempts/<run_id>/): never a run folder itself.
+ATTEMPTS = "_evalbeam_attempts"
+
+
 TABLES: dict[str, tuple[Column, ...]] = {
     "instances": (
         RUN_ID,
@@ -207,9 +212,11 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("win_rate", "FLOAT64", description="(wins + ties/2) / n_paired"),
         Column("win_rate_ci_low", "FLOAT64", description="95% CI of win_rate (paired Poisson bootstrap)"),
         Column("win_rate_ci_high", "FLOAT64"),
-        Column("tolerance", "FLOAT64", True, "the T of the flags"),
-        Column("regression", "BOOL", True, "the CI of the change lies entirely on the worse side of -T"),
-        Column("improvement", "BOOL", True, "the CI of the change lies entirely on the better side of +T"),
+        Column("tolerance", "FLOAT64", True, "the T of the flags (absolute: a relative tolerance times |base_mean|)"),
+        Column("regression", "BOOL", True, "the CI of the change lies entirely on the worse side of -T (and the "
+                                           "gate watches the metric)"),
+        Column("improvement", "BOOL", True, "the CI of the change lies entirely on the better side of +T (and the "
+                                            "gate watches the metric)"),
         Column("compared_at", "TIMESTAMP", True),
         Column("labelled_paired", "INT64", description="input.labels: paired instances with a human label"),
         Column("agreement_statistic", "STRING", description="weighted_kappa (categorical scale) | spearman"),
@@ -223,6 +230,12 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("paired_by", "STRING", description="instance | case: what n_paired and the statistics count; "
                                                   "case when either run has inference.num_runs > 1 (a case's "
                                                   "value is the mean of its valid runs)"),
+        Column("watched", "BOOL", description="whether the gate watches the metric (compare_watch; by default "
+                                              "every metric but the automatic latency_in_seconds and failure): "
+                                              "a metric not watched is never flagged"),
+        Column("tolerance_relative", "FLOAT64", description="a relative tolerance (0.1: 10% of the base mean); "
+                                                            "null when the tolerance is absolute"),
+        Column("alpha", "FLOAT64", description="the alpha of the flags"),
     ),
     "calibration": (
         RUN_ID,

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 import apache_beam as beam
 import numpy as np
 
-from evalbeam.metrics.summary import OVERALL, ScoreMoments, bootstrap_weight_matrix
+from evalbeam.metrics.summary import MAX_SLICE_VALUES, OVERALL, ScoreMoments, bootstrap_weight_matrix
 from evalbeam.transforms.infer import case_id
 from evalbeam.transforms.schema import RunKey, to_json_text
 from evalbeam.transforms.score import ScoredInstance
@@ -55,9 +55,6 @@ def slice_keys(case):
         yield f"{column}={'(missing)' if value is None else value}", values
 
 
-# The most slices one column makes: its values past the MAX_SLICE_VALUES largest
-# slices are summarized together as <column>=(other) (fold_slices), with a warning.
-MAX_SLICE_VALUES = 1000
 
 
 # Instances whose bootstrap sums wait to be added together (one matrix product a
@@ -205,8 +202,9 @@ def fold_slices(column_slices, limit: int, accumulator=None):
     slices = sorted(slices, key=lambda s: (-s[1].instances(), s[0]))
     if column and len(slices) > limit:
         logging.getLogger(__name__).warning(
-            "slice column %r has %d distinct values: the %d largest slices are summarized, the other %d values "
-            "together as %s=(other)", column, len(slices), limit, len(slices) - limit, column)
+            "slice column %r has %s values, more than input.max_slice_values (%s): the %s largest are summarized "
+            "one slice each, the other %s as one slice, %s=(other)", column, f"{len(slices):,}", f"{limit:,}",
+            f"{limit:,}", f"{len(slices) - limit:,}", column)
         other = (accumulator or SliceAccumulator)()  # transforms.calibrate folds its own
         for _, acc in slices[limit:]:
             other.absorb(acc)

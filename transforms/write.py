@@ -24,12 +24,11 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.parquetio import WriteToParquetBatched
 from apache_beam.transforms import window
 
-from evalbeam.transforms.run_lock import read_holder
-from evalbeam.transforms.schema import arrow_schema, utc_now
+from evalbeam.transforms.run_lock import holder_gone, lock_path, read_holder
+from evalbeam.transforms.schema import ATTEMPTS, arrow_schema, utc_now
 from evalbeam.transforms.write_failure import quiet_write_failures
 
 MARKER = "_evalbeam_run.json"
-ATTEMPTS = "_evalbeam_attempts"
 
 
 class OutputFolderError(RuntimeError):
@@ -166,6 +165,25 @@ def remove_attempt(output: str, run_id: str, attempt: str) -> None:
     delete_tree(attempt_folder(output, run_id, attempt))
     remove_empty_folder(FileSystems.join(output, ATTEMPTS, run_id))
     remove_empty_folder(FileSystems.join(output, ATTEMPTS))
+
+
+def remove_leftovers(output: str, run_id: str) -> int:
+    """What runs of run_id that ended early left in a local output (checkpoints, attempts and a
+    dead run's lock), removed; the files removed. A run_id a live run holds is refused."""
+    root = os.path.join(output, ATTEMPTS)
+    folder = os.path.join(root, run_id)
+    if not os.path.isdir(folder):
+        raise OutputFolderError(f"nothing is left of run_id {run_id!r} in {root}")
+    holder = read_holder(output, run_id)
+    if holder is not None and not holder_gone(holder):
+        raise OutputFolderError(f"run_id {run_id!r} is held by a run (host {holder.get('host')}, pid {holder.get('pid')}): "
+                                "not removed")
+    files = sum(len(names) for _, _, names in os.walk(folder))
+    delete_tree(folder)
+    if holder is not None:
+        os.remove(lock_path(output, run_id))
+    remove_empty_folder(root)
+    return files
 
 
 # What a run_id keeps beside its attempts for a retry to reuse (transforms.judge_checkpoint)

@@ -60,7 +60,9 @@ def usage_error(message: str) -> NoReturn:
 def no_beam_flags(beam_args: list[str]) -> None:
     """Only `run`, `compare` and `report` take Beam flags: another command's unknown argument is an error."""
     if beam_args:
-        usage_error(f"unrecognized arguments: {' '.join(beam_args)}")
+        from evalbeam.pipelines.commands.arguments import set_hint  # the command modules import this one
+
+        usage_error(f"unrecognized arguments: {' '.join(beam_args)}{set_hint(beam_args)}")
 
 
 def version() -> str:

@@ -10,6 +10,26 @@ def config_args(parser: argparse.ArgumentParser) -> None:
                         help="override a config value, e.g. --set input.uri=data/*.jsonl (repeatable)")
 
 
+def set_hint(unknown: list[str]) -> str:
+    """For unrecognized arguments that look like config values (`--run_id=x`, `--run_id x`, the
+    `run_id=x` of a mistyped `--sett run_id=x`): the --set arguments meant, as a hint; else ''."""
+    from evalbeam.configs import EvalConfig  # here, not at the top: `evalbeam --help` loads no config model
+
+    meant = []
+    for i, token in enumerate(unknown):
+        dashed = token.startswith("--")
+        key, eq, value = token.removeprefix("--").partition("=")
+        if key.split(".")[0] not in EvalConfig.model_fields or not (dashed or eq):
+            continue
+        if not eq:
+            following = unknown[i + 1] if i + 1 < len(unknown) else ""
+            if not following or following.startswith("-"):
+                continue
+            value = following
+        meant.append(f"--set {key}={value}")
+    return f" (a config value is set with --set: {' '.join(meant)})" if meant else ""
+
+
 def gate_args(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     parser.add_argument("--min-paired", type=non_negative, metavar="N",
                         help=prefix + "exit 2 when a metric pairs fewer than N instances of the two runs "

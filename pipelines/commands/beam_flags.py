@@ -10,6 +10,7 @@ from apache_beam.runners.runner import create_runner
 
 from evalbeam.configs import ConfigError
 from evalbeam.pipelines.commands import usage_error
+from evalbeam.pipelines.commands.arguments import set_hint
 from evalbeam.pipelines.local import LOCAL_RUNNERS
 
 
@@ -35,7 +36,7 @@ def check_beam_args(beam_args: list[str]) -> None:
         beam_log.setLevel(level)
     given, unknown = parsers[0].parse_known_args(beam_args)
     if unknown:
-        usage_error(f"unrecognized arguments (neither evalbeam's nor Beam's): {' '.join(unknown)}")
+        usage_error(f"unrecognized arguments (neither evalbeam's nor Beam's): {' '.join(unknown)}{set_hint(unknown)}")
     for action in parsers[0]._actions:
         value = getattr(given, action.dest, None)
         if action.type in (int, float) and value is not None and value != action.default:

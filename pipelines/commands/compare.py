@@ -11,7 +11,8 @@ from evalbeam.pipelines.commands import usage_error
 from evalbeam.pipelines.commands.arguments import gate_args
 from evalbeam.pipelines.commands.beam_flags import check_beam_args, pipeline_options
 from evalbeam.pipelines.commands.results_args import results_args, results_of
-from evalbeam.pipelines.compare import CompareError, compare, comparison_gate, format_comparison, unpaired_note
+from evalbeam.pipelines.compare import (CompareError, compare, comparison_gate, format_comparison, gate_settings,
+                                        unpaired_note)
 from evalbeam.pipelines.failure_mode_results import compare_modes_command
 from evalbeam.pipelines.results import ResultsError
 
@@ -19,8 +20,13 @@ from evalbeam.pipelines.results import ResultsError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("base_run_id")
     parser.add_argument("run_ids", nargs="+", metavar="run_id")
-    parser.add_argument("--tolerance", type=float, default=0.0,
-                        help="T: flag only changes whose 95%% CI lies entirely beyond -T or +T (default 0)")
+    parser.add_argument("--tolerance", action="append", default=[], metavar="[METRIC=]T",
+                        help="T: flag only changes whose 95%% CI lies entirely beyond -T or +T; a number (absolute) "
+                             "or N%% (relative to the base mean); METRIC=T for one metric; repeatable "
+                             "(default: the run's config's compare_tolerance(s), else 0)")
+    parser.add_argument("--watch", action="append", default=[], metavar="METRIC[,METRIC...]",
+                        help="the metrics the gate flags (default: the run's config's compare_watch, else every "
+                             "metric but the automatic latency_in_seconds and failure); repeatable")
     parser.add_argument("--alpha", type=float, default=0.05,
                         help="flag only changes whose Holm-adjusted p-value is below this (default 0.05)")
     parser.add_argument("--fail-on-mode-growth", action="append", default=[], metavar="MODE",
@@ -31,8 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace, beam_args: list[str]) -> int:
     check_beam_args(beam_args)
-    if args.tolerance < 0 or not 0 < args.alpha <= 1:
-        usage_error("--tolerance must be >= 0 and --alpha in (0, 1]")
+    if not 0 < args.alpha <= 1:
+        usage_error("--alpha must be in (0, 1]")
+    try:
+        gate = gate_settings(args.tolerance, args.watch)
+    except ValueError as e:
+        usage_error(str(e))
     logging.getLogger().setLevel(logging.WARNING)
     try:
         results = results_of(args)
@@ -41,7 +51,7 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
             config = load_config(args.config)
             also_parquet = config.output.parquet if config.output.bigquery else None
         options = pipeline_options(beam_args)
-        rows = compare(results, args.base_run_id, args.run_ids, options, args.tolerance, args.alpha, also_parquet,
+        rows = compare(results, args.base_run_id, args.run_ids, options, gate, args.alpha, also_parquet,
                        allow_different_evals=args.allow_different_evals)
     except (ConfigError, ResultsError, CompareError) as e:
         print(f"evalbeam: {e}", file=sys.stderr)

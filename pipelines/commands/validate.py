@@ -7,7 +7,7 @@ import sys
 from evalbeam.configs import ConfigError, load_config
 from evalbeam.pipelines.commands import UNWRITTEN_OUTPUT_STATUS, no_beam_flags
 from evalbeam.pipelines.commands.arguments import config_args
-from evalbeam.pipelines.preflight import check_adk_files, preflight
+from evalbeam.pipelines.preflight import check_adk_files, judge_credentials_problem, preflight
 from evalbeam.pipelines.results import ResultsError
 from evalbeam.transforms.write_failure import OutputWriteError
 
@@ -20,15 +20,20 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
     no_beam_flags(beam_args)
     try:
         config = load_config(args.config, args.overrides)
-        checked = preflight(config.for_run_date(config.resolved_run_date()))
+        # everything but the judge's credentials first: a config's columns can be checked without a key
+        checked = preflight(config.for_run_date(config.resolved_run_date()), credentials=False)
         if config.input.kind == "files" and config.input.is_adk:
             print(adk_files_report(config))
-            return 0
-        if checked.checked_rows == 0 and checked.unreadable:
-            reasons = "\n".join(f"  {d.source}: {d.reason}" for d in checked.unreadable[:10])
-            raise ConfigError(f"no row of the dataset ({checked.source}) could be read; the first reasons:\n{reasons}")
-        rows = "its schema" if checked.checked_rows is None else f"{checked.checked_rows} row(s)"
-        print(f"config ok: {len(config.metrics)} metrics; input {checked.source}; columns checked on {rows}")
+        else:
+            if checked.checked_rows == 0 and checked.unreadable:
+                reasons = "\n".join(f"  {d.source}: {d.reason}" for d in checked.unreadable[:10])
+                raise ConfigError(f"no row of the dataset ({checked.source}) could be read; the first reasons:\n{reasons}")
+            rows = "its schema" if checked.checked_rows is None else f"{checked.checked_rows} row(s)"
+            print(f"config ok: {len(config.metrics)} metrics; input {checked.source}; columns checked on {rows}")
+        missing = judge_credentials_problem(config)
+        if missing:
+            print(f"evalbeam: everything else checked; left: {missing}", file=sys.stderr)
+            return 2
         return 0
     except (ConfigError, ResultsError) as e:
         print(f"evalbeam: {e}", file=sys.stderr)

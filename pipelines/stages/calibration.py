@@ -14,4 +14,4 @@ class CalibrationStage(Stage):
         context = self._context
         num_runs = context.config.inference.num_runs if context.config.inference else 1
         return {"calibration": named["scored"] | "Calibrate" >> CalibrateScores(
-            context.run, thresholds(context.config), num_runs=num_runs)}
+            context.run, thresholds(context.config), context.config.input.max_slice_values, num_runs=num_runs)}

@@ -23,4 +23,4 @@ class ComparisonStage(Stage):
         inputs["run_slices"] = named["instances"] | "ThisRunSlices" >> beam.Map(
             lambda i: (i.instance_id, [f"{c}={'(missing)' if v is None else v}" for c, v in i.slices.items()]))
         return {"comparisons": inputs | "CompareWithBase" >> CompareRuns(
-            pair_spec(base_info, this_run, context.config.compare_tolerance, ALPHA, context.started_at))}
+            pair_spec(base_info, this_run, context.config.gate(), ALPHA, context.started_at))}

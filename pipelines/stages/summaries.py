@@ -57,7 +57,8 @@ class SummariesStage(Stage):
         else:
             usage = usages[0] if usages else pipeline | "NoJudgeUsage" >> beam.Create([{}])
         num_runs = config.inference.num_runs if config.inference else 1
-        summary = scored | "Summarize" >> SummarizeScores(run, thresholds(config), num_runs=num_runs)
+        summary = scored | "Summarize" >> SummarizeScores(run, thresholds(config), config.input.max_slice_values,
+                                                                num_runs=num_runs)
         records, unparseable = named["records"], named["unparseable"]
         counted = named["computed"]
         if config.inference and config.inference.num_runs > 1:

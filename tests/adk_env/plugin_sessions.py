@@ -137,7 +137,7 @@ async def main(table: str, out_path: str) -> None:
             try:
                 async for _ in runner.run_async(user_id=USER, session_id=session_id, new_message=message):
                     pass
-            except Exception as e:  # the agent failed on this turn: recorded, and the session goes on
+            except Exception as e:  # noqa: BLE001 - the agent failed on this turn: recorded, and the session goes on
                 out["errors"].setdefault(session_id, []).append(f"{type(e).__name__}: {e}")
         session = await sessions.get_session(app_name=APP, user_id=USER, session_id=session_id)
         invocations = EvaluationGenerator.convert_events_to_eval_invocations(session.events)

@@ -48,7 +48,7 @@ class Handler(BaseHTTPRequestHandler):
             work = stream_query(body["message"], body["user_id"], body["session_id"])
         try:
             status, data = 200, json.dumps(asyncio.run_coroutine_threadsafe(work, loop).result()).encode()
-        except Exception as e:  # the agent raised: the query fails with 500, as on Agent Engine
+        except Exception as e:  # noqa: BLE001 - the agent raised: the query fails with 500, as on Agent Engine
             status = 500
             data = json.dumps({"error": {"code": 500, "message": f"{type(e).__name__}: {e}", "status": "INTERNAL"}}).encode()
         self.send_response(status)

@@ -114,6 +114,46 @@ def test_overrides(tmp_path):
     assert "expected KEY.PATH=VALUE" in error_of(tmp_path, BASE, ["novalue"])
 
 
+def test_the_comparison_gate_of_a_config(tmp_path):
+    """compare_tolerance(s) and compare_watch (issue 32, item 1): per metric, absolute or
+    relative; the automatic latency_in_seconds and failure watched only when named; a metric
+    the config does not have is refused by name, as a typo would leave it ungated."""
+    from evalbeam.metrics.compare import Tolerance
+
+    gate = load_config(write(tmp_path, BASE)).gate()
+    assert gate.watches("exact_match") and not gate.watches("latency_in_seconds") and not gate.watches("failure")
+    assert gate.tolerance_for("exact_match") == Tolerance(0.0)
+    config = load_config(write(tmp_path, BASE), ["compare_tolerance=0.01", "compare_tolerances.latency_in_seconds=10%",
+                                                 "compare_watch=[exact_match, latency_in_seconds]"])
+    gate = config.gate()
+    assert gate.watches("latency_in_seconds") and not gate.watches("failure")
+    assert gate.tolerance_for("latency_in_seconds") == Tolerance(0.1, relative=True)
+    assert gate.tolerance_for("exact_match") == Tolerance(0.01)
+    # a latency the config names as a metric is watched by default
+    assert load_config(write(tmp_path, BASE.replace("- exact_match", "- latency_in_seconds"))).gate().watches(
+        "latency_in_seconds")
+    assert "compare_tolerances.rouge_x: 'rouge_x' is not a metric of this config; its metrics: exact_match, " \
+           "latency_in_seconds, failure" in error_of(tmp_path, BASE, ["compare_tolerances.rouge_x=0.1"])
+    assert "compare_watch.1: 'rouge_x' is not a metric" in error_of(tmp_path, BASE, ["compare_watch=[exact_match, rouge_x]"])
+    assert "compare_tolerances: exact_match: 'ten%' is not a tolerance" in error_of(
+        tmp_path, BASE, ["compare_tolerances.exact_match=ten%"])
+    assert "compare_tolerance: Value error, -1" not in error_of(tmp_path, BASE, ["compare_tolerance=-1"])
+    assert "compare_tolerance: -1.0 is not a tolerance" in error_of(tmp_path, BASE, ["compare_tolerance=-1"])
+
+
+def test_null_resets_a_field_that_cannot_be_null_to_its_default(tmp_path):
+    """Issue 32, item 7: `--set input.labels=null` failed ('Input should be a valid dictionary')
+    and needed `{}`. Where null is a value of its own (judge.max_output_tokens: no limit) it stays."""
+    labelled = BASE.replace("uri: data.jsonl", "uri: data.jsonl\n  labels: {exact_match: human}\n  slice_columns: [a]")
+    config = load_config(write(tmp_path, labelled), ["input.labels=null", "input.slice_columns=null",
+                                                     "judge.max_output_tokens=null", "compare_with=null"])
+    assert config.input.labels == {} and config.input.slice_columns == []
+    assert config.judge.max_output_tokens is None and config.compare_with is None
+    # a YAML key left empty reads the same
+    assert load_config(write(tmp_path, BASE.replace("uri: data.jsonl", "uri: data.jsonl\n  labels:"))).input.labels == {}
+    assert "output: Input should be a valid dictionary" in error_of(tmp_path, BASE, ["output=null"])  # no default
+
+
 def test_missing_and_invalid_files(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(tmp_path / "nope.yaml")

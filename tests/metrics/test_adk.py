@@ -117,16 +117,16 @@ def test_a_truncated_compressed_adk_file_is_one_dead_letter(tmp_path, ext):
 def test_legacy_eval_set_forms(tmp_path):
     flat = tmp_path / "home.test.json"
     flat.write_text(json.dumps([
-        {"query": "Turn off device_2 in the Bedroom.", "reference": "I have set the device_2 status to off.",
-         "expected_tool_use": [{"tool_name": "set_device_info",
-                                "tool_input": {"location": "Bedroom", "device_id": "device_2", "status": "OFF"}}]},
+        {"query": "Turn off lamp_2 in the Bedroom.", "reference": "I have set the lamp_2 status to off.",
+         "expected_tool_use": [{"tool_name": "switch_lamp",
+                                "tool_input": {"location": "Bedroom", "lamp_id": "lamp_2", "status": "OFF"}}]},
         {"query": "What can you do?", "expected_tool_use": []}], indent=1))
     records, dead = parse(flat, "adk_eval_set")
     assert not dead and len(records) == 1
     turns = records[0].data["invocations"]
     # its own eval set; ids from the path relative to the input's base folder (here none: its name)
     assert (records[0].data["eval_set_id"], records[0].data["eval_id"]) == ("home", "home.test.json")
-    assert turns[0]["expected"]["tool_calls"][0]["tool_input"]["device_id"] == "device_2"
+    assert turns[0]["expected"]["tool_calls"][0]["tool_input"]["lamp_id"] == "lamp_2"
     assert turns[1]["expected"]["response"] == ""  # ADK's default reference
     older = tmp_path / "dice.json"
     older.write_text(json.dumps([

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from scipy import stats
 
-from evalbeam.metrics.compare import PairedMoments, better_sign, finish, holm
+from evalbeam.metrics.compare import Gate, PairedMoments, Tolerance, better_sign, explain, finish, holm, parse_tolerance
 from evalbeam.metrics.summary import bootstrap_weights
 from tests.helpers import evalbeam, table
 
@@ -74,13 +74,67 @@ def test_direction_decides_wins_and_flags():
     assert (higher["wins"], higher["losses"]) == (60, 0)
     assert (lower["wins"], lower["losses"]) == (0, 60)
     rows = finish([{**higher, "metric": "m", "slice": "overall", "direction": "higher"},
-                   {**lower, "metric": "latency", "slice": "overall", "direction": "lower"}], tolerance=0.5)
+                   {**lower, "metric": "latency", "slice": "overall", "direction": "lower"}], Gate(Tolerance(0.5)))
     by = {r["metric"]: r for r in rows}
     assert by["m"]["improvement"] and not by["m"]["regression"]
     assert by["latency"]["regression"] and not by["latency"]["improvement"]
     # a tolerance wider than the change: nothing flagged
-    rows = finish([{**higher, "metric": "m", "slice": "overall", "direction": "higher"}], tolerance=1.5)
+    rows = finish([{**higher, "metric": "m", "slice": "overall", "direction": "higher"}], Gate(Tolerance(1.5)))
     assert not rows[0]["improvement"]
+
+
+def test_tolerances_per_metric_absolute_or_relative_and_the_watched_metrics():
+    """Issue 32, item 1: a 0.2 ms latency change flagged a REGRESSION under one absolute
+    tolerance for every metric. Each metric has its own T (absolute, or relative to the base
+    mean); the automatic latency_in_seconds and failure are flagged only when watched; each
+    decision is explained in one line."""
+    slower = [(f"i{k}", 2.0, 2.0002 + (k % 3) / 1e5) for k in range(60)]  # +0.0002 s everywhere
+    worse = [(f"i{k}", 0.8, 0.7 - (k % 3) / 100) for k in range(60)]  # a score 0.1 lower
+    latency = {**moments(slower, "lower").statistics(), "metric": "latency_in_seconds", "slice": "overall",
+               "direction": "lower"}
+    score = {**moments(worse).statistics(), "metric": "rouge_1", "slice": "overall", "direction": "higher"}
+
+    rows = {r["metric"]: r for r in finish([dict(latency), dict(score)], Gate())}
+    assert rows["rouge_1"]["regression"] and rows["rouge_1"]["watched"]
+    assert not rows["latency_in_seconds"]["regression"] and not rows["latency_in_seconds"]["watched"]
+    # Holm's family is the watched rows: rouge_1's p-value is adjusted over one test, not two
+    assert rows["rouge_1"]["p_value_adjusted"] == pytest.approx(rows["rouge_1"]["p_value"])
+    r = rows["rouge_1"]
+    assert explain(r) == (
+        f"rouge_1: REGRESSION: mean 0.8 -> 0.69 (-0.11, higher is better); 95% CI [{r['ci_low']:.4g}, "
+        f"{r['ci_high']:.4g}] lies below 0 (no tolerance) and p (Holm) {r['p_value_adjusted']:.4g} < alpha 0.05")
+    assert explain(rows["latency_in_seconds"]).startswith(
+        "latency_in_seconds: not flagged, the gate does not watch it (would be a REGRESSION: mean 2 -> 2.00021 (+0.00021, "
+        "lower is better); 95% CI [")
+    assert explain(rows["latency_in_seconds"]).endswith("name it in compare_watch or --watch to gate on it")
+
+    # watched, with a tolerance of 1% of the base mean (0.02 s): the 0.2 ms is within it
+    gate = Gate(Tolerance(0.01), (("latency_in_seconds", parse_tolerance("1%")),), frozenset({"latency_in_seconds",
+                                                                                              "rouge_1"}))
+    rows = {r["metric"]: r for r in finish([dict(latency), dict(score)], gate)}
+    assert rows["latency_in_seconds"]["watched"] and not rows["latency_in_seconds"]["regression"]
+    assert rows["latency_in_seconds"]["tolerance"] == pytest.approx(0.02)
+    assert rows["latency_in_seconds"]["tolerance_relative"] == pytest.approx(0.01)
+    assert explain(rows["latency_in_seconds"]) is None
+    assert rows["rouge_1"]["regression"] and rows["rouge_1"]["tolerance"] == 0.01
+    # a relative tolerance below the change flags it, and says what T it used
+    gate = Gate(per_metric=(("latency_in_seconds", parse_tolerance("0.001%")),), watched=frozenset({"latency_in_seconds"}))
+    rows = {r["metric"]: r for r in finish([dict(latency), dict(score)], gate)}
+    assert rows["latency_in_seconds"]["regression"] and not rows["rouge_1"]["regression"]
+    assert "lies above +2e-05 (the tolerance, 0.001% of the base mean 2)" in explain(rows["latency_in_seconds"])
+
+
+@pytest.mark.parametrize("given, want", [(0.01, Tolerance(0.01)), ("0.5", Tolerance(0.5)), ("10%", Tolerance(0.1, True)),
+                                         (0, Tolerance(0.0)), (" 2.5 % ", Tolerance(0.025, True))])
+def test_parse_tolerance(given, want):
+    assert parse_tolerance(given) == want
+
+
+@pytest.mark.parametrize("given", [-0.1, "ten%", "-5%", True, None, "nan", float("inf")])
+def test_parse_tolerance_refuses_what_is_not_one(given):
+    with pytest.raises(ValueError, match="is not a tolerance: give a number >= 0 .absolute, in the metric's units. or "
+                                         "'N%' .relative to the base run's mean."):
+        parse_tolerance(given)
 
 
 def test_holm_adjustment():
@@ -125,8 +179,10 @@ def cases(candidate: bool):
 def write_run(tmp_path, name, rows, out, extra=None):
     data = tmp_path / f"{name}.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # the gate watches the automatic latency_in_seconds too (by default it would not)
     config = {"name": "cmp-eval", "input": {"uri": str(data), "id_column": "id", "slice_columns": ["grp"]},
-              "metrics": ["exact_match", "rouge_1"], "output": {"parquet": str(out)}, **(extra or {})}
+              "metrics": ["exact_match", "rouge_1"], "output": {"parquet": str(out)},
+              "compare_watch": ["exact_match", "rouge_1", "latency_in_seconds"], **(extra or {})}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -196,23 +252,49 @@ def test_compare_flags_the_regressed_slice_and_is_a_ci_gate(tmp_path):
     assert rows[("latency_in_seconds", "grp=b")]["direction"] == "lower"
     assert rows[("exact_match", "grp=a")]["ties"] == rows[("exact_match", "grp=a")]["n_paired"]
 
-    # the same run against itself: nothing flagged, exit 0
-    again = evalbeam("compare", "cand", "cand", "--parquet", out)
-    assert "0 regression(s) flagged" in again.stdout
+    # the command line over the config's gate: latency not watched, so not flagged, and said so
+    result = evalbeam("compare", "base", "cand", "--parquet", out, "--watch", "exact_match,rouge_1", check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    rows = {(r["metric"], r["slice"]): r for r in table(out / "cand", "comparisons")}
+    assert {k for k, r in rows.items() if r["regression"]} == flagged - {("latency_in_seconds", "overall"),
+                                                                        ("latency_in_seconds", "grp=b")}
+    assert not rows[("latency_in_seconds", "overall")]["watched"] and rows[("rouge_1", "overall")]["watched"]
+    gate = result.stdout.split("the gate:\n")[1].splitlines()
+    assert gate[0].startswith("exact_match: REGRESSION: mean ") and "lies below 0 (no tolerance)" in gate[0]
+    assert any(line.startswith("latency_in_seconds: not flagged, the gate does not watch it (would be a REGRESSION")
+               for line in gate), gate
+    # tolerances wider than the changes, relative for latency (each T the share of its base mean): nothing flagged
+    result = evalbeam("compare", "base", "cand", "--parquet", out, "--tolerance", "latency_in_seconds=150%",
+                      "--tolerance", "1", check=False)
+    assert result.returncode == 0 and "0 regression(s) flagged" in result.stdout, result.stdout + result.stderr
+    rows = {(r["metric"], r["slice"]): r for r in table(out / "cand", "comparisons")}
+    latency = rows[("latency_in_seconds", "grp=b")]
+    assert latency["tolerance"] == pytest.approx(1.5 * latency["base_mean"]) and latency["tolerance_relative"] == 1.5
+    assert rows[("rouge_1", "overall")]["tolerance"] == 1 and rows[("rouge_1", "overall")]["tolerance_relative"] is None
+    # a metric the run does not have: refused by name (a typo would leave the metric ungated)
+    result = evalbeam("compare", "base", "cand", "--parquet", out, "--watch", "rouge_x", check=False)
+    assert result.returncode == 2 and "--watch rouge_x: run cand has no metric 'rouge_x'" in result.stderr
+    result = evalbeam("compare", "base", "cand", "--parquet", out, "--tolerance", "rouge_1=ten%", check=False)
+    assert result.returncode == 2 and "--tolerance rouge_1=ten%: 'ten%' is not a tolerance" in result.stderr
+
+    # the same run against itself: refused, it could flag nothing (issue 32, item 8)
+    again = evalbeam("compare", "cand", "cand", "--parquet", out, check=False)
+    assert again.returncode == 2 and "run cand is the base run itself" in again.stderr, again.stderr
 
 
 def test_compare_refuses_unknown_runs(tmp_path):
     out = tmp_path / "out"
     cfg = write_run(tmp_path, "base", cases(False)[:20], out)
     evalbeam("run", cfg, "--set", "run_id=only")
+    evalbeam("run", cfg, "--set", "run_id=other")
     result = evalbeam("compare", "only", "nosuch", "--parquet", out, check=False)
     assert result.returncode == 2 and "no run 'nosuch'" in result.stderr
-    result = evalbeam("compare", "only", "only", "--parquet", out, "--tolerance=-1", check=False)
+    result = evalbeam("compare", "only", "other", "--parquet", out, "--tolerance=-1", check=False)
     assert result.returncode == 2
     # a run whose table holds a file that is not Parquet: named, status 2, no traceback
     broken = out / "only" / "metric_results" / "part-zzz.parquet"
     broken.write_text("garbage")
-    result = evalbeam("compare", "only", "only", "--parquet", out, check=False)
+    result = evalbeam("compare", "other", "only", "--parquet", out, check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     assert f"run only: metric_results file {broken} is not readable Parquet" in result.stderr
 

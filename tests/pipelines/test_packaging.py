@@ -18,6 +18,7 @@ import pytest
 
 from tests.helpers import ROOT, table
 from tests.judge_server import JudgeServer
+from tests.locks import setup_arguments
 
 KEY_ENV = "EVALBEAM_PACKAGING_JUDGE_KEY"
 KEY = "AIzaSy-packaging-test-key-0123456789"
@@ -62,10 +63,11 @@ def outside_env(venv: Path) -> dict:
     return env
 
 
-def build_sdist(work: Path) -> Path:
+def build_sdist(work: Path, python=sys.executable) -> Path:
     """What Beam's stager runs for --setup_file (`python -m build --no-isolation
-    --sdist`), on a copy of the working tree so that the build writes nothing
-    into the repository (and two runs at once do not collide)."""
+    --sdist`, with the launching `python` and its setuptools), on a copy of the working
+    tree so that the build writes nothing into the repository (and two runs at once do
+    not collide)."""
     def skip(directory, names):
         top = TOP_LEVEL_SKIP if Path(directory) == ROOT else set()
         return [n for n in names if n in top or n == "__pycache__" or n.endswith((".egg-info", ".pyc"))]
@@ -73,7 +75,7 @@ def build_sdist(work: Path) -> Path:
     source = work / "source"
     shutil.copytree(ROOT, source, ignore=skip)
     dist = work / "dist"
-    run([sys.executable, "-m", "build", "--no-isolation", "--sdist", "--outdir", dist, source], cwd=work)
+    run([python, "-m", "build", "--no-isolation", "--sdist", "--outdir", dist, source], cwd=work)
     [archive] = dist.glob("evalbeam-*.tar.gz")
     return archive
 
@@ -254,46 +256,59 @@ def test_an_installed_copy_does_not_submit_workers_that_lack_evalbeam(installed,
     assert "remote workers need evalbeam installed" in result.stderr and "--setup_file" in result.stderr
 
 
-def setup_arguments() -> dict:
-    """The keyword arguments setup.py gives setuptools.setup (run without building anything)."""
-    import setuptools
+def marker_environment(python: str) -> dict:
+    """The values a lock's environment markers are evaluated on, for CPython `python` (3.X) on Linux."""
+    from packaging.markers import default_environment
 
-    captured = {}
-    original = setuptools.setup
-    setuptools.setup = lambda **kwargs: captured.update(kwargs)
-    try:
-        exec(compile((ROOT / "setup.py").read_text(), "setup.py", "exec"), {"__name__": "__main__"})
-    finally:
-        setuptools.setup = original
-    return captured
+    return {**default_environment(), "python_version": python, "python_full_version": f"{python}.0",
+            "sys_platform": "linux", "platform_system": "Linux", "implementation_name": "cpython",
+            "platform_python_implementation": "CPython"}
 
 
-def read_lock(path: Path) -> dict:
+def read_lock(path: Path, python: str) -> dict:
+    """{name: version} of what `pip install -r path` installs on CPython `python` (3.X) on Linux."""
+    from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
     pins = {}
     for line in path.read_text().splitlines():
         if line.strip() and not line.startswith("#"):
-            name, version = line.strip().split("==")
-            pins[canonicalize_name(name)] = version
+            requirement = Requirement(line)
+            if requirement.marker is None or requirement.marker.evaluate(marker_environment(python)):
+                [specifier] = requirement.specifier
+                assert specifier.operator == "==" and canonicalize_name(requirement.name) not in pins, line
+                pins[canonicalize_name(requirement.name)] = specifier.version
     return pins
 
 
 def test_both_locks_satisfy_setup_py_and_differ_only_where_google_adk_needs_it():
     """requirements.lock (the default environment) and requirements-agent.lock (with the `agent` extra)
-    each pin every requirement of setup.py to a version it allows; the agent lock differs from the
-    default one only in what google-adk 2.13.0 requires (google-genai < 3, opentelemetry <= 1.44,
-    websockets < 16), what google-genai 3 alone needs, and google-adk's own dependencies."""
+    each pin every requirement of setup.py to a version it allows, on every Python each is for
+    (google-adk 2.13.0 needs 3.11); the agent lock differs from the default one only in what
+    google-adk 2.13.0 requires (google-genai < 3, opentelemetry <= 1.44, websockets < 16), what
+    google-genai 3 alone needs, and google-adk's own dependencies."""
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
     args = setup_arguments()
-    default, agent = read_lock(ROOT / "requirements.lock"), read_lock(ROOT / "requirements-agent.lock")
-    for lock, extras in ((default, ("test", "report")), (agent, ("test", "report", "agent"))):
-        wanted = args["install_requires"] + [r for e in extras for r in args["extras_require"][e]]
-        for requirement in map(Requirement, wanted):
-            name = canonicalize_name(requirement.name)
-            assert name in lock and lock[name] in requirement.specifier, (requirement, lock.get(name))
+    for python in ("3.10", "3.11", "3.12", "3.13"):
+        default = read_lock(ROOT / "requirements.lock", python)
+        for lock, extras in ((default, ("test", "report")),) + (
+                ((read_lock(ROOT / "requirements-agent.lock", python), ("test", "report", "agent")),) if python != "3.10" else ()):
+            wanted = args["install_requires"] + [r for e in extras for r in args["extras_require"][e]]
+            for requirement in map(Requirement, wanted):
+                if requirement.marker is None or requirement.marker.evaluate(marker_environment(python)):
+                    name = canonicalize_name(requirement.name)
+                    assert name in lock and lock[name] in requirement.specifier, (python, requirement, lock.get(name))
+    for python in ("3.11", "3.12", "3.13"):
+        default, agent = read_lock(ROOT / "requirements.lock", python), read_lock(ROOT / "requirements-agent.lock", python)
+        check_agent_lock(default, agent)
+    # the environment the whole suite runs on (3.11) is the one the locks held before they covered other Pythons
+    assert read_lock(ROOT / "requirements.lock", "3.11")["setuptools"] == "65.5.0"
+    assert read_lock(ROOT / "requirements.lock", "3.13")["google-apitools"] == "0.5.35"
+
+
+def check_agent_lock(default: dict, agent: dict):
     assert agent["google-adk"] == "2.13.0" and agent["google-genai"] == "2.34.0" and default["google-genai"] == "3.3.0"
     changed = {n for n in set(default) & set(agent) if default[n] != agent[n]}
     assert changed == {"google-genai", "opentelemetry-api", "opentelemetry-sdk", "opentelemetry-semantic-conventions",
@@ -303,3 +318,25 @@ def test_both_locks_satisfy_setup_py_and_differ_only_where_google_adk_needs_it()
     assert {"google-adk", "fastapi", "uvicorn", "sse-starlette"} <= set(agent) - set(default)
     # the A2A client (inference.a2a) is in both; the agent lock adds its server side (ADK's to_a2a)
     assert default["a2a-sdk"] == agent["a2a-sdk"] == "1.3.0"
+
+
+def test_building_evalbeam_from_a_clone_leaves_the_clone_clean(tmp_path):
+    """Issue 32, item 7: `pip install .` from a clone left an untracked build/ (setuptools'
+    bdist_wheel builds in the tree). The clone's git status stays empty."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    # the working tree as it is (committed or not), over the clone's checkout
+    for name in subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True,
+                               check=True).stdout.split("\0"):
+        if not name:
+            continue
+        if (ROOT / name).is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, clone / name)
+    subprocess.run(["git", "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "tree", "--allow-empty"],
+                   cwd=clone, check=True)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", ".",
+                    "-w", str(tmp_path / "wheels")], cwd=clone, check=True, capture_output=True, timeout=600)
+    assert (clone / "build").is_dir()  # what setuptools leaves: ignored, not untracked
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True,
+                          check=True).stdout == ""

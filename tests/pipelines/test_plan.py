@@ -1,7 +1,7 @@
 """evalbeam plan: what a run would ask the judge, checked against what the run then asks."""
 import json
 
-from tests.helpers import evalbeam
+from tests.helpers import evalbeam, table
 from tests.judge_server import JudgeServer
 from tests.metrics.test_judge import KEY, judge_config, write_data
 
@@ -59,6 +59,22 @@ def test_plan_counts_what_the_run_then_asks_and_the_cache_removes(tmp_path, monk
         assert rows["fluency"]["output_tokens_from"] == "cached answers" and rows["fluency"]["output_tokens"] == 0
         assert server.stats.accepted == calls
 
+        # issue 32, item 6: no cache, but an earlier run of the eval (j1) answered fluency: its output
+        # tokens per answer, not the max_output_tokens bound (ten times a real run)
+        monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+        [j1] = table(tmp_path / "out" / "j1", "runs")
+        used = json.loads(j1["judge_usage"])["fluency"]
+        per_answer = used["output_tokens"] / (used["calls"] - used["rate_limited"] - used["failures"])
+        text = evalbeam("plan", judge_config(tmp_path, data, server.url, ["fluency"], run_id="j3", sampling_count=2)).stdout
+        [line] = [line for line in text.splitlines() if line.startswith("fluency")]
+        assert line.split()[6] == f"{round(per_answer * 8):,}", line  # output tok of 8 calls, unmarked: no bound
+        assert "output tokens learnt from real answers: run j1 (the mean answer of each metric)" in text
+        assert "UPPER BOUNDS" not in text
+        # a new eval, never run: the bound, said plainly
+        text = evalbeam("plan", judge_config(tmp_path, data, server.url, ["fluency"], run_id="j4", sampling_count=2),
+                        "--set", "name=other-eval").stdout
+        assert "<=16,384" in text and "are UPPER BOUNDS, not estimates" in text
+
 
 def test_plan_prints_a_table_and_checks_inputs_like_validate(tmp_path, monkeypatch):
     data = write_data(tmp_path, ROWS)
@@ -85,3 +101,25 @@ def test_plan_needs_no_key_and_run_still_does(tmp_path, monkeypatch):
     assert {r["metric"]: r["to_call"] for r in planned["metrics"]} == {"fluency": 4}
     run = evalbeam("run", config, check=False)
     assert run.returncode == 2 and "GOOGLE_API_KEY" in run.stderr
+
+
+def test_validate_checks_a_judge_config_without_a_key_and_names_the_key_as_what_is_left(tmp_path, monkeypatch):
+    """Issue 32, item 4: validate refused a judge config without GOOGLE_API_KEY before checking its
+    columns (plan works without one), and passed a label column no row has, which run fails on."""
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    data = write_data(tmp_path, ROWS)
+    config = judge_config(tmp_path, data, "http://127.0.0.1:9", ["fluency"])
+    result = evalbeam("validate", config, check=False)
+    assert result.returncode == 2
+    assert "config ok: 1 metrics; input 1 file(s); columns checked on 6 row(s)" in result.stdout
+    assert result.stderr.strip() == (
+        "evalbeam: everything else checked; left: judge metrics with backend gemini_api need an API key: set the "
+        "environment variable GOOGLE_API_KEY (or set judge.backend: vertex_ai to use Application Default Credentials)")
+    # a column a metric needs is missing: that is said, not the key
+    bad = judge_config(tmp_path, data, "http://127.0.0.1:9", ["bleu", "fluency"], run_id="bad")
+    result = evalbeam("validate", bad, "--set", "input.labels={fluency: rating}", check=False)
+    assert result.returncode == 2 and "GOOGLE_API_KEY" not in result.stderr
+    assert "metrics.0 (bleu): needs (response, reference); no column provides reference" in result.stderr
+    assert "input.labels.fluency: column 'rating' is not in the dataset" in result.stderr
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    assert evalbeam("validate", config).stderr == ""

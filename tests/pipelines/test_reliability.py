@@ -145,11 +145,18 @@ def test_set_values_that_are_not_yaml_or_not_strings(tmp_path):
 def test_mistyped_flags_and_unknown_runners_are_errors(tmp_path):
     data = jsonl(tmp_path / "d.jsonl", [{"response": "x", "reference": "x"}])
     config = write_config(tmp_path, data)
-    for args in (["--sett", "run_id=x"], ["--run_id=x"]):
+    for args in (["--sett", "run_id=x"], ["--run_id=x"], ["--run_id", "x"]):
         result = evalbeam("run", config, *args, check=False)
         assert result.returncode == 2, args
         assert f"unrecognized arguments (neither evalbeam's nor Beam's): {' '.join(args)}" in result.stderr
         assert "Discarding" not in result.stderr
+        # issue 32, item 7: the --set meant
+        assert "(a config value is set with --set: --set run_id=x)" in result.stderr, result.stderr
+    result = evalbeam("validate", config, "--input.uri=other.jsonl", check=False)
+    assert result.returncode == 2
+    assert "unrecognized arguments: --input.uri=other.jsonl (a config value is set with --set: " \
+           "--set input.uri=other.jsonl)" in result.stderr
+    assert "--set" not in evalbeam("run", config, "--nosuch=1", check=False).stderr.split("unrecognized")[1]
     runner = evalbeam("run", config, "--runner=Nope", check=False)
     assert runner.returncode == 2 and runner.stderr.startswith("evalbeam: --runner=Nope: Unexpected pipeline runner")
     assert "Traceback" not in runner.stderr

@@ -95,6 +95,10 @@ def test_the_summary_of_repeated_runs_is_what_the_script_implies(repeated_run):
     [runs] = table(run, "runs")
     assert (runs["read_count"], runs["scored_count"], runs["dead_letter_count"]) == (6, 6, 0)
     assert "pass@k" in result.stdout
+    # beside 'read 6 = scored 6', how the summary's n of 18 comes about (issue 32, item 5)
+    assert "read 6 = scored 6 + dead-lettered 0" in result.stdout
+    assert ("each of the 6 case(s) scored ran 3 times (inference.num_runs): 18 instances, counted in the summary's n "
+            "and errors") in result.stdout
 
 
 def test_show_prints_pass_at_k_and_the_clustered_standard_error(repeated_run):

@@ -77,9 +77,27 @@ def test_a_run_that_scores_nothing_or_dead_letters_too_much_fails(tmp_path):
     assert "3 of 5 records read were dead-lettered (60%), more than max_dead_letter_share 0.5 allows" in too_many.stdout
     allowed = evalbeam("run", config_file(tmp_path, data, ["exact_match"], run_id="r3", max_dead_letter_share=0.6))
     assert "PROBLEMS" not in allowed.stdout and "read 5 = scored 2 + dead-lettered 3" in allowed.stdout
+
+
+def test_an_empty_input_fails_the_run_naming_it_unless_expected(tmp_path):
+    """Issue 32, item 7: an empty file exited 0 with an empty table, a pass in CI and a base for
+    compare_with: previous. It fails (status 1) naming the input, unless input.allow_empty."""
     empty = tmp_path / "empty.jsonl"
-    empty.write_text("")  # an empty input is an empty run, as before
-    evalbeam("run", config_file(tmp_path, empty, ["exact_match"], run_id="r4"))
+    empty.write_text("")
+    result = evalbeam("run", config_file(tmp_path, empty, ["exact_match"], run_id="r4"), check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert (f"PROBLEMS:\n  no record was read from input.uri {empty}: an empty input fails the run "
+            "(set input.allow_empty: true when it is expected)") in result.stdout
+    assert "evalbeam: run r4 finished with problems" in result.stderr
+    expected = evalbeam("run", config_file(tmp_path, empty, ["exact_match"], run_id="r5"), "--set", "input.allow_empty=true")
+    assert "PROBLEMS" not in expected.stdout and "read 0 = scored 0 + dead-lettered 0" in expected.stdout
+    # compare_with: previous passes over the runs that read nothing to the last one that read something
+    evalbeam("run", scored_run(tmp_path, ["a", "b"], "r0"), "--set", "run_date=2026-11-01")
+    for run_id, day in (("r4", "02"), ("r5", "03")):
+        evalbeam("run", config_file(tmp_path, empty, ["exact_match"], run_id=run_id), "--set", f"run_date=2026-11-{day}",
+                 "--set", "input.allow_empty=true")
+    later = evalbeam("run", scored_run(tmp_path, ["a", "b"], "r6", compare_with="previous"), "--set", "run_date=2026-11-04")
+    assert "compared with r0:" in later.stdout, later.stdout
 
 
 def scored_run(tmp_path, ids, run_id, name="outcomes", **extra):
@@ -178,13 +196,18 @@ def test_a_full_disk_ends_the_run_with_120_and_one_line_leaving_the_previous_out
 
 
 def test_many_slice_values_are_bounded_in_the_summary_and_on_the_terminal(tmp_path):
-    from evalbeam.transforms.summarize import MAX_SLICE_VALUES
+    """The cap is input.max_slice_values (default 1,000; a constant before issue 32, item 8)."""
+    from evalbeam.configs import EvalConfig
+    from evalbeam.metrics.summary import MAX_SLICE_VALUES as DEFAULT  # the transforms' default, the config's too
 
+    assert EvalConfig.model_fields["input"].annotation.model_fields["max_slice_values"].default == DEFAULT == 1000
+    MAX_SLICE_VALUES = 40
     n = MAX_SLICE_VALUES + 50
     data = jsonl(tmp_path / "d.jsonl", [{"id": f"c{i}", "response": "a", "reference": "a" if i % 4 else "b",
                                          "user": f"u{i:05d}", "ds": "x" if i % 2 else "y"} for i in range(n)])
     config = config_file(tmp_path, data, ["exact_match"], input={"uri": str(data), "id_column": "id",
-                                                                 "slice_columns": ["user", "ds"]})
+                                                                 "slice_columns": ["user", "ds"],
+                                                                 "max_slice_values": MAX_SLICE_VALUES})
     result = evalbeam("run", config)
     summary = {s["slice"]: s for s in table(tmp_path / "out" / "r1", "summary")}
     users = sorted(name for name in summary if name.startswith("user=u"))
@@ -196,9 +219,52 @@ def test_many_slice_values_are_bounded_in_the_summary_and_on_the_terminal(tmp_pa
     assert (summary["ds=x"]["row_count"], summary["ds=y"]["row_count"], summary["overall"]["row_count"]) == (
         n // 2, n - n // 2, n)
     assert summary["overall"]["mean"] == pytest.approx(sum(1.0 if i % 4 else 0.0 for i in range(n)) / n)
-    assert f"slice column 'user' has {n} distinct values: the {MAX_SLICE_VALUES} largest slices are summarized, " \
-           f"the other 50 values together as user=(other)" in result.stderr
+    assert f"slice column 'user' has {n} values, more than input.max_slice_values ({MAX_SLICE_VALUES}): the " \
+           f"{MAX_SLICE_VALUES} largest are summarized one slice each, the other 50 as one slice, user=(other)" \
+           in result.stderr
     # the terminal: overall and the 20 largest slices of the metric, and where the rest are
     assert len(result.stdout.splitlines()) < 40
     assert f"({MAX_SLICE_VALUES + 3 - 20:,} more slice rows not shown, the largest 20 of each metric are: every slice " \
            f"is in the run's summary table in {tmp_path / 'out'})" in result.stdout
+
+
+def test_a_run_compared_with_itself_is_refused(tmp_path):
+    """Issue 32, item 8: `compare p1 p1` was accepted (and flags nothing, whatever changed);
+    compare_with naming the run's own run_id is refused likewise, before any work."""
+    evalbeam("run", scored_run(tmp_path, ["a", "b"], "p1"))
+    result = evalbeam("compare", "p1", "p1", "--parquet", tmp_path / "out", check=False)
+    assert result.returncode == 2 and "run p1 is the base run itself: a run compared with itself can flag nothing" \
+        in result.stderr, result.stderr
+    result = evalbeam("run", scored_run(tmp_path, ["a", "b"], "p1", compare_with="p1"), check=False)
+    assert result.returncode == 2 and "compare_with: p1 is this run's own run_id" in result.stderr, result.stderr
+
+
+def test_a_full_disk_under_a_labelled_run_ends_it_with_120_and_keeps_the_previous_output(tmp_path, small_disk):
+    """Issue 32, item 8: a full disk was not tried with the calibration table among the tables. A
+    labelled run with a slice per row (a calibration row per slice) whose tables do not fit: status
+    120, one line naming the step (whichever table's write meets the full disk first: here the
+    instances'), nothing of the attempt left, the previous output and its calibration table whole."""
+    import re
+
+    out = small_disk / "out"
+    rows = [{"id": f"s{i}", "response": "a", "reference": "a", "human": 1, "who": f"u{i}"} for i in range(3)]
+    small = jsonl(tmp_path / "small.jsonl", rows)
+    config = config_file(tmp_path, small, ["exact_match"], run_id="c1", output=out,
+                         input={"uri": str(small), "id_column": "id", "slice_columns": ["who"],
+                                "labels": {"exact_match": "human"}})
+    evalbeam("run", config)
+    assert len(table(out / "c1", "calibration")) == 4  # overall and three slices
+    files_before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    rng = random.Random(2)
+    big = jsonl(tmp_path / "big.jsonl", [
+        {"id": f"c{i}", "response": " ".join(str(rng.random()) for _ in range(40)), "reference": "x",
+         "human": i % 2, "who": f"user-{i:05d}-{rng.random()}"} for i in range(900)])
+    config.write_text(config.read_text().replace(str(small), str(big)))
+    full = evalbeam("run", config, check=False)
+    assert full.returncode == 120, full.stdout + full.stderr
+    assert "Traceback" not in full.stderr
+    assert re.fullmatch(rf"evalbeam: could not write the output under {re.escape(str(out))}: \[Errno 28\] No space left "
+                        r"on device \(in step [\w/]+\); this run's partial files were removed and the previous output "
+                        r"of run_id c1, if any, is as it was", full.stderr.splitlines()[-1]), full.stderr
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == files_before
+    assert len(table(out / "c1", "calibration")) == 4

@@ -17,7 +17,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that
 from scipy import stats
 
-from evalbeam.metrics.compare import PairedMoments, better_sign, finish
+from evalbeam.metrics.compare import Gate, PairedMoments, better_sign, finish
 from evalbeam.metrics.summary import bootstrap_weights
 from evalbeam.transforms.compare import CompareRuns, PairSpec, paired_values, result_entry
 from evalbeam.transforms.infer import case_id
@@ -26,7 +26,7 @@ DIRECTIONS = {"em": "higher", "quality": "higher", "verbosity": "closer_to_zero"
 
 
 def spec(base_num_runs, run_num_runs):
-    return PairSpec("base", "cand", dt.date(2026, 11, 25), "eval", DIRECTIONS, 0.0, 0.05,
+    return PairSpec("base", "cand", dt.date(2026, 11, 25), "eval", DIRECTIONS, Gate(), 0.05,
                     dt.datetime(2026, 11, 25, tzinfo=dt.timezone.utc), base_num_runs, run_num_runs)
 
 
@@ -217,7 +217,7 @@ def test_compare_runs_on_beam_matches_the_fold():
     run = generate(8, 40, 3, -0.1, fail_all={"case4"})
     pair_spec = spec(1, 3)
     want = finish([{"metric": m, "slice": s, "direction": DIRECTIONS[m], **stat}
-                   for (m, s), stat in fold(base, run, pair_spec).items()], 0.0)
+                   for (m, s), stat in fold(base, run, pair_spec).items()], Gate())
     want = {(w["metric"], w["slice"]): w for w in want}
 
     def matches(rows):

@@ -508,6 +508,36 @@ def test_a_quote_that_never_closes_before_the_end_of_the_file_costs_its_line_onl
     assert (lines.lines, lines.skipped) == (9, 1)  # 9 lines = the header + 7 records + 1 dead letter
 
 
+@pytest.mark.parametrize("quote_runs_on", [True, False])
+def test_text_after_a_closing_quote_is_malformed_and_costs_its_first_line_only(quote_runs_on):
+    """A quote that closes on a later line, followed by text rather than a delimiter or the
+    line's end: csv.reader (not strict) joined the next row into this one's cell, and the run
+    said 'read 4 = scored 4' (issue 32, item 2). The record is dead-lettered, the lines after
+    its first read again as rows."""
+    import io
+
+    from evalbeam.transforms.parsers import DeadLetter, Record, SourceLines, parse_csv
+
+    damaged = 'a2,"Say hi,hello there,hi,greet' if quote_runs_on else 'a2,"Say hi"there,hello,hi,greet'
+    rows = ["id,prompt,response,reference,topic", "a1,Hi,hello,hello,greet", damaged,
+            'a3,"Capital of France?","Paris","Paris",geo', "a4,2+2,4,4,math"]
+    items = list(parse_csv("f", io.BytesIO(("\n".join(rows) + "\n").encode())))
+    dead = [d for d in items if isinstance(d, DeadLetter)]
+    records = [r for r in items if isinstance(r, Record)]
+    assert [(d.line, d.raw_record) for d in dead] == [(3, damaged)]
+    if quote_runs_on:
+        assert ("a quoted field opened on line 3 closes on line 4 with text after its closing quote "
+                "(CSV wants a delimiter or the line's end there); the lines after line 3 are read again as rows"
+                in dead[0].reason), dead[0].reason
+    else:
+        assert ("a quoted field on line 3 has text after its closing quote "
+                "(CSV wants a delimiter or the line's end there)" in dead[0].reason), dead[0].reason
+    assert [(r.data["id"], r.data["prompt"], r.line) for r in records] == [
+        ("a1", "Hi", 2), ("a3", "Capital of France?", 4), ("a4", "2+2", 5)]
+    [lines] = [s for s in items if isinstance(s, SourceLines)]
+    assert (lines.lines, lines.skipped) == (5, 1)  # the header + 3 records + 1 dead letter
+
+
 def test_run_problems_flag_lost_records_and_dead_metrics():
     from evalbeam.pipelines.report_data import run_problems
 

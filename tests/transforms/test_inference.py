@@ -178,6 +178,32 @@ def test_inference_config_errors(tmp_path):
     assert "inference.function: cannot load 'tests.no_such_module:answer': ModuleNotFoundError" in result.stderr
 
 
+def test_an_inference_function_in_the_current_folder_is_named_with_the_pythonpath_it_needs(tmp_path):
+    """Issue 32, item 7: the evalbeam command does not put the current folder on Python's path,
+    so a user's `my_agent.py` beside the config did not import, and nothing said why."""
+    import os
+    import subprocess
+
+    (tmp_path / "my_agent.py").write_text("def answer(fields):\n    return {'response': fields['prompt']}\n")
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "1", "prompt": "p", "reference": "p"}) + "\n")
+    config = write_config(tmp_path, data, {"function": "my_agent:answer"}, ["exact_match"])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    command = [str(ROOT / ".venv" / "bin" / "evalbeam"), "validate", str(config)]
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert ("inference.function: cannot load 'my_agent:answer': ModuleNotFoundError: No module named 'my_agent' "
+            "('my_agent' is in the current folder, which the evalbeam command does not put on Python's path: "
+            "run it with PYTHONPATH=. before it, or install your package)") in result.stderr, result.stderr
+    result = subprocess.run(command, cwd=tmp_path, env={**env, "PYTHONPATH": "."}, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    # elsewhere, the general hint
+    result = subprocess.run(command, cwd=tmp_path.parent, env=env, capture_output=True, text=True, timeout=300)
+    assert "No module named 'my_agent' (it must be importable: install it, or put its folder on PYTHONPATH)" \
+        in result.stderr, result.stderr
+
+
 KEY = "AIzaSy-inference-test-key-0123456789"
 
 
