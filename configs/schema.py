@@ -31,12 +31,16 @@ if typing.TYPE_CHECKING:
     from evalbeam.metrics.compare import Gate
 
 
-def reserved_columns() -> frozenset[str]:
+def reserved_columns() -> dict[str, str]:
     """The own columns of the tables with slice columns, which a slice column may not
-    shadow: read from the one schema definition."""
+    shadow (column -> the first table that has it): read from the one schema definition."""
     from evalbeam.transforms.schema import SLICED_TABLES, TABLES  # start-up time: pyarrow only where slice columns are checked
 
-    return frozenset(c.name for t in SLICED_TABLES for c in TABLES[t])
+    reserved: dict[str, str] = {}
+    for t in SLICED_TABLES:
+        for c in TABLES[t]:
+            reserved.setdefault(c.name, t)
+    return reserved
 
 
 class ConfigError(ValueError):
@@ -160,8 +164,9 @@ class InputConfig(_Model):
         for col in columns:
             if not re.fullmatch(COLUMN_RE, col):
                 raise ValueError(f"{col!r} is not a valid column name (letters, digits, underscore)")
-            if col in reserved_columns():
-                raise ValueError(f"{col!r} clashes with an output column of the instances table")
+            table = reserved_columns().get(col)
+            if table is not None:
+                raise ValueError(f"{col!r} clashes with an output column of the {table} table")
         if len(set(columns)) != len(columns):
             raise ValueError("slice columns repeat")
         return columns

@@ -31,6 +31,11 @@ BUILTIN = ("task_success", "tool_use")
 DISCOVER = "discover"
 MODE_ID = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 MAX_EXAMPLES = 5
+# Every classification prompt lists every mode, and the answer schema's enum holds every id:
+# a taxonomy's size is paid on each failure.
+MAX_MODES = 100
+MAX_NAME_CHARS = 120
+MAX_DESCRIPTION_CHARS = 1000
 # The answer field of a classification (metrics.judge.templates.parse_answer reads it).
 MODE_FIELD = "mode"
 
@@ -143,6 +148,8 @@ def taxonomy_from_entries(entries: Any, name: str, origin: str) -> Taxonomy:
         entries = entries["modes"]
     if not isinstance(entries, list) or not entries:
         raise TaxonomyError("a taxonomy is a non-empty list of modes (id, name, description, optional parent)")
+    if len(entries) > MAX_MODES:
+        raise TaxonomyError(f"{len(entries)} modes: at most {MAX_MODES} (every classification prompt lists them all)")
     modes, seen = [], set()
     for n, entry in enumerate(entries, 1):
         if not isinstance(entry, dict):
@@ -155,9 +162,14 @@ def taxonomy_from_entries(entries: Any, name: str, origin: str) -> Taxonomy:
             raise TaxonomyError(f"mode {n}: id {mode_id!r} must be lowercase letters, digits and _ (a letter first)")
         if mode_id in seen:
             raise TaxonomyError(f"mode {n}: id {mode_id!r} is repeated")
-        for field in ("name", "description"):
+        for field, most in (("name", MAX_NAME_CHARS), ("description", MAX_DESCRIPTION_CHARS)):
             if not isinstance(entry.get(field), str) or not entry[field].strip():
                 raise TaxonomyError(f"mode {mode_id}: needs a {field}")
+            if len(entry[field].strip()) > most:
+                raise TaxonomyError(f"mode {mode_id}: its {field} is {len(entry[field].strip())} characters, at most "
+                                    f"{most} (every classification prompt lists every mode)")
+        if "\n" in entry["name"].strip():
+            raise TaxonomyError(f"mode {mode_id}: its name is more than one line")
         seen.add(mode_id)
         modes.append(Mode(mode_id, entry["name"].strip(), entry["description"].strip(), entry.get("parent")))
     for m in modes:
@@ -166,6 +178,8 @@ def taxonomy_from_entries(entries: Any, name: str, origin: str) -> Taxonomy:
         parent = next((p for p in modes if p.id == m.parent), None)
         if parent is not None and parent.parent is not None:
             raise TaxonomyError(f"mode {m.id}: its parent {parent.id} has a parent itself (two levels at most)")
+    if not seen - {OTHER}:
+        raise TaxonomyError(f"no mode besides {OTHER!r}: every failure would be {OTHER}")
     if OTHER not in seen:
         modes.append(Mode(OTHER, "Other", "None of the modes above describes this failure."))
     return Taxonomy(name, tuple(modes), origin)

@@ -40,14 +40,20 @@ def _ci(row) -> str:
     return f"[{row['share_ci_low']:.2f}, {row['share_ci_high']:.2f}]"
 
 
-def format_failure_modes(rows: list[dict[str, Any]], top: int = TOP) -> str:
-    """The `top` modes of each metric and slice (by count), with share, CI and an example."""
+def format_failure_modes(rows: list[dict[str, Any]], top: int = TOP,
+                         taxonomies: list[dict[str, Any]] | None = None) -> str:
+    """The `top` modes of each metric and slice (by count), with share, CI and an example;
+    for a run that classified nothing (`taxonomies`: its taxonomies rows), that it had no failure."""
     if not rows:
-        return ""
+        import json
+
+        return "".join(f"\nfailure modes: no failure of {', '.join(json.loads(t['metrics'] or '[]'))} to classify "
+                       f"(taxonomy {t['name']})" for t in taxonomies or [])
     import json
 
-    lines = ["\nfailure modes (top {} per metric and slice; failure_modes table):".format(top),
-             f"{'metric':24} {'slice':22} {'mode':24} {'count':>6} {'of':>6} {'share':>6} {'95% CI':>13}  example"]
+    lines = ["\nfailure modes (top {} per metric and slice; failure_modes table):".format(top)]
+    if any(r["count"] for r in rows):  # else every failure went unclassified: no table, the count below
+        lines.append(f"{'metric':24} {'slice':22} {'mode':24} {'count':>6} {'of':>6} {'share':>6} {'95% CI':>13}  example")
     shown: dict[tuple, int] = {}
     for r in sorted(rows, key=lambda r: (r["metric"], r["slice"] != OVERALL, r["slice"], -r["count"], r["mode"])):
         key = (r["metric"], r["slice"])
@@ -74,11 +80,34 @@ def _mcnemar(b: int, c: int) -> float | None:
     return min(1.0, 2 * tail)
 
 
-def _digest(rows: list[dict[str, Any]], run_id: str) -> str:
-    digests = {r["taxonomy_digest"] for r in rows}
+def taxonomy_rows(results, run_id: str) -> list[dict[str, Any]]:
+    return _rows(results, "SELECT * FROM {t}", {}, {"t": ("taxonomies", run_id)})
+
+
+def classified_metrics(results, run_id: str, rows: list[dict[str, Any]] | None = None) -> list[str]:
+    """The metrics whose failures a run classified (failure_modes.metrics, from its taxonomies
+    row; else those with failure_modes rows)."""
+    import json
+
+    for t in taxonomy_rows(results, run_id):
+        if t.get("metrics"):
+            return json.loads(t["metrics"])
+    return sorted({r["metric"] for r in rows or failure_mode_rows(results, run_id)})
+
+
+def _digest(results, rows: list[dict[str, Any]], run_id: str) -> str:
+    """The taxonomy a run classified into: its failure_modes rows', else (a run with no
+    failure) its taxonomies row's. Raises TaxonomiesDiffer when it has none."""
+    digests = {r["taxonomy_digest"] for r in rows} or {r["digest"] for r in taxonomy_rows(results, run_id)}
     if len(digests) > 1:
         raise TaxonomiesDiffer(f"run {run_id} classified into several taxonomies ({', '.join(sorted(digests))})")
-    return digests.pop()
+    if not digests:
+        raise TaxonomiesDiffer(f"run {run_id} has no failure modes (its config has no failure_modes section)")
+    digest = digests.pop()
+    if not digest:
+        reason = next((r["name"] for r in taxonomy_rows(results, run_id)), "")
+        raise TaxonomiesDiffer(f"run {run_id} has no taxonomy to compare ({reason})")
+    return digest
 
 
 def _slices(assignment: dict[str, Any], slice_columns: list[str]) -> list[str]:
@@ -93,10 +122,8 @@ def compare_failure_modes(results, base_id: str, run_id: str, alpha: float = 0.0
     (shrank_in), with McNemar's exact p-value; `grew` / `shrank` when p < alpha.
     Raises TaxonomiesDiffer when the runs used different taxonomies (or none)."""
     base_rows, run_rows = failure_mode_rows(results, base_id), failure_mode_rows(results, run_id)
-    if not base_rows or not run_rows:
-        missing = base_id if not base_rows else run_id
-        raise TaxonomiesDiffer(f"run {missing} has no failure modes (no failure_modes section, or no failure)")
-    base_digest, run_digest = _digest(base_rows, base_id), _digest(run_rows, run_id)
+    # a run with no failure has no failure_modes row but its taxonomies row: compared as 0 per mode
+    base_digest, run_digest = _digest(results, base_rows, base_id), _digest(results, run_rows, run_id)
     if base_digest != run_digest:
         raise TaxonomiesDiffer(f"runs {base_id} and {run_id} classified failures into different taxonomies "
                                f"({base_digest} and {run_digest}): a mode of one does not mean a mode of the other. "
@@ -117,10 +144,14 @@ def compare_failure_modes(results, base_id: str, run_id: str, alpha: float = 0.0
         for a in assignments(results, rid):
             if a["mode"] is not None:
                 has_mode[which].add((a["metric"], a["instance_id"], a["mode"]))
+    # a metric classified in one run only has no count in the other: not 0, unknown
+    both_classified = set.intersection(*(set(classified_metrics(results, rid, rows))
+                                         for rid, rows in ((base_id, base_rows), (run_id, run_rows))))
     counts = {}
     for which, rows in (("base", base_rows), ("run", run_rows)):
         for r in rows:
-            counts.setdefault((r["metric"], r["slice"], r["mode"]), {})[which] = r
+            if r["metric"] in both_classified:
+                counts.setdefault((r["metric"], r["slice"], r["mode"]), {})[which] = r
     out = []
     for (metric, slice_name, mode), both in sorted(counts.items()):
         base, run = both.get("base"), both.get("run")
@@ -166,8 +197,12 @@ def mode_gate_failed(rows: list[dict[str, Any]], gated: list[str]) -> list[dict[
 
 def compare_modes_command(results, base_id: str, run_ids: list[str], alpha: float, gated: list[str]) -> int:
     """`evalbeam compare`'s failure-mode part: prints each run's mode changes (or why its
-    modes are not compared); 1 when a gated mode grew (--fail-on-mode-growth), else 0."""
-    failed = []
+    modes are not compared); 1 when a gated mode grew (--fail-on-mode-growth), 2 when a gated
+    mode is no mode of the taxonomies compared (a typo would never fire), else 0."""
+    import json
+    import sys
+
+    failed, known, compared = [], set(), False
     for run_id in run_ids:
         try:
             rows = compare_failure_modes(results, base_id, run_id, alpha)
@@ -175,10 +210,21 @@ def compare_modes_command(results, base_id: str, run_ids: list[str], alpha: floa
             if gated or "no failure modes" not in str(e):
                 print(f"\nfailure modes not compared: {e}")
             continue
+        base_metrics, run_metrics = classified_metrics(results, base_id), classified_metrics(results, run_id)
+        for metric in sorted(set(base_metrics) ^ set(run_metrics)):
+            only = base_id if metric in base_metrics else run_id
+            print(f"\nfailure modes of {metric} not compared: only run {only} classified its failures")
         print(format_mode_comparison(rows))
         failed += mode_gate_failed(rows, gated)
+        compared = True
+        known |= {r["mode"] for r in rows} | {m["id"] for t in taxonomy_rows(results, run_id)
+                                              for m in json.loads(t["modes"] or "[]")}
+    unknown = sorted({g for g in gated if g != "any"} - known) if compared else []
+    if unknown:
+        print(f"evalbeam: --fail-on-mode-growth {', '.join(unknown)}: not a mode of the taxonomy compared "
+              f"(its modes: {', '.join(sorted(known))})", file=sys.stderr)
     if gated:
         print(f"{len(failed)} gated failure mode growth(s) flagged"
               + "".join(f"\n  {r['metric']} {r['slice']}: {r['mode']} grew ({r['base_count']} -> {r['count']}, "
                         f"p {r['p_value']:.4f})" for r in failed))
-    return 1 if failed else 0
+    return 2 if unknown else 1 if failed else 0

@@ -20,7 +20,7 @@ from evalbeam.pipelines.preflight import billing_project, parquet_glob, prefligh
 from evalbeam.pipelines.results import ResultsError, results_for
 from evalbeam.pipelines.stages.read import read_instances
 from evalbeam.transforms import bigquery, judge
-from evalbeam.transforms.failure_modes import taxonomy_of
+from evalbeam.transforms.failure_modes import DISCOVERY, taxonomy_of
 from evalbeam.transforms.plan import PlanFailureModes, PlanJudging
 from evalbeam.transforms.rubric_judge import ReadPinnedRubrics
 from evalbeam.transforms.runs import judge_cost
@@ -73,7 +73,12 @@ def plan(config: EvalConfig) -> dict:
             counts = dict(json.load(f))
         with open(totals_path) as f:
             totals = json.load(f)
-    return estimate(config, checked.source, totals, counts, earlier_output_tokens(config))
+    planned = estimate(config, checked.source, totals, counts, earlier_output_tokens(config))
+    # a rubric metric's classifications (one per failed rubric) are not known before its rubrics are judged
+    rubric_names = {s.output_name for s in rubric_specs}
+    planned["uncounted_failure_modes"] = [m for m in config.failure_modes.metrics if m in rubric_names] \
+        if config.failure_modes is not None else []
+    return planned
 
 
 def plan_failure_modes(config: EvalConfig) -> PlanFailureModes | None:
@@ -85,9 +90,6 @@ def plan_failure_modes(config: EvalConfig) -> PlanFailureModes | None:
         taxonomy = taxonomy_of(fm)
     except TaxonomyError as e:
         raise ConfigError(str(e)) from None
-    if taxonomy is None:
-        raise ConfigError("failure_modes: evalbeam plan does not count the classifications of a taxonomy not "
-                          "discovered yet (their prompts hold the taxonomy)")
     judge_metrics = {s.output_name for s in config.template_judge_specs()}
     return PlanFailureModes(fm, taxonomy, config.computation_specs(), judge_metrics, config.judge)
 
@@ -175,8 +177,10 @@ def format_plan(plan: dict) -> str:
              f"read {plan['read']:,} = {plan['instances']:,} valid + {plan['dead_lettered']:,} dead-lettered",
              f"judge {plan['model']}, quota {plan['requests_per_minute']:,g} requests/min"
              + (f", {plan['tokens_per_minute']:,g} tokens/min" if plan["tokens_per_minute"] else "")]
+    uncounted = [f"failure classifications of {m} (a rubric metric: one per failed rubric, not known before "
+                 "its rubrics are judged) are not counted" for m in plan.get("uncounted_failure_modes", [])]
     if not plan["metrics"]:
-        return "\n".join(lines + ["no judge metric: nothing to call"])
+        return "\n".join(lines + ["no judge metric: nothing to call"] + uncounted)
     head = f"{'metric':36} {'asked':>9} {'distinct':>9} {'cached':>8} {'to call':>9} {'prompt tok':>11} {'output tok':>11} {'online':>11} {'batch':>11}"
     lines += ["", head]
     for r in plan["metrics"]:
@@ -192,10 +196,16 @@ def format_plan(plan: dict) -> str:
                   f"{minutes:,.1f} min at the quota ({minutes / 60:,.2f} h)",
               f"estimated cost: online {_money(plan['cost'])}, batch {_money(plan['cost_batch'])}"
               + ("" if plan["priced"] else f" (no judge.prices for {plan['model']})")]
-    if any(r["metric"].endswith(":failure_modes") and r["upper_bound"] for r in plan["metrics"]):
+    discovers = any(r["metric"] == DISCOVERY for r in plan["metrics"])
+    if discovers:
+        lines.append("failure_modes: discover: the taxonomy is not proposed yet, so each failure's classification "
+                     "(<=) is counted without its tokens or the cache (a judge metric's: one per instance; a "
+                     "rubric metric's, one per failed rubric, not counted)")
+    elif any(r["metric"].endswith(":failure_modes") and r["upper_bound"] for r in plan["metrics"]):
         lines.append("failure classifications of judge metrics (<=) are counted one per instance and metric: "
                      "which instances fail is the judge's to say; a rubric metric's (one per failed rubric) "
                      "are not counted")
+    lines += uncounted
     if any(r["metric"].endswith(":validation") for r in plan["metrics"]):
         lines.append("rubric validations (<=) are counted one per instance, metric and sample: their prompts and "
                      "cache keys depend on the rubrics generated, so their tokens and cost are not estimated")

@@ -16,7 +16,7 @@ from typing import Iterable
 import apache_beam as beam
 
 from evalbeam.metrics.judge.settings import JudgeSettings
-from evalbeam.transforms.failure_modes import instance_asks, usage_name
+from evalbeam.transforms.failure_modes import DISCOVERY, instance_asks, instance_failures, usage_name
 from evalbeam.transforms.judge import judge_requests, plan_judges
 from evalbeam.transforms.rubric_judge import READY, RubricNeedsFn, plan_rubric_metrics, plan_units, use_pinned
 from evalbeam.transforms.schema import RunKey
@@ -78,12 +78,21 @@ class PlanFailureModes(beam.PTransform):
 
     def expand(self, instances):
         run = RunKey("plan", dt.date.today())
-        taxonomy = instances.pipeline | "Taxonomy" >> beam.Create([self._taxonomy])
-        asks = (instances
-                | "ScoreOffline" >> ScoreInstances(run, self._specs)
-                | "FailureAsks" >> beam.FlatMap(instance_asks, self._metrics, frozenset(), self._settings,
-                                                taxonomy=beam.pvalue.AsSingleton(taxonomy)))
+        scored = instances | "ScoreOffline" >> ScoreInstances(run, self._specs)
         bounds = instances | "FailureBounds" >> beam.FlatMap(_failure_bounds, self._judge_metrics)
+        if self._taxonomy is None:
+            # discover: the prompts hold a taxonomy not proposed yet, so neither their tokens nor the
+            # cache are known: one discovery when anything fails, one classification per failure
+            failures = scored | "Failures" >> beam.FlatMap(instance_failures, self._metrics, frozenset())
+            per_failure = failures | "PerFailure" >> beam.Map(
+                lambda item: (usage_name(item[0].metric), {"asked": 1, "upper_bound": 1}))
+            discovery = (failures | "CountFailures" >> beam.combiners.Count.Globally()
+                         | "Discovery" >> beam.FlatMap(lambda n: [(DISCOVERY, {"asked": 1, "upper_bound": 1})] if n else []))
+            bounds = (bounds, per_failure, discovery) | "AllBounds" >> beam.Flatten()
+            return instances.pipeline | "NoAsks" >> beam.Create([]), bounds
+        taxonomy = instances.pipeline | "Taxonomy" >> beam.Create([self._taxonomy])
+        asks = scored | "FailureAsks" >> beam.FlatMap(instance_asks, self._metrics, frozenset(), self._settings,
+                                                      taxonomy=beam.pvalue.AsSingleton(taxonomy))
         return asks, bounds
 
 

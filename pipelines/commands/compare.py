@@ -64,6 +64,8 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
     print(f"\n{len(regressed)} regression(s) flagged; comparisons written to {results.location}")
     if gate_failed(results, rows, args.base_run_id, args.run_ids, args.min_paired):
         return 2  # too little paired to gate on: neither a pass nor a regression
+    if modes_grew == 2:
+        return 2  # a gated mode the taxonomy does not have: the gate could never fire
     return 1 if regressed or modes_grew else 0
 
 
