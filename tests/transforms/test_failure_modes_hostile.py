@@ -18,7 +18,7 @@ def test_a_run_with_no_failure_is_shown_and_compared_as_zero_per_mode(tmp_path, 
     """Nothing fails: the tables are empty but the taxonomy is recorded; `show` says there was
     no failure, and `compare` counts every mode as 0 on that side instead of refusing, so a
     gate on mode growth sees modes that appear after a night without failure."""
-    failing = [dict(r, response=f"wrong #mode=wrong_tool") for r in PASSING]
+    failing = [dict(r, response="wrong #mode=wrong_tool") for r in PASSING]
     with JudgeServer() as server:
         run_config(write_config(tmp_path, PASSING, server.url, "clean"))
         assert server.stats.requests == 0
@@ -87,7 +87,7 @@ def test_plan_counts_a_discovery_run_as_upper_bounds_that_the_run_keeps(tmp_path
     from evalbeam.configs import load_config
     from evalbeam.pipelines.plan import format_plan, plan
 
-    rows = PASSING[:3] + [dict(r, response=f"wrong #mode=wrong_tool") for r in PASSING[3:]]
+    rows = PASSING[:3] + [dict(r, response="wrong #mode=wrong_tool") for r in PASSING[3:]]
     discover = {"metrics": ["exact_match"], "taxonomy": "discover"}
     with JudgeServer() as server:
         path = write_config(tmp_path, rows, server.url, "disc", failure_modes=discover)
@@ -110,7 +110,7 @@ def test_a_judge_down_throughout_leaves_every_failure_with_its_error_and_the_cou
     is in no output."""
     from tests.judge_server import Behaviour
 
-    rows = [dict(r, team="billing" if n % 2 else "shipping", response=f"wrong #mode=wrong_tool")
+    rows = [dict(r, team="billing" if n % 2 else "shipping", response="wrong #mode=wrong_tool")
             for n, r in enumerate(PASSING)]
     with JudgeServer(Behaviour(error_rate=1.0)) as server:
         run_config(write_config(tmp_path, rows, server.url, "down"))
@@ -215,7 +215,7 @@ def test_compare_leaves_out_a_metric_that_only_one_run_classified(tmp_path, api_
     """Adding a metric to failure_modes.metrics used to make each of its modes 'grow' from 0
     against a base that never classified it, tripping --fail-on-mode-growth any; its modes are
     now not compared, and compare says so. The metric both classified is still compared."""
-    rows = [dict(r, response=f"wrong #mode=wrong_tool") for r in PASSING]
+    rows = [dict(r, response="wrong #mode=wrong_tool") for r in PASSING]
     metrics = [{"name": "exact_match", "threshold": 1.0}, {"name": "exact_match", "as": "strict", "threshold": 1.0}]
     with JudgeServer() as server:
         run_config(write_config(tmp_path, rows, server.url, "one", metrics=metrics))
