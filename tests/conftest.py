@@ -151,6 +151,8 @@ SLOW = {
     "transforms/test_hostile.py::test_hostile_jsonl_corpus",
     "transforms/test_hostile.py::test_hostile_jsonl_dead_letters_are_listed_in_source_order",
     "transforms/test_deployed.py::test_a_whole_run_on_agent_engine_killed_and_rerun_repeats_only_unsaved_cases",
+    "transforms/test_deployed.py::test_a_full_disk_while_inference_checkpoints_ends_the_run_with_120_in_one_line",
+    "transforms/test_judge_durability.py::test_a_full_disk_while_judging_ends_the_run_with_120_in_one_line",
     "transforms/test_deployed.py::test_a2a_retries_resend_only_the_failed_message",
     "transforms/test_deployed.py::test_the_example_configs_validate_and_an_unreachable_endpoint_fails_in_one_line",
     "transforms/test_inference.py::test_a_judge_metric_over_multi_turn_cases_from_inference",

@@ -130,6 +130,9 @@ class _Recorded:
         self._inner, self._keys, self._writer = inner, keys, writer
 
     async def infer(self, fields):
+        if self._writer is not None:
+            # a full disk met by a checkpoint: the agent is asked no more; the run ends (DeployedInferFn)
+            self._writer.check()
         result = await self._inner.infer(fields)
         key = self._keys.get(id(fields))
         if key is not None and self._writer is not None:
@@ -193,6 +196,8 @@ class DeployedInferFn(beam.DoFn):
         by_id = {i.instance_id: i for i in todo}
         try:
             for instance_id, fields in infer_all(make, items, inference.max_concurrency, inference.timeout_seconds):
+                if writer is not None:
+                    writer.check()  # a full disk: the run ends (status 120), no case of this shard is kept
                 self._cases.inc()
                 self._failures.inc("inference_error" in fields)
                 yield dataclasses.replace(by_id[instance_id], fields=fields)

@@ -21,6 +21,14 @@ A chunk is written to a temporary name and renamed (locally), or uploaded as
 one object (Cloud Storage, where an object appears only when complete); a
 chunk that still cannot be read (a disk filled, a hand-made file) is skipped
 with a warning. Failed judgments are not checkpointed: a re-run asks them again.
+
+A chunk that cannot be written for want of space (a full disk or quota, a read-only
+filesystem: transforms.write_failure.STORAGE_ERRNOS) leaves no temporary file and ends
+the run: the step that checkpoints raises it (CheckpointWriter.check, .close), and the
+command says it in one line, status 120, as for its tables, which could not be written
+there either. Calling on (a paid judge, a deployed agent) for answers nothing can keep
+would be waste. Any other failure of a chunk is a warning, and its answers are kept for
+the next try.
 """
 from __future__ import annotations
 
@@ -39,6 +47,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from evalbeam.metrics.judge.client import JudgeResponse
 from evalbeam.transforms.write import ATTEMPTS, delete_tree
+from evalbeam.transforms.write_failure import STORAGE_ERRNOS
 
 log = logging.getLogger(__name__)
 FOLDER = "judge_checkpoints"
@@ -102,11 +111,18 @@ def _write_file(folder: str, name: str, data: bytes) -> str:
     if FileSystems.get_scheme(folder) is None:
         os.makedirs(folder, exist_ok=True)
         temporary = os.path.join(folder, f".{name}.tmp")
-        with open(temporary, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
+        try:
+            with open(temporary, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            try:  # a full disk: the partial file is not left (nor counted as a checkpoint by `runs`)
+                os.remove(temporary)
+            except OSError:
+                pass
+            raise
     else:
         with FileSystems.create(path, mime_type="application/octet-stream") as f:
             f.write(data)
@@ -174,6 +190,7 @@ class CheckpointWriter:
         self._stop = threading.Event()
         self._chunks = 0
         self.written = 0
+        self._storage_error: OSError | None = None  # a full disk met: raised by check() and close()
         self._thread = threading.Thread(target=self._run, name="evalbeam-judge-checkpoint", daemon=True)
         self._thread.start()
 
@@ -192,20 +209,35 @@ class CheckpointWriter:
             try:
                 write_chunk(self._folder, f"{self._prefix}-{self._chunks:06d}.parquet", pending)
                 self.written += len(pending)
+            except OSError as e:
+                if e.errno not in STORAGE_ERRNOS:
+                    self._keep(e, pending)
+                elif self._storage_error is None:
+                    self._storage_error = e
             except Exception as e:  # noqa: BLE001 - a checkpoint is an economy, not a result: keep judging
-                log.warning("could not write a judge checkpoint chunk under %s (%s); %d judgments kept for the next try",
-                            self._folder, type(e).__name__, len(pending))
-                with self._lock:
-                    self._pending[:0] = pending
+                self._keep(e, pending)
+
+    def _keep(self, e: Exception, pending: list[JudgeResponse]) -> None:
+        log.warning("could not write a judge checkpoint chunk under %s (%s); %d judgments kept for the next try",
+                    self._folder, type(e).__name__, len(pending))
+        with self._lock:
+            self._pending[:0] = pending
+
+    def check(self) -> None:
+        """Raises the storage error a chunk met (a full disk): the run cannot keep its results."""
+        if self._storage_error is not None:
+            raise self._storage_error
 
     def _run(self) -> None:
-        while not self._stop.wait(self._seconds):
+        while not self._stop.wait(self._seconds) and self._storage_error is None:
             self.flush()
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
-        self.flush()
+        if self._storage_error is None:
+            self.flush()
+        self.check()
 
 
 class GcsStaging:

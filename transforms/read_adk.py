@@ -40,7 +40,7 @@ from apache_beam.io.filesystems import FileSystems
 from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA, metrics_from_criteria, read_test_config
 from evalbeam.metrics.simulator import ScenarioError, SimulatorUnavailable, parse_scenario
 from evalbeam.metrics.trace import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
-from evalbeam.transforms.adk_models import EXTRA_FORBIDDEN, forbidden_keys, session_input_errors
+from evalbeam.transforms.adk_models import EXTRA_FORBIDDEN, _camel, forbidden_keys, session_input_errors
 from evalbeam.transforms.records import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
 
 # A whole ADK file is read at once: bounded, so a wrong file cannot take a worker's memory.
@@ -258,6 +258,11 @@ def parse_adk_eval_result(doc: _Document, value: Any, positional: bool, reading:
     file_set_id = get_key(value, "eval_set_id")
     spans = _element_spans(doc, ("eval_case_results", "evalCaseResults"), len(cases)) if positional else None
     out = _Cases(doc, spans)
+    forbidden = forbidden_keys(value, "EvalSetResult")
+    if forbidden:  # EvalSetResult.model_validate_json refuses the whole file: every case dead-lettered, none scored
+        yield from _refused_cases(out, cases, forbidden, list_key="eval_case_results", document="eval set result")
+        yield out.lines()
+        return
     for index, case in enumerate(cases):
         label = f"eval_case_results[{index}]"
         if not isinstance(case, dict):
@@ -325,30 +330,32 @@ def _legacy_turn(turn: Any, where: str) -> dict[str, Any]:
 
 
 def _refused_cases(out: _Cases, cases: list, forbidden: list[str],
-                   invalid: list[tuple[str, str]] = ()) -> Iterator[DeadLetter]:
-    """A dead letter per case of an eval set ADK refuses for keys its models forbid (or
-    `invalid`: (path, message) of values its models refuse, adk_models.session_input_errors):
-    a case holding such keys names its first (and how many more); the others name the file's first."""
+                   invalid: list[tuple[str, str]] = (), list_key: str = "eval_cases",
+                   document: str = "eval set") -> Iterator[DeadLetter]:
+    """A dead letter per case of an eval set (or, with list_key "eval_case_results", a result
+    file) ADK refuses for keys its models forbid (or `invalid`: (path, message) of values its
+    models refuse, adk_models.session_input_errors): a case holding such keys names its first
+    (and how many more); the others name the file's first."""
     problems = [(p, EXTRA_FORBIDDEN) for p in forbidden] + list(invalid)
     # grouped by case once: a file of many cases each with a forbidden key is linear, not quadratic
     by_case: dict[int, list[tuple[str, str]]] = {}
     for path, message in problems:
-        found = re.match(r"eval_cases\[(\d+)\]\.", path)
+        found = re.match(rf"(?:{list_key}|{_camel(list_key)})\[(\d+)\]\.", path)
         if found:
             by_case.setdefault(int(found.group(1)), []).append((path, message))
     for index, case in enumerate(cases):
         eval_id = get_key(case, "eval_id") if isinstance(case, dict) else None
-        label = f"eval case {eval_id!r}" if isinstance(eval_id, str) and eval_id else f"eval_cases[{index}]"
+        label = f"eval case {eval_id!r}" if isinstance(eval_id, str) and eval_id else f"{list_key}[{index}]"
         own = by_case.get(index, [])
         if own:
             kind = "forbidden key" if all(m == EXTRA_FORBIDDEN for _, m in own) else "refused key"
             more = f" (and {len(own) - 1} more {kind}{'s' * (len(own) > 2)} in this case)" if len(own) > 1 else ""
             what = "forbid the key" if own[0][1] == EXTRA_FORBIDDEN else "refuse the value"
             reason = (f"{label}: {own[0][0]}: {own[0][1]}{more}; ADK's models {what}, "
-                      "so ADK refuses the whole eval set")
+                      f"so ADK refuses the whole {document}")
         else:
             what = "a key its models forbid" if problems[0][1] == EXTRA_FORBIDDEN else "a value its models refuse"
-            reason = (f"{label}: not scored: ADK refuses the whole eval set, which holds {what} "
+            reason = (f"{label}: not scored: ADK refuses the whole {document}, which holds {what} "
                       f"({problems[0][0]}: {problems[0][1]})")
         yield out.dead(index, reason, case, (own or problems)[0][0])
 

@@ -34,7 +34,8 @@ from evalbeam.metrics.trace import add_rubrics
 from evalbeam.metrics.simulator import USAGE_METRIC, LlmBackedUserSimulator, UserSimulatorFailed, parse_scenario
 from evalbeam.transforms import judge_checkpoint
 from evalbeam.transforms.infer import run_number
-from evalbeam.transforms.judge import UsageFn, cache_row
+from evalbeam.transforms.judge import UsageFn, _reused, cache_row
+from evalbeam.transforms.progress import CountFn
 from evalbeam.transforms.schema import RunKey
 
 ANSWERS = "answers"
@@ -191,6 +192,16 @@ class Simulate(beam.PTransform):
                 cached=beam.pvalue.AsDict(cached)).with_outputs(ANSWERS, main="instances")
         )
         answered = out[ANSWERS] | "AsAnswered" >> beam.Map(lambda r: (r, []))
+        if context.progress:
+            # the progress line counts the simulator's calls as it counts the judges' (each answer not
+            # from judge.cache: called, or reused from checkpoints), so its judgments are the judge
+            # line's needed less those from the cache. Each call depends on the agent's previous answer,
+            # so none is known before it is asked: a shard's calls are counted as needed and done when
+            # its conversations end.
+            called = answered | "Called" >> beam.Filter(lambda a: not a[0].cache_hit)
+            called | "ProgressJudgeNeeded" >> beam.ParDo(CountFn(context.progress, "judge_needed"))
+            called | "ProgressJudgeDone" >> beam.ParDo(CountFn(context.progress, "judge_done"))
+            called | "ProgressJudgeReused" >> beam.ParDo(CountFn(context.progress, "judge_reused", weight=_reused))
         cache_rows = out[ANSWERS] | "CacheRows" >> beam.FlatMap(
             lambda r, run, model: [cache_row(run, model, r)] if r.error is None and not r.cache_hit else [],
             self._run, config.model)

@@ -1,7 +1,8 @@
 """Run with the reference ADK venv (.adk/bin/python): prints, as JSON, the key
-table of every pydantic model an ADK EvalSet file is validated against
-(google.adk.evaluation.eval_set.EvalSet and every model reachable from it,
-google.genai's types included): per model, its `extra` policy and each field's
+table of every pydantic model an ADK EvalSet file or EvalSetResult file is
+validated against (google.adk.evaluation.eval_set.EvalSet,
+google.adk.evaluation.eval_result.EvalSetResult and every model reachable from
+them, google.genai's types and ADK's Session and Event included): per model, its `extra` policy and each field's
 name, alias and value type. tests/transforms/test_adk_files.py compares it with
 evalbeam's own table (transforms/adk_models.py), so a change of ADK's
 models is caught.
@@ -15,6 +16,7 @@ import types
 import typing
 
 import pydantic
+from google.adk.evaluation.eval_result import EvalSetResult
 from google.adk.evaluation.eval_set import EvalSet
 
 MODELS: dict[str, dict] = {}
@@ -63,4 +65,5 @@ def add(model: type[pydantic.BaseModel]) -> None:
 
 
 add(EvalSet)
+add(EvalSetResult)
 json.dump({k: MODELS[k] for k in sorted(MODELS)}, sys.stdout, indent=1, sort_keys=True)

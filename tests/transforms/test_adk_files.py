@@ -59,12 +59,14 @@ def test_the_key_table_is_adks(adk_reference):
     reference = json.loads(run_adk("adk_models.py"))
     ours = {}
     for name, entry in reference.items():
+        # ADK's and google.genai's alias generator is to_camel; evalbeam derives the alias with _camel. A model
+        # without one (EvalSet, ADK's CacheMetadata) has no alias at all
+        camel = not any(info["alias"] is None and _camel(field) != field for field, info in entry["fields"].items())
         for field, info in entry["fields"].items():
-            # ADK's and google.genai's alias generator is to_camel; evalbeam derives the alias with _camel
-            assert info["alias"] == (None if _camel(field) == field or name == "EvalSet" else _camel(field)), \
+            assert info["alias"] == (None if _camel(field) == field or not camel else _camel(field)), \
                 (name, field, info["alias"])
-        ours[name] = (entry["extra"], name != "EvalSet",
-                      {field: _tuple(info["type"]) for field, info in entry["fields"].items()})
+        ours[name] = (entry["extra"], camel, {field: _tuple(info["type"]) for field, info in entry["fields"].items()})
+    assert {"EvalSet", "EvalSetResult", "EvalCaseResult", "EvalMetricResult", "Session"} <= set(ours)
     assert ours == MODELS
 
 
@@ -166,6 +168,88 @@ def test_a_refused_eval_set_is_dead_lettered_whole_and_counts_reconcile(tmp_path
     assert all("ADK refuses the whole eval set" in d.reason for d in dead)
     # every line of the file is a dead case's or a line of the file's own punctuation
     assert sum(d.line_count for d in dead) + lines[0].skipped == lines[0].lines
+
+
+def mutated_results(seed: int, count: int):
+    """Small EvalSetResult documents (tests.adk_cases' generated results, some in camelCase), most with
+    one or two keys added anywhere: where ADK forbids them (a metric result, an invocation, a part) and
+    where it ignores them (EvalSetResult's and EvalCaseResult's own keys, inside args or state)."""
+    from tests.adk_cases import camel, eval_set_result
+
+    rng = random.Random(seed)
+    docs = []
+    for n in range(count):
+        doc = eval_set_result(seed * 1000 + n, f"res_{n}", rng.randint(1, 2))
+        if rng.random() < 0.3:
+            doc = camel(doc)
+        for _ in range(rng.choice([0, 1, 1, 1, 2])):
+            path, target = rng.choice([(p, o) for p, o in _objects(doc) if not p.endswith(("agent_details", "agentDetails"))])
+            if rng.random() < 0.15 and target:  # the other spelling of a key already there
+                key = rng.choice(list(target))
+                if _camel(key) != key:
+                    target[_camel(key)] = copy.deepcopy(target[key])
+            else:
+                target[rng.choice(MISTAKES)] = rng.choice([1, "x", {"text": "y"}, [], None])
+        docs.append(doc)
+    return docs
+
+
+def test_forbidden_keys_in_result_files_are_refused_exactly_as_adk_refuses_them(tmp_path, adk_reference):
+    """Issue 32: result files were not checked for keys ADK forbids. On hundreds of generated
+    *.evalset_result.json files, evalbeam refuses exactly those EvalSetResult.model_validate_json refuses,
+    for a key ADK reports as extra_forbidden at the same path; every other one ADK accepts, and so does
+    evalbeam."""
+    docs = mutated_results(32, 300)
+    paths = []
+    for i, doc in enumerate(docs):
+        paths.append(tmp_path / f"r{i}.evalset_result.json")
+        paths[-1].write_text(json.dumps(doc))
+    adk = adk_reference(tmp_path, eval_results=paths)["eval_results"]
+    refused = 0
+    for doc, path in zip(docs, paths):
+        result = adk[str(path)]
+        ours = forbidden_keys(doc, "EvalSetResult")
+        assert all(t == "extra_forbidden" for _, t, _ in result["errors"]), result["errors"]
+        assert (not ours) == result["accepted"], (path, ours, result["errors"])
+        assert set(ours) <= {_normal(loc) for loc, _, _ in result["errors"]}, (ours, result["errors"])
+        refused += bool(ours)
+        # and the run reads it so: refused whole, or every case scored
+        records, dead, _ = parsed(path, "adk_eval_result")
+        cases = doc.get("eval_case_results") or doc.get("evalCaseResults")
+        assert (len(records), len(dead)) == ((0, len(cases)) if ours else (len(cases), 0)), (path, dead[:1])
+    assert 100 < refused < 250  # both outcomes are well covered
+
+
+def test_a_result_file_with_a_forbidden_key_is_dead_lettered_whole_with_adks_reason_and_the_path(
+        tmp_path, adk_reference):
+    from tests.adk_cases import eval_set_result
+
+    doc = eval_set_result(3, "res", 3)
+    metric = {"metric_name": "response_match_score", "threshold": 0.8, "score": 1.0, "eval_status": 1,
+              "scroe": 1.0}  # a typo ADK's EvalMetricResult forbids
+    doc["eval_case_results"][0]["eval_metric_result_per_invocation"][1]["eval_metric_results"] = [metric]
+    doc["eval_case_results"][2]["notes"] = "EvalCaseResult ignores its unknown keys, as ADK does"
+    path = tmp_path / "app.evalset_result.json"
+    path.write_text(json.dumps(doc, indent=2))
+    fixed = tmp_path / "fixed.evalset_result.json"
+    fixed.write_text(json.dumps(doc, indent=2).replace('"scroe": 1.0', '"details": {}'))
+    adk = adk_reference(tmp_path, eval_results=[path, fixed])["eval_results"]
+    where = "eval_case_results[0].eval_metric_result_per_invocation[1].eval_metric_results[0].scroe"
+    assert [(_normal(loc), msg) for loc, _, msg in adk[str(path)]["errors"]] == [(where, "Extra inputs are not permitted")]
+    assert adk[str(fixed)]["accepted"]
+
+    records, dead, lines = parsed(path, "adk_eval_result")
+    assert not records and len(dead) == 3
+    eval_id = doc["eval_case_results"][0]["eval_id"]
+    assert dead[0].reason == (f"eval case {eval_id!r}: {where}: Extra inputs are not permitted; ADK's models "
+                              "forbid the key, so ADK refuses the whole eval set result")
+    assert dead[0].field == where and dead[0].origin == str(path)
+    assert dead[2].reason.endswith(f"not scored: ADK refuses the whole eval set result, which holds a key its "
+                                   f"models forbid ({where}: Extra inputs are not permitted)")
+    assert sum(d.line_count for d in dead) + lines[0].skipped == lines[0].lines
+    # the file ADK accepts: every case read (the key EvalCaseResult ignores included)
+    records, dead, _ = parsed(fixed, "adk_eval_result")
+    assert len(records) == 3 and not dead
 
 
 # --- legacy files -------------------------------------------------------------

@@ -494,3 +494,80 @@ def test_a_whole_run_of_an_a2a_agent_scored_with_adk_criteria(tmp_path):
     assert rows["agent:raises"]["score"] is None and "inference failed" in rows["agent:raises"]["error"]
     instances = {r["instance_id"]: r for r in table(tmp_path / "out" / "r1", "instances")}
     assert instances["agent:raises"]["failure"] == 1 and instances["agent:two_turns"]["failure"] == 0
+
+
+def test_a_full_disk_while_inference_checkpoints_ends_the_run_with_120_in_one_line(tmp_path, engine_env):
+    """Issue 32: a full disk was not tried against the inference checkpoints. A run on Agent Engine whose
+    output (and so its checkpoint folder) is on a real small filesystem (a tmpfs: CI runs as root), filled
+    once the first cases are checkpointed: the next chunk cannot be written, so the run ends (the agent is
+    asked no more) with status 120 and one line, no traceback; no run is installed, no partial chunk is
+    left, and what is left is the checkpoints written before, whole (a re-run reuses them)."""
+    import errno
+    import os
+    import re
+    import time as clock
+
+    from evalbeam.transforms.judge_checkpoint import read_checkpoints
+    from tests.helpers import EVALBEAM, table
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        engine = engine_env
+        engine.latency = 0.3
+        engine.hold_after = 8  # the 9th turn on waits: the disk is filled meanwhile
+        n = 30
+        config = engine_config(tmp_path, engine, n, judge={"checkpoint_seconds": 1}, max_concurrency=2)
+        out = disk / "out"
+        config.write_text(config.read_text().replace(str(tmp_path / "out"), str(out)))
+        checkpoints = out / "_evalbeam_attempts" / "r1" / "judge_checkpoints" / "inference"
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        run = subprocess.Popen([EVALBEAM, "run", str(config)], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            saved: dict = {}
+            deadline = clock.monotonic() + 300
+            while run.poll() is None and len(saved) < 8 and clock.monotonic() < deadline:
+                clock.sleep(0.2)
+                saved = read_checkpoints(str(checkpoints))
+            assert run.poll() is None and len(saved) == 8, run.communicate()
+            with open(disk / "filler", "wb") as f:  # the disk, full
+                try:
+                    while True:
+                        f.write(b"\0" * 65536)
+                        f.flush()
+                except OSError as e:
+                    assert e.errno == errno.ENOSPC
+            engine.hold_after = None
+            engine.release.set()
+            stdout, stderr = run.communicate(timeout=300)
+        finally:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+        assert run.returncode == 120, stdout + stderr
+        assert "Traceback" not in stderr and "ERROR" not in stderr, stderr
+        assert re.fullmatch(rf"evalbeam: could not write the output under {re.escape(str(out))}\S*: \[Errno 28\] No space "
+                            r"left on device \(in step [\w/]*InferDeployed\w*\); this run's partial files were removed and "
+                            r"the previous output of run_id r1, if any, is as it was", stderr.splitlines()[-1]), stderr
+        assert stdout == ""  # no summary, no "results:": nothing claimed as written
+        # the agent was asked no more once the chunk failed: not every case
+        assert sum(engine.stats.messages.values()) < n
+        # no run installed; left: the whole chunks written before the disk filled, no partial file
+        assert not (out / "r1").exists()
+        left = sorted(p.name for p in checkpoints.iterdir())
+        assert left and not [name for name in left if name.endswith(".tmp") or name.startswith(".")], left
+        assert read_checkpoints(str(checkpoints)) == saved
+        # room again: the re-run reuses them and asks the agent only the other cases
+        (disk / "filler").unlink()
+        asked = sum(engine.stats.messages.values())
+        again = subprocess.run([EVALBEAM, "run", str(config)], env=env, cwd=ROOT, capture_output=True, text=True,
+                               timeout=600)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert sum(engine.stats.messages.values()) - asked == n - len(saved)
+        assert len([r for r in table(out / "r1", "metric_results") if r["metric"] == "exact_match"]) == n
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)

@@ -202,3 +202,56 @@ def test_with_bigquery_output_only_checkpoints_live_under_the_temp_location(clou
     [reused] = [r for r in rows if r["explanation"] == "from a checkpoint"]
     assert reused["score"] == int(cache[key]["verdict"]) % 5 + 1
     assert not folder.exists()
+
+
+def test_a_full_disk_while_judging_ends_the_run_with_120_in_one_line(tmp_path, api_key):
+    """Issue 32: a full disk met by a judge checkpoint (the output, and so the checkpoint folder, on a
+    real small filesystem, a tmpfs: CI runs as root, filled once a chunk is written) ends the run when its
+    judging ends: status 120, one line naming the judge's step, no traceback, no partial chunk left, no run
+    installed; the chunks written before stay whole."""
+    import errno
+    import re
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        with JudgeServer(Behaviour(latency_median=0.05)) as server:
+            config = write_run(tmp_path, server.url, "f1")
+            out = disk / "out"
+            config.write_text(config.read_text().replace(str(tmp_path / "out"), str(out)))
+            folder = out / "_evalbeam_attempts" / "f1" / "judge_checkpoints"
+            env = {**os.environ, "PYTHONPATH": str(ROOT)}
+            run = subprocess.Popen([EVALBEAM, "run", str(config)], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+            try:
+                deadline = time.monotonic() + 300
+                while not checkpointed_keys(folder) and run.poll() is None and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                assert run.poll() is None, run.communicate()
+                saved = checkpointed_keys(folder)
+                with open(disk / "filler", "wb") as f:  # the disk, full
+                    try:
+                        while True:
+                            f.write(b"\0" * 65536)
+                            f.flush()
+                    except OSError as e:
+                        assert e.errno == errno.ENOSPC
+                stdout, stderr = run.communicate(timeout=300)
+            finally:
+                if run.poll() is None:
+                    run.kill()
+                    run.wait()
+        assert run.returncode == 120, stdout + stderr
+        assert "Traceback" not in stderr, stderr
+        assert re.fullmatch(rf"evalbeam: could not write the output under {re.escape(str(out))}\S*: \[Errno 28\] No space "
+                            r"left on device \(in step Judges/[\w/()]+\); this run's partial files were removed and "
+                            r"the previous output of run_id f1, if any, is as it was", stderr.splitlines()[-1]), stderr
+        assert stdout == "" and not (out / "f1").exists()
+        left = sorted(p.name for p in folder.iterdir())
+        assert not [name for name in left if name.startswith(".")], left
+        assert 0 < len(saved) <= len(checkpointed_keys(folder)) < JUDGMENTS
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 
 import yaml
 
@@ -297,8 +298,14 @@ def test_per_turn_user_simulator_quality_in_a_run(tmp_path, monkeypatch, request
         raw["input"]["adk_criteria"] = str(criteria)
         del raw["metrics"]
         config.write_text(yaml.safe_dump(raw))
-        evalbeam("run", config, check=False)
+        result = evalbeam("run", config, check=False)
     out = tmp_path / "out" / "q"
+    # the progress line counts the simulator's calls as the judge line does (issue 32): 2 judgments of
+    # the criterion and 3 simulator calls (the broken case's one failed), none from the cache
+    [needed] = re.findall(r"^judge: (\d+) judgments needed, 0 from the cache;", result.stdout, re.M)
+    progress = [line for line in result.stderr.splitlines() if line.startswith("evalbeam progress:")]
+    assert progress and int(needed) == 2 + 3, result.stdout + result.stderr
+    assert f"| judgments {needed}/{needed} at " in progress[-1], progress[-1]
     turns = json.loads({r["instance_id"]: r for r in table(out, "instances")}["q:verified"]["invocations"])
     assert [t["prompt"] for t in turns] == ["verify", '{"is_valid": true}']
     results = rows_by(table(out, "metric_results"), "instance_id", "metric")
