@@ -458,7 +458,9 @@ def test_runs_with_a_config_lists_that_configs_eval_only(dataset, tmp_path):
 def traced(*args):
     """`evalbeam ARGS` run under `python -X importtime`: the process, and the modules it
     imported (every import it made, logged as made, however it ended)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # without the emulators' variables (the `cloud` fixture sets them for the session): with them,
+    # importing evalbeam.transforms routes Beam's clients to the emulators, which imports Beam
+    env = {**{k: v for k, v in os.environ.items() if not k.endswith("_EMULATOR_HOST")}, "PYTHONPATH": str(ROOT)}
     result = subprocess.run([sys.executable, "-X", "importtime", EVALBEAM, *map(str, args)], capture_output=True,
                             text=True, cwd=ROOT, env=env, timeout=600)
     modules = {line.rpartition("|")[2].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}

@@ -238,9 +238,15 @@ def test_empty_bigquery_input_is_an_empty_run(cloud, tmp_path):
                                                                          bigquery.SchemaField("reference", "STRING")]), exists_ok=True)
     config = write_config(tmp_path, f"uri: bq://{PROJECT}.src_empty.t", f"bigquery: {PROJECT}.evals_empty",
                           metrics=["exact_match"], extra="run_id: empty-night")
-    out = evalbeam("run", config).stdout
+    # an empty input fails the run, naming it (a night that read nothing is no success) ...
+    refused = evalbeam("run", config, check=False)
+    assert refused.returncode == 1
+    assert f"no record was read from input.uri bq://{PROJECT}.src_empty.t" in refused.stdout
+    # ... unless the config says it is expected
+    out = evalbeam("run", config, "--set", "input.allow_empty=true", "--set", "run_id=empty-expected").stdout
     assert "read 0 = scored 0 + dead-lettered 0" in out
-    assert rows(f"SELECT read_count FROM `{PROJECT}.evals_empty.runs`") == [{"read_count": 0}]
+    assert rows(f"SELECT run_id, read_count FROM `{PROJECT}.evals_empty.runs` ORDER BY run_id") == [
+        {"run_id": "empty-expected", "read_count": 0}, {"run_id": "empty-night", "read_count": 0}]
 
 
 @pytest.mark.parametrize(

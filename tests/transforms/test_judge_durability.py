@@ -1,6 +1,7 @@
 """Judge work survives a crash: a real `evalbeam run` against the local
 generateContent server, killed with SIGKILL while judging, then re-run with the
 same run_id; the server counts every call of both runs."""
+import collections
 import io
 import json
 import os
@@ -106,12 +107,14 @@ def test_a_run_killed_while_judging_repeats_only_its_last_seconds(tmp_path, api_
         assert server.stats.requests - first_calls - (server.stats.duplicates - copies_before) == JUDGMENTS
         assert sorted(folder.glob("*.parquet")) == chunks
 
-        # the re-run of k1 asks exactly what no usable checkpoint holds
-        before_rerun, copies_before = server.stats.requests, server.stats.duplicates
+        # the re-run of k1 asks exactly what no usable checkpoint holds: counted as the distinct
+        # judgments (prompts) it asked, since a hedged copy (TailHedge) or a retry after a timeout
+        # that reaches the server after its original was answered is a second request for the same
+        # judgment (one such request in 100, on a loaded CI machine, broke a count of requests)
+        asked_before = collections.Counter(server.stats.prompts)
         rerun = evalbeam("run", config, *flags)
-        second_calls = server.stats.requests - before_rerun
-        second_copies = server.stats.duplicates - copies_before  # copies of a slow call at the end (TailHedge)
-    assert second_calls - second_copies == JUDGMENTS - len(usable)
+        second_calls = len({p for p, n in server.stats.prompts.items() if n > asked_before[p]})
+    assert second_calls == JUDGMENTS - len(usable)
     assert "skipping an unreadable judge checkpoint chunk" in rerun.stderr and damaged.name in rerun.stderr
 
     # Judgments paid twice: those answered after the last flush before the kill (and
@@ -120,7 +123,7 @@ def test_a_run_killed_while_judging_repeats_only_its_last_seconds(tmp_path, api_
     # flush itself, a call's latency and a busy machine) -- far inside the 30 s promised.
     repeated = first_calls + second_calls - JUDGMENTS - len(damaged_keys)
     in_last_window = sum(t >= killed_at - CHECKPOINT_SECONDS - 2.0 for t in accepted_times)
-    print(f"killed after {first_calls} calls; {len(saved)} checkpointed; re-run made {second_calls}; "
+    print(f"killed after {first_calls} calls; {len(saved)} checkpointed; re-run asked {second_calls}; "
           f"repeated {repeated} (+{len(damaged_keys)} of the damaged chunk); accepted in the last window {in_last_window}")
     assert 0 <= repeated <= in_last_window
     assert sum(t >= killed_at - 30 for t in accepted_times) >= in_last_window
