@@ -27,3 +27,16 @@ def table(run_dir, name):
     with duckdb.connect() as con:
         rel = con.sql(f"SELECT * FROM read_parquet('{run_dir / name}/*.parquet')")
         return [dict(zip(rel.columns, row)) for row in rel.fetchall()]
+
+
+def fill_disk(folder) -> None:
+    """Write zeros into folder/filler until its file system is full (ENOSPC)."""
+    import errno
+
+    with open(Path(folder) / "filler", "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError as e:
+            assert e.errno == errno.ENOSPC

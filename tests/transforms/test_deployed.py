@@ -16,7 +16,7 @@ from evalbeam.metrics.instance import RowSpec, build_instance
 from evalbeam.transforms.read import parse_file
 from evalbeam.transforms.records import Record
 from tests.a2a_agent import A2AServer
-from tests.helpers import ROOT
+from tests.helpers import ROOT, fill_disk
 from tests.judge_server import JudgeServer
 from tests.transforms.test_inference import AGENT_SET, KEY, agent_env
 
@@ -502,7 +502,6 @@ def test_a_full_disk_while_inference_checkpoints_ends_the_run_with_120_in_one_li
     once the first cases are checkpointed: the next chunk cannot be written, so the run ends (the agent is
     asked no more) with status 120 and one line, no traceback; no run is installed, no partial chunk is
     left, and what is left is the checkpoints written before, whole (a re-run reuses them)."""
-    import errno
     import os
     import re
     import time as clock
@@ -534,13 +533,7 @@ def test_a_full_disk_while_inference_checkpoints_ends_the_run_with_120_in_one_li
                 clock.sleep(0.2)
                 saved = read_checkpoints(str(checkpoints))
             assert run.poll() is None and len(saved) == 8, run.communicate()
-            with open(disk / "filler", "wb") as f:  # the disk, full
-                try:
-                    while True:
-                        f.write(b"\0" * 65536)
-                        f.flush()
-                except OSError as e:
-                    assert e.errno == errno.ENOSPC
+            fill_disk(disk)  # the disk, full
             engine.hold_after = None
             engine.release.set()
             stdout, stderr = run.communicate(timeout=300)

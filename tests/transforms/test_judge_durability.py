@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.helpers import EVALBEAM, ROOT, evalbeam, table
+from tests.helpers import EVALBEAM, ROOT, evalbeam, fill_disk, table
 from tests.judge_server import Behaviour, JudgeServer
 
 KEY = "AIzaSy-durability-key-0123456789"
@@ -212,7 +212,6 @@ def test_a_full_disk_while_judging_ends_the_run_with_120_in_one_line(tmp_path, a
     real small filesystem, a tmpfs: CI runs as root, filled once a chunk is written) ends the run when its
     judging ends: status 120, one line naming the judge's step, no traceback, no partial chunk left, no run
     installed; the chunks written before stay whole."""
-    import errno
     import re
 
     disk = tmp_path / "disk"
@@ -235,13 +234,7 @@ def test_a_full_disk_while_judging_ends_the_run_with_120_in_one_line(tmp_path, a
                     time.sleep(0.05)
                 assert run.poll() is None, run.communicate()
                 saved = checkpointed_keys(folder)
-                with open(disk / "filler", "wb") as f:  # the disk, full
-                    try:
-                        while True:
-                            f.write(b"\0" * 65536)
-                            f.flush()
-                    except OSError as e:
-                        assert e.errno == errno.ENOSPC
+                fill_disk(disk)  # the disk, full
                 stdout, stderr = run.communicate(timeout=300)
             finally:
                 if run.poll() is None:
