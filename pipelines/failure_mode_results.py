@@ -198,17 +198,20 @@ def mode_gate_failed(rows: list[dict[str, Any]], gated: list[str]) -> list[dict[
 def compare_modes_command(results, base_id: str, run_ids: list[str], alpha: float, gated: list[str]) -> int:
     """`evalbeam compare`'s failure-mode part: prints each run's mode changes (or why its
     modes are not compared); 1 when a gated mode grew (--fail-on-mode-growth), 2 when a gated
-    mode is no mode of the taxonomies compared (a typo would never fire), else 0."""
+    mode is no mode of the taxonomies compared (a typo would never fire) or when, with a gate, a
+    run's modes could not be compared at all (different or no taxonomies: the gate could not be
+    evaluated, and a gate that cannot look must not pass), else 0."""
     import json
     import sys
 
-    failed, known, compared = [], set(), False
+    failed, known, compared, uncompared = [], set(), False, []
     for run_id in run_ids:
         try:
             rows = compare_failure_modes(results, base_id, run_id, alpha)
         except TaxonomiesDiffer as e:
             if gated or "no failure modes" not in str(e):
                 print(f"\nfailure modes not compared: {e}")
+            uncompared.append(run_id)
             continue
         base_metrics, run_metrics = classified_metrics(results, base_id), classified_metrics(results, run_id)
         for metric in sorted(set(base_metrics) ^ set(run_metrics)):
@@ -223,8 +226,11 @@ def compare_modes_command(results, base_id: str, run_ids: list[str], alpha: floa
     if unknown:
         print(f"evalbeam: --fail-on-mode-growth {', '.join(unknown)}: not a mode of the taxonomy compared "
               f"(its modes: {', '.join(sorted(known))})", file=sys.stderr)
+    if gated and uncompared:
+        print(f"evalbeam: --fail-on-mode-growth: the failure modes of run(s) {', '.join(uncompared)} could not be "
+              f"compared with {base_id}'s (said above), so the gate could not be evaluated", file=sys.stderr)
     if gated:
         print(f"{len(failed)} gated failure mode growth(s) flagged"
               + "".join(f"\n  {r['metric']} {r['slice']}: {r['mode']} grew ({r['base_count']} -> {r['count']}, "
                         f"p {r['p_value']:.4f})" for r in failed))
-    return 2 if unknown else 1 if failed else 0
+    return 2 if unknown or (gated and uncompared) else 1 if failed else 0

@@ -65,7 +65,7 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
     if gate_failed(results, rows, args.base_run_id, args.run_ids, args.min_paired):
         return 2  # too little paired to gate on: neither a pass nor a regression
     if modes_grew == 2:
-        return 2  # a gated mode the taxonomy does not have: the gate could never fire
+        return 2  # a gated mode the taxonomy does not have, or modes not comparable: the gate could not look
     return 1 if regressed or modes_grew else 0
 
 

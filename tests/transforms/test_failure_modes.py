@@ -301,8 +301,11 @@ def test_compare_says_which_modes_grew_per_slice_and_refuses_other_taxonomies(tm
     gated = evalbeam("compare", "c1", "c2", "--parquet", out, "--fail-on-mode-growth", "bad_arguments", check=False)
     assert gated.returncode == 1 and "GREW" in gated.stdout and "2 gated failure mode growth(s) flagged" in gated.stdout  # overall and billing
     other = evalbeam("compare", "c1", "c3", "--parquet", out, "--fail-on-mode-growth", "any", check=False)
-    assert other.returncode == 0 and "failure modes not compared: runs c1 and c3 classified failures into " \
-                                      "different taxonomies" in other.stdout
+    assert other.returncode == 2 and "failure modes not compared: runs c1 and c3 classified failures into " \
+                                      "different taxonomies" in other.stdout  # a gate that could not look fails
+    assert "the failure modes of run(s) c3 could not be compared with c1's" in other.stderr
+    ungated = evalbeam("compare", "c1", "c3", "--parquet", out, check=False)
+    assert ungated.returncode == 0 and "failure modes not compared" in ungated.stdout
     show = evalbeam("show", "c2", "--parquet", out)
     assert "failure modes (top 3 per metric and slice" in show.stdout and "bad_arguments" in show.stdout
 
