@@ -59,8 +59,10 @@ def test_a_failed_batch_job_is_retried_in_a_follow_up_batch(api_key):
         requests = requests_for(prompts, s)
         got = {r.key: r for _, r in judge_batch(s, requests, lambda r: r)}
     assert server.stats.requests == 0  # nothing online
-    # job 1 (4 items) failed as a whole and was sent again; job 2's failed item went in a job of its own
-    assert [j["requests"] for j in server.stats.batch_jobs] == [4, 3, 4, 1]
+    # job 1 (4 items) failed as a whole and was sent again; job 2's failed item went in a job of its own.
+    # The two follow-ups' order depends on which first job is polled done first: not asserted.
+    jobs = [j["requests"] for j in server.stats.batch_jobs]
+    assert jobs[:2] == [4, 3] and sorted(jobs[2:]) == [1, 4]
     assert [got[r.key].verdict for r in requests] == [str(i % 5 + 1) for i in range(6)] + ["3"]
     assert [got[r.key].attempts for r in requests] == [2, 2, 2, 2, 1, 1, 2]
     assert all(got[r.key].error is None and got[r.key].batch_output_tokens > 0 for r in requests)
