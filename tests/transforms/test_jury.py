@@ -154,8 +154,8 @@ def _kept(path):
         return pickle.load(f)
 
 
-def judged(tmp_path, instances, metrics, *, stream=False, server=None):
-    config = config_of(metrics, base_url=server.url, max_attempts=2, timeout_seconds=10)
+def judged(tmp_path, instances, metrics, *, stream=False, server=None, judge=None):
+    config = config_of(metrics, base_url=server.url, max_attempts=2, timeout_seconds=10, **(judge or {}))
     with TestPipeline() as p:
         items = p | beam.Create(instances)
         if stream:
@@ -171,15 +171,25 @@ def judged(tmp_path, instances, metrics, *, stream=False, server=None):
 JURY = {"name": "evalbeam_fluency", "judges": [{"model": PRO, "name": "pro"}, {"model": LITE, "name": "lite"}]}
 
 
-@pytest.mark.parametrize("stream", [False, True], ids=["shards", "stream"])
-def test_each_juror_calls_its_own_model_and_its_judgment_stays_on_the_row(tmp_path, api_key, stream):
+# the two judge paths (shards for Dataflow; a local run's stream), and batch mode (each model's own jobs)
+PATHS = {"shards": (False, {}), "stream": (True, {}),
+         "batch": (False, {"mode": "batch", "batch_poll_seconds": 0.05, "batch_poll_max_seconds": 0.1})}
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_each_juror_calls_its_own_model_and_its_judgment_stays_on_the_row(tmp_path, api_key, path):
+    stream, judge = PATHS[path]
     rows_in = [instance("a", f"Hello #score@{PRO}=5 #score@{LITE}=3"),
                instance("b", f"Hi #score@{PRO}=4 #score@{LITE}=4"),
                instance("c", f"Hey #score@{PRO}=2 #down@{LITE}"),
                instance("d", f"Yo #score@{PRO}=1 #score@{LITE}=5")]
     own = {"name": "evalbeam_coherence", "judge": {"model": PRO}}
     with JudgeServer(Behaviour(latency_median=0.02, latency_sigma=0.5)) as server:
-        rows, cache, usage = judged(tmp_path, rows_in, [JURY, own], stream=stream, server=server)
+        rows, cache, usage = judged(tmp_path, rows_in, [JURY, own], stream=stream, server=server, judge=judge)
+        jobs = sorted((job["model"], job["requests"]) for job in server.stats.batch_jobs)
+    # batch mode: one job per settings (the pro juror and coherence's own judge have the same: one job; the
+    # run's judge has nothing to ask here); the failed juror's item retried online
+    assert jobs == ([] if path != "batch" else [(LITE, 4), (PRO, 8)])
     assert len(rows) == 8  # no row lost, the failed juror's included
     a = rows[("a", "evalbeam_fluency")]
     assert (a["score"], a["jury_outcome"], a["jury_answered"], a["error"]) == (4.0, "mean", 2, None)
@@ -192,7 +202,7 @@ def test_each_juror_calls_its_own_model_and_its_judgment_stays_on_the_row(tmp_pa
     c = rows[("c", "evalbeam_fluency")]
     assert (c["score"], c["jury_outcome"], c["jury_answered"]) == (None, "no_quorum", 1)
     assert c["error"].startswith("jury: 1 of 2 jurors answered, fewer than its quorum of 2 (lite: judge failed after "
-                                 "2 attempts; last: HTTP 503")
+                                 "2 attempts") and "last: HTTP 503" in c["error"]
     failed = json.loads(c["jurors"])[1]
     assert failed["score"] is None and failed["error"].startswith("judge failed after 2 attempts")
     # the metric with its own judge: one judge, its model; no jury columns
