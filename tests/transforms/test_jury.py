@@ -321,3 +321,21 @@ def test_a_jury_end_to_end(tmp_path, api_key):
     pro, lite = usage["evalbeam_fluency:pro"], usage["evalbeam_fluency:lite"]
     assert pro["estimated_cost"] == pytest.approx((pro["prompt_tokens"] * 1.25 + pro["output_tokens"] * 10) / 1e6)
     assert runs["judge_estimated_cost"] == pytest.approx(pro["estimated_cost"] + lite["estimated_cost"])
+
+
+def test_a_jurors_own_credentials_are_checked_before_anything_runs(tmp_path, api_key, monkeypatch):
+    from evalbeam.configs import ConfigError
+    from evalbeam.pipelines.preflight import preflight
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "a", "prompt": "Greet", "response": "Hi"}) + "\n")
+    monkeypatch.delenv("OTHER_KEY", raising=False)
+    config = EvalConfig.model_validate({
+        "name": "creds", "input": {"uri": str(data), "id_column": "id"}, "output": {"parquet": str(tmp_path / "o")},
+        "metrics": [{"name": "evalbeam_fluency", "judges": [{"model": PRO}, {"model": LITE, "api_key_env": "OTHER_KEY"}]}]})
+    with pytest.raises(ConfigError) as e:
+        preflight(config)
+    assert str(e.value).startswith("metrics.0.judges.1 (evalbeam_fluency): judge metrics with backend gemini_api need "
+                                   "an API key: set the environment variable OTHER_KEY")
+    monkeypatch.setenv("OTHER_KEY", "another-key")
+    preflight(config)  # both jurors' keys set: no error
