@@ -305,6 +305,7 @@ def test_a_jury_end_to_end(tmp_path, api_key):
         path.write_text(yaml.safe_dump(config))
         run = evalbeam("run", path)
     assert "read 3 = scored 3 + dead-lettered 0; metric errors 0" in run.stdout
+    assert "jury agreement (Krippendorff's alpha" in run.stdout
     out = tmp_path / "out" / "j1"
     results = {r["instance_id"]: r for r in table(out, "metric_results")}
     assert [results[i]["score"] for i in "abc"] == [4.5, 2.0, 4.0]
