@@ -304,6 +304,14 @@ def test_a_jury_end_to_end(tmp_path, api_key):
         path = tmp_path / "jury.yaml"
         path.write_text(yaml.safe_dump(config))
         run = evalbeam("run", path)
+        before = server.stats.requests
+        # a re-run over this run's judge_cache: each juror's answers are found under its own model's keys; only
+        # the failed judgment (not cached) is asked again, its 2 attempts
+        again = evalbeam("run", path, "--set", "run_id=j2", "--set",
+                         f"judge.cache={tmp_path / 'out' / 'j1' / 'judge_cache'}")
+        assert "metric errors 0" in again.stdout and server.stats.requests - before == 2
+    cached = {r["instance_id"]: r for r in table(tmp_path / "out" / "j2", "metric_results")}
+    assert [(cached[i]["score"], cached[i]["cache_hit"]) for i in "abc"] == [(4.5, True), (2.0, True), (4.0, False)]
     assert "read 3 = scored 3 + dead-lettered 0; metric errors 0" in run.stdout
     assert "jury agreement (Krippendorff's alpha" in run.stdout
     out = tmp_path / "out" / "j1"
