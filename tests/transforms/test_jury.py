@@ -58,6 +58,10 @@ def test_a_juror_is_a_partial_judge_laid_over_the_runs_and_checked_as_one():
     assert (pro_settings.model, pro_settings.requests_per_minute, pro_settings.max_attempts) == (PRO, 60, 2)
     assert (lite_settings.temperature, pro_settings.temperature) == (0.7, 0.0)
     assert JudgeSettings().overridden({"model": PRO}).model == PRO
+    # a stage running beside another holds half the quotas: a juror's own quota is halved too
+    half = JudgeContext(config.judge).share(0.5)
+    assert half.juror_settings({"model": PRO}).requests_per_minute == 30
+    assert half.juror_settings({"model": PRO, "requests_per_minute": 100}).requests_per_minute == 50
 
     def refused(metric, **judge):
         with pytest.raises(pydantic.ValidationError) as e:
