@@ -21,6 +21,7 @@ import pydantic
 from evalbeam.configs.failure_modes import FailureModesConfig, check_metrics
 from evalbeam.metrics.custom import function_path
 from evalbeam.metrics.fields import CANONICAL_FIELDS
+from evalbeam.metrics.judge.jury import JuryRule, check_partial, juror_name, split_entry
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import JudgeTemplate
 from evalbeam.metrics.names import BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE
@@ -258,6 +259,61 @@ class MetricSpec(_Model):
         None, description="which way is better, for run comparisons; default: the metric's own (custom: higher)")
     pointwise: "JudgeTemplate | None" = pydantic.Field(None, description="a user-defined pointwise judge metric")
     pairwise: "JudgeTemplate | None" = pydantic.Field(None, description="a user-defined pairwise judge metric")
+    judge: dict[str, Any] | None = pydantic.Field(
+        None, description="judge metrics: this metric's own judge, a partial judge: laid over the run's "
+                          "(e.g. {model: gemini-2.5-pro})")
+    judges: list[dict[str, Any]] | None = pydantic.Field(
+        None, min_length=2,
+        description="judge metrics: a jury, each juror a partial judge: laid over the run's, with an optional "
+                    "name (default: from its model)")
+    jury: JuryRule | None = pydantic.Field(
+        None, description="with judges: {aggregate: mean|median|min|max|majority|unanimous, quorum: N}")
+
+    @pydantic.model_validator(mode="after")
+    def _own_judges(self) -> "MetricSpec":
+        if self.judge is not None and self.judges is not None:
+            raise ValueError("give judge (one judge for this metric) or judges (a jury), not both")
+        if self.jury is not None and self.judges is None:
+            raise ValueError("jury: applies to a jury: give judges: [...]")
+        if self.judge is None and self.judges is None:
+            return self
+        try:
+            kind = self.judge_kind()
+        except KeyError:  # an unknown metric: _check says so
+            return self
+        if kind not in ("pointwise", "pairwise"):
+            raise ValueError(f"{'judge' if self.judge is not None else 'judges'}: a metric's own judge or jury "
+                             "applies to template judge metrics (pointwise or pairwise); "
+                             f"{self.name} is not one")
+        if self.judge is not None and "name" in self.judge:
+            raise ValueError("judge.name: a name is for a juror of judges: [...]")
+        if self.jury is not None and self.jury.quorum is not None and self.jury.quorum > len(self.judges):
+            raise ValueError(f"jury.quorum: {self.jury.quorum} is more than the {len(self.judges)} jurors")
+        for where, partial in self.judge_partials():
+            try:
+                check_partial(partial)
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from None
+        return self
+
+    def judge_partials(self) -> list[tuple[str, dict[str, Any]]]:
+        """(where in the config, the partial judge settings) of this metric's own judge or each juror."""
+        if self.judges is not None:
+            return [(f"judges.{i}", split_entry(entry)[1]) for i, entry in enumerate(self.judges)]
+        return [("judge", dict(self.judge))] if self.judge is not None else []
+
+    def jurors(self, judge: JudgeSettings) -> list[tuple[str, JudgeSettings]]:
+        """(name, settings) of each juror, the partials laid over `judge` (JudgeSettings.overridden);
+        a metric without judges: its own judge or `judge` itself, named by its model."""
+        if self.judges is None:
+            settings = judge.overridden(self.judge or {})
+            return [(juror_name({}, settings), settings)]
+        out = []
+        for entry in self.judges:
+            name, partial = split_entry(entry)
+            settings = judge.overridden(partial)
+            out.append((juror_name({"name": name}, settings), settings))
+        return out
 
     @pydantic.model_validator(mode="after")
     def _check(self) -> "MetricSpec":
@@ -639,6 +695,33 @@ class EvalConfig(_Model):
                 raise ValueError(f"two metrics are named {spec.output_name!r}; give one a different 'as'")
             seen.add(spec.output_name)
         return specs
+
+    @pydantic.model_validator(mode="after")
+    def _metric_judges(self) -> "EvalConfig":
+        """Each metric's own judge and jurors, laid over judge:, validated as a judge: is; a jury's
+        jurors have distinct names and judge differently (else their judgments would be one)."""
+        for i, spec in enumerate(self.metrics):
+            for where, partial in spec.judge_partials():
+                try:
+                    self.judge.overridden(partial)
+                except pydantic.ValidationError as e:
+                    raise ValueError("; ".join(f"metrics.{i}.{where}.{_loc(err['loc'])}: {err['msg']}"
+                                               for err in e.errors())) from None
+            if spec.judges is None:
+                continue
+            jurors = spec.jurors(self.judge)
+            names = [name for name, _ in jurors]
+            for name in names:
+                if not re.fullmatch(COLUMN_RE, name):
+                    raise ValueError(f"metrics.{i}.judges: juror name {name!r}: letters, digits and underscores only")
+            if len(set(names)) != len(names):
+                raise ValueError(f"metrics.{i}.judges: two jurors are named "
+                                 f"{next(n for n in names if names.count(n) > 1)!r}; give each a distinct name")
+            generations = [json.dumps(settings.generation(), sort_keys=True) for _, settings in jurors]
+            if len(set(generations)) != len(generations):
+                raise ValueError(f"metrics.{i}.judges: two jurors judge with the same model and generation settings "
+                                 "(their judgments would be one); give each a different model, provider or temperature")
+        return self
 
     @pydantic.model_validator(mode="after")
     def _labelled_metrics_known(self) -> "EvalConfig":

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from evalbeam.metrics.agreement import IntervalAlpha
 from evalbeam.metrics.summary import BOOTSTRAP_REPLICATES
 
 MAX_CATEGORIES = 20
@@ -345,12 +346,7 @@ class CalibrationMoments:
     fp: int = 0
     fn: int = 0
     tn: int = 0
-    # Krippendorff's alpha (interval) among annotators
-    alpha_units: int = 0  # instances with two labels or more
-    alpha_values: int = 0  # labels in those instances
-    alpha_sum: float = 0.0
-    alpha_squares: float = 0.0
-    alpha_within: float = 0.0  # sum over units of sum_{i != j} (v_i - v_j)^2 / (m - 1)
+    annotator_alpha: IntervalAlpha = dataclasses.field(default_factory=IntervalAlpha)
 
     def add(self, score: float | None, labels: tuple, invalid: tuple = (), threshold: float | None = None,
             weights: np.ndarray | None = None) -> bool:
@@ -362,14 +358,7 @@ class CalibrationMoments:
             first = min(invalid)
             if self.invalid_example is None or first < self.invalid_example:
                 self.invalid_example = first
-        valid = [v for v in labels if v is not None]
-        if len(valid) >= 2:
-            m, total, squares = len(valid), math.fsum(valid), math.fsum(v * v for v in valid)
-            self.alpha_units += 1
-            self.alpha_values += m
-            self.alpha_sum += total
-            self.alpha_squares += squares
-            self.alpha_within += 2.0 * (m * squares - total * total) / (m - 1)
+        self.annotator_alpha.add([v for v in labels if v is not None])
         human = human_value(labels)
         if human is None:
             self.unlabelled += 1
@@ -393,10 +382,11 @@ class CalibrationMoments:
     def merge(self, other: "CalibrationMoments") -> "CalibrationMoments":
         merged = CalibrationMoments(agreement=self.agreement.merge(other.agreement))
         for f in dataclasses.fields(self):
-            if f.name in ("agreement", "invalid_example", "annotators"):
+            if f.name in ("agreement", "invalid_example", "annotators", "annotator_alpha"):
                 continue
             setattr(merged, f.name, getattr(self, f.name) + getattr(other, f.name))
         merged.annotators = max(self.annotators, other.annotators)
+        merged.annotator_alpha = self.annotator_alpha.merge(other.annotator_alpha)
         examples = [e for e in (self.invalid_example, other.invalid_example) if e is not None]
         merged.invalid_example = min(examples) if examples else None
         return merged
@@ -405,13 +395,7 @@ class CalibrationMoments:
         """Krippendorff's alpha (interval) among the annotators, or (None, why)."""
         if self.annotators < 2:
             return None, None
-        n = self.alpha_values
-        if self.alpha_units == 0:
-            return None, "no instance with two labels: no annotator alpha"
-        expected = (2.0 * n * self.alpha_squares - 2.0 * self.alpha_sum ** 2) / (n * (n - 1))
-        if expected <= 1e-12 * max(1.0, self.alpha_squares / n):
-            return None, "every label the same: no annotator alpha"
-        return 1.0 - (self.alpha_within / n) / expected, None
+        return self.annotator_alpha.value("label", "annotator alpha")
 
     def statistics(self, threshold: float | None = None) -> dict[str, Any]:
         n = self.n
@@ -452,7 +436,7 @@ class CalibrationMoments:
                 row["confusion"] = json.dumps({"categories": ["fail", "pass"], "counts": [[tn, fp], [fn, tp]]})
         alpha, why = self.alpha()
         row["annotator_alpha"] = alpha
-        row["annotator_alpha_units"] = self.alpha_units if self.annotators >= 2 else None
+        row["annotator_alpha_units"] = self.annotator_alpha.units if self.annotators >= 2 else None
         if why:
             notes.append(why)
         row["note"] = "; ".join(dict.fromkeys(notes)) or None

@@ -40,6 +40,8 @@ from typing import Any
 
 import numpy as np
 
+from evalbeam.metrics.agreement import IntervalAlpha
+
 # the slice value of a summary row over every instance
 OVERALL = "overall"
 
@@ -112,6 +114,13 @@ class ScoreMoments:
     thresholded: int = 0  # valid scores whose row carries its threshold (each row judged by its own)
     threshold_low: float | None = None  # the lowest and highest of those thresholds
     threshold_high: float | None = None
+    jury: IntervalAlpha | None = None  # a jury: Krippendorff's alpha among its jurors' scores
+
+    def add_jurors(self, scores: list[float]) -> None:
+        """A jury's row: its answered jurors' scores, one unit of the jurors' alpha."""
+        if self.jury is None:
+            self.jury = IntervalAlpha()
+        self.jury.add(scores)
 
     def add(self, score: float | None, error: bool = False, passed: bool | None = None,
             choice: str | None = None, threshold: float | None = None) -> bool:
@@ -251,6 +260,7 @@ class ScoreMoments:
             thresholded=self.thresholded + other.thresholded,
             threshold_low=_extreme(min, self.threshold_low, other.threshold_low),
             threshold_high=_extreme(max, self.threshold_high, other.threshold_high),
+            jury=other.jury if self.jury is None else self.jury if other.jury is None else self.jury.merge(other.jury),
         )
 
     def row_threshold(self, default: float | None = None) -> float | None:
@@ -315,6 +325,8 @@ class ScoreMoments:
             "position_consistency": consistency,
             "position_consistency_ci_low": consistency_low,
             "position_consistency_ci_high": consistency_high,
+            "jury_alpha": self.jury.value()[0] if self.jury is not None else None,
+            "jury_alpha_units": self.jury.units if self.jury is not None else None,
         }
 
 

@@ -21,6 +21,7 @@ from evalbeam.pipelines.results import ResultsError, results_for
 from evalbeam.pipelines.stages.read import read_instances
 from evalbeam.transforms import bigquery, judge
 from evalbeam.transforms.failure_modes import DISCOVERY, taxonomy_of
+from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.plan import PlanFailureModes, PlanJudging
 from evalbeam.transforms.rubric_judge import ReadPinnedRubrics
 from evalbeam.transforms.runs import judge_cost
@@ -127,9 +128,11 @@ def estimate(config: EvalConfig, source: str, totals: dict, counts: dict,
     judge.max_output_tokens (an upper bound)."""
     judge_config = config.judge
     earlier = earlier or {}
-    price = judge_config.prices.get(judge_config.model)
+    own = judge_settings_of(config)  # entries judged by a metric's own judge or a juror: their settings
     rows = []
     for metric, c in sorted(counts.items()):
+        settings = own.get(metric, judge_config)
+        price = judge_config.prices.get(settings.model)
         to_call = c["asked"] if c["upper_bound"] else c["to_call"]
         if c["cached"]:
             per_output, source_of_output = c["cached_output_tokens"] / c["cached"], "cached answers"
@@ -150,22 +153,36 @@ def estimate(config: EvalConfig, source: str, totals: dict, counts: dict,
             "cached": None if c["upper_bound"] else c["cached"], "to_call": to_call,
             "upper_bound": bool(c["upper_bound"]), "prompt_tokens": prompt_tokens, "output_tokens": output_tokens,
             "output_tokens_from": source_of_output,
-            "cost": cost, "cost_batch": cost_batch,
+            "cost": cost, "cost_batch": cost_batch, "model": settings.model,
         })
     calls = sum(r["to_call"] for r in rows)
     tokens = sum((r["prompt_tokens"] or 0) + r["output_tokens"] for r in rows)
-    minutes = calls / judge_config.requests_per_minute
-    if judge_config.tokens_per_minute:
-        minutes = max(minutes, tokens / judge_config.tokens_per_minute)
+    # each settings (the run's judge, each metric's own judge or juror) calls at its own quota, all at once
+    paces: dict[str, list] = {}
+    for r in rows:
+        settings = own.get(r["metric"], judge_config)
+        pace = paces.setdefault(settings.digest(), [settings, 0, 0])
+        pace[1] += r["to_call"]
+        pace[2] += (r["prompt_tokens"] or 0) + r["output_tokens"]
+    minutes = max((max(n / s.requests_per_minute, t / s.tokens_per_minute if s.tokens_per_minute else 0.0)
+                   for s, n, t in paces.values()), default=0.0)
     known = [r for r in rows if r["cost"] is not None]
+    unpriced = sorted({r["model"] for r in rows if not judge_config.prices.get(r["model"])}) if own else \
+        ([] if judge_config.prices.get(judge_config.model) else [judge_config.model])
     return {
         "name": config.name, "source": source, **totals, "model": judge_config.model,
         "requests_per_minute": judge_config.requests_per_minute, "tokens_per_minute": judge_config.tokens_per_minute,
         "metrics": rows, "calls": calls, "tokens": tokens, "minutes_at_quota": minutes,
         "cost": sum(r["cost"] for r in known) if known else None,
         "cost_batch": sum(r["cost_batch"] for r in known) if known else None,
-        "priced": bool(price),
+        "priced": not unpriced, "unpriced_models": unpriced,
     }
+
+
+def judge_settings_of(config: EvalConfig) -> dict:
+    """judge_usage entry -> JudgeSettings, for the judgments of a metric's own judge or a juror."""
+    plans = judge.plan_judges(config.template_judge_specs(), JudgeContext(config.judge))
+    return {j.label: j.settings for p in plans for j in p.jurors}
 
 
 def _money(value) -> str:
@@ -195,7 +212,8 @@ def format_plan(plan: dict) -> str:
     lines += ["", f"{plan['calls']:,} judge calls, about {plan['tokens']:,} tokens; "
                   f"{minutes:,.1f} min at the quota ({minutes / 60:,.2f} h)",
               f"estimated cost: online {_money(plan['cost'])}, batch {_money(plan['cost_batch'])}"
-              + ("" if plan["priced"] else f" (no judge.prices for {plan['model']})")]
+              + ("" if plan["priced"] else
+                 f" (no judge.prices for {', '.join(plan.get('unpriced_models') or [plan['model']])})")]
     discovers = any(r["metric"] == DISCOVERY for r in plan["metrics"])
     if discovers:
         lines.append("failure_modes: discover: the taxonomy is not proposed yet, so each failure's classification "

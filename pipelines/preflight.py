@@ -286,6 +286,13 @@ def _check_judge(config: EvalConfig, options: PipelineOptions | None, credential
             check_credentials(config.judge)
     except JudgeCredentialsError as e:
         raise ConfigError(str(e)) from None
+    if credentials:  # a metric's own judge or a juror may name other credentials (a backend, a key's variable)
+        for i, spec in enumerate(config.metrics):
+            for (where, _), (_, settings) in zip(spec.judge_partials(), spec.jurors(config.judge)):
+                try:
+                    check_credentials(settings)
+                except JudgeCredentialsError as e:
+                    raise ConfigError(f"metrics.{i}.{where} ({spec.output_name}): {e}") from None
     tables = [("cache", "judge_cache", loc) for loc in config.judge.cache]
     if config.rubric_specs():
         tables += [("rubrics_from", "rubrics", loc) for loc in config.judge.rubrics_from]

@@ -30,7 +30,8 @@ FROM {runs} {where} ORDER BY started_at DESC"""
 SUMMARY_SQL = """
 SELECT metric, slice, valid_count, error_count, mean, std, ci_low, ci_high, pass_rate,
        case_count, standard_error, between_run_std, pass_at_k, pass_all_k,
-       position_consistency, position_consistency_ci_low, position_consistency_ci_high
+       position_consistency, position_consistency_ci_low, position_consistency_ci_high,
+       jury_alpha, jury_alpha_units
 FROM {summary} WHERE run_id = {param}
 ORDER BY metric, slice <> 'overall', slice"""
 # input.labels: each labelled metric's agreement with the people, overall first

@@ -58,7 +58,7 @@ def format_summary(rows: list[dict[str, Any]], where: str | None = None) -> str:
     if hidden:
         table += (f"\n({hidden:,} more slice rows not shown, the largest {MAX_SHOWN_SLICES} of each metric are: "
                   f"every slice is in the run's summary table{f' in {where}' if where else ''})")
-    return table + format_repeats(shown) + format_position_consistency(shown)
+    return table + format_repeats(shown) + format_position_consistency(shown) + format_jury_agreement(shown)
 
 
 def shown_ks(n: int) -> list[int]:
@@ -106,6 +106,16 @@ def format_position_consistency(rows: list[dict[str, Any]]) -> str:
         return ""
     return ("\n\nposition consistency (pairwise: share of pairs whose two orders agree; a disagreement scored a tie):\n"
             + format_table(("metric", "slice", "consistency", "95% CI"), lines))
+
+
+def format_jury_agreement(rows: list[dict[str, Any]]) -> str:
+    """Juries' agreement among their jurors per slice; '' when there is no jury."""
+    lines = [(r["metric"], r["slice"], fmt(r.get("jury_alpha"), 3), str(r["jury_alpha_units"]))
+             for r in rows if r.get("jury_alpha_units") is not None]
+    if not lines:
+        return ""
+    return ("\n\njury agreement (Krippendorff's alpha, interval, among the jurors' scores; units: instances with "
+            "two answers or more):\n" + format_table(("metric", "slice", "alpha", "units"), lines))
 
 
 def _adk_files(run: dict[str, Any]) -> bool:
@@ -245,7 +255,8 @@ def format_judge(judge: dict[str, Any]) -> list[str]:
              f"+ {judge['output_tokens']} output; estimated cost {cost}"]
     for metric, u in sorted(judge["per_metric"].items()):
         checkpointed = f"{u['checkpoint_reused']} from checkpoints, " if u.get("checkpoint_reused") else ""
-        lines.append(f"  {metric}: {u.get('requests', 0)} needed, {u.get('cache_hits', 0)} cached, {checkpointed}"
+        model = f" ({u['model']})" if u.get("model") else ""  # a metric's own judge, a juror
+        lines.append(f"  {metric}{model}: {u.get('requests', 0)} needed, {u.get('cache_hits', 0)} cached, {checkpointed}"
                      f"{u.get('calls', 0)} calls, "
                      f"{u.get('rate_limited', 0)} x 429, {u.get('failures', 0)} failed, "
                      f"{u.get('prompt_tokens', 0)}+{u.get('output_tokens', 0)} tokens"

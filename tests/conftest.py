@@ -177,6 +177,9 @@ SLOW = {
     "pipelines/test_calibration.py::test_the_calibration_table_holds_each_labelled_metric_per_slice",
     "pipelines/test_calibration.py::test_the_report_shows_agreement_and_a_confusion_heat_map_per_metric",
     "pipelines/test_calibration.py::test_compare_says_which_runs_judge_agrees_more_with_the_people",
+    "transforms/test_jury.py::test_a_jury_end_to_end",
+    "transforms/test_jury.py::test_each_juror_calls_its_own_model_and_its_judgment_stays_on_the_row",
+    "transforms/test_jury.py::test_a_tie_a_quorum_and_a_pairwise_jury",
 }
 
 

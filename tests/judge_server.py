@@ -51,6 +51,9 @@ Behaviour:
     #malformed=K    the first K attempts at this prompt answer non-JSON text
     #invalid=K      the first K attempts answer a score outside the rubric
     #fail           always 503 (in a batch: an item error)
+    #score@MODEL=N, #quality@MODEL=N   as #score=N and #quality=N, for calls to MODEL only (a jury's
+                    jurors answering differently); markers of other models are ignored
+    #down@MODEL     always 503 for calls to MODEL only (a juror failing after its retries)
     #slow=S         the first request with this prompt is answered S seconds late (later
                     ones as usual): a call in the latency tail
     #unavailable_at=2,3  the 2nd and 3rd requests with this prompt answer 503 (counted as
@@ -294,7 +297,9 @@ class JudgeServer:
             timeout = self._rng.random() < b.timeout_rate
         return latency, error, timeout
 
-    def answer(self, prompt: str, schema: dict, seed: int | None = None) -> str:
+    def answer(self, prompt: str, schema: dict, seed: int | None = None, model: str | None = None) -> str:
+        if model and "@" in prompt:  # this model's own markers (#score@MODEL=N) as plain ones
+            prompt = re.sub(rf"#(score|quality)@{re.escape(model)}=", r"#\1=", prompt)
         if not schema:  # free text
             with self._lock:
                 self.stats.prompts[prompt] += 1
@@ -577,12 +582,12 @@ class JudgeServer:
             attempt = self.stats.batch_prompts[prompt]
             self.stats.batch_items += 1
         failing = re.search(r"#batchfail=(\d+)", prompt)
-        if "#fail" in prompt or (failing and attempt <= int(failing.group(1))):
+        if "#fail" in prompt or f"#down@{model}" in prompt or (failing and attempt <= int(failing.group(1))):
             with self._lock:
                 self.stats.batch_item_errors += 1
             return {"error": {"code": 13, "message": "Internal error encountered.", "status": "INTERNAL"}}
         generation = request.get("generationConfig", {})
-        text = self.answer(prompt, generation.get("responseSchema", {}), generation.get("seed"))
+        text = self.answer(prompt, generation.get("responseSchema", {}), generation.get("seed"), model)
         return {"response": _generate_response(prompt, text, model)}
 
     # Vertex AI batch prediction: files in Cloud Storage
@@ -891,12 +896,12 @@ class JudgeServer:
                         server.stats.errors += code >= 500
                     return self._send(code, {"error": {"code": code, "status": STATUS_NAMES.get(code, "UNKNOWN"),
                                                        "message": f"The credential {credential} was refused."}})
-                if error or "#fail" in prompt:
+                if error or "#fail" in prompt or f"#down@{model}" in prompt:
                     with server._lock:
                         server.stats.errors += 1
                     return self._send(503, {"error": {"code": 503, "message": "The service is currently unavailable.", "status": "UNAVAILABLE"}})
                 generation = body.get("generationConfig", {})
-                text = server.answer(prompt, generation.get("responseSchema", {}), generation.get("seed"))
+                text = server.answer(prompt, generation.get("responseSchema", {}), generation.get("seed"), model)
                 self._send(200, _generate_response(prompt, text, model))
 
         return Handler

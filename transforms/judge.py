@@ -41,7 +41,8 @@ from evalbeam.metrics.judge.adk_judges import AdkJudge
 from evalbeam.metrics.judge.agent_views import units_of
 from evalbeam.metrics.judge.answers import AnswerStore
 from evalbeam.metrics.judge.batch import judge_batch
-from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, JudgeResponse, JudgeStream, judge_stream, request_key
+from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, JudgeResponse, JudgeStreams, judge_stream, request_key
+from evalbeam.metrics.judge.jury import JuryRule, jury_row
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import (
     CHOICE_SCORE,
@@ -64,15 +65,55 @@ from evalbeam.transforms.tables import ReadTableRows
 
 
 @dataclasses.dataclass(frozen=True)
+class Juror:
+    """One judge of a metric: its name (a jury's column and explanation label), the settings it
+    calls with, the label its judgments carry (JudgeRequest.metric: judge_usage and judge_cache
+    entries) and the stream that answers them (JudgeRequest.judge: "" the stage's own settings)."""
+    name: str
+    settings: JudgeSettings
+    label: str
+    judge: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class JudgePlan:
     output_name: str
     kind: str  # pointwise | pairwise
     template: JudgeTemplate
     threshold: float | None
+    # who judges: empty for the stage's settings (the run's judge:); else the metric's own judge, or a jury
+    jurors: tuple[Juror, ...] = ()
+    jury: JuryRule | None = None  # a jury's rule (judges: given); None for one judge
+
+    def judges(self, settings: JudgeSettings) -> tuple[Juror, ...]:
+        return self.jurors or (Juror(settings.model, settings, self.output_name),)
 
 
-def plan_judges(specs) -> list[JudgePlan]:
-    return [JudgePlan(s.output_name, s.judge_kind(), s.judge_template(), s.effective_threshold()) for s in specs]
+def plan_judges(specs, context: JudgeContext | None = None) -> list[JudgePlan]:
+    """The plans of template judge metrics; with the stage's context, each metric's own judge or
+    jurors resolved (MetricSpec.judge, .judges: partial settings laid over the stage's)."""
+    plans = []
+    for s in specs:
+        jurors: tuple[Juror, ...] = ()
+        if context is not None and (s.judge is not None or s.judges is not None):
+            names = [name for name, _ in s.jurors(context.settings)]
+            jurors = tuple(
+                Juror(name, settings, f"{s.output_name}:{name}" if s.judges is not None else s.output_name,
+                      "" if settings == context.settings else settings.digest())
+                for name, settings in zip(names, (context.juror_settings(p) for _, p in s.judge_partials())))
+        plans.append(JudgePlan(s.output_name, s.judge_kind(), s.judge_template(), s.effective_threshold(), jurors,
+                               (s.jury or JuryRule()) if s.judges is not None else None))
+    return plans
+
+
+def plan_judge_settings(plans: list[JudgePlan]) -> tuple:
+    """(digest, settings) of every metric's own judge and juror: JudgeContext.judges."""
+    return tuple({j.judge: j.settings for p in plans for j in p.jurors}.items())
+
+
+def usage_models(plans: list[JudgePlan]) -> dict[str, str]:
+    """judge_usage entry (JudgeRequest.metric) -> model, for the judgments not made by the stage's model."""
+    return {j.label: j.settings.model for p in plans for j in p.jurors}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,65 +125,74 @@ class Link:
     sample: int
     order: int  # 0: as given (A = baseline); 1: swapped (pairwise only)
     unit: int = 0  # per-turn templates: the turn
+    juror: int = 0  # a jury: the juror (JudgePlan.jurors) who judged
 
 
 def judge_requests(instance: Instance, plans: list[JudgePlan], settings: JudgeSettings,
                    sampling_count: int) -> Iterable[tuple[str, tuple[JudgeRequest, Link]]]:
     for plan in plans:
-        t = plan.template
-        if isinstance(t, AdkJudge):
-            yield from _adk_requests(instance, plan, settings, sampling_count)
-            continue
-        if plan.kind == "pointwise":
-            schema, field, allowed = t.pointwise_schema(), "score", tuple(t.rating_rubric)
-        else:
-            schema, field, allowed = t.pairwise_schema(), t.choice_field, PAIRWISE_CHOICES
-        schema_json = json.dumps(schema, sort_keys=True)
-        orders = (0,) if plan.kind == "pointwise" else (0, 1)
-        samples = t.samples(sampling_count)
-        needed = ("response", *t.input_variables, *(("baseline_model_response",) if plan.kind == "pairwise" else ()))
-        for unit, fields in _judged_units(instance, t):
-            missing = [f for f in dict.fromkeys(needed) if fields.get(f) is None]
-            if missing:
-                # e.g. inference made a multi-turn case, which has no single response:
-                # no question to ask; the row carries why (never a crash, never a lost row)
-                error = (f"cannot be judged: the instance has no {', '.join(map(repr, missing))} "
-                         f"(needed by {plan.output_name})")
-                for sample in range(samples):
-                    for order in orders:
-                        yield beam.pvalue.TaggedOutput(UNASKED, (instance.instance_id, (
-                            Link(instance.instance_id, plan.output_name, sample, order, unit),
-                            JudgeResponse("", plan.output_name, error=error))))
-                continue
+        for index, juror in enumerate(plan.judges(settings)):
+            samples = juror.settings.sampling_count if plan.jurors else sampling_count
+            yield from _requests(instance, plan, juror, index, samples)
+
+
+def _requests(instance: Instance, plan: JudgePlan, juror: Juror, index: int, sampling_count: int):
+    """One juror's requests for one metric (a metric judged by one judge: its one juror)."""
+    settings = juror.settings
+    t = plan.template
+    if isinstance(t, AdkJudge):
+        yield from _adk_requests(instance, plan, juror, index, sampling_count)
+        return
+    if plan.kind == "pointwise":
+        schema, field, allowed = t.pointwise_schema(), "score", tuple(t.rating_rubric)
+    else:
+        schema, field, allowed = t.pairwise_schema(), t.choice_field, PAIRWISE_CHOICES
+    schema_json = json.dumps(schema, sort_keys=True)
+    orders = (0,) if plan.kind == "pointwise" else (0, 1)
+    samples = t.samples(sampling_count)
+    needed = ("response", *t.input_variables, *(("baseline_model_response",) if plan.kind == "pairwise" else ()))
+    for unit, fields in _judged_units(instance, t):
+        missing = [f for f in dict.fromkeys(needed) if fields.get(f) is None]
+        if missing:
+            # e.g. inference made a multi-turn case, which has no single response:
+            # no question to ask; the row carries why (never a crash, never a lost row)
+            error = (f"cannot be judged: the instance has no {', '.join(map(repr, missing))} "
+                     f"(needed by {plan.output_name})")
             for sample in range(samples):
                 for order in orders:
-                    prompt = t.render_pointwise(fields) if plan.kind == "pointwise" else \
-                        t.render_pairwise(fields, swapped=bool(order))
-                    key = request_key(settings, prompt, schema_json, sample)
-                    request = JudgeRequest(key, plan.output_name, prompt, schema_json, field, allowed,
-                                           seed=sample if samples > 1 else None)
-                    yield key, (request, Link(instance.instance_id, plan.output_name, sample, order, unit))
+                    yield beam.pvalue.TaggedOutput(UNASKED, (instance.instance_id, (
+                        Link(instance.instance_id, plan.output_name, sample, order, unit, index),
+                        JudgeResponse("", juror.label, error=error))))
+            continue
+        for sample in range(samples):
+            for order in orders:
+                prompt = t.render_pointwise(fields) if plan.kind == "pointwise" else \
+                    t.render_pairwise(fields, swapped=bool(order))
+                key = request_key(settings, prompt, schema_json, sample)
+                request = JudgeRequest(key, juror.label, prompt, schema_json, field, allowed,
+                                       seed=sample if samples > 1 else None, judge=juror.judge)
+                yield key, (request, Link(instance.instance_id, plan.output_name, sample, order, unit, index))
 
 
-def _adk_requests(instance: Instance, plan: JudgePlan, settings: JudgeSettings, sampling_count: int):
+def _adk_requests(instance: Instance, plan: JudgePlan, juror: Juror, index: int, sampling_count: int):
     """An ADK judge criterion's requests: each turn's prompt as ADK's own evaluator renders it
     (metrics.judge.adk_judges), asked as free text, once per sample."""
-    t = plan.template
+    t, settings = plan.template, juror.settings
     try:
         prompts = t.prompts(instance.fields)
     except Exception as e:  # noqa: BLE001 - ADK's evaluator refuses the case (ADK: NOT_EVALUATED): the row says why
         yield beam.pvalue.TaggedOutput(UNASKED, (instance.instance_id, (
-            Link(instance.instance_id, plan.output_name, 0, 0, 0),
-            JudgeResponse("", plan.output_name, error=f"cannot be judged: {e}" if isinstance(e, ValueError)
+            Link(instance.instance_id, plan.output_name, 0, 0, 0, index),
+            JudgeResponse("", juror.label, error=f"cannot be judged: {e}" if isinstance(e, ValueError)
                           else f"cannot be judged: {type(e).__name__}: {e}"))))
         return
     samples = t.samples(sampling_count)
     for unit, prompt in enumerate(prompts):
         for sample in range(samples):
             key = request_key(settings, prompt, "", sample)
-            request = JudgeRequest(key, plan.output_name, prompt, "", FREE_TEXT, (),
-                                   seed=sample if samples > 1 else None)
-            yield key, (request, Link(instance.instance_id, plan.output_name, sample, 0, unit))
+            request = JudgeRequest(key, juror.label, prompt, "", FREE_TEXT, (),
+                                   seed=sample if samples > 1 else None, judge=juror.judge)
+            yield key, (request, Link(instance.instance_id, plan.output_name, sample, 0, unit, index))
 
 
 def adk_row(run: RunKey, plan: JudgePlan, instance: Instance, model: str, by_metric: dict,
@@ -274,6 +324,7 @@ class CallJudgeFn(beam.DoFn):
 
     def __init__(self, context: JudgeContext):
         self._settings = context.shard_settings()
+        self._judges = context.shard_judges() if context.judges else None
         self._staging = context.staging
         self._shards = context.settings.shards
         self._checkpoint = context.checkpoint
@@ -298,9 +349,9 @@ class CallJudgeFn(beam.DoFn):
         if self._settings.mode == "batch":
             journal = judge_checkpoint.BatchJournal(self._checkpoint, shard, self._shards) if self._checkpoint else None
             staging = judge_checkpoint.GcsStaging(self._staging) if self._staging else None
-            answers = judge_batch(self._settings, fresh(), lambda item: item[0], journal, staging=staging)
+            answers = self._batches(fresh(), journal, staging)
         else:
-            answers = judge_stream(self._settings, fresh(), lambda item: item[0])
+            answers = judge_stream(self._judges or self._settings, fresh(), lambda item: item[0])
         writer = judge_checkpoint.CheckpointWriter(self._checkpoint, shard, self._checkpoint_seconds) \
             if self._checkpoint else None
         try:
@@ -317,6 +368,19 @@ class CallJudgeFn(beam.DoFn):
         finally:
             if writer:
                 writer.close()
+
+
+    def _batches(self, items, journal, staging):
+        """Batch mode: each settings' requests in its own batch jobs (a jury's jurors one after
+        the other: a model's batch job holds one model's requests)."""
+        if not self._judges:
+            yield from judge_batch(self._settings, items, lambda item: item[0], journal, staging=staging)
+            return
+        by_judge: dict[str, list] = collections.defaultdict(list)
+        for item in items:
+            by_judge[item[0].judge].append(item)
+        for judge, group in by_judge.items():
+            yield from judge_batch(self._judges[judge], group, lambda item: item[0], journal, staging=staging)
 
 
 def judge_row(run: RunKey, plan: JudgePlan, instance_id: str, model: str,
@@ -400,19 +464,35 @@ def per_turn_row(run: RunKey, plan: JudgePlan, instance: Instance, model: str, b
 def judge_rows(run: RunKey, plans: list[JudgePlan], instance: Instance, model: str,
                judged: Iterable[tuple[Link, JudgeResponse]], sampling_count: int) -> list[dict[str, Any]]:
     """An instance's judge rows (one per plan) from the answers to its judgments."""
-    by_metric: dict[tuple[str, int], dict[tuple[int, int], JudgeResponse]] = collections.defaultdict(dict)
+    by_juror: dict[int, dict[tuple[str, int], dict[tuple[int, int], JudgeResponse]]] = \
+        collections.defaultdict(lambda: collections.defaultdict(dict))
     for link, response in judged:
-        by_metric[(link.metric, link.unit)][(link.sample, link.order)] = response
+        by_juror[link.juror][(link.metric, link.unit)][(link.sample, link.order)] = response
     rows = []
     for plan in plans:
-        if isinstance(plan.template, AdkJudge):
-            rows.append(adk_row(run, plan, instance, model, by_metric, sampling_count))
-        elif getattr(plan.template, "per_turn", False):
-            rows.append(per_turn_row(run, plan, instance, model, by_metric, sampling_count))
+        if not plan.jurors:
+            rows.append(_one_judge_row(run, plan, instance, model, by_juror[0], sampling_count))
+            continue
+        own = [(j.name, j.settings.model, _one_judge_row(run, plan, instance, j.settings.model, by_juror[i],
+                                                         j.settings.sampling_count))
+               for i, j in enumerate(plan.jurors)]
+        if plan.jury is None:  # the metric's own judge
+            rows.append(own[0][2])
         else:
-            rows.append(judge_row(run, plan, instance.instance_id, model,
-                                  by_metric.get((plan.output_name, 0), {}), sampling_count))
+            rows.append(jury_row(blank_metric_row(run, instance.instance_id, plan.output_name,
+                                                  ",".join(j.settings.model for j in plan.jurors)),
+                                 plan.kind, plan.jury, plan.threshold, own))
     return rows
+
+
+def _one_judge_row(run: RunKey, plan: JudgePlan, instance: Instance, model: str, by_metric: dict,
+                   sampling_count: int) -> dict[str, Any]:
+    """A metric's row from one judge's answers (a jury: one juror's, as if it judged alone)."""
+    if isinstance(plan.template, AdkJudge):
+        return adk_row(run, plan, instance, model, by_metric, sampling_count)
+    if getattr(plan.template, "per_turn", False):
+        return per_turn_row(run, plan, instance, model, by_metric, sampling_count)
+    return judge_row(run, plan, instance.instance_id, model, by_metric.get((plan.output_name, 0), {}), sampling_count)
 
 
 class AssembleFn(beam.DoFn):
@@ -537,10 +617,12 @@ class StreamJudgeFn(beam.DoFn):
     layer: quotas, retries, hedging), checkpointed as it completes. An instance
     is held in memory only while its calls are in flight."""
 
-    def __init__(self, run: RunKey, plans: list[JudgePlan], settings: JudgeSettings, checkpoint: str | None = None):
+    def __init__(self, run: RunKey, plans: list[JudgePlan], settings: JudgeSettings, checkpoint: str | None = None,
+                 judges: tuple = ()):
         self._run = run
         self._plans = plans
         self._settings = settings
+        self._judges = {"": settings, **dict(judges)}
         self._samples = settings.sampling_count
         self._checkpoint = checkpoint
         self._checkpoint_seconds = settings.checkpoint_seconds
@@ -562,7 +644,7 @@ class StreamJudgeFn(beam.DoFn):
         self._known.put_all(response for _, response in cached)
 
     def _start(self) -> None:
-        self._stream = JudgeStream(self._settings, lambda request: request)
+        self._stream = JudgeStreams(self._judges, lambda request: request)
         self._writer = judge_checkpoint.CheckpointWriter(self._checkpoint, 0, self._checkpoint_seconds) \
             if self._checkpoint else None
         self._log = JudgeShardLog(0, 1, self._settings.requests_per_minute)
@@ -675,9 +757,10 @@ class JudgeInstances(beam.PTransform):
         super().__init__()
         self._stream = stream
         self._run = run
-        self._plans = plan_judges(specs)
-        self._context = context
+        self._plans = plan_judges(specs, context)
+        self._context = dataclasses.replace(context, judges=plan_judge_settings(self._plans))
         self._settings = context.settings
+        self._models = usage_models(self._plans)
 
     def expand(self, instances):
         if self._stream:
@@ -699,7 +782,8 @@ class JudgeInstances(beam.PTransform):
 
     def _cache_rows_and_usage(self, answered):
         cache_rows = answered | "CacheRows" >> beam.FlatMap(
-            lambda a, r, m: [cache_row(r, m, a[0])] if a[0].error is None else [], self._run, self._settings.model)
+            lambda a, r, m, models: [cache_row(r, models.get(a[0].metric, m), a[0])] if a[0].error is None else [],
+            self._run, self._settings.model, self._models)
         return cache_rows, answered | "Usage" >> beam.CombineGlobally(UsageFn())
 
     def _expand_stream(self, scored):
@@ -707,7 +791,7 @@ class JudgeInstances(beam.PTransform):
         context = self._context
         cached = [beam.pvalue.AsIter(context.cached)] if context.cached is not None else []
         judged = scored | "JudgeAsTheyCome" >> beam.ParDo(StreamJudgeFn(
-            self._run, self._plans, context.settings, context.checkpoint), *cached).with_outputs(
+            self._run, self._plans, context.settings, context.checkpoint, context.judges), *cached).with_outputs(
             ANSWERED, NEEDED, main="scored")
         if context.progress:
             judged[NEEDED] | "ProgressJudgeNeeded" >> beam.ParDo(CountFn(context.progress, "judge_needed"))

@@ -18,6 +18,7 @@ import apache_beam as beam
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.transforms.failure_modes import DISCOVERY, instance_asks, instance_failures, usage_name
 from evalbeam.transforms.judge import judge_requests, plan_judges
+from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.rubric_judge import READY, RubricNeedsFn, plan_rubric_metrics, plan_units, use_pinned
 from evalbeam.transforms.schema import RunKey
 from evalbeam.transforms.score import ScoreInstances
@@ -115,7 +116,8 @@ class PlanJudging(beam.PTransform):
         asks = []
         if self._judge_specs:
             asks.append(instances | "JudgeRequests" >> beam.FlatMap(
-                judge_requests, plan_judges(self._judge_specs), settings, settings.sampling_count))
+                judge_requests, plan_judges(self._judge_specs, JudgeContext(settings)), settings,
+                settings.sampling_count))
         validations = []
         if self._rubric_specs:
             plans = plan_rubric_metrics(self._rubric_specs)

@@ -24,15 +24,27 @@ def judge_cost(totals: dict[str, int], price: dict[str, float] | None) -> float 
             + (totals["output_tokens"] - batch_output) * online_out + batch_output * batch_out) / 1e6
 
 
-def judge_totals(usage: dict[str, dict[str, int]], prices: dict[str, dict[str, float]], model: str) -> dict:
+def judge_totals(usage: dict[str, dict[str, int]], prices: dict[str, dict[str, float]], model: str,
+                 models: dict[str, str] | None = None) -> dict:
+    """The runs row's judge columns. `models`: the model of a usage entry judged by another model
+    than `model` (a metric's own judge, a juror: transforms.judge.usage_models); each entry is
+    priced at its model's price, and the total is their sum (null when an entry's model has none)."""
     total = {k: sum(m.get(k, 0) for m in usage.values()) for k in
              ("requests", "cache_hits", "calls", "rate_limited", "failures", "prompt_tokens", "output_tokens",
               "batch_prompt_tokens", "batch_output_tokens")}
-    price = prices.get(model)
-    cost = judge_cost(total, price)
-    if price:  # each metric's (and rubric stage's) share of the cost
-        usage = {m: {**u, "estimated_cost": judge_cost({"prompt_tokens": 0, "output_tokens": 0, **u}, price)}
+    models = models or {}
+    if not any(entry in models for entry in usage):
+        price = prices.get(model)
+        cost = judge_cost(total, price)
+        if price:  # each metric's (and rubric stage's) share of the cost
+            usage = {m: {**u, "estimated_cost": judge_cost({"prompt_tokens": 0, "output_tokens": 0, **u}, price)}
+                     for m, u in usage.items()}
+    else:
+        costs = {m: judge_cost({"prompt_tokens": 0, "output_tokens": 0, **u}, prices.get(models.get(m, model)))
                  for m, u in usage.items()}
+        usage = {m: {**u, "model": models.get(m, model), **({"estimated_cost": costs[m]} if costs[m] is not None
+                                                              else {})} for m, u in usage.items()}
+        cost = sum(costs.values()) if all(c is not None for c in costs.values()) else None
     return {
         "judge_requests": total["requests"],
         "judge_cache_hits": total["cache_hits"],
@@ -51,7 +63,7 @@ def judge_totals(usage: dict[str, dict[str, int]], prices: dict[str, dict[str, f
 COUNTS = ("read", "scored", "dead", "metric_errors", "lines_read", "lines_skipped", "lines_scored", "lines_dead")
 
 
-def _runs_row(_, *, base, prices, model, counts, usage):
+def _runs_row(_, *, base, prices, model, counts, usage, models=None):
     c = dict(zip(COUNTS, counts))
     return {
         **base,
@@ -64,7 +76,7 @@ def _runs_row(_, *, base, prices, model, counts, usage):
         "lines_skipped": c["lines_skipped"],
         "lines_scored": c["lines_scored"],
         "lines_dead_lettered": c["lines_dead"],
-        **judge_totals(usage, prices, model),
+        **judge_totals(usage, prices, model, models),
     }
 
 
@@ -105,7 +117,7 @@ class RunRecord(beam.PTransform):
     reached the end, so a record lost anywhere on the way shows as a mismatch."""
 
     def __init__(self, run: RunKey, name: str, config_json: str, version: str, started_at: dt.datetime,
-                 prices: dict | None = None, model: str | None = None):
+                 prices: dict | None = None, model: str | None = None, models: dict[str, str] | None = None):
         super().__init__()
         self._base = {
             **run.columns(),
@@ -116,6 +128,7 @@ class RunRecord(beam.PTransform):
         }
         self._prices = prices or {}
         self._model = model
+        self._models = models or {}
 
     def expand(self, inputs):
         read, computed, scored, dead, usage, source_lines = inputs
@@ -143,6 +156,7 @@ class RunRecord(beam.PTransform):
                 base=self._base,
                 prices=self._prices,
                 model=self._model,
+                models=self._models,
                 counts=side(counts),
                 usage=side(usage),
             )

@@ -95,6 +95,12 @@ TABLES: dict[str, tuple[Column, ...]] = {
                                                    "the metric has none"),
         Column("human_label", "FLOAT64", description="input.labels: the mean of the row's valid human labels for this "
                                                      "metric; null when unlabelled (or the metric has no labels)"),
+        Column("jurors", "JSON", description="a jury (judges:): [{name, model, score, pairwise_choice, explanation, "
+                                             "confidence, error}], one per juror, as each judged alone; null for "
+                                             "one judge"),
+        Column("jury_answered", "INT64", description="a jury: the jurors that answered (scored without an error)"),
+        Column("jury_outcome", "STRING", description="a jury: the aggregate applied (mean, median, min, max, majority, "
+                                                     "unanimous), or tie, split (unanimous not reached) or no_quorum"),
     ),
     "summary": (
         RUN_ID,
@@ -127,6 +133,10 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("position_consistency_ci_low", "FLOAT64", description="95% CI of position_consistency "
                                                                      "(Poisson bootstrap of cases)"),
         Column("position_consistency_ci_high", "FLOAT64"),
+        Column("jury_alpha", "FLOAT64", description="a jury: Krippendorff's alpha (interval) among the jurors' "
+                                                    "scores; null when no instance has two answers or every "
+                                                    "answer is the same"),
+        Column("jury_alpha_units", "INT64", description="a jury: instances with two jurors' scores or more"),
     ),
     "runs": (
         RUN_ID,

@@ -16,6 +16,7 @@ from typing import Any, Iterable
 import apache_beam as beam
 import numpy as np
 
+from evalbeam.metrics.judge.jury import juror_scores
 from evalbeam.metrics.summary import MAX_SLICE_VALUES, OVERALL, ScoreMoments, bootstrap_weight_matrix
 from evalbeam.transforms.infer import case_id
 from evalbeam.transforms.schema import RunKey, to_json_text
@@ -23,9 +24,10 @@ from evalbeam.transforms.score import ScoredInstance
 
 
 def results_of(scored: ScoredInstance) -> list[tuple]:
-    """(metric, score, is_error, passed, pairwise choice, position agreement, threshold) per result."""
+    """(metric, score, is_error, passed, pairwise choice, position agreement, threshold, jurors' scores)
+    per result (the jurors' scores of a jury's row, else []; a tuple without them is read as [])."""
     return [(r["metric"], r["score"], r["error"] is not None, r["passed"], r.get("pairwise_choice"),
-             r.get("position_agreement"), r.get("threshold")) for r in scored.results]
+             r.get("position_agreement"), r.get("threshold"), juror_scores(r)) for r in scored.results]
 
 
 def one_run_case(scored: ScoredInstance):
@@ -91,10 +93,12 @@ class SliceAccumulator:
 
     def _add_one_run(self, row: int, results) -> None:
         """A case of one run (every case without repeated runs): each metric has one row."""
-        for metric, score, error, passed, choice, agreement, threshold in results:
+        for metric, score, error, passed, choice, agreement, threshold, *jury in results:
             moments = self.moments.get(metric)
             if moments is None:
                 moments = self.moments[metric] = ScoreMoments()
+            if jury and jury[0]:
+                moments.add_jurors(jury[0])
             valid = moments.add(score, error, passed, choice, threshold)
             if valid:
                 moments.add_single_case(score, passed)
@@ -111,10 +115,12 @@ class SliceAccumulator:
     def _add_runs(self, row: int, runs) -> None:
         per_metric: dict[str, tuple[list, list, list]] = {}
         for results in runs:
-            for metric, score, error, passed, choice, agreement, threshold in results:
+            for metric, score, error, passed, choice, agreement, threshold, *jury in results:
                 moments = self.moments.get(metric)
                 if moments is None:
                     moments = self.moments[metric] = ScoreMoments()
+                if jury and jury[0]:  # each run of a case is its own unit: the jurors judged each run's response
+                    moments.add_jurors(jury[0])
                 scores, passes, agreements = per_metric.get(metric) or per_metric.setdefault(metric, ([], [], []))
                 if moments.add(score, error, passed, choice, threshold):  # a valid score: to be weighed
                     scores.append(score)

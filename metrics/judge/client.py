@@ -47,6 +47,9 @@ class JudgeRequest:
     answer_field: str  # "score" | "choice" | rubric stages | FREE_TEXT
     allowed: tuple[str, ...]
     seed: int | None = None
+    # which settings answer it (JudgeSettings.digest), when a stage judges with several (a metric's own
+    # judge, a jury's jurors: JudgeStreams); "" for the stage's own settings
+    judge: str = ""
 
 
 # A free-text answer (inference.model): no response schema; the verdict is the text.
@@ -398,10 +401,48 @@ class JudgeStream:
         self._worker.join()
 
 
-def judge_stream(settings: JudgeSettings, items: Iterable[T],
+class JudgeStreams:
+    """JudgeStream's interface over several settings: each request goes to the stream of the
+    settings its `judge` names (JudgeSettings.digest; "" the first given), started when first
+    needed. Each settings keeps its own client, quota (already this shard's share), retries
+    and hedging: a jury's jurors, or a metric's own judge, each call their model at its own
+    pace, as any stage's judge does."""
+
+    def __init__(self, settings: dict[str, JudgeSettings], request_of: Callable[[T], JudgeRequest]):
+        self._settings, self._request_of = settings, request_of
+        self._default = next(iter(settings.values()))
+        self._streams: dict[str, JudgeStream] = {}
+
+    def _stream_of(self, item) -> JudgeStream:
+        judge = self._request_of(item).judge
+        stream = self._streams.get(judge)
+        if stream is None:
+            settings = self._settings[judge] if judge else self._default
+            stream = self._streams[judge] = JudgeStream(settings, self._request_of)
+        return stream
+
+    def ready(self) -> list:
+        return [got for stream in list(self._streams.values()) for got in stream.ready()]
+
+    def put(self, item) -> Iterator[tuple[Any, JudgeResponse]]:
+        target = self._stream_of(item)
+        for got in target.put(item):
+            yield got
+        for stream in list(self._streams.values()):
+            if stream is not target:
+                yield from stream.ready()
+
+    def close(self) -> Iterator[tuple[Any, JudgeResponse]]:
+        for stream in self._streams.values():
+            yield from stream.close()
+        self._streams = {}
+
+
+def judge_stream(settings: JudgeSettings | dict[str, JudgeSettings], items: Iterable[T],
                  request_of: Callable[[T], JudgeRequest]) -> Iterator[tuple[T, JudgeResponse]]:
-    """Judge every item (JudgeStream), yielding (item, response) as each completes."""
-    stream = JudgeStream(settings, request_of)
+    """Judge every item (JudgeStream; several settings: JudgeStreams), yielding (item, response)
+    as each completes."""
+    stream = JudgeStreams(settings, request_of) if isinstance(settings, dict) else JudgeStream(settings, request_of)
     for item in items:
         yield from stream.put(item)
     yield from stream.close()

@@ -10,6 +10,7 @@ key is read where the client is built (metrics.judge.client).
 """
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any, Literal
 
@@ -127,3 +128,16 @@ class JudgeSettings(pydantic.BaseModel):
     def for_model(self, model: str) -> "JudgeSettings":
         """The same settings calling another model (inference.model through the judge layer)."""
         return self.model_copy(update={"model": model})
+
+    def overridden(self, partial: dict[str, Any]) -> "JudgeSettings":
+        """These settings with a metric's partial `judge:` (or one juror's) laid over them, validated
+        as a whole `judge:` is: an unknown field or a bad value raises pydantic's ValidationError
+        naming the field. The one place a metric's judge is made from the run's."""
+        if not partial:
+            return self
+        return JudgeSettings.model_validate({**self.model_dump(), **partial})
+
+    def digest(self) -> str:
+        """A short content hash of the settings: which calls share one client and one quota
+        (metrics.judge.client.JudgeStreams) when a run judges with several settings (juries)."""
+        return hashlib.sha256(self.model_dump_json().encode("utf-8")).hexdigest()[:16]

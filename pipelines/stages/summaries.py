@@ -12,7 +12,7 @@ from evalbeam.pipelines.stages import Stage, parts
 from evalbeam.pipelines.stages.scoring import adk_verdicts
 from evalbeam.transforms.adk_status import THRESHOLD
 from evalbeam.transforms.infer import first_run
-from evalbeam.transforms.judge import plan_judges
+from evalbeam.transforms.judge import plan_judges, usage_models
 from evalbeam.transforms.progress import CountFn
 from evalbeam.transforms.rubric_judge import merge_usage, plan_rubric_metrics
 from evalbeam.transforms.runs import RunRecord
@@ -76,5 +76,6 @@ class SummariesStage(Stage):
         # the records read: parsed or not (tallied apart, then summed)
         runs = ((records, unparseable), counted, scored, named["dead_letters"], usage, named["source_lines"]) \
             | "RunRecord" >> RunRecord(run, config.name, config.to_json(), version(), context.started_at,
-                                       config.judge.prices, config.judge.model)
+                                       config.judge.prices, config.judge.model,
+                                       usage_models(plan_judges(config.template_judge_specs(), context.judge_context({}))))
         return {"scored": scored, "judge_cache": cache_rows, "summary": summary, "runs": runs}
