@@ -155,7 +155,7 @@ class PPIMoments:
         if variance > 0.0:
             out["corrected_ci_low"], out["corrected_ci_high"] = _interval(point, variance)
         else:
-            notes.append("every label the same and the correction has no spread: no corrected CI")
+            notes.append("the labels and the correction have no spread (every label the same): no corrected CI")
         out["note"] = "; ".join(notes) or None
         return out
 
