@@ -69,6 +69,9 @@ def label_plan(config: EvalConfig, pilot: str, width: float, instances: int) -> 
                  "labels_needed": None, "lambda_at_needed": None, "labels_only_needed": None, "note": None}
         if r.get("human_variance") is None or r.get("judge_variance") is None or r.get("covariance") is None:
             entry["note"] = "the pilot run has no variances for it (no scored label, or a run before evalbeam kept them)"
+        elif r["n"] < 2 or r["human_variance"] == 0:
+            entry["note"] = (f"the pilot's {r['n']} label(s) have no spread to learn from: label more of it "
+                             "(a random sample) first")
         else:
             pilot_variances = PilotVariances(r["human_variance"], r["judge_variance"], r["covariance"])
             entry.update(labels_for_width(pilot_variances, width, instances))
