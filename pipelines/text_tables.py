@@ -290,7 +290,7 @@ def format_calibration(rows: list[dict[str, Any]]) -> str:
 
 def format_corrected(rows: list[dict[str, Any]]) -> str:
     """The calibration table's corrected estimates (PPI++): the judge's mean, the labels' and the
-    corrected one, each with its 95% CI ('' when no row has columns of them: an older run)."""
+    corrected one, each with its 95% CI ('' when no row has them: no score, or a run before they were kept)."""
     def with_ci(mean, low, high) -> str:
         return "-" if mean is None else fmt(mean, 4) + ("" if low is None else f" [{fmt(low, 4)}, {fmt(high, 4)}]")
 
@@ -299,7 +299,7 @@ def format_corrected(rows: list[dict[str, Any]]) -> str:
               with_ci(r["human_mean"], r.get("labels_only_ci_low"), r.get("labels_only_ci_high")),
               with_ci(r.get("corrected_mean"), r.get("corrected_ci_low"), r.get("corrected_ci_high")),
               fmt(r.get("corrected_lambda"), 3))
-             for r in rows if "judge_only_mean" in r]
+             for r in rows if r.get("judge_only_mean") is not None]
     if not lines:
         return ""
     return ("\n\ncorrected estimates of the mean (PPI++: the labels correct the judge; valid when the labelled "
