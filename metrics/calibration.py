@@ -18,6 +18,8 @@ One metric and slice is summarized by a `CalibrationMoments`:
   is the 2.5th and 97.5th percentile of its value over the replicates;
 - sums for the means, the mean absolute error and the pass/fail confusion (human
   label the truth, the judge the prediction, positive = score >= threshold);
+- the moments of the human-corrected estimate of the metric's mean (metrics.ppi.PPIMoments:
+  the labelled pairs, and the scores of the unlabelled instances);
 - with several annotators, the sums of Krippendorff's alpha at the interval level
   (constant size: the observed disagreement is a sum over instances, the
   expected one a function of the count, sum and sum of squares of the labels).
