@@ -13,6 +13,7 @@ from apache_beam.testing.util import assert_that
 from scipy import stats
 
 from evalbeam.metrics.compare import Gate
+from evalbeam.pipelines.compare import format_comparison
 from evalbeam.transforms.compare import CompareRuns, PairSpec, result_entry
 
 ppi_py = pytest.importorskip("ppi_py")
@@ -88,6 +89,11 @@ def check(rows, hb, fb, lb, hr, fr, lr):
     assert overall["judge_mean_difference"] == pytest.approx((fr - fb).mean(), abs=1e-12)
     assert overall["judge_mean_difference"] < 0 < overall["ci_low"]
     assert overall["improvement"] and not overall["regression"]
+
+    # the printed comparison says the rows are corrected, and the gate's line says what it flagged on
+    printed = format_comparison(list(rows.values()))
+    assert "estimate corrected: both runs have human labels of the metric" in printed
+    assert "quality: improvement: human-corrected mean (PPI++)" in printed
 
     b = rows["grp=b"]  # 3 labelled in both runs: too few
     assert b["estimate"] == "judge" and b["test"] in ("wilcoxon", "mcnemar")
