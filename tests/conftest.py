@@ -177,6 +177,7 @@ SLOW = {
     "pipelines/test_calibration.py::test_the_calibration_table_holds_each_labelled_metric_per_slice",
     "pipelines/test_calibration.py::test_the_report_shows_agreement_and_a_confusion_heat_map_per_metric",
     "pipelines/test_calibration.py::test_compare_says_which_runs_judge_agrees_more_with_the_people",
+    "pipelines/test_calibration.py::test_corrected_estimates_through_run_show_and_plan",
 }
 
 
