@@ -18,6 +18,8 @@ One metric and slice is summarized by a `CalibrationMoments`:
   is the 2.5th and 97.5th percentile of its value over the replicates;
 - sums for the means, the mean absolute error and the pass/fail confusion (human
   label the truth, the judge the prediction, positive = score >= threshold);
+- the moments of the human-corrected estimate of the metric's mean (metrics.ppi.PPIMoments:
+  the labelled pairs, and the scores of the unlabelled instances);
 - with several annotators, the sums of Krippendorff's alpha at the interval level
   (constant size: the observed disagreement is a sum over instances, the
   expected one a function of the count, sum and sum of squares of the labels).
@@ -46,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from evalbeam.metrics.agreement import IntervalAlpha
+from evalbeam.metrics.ppi import PPIMoments
 from evalbeam.metrics.summary import BOOTSTRAP_REPLICATES
 
 MAX_CATEGORIES = 20
@@ -347,6 +350,8 @@ class CalibrationMoments:
     fn: int = 0
     tn: int = 0
     annotator_alpha: IntervalAlpha = dataclasses.field(default_factory=IntervalAlpha)
+    # the human-corrected estimate of the metric's mean (metrics.ppi): labelled pairs, unlabelled scores
+    ppi: PPIMoments = dataclasses.field(default_factory=PPIMoments)
 
     def add(self, score: float | None, labels: tuple, invalid: tuple = (), threshold: float | None = None,
             weights: np.ndarray | None = None) -> bool:
@@ -362,6 +367,8 @@ class CalibrationMoments:
         human = human_value(labels)
         if human is None:
             self.unlabelled += 1
+            if score is not None and math.isfinite(score):
+                self.ppi.add_unlabelled(score)
             return False
         if score is None or not math.isfinite(score):
             self.unscored += 1
@@ -377,12 +384,13 @@ class CalibrationMoments:
             self.fn += human_pass and not judge_pass
             self.tn += not judge_pass and not human_pass
         self.agreement.add(score, human, weights)
+        self.ppi.add_labelled(score, human)
         return True
 
     def merge(self, other: "CalibrationMoments") -> "CalibrationMoments":
-        merged = CalibrationMoments(agreement=self.agreement.merge(other.agreement))
+        merged = CalibrationMoments(agreement=self.agreement.merge(other.agreement), ppi=self.ppi.merge(other.ppi))
         for f in dataclasses.fields(self):
-            if f.name in ("agreement", "invalid_example", "annotators", "annotator_alpha"):
+            if f.name in ("agreement", "ppi", "invalid_example", "annotators", "annotator_alpha"):
                 continue
             setattr(merged, f.name, getattr(self, f.name) + getattr(other, f.name))
         merged.annotators = max(self.annotators, other.annotators)
@@ -397,7 +405,36 @@ class CalibrationMoments:
             return None, None
         return self.annotator_alpha.value("label", "annotator alpha")
 
-    def statistics(self, threshold: float | None = None) -> dict[str, Any]:
+    def corrected(self, repeated: bool = False) -> tuple[dict[str, Any], list[str]]:
+        """The calibration table's corrected-estimate columns (metrics.ppi), and the notes saying
+        why any is null. With repeated runs (repeated) a case's runs are not independent draws, as
+        the CI assumes: no corrected estimate."""
+        est = self.ppi.estimate()
+        lab, every = self.ppi.labelled, self.ppi.scores()
+        out = {
+            "corrected_unlabelled": est["n_unlabelled"],
+            **{k: est[k] for k in ("corrected_mean", "corrected_ci_low", "corrected_ci_high", "corrected_lambda",
+                                   "judge_only_mean", "judge_only_ci_low", "judge_only_ci_high",
+                                   "labels_only_ci_low", "labels_only_ci_high")},
+            "human_variance": lab.m2_y / lab.n if lab.n else None,
+            "judge_variance": every.m2_f / every.n if every.n else None,
+            "covariance": lab.c_fy / lab.n if lab.n else None,
+        }
+        notes = [est["note"]] if est["note"] else []
+        if repeated:
+            out.update(dict.fromkeys(("corrected_mean", "corrected_ci_low", "corrected_ci_high", "corrected_lambda")))
+            return out, ["repeated runs (inference.num_runs > 1): a case's runs are not independent, so no "
+                         "corrected estimate"]
+        if out["corrected_mean"] is not None and self.unscored:
+            notes.append(f"{self.unscored} labelled instance(s) have no score (the metric failed): left out of the "
+                         "corrected estimate, which is biased if the failures depend on the instance")
+        overflowed = [k for k, v in out.items() if isinstance(v, float) and not math.isfinite(v)]
+        if overflowed:
+            out.update(dict.fromkeys(overflowed))
+            notes.append(f"values past the float range: no {', '.join(overflowed)}")
+        return out, notes
+
+    def statistics(self, threshold: float | None = None, repeated: bool = False) -> dict[str, Any]:
         n = self.n
         stats, notes = agreement_statistics(self.agreement)
         if n == 0:
@@ -434,6 +471,9 @@ class CalibrationMoments:
                 notes.append("the people pass none: no recall")
             if row["confusion"] is None:
                 row["confusion"] = json.dumps({"categories": ["fail", "pass"], "counts": [[tn, fp], [fn, tp]]})
+        corrected, why_not = self.corrected(repeated)
+        row.update(corrected)
+        notes += why_not
         alpha, why = self.alpha()
         row["annotator_alpha"] = alpha
         row["annotator_alpha_units"] = self.annotator_alpha.units if self.annotators >= 2 else None

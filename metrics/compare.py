@@ -27,6 +27,17 @@ share, no common tolerance fits) and each metric's T: absolute, or relative to t
 base run's mean (10% of a latency). Holm's family is the watched rows; the rows not
 watched are adjusted among themselves and never flagged.
 
+Human-corrected estimates: when both runs have input.labels for a metric, each paired
+instance is also added to three PPI++ accumulators (metrics.ppi): the base run's score
+against its label, the run's against its, and the difference (run minus base) of the
+scores against the difference of the labels, labelled where both runs' labels are given.
+With at least MIN_LABELS such instances in a slice, the row's base_mean, mean,
+mean_difference, ci_low, ci_high and p_value are the corrected ones (`estimate` says
+`corrected`; test `ppi++`: the normal test of the corrected difference), so the gate
+flags on them; the judge-only values stay in the judge_* columns. Wins, ties, losses and
+the win rate are the judge's. The difference is estimated paired, as one mean (PPI++ of
+the per-instance difference), so what the two runs share cancels in its CI.
+
 With repeated runs (inference.num_runs > 1 on either side) the paired unit is the
 case, not the instance: each value added is a case's mean over its valid runs and the
 weights are the case's (transforms.compare pairs them); everything here is unchanged.
@@ -46,6 +57,7 @@ import numpy as np
 
 from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
 from evalbeam.metrics.calibration import PairedAgreement
+from evalbeam.metrics.ppi import PPIMoments, standard_error
 
 DIRECTIONS = ("higher", "lower", "closer_to_zero")
 ALPHA = 0.05
@@ -87,6 +99,23 @@ class PairedMoments:
     boot_weight: np.ndarray | None = None  # per replicate: sum of w
     # input.labels: each run's agreement with the people, over the labelled paired instances
     agreement: PairedAgreement | None = None
+    # human-corrected estimates (both runs labelled): base, run, run minus base
+    corrected: tuple[PPIMoments, PPIMoments, PPIMoments] | None = None
+
+    def add_corrected(self, base: float, run: float, base_human: float | None, run_human: float | None) -> None:
+        """A paired instance of a metric both runs label: its compared values, and each run's human
+        value (its compared value; None: not labelled in that run)."""
+        if self.corrected is None:
+            self.corrected = (PPIMoments(), PPIMoments(), PPIMoments())
+        for moments, score, human in ((self.corrected[0], base, base_human), (self.corrected[1], run, run_human)):
+            if human is None:
+                moments.add_unlabelled(score)
+            else:
+                moments.add_labelled(score, human)
+        if base_human is None or run_human is None:
+            self.corrected[2].add_unlabelled(run - base)
+        else:
+            self.corrected[2].add_labelled(run - base, run_human - base_human)
 
     def add_labelled(self, base: float, run: float, human: float, weights: np.ndarray | None) -> None:
         """A paired instance with a human label: its raw scores (not compared_value's) against it."""
@@ -138,6 +167,9 @@ class PairedMoments:
             setattr(out, f, (None if b is None else b.copy()) if a is None else (a.copy() if b is None else a + b))
         if self.agreement is not None or other.agreement is not None:
             out.agreement = (self.agreement or PairedAgreement()).merge(other.agreement or PairedAgreement())
+        if self.corrected is not None or other.corrected is not None:
+            empty = (PPIMoments(), PPIMoments(), PPIMoments())
+            out.corrected = tuple(a.merge(b) for a, b in zip(self.corrected or empty, other.corrected or empty))
         return out
 
     def p_value(self) -> tuple[str | None, float | None]:
@@ -169,7 +201,7 @@ class PairedMoments:
             rates = self.boot_win[drawn] / self.boot_weight[drawn]
             win_low, win_high = (float(v) for v in np.percentile(rates, [2.5, 97.5]))
         test, p = self.p_value()
-        return {
+        out = {
             "n_paired": n,
             "only_in_base": self.only_base,
             "only_in_run": self.only_run,
@@ -190,6 +222,31 @@ class PairedMoments:
             "win_rate_ci_high": win_high,
             **(self.agreement or PairedAgreement()).statistics(),
         }
+        return self._corrected(out)
+
+    def _corrected(self, out: dict[str, Any]) -> dict[str, Any]:
+        """The row with the corrected estimates in place of the judge's where there are some (see the
+        module doc); the judge's kept in judge_*."""
+        from scipy import stats  # start-up time: SciPy only when a p-value is asked for
+
+        judged = ("base_mean", "mean", "mean_difference", "ci_low", "ci_high", "test", "p_value")
+        out.update({"estimate": "judge", "corrected_labelled": None, "corrected_lambda": None, "corrected_note": None,
+                    **{f"judge_{k}": out[k] for k in judged}})
+        if self.corrected is None:
+            return out
+        base, run, difference = (m.estimate() for m in self.corrected)
+        out["corrected_labelled"] = difference["n_labelled"]
+        if difference["corrected_ci_low"] is None or base["corrected_mean"] is None or run["corrected_mean"] is None:
+            why = difference["note"] or base["note"] or run["note"]
+            out["corrected_note"] = f"judge-only estimates: {why}" if why else "judge-only estimates"
+            return out
+        point, low, high = difference["corrected_mean"], difference["corrected_ci_low"], difference["corrected_ci_high"]
+        z = point / standard_error(low, high)
+        out.update({"estimate": "corrected", "base_mean": base["corrected_mean"], "mean": run["corrected_mean"],
+                    "mean_difference": point, "ci_low": low, "ci_high": high, "test": "ppi++",
+                    "p_value": float(2 * stats.norm.sf(abs(z))), "corrected_lambda": difference["corrected_lambda"],
+                    "corrected_note": difference["note"]})
+        return out
 
 
 def holm(p_values: list[float | None]) -> list[float | None]:
@@ -320,7 +377,8 @@ def explain(row: dict[str, Any]) -> str | None:
     better = {"higher": "higher is better", "lower": "lower is better",
               "closer_to_zero": "closer to 0 is better"}.get(row["direction"], row["direction"])
     means = f"{row['base_mean']:.6g} -> {row['mean']:.6g}"  # six digits: a change of 0.0002 in 2 s shows
-    because = (f"mean {means} ({row['mean_difference']:+.4g}, {better}); "
+    what = "human-corrected mean (PPI++)" if row.get("estimate") == "corrected" else "mean"
+    because = (f"{what} {means} ({row['mean_difference']:+.4g}, {better}); "
                f"95% CI [{_num(row['ci_low'])}, {_num(row['ci_high'])}] lies {side} ({how}) "
                f"and p (Holm) {_num(row['p_value_adjusted'])} < alpha {alpha:g}")
     where = f"{row['metric']} ({row['slice']})" if row["slice"] != "overall" else row["metric"]

@@ -3,7 +3,7 @@ each in pipelines/commands/, imported only when chosen), and how the process end
 
     evalbeam run CONFIG [--set key.path=value ...] [Beam flags ...]
     evalbeam validate CONFIG [--set ...]
-    evalbeam plan CONFIG [--set ...] [--json]
+    evalbeam plan CONFIG [--set ...] [--json] [--labels-for-width W --pilot RUN_ID]
     evalbeam metrics
     evalbeam runs [--eval NAME] [--last N] [--remove-leftovers RUN_ID] [--config CONFIG | --parquet DIR | --bigquery PROJECT.DATASET]
     evalbeam --version

@@ -85,6 +85,7 @@ class RunInfo:
     labelled: bool = False  # input.labels: its metric_results have human_label
     num_runs: int = 1  # inference.num_runs: > 1, its instances are runs of cases (compared by case)
     gate: Gate = Gate()  # the config's compare_tolerance(s) and compare_watch
+    labelled_metrics: frozenset[str] = frozenset()  # the metrics input.labels names
 
 
 def run_info(row: dict[str, Any]) -> RunInfo:
@@ -94,12 +95,14 @@ def run_info(row: dict[str, Any]) -> RunInfo:
     slices: tuple[str, ...] = ()
     directions: dict[str, str] = {}
     labelled = False
+    labelled_metrics: frozenset[str] = frozenset()
     num_runs = 1
     gate = Gate()
     try:
         config = EvalConfig.model_validate(json.loads(row["config"]))
         slices, directions = tuple(config.input.slice_columns), config.metric_directions()
         labelled = bool(config.input.labels)
+        labelled_metrics = frozenset(config.input.labels)
         num_runs = config.inference.num_runs if config.inference else 1
         gate = config.gate()
     except (ValueError, TypeError):
@@ -108,7 +111,7 @@ def run_info(row: dict[str, Any]) -> RunInfo:
     if isinstance(run_date, str):
         run_date = dt.date.fromisoformat(run_date)
     return RunInfo(row["run_id"], row["name"], run_date, row["started_at"], slices, directions, labelled, num_runs,
-                   gate)
+                   gate, labelled_metrics)
 
 
 # ------------------------------------------------------------- where runs are
@@ -196,7 +199,8 @@ def compare_inputs(pipeline, location: Location, base: RunInfo, run: RunInfo, la
 def pair_spec(base: RunInfo, run: RunInfo, gate: Gate, alpha: float, compared_at: dt.datetime) -> PairSpec:
     """gate: the run's (its config's, with the command line's settings over it)."""
     return PairSpec(base.run_id, run.run_id, run.run_date, run.name, {**base.directions, **run.directions},
-                    gate, alpha, compared_at, base.num_runs, run.num_runs)
+                    gate, alpha, compared_at, base.num_runs, run.num_runs,
+                    base.labelled_metrics & run.labelled_metrics)
 
 
 # ------------------------------------------------------------- what a comparison may gate on
@@ -340,11 +344,13 @@ def format_comparison(rows: list[dict[str, Any]], brief: bool = False) -> str:
     for r in flagged_first(rows):
         ci = "-" if r["ci_low"] is None else f"[{fmt(r['ci_low'], 4)}, {fmt(r['ci_high'], 4)}]"
         flag = "REGRESSION" if r["regression"] else "improvement" if r["improvement"] else ""
+        corrected = r.get("estimate") == "corrected"
         lines.append((r["run_id"], r["metric"], r["slice"], str(r["n_paired"]), fmt(r["base_mean"]), fmt(r["mean"]),
                       fmt(r["mean_difference"]), ci, fmt(r["p_value_adjusted"], 4),
-                      f"{r['wins']}/{r['ties']}/{r['losses']}", flag))
+                      f"{r['wins']}/{r['ties']}/{r['losses']}", "corrected" if corrected else "judge", flag))
     table = format_table(("run", "metric", "slice", "paired", "base", "run mean", "difference", "95% CI",
-                         "p (Holm)", "W/T/L", "flag"), lines)
+                         "p (Holm)", "W/T/L", "estimate", "flag"), lines)
+    table += corrected_note(rows)
     agreement = format_agreement(rows if not brief else [r for r in rows if r["slice"] == "overall"])
     by_case = sorted({r["run_id"] for r in rows if r.get("paired_by") == "case"})
     if by_case:
@@ -354,6 +360,19 @@ def format_comparison(rows: list[dict[str, Any]], brief: bool = False) -> str:
     if explained:
         table += "\n\nthe gate:\n" + "\n".join(explained)
     return table + ("\n\nagreement with human labels (input.labels), run against base:\n" + agreement if agreement else "")
+
+
+def corrected_note(rows: list[dict[str, Any]]) -> str:
+    """What `estimate` means, when a row has corrected estimates or a labelled row could not have them."""
+    lines = []
+    if any(r.get("estimate") == "corrected" for r in rows):
+        lines.append("estimate corrected: both runs have human labels of the metric, so the means, the difference, "
+                     "its 95% CI and p are human-corrected (PPI++ over the labelled instances; the judge-only "
+                     "values are in the comparisons table's judge_* columns); W/T/L are the judge's")
+    for r in rows:
+        if r["slice"] == "overall" and r.get("estimate") == "judge" and r.get("corrected_note"):
+            lines.append(f"{r['run_id']} {r['metric']}: {r['corrected_note']}")
+    return "".join("\n" + line for line in lines)
 
 
 def gate_explanations(rows: list[dict[str, Any]]) -> list[str]:

@@ -1,10 +1,15 @@
 """`evalbeam plan CONFIG`: before spending anything, the judgments a run needs
 after dedup and the cache, their estimated tokens and cost (online and batch),
 and the wall time at the configured quota. Runs a pipeline on the local runner
-that reads and validates the whole input as `run` does, and calls nothing."""
+that reads and validates the whole input as `run` does, and calls nothing.
+
+With --labels-for-width W --pilot RUN: per labelled metric, how many of the input's
+instances people must label for the human-corrected estimate's 95% CI to be at most W
+wide, from the variances the pilot run's labels show (its calibration table)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 
@@ -15,6 +20,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from evalbeam.configs import ConfigError, EvalConfig
 from evalbeam.metrics.failure_modes import TaxonomyError
 from evalbeam.metrics.judge.client import CHARS_PER_TOKEN
+from evalbeam.metrics.ppi import MIN_LABELS, PilotVariances, labels_for_width
 from evalbeam.pipelines.local import new_pipeline
 from evalbeam.pipelines.preflight import billing_project, parquet_glob, preflight
 from evalbeam.pipelines.results import ResultsError, results_for
@@ -32,7 +38,55 @@ def _write(value, path):
         json.dump(value, f)
 
 
-def plan(config: EvalConfig) -> dict:
+def plan(config: EvalConfig, width: float | None = None, pilot: str | None = None) -> dict:
+    """The plan; with `width` and `pilot` (a run_id in the config's outputs), also the labels
+    each labelled metric needs (label_plan)."""
+    if (width is None) != (pilot is None):
+        raise ConfigError("--labels-for-width and --pilot go together: the width wanted, and the run whose labels "
+                          "tell the variances")
+    if width is not None and not (math.isfinite(width) and width > 0):
+        raise ConfigError(f"--labels-for-width: {width:g} is not a width; give the 95% CI's width wanted "
+                          "(high - low, in the metric's units), e.g. 0.05")
+    planned = plan_judging(config)
+    if width is not None:
+        planned["labels"] = label_plan(config, pilot, width, planned["instances"])
+    return planned
+
+
+def label_plan(config: EvalConfig, pilot: str, width: float, instances: int) -> dict:
+    """Per metric the pilot run labelled (its overall calibration row), the labels needed among
+    `instances` (metrics.ppi.labels_for_width)."""
+    try:
+        tables = results_for(config).run_tables(pilot)
+        if not tables["runs"]:
+            raise ConfigError(f"--pilot: no run {pilot!r} in this config's outputs; `evalbeam runs --config "
+                              "CONFIG` lists its runs")
+        rows = [r for r in tables["calibration"] if r["slice"] == "overall"]
+    except (ResultsError, OSError, duckdb.Error) as e:
+        raise ConfigError(f"--pilot: cannot read run {pilot!r}: {e}") from None
+    metrics = []
+    for r in rows:
+        entry = {"metric": r["metric"], "pilot_labelled": r["n"], "pilot_unlabelled": r.get("corrected_unlabelled"),
+                 "labels_needed": None, "lambda_at_needed": None, "labels_only_needed": None, "note": None}
+        if r.get("human_variance") is None or r.get("judge_variance") is None or r.get("covariance") is None:
+            entry["note"] = "the pilot run has no variances for it (no scored label, or a run before evalbeam kept them)"
+        elif r["n"] < 2 or r["human_variance"] == 0:
+            entry["note"] = (f"the pilot's {r['n']} label(s) have no spread to learn from: label more of it "
+                             "(a random sample) first")
+        else:
+            pilot_variances = PilotVariances(r["human_variance"], r["judge_variance"], r["covariance"])
+            entry.update(labels_for_width(pilot_variances, width, instances))
+            if r["n"] < 2 * MIN_LABELS:
+                entry["note"] = f"the pilot has only {r['n']} labels: its variances, and so these counts, are rough"
+            if entry["labels_needed"] is None:
+                entry["note"] = (f"labelling all {instances:,} instances gives a wider CI than {width:g}: the run is "
+                                 "too small for it")
+        metrics.append(entry)
+    return {"pilot": pilot, "width": width, "instances": instances, "metrics": metrics,
+            "unlabelled_in_pilot": not rows}
+
+
+def plan_judging(config: EvalConfig) -> dict:
     if config.inference is not None:
         raise ConfigError("inference: evalbeam plan does not estimate runs with inference yet (the judge prompts "
                           "depend on what inference produces, and inference.model calls are not counted)")
@@ -235,3 +289,24 @@ def format_plan(plan: dict) -> str:
                      "estimates: judge.max_output_tokens per call (neither the judge cache nor an earlier run of "
                      "this eval has answers of the metric to learn from); a real run uses far fewer")
     return "\n".join(lines)
+
+
+def format_labels(labels: dict) -> str:
+    """The labels part of a plan (--labels-for-width)."""
+    head = (f"labels for a 95% CI at most {labels['width']:g} wide, over the {labels['instances']:,} instances, "
+            f"from pilot run {labels['pilot']} (its labels' variances; the judge scores every instance):")
+    if labels["unlabelled_in_pilot"]:
+        return head + "\n  the pilot run has no calibration rows: it had no input.labels"
+    lines = []
+    for m in labels["metrics"]:
+        lines.append((m["metric"], str(m["pilot_labelled"]),
+                      "-" if m["labels_needed"] is None else f"{m['labels_needed']:,}",
+                      "-" if m["lambda_at_needed"] is None else f"{m['lambda_at_needed']:.2f}",
+                      "-" if m["labels_only_needed"] is None else f"{m['labels_only_needed']:,}"))
+    from evalbeam.pipelines.text_tables import format_table
+
+    notes = [f"  {m['metric']}: {m['note']}" for m in labels["metrics"] if m["note"]]
+    return "\n".join([head, format_table(("metric", "pilot labels", "labels needed (corrected)", "lambda",
+                                          "labels needed (labels alone)"), lines), *notes,
+                      "the labelled instances must be a uniform random sample of the run (docs/judges.md, "
+                      "Corrected estimates)"])

@@ -248,7 +248,8 @@ def _agreement_table(rows: list[dict[str, Any]], base: str) -> str:
 def _comparison_table(rows: list[dict[str, Any]]) -> str:
     out = ['<table class="comparison"><tr><th>metric</th><th>slice</th><th class=num>paired</th>'
            "<th class=num>base mean</th><th class=num>mean</th><th class=num>difference</th><th>95% CI</th>"
-           "<th class=num>p (Holm)</th><th class=num>wins/ties/losses</th><th>better</th><th>flag</th></tr>"]
+           "<th class=num>p (Holm)</th><th class=num>wins/ties/losses</th><th>better</th><th>flag</th>"
+           "<th>estimate</th></tr>"]
     for r in rows:
         cls = "regression" if r["regression"] else "improvement" if r["improvement"] else ""
         flag = "REGRESSION" if r["regression"] else "improvement" if r["improvement"] else ""
@@ -259,7 +260,9 @@ def _comparison_table(rows: list[dict[str, Any]]) -> str:
             f'<td class=num>{num(r["mean_difference"])}</td><td class=nowrap>{ci}</td>'
             f'<td class=num>{num(r["p_value_adjusted"])}</td>'
             f'<td class=num>{num(r["wins"])}/{num(r["ties"])}/{num(r["losses"])}</td><td>{e(r["direction"])}</td>'
-            f'<td class="flag">{flag}</td></tr>')
+            f'<td class="flag">{flag}</td>'
+            # corrected: the means, difference, CI and p are human-corrected (PPI++; metrics.compare)
+            f'<td>{"corrected (PPI++)" if r.get("estimate") == "corrected" else "judge"}</td></tr>')
     out.append("</table>")
     return "\n".join(out)
 

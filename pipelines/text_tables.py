@@ -296,4 +296,24 @@ def format_calibration(rows: list[dict[str, Any]]) -> str:
             notes.append(f"  {r['metric']} ({r['slice']}): {r['note']}")
     table = format_table(("metric", "slice", "n", "bias", "MAE", "spearman", "kendall", "kappa", "w. kappa",
                           "95% CI", "F1", "annot. alpha"), lines)
-    return table + ("\n" + "\n".join(notes) if notes else "")
+    return table + ("\n" + "\n".join(notes) if notes else "") + format_corrected(shown)
+
+
+def format_corrected(rows: list[dict[str, Any]]) -> str:
+    """The calibration table's corrected estimates (PPI++): the judge's mean, the labels' and the
+    corrected one, each with its 95% CI ('' when no row has them: no score, or a run before they were kept)."""
+    def with_ci(mean, low, high) -> str:
+        return "-" if mean is None else fmt(mean, 4) + ("" if low is None else f" [{fmt(low, 4)}, {fmt(high, 4)}]")
+
+    lines = [(r["metric"], r["slice"], str(r["n"]), str(r.get("corrected_unlabelled") or 0),
+              with_ci(r.get("judge_only_mean"), r.get("judge_only_ci_low"), r.get("judge_only_ci_high")),
+              with_ci(r["human_mean"], r.get("labels_only_ci_low"), r.get("labels_only_ci_high")),
+              with_ci(r.get("corrected_mean"), r.get("corrected_ci_low"), r.get("corrected_ci_high")),
+              fmt(r.get("corrected_lambda"), 3))
+             for r in rows if r.get("judge_only_mean") is not None]
+    if not lines:
+        return ""
+    return ("\n\ncorrected estimates of the mean (PPI++: the labels correct the judge; valid when the labelled "
+            "instances are a random sample):\n"
+            + format_table(("metric", "slice", "labelled", "unlabelled", "judge only [95% CI]",
+                            "labels only [95% CI]", "corrected [95% CI]", "lambda"), lines))

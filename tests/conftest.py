@@ -180,6 +180,7 @@ SLOW = {
     "transforms/test_jury.py::test_a_jury_end_to_end",
     "transforms/test_jury.py::test_each_juror_calls_its_own_model_and_its_judgment_stays_on_the_row",
     "transforms/test_jury.py::test_a_tie_a_quorum_and_a_pairwise_jury",
+    "pipelines/test_calibration.py::test_corrected_estimates_through_run_show_and_plan",
 }
 
 

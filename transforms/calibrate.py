@@ -125,14 +125,17 @@ class SliceCalibrationFn(beam.CombineFn):
         return accumulator
 
 
-def calibration_rows(run: RunKey, thresholds: dict[str, float | None], keyed) -> Iterable[dict[str, Any]]:
+def calibration_rows(run: RunKey, thresholds: dict[str, float | None], keyed,
+                     repeated: bool = False) -> Iterable[dict[str, Any]]:
     slice_name, per_metric = keyed
     for metric, moments in sorted(per_metric.items()):
-        yield {**run.columns(), "metric": metric, "slice": slice_name, **moments.statistics(thresholds.get(metric))}
+        yield {**run.columns(), "metric": metric, "slice": slice_name,
+               **moments.statistics(thresholds.get(metric), repeated)}
 
 
 class CalibrateScores(beam.PTransform):
-    """ScoredInstances (with input.labels) -> calibration rows (one per labelled metric and slice)."""
+    """ScoredInstances (with input.labels) -> calibration rows (one per labelled metric and slice):
+    agreement with the labels and the human-corrected estimate of the metric's mean."""
 
     def __init__(self, run: RunKey, thresholds: dict[str, float | None], max_slice_values: int = MAX_SLICE_VALUES,
                  num_runs: int = 1):
@@ -150,6 +153,6 @@ class CalibrateScores(beam.PTransform):
             | "ByColumn" >> beam.Map(lambda kv: (slice_column(kv[0]), kv))
             | "SlicesOfColumn" >> beam.GroupByKey()
             | "FoldSlices" >> beam.FlatMap(fold_slices, self._max_slice_values, SliceCalibration)
-            | "CalibrationRows" >> beam.FlatMap(lambda kv, run, th: calibration_rows(run, th, kv),
-                                                self._run, self._thresholds)
+            | "CalibrationRows" >> beam.FlatMap(lambda kv, run, th, rep: calibration_rows(run, th, kv, rep),
+                                                self._run, self._thresholds, self._num_runs > 1)
         )

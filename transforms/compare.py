@@ -66,6 +66,14 @@ class PairSpec:
     compared_at: dt.datetime
     base_num_runs: int = 1  # inference.num_runs of each run: > 1 on either side pairs cases
     run_num_runs: int = 1
+    # input.labels: the metrics both runs label, compared on human-corrected estimates (metrics.compare)
+    labelled_metrics: frozenset[str] = frozenset()
+
+    @property
+    def corrected_metrics(self) -> frozenset[str]:
+        """The metrics compared on corrected estimates: both runs label them, one run per case
+        (with repeated runs a case's runs are not independent draws, as PPI++'s CI assumes)."""
+        return frozenset() if self.by_case else self.labelled_metrics
 
     def direction(self, metric: str) -> str:
         return self.directions.get(metric, "higher")
@@ -96,13 +104,18 @@ def _case_value(scores: list[float | None], direction: str) -> float | None:
 
 def paired_values(element, spec: PairSpec):
     """(instance_id or case id, {base, run, run_slices, base_slices}) -> ((metric, slice), (kind, base, run,
-    weights, (base score, run score, human value) of a labelled metric, else None)). With repeated runs
+    weights, (base score, run score, human value) of a labelled metric, else None, (base, run, base's human
+    value, run's) of a metric compared on corrected estimates, else None)). With repeated runs
     the key is a case and each side holds the entries of its runs: see the module doc."""
     key, groups = element
     base = _side(groups["base"])
     run = _side(groups["run"])
     # input.labels: the human value of a labelled metric, from either run (the same data's labels)
     human = {entry[0]: entry[3] for entry in [*groups["base"], *groups["run"]] if entry[3] is not None}
+    # each run's own (for the corrected estimates: two runs' outputs, each labelled)
+    base_human = {entry[0]: entry[3] for entry in groups["base"] if entry[3] is not None}
+    run_human = {entry[0]: entry[3] for entry in groups["run"] if entry[3] is not None}
+    corrected_metrics = spec.corrected_metrics
     slices = next(iter(groups["run_slices"]), None)
     if slices is None:
         slices = next(iter(groups["base_slices"]), [])
@@ -110,13 +123,13 @@ def paired_values(element, spec: PairSpec):
     for metric in sorted(base.keys() | run.keys()):
         direction = spec.direction(metric)
         if metric not in run:
-            value = (ONLY_BASE, None, None, None, None)
+            value = (ONLY_BASE, None, None, None, None, None)
         elif metric not in base:
-            value = (ONLY_RUN, None, None, None, None)
+            value = (ONLY_RUN, None, None, None, None, None)
         else:
             base_value, run_value = _case_value(base[metric], direction), _case_value(run[metric], direction)
             if base_value is None or run_value is None:
-                value = (ERROR, None, None, None, None)
+                value = (ERROR, None, None, None, None, None)
             else:
                 if weights is None:
                     weights = bootstrap_weights(key)
@@ -124,7 +137,12 @@ def paired_values(element, spec: PairSpec):
                 if metric in human:
                     # agreement on raw scores: a case's mean raw score on each side
                     labelled = (_case_value(base[metric], "higher"), _case_value(run[metric], "higher"), human[metric])
-                value = (PAIRED, base_value, run_value, weights, labelled)
+                corrected = None
+                if metric in corrected_metrics:
+                    hb, hr = base_human.get(metric), run_human.get(metric)
+                    corrected = (base_value, run_value, None if hb is None else compared_value(hb, direction),
+                                 None if hr is None else compared_value(hr, direction))
+                value = (PAIRED, base_value, run_value, weights, labelled, corrected)
         yield (metric, OVERALL), value
         for name in slices:
             yield (metric, name), value
@@ -143,12 +161,14 @@ class _MomentsFn(beam.CombineFn):
         return None
 
     def add_input(self, acc, value):
-        sign, (kind, base, run, weights, labelled) = value
+        sign, (kind, base, run, weights, labelled, corrected) = value
         if acc is None:
             acc = PairedMoments(sign=sign)
         acc.add(kind, base, run, weights)
         if labelled is not None:
             acc.add_labelled(*labelled, weights)
+        if corrected is not None:
+            acc.add_corrected(*corrected)
         return acc
 
     def merge_accumulators(self, accumulators):

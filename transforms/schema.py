@@ -246,6 +246,20 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("tolerance_relative", "FLOAT64", description="a relative tolerance (0.1: 10% of the base mean); "
                                                             "null when the tolerance is absolute"),
         Column("alpha", "FLOAT64", description="the alpha of the flags"),
+        Column("estimate", "STRING", description="corrected: base_mean, mean, mean_difference, ci_low, ci_high and "
+                                                 "p_value are human-corrected (PPI++, both runs labelled); judge: "
+                                                 "the judge's scores alone"),
+        Column("corrected_labelled", "INT64", description="paired instances labelled in both runs (the corrected "
+                                                          "difference's n)"),
+        Column("corrected_lambda", "FLOAT64", description="PPI++'s power-tuning parameter of the difference"),
+        Column("corrected_note", "STRING", description="why the estimate is the judge's though the runs are labelled"),
+        Column("judge_base_mean", "FLOAT64", description="base_mean from the judge's scores alone"),
+        Column("judge_mean", "FLOAT64", description="mean from the judge's scores alone"),
+        Column("judge_mean_difference", "FLOAT64", description="mean_difference from the judge's scores alone"),
+        Column("judge_ci_low", "FLOAT64", description="the judge-only difference's 95% CI (paired bootstrap)"),
+        Column("judge_ci_high", "FLOAT64"),
+        Column("judge_test", "STRING", description="the judge-only test: mcnemar | wilcoxon"),
+        Column("judge_p_value", "FLOAT64"),
     ),
     "calibration": (
         RUN_ID,
@@ -280,6 +294,24 @@ TABLES: dict[str, tuple[Column, ...]] = {
                                                 "columns the judge's (pass/fail on a continuous scale)"),
         Column("annotator_alpha", "FLOAT64", description="Krippendorff's alpha (interval) among the annotators"),
         Column("annotator_alpha_units", "INT64", description="instances with two labels or more"),
+        Column("corrected_mean", "FLOAT64", description="the human-corrected estimate of the metric's mean over every "
+                                                        "scored instance (PPI++, metrics.ppi); null with fewer than 10 "
+                                                        "labels or repeated runs"),
+        Column("corrected_ci_low", "FLOAT64", description="95% CI of corrected_mean (normal)"),
+        Column("corrected_ci_high", "FLOAT64"),
+        Column("corrected_lambda", "FLOAT64", description="PPI++'s power-tuning parameter, in [0, 1]: 0 the labels' "
+                                                          "mean alone, 1 plain PPI"),
+        Column("corrected_unlabelled", "INT64", description="unlabelled instances with a score (the N of the "
+                                                            "corrected estimate; n is its labelled count)"),
+        Column("judge_only_mean", "FLOAT64", description="mean score over every scored instance, labelled or not"),
+        Column("judge_only_ci_low", "FLOAT64", description="95% CI of judge_only_mean (normal): blind to the "
+                                                           "judge's bias"),
+        Column("judge_only_ci_high", "FLOAT64"),
+        Column("labels_only_ci_low", "FLOAT64", description="95% CI of human_mean (normal), the labels alone"),
+        Column("labels_only_ci_high", "FLOAT64"),
+        Column("human_variance", "FLOAT64", description="variance of the human values over the n (over n)"),
+        Column("judge_variance", "FLOAT64", description="variance of every score (over their count)"),
+        Column("covariance", "FLOAT64", description="covariance of score and human value over the n (over n)"),
         Column("note", "STRING", description="why a statistic is null (n < 2, constant labels, one category, ...)"),
     ),
     "failure_assignments": (

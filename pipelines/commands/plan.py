@@ -10,7 +10,7 @@ import sys
 from evalbeam.configs import ConfigError, load_config
 from evalbeam.pipelines.commands import UNWRITTEN_OUTPUT_STATUS, no_beam_flags
 from evalbeam.pipelines.commands.arguments import config_args
-from evalbeam.pipelines.plan import format_plan, plan
+from evalbeam.pipelines.plan import format_labels, format_plan, plan
 from evalbeam.pipelines.results import ResultsError
 from evalbeam.transforms.write_failure import OutputWriteError
 
@@ -18,6 +18,12 @@ from evalbeam.transforms.write_failure import OutputWriteError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     config_args(parser)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument("--labels-for-width", type=float, metavar="W",
+                        help="also tell how many instances people must label for each labelled metric's corrected "
+                             "estimate to have a 95%% CI at most W wide (needs --pilot)")
+    parser.add_argument("--pilot", metavar="RUN_ID",
+                        help="a run of this config with input.labels whose labels tell the variances "
+                             "(with --labels-for-width)")
 
 
 def main(args: argparse.Namespace, beam_args: list[str]) -> int:
@@ -25,8 +31,11 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
     try:
         config = load_config(args.config, args.overrides)
         logging.getLogger().setLevel(logging.WARNING)
-        planned = plan(config)
-        print(json.dumps(planned, indent=2) if args.json else format_plan(planned))
+        planned = plan(config, args.labels_for_width, args.pilot)
+        if args.json:
+            print(json.dumps(planned, indent=2))
+        else:
+            print(format_plan(planned) + (f"\n\n{format_labels(planned['labels'])}" if "labels" in planned else ""))
         return 0
     except (ConfigError, ResultsError) as e:
         print(f"evalbeam: {e}", file=sys.stderr)

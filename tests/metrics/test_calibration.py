@@ -222,7 +222,8 @@ def test_invalid_and_missing_labels_are_counted_not_dropped():
     row = moments.statistics(3.0)
     assert (row["n"], row["unlabelled_count"], row["unscored_count"], row["invalid_label_count"]) == (1, 2, 1, 1)
     assert row["invalid_label_example"].startswith("row b.jsonl:2")
-    assert row["note"] == "n < 2: no agreement statistic"
+    assert row["note"] == ("n < 2: no agreement statistic; 1 labelled instance with a score: fewer than 10, "
+                           "no corrected estimate")
 
 
 def test_continuous_scores_past_the_cell_limit_keep_their_sums():

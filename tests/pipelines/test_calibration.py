@@ -295,3 +295,55 @@ def test_a_labelled_metric_compared_with_no_label_is_a_run_problem():
     assert run_problems({"runs": [run], "summary": summary}) == []  # a results folder from before the table
     failed = [{**row, "metric": "f", "unlabelled_count": 0, "unscored_count": 4}]
     assert run_problems({"runs": [run], "summary": summary, "calibration": failed}) == []
+
+
+def test_corrected_estimates_through_run_show_and_plan(tmp_path, monkeypatch):
+    """Labels on a random half of a run whose judge is a point too kind: the calibration table's
+    corrected estimate equals ppi-python's over the scores and labels the run wrote; show prints it
+    beside the judge-only mean; `plan --labels-for-width --pilot` gives metrics.ppi's label count."""
+    ppi_py = pytest.importorskip("ppi_py")
+    import numpy as np
+
+    from evalbeam.metrics.ppi import PilotVariances, labels_for_width
+
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    rng = random.Random(31)
+    data = tmp_path / "d.jsonl"
+    lines = []
+    for i in range(80):
+        human = rng.randint(1, 4)
+        lines.append({"id": f"c{i}", "prompt": f"q {i}", "response": f"r {i} #score={min(5, human + rng.choice([0, 1, 1, 2]))}",
+                      "human": human if rng.random() < 0.5 else None})
+    data.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    out = tmp_path / "out"
+    with JudgeServer() as server:
+        config = {"name": "corrected", "run_id": "pilot",
+                  "input": {"uri": str(data), "id_column": "id", "labels": {"fluency": "human"}},
+                  "metrics": ["fluency"], "judge": {"base_url": server.url, "timeout_seconds": 10},
+                  "output": {"parquet": str(out)}}
+        path = tmp_path / "c.yaml"
+        path.write_text(yaml.safe_dump(config))
+        evalbeam("run", path)
+        planned = json.loads(evalbeam("plan", path, "--labels-for-width", "0.7", "--pilot", "pilot", "--json").stdout)
+        refused = evalbeam("plan", path, "--labels-for-width", "0.4", "--pilot", "nosuchrun", check=False)
+    results = [r for r in table(out / "pilot", "metric_results") if r["metric"] == "fluency"]
+    scores = np.array([r["score"] for r in results if r["human_label"] is not None])
+    labelled = np.array([r["human_label"] for r in results if r["human_label"] is not None])
+    unlabelled = np.array([r["score"] for r in results if r["human_label"] is None])
+    row = next(r for r in table(out / "pilot", "calibration") if r["slice"] == "overall")
+    assert (row["n"], row["corrected_unlabelled"]) == (len(labelled), len(unlabelled)) and len(unlabelled) > 20
+    assert row["corrected_mean"] == pytest.approx(
+        float(ppi_py.ppi_mean_pointestimate(labelled, scores, unlabelled, lam=None)[0]), abs=1e-9)
+    low, high = (float(v[0]) for v in ppi_py.ppi_mean_ci(labelled, scores, unlabelled, alpha=0.05, lam=None))
+    assert (row["corrected_ci_low"], row["corrected_ci_high"]) == pytest.approx((low, high), abs=1e-9)
+    # the judge is kind: its mean is above the people's, and the corrected estimate comes down to them
+    assert row["judge_only_mean"] > row["corrected_ci_high"]
+
+    shown = evalbeam("show", "pilot", "--parquet", out).stdout
+    assert "corrected estimates of the mean (PPI++" in shown and f"{row['corrected_mean']:.4f}" in shown
+
+    [metric] = planned["labels"]["metrics"]
+    want = labels_for_width(PilotVariances(row["human_variance"], row["judge_variance"], row["covariance"]), 0.7, 80)
+    assert metric["labels_needed"] == want["labels_needed"] and metric["labels_needed"] is not None
+    assert metric["labels_only_needed"] == want["labels_only_needed"] > metric["labels_needed"]
+    assert refused.returncode == 2 and "no run 'nosuchrun'" in refused.stderr

@@ -3,7 +3,7 @@
 import json
 
 from evalbeam.pipelines.report_data import judge_accounting
-from evalbeam.pipelines.text_tables import format_judge, format_summary
+from evalbeam.pipelines.text_tables import format_corrected, format_judge, format_summary
 
 
 def test_the_summary_ci_has_the_means_decimals():
@@ -55,3 +55,16 @@ def test_source_lines_of_adk_files_say_a_case_spans_many(tmp_path):
     out = evalbeam("run", "configs/demo_adk.yaml", "--set", f"output.parquet={tmp_path}", "--set", "run_id=adk").stdout
     [line] = [line for line in out.splitlines() if line.startswith("source lines ")]
     assert line.endswith(" holding no record (the lines of the ADK files' JSON: one case spans many)"), line
+
+
+def test_the_corrected_estimates_stand_beside_the_judge_only_and_labels_only_means():
+    row = {"metric": "fluency", "slice": "overall", "n": 120, "corrected_unlabelled": 2880, "human_mean": 3.45,
+           "labels_only_ci_low": 3.25, "labels_only_ci_high": 3.65, "judge_only_mean": 3.9121,
+           "judge_only_ci_low": 3.87, "judge_only_ci_high": 3.95, "corrected_mean": 3.4412, "corrected_ci_low": 3.3,
+           "corrected_ci_high": 3.58, "corrected_lambda": 0.71}
+    [line] = [line for line in format_corrected([row]).splitlines() if line.startswith("fluency")]
+    assert line.split() == ["fluency", "overall", "120", "2880", "3.9121", "[3.8700,", "3.9500]", "3.4500",
+                            "[3.2500,", "3.6500]", "3.4412", "[3.3000,", "3.5800]", "0.710"]
+    # a run from before the columns (read as nulls): no table at all, not a table of dashes
+    older = {k: (None if k.startswith(("corrected", "judge_only", "labels_only")) else v) for k, v in row.items()}
+    assert format_corrected([older]) == ""

@@ -12,7 +12,8 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that
 
-from evalbeam.metrics.calibration import CalibrationMoments
+from evalbeam.metrics.calibration import CalibrationMoments, human_value
+from evalbeam.metrics.ppi import Moments, PPIMoments
 from evalbeam.metrics.instance import Instance
 from evalbeam.metrics.summary import bootstrap_weight_matrix
 from evalbeam.transforms.calibrate import CalibrateScores
@@ -28,6 +29,11 @@ def cases(n=90):
     out = []
     for i in range(n):
         labels = {"a": (float(rng.random() < 0.5),), "j": (float(rng.randint(1, 5)), None if i % 4 else 3.0)}
+        # some unlabelled instances: the corrected estimate's N (its judge scores, no label)
+        if i % 5 == 2:
+            labels["j"] = (None, None)
+        if i % 6 == 1:
+            labels["a"] = (None,)
         instance = Instance(f"i{i}", {}, {"grp": "xyz"[i % 3] if i % 10 else "w"}, "t", labels=labels,
                             label_errors={"j": ("t: bad",)} if i == 7 else {})
         a = {"metric": "a", "score": float(rng.random() < 0.6), "error": None}
@@ -76,6 +82,14 @@ def test_rows_equal_the_statistics_of_each_metric_and_slice(parts):
         out = p | beam.Create(scored) | CalibrateScores(RUN, THRESHOLDS)
         assert_that(out, check_rows(want))
     assert want[("j", "overall")]["unscored_count"] > 0 and want[("j", "overall")]["invalid_label_count"] == 1
+    # the corrected estimate is over the scored instances: the labelled pairs, and the unlabelled scores
+    overall = want[("j", "overall")]
+    pairs = [(j["score"], human_value(inst.labels["j"])) for inst, _, j in rows if j["error"] is None]
+    direct = PPIMoments(Moments.of([f for f, y in pairs if y is not None], [y for f, y in pairs if y is not None]),
+                        Moments.of([f for f, y in pairs if y is None])).estimate()
+    assert overall["corrected_unlabelled"] == direct["n_unlabelled"] > 0
+    assert overall["corrected_mean"] == pytest.approx(direct["corrected_mean"], abs=1e-12)
+    assert f"{overall['unscored_count']} labelled instance(s) have no score" in overall["note"]
 
 
 def test_slices_past_the_limit_fold_exactly_into_other():
@@ -108,8 +122,10 @@ def test_repeated_runs_are_weighed_by_their_case():
     moments = CalibrationMoments()
     for (case, score, label), w in zip(pairs, bootstrap_weight_matrix([case for case, _, _ in pairs])):
         moments.add(score, (label,), threshold=3.0, weights=w)
-    want = {("j", "overall"): moments.statistics(3.0)}
+    want = {("j", "overall"): moments.statistics(3.0, repeated=True)}
     assert want[("j", "overall")]["n"] == 120
+    # a case's runs are not independent draws: no corrected estimate, and the note says why
+    assert want[("j", "overall")]["corrected_mean"] is None and "repeated runs" in want[("j", "overall")]["note"]
     with TestPipeline() as p:
         out = p | beam.Create(scored) | CalibrateScores(RUN, {"j": 3.0}, num_runs=3)
         assert_that(out, check_rows(want))

@@ -79,11 +79,13 @@ def fold(base, run, pair_spec, chunks=1):
     rng = random.Random(1)
     for element in sorted(groups.items()):
         part = rng.choice(parts)
-        for (metric, slice_name), (kind, b, r, w, labelled) in paired_values(element, pair_spec):
+        for (metric, slice_name), (kind, b, r, w, labelled, corrected) in paired_values(element, pair_spec):
             m = part.setdefault((metric, slice_name), PairedMoments(sign=better_sign(pair_spec.direction(metric))))
             m.add(kind, b, r, w)
             if labelled is not None:
                 m.add_labelled(*labelled, w)
+            if corrected is not None:
+                m.add_corrected(*corrected)
     out = {}
     for part in parts:
         for k, m in part.items():
