@@ -95,8 +95,9 @@ def test_id_tokens_from_adc_are_verified_by_the_agent_and_refreshed_as_they_expi
     cases = a2a_cases(tmp_path)
     with JudgeServer() as model:
         with guarded(model.url, lambda url: id_token_check(tokens, url)) as url:
+            ready = len(auth_log(url))  # A2AServer's readiness probes (no credential, refused)
             done, calls = over_a2a(url, cases, {"google_id_token": {}})
-            log = auth_log(url)
+            log = auth_log(url)[ready:]
             assert done["agent:two_turns"]["failure"] == 0, done["agent:two_turns"].get("inference_error")
             assert done["agent:raises"]["failure"] == 1  # its tool raises: the agent's failure, not a refusal
             assert {e["status"] for e in log} == {200} and len(log) >= 1 + 5
@@ -180,7 +181,7 @@ def test_wrong_audience_401_and_403_fail_preflight_in_one_line_naming_the_creden
                                 f"answered HTTP 403 to a Google ID token for audience {url} ({SERVICE_ACCOUNT}) from "
                                 "Application Default Credentials"), refused.stderr
                 assert not (tmp_path / "out").exists()
-            assert [e["status"] for e in auth_log(url)] == [403, 403]
+            assert [e["status"] for e in auth_log(url)][-2:] == [403, 403]  # (before: the readiness probe)
     for token in tokens.stats.issued_id_tokens:
         assert token not in refused.stdout + refused.stderr
 
