@@ -153,12 +153,24 @@ TASK_ERROR_STATES = ("TASK_STATE_FAILED", "TASK_STATE_REJECTED", "TASK_STATE_CAN
 TASK_UNFINISHED_STATES = ("TASK_STATE_UNSPECIFIED", "TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
 
 
+def _json_numbers(value: Any) -> Any:
+    """A data part's values with integral numbers as ints: the part's data is a protobuf Struct, which holds
+    every number as a double (a tool's 25 arrives as 25.0); the agent's own values were JSON's."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _json_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_numbers(v) for v in value]
+    return value
+
+
 def _a2a_part(part: dict[str, Any]) -> dict[str, Any] | None:
     """An A2A part (as JSON) -> a genai part, as ADK's A2A part converter reads it back."""
     kind = (part.get("metadata") or {}).get(ADK_TYPE)
     if "data" in part:
         if kind in ("function_call", "function_response", "executable_code", "code_execution_result"):
-            return {kind: part["data"]}
+            return {kind: _json_numbers(part["data"])}
         return {"text": json.dumps(part["data"], sort_keys=True, ensure_ascii=False)}
     if "text" in part:
         return {"text": part["text"]}

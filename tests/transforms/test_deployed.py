@@ -291,7 +291,7 @@ def test_the_example_configs_validate_and_an_unreachable_endpoint_fails_in_one_l
 class FaultyProxy:
     """An HTTP proxy in front of the A2A server that answers scripted POSTs (1-based, in arrival
     order) with an error status instead of forwarding them; the agent card it serves names the
-    proxy. Counts the POSTs it forwarded per message text."""
+    proxy. Counts the POSTs it forwarded per message text and per message id."""
 
     def __init__(self, upstream: str, fail: dict):
         import collections
@@ -299,6 +299,7 @@ class FaultyProxy:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         self.upstream, self.fail, self.posts, self.forwarded = upstream, fail, 0, collections.Counter()
+        self.forwarded_ids = collections.Counter()  # per message id (a retry keeps its message's id)
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -344,8 +345,9 @@ class FaultyProxy:
                     self.end_headers()
                     self.wfile.write(data)
                     return
-                text = json.loads(body)["params"]["message"]["parts"][0]["text"]
-                proxy.forwarded[text] += 1
+                message = json.loads(body)["params"]["message"]
+                proxy.forwarded[message["parts"][0]["text"]] += 1
+                proxy.forwarded_ids[message["messageId"]] += 1
                 self._relay("POST", body)
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
