@@ -161,3 +161,44 @@ def test_simulated_users_talk_to_deployed_agents_as_adks_simulator_does_in_proce
     printed = result.stdout + result.stderr
     for token in tokens.stats.issued_id_tokens:
         assert token.encode() not in written and token not in printed
+
+
+def test_finished_simulated_conversations_are_checkpointed_and_not_held_again(tmp_path, request, monkeypatch):
+    """transforms.simulate.SimulateFn on an A2A agent (behind the ID-token check) with a checkpoint folder:
+    each finished conversation is checkpointed as a finished case; the same cases again (a re-run of the
+    run_id) are taken from there, the agent sent nothing, with the same turns."""
+    from tests.metrics.test_adk_judges import in_agent_env
+
+    if in_agent_env(request):  # the simulator is google-adk's (the agent extra)
+        return
+    from evalbeam.configs import InferenceConfig
+    from evalbeam.metrics.instance import Instance
+    from evalbeam.metrics.judge.settings import JudgeSettings
+    from evalbeam.transforms.simulate import SimulateFn
+    from tests.judge_server import JudgeServer
+    from tests.transforms.test_deployed import cases_of
+
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    eval_set = {**SCENARIOS, "eval_cases": SCENARIOS["eval_cases"][:3]}
+    with service_account_adc(tmp_path, monkeypatch) as tokens, JudgeServer() as model:
+        with guarded(model.url, lambda url: id_token_check(tokens, url)) as url:
+            inference = InferenceConfig(a2a=url, auth="google_id_token", user_simulator={"max_allowed_invocations": 3})
+            settings = JudgeSettings(base_url=model.url, requests_per_minute=6000)
+            batch = [Instance(i, f, {}, "t") for i, f in cases_of(tmp_path, eval_set)]
+
+            def simulate():
+                fn = SimulateFn("a2a", url, 4, 120, inference.user_simulator, settings, str(tmp_path / "ckpt"), inference)
+                fn.setup()
+                return {i.instance_id: i.fields for i in fn.process((0, batch), {})
+                        if isinstance(i, Instance)}
+
+            ready = len(auth_log(url))
+            first = simulate()
+            sent = len(auth_log(url))
+            second = simulate()
+            assert len(auth_log(url)) == sent > ready  # the second time, no request reached the agent
+    assert [len(first[k]["invocations"]) for k in sorted(first)] == [3, 1, 3]
+    for key, fields in first.items():
+        assert fields["failure"] == 0, fields.get("inference_error")
+        assert [t["prompt"] for t in second[key]["invocations"]] == [t["prompt"] for t in fields["invocations"]]
+        assert [t["response"] for t in second[key]["invocations"]] == [t["response"] for t in fields["invocations"]]
