@@ -522,7 +522,7 @@ class InferenceConfig(_Model):
     max_concurrency: int = pydantic.Field(8, ge=1, le=1024, description="function/agent: cases in flight per worker")
     timeout_seconds: float = pydantic.Field(300, gt=0, description="function/agent: the longest a case may take")
     user_simulator: UserSimulatorConfig | None = pydantic.Field(
-        None, description="function/agent: the user simulator of conversation_scenario cases (ADK's "
+        None, description="function/agent/a2a/agent_engine: the user simulator of conversation_scenario cases (ADK's "
                           "LlmBackedUserSimulatorConfig); default ADK's defaults, or input.adk_criteria's "
                           "user_simulator_config")
     # deployed agents (metrics/deployed.py)
