@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import copy
 import json
+import os
 import urllib.error
 import urllib.request
 
@@ -227,3 +228,42 @@ def test_auth_config():
                         ({"a2a": None, "function": "a.b:c", "auth": "google_id_token"}, "inference.auth is for inference.a2a")]:
         with pytest.raises(Exception, match=reason):
             InferenceConfig(**{"a2a": "http://a", **bad})
+
+
+
+def test_an_id_token_from_gclouds_adc_file_is_google_auths_and_verifies(tmp_path, adc, monkeypatch):
+    """Without GOOGLE_APPLICATION_CREDENTIALS, gcloud's ADC file (its config folder: CLOUDSDK_CONFIG) is read,
+    which google-auth's fetch_id_token_credentials does not: a service account key there mints ID tokens
+    that google-auth's verifier accepts for the audience; an impersonated service account there is taken
+    as google-auth's impersonated ID-token credentials (not refreshed here: its IAM endpoint is Google's)."""
+    import google.auth.transport.requests
+    from google.oauth2 import id_token
+
+    tokens = adc
+    config = tmp_path / "gcloud"
+    config.mkdir()
+    key_file = json.loads(open(os.environ["GOOGLE_APPLICATION_CREDENTIALS"]).read())
+    (config / "application_default_credentials.json").write_text(json.dumps(key_file))
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS")
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(config))
+    auth = A2AAuth({"google_id_token": {"audience": "https://agent.example"}}, "http://ignored")
+    header = auth.headers()["Authorization"]
+    claims = id_token.verify_token(header.removeprefix("Bearer "), google.auth.transport.requests.Request(),
+                                   audience="https://agent.example", certs_url=f"{tokens.url}/oauth2/v1/certs")
+    assert claims["email"] == SERVICE_ACCOUNT and tokens.stats.id_tokens[-1]["aud"] == "https://agent.example"
+    assert auth.describe() == (f"a Google ID token for audience https://agent.example ({SERVICE_ACCOUNT}) from "
+                               "Application Default Credentials")
+    assert auth.headers()["Authorization"] == header  # held until it nears its expiry, not minted per request
+    assert auth.scrub(f"echo {header}") == "echo Bearer [redacted]"
+    (config / "application_default_credentials.json").write_text(json.dumps({
+        "type": "impersonated_service_account", "delegates": [],
+        "service_account_impersonation_url": "https://iamcredentials.googleapis.com/v1/projects/-/serviceAccounts/"
+                                             "agent-caller@p.iam.gserviceaccount.com:generateAccessToken",
+        "source_credentials": {**key_file}}))
+    from google.auth import impersonated_credentials
+
+    from evalbeam.metrics.deployed import id_token_credentials
+
+    credentials = id_token_credentials("https://agent.example", google.auth.transport.requests.Request())
+    assert isinstance(credentials, impersonated_credentials.IDTokenCredentials)
+    assert credentials._target_credentials.service_account_email == "agent-caller@p.iam.gserviceaccount.com"
