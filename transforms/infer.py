@@ -123,8 +123,9 @@ class InferFn(beam.DoFn):
             yield dataclasses.replace(by_id[instance_id], fields=fields)
 
 
-class _Recorded:
-    """An inferrer whose finished cases go to the checkpoint writer as they finish."""
+class CheckpointedInferrer:
+    """A deployed agent's inferrer whose finished cases (fixed turns, or simulated conversations) go to the
+    checkpoint writer as they finish."""
 
     def __init__(self, inner, keys: dict, writer):
         self._inner, self._keys, self._writer = inner, keys, writer
@@ -203,7 +204,7 @@ class DeployedInferFn(beam.DoFn):
             calls.append(Calls(inference.quota_share(), inference.max_attempts, inference.request_timeout_seconds))
             inner = make_deployed_inferrer(inference.kind, inference.target, calls[0], inference.base_url,
                                            inference.max_concurrency, deployed_auth(inference))
-            return _Recorded(inner, by_fields, writer)
+            return CheckpointedInferrer(inner, by_fields, writer)
 
         by_id = {i.instance_id: i for i in todo}
         try:

@@ -27,9 +27,8 @@ import asyncio
 import dataclasses
 
 import apache_beam as beam
-from apache_beam.metrics import Metrics
-
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics import Metrics
 
 from evalbeam.metrics.deployed import Calls, case_key, decode_result, make_deployed_inferrer
 from evalbeam.metrics.inference import (
@@ -47,7 +46,7 @@ from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.trace import add_rubrics
 from evalbeam.metrics.simulator import USAGE_METRIC, LlmBackedUserSimulator, UserSimulatorFailed, parse_scenario
 from evalbeam.transforms import judge_checkpoint
-from evalbeam.transforms.infer import CHECKPOINTS, _Recorded, deployed_auth, run_number
+from evalbeam.transforms.infer import CHECKPOINTS, CheckpointedInferrer, deployed_auth, run_number
 from evalbeam.transforms.judge_checkpoint import CheckpointWriter, read_checkpoints
 from evalbeam.transforms.judge import UsageFn, _reused, cache_row
 from evalbeam.transforms.progress import CountFn
@@ -169,7 +168,7 @@ class SimulateFn(beam.DoFn):
             calls.append(Calls(share, inference.max_attempts, inference.request_timeout_seconds))
             inner = make_deployed_inferrer(inference.kind, inference.target, calls[0], inference.base_url,
                                            inference.max_concurrency, deployed_auth(inference))
-            return _Recorded(inner, by_fields, writer)
+            return CheckpointedInferrer(inner, by_fields, writer)
 
         return make, finished, writer
 
