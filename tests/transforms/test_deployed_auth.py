@@ -267,3 +267,16 @@ def test_an_id_token_from_gclouds_adc_file_is_google_auths_and_verifies(tmp_path
     credentials = id_token_credentials("https://agent.example", google.auth.transport.requests.Request())
     assert isinstance(credentials, impersonated_credentials.IDTokenCredentials)
     assert credentials._target_credentials.service_account_email == "agent-caller@p.iam.gserviceaccount.com"
+
+
+def test_security_schemes_of_a2a_1_0_and_0_3_cards_in_words():
+    from evalbeam.metrics.deployed import security_schemes
+
+    v1 = {"securitySchemes": {"bearer": {"httpAuthSecurityScheme": {"scheme": "bearer", "bearerFormat": "JWT"}},
+                              "key": {"apiKeySecurityScheme": {"name": "X-Api-Key", "location": "header"}},
+                              "oidc": {"openIdConnectSecurityScheme": {"openIdConnectUrl": "https://x"}}}}
+    assert security_schemes(v1) == "bearer (httpAuth bearer JWT), key (apiKey X-Api-Key header), oidc (openIdConnect)"
+    v03 = {"securitySchemes": {"gcp": {"type": "http", "scheme": "bearer"}, "key": {"type": "apiKey", "name": "k",
+                                                                                   "in": "header"}}}
+    assert security_schemes(v03) == "gcp (http bearer), key (apiKey k header)"
+    assert security_schemes({"name": "open"}) == security_schemes({"securitySchemes": {}}) == ""
