@@ -77,12 +77,12 @@ def _with_criteria(data: dict, source: InputConfig) -> dict:
 
 
 def _with_user_simulator(data: dict, source: InputConfig) -> dict:
-    """inference.user_simulator, when not given, for an agent or function: input.adk_criteria's
+    """inference.user_simulator, when not given, for an agent (in-process or deployed) or function: input.adk_criteria's
     user_simulator_config, else over an ADK eval set ADK's default LlmBackedUserSimulatorConfig
     (its conversation_scenario cases run with it, as ADK runs them)."""
     inference = data.get("inference")
     if not isinstance(inference, dict) or inference.get("user_simulator") is not None or inference.get("model") \
-            or not (inference.get("function") or inference.get("agent")):
+            or not any(inference.get(k) for k in ("function", "agent", "a2a", "agent_engine")):
         return data
     if source.adk_criteria:  # as ADK reads it: the test_config's user_simulator_config
         try:

@@ -497,6 +497,65 @@ class UserSimulatorConfig(_Model):
 
 
 
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
+class GoogleIdTokenAuth(_Model):
+    """inference.auth.google_id_token: a Google ID token from Application Default Credentials."""
+
+    audience: str | None = pydantic.Field(
+        None, min_length=1, description="the token's audience; default the agent's URL (inference.a2a, without "
+                                        "the agent card's path), as Cloud Run expects")
+
+
+class A2AAuthConfig(_Model):
+    """inference.auth: the credential sent with every A2A request (the agent card's included). Only the
+    names of environment variables are written here: the config, and so the runs table and the config
+    digest, never holds a secret."""
+
+    google_id_token: GoogleIdTokenAuth | None = pydantic.Field(
+        None, description="a Google ID token minted from Application Default Credentials (a service account key, "
+                          "an impersonated service account, or the metadata server), refreshed before it expires")
+    bearer_env: str | None = pydantic.Field(
+        None, pattern=ENV_NAME, description="the environment variable holding a static bearer token")
+    headers: dict[str, str] | None = pydantic.Field(
+        None, description="header name -> the environment variable holding its value")
+
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if data == "google_id_token":  # `auth: google_id_token`: the audience is the agent's URL
+            return {"google_id_token": {}}
+        if isinstance(data, dict) and "google_id_token" in data and data["google_id_token"] is None:
+            return {**data, "google_id_token": {}}  # `auth: {google_id_token: }` (an empty YAML key)
+        return data
+
+    @pydantic.field_validator("headers")
+    @classmethod
+    def _header_names(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("headers: name at least one header")
+            for name, env in value.items():
+                if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
+                    raise ValueError(f"headers: {name!r} is not an HTTP header name")
+                if not re.fullmatch(ENV_NAME, env):
+                    raise ValueError(f"headers.{name}: {env!r} is not an environment variable name (the header's "
+                                     "value is read from that variable, never written in the config)")
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _one(self) -> "A2AAuthConfig":
+        given = [k for k in ("google_id_token", "bearer_env", "headers") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of google_id_token, bearer_env, headers" + (f" (got {given})" if given else ""))
+        return self
+
+    def plain(self) -> dict[str, Any]:
+        """As plain data (what metrics.deployed.A2AAuth takes): only the given key."""
+        return self.model_dump(exclude_none=True)
+
+
 INFERENCE_KINDS = ("function", "model", "agent", "a2a", "agent_engine")
 
 
@@ -519,7 +578,7 @@ class InferenceConfig(_Model):
     max_concurrency: int = pydantic.Field(8, ge=1, le=1024, description="function/agent: cases in flight per worker")
     timeout_seconds: float = pydantic.Field(300, gt=0, description="function/agent: the longest a case may take")
     user_simulator: UserSimulatorConfig | None = pydantic.Field(
-        None, description="function/agent: the user simulator of conversation_scenario cases (ADK's "
+        None, description="function/agent/a2a/agent_engine: the user simulator of conversation_scenario cases (ADK's "
                           "LlmBackedUserSimulatorConfig); default ADK's defaults, or input.adk_criteria's "
                           "user_simulator_config")
     # deployed agents (metrics/deployed.py)
@@ -533,6 +592,10 @@ class InferenceConfig(_Model):
                     "per case (Application Default Credentials)")
     base_url: str | None = pydantic.Field(
         None, description="agent_engine: an endpoint instead of https://<location>-aiplatform.googleapis.com")
+    auth: A2AAuthConfig | None = pydantic.Field(
+        None, description="a2a: the credential of every request: google_id_token (audience: the agent's URL), "
+                          "{google_id_token: {audience: ...}}, {bearer_env: VAR} or {headers: {NAME: VAR}}; "
+                          "default none (requests unauthenticated)")
     requests_per_minute: float | None = pydantic.Field(
         None, gt=0, description="a2a/agent_engine: the whole job's quota of agent requests (each turn, each session "
                                 "created), split over the shards; default: none")
@@ -564,13 +627,16 @@ class InferenceConfig(_Model):
                              + (f" (got {given})" if given else ""))
         if self.base_url and self.kind != "agent_engine":
             raise ValueError("inference.base_url is for inference.agent_engine")
+        if self.auth is not None and self.kind != "a2a":
+            raise ValueError("inference.auth is for inference.a2a (inference.agent_engine uses Application Default "
+                             "Credentials)")
         return self
 
     @pydantic.model_validator(mode="after")
     def _simulator_runs_an_agent(self) -> "InferenceConfig":
-        if self.user_simulator is not None and self.kind not in ("function", "agent"):
-            raise ValueError("user_simulator: a simulated user talks with an in-process agent (inference.function "
-                             f"or inference.agent), not with inference.{self.kind}")
+        if self.user_simulator is not None and self.kind == "model":
+            raise ValueError("user_simulator: a simulated user talks with an agent (inference.function, agent, a2a "
+                             "or agent_engine), not with inference.model")
         return self
 
     @property

@@ -153,12 +153,24 @@ TASK_ERROR_STATES = ("TASK_STATE_FAILED", "TASK_STATE_REJECTED", "TASK_STATE_CAN
 TASK_UNFINISHED_STATES = ("TASK_STATE_UNSPECIFIED", "TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
 
 
+def _json_numbers(value: Any) -> Any:
+    """A data part's values with integral numbers as ints: the part's data is a protobuf Struct, which holds
+    every number as a double (a tool's 25 arrives as 25.0); the agent's own values were JSON's."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _json_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_numbers(v) for v in value]
+    return value
+
+
 def _a2a_part(part: dict[str, Any]) -> dict[str, Any] | None:
     """An A2A part (as JSON) -> a genai part, as ADK's A2A part converter reads it back."""
     kind = (part.get("metadata") or {}).get(ADK_TYPE)
     if "data" in part:
         if kind in ("function_call", "function_response", "executable_code", "code_execution_result"):
-            return {kind: part["data"]}
+            return {kind: _json_numbers(part["data"])}
         return {"text": json.dumps(part["data"], sort_keys=True, ensure_ascii=False)}
     if "text" in part:
         return {"text": part["text"]}
@@ -236,6 +248,194 @@ def events_from_a2a(responses: list[dict[str, Any]], agent_name: str) -> tuple[l
 
 
 CARD_PATH = ".well-known/agent-card.json"  # a2a-sdk's AGENT_CARD_WELL_KNOWN_PATH
+REFUSED_STATUS = (401, 403)
+
+
+class AuthUnavailable(InferenceError):
+    """inference.auth's credential cannot be had here (no ADC, a variable unset); the message says why."""
+
+
+class A2AAuth:
+    """inference.auth (configs.schema.A2AAuthConfig as plain data): the headers every A2A request carries.
+
+        google_id_token  a Google ID token, its audience the agent's URL unless given, minted by google-auth
+                         from Application Default Credentials (a service account key, an impersonated service
+                         account, or the metadata server: id_token_credentials) and refreshed by google-auth's
+                         own rule (Credentials.before_request: when less than its REFRESH_THRESHOLD, 3 min 45 s,
+                         of the token's life is left), so a run longer than a token's hour never sends an
+                         expired one; a 401 answered to a token makes it fetch a new one and send the request
+                         once more (a refusal: the agent ran nothing)
+        bearer_env       `Authorization: Bearer <the variable's value>`
+        headers          {NAME: VAR}: each header with its variable's value
+
+    The values are read where the requests are sent (the launcher for preflight, each worker for the run),
+    never written to the config; `scrub` takes every one of them out of a text (errors)."""
+
+    def __init__(self, auth: dict[str, Any], agent_url: str):
+        import os
+        import threading
+
+        self._kind = next(iter(auth))
+        self._lock = threading.Lock()  # the cases of a shard share one token, refreshed once
+        self._credentials = None
+        self._static: dict[str, str] = {}
+        if self._kind == "google_id_token":
+            self.audience = (auth["google_id_token"] or {}).get("audience") or a2a_card(agent_url)[0]
+        elif self._kind == "bearer_env":
+            name = auth["bearer_env"]
+            if not os.environ.get(name):
+                raise AuthUnavailable(f"inference.auth.bearer_env: the environment variable {name} is not set here")
+            self._static = {"Authorization": f"Bearer {os.environ[name]}"}
+        else:
+            unset = [env for env in auth["headers"].values() if not os.environ.get(env)]
+            if unset:
+                raise AuthUnavailable(f"inference.auth.headers: the environment variable(s) {', '.join(unset)} "
+                                      "are not set here")
+            self._static = {name: os.environ[env] for name, env in auth["headers"].items()}
+        self._auth = auth
+
+    def describe(self) -> str:
+        """Which credential is sent, in words (never its value)."""
+        if self._kind == "google_id_token":
+            who = getattr(self._credentials, "service_account_email", None) or \
+                getattr(getattr(self._credentials, "_target_credentials", None), "service_account_email", None)
+            return f"a Google ID token for audience {self.audience}" + (f" ({who})" if who else "") + \
+                " from Application Default Credentials"
+        if self._kind == "bearer_env":
+            return f"the bearer token in ${self._auth['bearer_env']}"
+        return "the header(s) " + ", ".join(f"{n} (from ${v})" for n, v in self._auth["headers"].items())
+
+    def headers(self, force: bool = False) -> dict[str, str]:
+        """The headers to send (blocking: a token may be fetched). force: a new token even if the
+        one held looks valid (the agent refused it)."""
+        if self._kind != "google_id_token":
+            return dict(self._static)
+        import google.auth.transport.requests
+        from google.auth import exceptions
+
+        request = google.auth.transport.requests.Request()
+        with self._lock:
+            try:
+                if self._credentials is None:
+                    self._credentials = id_token_credentials(self.audience, request)
+                if force:
+                    self._credentials.refresh(request)
+                headers: dict[str, str] = {}
+                self._credentials.before_request(request, "POST", self.audience, headers)
+            except exceptions.GoogleAuthError as e:
+                first = self.scrub(str(e).splitlines()[0][:300]) if str(e) else type(e).__name__
+                raise AuthUnavailable(f"inference.auth.google_id_token: no ID token for audience {self.audience} "
+                                      f"({type(e).__name__}: {first}); see docs/agents.md") from None
+        return {"Authorization" if k.lower() == "authorization" else k: v for k, v in headers.items()}
+
+    def secrets(self) -> list[str]:
+        values = list(self._static.values())
+        token = getattr(self._credentials, "token", None)
+        values += [token, f"Bearer {token}"] if token else []
+        return [v.removeprefix("Bearer ") for v in values if v]
+
+    def scrub(self, text: str) -> str:
+        from evalbeam.metrics.judge.client import scrub_secrets
+
+        return scrub_secrets(text, None, self._credentials, *self.secrets())
+
+    def for_httpx(self):
+        """An httpx.Auth adding the headers to every request of an httpx client (a2a-sdk's included)."""
+        import httpx
+
+        outer = self
+
+        class Auth(httpx.Auth):
+            requires_request_body = True  # a refused request may be sent once more, with a new token
+
+            async def async_auth_flow(self, request):
+                request.headers.update(await asyncio.to_thread(outer.headers))
+                response = yield request
+                if response.status_code == 401 and outer._kind == "google_id_token":
+                    request.headers.update(await asyncio.to_thread(outer.headers, True))
+                    yield request
+
+            def sync_auth_flow(self, request):
+                request.headers.update(outer.headers())
+                response = yield request
+                if response.status_code == 401 and outer._kind == "google_id_token":
+                    request.headers.update(outer.headers(True))
+                    yield request
+
+        return Auth()
+
+
+def id_token_credentials(audience: str, request):
+    """google-auth's ID-token credentials for `audience` from Application Default Credentials, by
+    google.oauth2.id_token.fetch_id_token_credentials (GOOGLE_APPLICATION_CREDENTIALS: a service account
+    key or an impersonated service account; else the metadata server). That function reads no gcloud ADC
+    file, so one made by `gcloud auth application-default login --impersonate-service-account` (the way a
+    person gets ID tokens) is loaded here with the same google-auth classes; user credentials themselves
+    cannot mint an ID token for another audience: said so, with the ways that can."""
+    import os
+
+    from google.auth import _cloud_sdk, environment_vars, exceptions
+    from google.oauth2 import id_token
+
+    given = os.environ.get(environment_vars.CREDENTIALS)
+    path = given or _cloud_sdk.get_application_default_credentials_path()
+    try:
+        with open(path) as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        info = {}  # google-auth says what is wrong with a file it was given
+    kind = info.get("type") if isinstance(info, dict) else None
+    if kind == "authorized_user":
+        raise exceptions.DefaultCredentialsError(
+            f"the Application Default Credentials at {path} are a user's, which cannot mint an ID token for "
+            "another audience: use a service account (its key, or `gcloud auth application-default login "
+            "--impersonate-service-account=SA`), or inference.auth.bearer_env with the output of "
+            "`gcloud auth print-identity-token`")
+    if not given and kind == "impersonated_service_account":
+        from google.auth import impersonated_credentials
+
+        target = impersonated_credentials.Credentials.from_impersonated_service_account_info(info)
+        return impersonated_credentials.IDTokenCredentials(target, target_audience=audience, include_email=True)
+    if not given and kind == "service_account":
+        from google.oauth2 import service_account
+
+        return service_account.IDTokenCredentials.from_service_account_info(info, target_audience=audience)
+    return id_token.fetch_id_token_credentials(audience, request)
+
+
+def security_schemes(card: Any) -> str:
+    """The securitySchemes an agent card (JSON) declares, in words: 'bearer (http bearer JWT)', or ''."""
+    schemes = card.get("securitySchemes") if isinstance(card, dict) else None
+    if not isinstance(schemes, dict) or not schemes:
+        return ""
+    described = []
+    for name, scheme in schemes.items():
+        if not isinstance(scheme, dict):
+            continue
+        if "type" not in scheme and len(scheme) == 1:  # A2A 1.0's JSON: {httpAuthSecurityScheme: {...}}
+            kind, scheme = next(iter(scheme.items()))
+            kind = kind.removesuffix("SecurityScheme")
+            scheme = scheme if isinstance(scheme, dict) else {}
+        else:  # A2A 0.3's (OpenAPI's): {type: http, scheme: bearer}
+            kind = scheme.get("type", "?")
+        details = " ".join(str(scheme[k]) for k in ("scheme", "bearerFormat", "name", "location", "in")
+                           if scheme.get(k))
+        described.append(f"{name} ({kind}{' ' + details if details else ''})")
+    return ", ".join(described)
+
+
+def refused_status(error: BaseException) -> int | None:
+    """401 or 403 when the error (or one it was raised from) is the agent refusing the credential."""
+    import httpx
+
+    seen = 0
+    while error is not None and seen < 10:
+        status = error.response.status_code if isinstance(error, httpx.HTTPStatusError) else \
+            getattr(error, "status_code", None)
+        if status in REFUSED_STATUS:
+            return status
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
 
 
 def a2a_card(url: str) -> tuple[str, str]:
@@ -256,8 +456,12 @@ def a2a_card(url: str) -> tuple[str, str]:
 class A2AInferrer:
     """inference.a2a: each case one A2A conversation with the agent at `url`."""
 
-    def __init__(self, url: str, calls: Calls, max_concurrency: int = 8):
+    def __init__(self, url: str, calls: Calls, max_concurrency: int = 8, auth: dict[str, Any] | None = None):
+        self._target = url
         self._url, self._card_path = a2a_card(url)
+        self._auth_config = auth  # inference.auth (plain data): A2AAuth is made on the loop, in _open
+        self._auth: A2AAuth | None = None
+        self._schemes = ""  # the securitySchemes the card declares, in words (for a refusal's error)
         self._connections = max(100, max_concurrency)  # httpx's default pool (100) must not cap the cases in flight
         self._calls = calls
         self._client = None
@@ -300,55 +504,110 @@ class A2AInferrer:
             if self._client is None:
                 import httpx
                 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+                from google.protobuf.json_format import MessageToDict
 
+                if self._auth_config and self._auth is None:
+                    try:
+                        self._auth = A2AAuth(self._auth_config, self._target)
+                    except AuthUnavailable as e:
+                        self._unreadable = e
+                        raise
                 self._http = httpx.AsyncClient(timeout=self._calls.request_timeout,
-                                               limits=httpx.Limits(max_connections=self._connections))
+                                               limits=httpx.Limits(max_connections=self._connections),
+                                               auth=self._auth.for_httpx() if self._auth else None)
                 resolver = A2ACardResolver(self._http, self._url, self._card_path)
+                where = f"reading the A2A agent card at {self._url}/{self._card_path}"
                 try:
-                    card = await self._calls.call(f"reading the A2A agent card at {self._url}/{self._card_path}",
-                                                  resolver.get_agent_card, self.classify)
+                    card = await self._calls.call(where, resolver.get_agent_card, self.classify)
                 except Exception as e:  # noqa: BLE001 - kept, so the shard's other cases fail at once with it
-                    self._unreadable = InferenceError(
-                        str(e) if isinstance(e, InferenceError) else f"reading the A2A agent card at {self._url}/{self._card_path}: "
-                        f"{type(e).__name__}: {str(e)[:300]}")
+                    refused = self.refusal(e)
+                    self._unreadable = InferenceError(self.scrub(
+                        f"{where}: {refused}" if refused else str(e) if isinstance(e, InferenceError)
+                        else f"{where}: {type(e).__name__}: {str(e)[:300]}"))
                     raise self._unreadable from None
                 self._name = card.name or "agent"
+                self._schemes = security_schemes(MessageToDict(card))
                 self._client = ClientFactory(ClientConfig(streaming=True, httpx_client=self._http)).create(card)
         return self._client
 
+    def scrub(self, text: str) -> str:
+        """A text without the credential's values (the agent, or a gateway, may repeat them)."""
+        return self._auth.scrub(text) if self._auth is not None else text
+
+    def refusal(self, error: BaseException) -> str | None:
+        """The agent refusing the credential (401, 403), in one line naming the credential tried and the
+        securitySchemes its card declares; None for any other error."""
+        status = refused_status(error)
+        if status is None:
+            return None
+        tried = self._auth.describe() if self._auth is not None else "no credential (inference.auth is not set)"
+        declared = f"; its agent card declares securitySchemes: {self._schemes}" if self._schemes else ""
+        return f"the agent answered HTTP {status} to {tried}{declared}"
+
     async def infer(self, fields: dict[str, Any]) -> Any:
-        from a2a.types import Message, Part, Role, SendMessageRequest
-        from google.protobuf.json_format import MessageToDict
+        conversation = await self.conversation(fields)
+        return [(await conversation.send(prompt))[0] for prompt in user_turns(fields)]
 
-        client = await self._open()
-        context = None
-        turns = []
-        for prompt in user_turns(fields):
-            message_id = uuid.uuid4().hex  # the same id on a retry: the same message
-
-            async def send():
-                message = Message(role=Role.ROLE_USER, parts=[Part(text=prompt)], message_id=message_id,
-                                  context_id=context or "")
-                out = []
-                async for response in client.send_message(SendMessageRequest(message=message)):
-                    response = response[0] if isinstance(response, tuple) else response
-                    out.append(MessageToDict(response))
-                return out
-
-            started = time.monotonic()
-            responses = await self._calls.call(f"turn {len(turns) + 1}", send, self.classify, resend=False)
-            try:
-                events, context = events_from_a2a(responses, self._name)
-            except InferenceError as e:
-                raise InferenceError(f"turn {len(turns) + 1}: {e}") from None
-            turns.append(_turn_from_events(prompt, events, time.monotonic() - started))
-        return turns
+    async def conversation(self, fields: dict[str, Any]) -> "A2AConversation":
+        """The case's A2A conversation (one context, given by the agent's first answer). A2A has no way to
+        give a conversation an initial state: a case with session_input.state fails, saying so."""
+        case = fields.get("adk_case")
+        state = ((case.get("session_input") or {}) if isinstance(case, dict) else {}).get("state")
+        if state:
+            raise InferenceError("session_input.state cannot be set over A2A (the protocol has no way to give a "
+                                 "conversation an initial state), so this case would run against an agent in another "
+                                 "state; drop the state from the case, or run it with inference.agent or "
+                                 "inference.agent_engine")
+        return A2AConversation(self, await self._open())
 
     async def close(self) -> None:
         if self._client is not None:
             await self._client.close()
         if self._http is not None:
             await self._http.aclose()
+
+
+class A2AConversation:
+    """One case's A2A conversation: `send(prompt)` sends one user message in its context -> (the turn, its
+    events as ADK's Event JSON, the user's first), as metrics.inference.AgentConversation gives them."""
+
+    def __init__(self, inferrer: A2AInferrer, client):
+        self._inferrer, self._client = inferrer, client
+        self._context: str | None = None
+        self._sent = 0
+
+    async def send(self, prompt: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        from a2a.types import Message, Part, Role, SendMessageRequest
+        from google.protobuf.json_format import MessageToDict
+
+        inferrer, client = self._inferrer, self._client
+        self._sent += 1
+        number = self._sent
+        message_id = uuid.uuid4().hex  # the same id on a retry: the same message
+
+        async def send():
+            message = Message(role=Role.ROLE_USER, parts=[Part(text=prompt)], message_id=message_id,
+                              context_id=self._context or "")
+            out = []
+            async for response in client.send_message(SendMessageRequest(message=message)):
+                response = response[0] if isinstance(response, tuple) else response
+                out.append(MessageToDict(response))
+            return out
+
+        started = time.monotonic()
+        try:
+            responses = await inferrer._calls.call(f"turn {number}", send, inferrer.classify, resend=False)
+            events, self._context = events_from_a2a(responses, inferrer._name)
+        except InferenceError as e:
+            text = str(e)
+            raise InferenceError(inferrer.scrub(text if text.startswith("turn ") else f"turn {number}: {text}")) from None
+        except Exception as e:  # noqa: BLE001 - not transient: the case's error, without the credential
+            refused = inferrer.refusal(e)
+            text = refused or (f"{type(e).__name__}: {str(e).splitlines()[0][:500]}" if str(e) else type(e).__name__)
+            raise InferenceError(inferrer.scrub(f"turn {number}: {text}")) from None
+        turn = _turn_from_events(prompt, events, time.monotonic() - started)
+        user = {"author": "user", "content": {"role": "user", "parts": [{"text": prompt}]}}
+        return turn, [user, *events] if events else []
 
 
 # ----------------------------------------------------------------------------------- Agent Engine
@@ -459,32 +718,63 @@ class AgentEngineInferrer:
             raise InferenceError(self.scrub(f"{type(e).__name__}: {text}" if text else type(e).__name__)) from None
 
     async def _infer(self, fields: dict[str, Any]) -> Any:
+        conversation = await self._conversation(fields)
+        return [(await conversation.send(prompt))[0] for prompt in user_turns(fields)]
+
+    async def conversation(self, fields: dict[str, Any]) -> "EngineConversation":
+        """The case's session, created with its session_input (user_id, state): for the user simulator."""
+        try:
+            return await self._conversation(fields)
+        except InferenceError as e:
+            raise InferenceError(self.scrub(str(e))) from None
+        except Exception as e:  # noqa: BLE001 - not transient: the case's error, without the token
+            text = str(e).splitlines()[0][:500] if str(e) else ""
+            raise InferenceError(self.scrub(f"{type(e).__name__}: {text}" if text else type(e).__name__)) from None
+
+    async def _conversation(self, fields: dict[str, Any]) -> "EngineConversation":
         case = fields.get("adk_case")
         session_input = (case.get("session_input") or {}) if isinstance(case, dict) else {}
         user_id = session_input.get("user_id") or "evalbeam_user"
         state = dict(session_input.get("state") or {})
         session_id = await self._calls.call(
             "create_session", lambda: self._run(self._create_session, user_id, state), self.classify)
-        turns = []
-        for prompt in user_turns(fields):
-            started = time.monotonic()
-            try:
-                events = await self._calls.call(f"turn {len(turns) + 1}",
-                                                lambda: self._turn(user_id, session_id, prompt),
-                                                self.classify, resend=False)
-            except InferenceError as e:
-                text = str(e)
-                raise InferenceError(text if text.startswith("turn ") else f"turn {len(turns) + 1}: {text}") from None
-            errors = [e for e in events if isinstance(e, dict) and e.get("error_code") and not e.get("content")]
-            if errors:
-                raise InferenceError(f"the agent's turn {len(turns) + 1} ended with {errors[-1]['error_code']}: "
-                                     f"{errors[-1].get('error_message', '')}"[:500])
-            turns.append(_turn_from_events(prompt, [e for e in events if isinstance(e, dict) and "author" in e],
-                                           time.monotonic() - started))
-        return turns
+        return EngineConversation(self, user_id, session_id)
 
     async def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class EngineConversation:
+    """One case's Agent Engine session: `send(prompt)` is one stream_query -> (the turn, its events as
+    ADK's Event JSON, the user's first), as metrics.inference.AgentConversation gives them."""
+
+    def __init__(self, inferrer: AgentEngineInferrer, user_id: str, session_id: str):
+        self._inferrer, self._user_id, self._session_id = inferrer, user_id, session_id
+        self._sent = 0
+
+    async def send(self, prompt: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        inferrer = self._inferrer
+        self._sent += 1
+        number = self._sent
+        started = time.monotonic()
+        try:
+            events = await inferrer._calls.call(f"turn {number}",
+                                                lambda: inferrer._turn(self._user_id, self._session_id, prompt),
+                                                inferrer.classify, resend=False)
+        except InferenceError as e:
+            text = inferrer.scrub(str(e))
+            raise InferenceError(text if text.startswith("turn ") else f"turn {number}: {text}") from None
+        except Exception as e:  # noqa: BLE001 - not transient: the case's error, without the token
+            text = str(e).splitlines()[0][:500] if str(e) else ""
+            raise InferenceError(inferrer.scrub(f"turn {number}: {type(e).__name__}: {text}")) from None
+        errors = [e for e in events if isinstance(e, dict) and e.get("error_code") and not e.get("content")]
+        if errors:
+            raise InferenceError(inferrer.scrub(f"the agent's turn {number} ended with {errors[-1]['error_code']}: "
+                                                f"{errors[-1].get('error_message', '')}"[:500]))
+        events = [e for e in events if isinstance(e, dict) and "author" in e]
+        turn = _turn_from_events(prompt, events, time.monotonic() - started)
+        user = {"author": "user", "content": {"role": "user", "parts": [{"text": prompt}]}}
+        return turn, [user, *events] if events else []
 
 
 def _never_sent(error: BaseException) -> bool:
@@ -537,8 +827,11 @@ def case_key(kind: str, target: str, instance_id: str, fields: dict[str, Any]) -
         turns = user_turns(fields)
     except InferenceError:
         turns = []
-    material = json.dumps({"kind": kind, "target": target, "id": instance_id, "turns": turns,
-                           "session_input": session_input}, sort_keys=True, ensure_ascii=False, default=str)
+    material = {"kind": kind, "target": target, "id": instance_id, "turns": turns, "session_input": session_input}
+    scenario = case.get("conversation_scenario") if isinstance(case, dict) else None
+    if scenario is not None:  # a simulated conversation: what its user is told to do (cases without one keep their keys)
+        material["conversation_scenario"] = scenario
+    material = json.dumps(material, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(material.encode()).hexdigest()
 
 
@@ -550,44 +843,34 @@ def decode_result(text: str) -> Any:
     return json.loads(base64.b64decode(text).decode())
 
 
-def make_deployed_inferrer(kind: str, target: str, calls: Calls, base_url: str | None, max_concurrency: int):
+def make_deployed_inferrer(kind: str, target: str, calls: Calls, base_url: str | None, max_concurrency: int,
+                           auth: dict[str, Any] | None = None):
+    """auth: inference.auth as plain data (A2AAuthConfig.plain), for a2a."""
     if kind == "a2a":
-        return A2AInferrer(target, calls, max_concurrency)
+        return A2AInferrer(target, calls, max_concurrency, auth)
     if kind == "agent_engine":
         return AgentEngineInferrer(target, calls, base_url, max_concurrency)
     raise ValueError(f"no deployed inferrer for {kind!r}")
 
 
-def reachable(kind: str, target: str, base_url: str | None = None, timeout: float = 10.0) -> str | None:
-    """None when the endpoint answers, else one line saying why not (preflight)."""
+def reachable(kind: str, target: str, base_url: str | None = None, timeout: float = 10.0,
+              auth: dict[str, Any] | None = None) -> str | None:
+    """None when the endpoint answers, else one line saying why not (preflight). a2a: with inference.auth's
+    credential (auth: its plain data), whose refusal (401, 403) is a line naming the credential tried."""
     import httpx
 
     if kind == "a2a":
-        url = "/".join(a2a_card(target))
         try:
-            response = httpx.get(url, timeout=timeout)
-        except httpx.HTTPError as e:
-            return f"inference.a2a: the agent card at {url} is unreachable ({type(e).__name__}: {str(e)[:200]})"
-        if response.status_code != 200:
-            return f"inference.a2a: the agent card at {url} answered HTTP {response.status_code}"
-        # the card names the agent's endpoint, which the client then calls: often the address the agent
-        # was started with (0.0.0.0, localhost in a container), not the one it is reached at
-        try:
-            card = response.json()
-            named = [i.get("url") for i in card.get("supportedInterfaces") or [] if isinstance(i, dict)] or [card.get("url")]
-        except (ValueError, AttributeError):
-            return f"inference.a2a: the agent card at {url} is not a JSON agent card"
-        endpoint = next((u for u in named if isinstance(u, str) and u.startswith(("http://", "https://"))), None)
-        if endpoint is not None:
-            try:
-                httpx.get(endpoint, timeout=timeout)  # any HTTP answer: it is there
-            except httpx.ReadTimeout:
-                pass  # connected: an endpoint may leave a GET unanswered (its messages are POSTs)
-            except httpx.HTTPError as e:
-                return (f"inference.a2a: the agent card at {url} names {endpoint} as the agent's endpoint, which is "
-                        f"unreachable ({type(e).__name__}: {str(e)[:200]}); serve the agent with the URL it is "
-                        "reached at in its card")
-        return None
+            credential = A2AAuth(auth, target) if auth else None
+            if credential is not None:
+                credential.headers()  # a token can be had (not sent: httpx asks for it per request)
+        except AuthUnavailable as e:
+            return str(e)
+        tried = credential.describe() if credential is not None else "no credential (inference.auth is not set)"
+        scrub = credential.scrub if credential is not None else (lambda text: text)
+        client = httpx.Client(timeout=timeout, auth=credential.for_httpx() if credential is not None else None)
+        with client:
+            return scrub(_a2a_reachable(client, target, tried) or "") or None
     import google.auth
     from google.auth.exceptions import DefaultCredentialsError
 
@@ -602,4 +885,40 @@ def reachable(kind: str, target: str, base_url: str | None = None, timeout: floa
     except DefaultCredentialsError as e:
         first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
         return f"inference.agent_engine: no Application Default Credentials ({first}); see docs/agents.md"
+    return None
+
+
+def _a2a_reachable(client, target: str, tried: str) -> str | None:
+    import httpx
+
+    url = "/".join(a2a_card(target))
+    try:
+        response = client.get(url)
+    except httpx.HTTPError as e:
+        return f"inference.a2a: the agent card at {url} is unreachable ({type(e).__name__}: {str(e)[:200]})"
+    if response.status_code in REFUSED_STATUS:
+        return f"inference.a2a: the agent card at {url} answered HTTP {response.status_code} to {tried}"
+    if response.status_code != 200:
+        return f"inference.a2a: the agent card at {url} answered HTTP {response.status_code}"
+    # the card names the agent's endpoint, which the client then calls: often the address the agent
+    # was started with (0.0.0.0, localhost in a container), not the one it is reached at
+    try:
+        card = response.json()
+        named = [i.get("url") for i in card.get("supportedInterfaces") or [] if isinstance(i, dict)] or [card.get("url")]
+    except (ValueError, AttributeError):
+        return f"inference.a2a: the agent card at {url} is not a JSON agent card"
+    endpoint = next((u for u in named if isinstance(u, str) and u.startswith(("http://", "https://"))), None)
+    if endpoint is not None:
+        try:
+            answer = client.get(endpoint)  # any HTTP answer but a refusal: it is there, and takes the credential
+        except httpx.ReadTimeout:
+            return None  # connected: an endpoint may leave a GET unanswered (its messages are POSTs)
+        except httpx.HTTPError as e:
+            return (f"inference.a2a: the agent card at {url} names {endpoint} as the agent's endpoint, which is "
+                    f"unreachable ({type(e).__name__}: {str(e)[:200]}); serve the agent with the URL it is "
+                    "reached at in its card")
+        if answer.status_code in REFUSED_STATUS:
+            schemes = security_schemes(card)
+            return (f"inference.a2a: the agent's endpoint {endpoint} answered HTTP {answer.status_code} to {tried}"
+                    + (f"; its agent card declares securitySchemes: {schemes}" if schemes else ""))
     return None

@@ -259,8 +259,8 @@ def user_turns(fields: dict[str, Any]) -> list[str]:
             raise InferenceError("a turn of the case has no user prompt to send")
         return prompts
     if scenario_of(fields) is not None:  # no turns: its user messages come from the simulator
-        raise InferenceError("a conversation_scenario case runs with the user simulator, which talks with "
-                             "inference.function or inference.agent only")
+        raise InferenceError("a conversation_scenario case has no fixed turns to send: its user messages are "
+                             "written by the user simulator (inference.user_simulator)")
     if fields.get("prompt") is None:
         raise InferenceError("the instance has no prompt to send")
     return [fields["prompt"]]
@@ -422,11 +422,15 @@ def infer_all(make: Callable[[], Inferrer], items: Iterable[tuple[Any, dict[str,
             if scenario is None:
                 return await (inferrer.infer(fields, run=run_of(key)) if told else inferrer.infer(fields))
             if simulators is None:
-                raise InferenceError("a conversation_scenario case runs with the user simulator, which talks with "
-                                     "inference.function or inference.agent only")
+                raise InferenceError("a conversation_scenario case runs with the user simulator (inference.user_simulator), "
+                                     "which is not set")
             conversation = await (inferrer.conversation(fields, run=run_of(key)) if told
                                   else inferrer.conversation(fields))
-            return await simulate(conversation, simulators.for_case(scenario, key))
+            result = await simulate(conversation, simulators.for_case(scenario, key))
+            finished = getattr(inferrer, "finished", None)  # a deployed agent's: checkpoints the finished case
+            if finished is not None:
+                finished(fields, result)
+            return result
 
         async def one(key, fields):
             async with gate:

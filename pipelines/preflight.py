@@ -205,7 +205,8 @@ def _check_inference(config: EvalConfig) -> None:
     if inference is None or inference.kind == "model":
         return
     if inference.deployed:  # an endpoint that does not answer: one line, before any work
-        problem = reachable(inference.kind, inference.target, inference.base_url)
+        problem = reachable(inference.kind, inference.target, inference.base_url,
+                            auth=inference.auth.plain() if inference.auth else None)
         if problem:
             raise ConfigError(problem)
         return

@@ -77,6 +77,8 @@ TIER_RULES = [
     ("metrics/test_adk_judges.py", None, "agent"),
     ("transforms/test_simulation.py", {"agent_env", "in_agent_env"}, "agent"),
     ("transforms/test_deployed.py", {"agent_env", "A2AServer", "AdkAppServer", "in_process"}, "agent"),
+    ("transforms/test_deployed_auth.py", {"A2AServer", "guarded"}, "agent"),
+    ("transforms/test_deployed_simulation.py", None, "agent"),
     ("pipelines/test_packaging.py", {"installed", "build_sdist"}, "packaging"),
     ("pipelines/test_pythons.py", {"pythons_installed"}, "pythons"),
 ]

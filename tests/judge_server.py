@@ -31,7 +31,12 @@ protocol, so the real `google-genai` client drives it:
     POST /token  (an OAuth 2.0 token endpoint, for Application Default Credentials: a
          service account file whose token_uri points here; its JWT-bearer grant's RS256
          signature is checked against the key registered with `trust`)
-    -> {"access_token": ..., "expires_in": 3600, "token_type": "Bearer"}
+    -> {"access_token": ..., "expires_in": 3600, "token_type": "Bearer"}; a grant whose JWT carries
+         `target_audience` (google-auth's service_account.IDTokenCredentials) -> {"id_token": ...}: an
+         RS256 JWT (aud, email, iat, exp: `id_token_lifetime` seconds) signed with this server's own
+         key, as Google's token endpoint answers it
+    GET  /oauth2/v1/certs  -> {kid: PEM certificate}: the key the ID tokens are signed with, in the
+         format of https://www.googleapis.com/oauth2/v1/certs (google.oauth2.id_token.verify_token)
 
 Behaviour:
 - a quota of `quota` requests per `window_seconds` (sliding), answered beyond
@@ -181,6 +186,8 @@ class Stats:
     # refused one), and the access tokens issued
     token_requests: list = dataclasses.field(default_factory=list)
     issued_tokens: set = dataclasses.field(default_factory=set)
+    id_tokens: list = dataclasses.field(default_factory=list)  # the claims of every ID token issued
+    issued_id_tokens: set = dataclasses.field(default_factory=set)  # the tokens (to look for where they must not be)
     # answers given (malformed and invalid ones included), per stage
     stages: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     # the answer field each scored request's schema asked for (score, choice, pairwise_choice)
@@ -246,6 +253,8 @@ class JudgeServer:
         self._asked: collections.Counter = collections.Counter()  # generateContent requests per prompt
         self._rng = random.Random(self.behaviour.seed)
         self._trusted: dict = {}  # service account email -> RSA public key
+        self.id_token_lifetime = 3600  # seconds an ID token lives (tests: shorter, to expire mid-run)
+        self._signer = None  # (kid, private key, PEM certificate): made at the first ID token or certs request
         self._batches: dict = {}  # id -> _BatchJob
         self._files: dict = {}  # id -> bytes (uploaded inputs and result files)
         self._result_files: set = set()
@@ -463,10 +472,54 @@ class JudgeServer:
             return 400, {"error": "unsupported_grant_type"}
         if claims is None:
             return 400, {"error": "invalid_grant", "error_description": "Invalid JWT Signature."}
+        if claims.get("target_audience"):
+            return 200, {"id_token": self.id_token(claims)}
         token = f"ya29.local-{secrets.token_urlsafe(24)}"
         with self._lock:
             self.stats.issued_tokens.add(token)
         return 200, {"access_token": token, "expires_in": 3600, "token_type": "Bearer"}
+
+    def signer(self):
+        """(kid, RSA private key, its self-signed PEM certificate): this server's ID-token key."""
+        with self._lock:
+            if self._signer is None:
+                import datetime
+
+                from cryptography import x509
+                from cryptography.hazmat.primitives import hashes, serialization
+                from cryptography.hazmat.primitives.asymmetric import rsa
+                from cryptography.x509.oid import NameOID
+
+                key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+                name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "evalbeam-test-token-endpoint")])
+                now = datetime.datetime.now(datetime.timezone.utc)
+                cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+                        .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+                self._signer = (secrets.token_hex(8), key, cert.public_bytes(serialization.Encoding.PEM).decode())
+            return self._signer
+
+    def id_token(self, grant: dict) -> str:
+        """An ID token for the grant's service account and target_audience, signed RS256 with `signer`."""
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.asymmetric import padding
+
+        def encode(data: bytes) -> str:
+            return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+        kid, key, _ = self.signer()
+        now = int(time.time())
+        claims = {"iss": "https://accounts.google.com", "aud": grant["target_audience"], "azp": grant["iss"],
+                  "email": grant["iss"], "email_verified": True, "sub": str(abs(hash(grant["iss"]))),
+                  "iat": now, "exp": now + int(self.id_token_lifetime)}
+        signing_input = f"{encode(json.dumps({'alg': 'RS256', 'kid': kid, 'typ': 'JWT'}).encode())}." \
+                        f"{encode(json.dumps(claims).encode())}"
+        signature = key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
+        token = f"{signing_input}.{encode(signature)}"
+        with self._lock:
+            self.stats.id_tokens.append(claims)
+            self.stats.issued_id_tokens.add(token)
+        return token
 
     def _verified_claims(self, assertion: str) -> dict | None:
         """The claims of an RS256 JWT signed by a trusted service account and not expired, else None."""
@@ -777,6 +830,9 @@ class JudgeServer:
 
             def do_GET(self):
                 url = urllib.parse.urlsplit(self.path)
+                if url.path == "/oauth2/v1/certs":
+                    kid, _, pem = server.signer()
+                    return self._send(200, {kid: pem})
                 self._key(url)
                 vertex_batch = VERTEX_BATCH_ROUTE.fullmatch(url.path)
                 if vertex_batch and vertex_batch.group("id") and not vertex_batch.group("cancel"):

@@ -123,8 +123,9 @@ class InferFn(beam.DoFn):
             yield dataclasses.replace(by_id[instance_id], fields=fields)
 
 
-class _Recorded:
-    """An inferrer whose finished cases go to the checkpoint writer as they finish."""
+class CheckpointedInferrer:
+    """A deployed agent's inferrer whose finished cases (fixed turns, or simulated conversations) go to the
+    checkpoint writer as they finish."""
 
     def __init__(self, inner, keys: dict, writer):
         self._inner, self._keys, self._writer = inner, keys, writer
@@ -138,6 +139,18 @@ class _Recorded:
         if key is not None and self._writer is not None:
             self._writer.add(JudgeResponse(key=key, metric=USAGE_METRIC, verdict=encode_result(result)))
         return result
+
+    async def conversation(self, fields):
+        """A simulated conversation (transforms.simulate): asked only while the checkpoints can be written."""
+        if self._writer is not None:
+            self._writer.check()
+        return await self._inner.conversation(fields)
+
+    def finished(self, fields, result) -> None:
+        """A simulated conversation that ended (metrics.inference.infer_all): checkpointed as a finished case."""
+        key = self._keys.get(id(fields))
+        if key is not None and self._writer is not None:
+            self._writer.add(JudgeResponse(key=key, metric=USAGE_METRIC, verdict=encode_result(result)))
 
     async def close(self):
         await self._inner.close()
@@ -190,8 +203,8 @@ class DeployedInferFn(beam.DoFn):
         def make():
             calls.append(Calls(inference.quota_share(), inference.max_attempts, inference.request_timeout_seconds))
             inner = make_deployed_inferrer(inference.kind, inference.target, calls[0], inference.base_url,
-                                           inference.max_concurrency)
-            return _Recorded(inner, by_fields, writer)
+                                           inference.max_concurrency, deployed_auth(inference))
+            return CheckpointedInferrer(inner, by_fields, writer)
 
         by_id = {i.instance_id: i for i in todo}
         try:
@@ -207,6 +220,11 @@ class DeployedInferFn(beam.DoFn):
             if calls:
                 self._requests.inc(calls[0].stats.requests)
                 self._retries.inc(calls[0].stats.retries)
+
+
+def deployed_auth(inference) -> dict | None:
+    """inference.auth as plain data for metrics.deployed (the names of its variables, never their values)."""
+    return inference.auth.plain() if inference.auth is not None else None
 
 
 def model_asks(instance: Instance, settings, template: str, num_runs: int = 1):

@@ -1,6 +1,9 @@
-"""conversation_scenario cases: the agent (inference.function or inference.agent) run
-against ADK's LLM-backed user simulator (metrics.simulator), whose model calls go
-through the one judge layer.
+"""conversation_scenario cases: the agent (inference.function, inference.agent, or a deployed
+one: inference.a2a, inference.agent_engine) run against ADK's LLM-backed user simulator
+(metrics.simulator), whose model calls go through the one judge layer. A deployed agent's
+conversation is its one A2A context or Agent Engine session, each user message one request
+through metrics.deployed.Calls (the job's quota, split over these shards; retries; a turn never
+sent twice), finished conversations checkpointed as transforms.infer's fixed-turn cases are.
 
     scenario cases -> keyed by shard (judge.shards; the judge's split of the quota)
                    -> one DoFn call per shard: its cases with inference.max_concurrency
@@ -24,16 +27,27 @@ import asyncio
 import dataclasses
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from evalbeam.metrics.inference import AgentInferrer, infer_all, load_target, make_inferrer
+from evalbeam.metrics.deployed import Calls, case_key, decode_result, make_deployed_inferrer
+from evalbeam.metrics.inference import (
+    AgentInferrer,
+    InferenceError,
+    apply_result,
+    failed,
+    infer_all,
+    load_target,
+    make_inferrer,
+)
 from evalbeam.metrics.judge.client import FREE_TEXT, JudgeClient, JudgeRequest, JudgeResponse, request_key
 from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.trace import add_rubrics
 from evalbeam.metrics.simulator import USAGE_METRIC, LlmBackedUserSimulator, UserSimulatorFailed, parse_scenario
 from evalbeam.transforms import judge_checkpoint
-from evalbeam.transforms.infer import run_number
+from evalbeam.transforms.infer import CHECKPOINTS, CheckpointedInferrer, deployed_auth, run_number
+from evalbeam.transforms.judge_checkpoint import CheckpointWriter, read_checkpoints
 from evalbeam.transforms.judge import UsageFn, _reused, cache_row
 from evalbeam.transforms.progress import CountFn
 from evalbeam.transforms.schema import RunKey
@@ -118,17 +132,45 @@ class SimulateFn(beam.DoFn):
     a JudgeResponse per simulator call asked."""
 
     def __init__(self, kind: str, target: str, max_concurrency: int, timeout_seconds: float,
-                 simulator_config, settings: JudgeSettings, checkpoint: str | None):
+                 simulator_config, settings: JudgeSettings, checkpoint: str | None, deployed=None):
         self._kind, self._target = kind, target
         self._max_concurrency, self._timeout = max_concurrency, timeout_seconds
         self._config, self._settings, self._checkpoint = simulator_config, settings, checkpoint
+        self._deployed = deployed  # inference (the config) for a2a and agent_engine, else None
         self._cases = Metrics.counter("evalbeam", "simulated_cases")
+        self._requests = Metrics.counter("evalbeam", "inference_requests")
+        self._retries = Metrics.counter("evalbeam", "inference_retries")
+        self._reused = Metrics.counter("evalbeam", "inference_checkpointed")
 
     def setup(self):
+        if self._deployed is not None:
+            return  # nothing to import: the agent is reached over the network
         if self._kind == "agent":
             AgentInferrer(self._target)
         else:
             load_target(self._target, f"inference.{self._kind}")
+
+    def _deployed_inferrer(self, shard: int, batch: list, calls: list):
+        """A deployed agent's conversations, as transforms.infer.DeployedInferFn runs fixed turns: the job's
+        quota split over this transform's shards, retries, no turn sent twice, finished conversations
+        checkpointed (the inference checkpoints, keyed by the case and its scenario) and reused by a re-run.
+        -> (make, the cases already finished, the checkpoint writer or None)."""
+        inference = self._deployed
+        folder = FileSystems.join(self._checkpoint, CHECKPOINTS) if self._checkpoint else None
+        done = read_checkpoints(folder) if folder else {}
+        keys = {i.instance_id: case_key(inference.kind, inference.target, i.instance_id, i.fields) for i in batch}
+        finished = {i.instance_id: done[keys[i.instance_id]] for i in batch if keys[i.instance_id] in done}
+        writer = CheckpointWriter(folder, f"sim{shard}", self._settings.checkpoint_seconds) if folder else None
+        by_fields = {id(i.fields): keys[i.instance_id] for i in batch}
+        share = inference.requests_per_minute / self._settings.shards if inference.requests_per_minute else None
+
+        def make():
+            calls.append(Calls(share, inference.max_attempts, inference.request_timeout_seconds))
+            inner = make_deployed_inferrer(inference.kind, inference.target, calls[0], inference.base_url,
+                                           inference.max_concurrency, deployed_auth(inference))
+            return CheckpointedInferrer(inner, by_fields, writer)
+
+        return make, finished, writer
 
     def process(self, element, cached):
         shard, batch = element
@@ -147,12 +189,29 @@ class SimulateFn(beam.DoFn):
 
         by_id = {i.instance_id: i for i in batch}
         make = lambda: make_inferrer(self._kind, self._target, self._max_concurrency)  # noqa: E731
+        agent_calls: list = []
+        finished, cases_writer = {}, None
+        if self._deployed is not None:
+            make, finished, cases_writer = self._deployed_inferrer(shard, batch, agent_calls)
+        done = []
+        for instance_id, answer in finished.items():
+            self._reused.inc()
+            try:
+                done.append((instance_id, apply_result(by_id[instance_id].fields, decode_result(answer.verdict))))
+            except InferenceError as e:
+                done.append((instance_id, failed(by_id[instance_id].fields, str(e))))
         try:
-            done = list(infer_all(make, [(i.instance_id, i.fields) for i in batch], self._max_concurrency,
-                                  self._timeout, run_of=run_number, make_simulators=make_simulators))
+            done += list(infer_all(make, [(i.instance_id, i.fields) for i in batch if i.instance_id not in finished],
+                                   self._max_concurrency, self._timeout, run_of=run_number,
+                                   make_simulators=make_simulators))
         finally:
             if writer is not None:
                 writer.close()
+            if cases_writer is not None:
+                cases_writer.close()  # a full disk: the run ends, as for fixed turns
+            if agent_calls:
+                self._requests.inc(agent_calls[0].stats.requests)
+                self._retries.inc(agent_calls[0].stats.retries)
         for instance_id, fields in done:
             self._cases.inc()
             rubrics = (fields.get("adk_case") or {}).get("rubrics")
@@ -188,7 +247,7 @@ class Simulate(beam.PTransform):
             | "Shards" >> beam.GroupByKey()
             | "Converse" >> beam.ParDo(
                 SimulateFn(inference.kind, inference.target, inference.max_concurrency, inference.timeout_seconds,
-                           config, shard_settings, context.checkpoint),
+                           config, shard_settings, context.checkpoint, inference if inference.deployed else None),
                 cached=beam.pvalue.AsDict(cached)).with_outputs(ANSWERS, main="instances")
         )
         answered = out[ANSWERS] | "AsAnswered" >> beam.Map(lambda r: (r, []))

@@ -131,8 +131,10 @@ def build_genai_client(settings: JudgeSettings, http):
     return client, None, credentials
 
 
-def scrub_secrets(text: str, secret: str | None, credentials) -> str:
-    for value in (secret, getattr(credentials, "token", None)):
+def scrub_secrets(text: str, secret: str | None, credentials, *more: str) -> str:
+    """The text with the API key, the credentials' current token and any `more` secrets (a deployed
+    agent's bearer token or header values: metrics.deployed.A2AAuth) replaced by [redacted]."""
+    for value in sorted((secret, getattr(credentials, "token", None), *more), key=lambda v: -len(v or "")):
         if value:
             text = text.replace(value, "[redacted]")
     return text

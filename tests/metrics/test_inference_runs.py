@@ -34,11 +34,13 @@ def test_case_and_run_of_an_instance_id():
     assert [run_number(i) for i in ("a:run1", "a:b:run12", "a:runner", "plain")] == [1, 12, 1, 1]
 
 
-def test_a_scenario_case_sent_to_a_deployed_agent_says_it_needs_the_simulator():
+def test_a_scenario_case_has_no_fixed_turns_and_says_the_simulator_writes_them():
     """The user turns a deployed agent (A2A, Agent Engine) is sent: a conversation_scenario case
-    has none, and its error says why (docs/agents.md, User simulation), not that a prompt is missing."""
+    has none (the simulator writes them: docs/agents.md, User simulation), and its error says so,
+    not that a prompt is missing."""
     scenario = {"starting_prompt": "Hi", "conversation_plan": "Ask the weather in Paris."}
-    with pytest.raises(InferenceError, match="conversation_scenario case runs with the user simulator"):
+    with pytest.raises(InferenceError, match="conversation_scenario case has no fixed turns to send: its user "
+                                             r"messages are written by the user simulator \(inference.user_simulator\)"):
         user_turns({"adk_case": {"eval_set_id": "s", "eval_id": "e", "conversation_scenario": scenario}})
     with pytest.raises(InferenceError, match="no prompt to send"):
         user_turns({"adk_case": {"eval_set_id": "s", "eval_id": "e"}})
