@@ -288,7 +288,13 @@ class Infer(beam.PTransform):
             split = cases | "Scenarios" >> beam.Partition(lambda i, _: int(scenario_of(i.fields) is not None), 2)
             fixed = split[0] | "Fixed" >> Infer(self._run, inference.model_copy(update={"user_simulator": None, "num_runs": 1}),
                                                  self._context)
-            simulated, cache_rows, usage = split[1] | "Simulate" >> Simulate(self._run, inference, self._context)
+            scenarios = split[1]
+            if inference.deployed:
+                # One agent, one quota: the simulated conversations start once the fixed-turn cases are done
+                # (a side input is ready only then), so the two kinds never together exceed requests_per_minute.
+                fixed_done = fixed[0] | "FixedDone" >> beam.combiners.Count.Globally()
+                scenarios = scenarios | "AfterFixed" >> beam.Map(lambda i, _done: i, beam.pvalue.AsSingleton(fixed_done))
+            simulated, cache_rows, usage = scenarios | "Simulate" >> Simulate(self._run, inference, self._context)
             return (fixed[0], simulated) | "AllCases" >> beam.Flatten(), cache_rows, usage
         if inference.deployed:
             kind, target, shards = inference.kind, inference.target, inference.shards

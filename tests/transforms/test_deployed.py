@@ -300,6 +300,7 @@ class FaultyProxy:
 
         self.upstream, self.fail, self.posts, self.forwarded = upstream, fail, 0, collections.Counter()
         self.forwarded_ids = collections.Counter()  # per message id (a retry keeps its message's id)
+        self.order: list[str] = []  # the forwarded messages' texts, in the order they were forwarded
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -347,6 +348,7 @@ class FaultyProxy:
                     return
                 message = json.loads(body)["params"]["message"]
                 proxy.forwarded[message["parts"][0]["text"]] += 1
+                proxy.order.append(message["parts"][0]["text"])
                 proxy.forwarded_ids[message["messageId"]] += 1
                 self._relay("POST", body)
 

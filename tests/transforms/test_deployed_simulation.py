@@ -41,7 +41,7 @@ SCENARIOS = {
              "starting_prompt": 'Remember Paris #call=remember_city{"city": "Paris"}',
              "conversation_plan": 'Again.\n#reply=Remember Rome #call=remember_city{"city": "Rome"}'}},
         {"eval_id": "fixed", "conversation": [
-            {"user_content": {"parts": [{"text": "Hello"}]}, "final_response": {"parts": [{"text": "x"}]}}]},
+            {"user_content": {"parts": [{"text": "Hello, fixed"}]}, "final_response": {"parts": [{"text": "x"}]}}]},
     ],
 }
 ADK_CONFIG = {"criteria": {"response_match_score": 0.8},
@@ -141,7 +141,9 @@ def test_simulated_users_talk_to_deployed_agents_as_adks_simulator_does_in_proce
         assert transcript(a2a[case]) == adk[case], case
     stated = a2a["remembers_with_state"]
     assert stated["failure"] == 1 and "session_input.state cannot be set over A2A" in stated["inference_error"]
-    assert transcript(a2a["fixed"])[0]["prompt"] == "Hello"  # fixed turns, beside the simulated ones
+    assert transcript(a2a["fixed"])[0]["prompt"] == "Hello, fixed"  # fixed turns, beside the simulated ones
+    # one agent, one quota: the simulated conversations waited for the fixed-turn case to be done
+    assert proxy.order[0] == "Hello, fixed" and proxy.order.count("Hello, fixed") == 1, proxy.order
     assert {e["status"] for e in log} == {200} and len({e["exp"] for e in log}) >= 2  # tokens refreshed
     assert set(proxy.forwarded_ids.values()) == {1}  # no message reached the agent twice
     assert proxy.posts == sum(proxy.forwarded_ids.values()) + 1  # the refused one, sent again
