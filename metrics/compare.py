@@ -377,8 +377,14 @@ def explain(row: dict[str, Any]) -> str | None:
     better = {"higher": "higher is better", "lower": "lower is better",
               "closer_to_zero": "closer to 0 is better"}.get(row["direction"], row["direction"])
     means = f"{row['base_mean']:.6g} -> {row['mean']:.6g}"  # six digits: a change of 0.0002 in 2 s shows
-    what = "human-corrected mean (PPI++)" if row.get("estimate") == "corrected" else "mean"
-    because = (f"{what} {means} ({row['mean_difference']:+.4g}, {better}); "
+    if row.get("estimate") == "corrected":
+        # each run's mean is its own PPI++ estimate (its own lambda) and the difference a third, paired one
+        # over the instances both label: mean - base_mean need not equal it, so the two are said apart
+        change = (f"human-corrected means {means} (each run's own PPI++); paired corrected difference "
+                  f"{row['mean_difference']:+.4g} ({better})")
+    else:
+        change = f"mean {means} ({row['mean_difference']:+.4g}, {better})"
+    because = (f"{change}; "
                f"95% CI [{_num(row['ci_low'])}, {_num(row['ci_high'])}] lies {side} ({how}) "
                f"and p (Holm) {_num(row['p_value_adjusted'])} < alpha {alpha:g}")
     where = f"{row['metric']} ({row['slice']})" if row["slice"] != "overall" else row["metric"]

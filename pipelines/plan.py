@@ -76,11 +76,13 @@ def label_plan(config: EvalConfig, pilot: str, width: float, instances: int) -> 
         else:
             pilot_variances = PilotVariances(r["human_variance"], r["judge_variance"], r["covariance"])
             entry.update(labels_for_width(pilot_variances, width, instances))
-            if r["n"] < 2 * MIN_LABELS:
-                entry["note"] = f"the pilot has only {r['n']} labels: its variances, and so these counts, are rough"
+            notes = []
             if entry["labels_needed"] is None:
-                entry["note"] = (f"labelling all {instances:,} instances gives a wider CI than {width:g}: the run is "
-                                 "too small for it")
+                notes.append(f"labelling all {instances:,} instances gives a wider CI than {width:g}: the run is "
+                             "too small for it")
+            if r["n"] < 2 * MIN_LABELS:  # said too when the run is too small: the estimate of that is rough as well
+                notes.append(f"the pilot has only {r['n']} labels: its variances, and so these counts, are rough")
+            entry["note"] = "; ".join(notes) or None
         metrics.append(entry)
     return {"pilot": pilot, "width": width, "instances": instances, "metrics": metrics,
             "unlabelled_in_pilot": not rows}

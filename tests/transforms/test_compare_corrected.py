@@ -93,7 +93,8 @@ def check(rows, hb, fb, lb, hr, fr, lr):
     # the printed comparison says the rows are corrected, and the gate's line says what it flagged on
     printed = format_comparison(list(rows.values()))
     assert "estimate corrected: both runs have human labels of the metric" in printed
-    assert "quality: improvement: human-corrected mean (PPI++)" in printed
+    assert "quality: improvement: human-corrected means " in printed and "(each run's own PPI++); paired corrected " \
+        f"difference {overall['mean_difference']:+.4g}" in printed
 
     b = rows["grp=b"]  # 3 labelled in both runs: too few
     assert b["estimate"] == "judge" and b["test"] in ("wilcoxon", "mcnemar")
