@@ -12,14 +12,15 @@ For each N (default 20,000 and 100,000):
     with the peak of the summed resident memory of its process tree (sampled
     every 0.2 s, as bench/scale.py does);
 and, with --ref REF, (b) again on that commit's package tree (before), each
-(b) run alternating between the trees so that both see the same load.
+(b) run alternating between the trees so that both see the same load
+(--after REF: that commit's tree as after, instead of this checkout).
 
 Prints, per N and tree and W: rows/s, the ratio b/p, peak MB, and the largest
 difference between evalbeam's scores and the peer loop's (0: bit-identical),
 with the number of scores missing on either side. The ratio is what to read:
 the machine is shared, its rows/s vary from hour to hour.
 
-    .venv/bin/python bench/per_core_throughput.py [--rows 20000 100000 1000000] [--workers 1 2] [--ref REF]
+    .venv/bin/python bench/per_core_throughput.py [--rows 20000 100000 1000000] [--workers 1 2] [--ref REF] [--after REF]
 """
 from __future__ import annotations
 
@@ -87,17 +88,19 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[20_000, 100_000])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--ref", help="a commit to measure too (before), e.g. main")
+    parser.add_argument("--after", help="a commit to measure as after (default: this checkout as it is)")
     args = parser.parse_args()
     compile_checkout()
     evalbeam = [sys.executable, "-m", "evalbeam.pipelines.cli"]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        trees = {"after": checkout_tree(tmp / "after")}
+        trees = {"after": tree_of(args.after, tmp / "after") if args.after else checkout_tree(tmp / "after")}
         if args.ref:
             trees = {"before": tree_of(args.ref, tmp / "before"), **trees}
-            # as compile_checkout does for this checkout: a user's first run compiles the modules once
-            subprocess.run([sys.executable, "-m", "compileall", "-q", str(tmp / "before")], check=True)
-        named = {"before": args.ref, "after": "this checkout"}
+        for name, ref in (("before", args.ref), ("after", args.after)):
+            if ref:  # as compile_checkout does for this checkout: a user's first run compiles the modules once
+                subprocess.run([sys.executable, "-m", "compileall", "-q", str(tmp / name)], check=True)
+        named = {"before": args.ref, "after": args.after or "this checkout"}
         print(f"trees: {', '.join(f'{n} = {named[n]}' for n in trees)}; cores: {os.cpu_count()}", flush=True)
         print(f"{'rows':>9}  {'tree':6}  {'workers':>7}  {'rows/s':>8}  {'b/p':>5}  {'peak MB':>7}  scores vs peer", flush=True)
         for rows in sorted(args.rows):
