@@ -15,10 +15,13 @@ and, with --ref REF, (b) again on that commit's package tree (before), each
 (b) run alternating between the trees so that both see the same load
 (--after REF: that commit's tree as after, instead of this checkout).
 
-Prints, per N and tree and W: rows/s, the ratio b/p, peak MB, and the largest
-difference between evalbeam's scores and the peer loop's (0: bit-identical),
-with the number of scores missing on either side. The ratio is what to read:
-the machine is shared, its rows/s vary from hour to hour.
+Prints, per N and tree and W: rows/s, the ratio b/p, on one worker also the
+ratio of CPU time (the peer loop's process time over the evalbeam process's,
+start-up included: what a row costs, less sensitive than wall time to what
+else runs on a shared machine), peak MB, and the largest difference between
+evalbeam's scores and the peer loop's (0: bit-identical), with the number of
+scores missing on either side. The ratios are what to read: the machine is
+shared, its rows/s vary from hour to hour.
 
     .venv/bin/python bench/per_core_throughput.py [--rows 20000 100000 1000000] [--workers 1 2] [--ref REF] [--after REF]
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -46,25 +50,31 @@ from bench.scale import run_measured  # noqa: E402
 CHUNK = 20_000
 
 
-def write_input_and_peer(rows: int, data_path: Path, peer_path: Path) -> float:
+def write_input_and_peer(rows: int, data_path: Path, peer_path: Path) -> tuple[float, float]:
     """Writes N rows (chunks of CHUNK, chunk k generated with seed k, ids row-<i> for all)
-    and the peer loop's scores (Parquet); returns the peer loop's seconds (the loops only)."""
+    and the peer loop's scores (Parquet); returns the peer loop's seconds and CPU seconds (the loops only)."""
     cold_sacrebleu()
-    seconds = 0.0
+    seconds = cpu = 0.0
     schema = pa.schema([("instance_id", pa.string()), ("metric", pa.string()), ("score", pa.float64())])
     with data_path.open("w") as f, pq.ParquetWriter(peer_path, schema) as writer:
         for k, start in enumerate(range(0, rows, CHUNK)):
             chunk = generate(min(CHUNK, rows - start), seed=k)
             for i, row in enumerate(chunk):
                 row["id"] = f"row-{start + i}"
-            began = time.perf_counter()
+            began, began_cpu = time.perf_counter(), time.process_time()
             scores = peer_loop(chunk)
             seconds += time.perf_counter() - began
+            cpu += time.process_time() - began_cpu
             f.write("\n".join(json.dumps(r) for r in chunk) + "\n")
             keys = list(scores)
             writer.write_table(pa.table({"instance_id": [k[0] for k in keys], "metric": [k[1] for k in keys],
                                          "score": list(scores.values())}, schema=schema))
-    return seconds
+    return seconds, cpu
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def compare(peer_path: Path, out: Path) -> tuple[int, int, float]:
@@ -102,22 +112,29 @@ def main() -> None:
                 subprocess.run([sys.executable, "-m", "compileall", "-q", str(tmp / name)], check=True)
         named = {"before": args.ref, "after": args.after or "this checkout"}
         print(f"trees: {', '.join(f'{n} = {named[n]}' for n in trees)}; cores: {os.cpu_count()}", flush=True)
-        print(f"{'rows':>9}  {'tree':6}  {'workers':>7}  {'rows/s':>8}  {'b/p':>5}  {'peak MB':>7}  scores vs peer", flush=True)
+        print(f"{'rows':>9}  {'tree':6}  {'workers':>7}  {'rows/s':>8}  {'b/p':>5}  {'CPU b/p':>7}  {'peak MB':>7}  "
+              "scores vs peer", flush=True)
         for rows in sorted(args.rows):
             data, peer_scores = tmp / f"bench-{rows}.jsonl", tmp / f"peer-{rows}.parquet"
-            peer_seconds = write_input_and_peer(rows, data, peer_scores)
+            peer_seconds, peer_cpu = write_input_and_peer(rows, data, peer_scores)
             p = rows / peer_seconds
-            print(f"{rows:>9,}  {'peer':6}  {'-':>7}  {p:8.1f}", flush=True)
+            print(f"{rows:>9,}  {'peer':6}  {'-':>7}  {p:8.1f}  {'':5}  {'':7}  {'':7}  "
+                  f"({rows / peer_cpu:.1f} rows per CPU second)", flush=True)
             for workers in args.workers:
                 for name, tree in trees.items():
                     out = tmp / f"out-{name}"
                     config = tmp / "bench.yaml"
                     config.write_text(CONFIG.format(data=data, out=out))
                     env = {**os.environ, "PYTHONPATH": str(tree)}
+                    cpu = children_cpu()
                     seconds, peak, _ = run_measured([*evalbeam, "run", str(config), *worker_flags(workers)], env)
+                    cpu = children_cpu() - cpu
                     missing, extra, diff = compare(peer_scores, out)
                     b = rows / seconds
-                    print(f"{rows:>9,}  {name:6}  {workers:>7}  {b:8.1f}  {b / p:5.2f}  {peak:7.0f}  "
+                    # one worker: the whole run is one process, whose CPU time the bench collects;
+                    # worker processes that the run does not wait for would go uncounted
+                    cpu_ratio = f"{peer_cpu / cpu:7.2f}" if workers == 1 else f"{'-':>7}"
+                    print(f"{rows:>9,}  {name:6}  {workers:>7}  {b:8.1f}  {b / p:5.2f}  {cpu_ratio}  {peak:7.0f}  "
                           f"largest |difference| {diff:.3g}, missing {missing}, extra {extra}", flush=True)
                     subprocess.run(["rm", "-rf", str(out)], check=True)
             data.unlink()
