@@ -446,11 +446,17 @@ def to_json_text(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
+# The instances table's field columns: (name, whether its value is written as JSON text).
+_INSTANCE_FIELDS = tuple((c.name, c.type == "JSON") for c in TABLES["instances"][4:])
+
+
 def instance_row(run: "RunKey", instance: Instance) -> dict[str, Any]:
-    row: dict[str, Any] = {**run.columns(), "instance_id": instance.instance_id, "source": instance.source}
-    for column in TABLES["instances"][4:]:
-        value = instance.fields.get(column.name)
-        row[column.name] = to_json_text(value) if column.type == "JSON" else value
+    row: dict[str, Any] = {"run_id": run.run_id, "run_date": run.run_date, "instance_id": instance.instance_id,
+                           "source": instance.source}
+    fields = instance.fields
+    for name, json_text in _INSTANCE_FIELDS:
+        value = fields.get(name)
+        row[name] = to_json_text(value) if json_text and value is not None else value
     row.update(instance.slices)
     return row
 

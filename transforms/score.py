@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from math import isfinite
 from typing import Any, Callable
 
 import apache_beam as beam
@@ -97,7 +98,21 @@ def score_instance(run: RunKey, instance: Instance, scorers, base: dict[str, Any
             rows.append(row)
             continue
         try:
-            value = as_metric_value(scorer(fields))
+            result = scorer(fields)
+        except Exception as e:  # noqa: BLE001 - any failure of one metric is recorded on its row
+            row["error"] = f"{type(e).__name__}: {e}"
+            rows.append(row)
+            continue
+        if type(result) is float and isfinite(result):
+            # what as_metric_value makes of a finite float (every text and trajectory metric's
+            # result), without building a MetricValue: its score, no explanation, no extra
+            row["score"] = result
+            if threshold is not None:
+                row["passed"] = result >= threshold
+            rows.append(row)
+            continue
+        try:
+            value = as_metric_value(result)
         except Exception as e:  # noqa: BLE001 - any failure of one metric is recorded on its row
             row["error"] = f"{type(e).__name__}: {e}"
         else:

@@ -236,12 +236,17 @@ class _ArrowBatches:
         return None
 
     def extend(self, rows) -> list[pa.Table]:
-        """Take several rows; the Tables made ready by them (usually none)."""
+        """Take several rows; the Tables made ready by them (usually none): what add() of
+        each in turn gives, without a call per row."""
         tables = []
-        for row in rows:
-            table = self.add(row)
-            if table is not None:
-                tables.append(table)
+        self._rows.extend(rows)
+        while len(self._rows) >= RECORD_BATCH_ROWS:
+            rest = self._rows[RECORD_BATCH_ROWS:]
+            del self._rows[RECORD_BATCH_ROWS:]
+            self._flush_rows()
+            self._rows = rest
+            if self._bytes >= ROW_GROUP_BYTES:
+                tables.append(self._table())
         return tables
 
     def rest(self) -> pa.Table | None:

@@ -301,3 +301,40 @@ def test_rouge_lsum_split_summaries_equals_rouge_score(nltk_english_punkt, use_s
         assert ours({"response": hyp, "reference": ref}) == expected, (ref, hyp)
         differs_from_newline_split += expected != plain.score(ref, hyp)["rougeLsum"].fmeasure
     assert differs_from_newline_split > 20, "the cases must exercise sentence splitting"
+
+
+def test_scanned_context_rules_equal_sacrebleus_expressions():
+    import random
+
+    from sacrebleu.tokenizers.tokenizer_re import TokenizerRegexp
+
+    from evalbeam.metrics.sentence_bleu import _TOKENIZER_13A, CONTEXT_RULES, _context_rules
+
+    # sacrebleu's rules are the ones _context_rules applies (else the tokenizer keeps re: see the fallback test)
+    rules = TokenizerRegexp()._re[1:]
+    assert [(e.pattern, t) for e, t in rules] == CONTEXT_RULES and _TOKENIZER_13A._post_tokenizer.scanned
+    rng = random.Random(35)
+    # dense runs of the marked characters, digits and others, where matches touch and overlap
+    texts = ["".join(rng.choice("a1 .,-\n٣") for _ in range(rng.randint(0, 14))) for _ in range(20000)]
+    texts += hard_texts(seed=36, count=2000) + [" 1,000.5 a.b 3-4 -5 ,x ", "..,,", "1.,2", "a-1--2-", "5.", ".5", "x,"]
+    changed = 0
+    for text in texts:
+        expected = text
+        for expression, template in rules:
+            expected = expression.sub(template, expected)
+        assert _context_rules(text) == expected, repr(text)
+        changed += expected != text
+    assert changed > 10000, "most cases must exercise a rule"
+
+
+def test_tokenizer_falls_back_to_re_for_other_context_rules(monkeypatch):
+    from sacrebleu.tokenizers import tokenizer_re
+
+    from evalbeam.metrics import sentence_bleu
+
+    rules = tokenizer_re.TokenizerRegexp()._re
+    changed = [rules[0], *rules[1:3], (rules[3][0], r"\1 \2")]  # a sacrebleu whose last rule differed
+    monkeypatch.setattr(tokenizer_re.TokenizerRegexp, "__init__", lambda self: setattr(self, "_re", changed))
+    tokenizer = sentence_bleu._FastRegexp()
+    assert not tokenizer.scanned
+    assert tokenizer(" 3-4 a.b ") == ["3", "-4", "a", ".", "b"]
