@@ -25,7 +25,7 @@ from apache_beam.io.filesystems import FileSystems
 from evalbeam.configs.schema import InputConfig, UserSimulatorConfig
 from evalbeam.metrics.adk import judge_options, metrics_from_criteria, read_test_config
 from evalbeam.metrics.registry import get_metric
-from evalbeam.metrics.trace import get_key
+from evalbeam.metrics.rows.trace import get_key
 from evalbeam.transforms.read_adk import criteria_of_file, test_config_path
 
 

@@ -20,15 +20,15 @@ import pydantic
 
 from evalbeam.configs.failure_modes import FailureModesConfig, check_metrics
 from evalbeam.metrics.custom import function_path
-from evalbeam.metrics.fields import CANONICAL_FIELDS
+from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import JudgeTemplate
 from evalbeam.metrics.names import BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE
 from evalbeam.metrics.registry import SIMULATOR_QUALITY, MetricDef, get_metric
-from evalbeam.metrics.trace import get_key
+from evalbeam.metrics.rows.trace import get_key
 
 if typing.TYPE_CHECKING:
-    from evalbeam.metrics.compare import Gate
+    from evalbeam.metrics.statistics.compare import Gate
 
 
 def reserved_columns() -> dict[str, str]:
@@ -466,7 +466,7 @@ class InferenceConfig(_Model):
         None, description="function/agent: the user simulator of conversation_scenario cases (ADK's "
                           "LlmBackedUserSimulatorConfig); default ADK's defaults, or input.adk_criteria's "
                           "user_simulator_config")
-    # deployed agents (metrics/deployed.py)
+    # deployed agents (metrics/agents/deployed.py)
     a2a: str | None = pydantic.Field(
         None, pattern=r"^https?://[^\s/]+(/\S*)?$",
         description="the URL of an agent served over A2A (its card at <url>/.well-known/agent-card.json): each case "
@@ -652,7 +652,7 @@ class EvalConfig(_Model):
     @pydantic.field_validator("compare_tolerance")
     @classmethod
     def _a_tolerance(cls, value: float | str) -> float | str:
-        from evalbeam.metrics.compare import parse_tolerance  # start-up time: the comparison's module where asked
+        from evalbeam.metrics.statistics.compare import parse_tolerance  # start-up time: the comparison's module where asked
 
         parse_tolerance(value)
         return value
@@ -660,7 +660,7 @@ class EvalConfig(_Model):
     @pydantic.field_validator("compare_tolerances")
     @classmethod
     def _tolerances(cls, value: dict[str, float | str]) -> dict[str, float | str]:
-        from evalbeam.metrics.compare import parse_tolerance  # start-up time: the comparison's module where asked
+        from evalbeam.metrics.statistics.compare import parse_tolerance  # start-up time: the comparison's module where asked
 
         for metric, tolerance in value.items():
             try:
@@ -684,9 +684,9 @@ class EvalConfig(_Model):
         return self
 
     def gate(self) -> "Gate":
-        """The comparison gate of this config: tolerances and watched metrics (metrics.compare.Gate)."""
+        """The comparison gate of this config: tolerances and watched metrics (metrics.statistics.compare.Gate)."""
         from evalbeam.metrics.agent import PASSTHROUGH_FIELDS  # start-up time: where a comparison is made
-        from evalbeam.metrics.compare import Gate, parse_tolerance
+        from evalbeam.metrics.statistics.compare import Gate, parse_tolerance
 
         names = {m.output_name for m in self.metrics}
         return Gate(parse_tolerance(self.compare_tolerance),

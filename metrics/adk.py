@@ -1,6 +1,6 @@
 """ADK evaluation criteria, with google-adk 2.13.0's exact semantics.
 
-A case is one instance; its turns are its trace (`metrics.trace.trace_of`:
+A case is one instance; its turns are its trace (`metrics.rows.trace.trace_of`:
 the `invocations` field, else the flat row as one turn). Each criterion is
 computed per turn and aggregated per case as ADK does it; the per-turn values
 go to the result's `extra`. Where ADK reports no score (a metric that raised,
@@ -22,7 +22,7 @@ from typing import Any, Callable, Literal, Mapping, Optional
 import pydantic
 
 from evalbeam.metrics.registry import MetricError, MetricValue, get_metric, is_refused, register
-from evalbeam.metrics.trace import get_key, trace_of
+from evalbeam.metrics.rows.trace import get_key, trace_of
 
 # Reported by ADK on every eval; they never pass or fail, and ADK refuses a threshold on them.
 INFORMATIONAL_CRITERIA = ("tool_call_count_v1", "token_usage_v1", "inference_call_count_v1", "invocation_duration_v1")

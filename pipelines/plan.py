@@ -22,7 +22,7 @@ from evalbeam.pipelines.stages.read import read_instances
 from evalbeam.transforms import bigquery, judge
 from evalbeam.transforms.failure_modes import DISCOVERY, taxonomy_of
 from evalbeam.transforms.plan import PlanFailureModes, PlanJudging
-from evalbeam.transforms.rubric_judge import ReadPinnedRubrics
+from evalbeam.transforms.rubrics import ReadPinnedRubrics
 from evalbeam.transforms.runs import judge_cost
 
 

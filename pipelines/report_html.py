@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any
 
-from evalbeam.metrics.fields import CANONICAL_FIELDS
+from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.pipelines import report_charts as charts
 from evalbeam.pipelines.compare import flagged_first
 from evalbeam.pipelines.report_data import SHOWN_FIELDS

@@ -1,7 +1,7 @@
 """Agreement of metrics with human labels (input.labels) per metric and slice, in one
-fused combine, as the summary is (transforms.summarize): each scored instance is keyed
+fused combine, as the summary is (transforms.summary): each scored instance is keyed
 by each slice it falls in, and one CombinePerKey accumulates every labelled metric of
-that slice (metrics.calibration.CalibrationMoments, bounded: see its docstring), the
+that slice (metrics.statistics.calibration.CalibrationMoments, bounded: see its docstring), the
 bootstrap weights of at most BOOTSTRAP_BATCH instances waiting to be added a batch at a
 time. Slices past MAX_SLICE_VALUES of a column are folded into <column>=(other)."""
 from __future__ import annotations
@@ -10,13 +10,13 @@ from typing import Any, Iterable
 
 import apache_beam as beam
 
-from evalbeam.metrics.calibration import CalibrationMoments, human_value
-from evalbeam.metrics.summary import bootstrap_weight_matrix
-from evalbeam.transforms.infer import case_id
+from evalbeam.metrics.statistics.calibration import CalibrationMoments, human_value
+from evalbeam.metrics.statistics.summary import bootstrap_weight_matrix
+from evalbeam.metrics.rows.instance import case_id
 from evalbeam.transforms.schema import RunKey
 from evalbeam.transforms.score import ScoredInstance
-from evalbeam.metrics.summary import MAX_SLICE_VALUES
-from evalbeam.transforms.summarize import BOOTSTRAP_BATCH, OVERALL, fold_slices, slice_column
+from evalbeam.metrics.statistics.summary import MAX_SLICE_VALUES
+from evalbeam.transforms.summary import BOOTSTRAP_BATCH, OVERALL, fold_slices, slice_column
 
 
 def labelled_results(scored: ScoredInstance) -> list[dict[str, Any]]:
@@ -52,7 +52,7 @@ def label_keys(scored: ScoredInstance, num_runs: int = 1):
 class SliceCalibration:
     """{metric: CalibrationMoments} for one slice; the bootstrap weights of the last few
     paired instances are added a batch at a time (bootstrap_weight_matrix). The same
-    interface as transforms.summarize.SliceAccumulator, so fold_slices folds either."""
+    interface as transforms.summary.SliceAccumulator, so fold_slices folds either."""
 
     __slots__ = ("moments", "ids", "pending", "thresholds")
 

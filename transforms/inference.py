@@ -3,9 +3,9 @@
     instances -> (num_runs > 1) one copy per run, ids <id>:run<k>
               -> function | agent: batches of cases, each batch inferred in one
                  DoFn call with `max_concurrency` cases in flight
-                 (metrics.inference.infer_all), each case filled or failed
+                 (metrics.agents.inference.infer_all), each case filled or failed
               -> a2a | agent_engine: cases split into inference.shards by their content
-                 key, each shard inferred on one worker (metrics.deployed: the job's
+                 key, each shard inferred on one worker (metrics.agents.deployed: the job's
                  quota share, retries, no answered turn sent again), finished cases
                  checkpointed and reused by a re-run of the run_id
               -> model: one free-text request per case, keyed by the content hash
@@ -31,7 +31,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from evalbeam.metrics.inference import (
+from evalbeam.metrics.agents.inference import (
     AgentInferrer,
     InferenceError,
     apply_result,
@@ -42,14 +42,15 @@ from evalbeam.metrics.inference import (
     render_prompt,
     scenario_of,
 )
-from evalbeam.metrics.deployed import Calls, case_key, decode_result, encode_result, make_deployed_inferrer
-from evalbeam.metrics.instance import Instance
+from evalbeam.metrics.agents.deployed import Calls, case_key, decode_result, encode_result, make_deployed_inferrer
+from evalbeam.metrics.rows.instance import Instance, run_number
 from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, JudgeResponse, request_key
 from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
 from evalbeam.transforms.judge_checkpoint import CheckpointWriter, read_checkpoints, shard_of
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.schema import RunKey, blank_metric_row
 from evalbeam.transforms.score import ScoredInstance
+from evalbeam.transforms.simulator import Simulate
 
 USAGE_METRIC = "inference"  # the line of inference.model's calls in runs.judge_usage
 CHECKPOINTS = "inference"  # deployed agents' finished cases, a subfolder of the run's checkpoint folder
@@ -63,23 +64,6 @@ def run_copies(instance: Instance, num_runs: int):
         return
     for k in range(1, num_runs + 1):
         yield dataclasses.replace(instance, instance_id=f"{instance.instance_id}:run{k}", fields=dict(instance.fields))
-
-
-def first_run(instance_id: str, num_runs: int) -> bool:
-    """Whether an instance is its case's first run: the one the run's counts count."""
-    return num_runs == 1 or instance_id.endswith(":run1")
-
-
-def case_id(instance_id: str) -> str:
-    """The case an instance is a run of: its id without `:run<k>` (the id itself when it has none)."""
-    case, sep, k = instance_id.rpartition(":run")
-    return case if sep and k.isdigit() else instance_id
-
-
-def run_number(instance_id: str) -> int:
-    """Which run of its case an instance is, from 1 (1 when its id has no `:run<k>`)."""
-    _, sep, k = instance_id.rpartition(":run")
-    return int(k) if sep and k.isdigit() else 1
 
 
 def inferred(instance: Instance) -> bool:
@@ -148,7 +132,7 @@ class DeployedInferFn(beam.DoFn):
     inference.agent_engine): one shard per call, with its share of the job's quota.
     Finished cases are checkpointed every judge.checkpoint_seconds under the run's
     checkpoint folder (transforms.judge_checkpoint's chunks, keyed by the case's content
-    key, metrics.deployed.case_key): a re-run of the same run_id takes them from there
+    key, metrics.agents.deployed.case_key): a re-run of the same run_id takes them from there
     instead of asking the agent again."""
 
     def __init__(self, inference, checkpoint: str | None, checkpoint_seconds: float):
@@ -264,9 +248,7 @@ class Infer(beam.PTransform):
         inference = self._inference
         cases = instances | "Runs" >> beam.FlatMap(run_copies, inference.num_runs)
         if inference.kind != "model" and inference.user_simulator is not None:
-            # conversation_scenario cases run with the user simulator (transforms.simulate)
-            from evalbeam.transforms.simulate import Simulate
-
+            # conversation_scenario cases run with the user simulator (transforms.simulator)
             split = cases | "Scenarios" >> beam.Partition(lambda i, _: int(scenario_of(i.fields) is not None), 2)
             fixed = split[0] | "Fixed" >> Infer(self._run, inference.model_copy(update={"user_simulator": None, "num_runs": 1}),
                                                  self._context)

@@ -13,9 +13,9 @@
   only; `instance_id` is `<eval_set_id>:<eval_id>`. A `conversation_scenario`
   case (user simulation) has no turns: its record carries the scenario in
   `adk_case`, and inference runs the agent with the user simulator
-  (transforms.simulate).
+  (transforms.simulator).
 
-Each record carries the case's trace in `invocations` (metrics.trace) and
+Each record carries the case's trace in `invocations` (metrics.rows.trace) and
 the columns `instance_id`, `eval_set_id`, `eval_id` (and `session_id`).
 
 A file is one JSON document, so it is parsed whole (ADK writes one file per
@@ -38,8 +38,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA, metrics_from_criteria, read_test_config
-from evalbeam.metrics.simulator import ScenarioError, SimulatorUnavailable, parse_scenario
-from evalbeam.metrics.trace import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
+from evalbeam.metrics.agents.simulator import ScenarioError, SimulatorUnavailable, parse_scenario
+from evalbeam.metrics.rows.trace import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
 from evalbeam.transforms.adk_models import EXTRA_FORBIDDEN, _camel, forbidden_keys, session_input_errors
 from evalbeam.transforms.records import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
 
@@ -477,7 +477,7 @@ def parse_adk_eval_set(doc: _Document, value: Any, positional: bool, reading: Ad
         label = f"eval case {eval_id!r}"
         conversation, scenario = get_key(case, "conversation"), get_key(case, "conversation_scenario")
         if scenario is not None:
-            # user simulation (metrics.simulator): no turns until inference runs the agent with the simulator
+            # user simulation (metrics.agents.simulator): no turns until inference runs the agent with the simulator
             if conversation is not None:
                 yield out.dead(index, f"{label}: Exactly one of conversation and conversation_scenario must be "
                                       "provided in an EvalCase.", case, "conversation_scenario")

@@ -33,7 +33,7 @@ from typing import Any, Iterable
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from evalbeam.metrics.instance import Instance
+from evalbeam.metrics.rows.instance import Instance
 from evalbeam.metrics.judge.adk_judges import AdkHallucinations
 from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, JudgeResponse, request_key
 from evalbeam.metrics.judge.settings import JudgeSettings

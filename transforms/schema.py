@@ -12,14 +12,14 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-from evalbeam.metrics.fields import (
+from evalbeam.metrics.rows.fields import (
     CANONICAL_FIELDS,
     FLAG_FIELDS,
     NUMBER_FIELDS,
     STRUCTURED_FIELDS,
     TRAJECTORY_FIELDS,
 )
-from evalbeam.metrics.instance import Instance
+from evalbeam.metrics.rows.instance import Instance
 
 
 @dataclasses.dataclass(frozen=True)

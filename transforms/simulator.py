@@ -1,10 +1,10 @@
 """conversation_scenario cases: the agent (inference.function or inference.agent) run
-against ADK's LLM-backed user simulator (metrics.simulator), whose model calls go
+against ADK's LLM-backed user simulator (metrics.agents.simulator), whose model calls go
 through the one judge layer.
 
     scenario cases -> keyed by shard (judge.shards; the judge's split of the quota)
                    -> one DoFn call per shard: its cases with inference.max_concurrency
-                      in flight on one asyncio loop (metrics.inference.infer_all), each
+                      in flight on one asyncio loop (metrics.agents.inference.infer_all), each
                       simulator call asked of the judge layer's client (JudgeClient:
                       backend, base_url, credentials, retries, 1/shards of the job's
                       quota), unless judge.cache or this run_id's checkpoints already
@@ -26,14 +26,14 @@ import dataclasses
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from evalbeam.metrics.inference import AgentInferrer, infer_all, load_target, make_inferrer
+from evalbeam.metrics.agents.inference import AgentInferrer, infer_all, load_target, make_inferrer
 from evalbeam.metrics.judge.client import FREE_TEXT, JudgeClient, JudgeRequest, JudgeResponse, request_key
 from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter
 from evalbeam.metrics.judge.settings import JudgeSettings
-from evalbeam.metrics.trace import add_rubrics
-from evalbeam.metrics.simulator import USAGE_METRIC, LlmBackedUserSimulator, UserSimulatorFailed, parse_scenario
+from evalbeam.metrics.rows.instance import run_number
+from evalbeam.metrics.rows.trace import add_rubrics
+from evalbeam.metrics.agents.simulator import USAGE_METRIC, LlmBackedUserSimulator, UserSimulatorFailed, parse_scenario
 from evalbeam.transforms import judge_checkpoint
-from evalbeam.transforms.infer import run_number
 from evalbeam.transforms.judge import UsageFn, _reused, cache_row
 from evalbeam.transforms.progress import CountFn
 from evalbeam.transforms.schema import RunKey

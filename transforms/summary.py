@@ -4,7 +4,7 @@ As in TensorFlow Model Analysis, each instance is keyed by each slice it falls
 in ("overall" and "column=value") and one CombinePerKey accumulates every
 metric of that slice together, so the summary is one pass whatever the number
 of metrics. With inference.num_runs > 1 the runs of a case are first grouped (a case is
-the cluster of the interval and the unit of pass@k: metrics.summary). The accumulators are of bounded size (metrics.summary.ScoreMoments,
+the cluster of the interval and the unit of pass@k: metrics.statistics.summary). The accumulators are of bounded size (metrics.statistics.summary.ScoreMoments,
 and the scores of at most BOOTSTRAP_BATCH instances waiting to be weighed), so no
 worker ever holds a metric's scores.
 """
@@ -16,8 +16,8 @@ from typing import Any, Iterable
 import apache_beam as beam
 import numpy as np
 
-from evalbeam.metrics.summary import MAX_SLICE_VALUES, OVERALL, ScoreMoments, bootstrap_weight_matrix
-from evalbeam.transforms.infer import case_id
+from evalbeam.metrics.statistics.summary import MAX_SLICE_VALUES, OVERALL, ScoreMoments, bootstrap_weight_matrix
+from evalbeam.metrics.rows.instance import case_id
 from evalbeam.transforms.schema import RunKey, to_json_text
 from evalbeam.transforms.score import ScoredInstance
 
@@ -205,7 +205,7 @@ def fold_slices(column_slices, limit: int, accumulator=None):
             "slice column %r has %s values, more than input.max_slice_values (%s): the %s largest are summarized "
             "one slice each, the other %s as one slice, %s=(other)", column, f"{len(slices):,}", f"{limit:,}",
             f"{limit:,}", f"{len(slices) - limit:,}", column)
-        other = (accumulator or SliceAccumulator)()  # transforms.calibrate folds its own
+        other = (accumulator or SliceAccumulator)()  # transforms.calibration folds its own
         for _, acc in slices[limit:]:
             other.absorb(acc)
         slices = slices[:limit] + [(f"{column}=(other)", other)]

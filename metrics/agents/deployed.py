@@ -18,7 +18,7 @@ Retry-After), 5xx and timeouts. A retry re-sends only the request that failed: t
 already answered are kept, never sent again, and the conversation carries on in the same
 context/session. A turn that timed out or whose stream broke off is not sent again (the agent
 may have run it: its message would be in the conversation twice); it fails the case. Both turn the agent's ADK events into the case's turns as
-`inference.agent` does (metrics.trace.turns_from_agent_data), so the same agent run
+`inference.agent` does (metrics.rows.trace.turns_from_agent_data), so the same agent run
 in-process, over A2A or on Agent Engine gives the same trace.
 """
 from __future__ import annotations
@@ -33,9 +33,9 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable
 
-from evalbeam.metrics.inference import InferenceError, user_turns
+from evalbeam.metrics.agents.inference import InferenceError, user_turns
 from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter
-from evalbeam.metrics.trace import turns_from_agent_data
+from evalbeam.metrics.rows.trace import turns_from_agent_data
 
 AGENT_ENGINE_RE = r"^projects/[^/]+/locations/[^/]+/reasoningEngines/[^/]+$"
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"

@@ -1,6 +1,6 @@
 """Inference before scoring: producing the actual side of an instance.
 
-One small interface, pure Python (no Beam), used by transforms/infer.py:
+One small interface, pure Python (no Beam), used by transforms/inference.py:
 
     Inferrer.infer(fields) -> awaitable result    one case: its canonical fields in,
                                                   what inference produced out
@@ -14,11 +14,11 @@ Implementations: FunctionInferrer (`inference.function`, any callable) and
 AgentInferrer (`inference.agent`, an ADK agent run with ADK's Runner and an
 in-memory session). `inference.model` (a Gemini model) is not an Inferrer: its
 calls go through the judge layer's client (quota, retries, cache, accounting)
-in transforms/infer.py; only its prompt (`render_prompt`) is built here.
+in transforms/inference.py; only its prompt (`render_prompt`) is built here.
 
 A result is one of:
 - text: the final response;
-- a list: the case's turns (the `invocations` trace form of metrics.trace);
+- a list: the case's turns (the `invocations` trace form of metrics.rows.trace);
 - an object: canonical fields (`response`, `predicted_trajectory`,
   `latency_in_seconds`, `invocations`, ...), or the keys of one turn
   (`response`, `tool_calls`, `events`, `intermediate_responses`, `duration`).
@@ -37,9 +37,9 @@ import re
 import time
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
-from evalbeam.metrics.fields import CANONICAL_FIELDS, InvalidField
-from evalbeam.metrics.instance import check_value, normalise_field
-from evalbeam.metrics.trace import complete_agent_fields, parse_turns, turns_from_agent_data
+from evalbeam.metrics.rows.fields import CANONICAL_FIELDS, InvalidField
+from evalbeam.metrics.rows.instance import check_value, normalise_field
+from evalbeam.metrics.rows.trace import complete_agent_fields, parse_turns, turns_from_agent_data
 
 # google-adk is the `agent` extra, installed with its own lock (requirements-agent.lock: google-adk
 # 2.13.0 requires google-genai < 3, requirements.lock pins 3.3.0; see docs/agents.md).
@@ -408,7 +408,7 @@ def infer_all(make: Callable[[], Inferrer], items: Iterable[tuple[Any, dict[str,
     run_of(key): which run of its case an item is, passed on to a FunctionInferrer
     (the one kind of inferrer a user's code can be told it by).
     make_simulators: for conversation_scenario cases, made on the loop too: an object with
-    `for_case(scenario, key) -> metrics.simulator.LlmBackedUserSimulator` and `async close()`."""
+    `for_case(scenario, key) -> metrics.agents.simulator.LlmBackedUserSimulator` and `async close()`."""
     items = list(items)
 
     async def main() -> list:

@@ -37,7 +37,7 @@ pinned version (requirements-agent.lock).
 What stays evalbeam's: the turn loop of get_next_user_message (a limit, the
 starting prompt, the stop signal, an empty answer fails the case), because
 the model call is evalbeam's (`ask`: the one judge layer in the pipeline,
-transforms/simulate.py: quota, retries, cache, checkpoints, accounting), and
+transforms/simulator.py: quota, retries, cache, checkpoints, accounting), and
 the verifier's vote over samples and turns. tests/metrics/test_simulator.py
 drives both against ADK's own simulator and evaluator on generated cases.
 
@@ -202,10 +202,10 @@ class LlmBackedUserSimulator:
 
 
 def _invocations(turns: list[Mapping[str, Any]]) -> list:
-    """ADK Invocations of the trace turns (metrics.adk_invocation), as the verifier reads them."""
+    """ADK Invocations of the trace turns (metrics.rows.adk_invocation), as the verifier reads them."""
     from google.adk.evaluation.eval_case import Invocation
 
-    from evalbeam.metrics.adk_invocation import adk_invocation
+    from evalbeam.metrics.rows.adk_invocation import adk_invocation
 
     return [Invocation.model_validate(adk_invocation(t.get("prompt"), t, None)) for t in turns]
 

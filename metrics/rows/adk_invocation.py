@@ -7,7 +7,7 @@ from typing import Any
 
 
 def _content(role: str, text: str | None, parts: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
-    """A Content of the text, or of its text parts where the trace kept them (metrics.trace: prompt_parts,
+    """A Content of the text, or of its text parts where the trace kept them (metrics.rows.trace: prompt_parts,
     response_parts), so that a reader joining them otherwise than with a new line reads them as recorded."""
     if text is None:
         return None

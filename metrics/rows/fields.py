@@ -24,12 +24,12 @@ NUMBER_FIELDS = ("latency_in_seconds",)
 FLAG_FIELDS = ("failure",)
 
 
-# Why inference (metrics.inference) could not produce a case's actual side.
+# Why inference (metrics.agents.inference) could not produce a case's actual side.
 INFERENCE_FIELDS = ("inference_error",)
 CANONICAL_FIELDS = TEXT_FIELDS + TRAJECTORY_FIELDS + STRUCTURED_FIELDS + NUMBER_FIELDS + FLAG_FIELDS + INFERENCE_FIELDS
 
 
-# Keys of the older, flat form of an invocation (still accepted; see metrics.trace).
+# Keys of the older, flat form of an invocation (still accepted; see metrics.rows.trace).
 INVOCATION_KEYS = ("prompt", "response", "reference", "predicted_trajectory", "reference_trajectory")
 
 

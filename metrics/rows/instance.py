@@ -12,9 +12,9 @@ import json
 import math
 from typing import Any, Iterable, Iterator, Mapping
 
-from evalbeam.metrics.calibration import parse_label
-from evalbeam.metrics.calls import CallFormatError, parse_trajectory
-from evalbeam.metrics.fields import (
+from evalbeam.metrics.statistics.calibration import parse_label
+from evalbeam.metrics.rows.calls import CallFormatError, parse_trajectory
+from evalbeam.metrics.rows.fields import (
     CANONICAL_FIELDS,
     FLAG_FIELDS,
     INFERENCE_FIELDS,
@@ -27,7 +27,7 @@ from evalbeam.metrics.fields import (
     value_kind,
 )
 from evalbeam.metrics.registry import unmet_inputs
-from evalbeam.metrics.trace import TraceError, complete_agent_fields, parse_turns
+from evalbeam.metrics.rows.trace import TraceError, complete_agent_fields, parse_turns
 
 @dataclasses.dataclass
 class Instance:
@@ -40,7 +40,7 @@ class Instance:
     # ("missing input ..."), the instance's other metrics their scores
     missing_inputs: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     # input.labels: metric -> its human labels, one an annotator (None: missing or refused),
-    # and the reasons of the labels refused (metrics.calibration.parse_label)
+    # and the reasons of the labels refused (metrics.statistics.calibration.parse_label)
     labels: Mapping[str, tuple[float | None, ...]] = dataclasses.field(default_factory=dict)
     label_errors: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
@@ -61,6 +61,27 @@ class RowSpec:
     requirements: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]
     # input.labels: (metric, its label columns)
     label_columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+# An instance of a case run num_runs > 1 times has `:run<k>` (k from 1) on its case's id
+# (transforms.inference.run_copies); these read it back.
+
+
+def first_run(instance_id: str, num_runs: int) -> bool:
+    """Whether an instance is its case's first run: the one the run's counts count."""
+    return num_runs == 1 or instance_id.endswith(":run1")
+
+
+def case_id(instance_id: str) -> str:
+    """The case an instance is a run of: its id without `:run<k>` (the id itself when it has none)."""
+    case, sep, k = instance_id.rpartition(":run")
+    return case if sep and k.isdigit() else instance_id
+
+
+def run_number(instance_id: str) -> int:
+    """Which run of its case an instance is, from 1 (1 when its id has no `:run<k>`)."""
+    _, sep, k = instance_id.rpartition(":run")
+    return int(k) if sep and k.isdigit() else 1
 
 
 def content_id(record: Mapping[str, Any]) -> str:

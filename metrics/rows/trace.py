@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from evalbeam.metrics.calls import CallFormatError, parse_trajectory
-from evalbeam.metrics.fields import INVOCATION_KEYS, TRAJECTORY_FIELDS, as_number, structured_value, value_kind
+from evalbeam.metrics.rows.calls import CallFormatError, parse_trajectory
+from evalbeam.metrics.rows.fields import INVOCATION_KEYS, TRAJECTORY_FIELDS, as_number, structured_value, value_kind
 
 # ---------------------------------------------------------------------------
 # Agent instances: a case of turns (the `invocations` field)

@@ -12,7 +12,7 @@ One metric and slice is summarized by a `CalibrationMoments`:
   category statistics are null with a note (the means, MAE and pass/fail counts,
   which are sums, are still given);
 - per cell, the sum of each instance's Poisson bootstrap weights (the summary's,
-  seeded by instance id: metrics.summary.bootstrap_weight_matrix), so a
+  seeded by instance id: metrics.statistics.summary.bootstrap_weight_matrix), so a
   replicate is the same table with the weighted counts: the 95% CI of the
   quadratic weighted kappa (categorical scales) or of Spearman's rho (continuous)
   is the 2.5th and 97.5th percentile of its value over the replicates;
@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from evalbeam.metrics.summary import BOOTSTRAP_REPLICATES
+from evalbeam.metrics.statistics.summary import BOOTSTRAP_REPLICATES
 
 MAX_CATEGORIES = 20
 # The largest label magnitude taken: far past any metric's scale, and small enough that the

@@ -5,7 +5,7 @@ paired instances of one metric and slice:
 
 - the mean difference (run minus base) and its 95% CI from a paired Poisson
   bootstrap: each instance gets the same weights as in the summary (seeded by
-  its instance id, metrics.summary.bootstrap_weights), and each replicate keeps
+  its instance id, metrics.statistics.summary.bootstrap_weights), and each replicate keeps
   sums of w * difference and of w, so partial results from any workers merge
   exactly and the interval is the same on every runner;
 - wins, ties and losses, in the metric's better direction, and the win rate
@@ -45,7 +45,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
-from evalbeam.metrics.calibration import PairedAgreement
+from evalbeam.metrics.statistics.calibration import PairedAgreement
 
 DIRECTIONS = ("higher", "lower", "closer_to_zero")
 ALPHA = 0.05

@@ -52,7 +52,7 @@ _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _REPLICATE_STEPS = np.arange(1, BOOTSTRAP_REPLICATES + 1, dtype=np.uint64) * _GOLDEN
 
 # The most slices one column makes by default (input.max_slice_values): its values past that
-# many largest slices are summarized together as <column>=(other) (transforms.summarize.fold_slices).
+# many largest slices are summarized together as <column>=(other) (transforms.summary.fold_slices).
 MAX_SLICE_VALUES = 1000
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from evalbeam.metrics.compare import ALPHA
+from evalbeam.metrics.statistics.compare import ALPHA
 from evalbeam.pipelines.compare import compare_inputs, pair_spec
 from evalbeam.pipelines.stages import Stage
-from evalbeam.transforms.calibrate import labelled_results
+from evalbeam.transforms.calibration import labelled_results
 from evalbeam.transforms.compare import CompareRuns, result_entry
 
 

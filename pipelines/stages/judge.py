@@ -5,7 +5,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from evalbeam.pipelines.stages import Stage
-from evalbeam.transforms.infer import inference_error_rows, inferred
+from evalbeam.transforms.inference import inference_error_rows, inferred
 from evalbeam.transforms.judge import JudgeInstances
 
 

@@ -1,5 +1,5 @@
 """The summaries stage: every part of the scores made one table and summarized per
-metric and slice (transforms.summarize), the judge calls' cache rows and usage
+metric and slice (transforms.summary), the judge calls' cache rows and usage
 gathered, and the run's record (transforms.runs), with its counts reconciled."""
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import apache_beam as beam
 
 from evalbeam.configs import EvalConfig
 from evalbeam.pipelines.stages import Stage, parts
-from evalbeam.pipelines.stages.scoring import adk_verdicts
+from evalbeam.pipelines.stages.score import adk_verdicts
 from evalbeam.transforms.adk_status import THRESHOLD
-from evalbeam.transforms.infer import first_run
+from evalbeam.metrics.rows.instance import first_run
 from evalbeam.transforms.judge import plan_judges
 from evalbeam.transforms.progress import CountFn
-from evalbeam.transforms.rubric_judge import merge_usage, plan_rubric_metrics
+from evalbeam.transforms.rubrics import merge_usage, plan_rubric_metrics
 from evalbeam.transforms.runs import RunRecord
 from evalbeam.transforms.score import plan_metrics, with_thresholds
-from evalbeam.transforms.summarize import SummarizeScores
+from evalbeam.transforms.summary import SummarizeScores
 
 
 def thresholds(config: EvalConfig) -> dict[str, float | None]:

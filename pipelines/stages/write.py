@@ -8,7 +8,7 @@ import apache_beam as beam
 from evalbeam.pipelines.local import direct_runner
 from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms import bigquery
-from evalbeam.transforms.calibrate import labelled_results
+from evalbeam.transforms.calibration import labelled_results
 from evalbeam.transforms.judge_checkpoint import RemoveCheckpoints
 from evalbeam.transforms.schema import instance_row
 from evalbeam.transforms.write import ReplaceRunFolder, WriteEmptyTables, WriteParquetTable, attempt_folder, run_folder

@@ -7,7 +7,7 @@ import sys
 import uvicorn
 from google.adk.a2a.utils.agent_to_a2a import to_a2a
 
-from evalbeam.metrics.inference import load_target
+from evalbeam.metrics.agents.inference import load_target
 
 agent_path, port = sys.argv[1], int(sys.argv[2])
 app = to_a2a(load_target(agent_path, "agent"), host="127.0.0.1", port=port)

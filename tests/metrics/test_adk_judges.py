@@ -334,7 +334,7 @@ def test_a_turn_whose_judge_failed_is_not_evaluated_and_a_case_adk_refuses_is_a_
         return
     import datetime as dt
 
-    from evalbeam.metrics.instance import Instance
+    from evalbeam.metrics.rows.instance import Instance
     from evalbeam.metrics.judge.client import JudgeResponse
     from evalbeam.metrics.judge.settings import JudgeSettings
     from evalbeam.transforms.judge import judge_requests, judge_rows
@@ -394,17 +394,17 @@ def test_preflight_builds_adks_evaluators(tmp_path, monkeypatch, request):
 
 
 def test_adks_hallucinations_leave_out_a_step_whose_call_failed_and_a_case_with_none_is_a_row_error(request):
-    """ADK's hallucinations_v1 rows (transforms.rubric_judge.adk_hallucinations_row): a step whose segmentation
+    """ADK's hallucinations_v1 rows (transforms.rubrics.adk_hallucinations_row): a step whose segmentation
     or validation failed after retries is left out, as ADK leaves out a step whose judge call raised; a turn
     with no step scored is not evaluated; a case with no turn scored is an error on its row."""
     if in_agent_env(request):
         return
     import datetime as dt
 
-    from evalbeam.metrics.instance import Instance
+    from evalbeam.metrics.rows.instance import Instance
     from evalbeam.metrics.judge.client import JudgeResponse
     from evalbeam.metrics.judge.rubrics import Rubric
-    from evalbeam.transforms.rubric_judge import RubricPlan, RubricSet, adk_hallucinations_row, plan_units
+    from evalbeam.transforms.rubrics import RubricPlan, RubricSet, adk_hallucinations_row, plan_units
     from evalbeam.transforms.schema import RunKey
 
     run = RunKey("r", dt.date(2026, 11, 25))

@@ -63,7 +63,7 @@ CALL = {"tool_name": "get_weather", "tool_input": {"city": "Paris"}, "response":
 
 
 def fields_of(row):
-    from evalbeam.metrics.instance import RowSpec, build_instance
+    from evalbeam.metrics.rows.instance import RowSpec, build_instance
 
     return build_instance(row, RowSpec({}, "id", (), ()), "test").fields
 

@@ -1,4 +1,4 @@
-"""metrics.calibration against scikit-learn and SciPy (run in the reference venv .adk/, through
+"""metrics.statistics.calibration against scikit-learn and SciPy (run in the reference venv .adk/, through
 tests/adk_env/calibration_reference.py, so scikit-learn stays out of evalbeam's environment) and
 against the `krippendorff` package, on generated labels: ties, missing and invalid labels,
 constant columns, one category, tiny slices, several annotators, continuous scales."""
@@ -13,7 +13,7 @@ import krippendorff
 import numpy as np
 import pytest
 
-from evalbeam.metrics.calibration import (
+from evalbeam.metrics.statistics.calibration import (
     CATEGORICAL,
     MAX_CELLS,
     MAX_LABEL_MAGNITUDE,
@@ -21,8 +21,8 @@ from evalbeam.metrics.calibration import (
     human_value,
     parse_label,
 )
-from evalbeam.metrics.instance import read_labels
-from evalbeam.metrics.summary import bootstrap_weight_matrix
+from evalbeam.metrics.rows.instance import read_labels
+from evalbeam.metrics.statistics.summary import bootstrap_weight_matrix
 from tests.helpers import ROOT
 
 ADK_PYTHON = ROOT / ".adk" / "bin" / "python"
@@ -239,7 +239,7 @@ def test_paired_agreement_difference_is_a_paired_bootstrap_of_scikit_learns_stat
     """evalbeam compare's agreement columns: each run's weighted kappa (or Spearman) with the labels
     as scikit-learn/SciPy give it, and the CI the percentiles of the per-replicate differences, both
     runs weighed with the same instance's weights."""
-    from evalbeam.metrics.calibration import PairedAgreement
+    from evalbeam.metrics.statistics.calibration import PairedAgreement
 
     rng = random.Random(17)
     for kind in ("rating", "continuous"):

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from scipy import stats
 
-from evalbeam.metrics.compare import Gate, PairedMoments, Tolerance, better_sign, explain, finish, holm, parse_tolerance
-from evalbeam.metrics.summary import bootstrap_weights
+from evalbeam.metrics.statistics.compare import Gate, PairedMoments, Tolerance, better_sign, explain, finish, holm, parse_tolerance
+from evalbeam.metrics.statistics.summary import bootstrap_weights
 from tests.helpers import evalbeam, table
 
 

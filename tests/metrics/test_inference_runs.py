@@ -2,8 +2,8 @@
 the `run` keyword, given only to functions that declare it (or **kwargs)."""
 import pytest
 
-from evalbeam.metrics.inference import FunctionInferrer, InferenceError, accepts_keyword, infer_all, user_turns
-from evalbeam.transforms.infer import case_id, run_number
+from evalbeam.metrics.agents.inference import FunctionInferrer, InferenceError, accepts_keyword, infer_all, user_turns
+from evalbeam.metrics.rows.instance import case_id, run_number
 
 
 def responses(target, ids):
@@ -49,8 +49,8 @@ def test_a_scenario_case_sent_to_a_deployed_agent_says_it_needs_the_simulator():
 def test_without_repeated_runs_every_case_is_run_1_whatever_its_id():
     """num_runs 1: an input id that happens to end in ':run<k>' (say, rows exported from an earlier
     repeated run) is one case, run once: the function is told run 1, not k."""
-    from evalbeam.metrics.instance import Instance
-    from evalbeam.transforms.infer import InferFn
+    from evalbeam.metrics.rows.instance import Instance
+    from evalbeam.transforms.inference import InferFn
 
     def told(num_runs, ids):
         fn = InferFn("function", "tests.inference_app:run_named", 2, 10.0, num_runs)

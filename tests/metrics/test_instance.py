@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from evalbeam.metrics.fields import InvalidField
-from evalbeam.metrics.instance import RowSpec, build_instance, content_id
+from evalbeam.metrics.rows.fields import InvalidField
+from evalbeam.metrics.rows.instance import RowSpec, build_instance, content_id
 
 TRAJ = [{"tool_name": "a", "tool_input": {"x": 1}}]
 
@@ -111,7 +111,7 @@ def test_check_value_fast_path_agrees_with_the_walk():
     every value refuses, with the same message."""
     import random
 
-    from evalbeam.metrics.instance import check_by_walk, check_value
+    from evalbeam.metrics.rows.instance import check_by_walk, check_value
 
     def outcome(check, value):
         try:

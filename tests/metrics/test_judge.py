@@ -10,7 +10,7 @@ import apache_beam as beam
 import pytest
 import yaml
 
-from evalbeam.metrics.fields import CANONICAL_FIELDS
+from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.client import JudgeRequest, JudgeSettings, judge_stream, request_key
 from evalbeam.metrics.judge.templates import (
     InvalidJudgment,

@@ -7,7 +7,7 @@ import json
 import pytest
 import yaml
 
-from evalbeam.metrics.fields import CANONICAL_FIELDS
+from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.rubrics import (
     IMPORTANCE_WEIGHT,
     Rubric,

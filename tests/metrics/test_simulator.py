@@ -1,8 +1,8 @@
-"""metrics.simulator against google-adk 2.13.0's own user simulator (run in the .adk reference venv
+"""metrics.agents.simulator against google-adk 2.13.0's own user simulator (run in the .adk reference venv
 through tests/adk_env/simulator_reference.py): no text of ADK's simulator stands in evalbeam's
 tracked files, and on generated cases the prompts, conversation summaries, custom-instruction
 checks, whole simulated exchanges (messages, end status, every prompt sent to the model) and the
-verifier's prompts and scores are equal. metrics.simulator calls the installed google-adk: where
+verifier's prompts and scores are equal. metrics.agents.simulator calls the installed google-adk: where
 this interpreter has none (the main venv), each test is run again by .agent's interpreter."""
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import subprocess
 
 import pytest
 
-from evalbeam.metrics import simulator
-from evalbeam.metrics.simulator import (
+from evalbeam.metrics.agents import simulator
+from evalbeam.metrics.agents.simulator import (
     LlmBackedUserSimulator,
     ScenarioError,
     UserSimulatorFailed,
@@ -242,7 +242,7 @@ def test_scenario_and_persona_errors_say_what_adk_says(request):
 
 
 def ours_quality(case):
-    """The same case through metrics.simulator's quality functions, the answers taken in ADK's order."""
+    """The same case through metrics.agents.simulator's quality functions, the answers taken in ADK's order."""
     answers = iter(case["answers"])
     scenario = parse_scenario(case["scenario"])
     turns = [{"prompt": t["prompt"], "response": t["response"], "tool_calls": []} for t in case["turns"]]

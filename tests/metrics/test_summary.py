@@ -6,7 +6,7 @@ import statistics
 import numpy as np
 import pytest
 
-from evalbeam.metrics.summary import ScoreMoments, bootstrap_weights, pass_all_k, pass_at_k
+from evalbeam.metrics.statistics.summary import ScoreMoments, bootstrap_weights, pass_all_k, pass_at_k
 
 
 def add_weighed(m, score, instance_id, error=False, passed=None, choice=None, threshold=None):
@@ -90,7 +90,7 @@ def test_bootstrap_weights_are_poisson_draws_whatever_the_batch():
     row is the same in any batch it comes in."""
     import math
 
-    from evalbeam.metrics.summary import BOOTSTRAP_REPLICATES, bootstrap_weight_matrix
+    from evalbeam.metrics.statistics.summary import BOOTSTRAP_REPLICATES, bootstrap_weight_matrix
 
     ids = [f"instance-{i}" for i in range(20000)]
     w = bootstrap_weight_matrix(ids)
@@ -104,11 +104,11 @@ def test_bootstrap_weights_are_poisson_draws_whatever_the_batch():
 
 
 def test_the_batched_slice_accumulator_equals_adding_one_instance_at_a_time():
-    """transforms.summarize.SliceMomentsFn weighs instances a batch at a time (and
+    """transforms.summary.SliceMomentsFn weighs instances a batch at a time (and
     merges partial accumulators): its statistics equal those of ScoreMoments given
     each instance's weights as it comes, with errors, NaN, missing scores, pass
     marks and pairwise choices, over several batches and merges in any order."""
-    from evalbeam.transforms.summarize import BOOTSTRAP_BATCH, SliceMomentsFn
+    from evalbeam.transforms.summary import BOOTSTRAP_BATCH, SliceMomentsFn
 
     rng = random.Random(3)
     rows = []
@@ -200,7 +200,7 @@ def direct_statistics(cases, num_runs):
 
 def accumulate(cases, chunk=None, metric="m"):
     """The summary's accumulator over the cases, in chunks merged as the combine does."""
-    from evalbeam.transforms.summarize import SliceMomentsFn
+    from evalbeam.transforms.summary import SliceMomentsFn
 
     fn = SliceMomentsFn()
     chunk = chunk or len(cases)
@@ -242,7 +242,7 @@ def test_repeated_run_statistics_equal_a_direct_computation(seed):
 def test_the_interval_resamples_cases_not_runs():
     """Every run of a case gets its case's bootstrap weight: each replicate mean is
     sum_g w_g S_g / sum_g w_g n_g, and the interval their 2.5 and 97.5 percentiles."""
-    from evalbeam.metrics.summary import bootstrap_weight_matrix
+    from evalbeam.metrics.statistics.summary import bootstrap_weight_matrix
 
     rng = random.Random(8)
     cases = random_cases(rng, 150, 4, missing=0.1)
@@ -268,8 +268,8 @@ def test_one_run_per_case_gives_the_usual_standard_error():
 
 
 def test_position_consistency_is_the_mean_agreement_with_a_case_bootstrap_interval():
-    from evalbeam.metrics.summary import bootstrap_weight_matrix
-    from evalbeam.transforms.summarize import SliceMomentsFn
+    from evalbeam.metrics.statistics.summary import bootstrap_weight_matrix
+    from evalbeam.transforms.summary import SliceMomentsFn
 
     rng = random.Random(4)
     fn = SliceMomentsFn()

@@ -1,5 +1,5 @@
 """input.labels through a whole run: the calibration table (one Beam combine per metric and
-slice) equals metrics.calibration's statistics (tested against scikit-learn/SciPy in
+slice) equals metrics.statistics.calibration's statistics (tested against scikit-learn/SciPy in
 tests/metrics/test_calibration.py) of the pairs the run wrote; refused and missing labels are
 counted, never dropped; `show`, `show --json` print it."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from evalbeam.configs import EvalConfig
-from evalbeam.metrics.calibration import CalibrationMoments
-from evalbeam.metrics.summary import bootstrap_weight_matrix
+from evalbeam.metrics.statistics.calibration import CalibrationMoments
+from evalbeam.metrics.statistics.summary import bootstrap_weight_matrix
 from tests.helpers import evalbeam, table
 from tests.judge_server import JudgeServer
 
@@ -58,7 +58,7 @@ def labelled_run(tmp_path_factory):
 
 
 def expected(results, instances, metric, threshold, labels):
-    """metrics.calibration over the pairs the run wrote (metric_results: score, human_label)."""
+    """metrics.statistics.calibration over the pairs the run wrote (metric_results: score, human_label)."""
     moments = CalibrationMoments()
     weights = bootstrap_weight_matrix([r["instance_id"] for r in results])
     for r, w in zip(results, weights):

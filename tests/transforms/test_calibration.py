@@ -1,4 +1,4 @@
-"""transforms.calibrate in a real pipeline: the calibration rows are those of metrics.calibration
+"""transforms.calibration in a real pipeline: the calibration rows are those of metrics.statistics.calibration
 over each (metric, slice), whether an instance's metrics come in one ScoredInstance or in several
 parts (scores/computed, scores/judge, scores/rubric), and a column's slices past the limit fold
 exactly into <column>=(other)."""
@@ -12,10 +12,10 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that
 
-from evalbeam.metrics.calibration import CalibrationMoments
-from evalbeam.metrics.instance import Instance
-from evalbeam.metrics.summary import bootstrap_weight_matrix
-from evalbeam.transforms.calibrate import CalibrateScores
+from evalbeam.metrics.statistics.calibration import CalibrationMoments
+from evalbeam.metrics.rows.instance import Instance
+from evalbeam.metrics.statistics.summary import bootstrap_weight_matrix
+from evalbeam.transforms.calibration import CalibrateScores
 from evalbeam.transforms.schema import RunKey
 from evalbeam.transforms.score import ScoredInstance
 

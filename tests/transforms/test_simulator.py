@@ -1,4 +1,4 @@
-"""User simulation for ADK conversation_scenario cases (metrics.simulator, transforms.simulate):
+"""User simulation for ADK conversation_scenario cases (metrics.agents.simulator, transforms.simulator):
 whole runs with a function agent whose simulated user is answered by the local Gemini-protocol
 server (tests/judge_server.py) through the judge layer. The simulator is google-adk's own (the
 `agent` extra): where this interpreter has no google-adk, a test needing it is run again by
@@ -41,7 +41,7 @@ SCENARIO_SET = {
 
 
 def test_scenarios_run_with_the_simulator_through_the_judge_layer_and_its_cache(tmp_path, monkeypatch, request):
-    if in_agent_env(request):  # metrics.simulator calls google-adk (the agent extra)
+    if in_agent_env(request):  # metrics.agents.simulator calls google-adk (the agent extra)
         return
     from tests.judge_server import JudgeServer
 
@@ -201,7 +201,7 @@ def test_simulated_conversations_equal_adks_evaluation_generator(tmp_path):
 
 
 def test_the_scenarios_example_config_validates(monkeypatch, request):
-    if in_agent_env(request):  # metrics.simulator calls google-adk (the agent extra)
+    if in_agent_env(request):  # metrics.agents.simulator calls google-adk (the agent extra)
         return
     from evalbeam.configs import load_config
     from evalbeam.metrics.examples import weather_chat
@@ -223,7 +223,7 @@ def test_the_scenarios_example_config_validates(monkeypatch, request):
 
 
 def test_user_simulator_config_checks(tmp_path, request):
-    if in_agent_env(request):  # metrics.simulator calls google-adk (the agent extra)
+    if in_agent_env(request):  # metrics.agents.simulator calls google-adk (the agent extra)
         return
     from evalbeam.configs import validate_config
     from evalbeam.pipelines.preflight import check_imports
@@ -277,7 +277,7 @@ def test_per_turn_user_simulator_quality_in_a_run(tmp_path, monkeypatch, request
     """per_turn_user_simulator_quality_v1 from an ADK test_config, judged through the judge layer
     (the local server's free-text answers, read with ADK's regex); a case without a scenario and a
     case whose inference failed are not evaluated, saying why."""
-    if in_agent_env(request):  # metrics.simulator calls google-adk (the agent extra)
+    if in_agent_env(request):  # metrics.agents.simulator calls google-adk (the agent extra)
         return
     from tests.judge_server import JudgeServer
 
@@ -326,10 +326,10 @@ def test_per_turn_user_simulator_quality_in_a_run(tmp_path, monkeypatch, request
 
 
 def test_a_scenario_case_without_inference_is_dead_lettered_saying_what_to_set(tmp_path, request):
-    if in_agent_env(request):  # metrics.simulator calls google-adk (the agent extra)
+    if in_agent_env(request):  # metrics.agents.simulator calls google-adk (the agent extra)
         return
-    from evalbeam.metrics.fields import InvalidField
-    from evalbeam.metrics.instance import RowSpec, build_instance
+    from evalbeam.metrics.rows.fields import InvalidField
+    from evalbeam.metrics.rows.instance import RowSpec, build_instance
     from evalbeam.transforms.read import parse_file
     from evalbeam.transforms.records import Record
 
@@ -352,7 +352,7 @@ def test_runs_are_separate_simulations_and_checkpointed_answers_are_not_asked_ag
     """num_runs 2: each run's simulator is its own sample (its own calls); a re-run of a run_id whose
     earlier attempt checkpointed simulator answers (here: written as that attempt would have) reuses
     them instead of calling."""
-    if in_agent_env(request):  # metrics.simulator calls google-adk (the agent extra)
+    if in_agent_env(request):  # metrics.agents.simulator calls google-adk (the agent extra)
         return
     from evalbeam.metrics.judge.client import JudgeResponse
     from evalbeam.transforms.judge_checkpoint import checkpoint_folder, write_chunk
@@ -393,8 +393,8 @@ def test_an_answer_with_no_text_fails_the_case_after_the_judges_retries(monkeypa
 
     from evalbeam.configs import UserSimulatorConfig
     from evalbeam.metrics.judge.settings import JudgeSettings
-    from evalbeam.metrics.simulator import UserSimulatorFailed
-    from evalbeam.transforms.simulate import SimulatorCalls
+    from evalbeam.metrics.agents.simulator import UserSimulatorFailed
+    from evalbeam.transforms.simulator import SimulatorCalls
     from tests.judge_server import JudgeServer
 
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
