@@ -19,6 +19,7 @@ from typing import Any, Literal
 import pydantic
 
 from evalbeam.configs.failure_modes import FailureModesConfig, check_metrics
+from evalbeam.metrics.agents.simulator import SIMULATOR_DEFAULTS
 from evalbeam.metrics.custom import function_path
 from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.settings import JudgeSettings
@@ -402,13 +403,14 @@ class UserSimulatorConfig(_Model):
     checks; camelCase accepted as ADK accepts it). Its model calls go through the judge layer."""
 
     type: Literal["llm_backed"] = pydantic.Field("llm_backed", description="ADK's discriminator; only llm_backed")
-    model: str = pydantic.Field("gemini-2.5-flash", min_length=1, description="the model writing the user's messages")
+    model: str = pydantic.Field(SIMULATOR_DEFAULTS["model"], min_length=1,
+                                description="the model writing the user's messages")
     model_configuration: dict[str, Any] = pydantic.Field(
         default_factory=dict, alias="modelConfiguration",
         description="GenerateContentConfig: temperature and max_output_tokens are applied (else the judge's); "
                     "thinking_config is accepted")
     max_allowed_invocations: int = pydantic.Field(
-        20, ge=-1, alias="maxAllowedInvocations",
+        SIMULATOR_DEFAULTS["max_allowed_invocations"], ge=-1, alias="maxAllowedInvocations",
         description="the most user messages of a conversation, the starting prompt included; -1: no limit")
     # checked by ADK's own LlmBackedUserSimulatorConfig, with google-adk: where it runs (pipelines.preflight)
     custom_instructions: str | None = pydantic.Field(

@@ -86,10 +86,10 @@ def adk_stop_signal() -> str:
     return _adk("llm_backed_user_simulator")._STOP_SIGNAL
 
 
-def simulator_defaults() -> dict[str, Any]:
-    """LlmBackedUserSimulatorConfig's defaults of the settings evalbeam reads (model, max_allowed_invocations)."""
-    fields = _adk("llm_backed_user_simulator", "inference.user_simulator").LlmBackedUserSimulatorConfig.model_fields
-    return {name: fields[name].default for name in ("model", "max_allowed_invocations")}
+# LlmBackedUserSimulatorConfig's defaults of the settings evalbeam reads, for the config's schema
+# (configs.schema.UserSimulatorConfig) where google-adk is not installed; the one place they are kept,
+# checked against the installed google-adk's by tests/metrics/test_simulator.py.
+SIMULATOR_DEFAULTS: dict[str, Any] = {"model": "gemini-2.5-flash", "max_allowed_invocations": 20}
 
 
 # --- the scenario ------------------------------------------------------------------------------------

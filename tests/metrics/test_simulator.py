@@ -189,9 +189,11 @@ def test_stop_signal_and_defaults_are_adks(adk_simulator, request):
 
     from evalbeam.metrics.adk import SimulatorQualityParams
 
+    fields = simulator._adk("llm_backed_user_simulator").LlmBackedUserSimulatorConfig.model_fields
+    adks = {name: fields[name].default for name in ("model", "max_allowed_invocations")}
+    assert simulator.SIMULATOR_DEFAULTS == adks
     ours = UserSimulatorConfig()
-    assert simulator.simulator_defaults() == {"model": ours.model,
-                                              "max_allowed_invocations": ours.max_allowed_invocations}
+    assert {"model": ours.model, "max_allowed_invocations": ours.max_allowed_invocations} == adks
     assert SimulatorQualityParams().stop_signal == LlmBackedUserSimulatorCriterion(threshold=0.5).stop_signal
 
 
