@@ -40,7 +40,8 @@ from apache_beam.io.filesystems import FileSystems
 from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA, metrics_from_criteria, read_test_config
 from evalbeam.metrics.agents.simulator import ScenarioError, SimulatorUnavailable, parse_scenario
 from evalbeam.metrics.rows.trace import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
-from evalbeam.transforms.adk_models import EXTRA_FORBIDDEN, _camel, forbidden_keys, session_input_errors
+from evalbeam.metrics.rows.trace import camel_case
+from evalbeam.transforms.adk_models import EXTRA_FORBIDDEN, forbidden_keys, session_input_errors
 from evalbeam.transforms.records import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
 
 # A whole ADK file is read at once: bounded, so a wrong file cannot take a worker's memory.
@@ -340,7 +341,7 @@ def _refused_cases(out: _Cases, cases: list, forbidden: list[str],
     # grouped by case once: a file of many cases each with a forbidden key is linear, not quadratic
     by_case: dict[int, list[tuple[str, str]]] = {}
     for path, message in problems:
-        found = re.match(rf"(?:{list_key}|{_camel(list_key)})\[(\d+)\]\.", path)
+        found = re.match(rf"(?:{list_key}|{camel_case(list_key)})\[(\d+)\]\.", path)
         if found:
             by_case.setdefault(int(found.group(1)), []).append((path, message))
     for index, case in enumerate(cases):

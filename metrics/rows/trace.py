@@ -2,7 +2,10 @@
 and Gemini's (Vertex's) recorded forms and checked into one model (below)."""
 from __future__ import annotations
 
+import functools
 from typing import Any, Mapping
+
+from pydantic.alias_generators import to_camel
 
 from evalbeam.metrics.rows.calls import CallFormatError, parse_trajectory
 from evalbeam.metrics.rows.fields import INVOCATION_KEYS, TRAJECTORY_FIELDS, as_number, structured_value, value_kind
@@ -58,16 +61,18 @@ class TraceError(ValueError):
         super().__init__(reason)
 
 
-def _camel(snake: str) -> str:
-    head, *rest = snake.split("_")
-    return head + "".join(w[:1].upper() + w[1:] for w in rest)
+@functools.lru_cache(maxsize=4096)
+def camel_case(snake: str) -> str:
+    """A snake_case key's camelCase spelling, by pydantic's to_camel: the alias generator of ADK's and
+    google-genai's models, which accept either spelling. evalbeam's one snake/camel key helper (get_key)."""
+    return to_camel(snake)
 
 
 def get_key(obj: Mapping[str, Any], snake: str, default: Any = None) -> Any:
     """A key given in snake_case or camelCase (ADK and google-genai accept both)."""
     if snake in obj:
         return obj[snake]
-    return obj.get(_camel(snake), default)
+    return obj.get(camel_case(snake), default)
 
 
 def _object(value: Any, where: str) -> dict[str, Any]:
