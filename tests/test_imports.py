@@ -28,9 +28,6 @@ EXCEPTIONS = {
     ("evalbeam.configs.schema", "evalbeam.transforms.schema"):
         "reserved_columns: the slice columns checked against the one table schema's columns (TABLES); "
         "moving the column list below configs is a change of transforms/schema.py, the one schema source",
-    ("evalbeam.configs.adk_expansion", "evalbeam.transforms.read_adk"):
-        "ADK's expansion reads a file's test_config.json as read_adk does (criteria_of_file, with Beam's "
-        "FileSystems, possibly on Cloud Storage): that I/O belongs with loading, not in transforms",
 }
 
 

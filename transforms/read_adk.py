@@ -35,12 +35,12 @@ import re
 from typing import Any, Iterator
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
-from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA, metrics_from_criteria, read_test_config
+from evalbeam.configs.adk_expansion import criteria_of_file, test_config_path
+from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA
 from evalbeam.metrics.agents.simulator import ScenarioError, SimulatorUnavailable, parse_scenario
-from evalbeam.metrics.rows.trace import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
-from evalbeam.metrics.rows.trace import camel_case
+from evalbeam.metrics.rows.trace import (USAGE_COUNTS, add_rubrics, camel_case, get_key, rubrics_of, side_from_events,
+                                         turn_from_adk)
 from evalbeam.transforms.adk_models import EXTRA_FORBIDDEN, forbidden_keys, session_input_errors
 from evalbeam.transforms.records import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
 
@@ -124,26 +124,6 @@ def adk_base(uri: str) -> str:
 def relative_path(path: str, base: str) -> str:
     """A file's path relative to the input's base folder (its name, where the path is not under it)."""
     return path[len(base):] if base and path.startswith(base) else path.rsplit("/", 1)[-1]
-
-
-def test_config_path(path: str) -> str:
-    """The test_config.json ADK's AgentEvaluator.find_config_for_test_file reads for a file: beside it."""
-    return f"{path.rsplit('/', 1)[0]}/test_config.json" if "/" in path else "test_config.json"
-
-
-@functools.lru_cache(maxsize=256)
-def criteria_of_file(path: str) -> tuple[dict[str, Any], ...]:
-    """The metric specs of the criteria ADK judges a file with (find_config_for_test_file):
-    its test_config.json's, else ADK's defaults. Raises ValueError naming the test_config."""
-    config = test_config_path(path)
-    if not FileSystems.exists(config):
-        return tuple(metrics_from_criteria(None))
-    try:
-        with FileSystems.open(config, mime_type="application/octet-stream") as f:
-            text = f.read().decode("utf-8")
-        return tuple(read_test_config(text))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ValueError(f"{config}: {e}") from None
 
 
 def _whole_document(parse):

@@ -491,7 +491,8 @@ def test_an_unreadable_test_config_dead_letters_its_files_cases_and_the_others_r
     now the run is configured from the readable ones, and the bad folder's files are
     dead-lettered naming their test_config.json. With no readable one the config is refused."""
     from evalbeam.configs import validate_config
-    from evalbeam.transforms.read_adk import AdkReading, adk_base, criteria_of_file
+    from evalbeam.transforms.read_adk import AdkReading, adk_base
+    from evalbeam.configs.adk_expansion import criteria_of_file
     from tests.adk_cases import eval_set_result
 
     for name, config in (("good", {"criteria": {"response_match_score": 0.4}}), ("bad", None)):
@@ -638,7 +639,7 @@ def test_thresholds_adk_reads_leniently_are_read_as_adk_reads_them(tmp_path, adk
     """ADK's EvalConfig reads thresholds in pydantic's lax mode: "0.5" and true are thresholds 0.5
     and 1.0. evalbeam refused such a test_config.json ('expected a threshold (number)'); it now
     reads the same thresholds ADK's AgentEvaluator.find_config_for_test_file finds."""
-    from evalbeam.transforms.read_adk import criteria_of_file
+    from evalbeam.configs.adk_expansion import criteria_of_file
 
     files = []
     for i, value in enumerate(LAX_THRESHOLDS):
