@@ -1,4 +1,4 @@
-"""The comparison stage (compare_with): this run's scores paired with a base run's,
+"""The compare stage (compare_with): this run's scores paired with a base run's,
 per metric and slice, into the comparisons table (transforms.compare)."""
 from __future__ import annotations
 

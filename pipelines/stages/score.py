@@ -1,4 +1,4 @@
-"""The scoring stage: every computation metric of every instance (transforms.score),
+"""The score stage: every computation metric of every instance (transforms.score),
 and an ADK eval set's case verdicts (transforms.adk_status)."""
 from __future__ import annotations
 

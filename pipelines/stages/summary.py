@@ -1,4 +1,4 @@
-"""The summaries stage: every part of the scores made one table and summarized per
+"""The summary stage: every part of the scores made one table and summarized per
 metric and slice (transforms.summary), the judge calls' cache rows and usage
 gathered, and the run's record (transforms.runs), with its counts reconciled."""
 from __future__ import annotations
