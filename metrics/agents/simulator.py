@@ -38,7 +38,7 @@ What stays evalbeam's: the turn loop of get_next_user_message (a limit, the
 starting prompt, the stop signal, an empty answer fails the case), because
 the model call is evalbeam's (`ask`: the one judge layer in the pipeline,
 transforms/simulator.py: quota, retries, cache, checkpoints, accounting), and
-the verifier's vote over samples and turns. tests/metrics/test_simulator.py
+the verifier's vote over samples and turns. tests/metrics/agents/test_simulator.py
 drives both against ADK's own simulator and evaluator on generated cases.
 
 Pure Python, no Beam; google.adk is imported inside the functions, so that
@@ -88,7 +88,7 @@ def adk_stop_signal() -> str:
 
 # LlmBackedUserSimulatorConfig's defaults of the settings evalbeam reads, for the config's schema
 # (configs.schema.UserSimulatorConfig) where google-adk is not installed; the one place they are kept,
-# checked against the installed google-adk's by tests/metrics/test_simulator.py.
+# checked against the installed google-adk's by tests/metrics/agents/test_simulator.py.
 SIMULATOR_DEFAULTS: dict[str, Any] = {"model": "gemini-2.5-flash", "max_allowed_invocations": 20}
 
 

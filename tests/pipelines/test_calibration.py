@@ -1,6 +1,6 @@
 """input.labels through a whole run: the calibration table (one Beam combine per metric and
 slice) equals metrics.statistics.calibration's statistics (tested against scikit-learn/SciPy in
-tests/metrics/test_calibration.py) of the pairs the run wrote; refused and missing labels are
+tests/metrics/statistics/test_calibration.py) of the pairs the run wrote; refused and missing labels are
 counted, never dropped; `show`, `show --json` print it."""
 from __future__ import annotations
 

@@ -111,7 +111,7 @@ def engine_env(tmp_path, monkeypatch):
     from cryptography.hazmat.primitives.asymmetric import rsa
 
     from tests.agent_engine_server import AgentEngineServer
-    from tests.metrics.test_judge_vertex import CLIENT_EMAIL, service_account_file
+    from tests.metrics.judge.test_judge_vertex import CLIENT_EMAIL, service_account_file
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     with JudgeServer() as tokens:

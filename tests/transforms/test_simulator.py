@@ -12,7 +12,7 @@ import re
 import yaml
 
 from tests.helpers import ROOT, evalbeam, table
-from tests.metrics.test_adk_judges import in_agent_env
+from tests.metrics.judge.test_adk_judges import in_agent_env
 from tests.transforms.test_inference import rows_by, write_config
 
 KEY = "sim-test-key-0123456789"

@@ -29,7 +29,7 @@ from evalbeam.metrics.agents.simulator import (
     summarize,
 )
 from tests.helpers import ROOT
-from tests.metrics.test_adk_judges import in_agent_env
+from tests.metrics.judge.test_adk_judges import in_agent_env
 
 ADK_PYTHON = ROOT / ".adk" / "bin" / "python"
 TEXTS = ["Book a flight to Oslo.", "héllo wörld ✈", "multi\nline\n\ntext", "{{ stop_signal }} in a message",

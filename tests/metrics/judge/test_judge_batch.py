@@ -10,8 +10,8 @@ from evalbeam.metrics.judge.batch import judge_batch
 from evalbeam.metrics.judge.client import JudgeSettings
 from tests.helpers import evalbeam, table
 from tests.judge_server import Behaviour, JudgeServer
-from tests.metrics.test_judge import FOLLOWS, KEY, ROWS, judge_config, requests_for, write_data
-from tests.metrics.test_judge_vertex import key, vertex_env  # noqa: F401 - fixtures
+from tests.metrics.judge.test_judge import FOLLOWS, KEY, ROWS, judge_config, requests_for, write_data
+from tests.metrics.judge.test_judge_vertex import key, vertex_env  # noqa: F401 - fixtures
 
 PRICE = {"input_per_million": 0.3, "output_per_million": 2.5}
 
@@ -139,7 +139,7 @@ def test_vertex_ai_batch_prediction_through_cloud_storage(cloud, tmp_path, key, 
     """backend vertex_ai: batch prediction jobs whose input and output files are in
     Cloud Storage (the storage emulator), with Application Default Credentials."""
     from tests.emulators.control import BUCKET
-    from tests.metrics.test_judge_vertex import CLIENT_EMAIL, service_account_file, vertex_judge
+    from tests.metrics.judge.test_judge_vertex import CLIENT_EMAIL, service_account_file, vertex_judge
     from evalbeam.transforms.local_cloud import storage_client
 
     data = write_data(tmp_path, [r for r in ROWS if r["id"] != "c"])

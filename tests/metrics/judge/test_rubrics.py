@@ -38,7 +38,7 @@ TEMPLATES = builtin_rubric_templates()
 @pytest.mark.parametrize("name", sorted(n for n, t in TEMPLATES.items()
                                         if t.kind in ("adaptive", "given", "static", "claims") and not t.inputs_any))
 def test_every_rubric_metric_renders_its_stages_and_parses_their_answers(name):
-    # (the agent judges' units and stages: tests/metrics/test_agent_judges.py)
+    # (the agent judges' units and stages: tests/metrics/judge/test_agent_judges.py)
     t = TEMPLATES[name]
     definition = get_metric(f"evalbeam_{name}")  # every prompt of the library is evalbeam's
     assert definition.kind == "rubric" and definition.inputs == t.input_alternatives()

@@ -23,7 +23,7 @@ from evalbeam.metrics.registry import get_metric
 from tests.helpers import table
 from tests.helpers import evalbeam as run_evalbeam
 from tests.judge_server import JudgeServer
-from tests.metrics.test_judge import KEY, judge_config, write_data
+from tests.metrics.judge.test_judge import KEY, judge_config, write_data
 
 # The service's choice for the template's A (baseline_model_response) and B (response)
 SERVICE_CHOICE = {"A": "BASELINE", "B": "CANDIDATE", "SAME": "TIE"}
