@@ -1,8 +1,8 @@
-"""The size of a calibration accumulator (transforms.calibrate.SliceCalibration, one
+"""The size of a calibration accumulator (transforms.calibration.SliceCalibration, one
 metric and slice) after N instances, as Beam ships it between stages (pickled), for a
 1..5 judge against one annotator (categorical), against the mean of two annotators,
 and a continuous score against continuous labels (one distinct pair an instance, up
-to metrics.calibration.MAX_CELLS).
+to metrics.statistics.calibration.MAX_CELLS).
 
     .venv/bin/python bench/calibration_memory.py [--rows 100000]
 """
@@ -12,7 +12,7 @@ import argparse
 import pickle
 import random
 
-from evalbeam.transforms.calibrate import SliceCalibration
+from evalbeam.transforms.calibration import SliceCalibration
 
 
 def accumulate(rows: int, kind: str) -> SliceCalibration:

@@ -6,7 +6,7 @@ printed.
 
     .venv/bin/python bench/slices_memory.py [--rows 10000]
 
-Slices are summarized in bounded memory (transforms.summarize: a slice of a
+Slices are summarized in bounded memory (transforms.summary: a slice of a
 few instances holds no bootstrap sums until its summary is made, and the values of
 a column past its MAX_SLICE_VALUES largest slices are summarized as <column>=(other)),
 and the terminal shows the 20 largest slices per metric. Measured on the

@@ -11,11 +11,13 @@ Loading (configs.load) calls expand_adk on the config as a mapping:
 - recorded runs (adk_agent_events) with no metrics: ADK's reference-free (efficiency) criteria;
 - a function or agent run over an ADK eval set: ADK's default user simulator.
 
-It reads files (local or on Cloud Storage), with Beam's FileSystems and the ADK reader's own lookup
-of a file's test_config.json (transforms.read_adk); the schema (configs.schema) reads none.
+It reads files (local or on Cloud Storage) with Beam's FileSystems, among them a file's test_config.json
+(criteria_of_file, which the ADK reader, transforms.read_adk, reads its cases' criteria with too); the schema
+(configs.schema) reads none.
 """
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -25,8 +27,7 @@ from apache_beam.io.filesystems import FileSystems
 from evalbeam.configs.schema import InputConfig, UserSimulatorConfig
 from evalbeam.metrics.adk import judge_options, metrics_from_criteria, read_test_config
 from evalbeam.metrics.registry import get_metric
-from evalbeam.metrics.trace import get_key
-from evalbeam.transforms.read_adk import criteria_of_file, test_config_path
+from evalbeam.metrics.rows.trace import get_key
 
 
 def expand_adk(data: Any) -> tuple[Any, bool]:
@@ -95,6 +96,26 @@ def _with_user_simulator(data: dict, source: InputConfig) -> dict:
     if source.inferred_format() != "adk_eval_set":
         return data
     return {**data, "inference": {**inference, "user_simulator": {}}}
+
+
+def test_config_path(path: str) -> str:
+    """The test_config.json ADK's AgentEvaluator.find_config_for_test_file reads for a file: beside it."""
+    return f"{path.rsplit('/', 1)[0]}/test_config.json" if "/" in path else "test_config.json"
+
+
+@functools.lru_cache(maxsize=256)
+def criteria_of_file(path: str) -> tuple[dict[str, Any], ...]:
+    """The metric specs of the criteria ADK judges a file with (find_config_for_test_file):
+    its test_config.json's, else ADK's defaults. Raises ValueError naming the test_config."""
+    config = test_config_path(path)
+    if not FileSystems.exists(config):
+        return tuple(metrics_from_criteria(None))
+    try:
+        with FileSystems.open(config, mime_type="application/octet-stream") as f:
+            text = f.read().decode("utf-8")
+        return tuple(read_test_config(text))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{config}: {e}") from None
 
 
 def _criteria_of_files(uri: str) -> tuple[list[dict], dict]:

@@ -19,17 +19,18 @@ from typing import Any, Literal
 import pydantic
 
 from evalbeam.configs.failure_modes import FailureModesConfig, check_metrics
+from evalbeam.metrics.agents.simulator import SIMULATOR_DEFAULTS
 from evalbeam.metrics.custom import function_path
-from evalbeam.metrics.fields import CANONICAL_FIELDS
+from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.jury import JuryRule, check_partial, juror_name, split_entry
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import JudgeTemplate
 from evalbeam.metrics.names import BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE
 from evalbeam.metrics.registry import SIMULATOR_QUALITY, MetricDef, get_metric
-from evalbeam.metrics.trace import get_key
+from evalbeam.metrics.rows.trace import get_key
 
 if typing.TYPE_CHECKING:
-    from evalbeam.metrics.compare import Gate
+    from evalbeam.metrics.statistics.compare import Gate
 
 
 def reserved_columns() -> dict[str, str]:
@@ -458,13 +459,14 @@ class UserSimulatorConfig(_Model):
     checks; camelCase accepted as ADK accepts it). Its model calls go through the judge layer."""
 
     type: Literal["llm_backed"] = pydantic.Field("llm_backed", description="ADK's discriminator; only llm_backed")
-    model: str = pydantic.Field("gemini-2.5-flash", min_length=1, description="the model writing the user's messages")
+    model: str = pydantic.Field(SIMULATOR_DEFAULTS["model"], min_length=1,
+                                description="the model writing the user's messages")
     model_configuration: dict[str, Any] = pydantic.Field(
         default_factory=dict, alias="modelConfiguration",
         description="GenerateContentConfig: temperature and max_output_tokens are applied (else the judge's); "
                     "thinking_config is accepted")
     max_allowed_invocations: int = pydantic.Field(
-        20, ge=-1, alias="maxAllowedInvocations",
+        SIMULATOR_DEFAULTS["max_allowed_invocations"], ge=-1, alias="maxAllowedInvocations",
         description="the most user messages of a conversation, the starting prompt included; -1: no limit")
     # checked by ADK's own LlmBackedUserSimulatorConfig, with google-adk: where it runs (pipelines.preflight)
     custom_instructions: str | None = pydantic.Field(
@@ -552,7 +554,7 @@ class A2AAuthConfig(_Model):
         return self
 
     def plain(self) -> dict[str, Any]:
-        """As plain data (what metrics.deployed.A2AAuth takes): only the given key."""
+        """As plain data (what metrics.agents.deployed.A2AAuth takes): only the given key."""
         return self.model_dump(exclude_none=True)
 
 
@@ -581,7 +583,7 @@ class InferenceConfig(_Model):
         None, description="function/agent/a2a/agent_engine: the user simulator of conversation_scenario cases (ADK's "
                           "LlmBackedUserSimulatorConfig); default ADK's defaults, or input.adk_criteria's "
                           "user_simulator_config")
-    # deployed agents (metrics/deployed.py)
+    # deployed agents (metrics/agents/deployed.py)
     a2a: str | None = pydantic.Field(
         None, pattern=r"^https?://[^\s/]+(/\S*)?$",
         description="the URL of an agent served over A2A (its card at <url>/.well-known/agent-card.json): each case "
@@ -801,7 +803,7 @@ class EvalConfig(_Model):
     @pydantic.field_validator("compare_tolerance")
     @classmethod
     def _a_tolerance(cls, value: float | str) -> float | str:
-        from evalbeam.metrics.compare import parse_tolerance  # start-up time: the comparison's module where asked
+        from evalbeam.metrics.statistics.compare import parse_tolerance  # start-up time: the comparison's module where asked
 
         parse_tolerance(value)
         return value
@@ -809,7 +811,7 @@ class EvalConfig(_Model):
     @pydantic.field_validator("compare_tolerances")
     @classmethod
     def _tolerances(cls, value: dict[str, float | str]) -> dict[str, float | str]:
-        from evalbeam.metrics.compare import parse_tolerance  # start-up time: the comparison's module where asked
+        from evalbeam.metrics.statistics.compare import parse_tolerance  # start-up time: the comparison's module where asked
 
         for metric, tolerance in value.items():
             try:
@@ -833,9 +835,9 @@ class EvalConfig(_Model):
         return self
 
     def gate(self) -> "Gate":
-        """The comparison gate of this config: tolerances and watched metrics (metrics.compare.Gate)."""
+        """The comparison gate of this config: tolerances and watched metrics (metrics.statistics.compare.Gate)."""
         from evalbeam.metrics.agent import PASSTHROUGH_FIELDS  # start-up time: where a comparison is made
-        from evalbeam.metrics.compare import Gate, parse_tolerance
+        from evalbeam.metrics.statistics.compare import Gate, parse_tolerance
 
         names = {m.output_name for m in self.metrics}
         return Gate(parse_tolerance(self.compare_tolerance),

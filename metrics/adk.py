@@ -1,6 +1,6 @@
 """ADK evaluation criteria, with google-adk 2.13.0's exact semantics.
 
-A case is one instance; its turns are its trace (`metrics.trace.trace_of`:
+A case is one instance; its turns are its trace (`metrics.rows.trace.trace_of`:
 the `invocations` field, else the flat row as one turn). Each criterion is
 computed per turn and aggregated per case as ADK does it; the per-turn values
 go to the result's `extra`. Where ADK reports no score (a metric that raised,
@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import unicodedata
 from typing import Any, Callable, Literal, Mapping, Optional
 
 import pydantic
 
 from evalbeam.metrics.registry import MetricError, MetricValue, get_metric, is_refused, register
-from evalbeam.metrics.trace import get_key, trace_of
+from evalbeam.metrics.rows.trace import camel_case, get_key, trace_of
 
 # Reported by ADK on every eval; they never pass or fail, and ADK refuses a threshold on them.
 INFORMATIONAL_CRITERIA = ("tool_call_count_v1", "token_usage_v1", "inference_call_count_v1", "invocation_duration_v1")
@@ -402,12 +401,12 @@ def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, 
                 # BaseCriterion's own field; only ADK's own judges (metrics.judge.adk_judges) read it
                 criterion.pop("include_intermediate_responses_in_final", None)
                 criterion.pop("includeIntermediateResponsesInFinal", None)
+            spellings = {spelling: field for field in fields for spelling in (field, camel_case(field))}
             params = {}
             for key, value in criterion.items():
-                snake = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
                 # other keys are ignored, as ADK's criteria (extra="allow") ignore them
-                if snake in fields:
-                    params[snake] = value
+                if key in spellings:
+                    params[spellings[key]] = value
             spec = {"name": name, "threshold": threshold}
             if params:
                 spec["params"] = params

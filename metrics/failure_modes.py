@@ -23,8 +23,8 @@ import numpy as np
 import yaml
 
 from evalbeam.metrics.judge.agent_views import conversation
-from evalbeam.metrics.summary import BOOTSTRAP_REPLICATES, bootstrap_weight_matrix
-from evalbeam.metrics.trace import trace_of
+from evalbeam.metrics.statistics.summary import BOOTSTRAP_REPLICATES, bootstrap_weight_matrix
+from evalbeam.metrics.rows.trace import trace_of
 
 OTHER = "other"
 BUILTIN = ("task_success", "tool_use")

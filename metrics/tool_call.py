@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pydantic
 
-from evalbeam.metrics.calls import CallFormatError, json_key, parse_tool_call_message
+from evalbeam.metrics.rows.calls import CallFormatError, json_key, parse_tool_call_message
 from evalbeam.metrics.registry import MetricError, MetricValue, register
 
 

@@ -1,6 +1,6 @@
 """Trajectory metrics: a predicted list of tool calls against a reference list.
 
-Call equality is `metrics.calls.call_key` (names equal, inputs deeply equal as
+Call equality is `metrics.rows.calls.call_key` (names equal, inputs deeply equal as
 JSON values).
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import pydantic
 
-from evalbeam.metrics.calls import call_key
+from evalbeam.metrics.rows.calls import call_key
 from evalbeam.metrics.registry import register
 
 BOTH = ("predicted_trajectory", "reference_trajectory")

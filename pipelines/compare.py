@@ -29,7 +29,7 @@ from apache_beam.io.parquetio import ReadFromParquet
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from evalbeam.configs import EvalConfig
-from evalbeam.metrics.compare import ALPHA, Gate, Tolerance, explain, parse_tolerance
+from evalbeam.metrics.statistics.compare import ALPHA, Gate, Tolerance, explain, parse_tolerance
 from evalbeam.pipelines.local import new_pipeline
 from evalbeam.pipelines.results import Location, location_of, read_rows, run_comparisons, runs_row
 from evalbeam.pipelines.text_tables import fmt, format_table

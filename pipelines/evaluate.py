@@ -24,17 +24,17 @@ from evalbeam.pipelines.results import ResultsError, location_of, previous_run, 
 from evalbeam.pipelines.stages import RunContext
 from evalbeam.pipelines.stages.adk_history import AdkHistoryStage
 from evalbeam.pipelines.stages.calibration import CalibrationStage
-from evalbeam.pipelines.stages.comparison import ComparisonStage
+from evalbeam.pipelines.stages.compare import ComparisonStage
 from evalbeam.pipelines.stages.failure_modes import FailureModesStage
 from evalbeam.pipelines.stages.inference import InferenceStage
 from evalbeam.pipelines.stages.judge_cache import JudgeCacheStage
-from evalbeam.pipelines.stages.judging import InferredOnlyStage, JudgeStage
+from evalbeam.pipelines.stages.judge import InferredOnlyStage, JudgeStage
 from evalbeam.pipelines.stages.read import ReadStage
 from evalbeam.pipelines.stages.rubrics import RubricStage
-from evalbeam.pipelines.stages.scoring import ScoringStage
+from evalbeam.pipelines.stages.score import ScoringStage
 from evalbeam.pipelines.stages.simulator_quality import SimulatorQualityStage
-from evalbeam.pipelines.stages.summaries import SummariesStage
-from evalbeam.pipelines.stages.writing import WriteResults
+from evalbeam.pipelines.stages.summary import SummariesStage
+from evalbeam.pipelines.stages.write import WriteResults
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.judge_checkpoint import checkpoint_folder
 from evalbeam.transforms.progress import ProgressDisplay

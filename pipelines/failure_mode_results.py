@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from evalbeam.metrics.summary import OVERALL
+from evalbeam.metrics.statistics.summary import OVERALL
 
 TOP = 3
 

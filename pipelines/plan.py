@@ -20,7 +20,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from evalbeam.configs import ConfigError, EvalConfig
 from evalbeam.metrics.failure_modes import TaxonomyError
 from evalbeam.metrics.judge.client import CHARS_PER_TOKEN
-from evalbeam.metrics.ppi import MIN_LABELS, PilotVariances, labels_for_width
+from evalbeam.metrics.statistics.ppi import MIN_LABELS, PilotVariances, labels_for_width
 from evalbeam.pipelines.local import new_pipeline
 from evalbeam.pipelines.preflight import billing_project, parquet_glob, preflight
 from evalbeam.pipelines.results import ResultsError, results_for
@@ -29,7 +29,7 @@ from evalbeam.transforms import bigquery, judge
 from evalbeam.transforms.failure_modes import DISCOVERY, taxonomy_of
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.plan import PlanFailureModes, PlanJudging
-from evalbeam.transforms.rubric_judge import ReadPinnedRubrics
+from evalbeam.transforms.rubrics import ReadPinnedRubrics
 from evalbeam.transforms.runs import judge_cost
 
 
@@ -55,7 +55,7 @@ def plan(config: EvalConfig, width: float | None = None, pilot: str | None = Non
 
 def label_plan(config: EvalConfig, pilot: str, width: float, instances: int) -> dict:
     """Per metric the pilot run labelled (its overall calibration row), the labels needed among
-    `instances` (metrics.ppi.labels_for_width)."""
+    `instances` (metrics.statistics.ppi.labels_for_width)."""
     try:
         tables = results_for(config).run_tables(pilot)
         if not tables["runs"]:

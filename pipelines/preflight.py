@@ -18,16 +18,16 @@ from google.auth.exceptions import DefaultCredentialsError
 
 from evalbeam.configs import ConfigError, EvalConfig, MetricSpec
 from evalbeam.metrics.custom import load_function, path_hint
-from evalbeam.metrics.deployed import reachable
-from evalbeam.metrics.fields import InvalidField
-from evalbeam.metrics.inference import AgentInferrer, load_target
-from evalbeam.metrics.instance import RowSpec, build_instance, present_columns
+from evalbeam.metrics.agents.deployed import reachable
+from evalbeam.metrics.rows.fields import InvalidField
+from evalbeam.metrics.agents.inference import AgentInferrer, load_target
+from evalbeam.metrics.rows.instance import RowSpec, build_instance, present_columns
 from evalbeam.metrics.judge.adk_judges import AdkJudgesUnavailable, check_evaluators
 from evalbeam.metrics.judge.adk_judges import require_adk as require_adk_judges
 from evalbeam.metrics.judge.client import JudgeCredentialsError, check_credentials
 from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_template
 from evalbeam.metrics.registry import get_metric, unmet_inputs
-from evalbeam.metrics.simulator import QUALITY_METRIC, SimulatorUnavailable, check_custom_instructions, require_adk
+from evalbeam.metrics.agents.simulator import QUALITY_METRIC, SimulatorUnavailable, check_custom_instructions, require_adk
 from evalbeam.pipelines.local import LOCAL_RUNNERS
 from evalbeam.pipelines.stages.read import adk_reading, inputs_left, row_spec
 from evalbeam.transforms import bigquery
@@ -223,7 +223,7 @@ def _check_inference(config: EvalConfig) -> None:
 
 def _check_simulator(config: EvalConfig) -> None:
     """per_turn_user_simulator_quality_v1 and conversation_scenario cases run google-adk's own user
-    simulator and verifier (metrics.simulator): google-adk must import here (and on the workers).
+    simulator and verifier (metrics.agents.simulator): google-adk must import here (and on the workers).
     The input is looked into for a scenario case only when google-adk is missing."""
     try:
         for spec in config.simulator_quality_specs():

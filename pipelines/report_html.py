@@ -12,7 +12,7 @@ import math
 import re
 from typing import Any
 
-from evalbeam.metrics.fields import CANONICAL_FIELDS
+from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.pipelines import report_charts as charts
 from evalbeam.pipelines.compare import flagged_first
 from evalbeam.pipelines.report_data import SHOWN_FIELDS
@@ -261,7 +261,7 @@ def _comparison_table(rows: list[dict[str, Any]]) -> str:
             f'<td class=num>{num(r["p_value_adjusted"])}</td>'
             f'<td class=num>{num(r["wins"])}/{num(r["ties"])}/{num(r["losses"])}</td><td>{e(r["direction"])}</td>'
             f'<td class="flag">{flag}</td>'
-            # corrected: the means, difference, CI and p are human-corrected (PPI++; metrics.compare)
+            # corrected: the means, difference, CI and p are human-corrected (PPI++; metrics.statistics.compare)
             f'<td>{"corrected (PPI++)" if r.get("estimate") == "corrected" else "judge"}</td></tr>')
     out.append("</table>")
     return "\n".join(out)

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from evalbeam.metrics.adk_invocation import adk_invocation
+from evalbeam.metrics.rows.adk_invocation import adk_invocation
 from evalbeam.metrics.adk import CASE_STATUS, FAILED, INFORMATIONAL, INFORMATIONAL_CRITERIA, NOT_EVALUATED, PASSED, criterion_status
 from evalbeam.transforms.score import ScoredInstance
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 import functools
 from typing import Any, Iterator
 
+from evalbeam.metrics.rows.trace import camel_case
+
 EXTRA_FORBIDDEN = "Extra inputs are not permitted"  # pydantic's message for extra_forbidden, as ADK reports it
 
 # Generated from google-adk 2.13.0 (tests/adk_env/adk_models.py): the models reachable from EvalSet and from
@@ -393,18 +395,12 @@ MODELS: dict[str, tuple[str, bool, dict[str, Any]]] = \
  'WordInfo': ('forbid', True, {'end_offset': None, 'start_offset': None, 'word': None})}
 
 
-def _camel(name: str) -> str:
-    """pydantic's to_camel, as ADK's and google.genai's alias generator (snake_case -> camelCase)."""
-    head, *rest = name.split("_")
-    return head + "".join(word.capitalize() for word in rest)
-
-
 @functools.lru_cache(maxsize=None)
 def _keys(model: str) -> tuple[dict[str, Any], dict[str, tuple[str, Any]]]:
     """(alias -> field type, field name -> (its alias, field type)) of a model."""
     _, camel, fields = MODELS[model]
-    aliases = {(_camel(name) if camel else name): kind for name, kind in fields.items()}
-    names = {name: (_camel(name) if camel else name, kind) for name, kind in fields.items()}
+    aliases = {(camel_case(name) if camel else name): kind for name, kind in fields.items()}
+    names = {name: (camel_case(name) if camel else name, kind) for name, kind in fields.items()}
     return aliases, names
 
 
@@ -487,7 +483,7 @@ def session_input_errors(eval_set: Any) -> list[tuple[str, str]]:
             out.append((where, "Input should be a valid dictionary or instance of SessionInput"))
             continue
         for field, (required, name, kind) in _SESSION_INPUT.items():
-            spelled = _camel(field) if _camel(field) in value else field
+            spelled = camel_case(field) if camel_case(field) in value else field
             if spelled not in value:
                 if required:
                     out.append((f"{where}.{field}", "Field required"))

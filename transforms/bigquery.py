@@ -334,7 +334,7 @@ class PublishFn(beam.DoFn):
         self._attempt = attempt
         self._location = location
         self._staging_folder = staging_folder
-        # run_id (and base_run_id) can only hold [A-Za-z0-9_.-] (configs.NAME_RE), so they
+        # run_id (and base_run_id) can only hold [A-Za-z0-9_.-] (metrics.names.NAME_RE), so they
         # are safe as literals; query parameters are not bound inside scripts everywhere.
         assert re.fullmatch(NAME_RE, run.run_id), run.run_id
         self._replace = replace or f"run_id = '{run.run_id}'"

@@ -1,4 +1,4 @@
-"""Paired comparison of two runs as a Beam pipeline (metrics.compare does the statistics).
+"""Paired comparison of two runs as a Beam pipeline (metrics.statistics.compare does the statistics).
 
     base results, run results, instances' slices
       -> one CoGroupByKey by instance_id (by case when either run repeated its
@@ -14,10 +14,10 @@ Used by `evalbeam compare` (both runs read back from Parquet or BigQuery) and by
 
 Repeated runs: when either run ran its cases several times (num_runs > 1, instance
 ids `<case>:run<k>`), the unit of the comparison is the case, as in the summary.
-The instances of a run with num_runs > 1 are keyed by their case (transforms.infer
+The instances of a run with num_runs > 1 are keyed by their case (transforms.inference
 case_id; a run with one run per case keeps its ids, so a case of a num_runs 3 run
 pairs with the same case of a num_runs 1 run). Per metric, a case's value on each
-side is the mean of the compared values (metrics.compare.compared_value) of its
+side is the mean of the compared values (metrics.statistics.compare.compared_value) of its
 valid runs (for a 0/1 metric: the share of its runs that passed); a case with no
 valid run on a side, all its runs failed, counts in error_in_either. The paired
 difference, its bootstrap (weights seeded by the case id: cases are resampled, not
@@ -33,11 +33,11 @@ from typing import Any, Iterable
 
 import apache_beam as beam
 
-from evalbeam.metrics.compare import (ERROR, ONLY_BASE, ONLY_RUN, PAIRED, Gate, PairedMoments, better_sign, compared_value,
+from evalbeam.metrics.statistics.compare import (ERROR, ONLY_BASE, ONLY_RUN, PAIRED, Gate, PairedMoments, better_sign, compared_value,
                                       finish)
-from evalbeam.metrics.summary import bootstrap_weights
-from evalbeam.transforms.infer import case_id
-from evalbeam.transforms.summarize import OVERALL
+from evalbeam.metrics.statistics.summary import bootstrap_weights
+from evalbeam.metrics.rows.instance import case_id
+from evalbeam.transforms.summary import OVERALL
 
 
 def result_entry(row: dict[str, Any]) -> tuple[str, tuple[str, float | None, bool, float | None]]:
@@ -66,7 +66,7 @@ class PairSpec:
     compared_at: dt.datetime
     base_num_runs: int = 1  # inference.num_runs of each run: > 1 on either side pairs cases
     run_num_runs: int = 1
-    # input.labels: the metrics both runs label, compared on human-corrected estimates (metrics.compare)
+    # input.labels: the metrics both runs label, compared on human-corrected estimates (metrics.statistics.compare)
     labelled_metrics: frozenset[str] = frozenset()
 
     @property

@@ -50,14 +50,14 @@ from evalbeam.metrics.failure_modes import (
     taxonomy_from_json,
     taxonomy_from_yaml,
 )
-from evalbeam.metrics.instance import Instance
+from evalbeam.metrics.rows.instance import Instance
 from evalbeam.metrics.judge.client import JudgeRequest, JudgeResponse, request_key
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.schema import RunKey, to_json_text
 from evalbeam.transforms.score import ScoredInstance
-from evalbeam.transforms.summarize import OVERALL
+from evalbeam.transforms.summary import OVERALL
 
 if TYPE_CHECKING:
     from evalbeam.configs.failure_modes import FailureModesConfig

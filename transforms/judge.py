@@ -36,7 +36,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
-from evalbeam.metrics.instance import Instance
+from evalbeam.metrics.rows.instance import Instance
 from evalbeam.metrics.judge.adk_judges import AdkJudge
 from evalbeam.metrics.judge.agent_views import units_of
 from evalbeam.metrics.judge.answers import AnswerStore
@@ -54,7 +54,7 @@ from evalbeam.metrics.judge.templates import (
     pairwise_verdict,
 )
 from evalbeam.metrics.registry import MetricError
-from evalbeam.metrics.trace import trace_of
+from evalbeam.metrics.rows.trace import trace_of
 from evalbeam.transforms import judge_checkpoint
 from evalbeam.transforms.judge_checkpoint import shard_of
 from evalbeam.transforms.judge_context import JudgeContext

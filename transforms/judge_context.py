@@ -1,5 +1,5 @@
 """What every judge stage is handed: template judges (transforms.judge), both rubric
-stages (transforms.rubric_judge) and model inference (transforms.infer) all answer
+stages (transforms.rubrics) and model inference (transforms.inference) all answer
 through one composite (judge.AnswerJudgeRequests) with one JudgeContext."""
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ import io
 import json
 from typing import Any, Iterable, Iterator
 
-from evalbeam.metrics.instance import MAX_NESTING, deepest_column
+from evalbeam.metrics.rows.instance import MAX_NESTING, deepest_column
 from evalbeam.transforms.records import MAX_RAW_CHARS, MAX_RECORD_BYTES, UTF8, DeadLetter, Record, SourceLines
 
 CHUNK = 1 << 20  # bytes read from a stream at a time

@@ -19,7 +19,7 @@ from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.transforms.failure_modes import DISCOVERY, instance_asks, instance_failures, usage_name
 from evalbeam.transforms.judge import judge_requests, plan_judges
 from evalbeam.transforms.judge_context import JudgeContext
-from evalbeam.transforms.rubric_judge import READY, RubricNeedsFn, plan_rubric_metrics, plan_units, use_pinned
+from evalbeam.transforms.rubrics import READY, RubricNeedsFn, plan_rubric_metrics, plan_units, use_pinned
 from evalbeam.transforms.schema import RunKey
 from evalbeam.transforms.score import ScoreInstances
 

@@ -13,9 +13,9 @@
   only; `instance_id` is `<eval_set_id>:<eval_id>`. A `conversation_scenario`
   case (user simulation) has no turns: its record carries the scenario in
   `adk_case`, and inference runs the agent with the user simulator
-  (transforms.simulate).
+  (transforms.simulator).
 
-Each record carries the case's trace in `invocations` (metrics.trace) and
+Each record carries the case's trace in `invocations` (metrics.rows.trace) and
 the columns `instance_id`, `eval_set_id`, `eval_id` (and `session_id`).
 
 A file is one JSON document, so it is parsed whole (ADK writes one file per
@@ -35,12 +35,13 @@ import re
 from typing import Any, Iterator
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 
-from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA, metrics_from_criteria, read_test_config
-from evalbeam.metrics.simulator import ScenarioError, SimulatorUnavailable, parse_scenario
-from evalbeam.metrics.trace import USAGE_COUNTS, add_rubrics, get_key, rubrics_of, side_from_events, turn_from_adk
-from evalbeam.transforms.adk_models import EXTRA_FORBIDDEN, _camel, forbidden_keys, session_input_errors
+from evalbeam.configs.adk_expansion import criteria_of_file, test_config_path
+from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA
+from evalbeam.metrics.agents.simulator import ScenarioError, SimulatorUnavailable, parse_scenario
+from evalbeam.metrics.rows.trace import (USAGE_COUNTS, add_rubrics, camel_case, get_key, rubrics_of, side_from_events,
+                                         turn_from_adk)
+from evalbeam.transforms.adk_models import EXTRA_FORBIDDEN, forbidden_keys, session_input_errors
 from evalbeam.transforms.records import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
 
 # A whole ADK file is read at once: bounded, so a wrong file cannot take a worker's memory.
@@ -123,26 +124,6 @@ def adk_base(uri: str) -> str:
 def relative_path(path: str, base: str) -> str:
     """A file's path relative to the input's base folder (its name, where the path is not under it)."""
     return path[len(base):] if base and path.startswith(base) else path.rsplit("/", 1)[-1]
-
-
-def test_config_path(path: str) -> str:
-    """The test_config.json ADK's AgentEvaluator.find_config_for_test_file reads for a file: beside it."""
-    return f"{path.rsplit('/', 1)[0]}/test_config.json" if "/" in path else "test_config.json"
-
-
-@functools.lru_cache(maxsize=256)
-def criteria_of_file(path: str) -> tuple[dict[str, Any], ...]:
-    """The metric specs of the criteria ADK judges a file with (find_config_for_test_file):
-    its test_config.json's, else ADK's defaults. Raises ValueError naming the test_config."""
-    config = test_config_path(path)
-    if not FileSystems.exists(config):
-        return tuple(metrics_from_criteria(None))
-    try:
-        with FileSystems.open(config, mime_type="application/octet-stream") as f:
-            text = f.read().decode("utf-8")
-        return tuple(read_test_config(text))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ValueError(f"{config}: {e}") from None
 
 
 def _whole_document(parse):
@@ -340,7 +321,7 @@ def _refused_cases(out: _Cases, cases: list, forbidden: list[str],
     # grouped by case once: a file of many cases each with a forbidden key is linear, not quadratic
     by_case: dict[int, list[tuple[str, str]]] = {}
     for path, message in problems:
-        found = re.match(rf"(?:{list_key}|{_camel(list_key)})\[(\d+)\]\.", path)
+        found = re.match(rf"(?:{list_key}|{camel_case(list_key)})\[(\d+)\]\.", path)
         if found:
             by_case.setdefault(int(found.group(1)), []).append((path, message))
     for index, case in enumerate(cases):
@@ -477,7 +458,7 @@ def parse_adk_eval_set(doc: _Document, value: Any, positional: bool, reading: Ad
         label = f"eval case {eval_id!r}"
         conversation, scenario = get_key(case, "conversation"), get_key(case, "conversation_scenario")
         if scenario is not None:
-            # user simulation (metrics.simulator): no turns until inference runs the agent with the simulator
+            # user simulation (metrics.agents.simulator): no turns until inference runs the agent with the simulator
             if conversation is not None:
                 yield out.dead(index, f"{label}: Exactly one of conversation and conversation_scenario must be "
                                       "provided in an EvalCase.", case, "conversation_scenario")

@@ -12,14 +12,14 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-from evalbeam.metrics.fields import (
+from evalbeam.metrics.rows.fields import (
     CANONICAL_FIELDS,
     FLAG_FIELDS,
     NUMBER_FIELDS,
     STRUCTURED_FIELDS,
     TRAJECTORY_FIELDS,
 )
-from evalbeam.metrics.instance import Instance
+from evalbeam.metrics.rows.instance import Instance
 
 
 @dataclasses.dataclass(frozen=True)
@@ -295,7 +295,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("annotator_alpha", "FLOAT64", description="Krippendorff's alpha (interval) among the annotators"),
         Column("annotator_alpha_units", "INT64", description="instances with two labels or more"),
         Column("corrected_mean", "FLOAT64", description="the human-corrected estimate of the metric's mean over every "
-                                                        "scored instance (PPI++, metrics.ppi); null with fewer than 10 "
+                                                        "scored instance (PPI++, metrics.statistics.ppi); null with fewer than 10 "
                                                         "labels or repeated runs"),
         Column("corrected_ci_low", "FLOAT64", description="95% CI of corrected_mean (normal)"),
         Column("corrected_ci_high", "FLOAT64"),

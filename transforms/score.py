@@ -19,7 +19,7 @@ from apache_beam.metrics import Metrics
 
 from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
 from evalbeam.metrics.custom import custom_scorer
-from evalbeam.metrics.instance import Instance
+from evalbeam.metrics.rows.instance import Instance
 from evalbeam.metrics.registry import as_metric_value, get_metric
 from evalbeam.transforms.schema import RunKey
 from evalbeam.transforms.worker import freeze_start_up_objects, quiet_interrupts
@@ -151,7 +151,7 @@ def with_thresholds(scored: ScoredInstance, thresholds: dict[str, float | None])
 
 
 def missing_input_error(missing) -> str:
-    """The error of a metric whose inputs the instance lacks (metrics.instance.build_instance)."""
+    """The error of a metric whose inputs the instance lacks (metrics.rows.instance.build_instance)."""
     return f"missing input {', '.join(missing)}"
 
 

@@ -1,5 +1,5 @@
 """ADK's per_turn_user_simulator_quality_v1 in the pipeline: whether the simulated user of each
-conversation_scenario case kept to its scenario (metrics.simulator's quality_* functions call
+conversation_scenario case kept to its scenario (metrics.agents.simulator's quality_* functions call
 google-adk's own prompt and answer parsing here, on the workers: the run needs the `agent` extra).
 
     instances -> per case: a verifier request per later user turn, and one for the conversation's
@@ -18,10 +18,10 @@ import dataclasses
 
 import apache_beam as beam
 
-from evalbeam.metrics.inference import scenario_of
-from evalbeam.metrics.instance import Instance
+from evalbeam.metrics.agents.inference import scenario_of
+from evalbeam.metrics.rows.instance import Instance
 from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, request_key
-from evalbeam.metrics.simulator import (
+from evalbeam.metrics.agents.simulator import (
     ScenarioError,
     majority,
     parse_scenario,

@@ -26,8 +26,8 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.transforms import window
 
-from evalbeam.metrics.fields import InvalidField
-from evalbeam.metrics.instance import Instance, RowSpec, build_instance
+from evalbeam.metrics.rows.fields import InvalidField
+from evalbeam.metrics.rows.instance import Instance, RowSpec, build_instance
 from evalbeam.transforms.records import DEAD_LETTER, MAX_RAW_CHARS, DeadLetter, Record
 
 

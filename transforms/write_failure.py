@@ -19,7 +19,7 @@ import re
 # filesystem): whatever step meets one.
 STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 # Any OSError in the stages that write the output (an I/O error, a permission lost mid-run):
-# the one writer (pipelines.stages.writing) and ADK's history files (pipelines.stages.adk_history),
+# the one writer (pipelines.stages.write) and ADK's history files (pipelines.stages.adk_history),
 # by their stage names in pipelines.evaluate.stages.
 WRITE_STAGES = ("Write/", "AdkEvalHistory/")
 

@@ -6,7 +6,7 @@ google-adk (the `agent` extra) on the workers:
 
   prompt      per turn, the evaluator's own `format_auto_rater_prompt(actual,
               expected)`, on ADK Invocation objects rebuilt from the trace turn
-              (metrics.adk_invocation), sent as free text (no response schema,
+              (metrics.rows.adk_invocation), sent as free text (no response schema,
               as ADK sends it);
   answer      each sample's text through the evaluator's own
               `convert_auto_rater_response_to_score` (ADK's label parsing);
@@ -25,7 +25,7 @@ criterion's name and fields); the evaluator is built lazily in each process.
 The multi-turn trajectory criterion is an AdkJudge judged once, on the last turn,
 after the evaluator has read the whole dialogue. hallucinations_v1 asks two
 dependent questions per response step: AdkHallucinations, run by the rubric
-stage's two stages (transforms.rubric_judge). ADK's criteria that Vertex's
+stage's two stages (transforms.rubrics). ADK's criteria that Vertex's
 hosted evaluation service scores (HOSTED_CRITERIA) are refused by name.
 """
 from __future__ import annotations
@@ -41,10 +41,10 @@ from typing import Any, Mapping
 
 import pydantic
 
-from evalbeam.metrics.adk_invocation import adk_invocation
+from evalbeam.metrics.rows.adk_invocation import adk_invocation
 from evalbeam.metrics.judge.agent_views import Unit
 from evalbeam.metrics.registry import refuse, register
-from evalbeam.metrics.trace import trace_of
+from evalbeam.metrics.rows.trace import trace_of
 
 # criterion -> (the module of google.adk.evaluation holding its evaluator, the evaluator class,
 # the criterion class of eval_metrics)
@@ -221,7 +221,7 @@ def adk_invocations(fields: Mapping[str, Any]) -> tuple[list, list | None]:
 
 @dataclasses.dataclass(frozen=True)
 class AdkHallucinations:
-    """ADK's hallucinations_v1 as configured: what the rubric stage (transforms.rubric_judge) asks in its two
+    """ADK's hallucinations_v1 as configured: what the rubric stage (transforms.rubrics) asks in its two
     dependent steps, each rendered and read by google-adk's HallucinationsV1Evaluator, as its
     _evaluate_nl_response does for every step its _get_steps_to_evaluate finds:
 

@@ -1,4 +1,4 @@
-"""What an agent judge reads of an instance's trace (metrics.trace's
+"""What an agent judge reads of an instance's trace (metrics.rows.trace's
 `invocations` turns), and the units it judges.
 
 A rubric template's `unit` says what one judgment covers:
@@ -19,7 +19,7 @@ import dataclasses
 import json
 from typing import Any, Mapping
 
-from evalbeam.metrics.trace import get_key, trace_of
+from evalbeam.metrics.rows.trace import get_key, trace_of
 
 AGENT_VARIABLES = ("tool_calls", "intermediate_responses", "grounding_metadata", "conversation", "step_context",
                    "agent_instructions", "user_turns")

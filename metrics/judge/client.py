@@ -133,7 +133,7 @@ def build_genai_client(settings: JudgeSettings, http):
 
 def scrub_secrets(text: str, secret: str | None, credentials, *more: str) -> str:
     """The text with the API key, the credentials' current token and any `more` secrets (a deployed
-    agent's bearer token or header values: metrics.deployed.A2AAuth) replaced by [redacted]."""
+    agent's bearer token or header values: metrics.agents.deployed.A2AAuth) replaced by [redacted]."""
     for value in sorted((secret, getattr(credentials, "token", None), *more), key=lambda v: -len(v or "")):
         if value:
             text = text.replace(value, "[redacted]")

@@ -26,6 +26,7 @@ from evalbeam.metrics.judge.adk_judges import EVALBEAM_NAMES, RUBRIC_CRITERIA, A
 from evalbeam.metrics.judge.rubrics import StaticRubric, builtin_rubric_templates
 from evalbeam.metrics.judge.templates import builtin_templates
 from evalbeam.metrics.registry import NoParams, refuse, register
+from evalbeam.metrics.rows.trace import get_key
 
 
 class RubricParams(pydantic.BaseModel):
@@ -46,9 +47,9 @@ class CriterionParams(pydantic.BaseModel):
     @classmethod
     def _adk_rubrics(cls, rubrics):
         for i, r in enumerate(rubrics):
-            content = r.get("rubric_content", r.get("rubricContent")) or {}
-            text = content.get("text_property", content.get("textProperty")) if isinstance(content, dict) else None
-            rubric_id = r.get("rubric_id", r.get("rubricId"))
+            content = get_key(r, "rubric_content") or {}
+            text = get_key(content, "text_property") if isinstance(content, dict) else None
+            rubric_id = get_key(r, "rubric_id")
             if not isinstance(rubric_id, str) or not rubric_id or not isinstance(text, str) or not text.strip():
                 raise ValueError(f"rubrics[{i}] needs a rubric_id and rubric_content.text_property")
         return rubrics
@@ -56,9 +57,9 @@ class CriterionParams(pydantic.BaseModel):
     def static(self) -> list[StaticRubric]:
         out = []
         for r in self.rubrics:
-            content = r.get("rubric_content", r.get("rubricContent"))
-            out.append(StaticRubric(id=r.get("rubric_id", r.get("rubricId")),
-                                    text=content.get("text_property", content.get("textProperty")), type=r.get("type")))
+            content = get_key(r, "rubric_content")
+            out.append(StaticRubric(id=get_key(r, "rubric_id"),
+                                    text=get_key(content, "text_property"), type=r.get("type")))
         return out
 
 

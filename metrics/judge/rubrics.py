@@ -31,7 +31,7 @@ from typing import Any, Literal
 import pydantic
 import yaml
 
-from evalbeam.metrics.fields import CANONICAL_FIELDS
+from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.agent_views import AGENT_VARIABLES
 from evalbeam.metrics.registry import MetricError
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import pydantic
 import yaml
 
-from evalbeam.metrics.fields import CANONICAL_FIELDS
+from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.rubrics import InvalidRubricAnswer, parse_stage_answer
 from evalbeam.metrics.registry import MetricError
 

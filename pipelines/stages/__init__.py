@@ -4,7 +4,7 @@ ExtractEvaluateAndWriteResults over its extractors, evaluators and writers.
 Each stage is one PTransform in its own module, built from the run's RunContext.
 It takes the named PCollections made so far (a dict) and returns the ones it
 adds or replaces; `pipelines.evaluate.build_pipeline` chooses the stages from
-the config and hands everything to the one writer (stages.writing.WriteResults).
+the config and hands everything to the one writer (stages.write.WriteResults).
 
 Names a stage may read or make:
   records, unparseable, source_lines   what was read (stages.read)
@@ -14,7 +14,7 @@ Names a stage may read or make:
   scores/<part>                        ScoredInstances, every part summarized and written
   judge_cache/<part>, usage/<part>     judge calls' cache rows and usage, per stage
   rubrics                              generated rubrics (stages.rubrics)
-  summary, runs, comparisons           (stages.summaries, stages.comparison)
+  summary, runs, comparisons           (stages.summary, stages.compare)
 """
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """The calibration stage (input.labels): each labelled metric's agreement with the human
-labels, per slice, into the calibration table (transforms.calibrate)."""
+labels, per slice, into the calibration table (transforms.calibration)."""
 from __future__ import annotations
 
 from evalbeam.pipelines.stages import Stage
-from evalbeam.pipelines.stages.summaries import thresholds
-from evalbeam.transforms.calibrate import CalibrateScores
+from evalbeam.pipelines.stages.summary import thresholds
+from evalbeam.transforms.calibration import CalibrateScores
 
 
 class CalibrationStage(Stage):

@@ -1,10 +1,10 @@
 """The inference stage: a model, a function or an agent run on each case before it
-is scored (transforms.infer); a model's calls go through the one judge layer."""
+is scored (transforms.inference); a model's calls go through the one judge layer."""
 from __future__ import annotations
 
 
 from evalbeam.pipelines.stages import Stage
-from evalbeam.transforms.infer import Infer
+from evalbeam.transforms.inference import Infer
 
 
 class InferenceStage(Stage):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from evalbeam.configs import EvalConfig
-from evalbeam.metrics.instance import RowSpec
+from evalbeam.metrics.rows.instance import RowSpec
 from evalbeam.pipelines.local import lean_local, part_bytes
 from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms import bigquery
@@ -32,13 +32,13 @@ def row_spec(config: EvalConfig) -> RowSpec:
         id_column=config.input.id_column or ("instance_id" if config.input.is_adk else None),
         slice_columns=tuple(config.input.slice_columns),
         # a metric whose inputs a row lacks gets an error on its own row (transforms.score,
-        # transforms.judge, transforms.rubric_judge); a row no metric can score is dead-lettered
+        # transforms.judge, transforms.rubrics); a row no metric can score is dead-lettered
         requirements=tuple((m.output_name, inputs_left(config, m.input_alternatives())) for m in config.metrics),
         label_columns=tuple((metric, tuple(columns)) for metric, columns in config.input.labels.items()),
     )
 
 
-# What inference fills in (metrics.inference.apply_result): not needed from the input.
+# What inference fills in (metrics.agents.inference.apply_result): not needed from the input.
 INFERRED_FIELDS = ("response", "predicted_trajectory", "invocations", "latency_in_seconds", "failure")
 
 

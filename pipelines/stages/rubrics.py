@@ -1,11 +1,11 @@
-"""The rubric metrics' stage (transforms.rubric_judge): rubrics generated (or pinned
+"""The rubric metrics' stage (transforms.rubrics): rubrics generated (or pinned
 from judge.rubrics_from), then validated, through the one judge layer."""
 from __future__ import annotations
 
 
 from evalbeam.pipelines.preflight import parquet_glob
 from evalbeam.pipelines.stages import Stage
-from evalbeam.transforms.rubric_judge import ReadPinnedRubrics, RubricJudge
+from evalbeam.transforms.rubrics import ReadPinnedRubrics, RubricJudge
 
 
 class RubricStage(Stage):

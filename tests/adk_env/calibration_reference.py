@@ -1,5 +1,5 @@
 """scikit-learn's and SciPy's agreement statistics for the cases in a JSON file (argv[1]), printed
-as JSON: the reference tests/metrics/test_calibration.py compares metrics.calibration with.
+as JSON: the reference tests/metrics/statistics/test_calibration.py compares metrics.statistics.calibration with.
 Runs in the reference venv .adk/ (scikit-learn 1.9.1, SciPy), so that scikit-learn stays
 out of evalbeam's own environment. Each case: {"judge": [...], "human": [...], "threshold": t | null,
 "categories": [...] | null}; a statistic scikit-learn or SciPy leaves undefined is null."""

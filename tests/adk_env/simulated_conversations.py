@@ -1,6 +1,6 @@
 """Run inside the ADK reference venv (.adk/bin/python): ADK 2.13's own evaluation generator runs an
 agent against its user simulator on the conversation_scenario cases of an eval set, for
-tests/transforms/test_simulation.py.
+tests/transforms/test_simulator.py.
 
     simulated_conversations.py AGENT_MODULE EVAL_SET.json TEST_CONFIG.json
 stdout: {eval_id: [{"prompt", "response", "tool_calls": [[name, args]]}] | {"error": ...}}

@@ -1,5 +1,5 @@
 """Run inside the ADK reference venv (.adk/bin/python): google-adk 2.13.0's user simulator pieces
-on the cases of a request file, for tests/metrics/test_simulator.py.
+on the cases of a request file, for tests/metrics/agents/test_simulator.py.
 
 request: {"renders": [{plan, history, custom, persona (id | object | null)}],
           "summaries": [{events: [Event JSON], include_function_calls}],

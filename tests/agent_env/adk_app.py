@@ -15,7 +15,7 @@ from google.adk.runners import Runner
 from google.adk.sessions import InMemorySessionService
 from google.genai import types
 
-from evalbeam.metrics.inference import load_target
+from evalbeam.metrics.agents.inference import load_target
 
 agent = load_target(sys.argv[1], "agent")
 port = int(sys.argv[2])

@@ -23,7 +23,7 @@ import sys
 import uvicorn
 from google.adk.a2a.utils.agent_to_a2a import to_a2a
 
-from evalbeam.metrics.inference import load_target
+from evalbeam.metrics.agents.inference import load_target
 
 LOG_PATH = "/_evalbeam_auth_log"
 CARD_PATH = "/.well-known/agent-card.json"

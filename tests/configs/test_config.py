@@ -118,7 +118,7 @@ def test_the_comparison_gate_of_a_config(tmp_path):
     """compare_tolerance(s) and compare_watch (issue 32, item 1): per metric, absolute or
     relative; the automatic latency_in_seconds and failure watched only when named; a metric
     the config does not have is refused by name, as a typo would leave it ungated."""
-    from evalbeam.metrics.compare import Tolerance
+    from evalbeam.metrics.statistics.compare import Tolerance
 
     gate = load_config(write(tmp_path, BASE)).gate()
     assert gate.watches("exact_match") and not gate.watches("latency_in_seconds") and not gate.watches("failure")

@@ -8,10 +8,10 @@ import pytest
 
 from evalbeam.configs import ConfigError, InputConfig, load_config
 from evalbeam.metrics import get_metric
-from evalbeam.metrics.adk_invocation import adk_invocation
-from evalbeam.metrics.fields import InvalidField
-from evalbeam.metrics.instance import RowSpec, build_instance
-from evalbeam.metrics.trace import parse_turns
+from evalbeam.metrics.rows.adk_invocation import adk_invocation
+from evalbeam.metrics.rows.fields import InvalidField
+from evalbeam.metrics.rows.instance import RowSpec, build_instance
+from evalbeam.metrics.rows.trace import parse_turns
 from evalbeam.metrics.registry import MetricError
 from tests.adk_cases import eval_set_result
 from evalbeam.transforms.read import parse_file
@@ -71,7 +71,7 @@ def test_eval_set_expected_turns_and_unusable_cases(tmp_path):
         "conversation_scenario": {"starting_prompt": "hi", "conversation_plan": "ask"}}
     sf, paris = (r.data["invocations"] for r in records)
     # a response of two text parts: joined with a new line, and its parts kept (ADK joins them otherwise
-    # in some judges' prompts: metrics.trace)
+    # in some judges' prompts: metrics.rows.trace)
     assert sf == [{"invocation_id": "inv-1", "prompt": "Weather in SF?", "expected": {
         "response": "18C\nfoggy", "response_parts": [{"text": "18C"}, {"text": "foggy"}],
         "tool_calls": [{"tool_name": "get_weather", "tool_input": {"city": "SF"}}], "intermediate_responses": []}}]
@@ -189,7 +189,7 @@ def test_trace_normalisation_is_idempotent():
     rng = random.Random(5)
     doc = eval_set_result(rng.randrange(1000), "s", 40)
     for case in doc["eval_case_results"]:
-        from evalbeam.metrics.trace import turn_from_adk
+        from evalbeam.metrics.rows.trace import turn_from_adk
 
         turns = [turn_from_adk(p["actual_invocation"], p.get("expected_invocation"), "x")
                  for p in case["eval_metric_result_per_invocation"]]

@@ -27,9 +27,9 @@ ADK_STAMP = ROOT / ".adk" / ".installed"  # the Makefile's: .adk/ is complete
 _VERTEX_TEMPLATES = ("coherence", "fluency", "safety", "groundedness", "instruction_following", "verbosity",
                      "text_quality", "summarization_quality", "question_answering_quality",
                      "multi_turn_chat_quality", "multi_turn_safety")
-_VERTEX_PROOF = "tests/metrics/test_vertex_templates.py::test_a_run_sends_vertex_prompts_and_scores_as_vertex_parses"
+_VERTEX_PROOF = "tests/metrics/judge/test_vertex_templates.py::test_a_run_sends_vertex_prompts_and_scores_as_vertex_parses"
 _ADK_PROOF = "tests/metrics/test_adk_fidelity.py::test_every_case_and_criterion_agrees_with_adk"
-_ADK_JUDGE_PROOF = "tests/metrics/test_adk_judges.py::test_adks_own_prompts_answers_and_aggregation"
+_ADK_JUDGE_PROOF = "tests/metrics/judge/test_adk_judges.py::test_adks_own_prompts_answers_and_aggregation"
 # Vertex's service computes these and publishes no code: METRICS.md (the project's contract where the
 # service's behaviour is not public) defines them, and these tests check evalbeam against it (BLEU and ROUGE
 # against sacrebleu and rouge-score, which METRICS.md names)
@@ -56,7 +56,7 @@ ALLOWED: dict[str, str] = {
     "rubric_based_multi_turn_trajectory_quality_v1": _ADK_JUDGE_PROOF,
     "hallucinations_v1": _ADK_JUDGE_PROOF,
     "per_turn_user_simulator_quality_v1":
-        "tests/metrics/test_simulator.py::test_per_turn_user_simulator_quality_equals_adks",
+        "tests/metrics/agents/test_simulator.py::test_per_turn_user_simulator_quality_equals_adks",
     # Vertex's computation-based metrics, by METRICS.md's contract (see above)
     "exact_match": f"{_SPEC_TEXT}::test_exact_match_is_character_exact",
     "bleu": f"{_SPEC_TEXT}::test_bleu_is_bit_identical_to_sacrebleu_on_hard_texts",
@@ -76,8 +76,8 @@ ALLOWED: dict[str, str] = {
     "tool_parameter_key_match": f"{_SPEC_TOOL_CALL}::test_parameter_key_match_pairs_by_position_with_matching_names",
     "tool_parameter_kv_match": f"{_SPEC_TOOL_CALL}::test_parameter_kv_match_strict_and_lenient",
     # the recorded values, passed through (no computation of evalbeam's)
-    "latency_in_seconds": "tests/metrics/test_instance.py::test_csv_cells_hold_json_and_numbers",
-    "failure": "tests/metrics/test_instance.py::test_csv_cells_hold_json_and_numbers",
+    "latency_in_seconds": "tests/metrics/rows/test_instance.py::test_csv_cells_hold_json_and_numbers",
+    "failure": "tests/metrics/rows/test_instance.py::test_csv_cells_hold_json_and_numbers",
 }
 
 # Read in .adk/: agentplatform's predefined metrics (the names its RubricMetric resolves, versioned and

@@ -23,7 +23,7 @@ from evalbeam.metrics.failure_modes import (
     taxonomy_from_yaml,
 )
 from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
-from evalbeam.metrics.summary import bootstrap_weight_matrix
+from evalbeam.metrics.statistics.summary import bootstrap_weight_matrix
 
 
 def test_builtin_taxonomies_have_unique_ids_an_other_mode_and_a_stable_digest():

@@ -1,8 +1,8 @@
 import pytest
 
 from evalbeam.metrics import get_metric
-from evalbeam.metrics.calls import json_key
-from evalbeam.metrics.trace import parse_turns
+from evalbeam.metrics.rows.calls import json_key
+from evalbeam.metrics.rows.trace import parse_turns
 
 
 def score(name, params=None, **fields):

@@ -1,6 +1,6 @@
 """input.labels through a whole run: the calibration table (one Beam combine per metric and
-slice) equals metrics.calibration's statistics (tested against scikit-learn/SciPy in
-tests/metrics/test_calibration.py) of the pairs the run wrote; refused and missing labels are
+slice) equals metrics.statistics.calibration's statistics (tested against scikit-learn/SciPy in
+tests/metrics/statistics/test_calibration.py) of the pairs the run wrote; refused and missing labels are
 counted, never dropped; `show`, `show --json` print it."""
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from evalbeam.configs import EvalConfig
-from evalbeam.metrics.calibration import CalibrationMoments
-from evalbeam.metrics.summary import bootstrap_weight_matrix
+from evalbeam.metrics.statistics.calibration import CalibrationMoments
+from evalbeam.metrics.statistics.summary import bootstrap_weight_matrix
 from tests.helpers import evalbeam, table
 from tests.judge_server import JudgeServer
 
@@ -58,7 +58,7 @@ def labelled_run(tmp_path_factory):
 
 
 def expected(results, instances, metric, threshold, labels):
-    """metrics.calibration over the pairs the run wrote (metric_results: score, human_label)."""
+    """metrics.statistics.calibration over the pairs the run wrote (metric_results: score, human_label)."""
     moments = CalibrationMoments()
     weights = bootstrap_weight_matrix([r["instance_id"] for r in results])
     for r, w in zip(results, weights):
@@ -300,11 +300,11 @@ def test_a_labelled_metric_compared_with_no_label_is_a_run_problem():
 def test_corrected_estimates_through_run_show_and_plan(tmp_path, monkeypatch):
     """Labels on a random half of a run whose judge is a point too kind: the calibration table's
     corrected estimate equals ppi-python's over the scores and labels the run wrote; show prints it
-    beside the judge-only mean; `plan --labels-for-width --pilot` gives metrics.ppi's label count."""
+    beside the judge-only mean; `plan --labels-for-width --pilot` gives metrics.statistics.ppi's label count."""
     ppi_py = pytest.importorskip("ppi_py")
     import numpy as np
 
-    from evalbeam.metrics.ppi import PilotVariances, labels_for_width
+    from evalbeam.metrics.statistics.ppi import PilotVariances, labels_for_width
 
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
     rng = random.Random(31)

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from scipy import stats
 
-from evalbeam.metrics.summary import bootstrap_weights
+from evalbeam.metrics.statistics.summary import bootstrap_weights
 from tests.helpers import evalbeam, table
 
 NUM_RUNS = 3

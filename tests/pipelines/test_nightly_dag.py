@@ -19,7 +19,7 @@ import pytest
 
 from evalbeam.pipelines.nightly import launch_body
 from tests.helpers import ROOT, evalbeam
-from tests.metrics.test_compare import cases, write_run
+from tests.metrics.statistics.test_compare import cases, write_run
 
 AIRFLOW = ROOT / ".airflow"
 # as in the README: the repository's pipelines/ files, deployed as DAGS_FOLDER/evalbeam/pipelines/
@@ -34,7 +34,7 @@ VARIABLES = {
     "evalbeam_config": "gs://my-bucket/evals/nightly.yaml",
     "evalbeam_temp_location": "gs://my-bucket/tmp",
     "evalbeam_dataset": DATASET,
-    "evalbeam_eval_name": "cmp-eval",  # tests/metrics/test_compare.write_run's config name
+    "evalbeam_eval_name": "cmp-eval",  # tests/metrics/statistics/test_compare.write_run's config name
 }
 
 
@@ -142,7 +142,7 @@ def test_the_check_fails_a_night_that_regressed_and_keeps_its_results(airflow, c
         evalbeam("run", config, "--set", f"run_date={date}", *flags)
 
     run("2026-11-20", cases(False))  # the first night: nothing to compare with
-    run("2026-11-21", cases(True))  # group b regressed (tests/metrics/test_compare.cases)
+    run("2026-11-21", cases(True))  # group b regressed (tests/metrics/statistics/test_compare.cases)
     state, log = night(airflow, "2026-11-21")
     assert state == "failed", log[-5000:]
     assert f"FROM `{DATASET}.regressions`" in log and "run_date = DATE '2026-11-21'" in log  # rendered by Airflow

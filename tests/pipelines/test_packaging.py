@@ -169,7 +169,7 @@ def test_the_installed_package_is_what_gets_imported(installed):
     assert {f.split("/")[1] for f in installed_files if f.startswith("evalbeam/")} == {
         "configs", "metrics", "pipelines", "transforms"}
     assert {f"evalbeam/{f}" for f in ("metrics/judge/__init__.py", "metrics/judge/templates.py", "configs/judge_metrics.yaml",
-                                      "metrics/judge/rubrics.py", "configs/rubric_metrics.yaml", "transforms/rubric_judge.py",
+                                      "metrics/judge/rubrics.py", "configs/rubric_metrics.yaml", "transforms/rubrics.py",
                                       "configs/data/agents.jsonl", "configs/demo.yaml")} <= installed_files
 
 

@@ -3,7 +3,7 @@ import json
 
 from tests.helpers import evalbeam, table
 from tests.judge_server import JudgeServer
-from tests.metrics.test_judge import KEY, judge_config, write_data
+from tests.metrics.judge.test_judge import KEY, judge_config, write_data
 
 ROWS = [
     {"id": "a", "prompt": "Greet the user", "response": "Hello! #score=4"},

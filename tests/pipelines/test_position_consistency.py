@@ -10,10 +10,10 @@ import lxml.html
 import numpy as np
 import pytest
 
-from evalbeam.metrics.summary import bootstrap_weight_matrix
+from evalbeam.metrics.statistics.summary import bootstrap_weight_matrix
 from tests.helpers import evalbeam, table
 from tests.judge_server import JudgeServer
-from tests.metrics.test_judge import judge_config, write_data
+from tests.metrics.judge.test_judge import judge_config, write_data
 
 KEY = "AIzaSy-test-key-position-0123456789"
 GOOD, POOR = "Hello there! #quality=4", "hi #quality=2"

@@ -198,7 +198,7 @@ def test_a_full_disk_ends_the_run_with_120_and_one_line_leaving_the_previous_out
 def test_many_slice_values_are_bounded_in_the_summary_and_on_the_terminal(tmp_path):
     """The cap is input.max_slice_values (default 1,000; a constant before issue 32, item 8)."""
     from evalbeam.configs import EvalConfig
-    from evalbeam.metrics.summary import MAX_SLICE_VALUES as DEFAULT  # the transforms' default, the config's too
+    from evalbeam.metrics.statistics.summary import MAX_SLICE_VALUES as DEFAULT  # the transforms' default, the config's too
 
     assert EvalConfig.model_fields["input"].annotation.model_fields["max_slice_values"].default == DEFAULT == 1000
     MAX_SLICE_VALUES = 40

@@ -12,7 +12,8 @@ import subprocess
 
 import pytest
 
-from evalbeam.transforms.adk_models import MODELS, _camel, forbidden_keys
+from evalbeam.metrics.rows.trace import camel_case
+from evalbeam.transforms.adk_models import MODELS, forbidden_keys
 from evalbeam.transforms.read import parse_file
 from evalbeam.transforms.records import DeadLetter, Record, SourceLines
 from tests.adk_cases import eval_set_sets
@@ -59,11 +60,11 @@ def test_the_key_table_is_adks(adk_reference):
     reference = json.loads(run_adk("adk_models.py"))
     ours = {}
     for name, entry in reference.items():
-        # ADK's and google.genai's alias generator is to_camel; evalbeam derives the alias with _camel. A model
+        # ADK's and google.genai's alias generator is to_camel; evalbeam derives the alias with camel_case (metrics.rows.trace). A model
         # without one (EvalSet, ADK's CacheMetadata) has no alias at all
-        camel = not any(info["alias"] is None and _camel(field) != field for field, info in entry["fields"].items())
+        camel = not any(info["alias"] is None and camel_case(field) != field for field, info in entry["fields"].items())
         for field, info in entry["fields"].items():
-            assert info["alias"] == (None if _camel(field) == field or not camel else _camel(field)), \
+            assert info["alias"] == (None if camel_case(field) == field or not camel else camel_case(field)), \
                 (name, field, info["alias"])
         ours[name] = (entry["extra"], camel, {field: _tuple(info["type"]) for field, info in entry["fields"].items()})
     assert {"EvalSet", "EvalSetResult", "EvalCaseResult", "EvalMetricResult", "Session"} <= set(ours)
@@ -109,7 +110,7 @@ def mutated_eval_sets(seed: int, count: int):
             roll = rng.random()
             if roll < 0.15 and target:  # the other spelling of a key already there
                 key = rng.choice(list(target))
-                other = _camel(key) if _camel(key) != key else None
+                other = camel_case(key) if camel_case(key) != key else None
                 if other:
                     target[other] = copy.deepcopy(target[key])
             else:
@@ -186,8 +187,8 @@ def mutated_results(seed: int, count: int):
             path, target = rng.choice([(p, o) for p, o in _objects(doc) if not p.endswith(("agent_details", "agentDetails"))])
             if rng.random() < 0.15 and target:  # the other spelling of a key already there
                 key = rng.choice(list(target))
-                if _camel(key) != key:
-                    target[_camel(key)] = copy.deepcopy(target[key])
+                if camel_case(key) != key:
+                    target[camel_case(key)] = copy.deepcopy(target[key])
             else:
                 target[rng.choice(MISTAKES)] = rng.choice([1, "x", {"text": "y"}, [], None])
         docs.append(doc)
@@ -490,7 +491,8 @@ def test_an_unreadable_test_config_dead_letters_its_files_cases_and_the_others_r
     now the run is configured from the readable ones, and the bad folder's files are
     dead-lettered naming their test_config.json. With no readable one the config is refused."""
     from evalbeam.configs import validate_config
-    from evalbeam.transforms.read_adk import AdkReading, adk_base, criteria_of_file
+    from evalbeam.transforms.read_adk import AdkReading, adk_base
+    from evalbeam.configs.adk_expansion import criteria_of_file
     from tests.adk_cases import eval_set_result
 
     for name, config in (("good", {"criteria": {"response_match_score": 0.4}}), ("bad", None)):
@@ -637,7 +639,7 @@ def test_thresholds_adk_reads_leniently_are_read_as_adk_reads_them(tmp_path, adk
     """ADK's EvalConfig reads thresholds in pydantic's lax mode: "0.5" and true are thresholds 0.5
     and 1.0. evalbeam refused such a test_config.json ('expected a threshold (number)'); it now
     reads the same thresholds ADK's AgentEvaluator.find_config_for_test_file finds."""
-    from evalbeam.transforms.read_adk import criteria_of_file
+    from evalbeam.configs.adk_expansion import criteria_of_file
 
     files = []
     for i, value in enumerate(LAX_THRESHOLDS):

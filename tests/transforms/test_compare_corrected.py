@@ -12,7 +12,7 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that
 from scipy import stats
 
-from evalbeam.metrics.compare import Gate
+from evalbeam.metrics.statistics.compare import Gate
 from evalbeam.pipelines.compare import format_comparison
 from evalbeam.transforms.compare import CompareRuns, PairSpec, result_entry
 

@@ -1,5 +1,5 @@
 """Comparing runs with repeated runs (inference.num_runs > 1): cases are paired, not
-runs. The comparison (transforms.compare's pairing folded into metrics.compare's
+runs. The comparison (transforms.compare's pairing folded into metrics.statistics.compare's
 accumulators, as CompareRuns does, and CompareRuns itself on the DirectRunner) is
 checked against a direct NumPy/SciPy computation over generated cases with missing
 runs, failed runs, cases whose runs all failed on one side and cases in one run only;
@@ -17,10 +17,10 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that
 from scipy import stats
 
-from evalbeam.metrics.compare import Gate, PairedMoments, better_sign, finish
-from evalbeam.metrics.summary import bootstrap_weights
+from evalbeam.metrics.statistics.compare import Gate, PairedMoments, better_sign, finish
+from evalbeam.metrics.statistics.summary import bootstrap_weights
 from evalbeam.transforms.compare import CompareRuns, PairSpec, paired_values, result_entry
-from evalbeam.transforms.infer import case_id
+from evalbeam.metrics.rows.instance import case_id
 
 DIRECTIONS = {"em": "higher", "quality": "higher", "verbosity": "closer_to_zero"}
 

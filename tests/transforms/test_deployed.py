@@ -1,4 +1,4 @@
-"""Deployed agents (metrics/deployed.py): `inference.a2a` against a real ADK agent served by ADK's own
+"""Deployed agents (metrics/agents/deployed.py): `inference.a2a` against a real ADK agent served by ADK's own
 `to_a2a` (the .agent venv), whose model is the local Gemini-protocol server, compared with the same agent
 run in-process (`inference.agent`); `inference.agent_engine` against a stand-in speaking Agent Engine's REST
 protocol (tests/agent_engine_server.py) through google-cloud-aiplatform's client and real credentials."""
@@ -10,9 +10,9 @@ import subprocess
 
 import pytest
 
-from evalbeam.metrics.deployed import A2AInferrer, Calls, events_from_a2a
-from evalbeam.metrics.inference import infer_all
-from evalbeam.metrics.instance import RowSpec, build_instance
+from evalbeam.metrics.agents.deployed import A2AInferrer, Calls, events_from_a2a
+from evalbeam.metrics.agents.inference import infer_all
+from evalbeam.metrics.rows.instance import RowSpec, build_instance
 from evalbeam.transforms.read import parse_file
 from evalbeam.transforms.records import Record
 from tests.a2a_agent import A2AServer
@@ -111,7 +111,7 @@ def engine_env(tmp_path, monkeypatch):
     from cryptography.hazmat.primitives.asymmetric import rsa
 
     from tests.agent_engine_server import AgentEngineServer
-    from tests.metrics.test_judge_vertex import CLIENT_EMAIL, service_account_file
+    from tests.metrics.judge.test_judge_vertex import CLIENT_EMAIL, service_account_file
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     with JudgeServer() as tokens:
@@ -123,7 +123,7 @@ def engine_env(tmp_path, monkeypatch):
 
 
 def on_engine(engine, cases, max_attempts=3, requests_per_minute=None, sleep=None):
-    from evalbeam.metrics.deployed import AgentEngineInferrer
+    from evalbeam.metrics.agents.deployed import AgentEngineInferrer
 
     made = []
 
@@ -211,7 +211,7 @@ def test_a_whole_run_on_agent_engine_killed_and_rerun_repeats_only_unsaved_cases
     import signal
     import time as clock
 
-    from evalbeam.metrics.deployed import case_key
+    from evalbeam.metrics.agents.deployed import case_key
     from evalbeam.transforms.judge_checkpoint import read_checkpoints
     from tests.helpers import EVALBEAM, evalbeam, table
 
@@ -386,11 +386,11 @@ def test_a2a_retries_resend_only_the_failed_message(tmp_path):
 
 
 def test_calls_retry_only_transient_failures_and_honour_retry_after():
-    """metrics.deployed.Calls on scripted outcomes: transient failures (429 with Retry-After, 5xx, a
+    """metrics.agents.deployed.Calls on scripted outcomes: transient failures (429 with Retry-After, 5xx, a
     timeout) are retried with backoff, up to max_attempts; anything else is raised at once."""
     import asyncio
 
-    from evalbeam.metrics.deployed import Transient, _http_transient
+    from evalbeam.metrics.agents.deployed import Transient, _http_transient
 
     def run(outcomes, max_attempts=4, timeout=5.0):
         waits, sent = [], []

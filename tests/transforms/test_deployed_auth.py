@@ -1,4 +1,4 @@
-"""Authenticated A2A (inference.auth, metrics.deployed.A2AAuth): ADK's own `to_a2a` server
+"""Authenticated A2A (inference.auth, metrics.agents.deployed.A2AAuth): ADK's own `to_a2a` server
 (tests/agent_env/serve_a2a.py) behind a check of every request's Authorization header, which verifies
 Google ID tokens with google-auth's own verifier (signature against the local token endpoint's
 certificates, audience, expiry). The ID tokens are minted by google-auth from Application Default
@@ -16,8 +16,8 @@ import urllib.request
 
 import pytest
 
-from evalbeam.metrics.deployed import A2AAuth, A2AInferrer, Calls, reachable
-from evalbeam.metrics.inference import infer_all
+from evalbeam.metrics.agents.deployed import A2AAuth, A2AInferrer, Calls, reachable
+from evalbeam.metrics.agents.inference import infer_all
 from tests.a2a_agent import A2AServer
 from tests.judge_server import JudgeServer
 from tests.transforms.test_deployed import cases_of
@@ -40,7 +40,7 @@ def service_account_adc(tmp_path, monkeypatch):
     ID tokens it issued)."""
     from cryptography.hazmat.primitives.asymmetric import rsa
 
-    from tests.metrics.test_judge_vertex import service_account_file
+    from tests.metrics.judge.test_judge_vertex import service_account_file
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     with JudgeServer() as tokens:
@@ -262,7 +262,7 @@ def test_an_id_token_from_gclouds_adc_file_is_google_auths_and_verifies(tmp_path
         "source_credentials": {**key_file}}))
     from google.auth import impersonated_credentials
 
-    from evalbeam.metrics.deployed import id_token_credentials
+    from evalbeam.metrics.agents.deployed import id_token_credentials
 
     credentials = id_token_credentials("https://agent.example", google.auth.transport.requests.Request())
     assert isinstance(credentials, impersonated_credentials.IDTokenCredentials)
@@ -270,7 +270,7 @@ def test_an_id_token_from_gclouds_adc_file_is_google_auths_and_verifies(tmp_path
 
 
 def test_security_schemes_of_a2a_1_0_and_0_3_cards_in_words():
-    from evalbeam.metrics.deployed import security_schemes
+    from evalbeam.metrics.agents.deployed import security_schemes
 
     v1 = {"securitySchemes": {"bearer": {"httpAuthSecurityScheme": {"scheme": "bearer", "bearerFormat": "JWT"}},
                               "key": {"apiKeySecurityScheme": {"name": "X-Api-Key", "location": "header"}},

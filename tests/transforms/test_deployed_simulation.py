@@ -1,4 +1,4 @@
-"""User simulation against deployed agents (transforms/simulate.py with metrics.deployed): the same real
+"""User simulation against deployed agents (transforms/simulator.py with metrics.agents.deployed): the same real
 LlmAgent (tests/inference_agent.py) run against ADK's user simulator by ADK 2.13's own EvaluationGenerator
 in-process, and by `evalbeam run` (in .agent) over A2A (ADK's to_a2a, behind an ID-token check, through a
 proxy that refuses a message once) and on the Agent Engine stand-in in front of a real ADK app: the same
@@ -20,7 +20,7 @@ from tests.helpers import ROOT, evalbeam, table
 from tests.transforms.test_deployed import ENGINE, FaultyProxy
 from tests.transforms.test_deployed_auth import auth_log, guarded, id_token_check, service_account_adc
 from tests.transforms.test_inference import agent_env
-from tests.transforms.test_simulation import KEY
+from tests.transforms.test_simulator import KEY
 
 SCENARIOS = {
     "eval_set_id": "dep",
@@ -166,17 +166,17 @@ def test_simulated_users_talk_to_deployed_agents_as_adks_simulator_does_in_proce
 
 
 def test_finished_simulated_conversations_are_checkpointed_and_not_held_again(tmp_path, request, monkeypatch):
-    """transforms.simulate.SimulateFn on an A2A agent (behind the ID-token check) with a checkpoint folder:
+    """transforms.simulator.SimulateFn on an A2A agent (behind the ID-token check) with a checkpoint folder:
     each finished conversation is checkpointed as a finished case; the same cases again (a re-run of the
     run_id) are taken from there, the agent sent nothing, with the same turns."""
-    from tests.metrics.test_adk_judges import in_agent_env
+    from tests.metrics.judge.test_adk_judges import in_agent_env
 
     if in_agent_env(request):  # the simulator is google-adk's (the agent extra)
         return
     from evalbeam.configs import InferenceConfig
-    from evalbeam.metrics.instance import Instance
+    from evalbeam.metrics.rows.instance import Instance
     from evalbeam.metrics.judge.settings import JudgeSettings
-    from evalbeam.transforms.simulate import SimulateFn
+    from evalbeam.transforms.simulator import SimulateFn
     from tests.judge_server import JudgeServer
     from tests.transforms.test_deployed import cases_of
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from evalbeam.configs import load_config
-from evalbeam.metrics.inference import apply_result, failed, render_prompt, InferenceError
+from evalbeam.metrics.agents.inference import apply_result, failed, render_prompt, InferenceError
 from tests.helpers import ROOT, evalbeam, table
 
 
@@ -306,14 +306,14 @@ def agent_env():
 
 
 def test_adk_agent_inference_with_a_real_llm_agent(tmp_path, monkeypatch):
-    """A real LlmAgent with real Python tools, run by metrics.inference.AgentInferrer with ADK's
+    """A real LlmAgent with real Python tools, run by metrics.agents.inference.AgentInferrer with ADK's
     Runner and in-memory sessions, in the .agent venv (evalbeam[agent]: google-adk 2.13.0 with
     google-genai 2.34.0, requirements-agent.lock); the model's calls go to the local
     generateContent server, which answers with function calls."""
     import subprocess
 
     from evalbeam.metrics import get_metric
-    from evalbeam.metrics.instance import RowSpec, build_instance
+    from evalbeam.metrics.rows.instance import RowSpec, build_instance
     from tests.judge_server import JudgeServer
     from evalbeam.transforms.read import parse_file
     from evalbeam.transforms.records import Record
@@ -501,9 +501,9 @@ def test_plan_says_it_does_not_estimate_inference():
 
 
 def test_model_runs_are_separate_samples():
-    from evalbeam.metrics.instance import Instance
+    from evalbeam.metrics.rows.instance import Instance
     from evalbeam.metrics.judge.client import JudgeSettings
-    from evalbeam.transforms.infer import model_asks, run_copies
+    from evalbeam.transforms.inference import model_asks, run_copies
 
     settings = JudgeSettings(model="m")
     case = Instance("q1", {"prompt": "hi"}, {}, "src")
@@ -520,7 +520,7 @@ def test_a_legacy_cases_initial_session_is_the_state_the_agent_starts_in(tmp_pat
     session_input, and the real agent's session starts from its state (the tool reads `unit`)."""
     import subprocess
 
-    from evalbeam.metrics.instance import RowSpec, build_instance
+    from evalbeam.metrics.rows.instance import RowSpec, build_instance
     from tests.judge_server import JudgeServer
     from evalbeam.transforms.read import parse_file
     from evalbeam.transforms.records import Record

@@ -19,15 +19,15 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that
 
 from evalbeam.configs import EvalConfig
-from evalbeam.metrics.agreement import IntervalAlpha
-from evalbeam.metrics.instance import Instance
+from evalbeam.metrics.statistics.agreement import IntervalAlpha
+from evalbeam.metrics.rows.instance import Instance
 from evalbeam.metrics.judge.jury import JuryRule, aggregate_jury
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.transforms.judge import JudgeInstances
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.schema import RunKey
 from evalbeam.transforms.score import ScoredInstance
-from evalbeam.transforms.summarize import SummarizeScores
+from evalbeam.transforms.summary import SummarizeScores
 from tests.helpers import evalbeam, table
 from tests.judge_server import Behaviour, JudgeServer
 

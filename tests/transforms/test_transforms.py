@@ -9,11 +9,11 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from evalbeam.configs import MetricSpec
-from evalbeam.metrics.instance import Instance, RowSpec
+from evalbeam.metrics.rows.instance import Instance, RowSpec
 from evalbeam.transforms.read import ReadRecords
 from evalbeam.transforms.schema import RunKey
 from evalbeam.transforms.score import ScoreInstances
-from evalbeam.transforms.summarize import SummarizeScores
+from evalbeam.transforms.summary import SummarizeScores
 from evalbeam.transforms.validate import ToInstances
 from tests.helpers import ROOT
 
@@ -302,7 +302,7 @@ def test_every_metric_row_carries_the_threshold_in_force():
     row (every column None to start with) and any other gets its metric's; none where it has none."""
     import datetime as dt
 
-    from evalbeam.metrics.instance import Instance
+    from evalbeam.metrics.rows.instance import Instance
     from evalbeam.transforms.schema import RunKey, blank_metric_row
     from evalbeam.transforms.score import ScoredInstance, with_thresholds
 

@@ -30,7 +30,7 @@ def test_extend_makes_the_tables_add_makes_row_by_row(monkeypatch, group_bytes):
 
 
 def test_instance_rows_write_every_field_column():
-    from evalbeam.metrics.instance import Instance
+    from evalbeam.metrics.rows.instance import Instance
 
     run = RunKey("r", __import__("datetime").date(2026, 11, 27))
     instance = Instance("i1", {"response": "x", "predicted_trajectory": [{"tool_name": "t", "tool_input": {"b": 1, "a": "é"}}],

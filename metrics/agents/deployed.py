@@ -1,0 +1,924 @@
+"""Deployed agents: inferrers for an agent reached over the network (no Beam).
+
+    A2AInferrer          inference.a2a: an agent served over A2A (agent card at
+                         <url>/.well-known/agent-card.json), through the a2a-sdk client.
+                         One case = one A2A conversation (one context), one user turn =
+                         one message.
+    AgentEngineInferrer  inference.agent_engine: an ADK app on Vertex AI Agent Engine
+                         (projects/P/locations/L/reasoningEngines/ID), through
+                         google-cloud-aiplatform's ReasoningEngineExecutionService REST
+                         client with Application Default Credentials (google-auth), as the
+                         agent_engines SDK calls it: `create_session` with the `query` API,
+                         each turn with the `stream_query` class method of the streamQuery API.
+
+Both send every request through `Calls`: the job's quota (the judge layer's one
+rate limiter, metrics.judge.ratelimit.AdaptiveRateLimiter, with this worker's share),
+a per-request timeout, and retries with exponential backoff on 429 (after the server's
+Retry-After), 5xx and timeouts. A retry re-sends only the request that failed: turns
+already answered are kept, never sent again, and the conversation carries on in the same
+context/session. A turn that timed out or whose stream broke off is not sent again (the agent
+may have run it: its message would be in the conversation twice); it fails the case. Both turn the agent's ADK events into the case's turns as
+`inference.agent` does (metrics.rows.trace.turns_from_agent_data), so the same agent run
+in-process, over A2A or on Agent Engine gives the same trace.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import hashlib
+import json
+import random
+import time
+import uuid
+from typing import Any, Awaitable, Callable
+
+from evalbeam.metrics.agents.inference import InferenceError, user_turns
+from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter
+from evalbeam.metrics.rows.trace import turns_from_agent_data
+
+AGENT_ENGINE_RE = r"^projects/[^/]+/locations/[^/]+/reasoningEngines/[^/]+$"
+CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
+RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
+BACKOFF_BASE = 1.0  # seconds before the first retry; doubles per attempt, with jitter
+BACKOFF_MAX = 60.0
+
+
+class Transient(Exception):
+    """A request that may succeed when sent again (429, 5xx, a timeout)."""
+
+    def __init__(self, message: str, retry_after: float | None = None, rate_limited: bool = False,
+                 maybe_ran: bool = False):
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.rate_limited = rate_limited
+        # the request reached the agent and may have run to the end (a timeout, a stream broken off),
+        # as opposed to refused (429, 5xx) or never sent (connection refused)
+        self.maybe_ran = maybe_ran
+
+
+@dataclasses.dataclass
+class CallStats:
+    requests: int = 0  # every request sent, retries included
+    retries: int = 0
+    rate_limited: int = 0
+    in_flight: int = 0
+    peak_in_flight: int = 0
+
+
+class Calls:
+    """Every request to a deployed agent: paced by the job's quota share, timed out,
+    retried on transient failures. One per inferrer (one asyncio loop)."""
+
+    def __init__(self, requests_per_minute: float | None, max_attempts: int, request_timeout: float,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
+        self.limiter = AdaptiveRateLimiter(requests_per_minute, sleep=sleep) if requests_per_minute else None
+        self.max_attempts = max_attempts
+        self.request_timeout = request_timeout
+        self.stats = CallStats()
+        self._sleep = sleep
+
+    async def call(self, what: str, send: Callable[[], Awaitable[Any]], classify: Callable[[BaseException], Transient | None],
+                   resend: bool = True) -> Any:
+        """send() until it succeeds; `classify` says which failures are transient. resend=False (a
+        conversation's turn): a failure after which the agent may have run the request (a timeout, a
+        stream broken off) is final, as sending it again would put the message twice into the
+        conversation and run its tools twice; only refusals and requests never sent are retried."""
+        last = ""
+        for attempt in range(1, self.max_attempts + 1):
+            if self.limiter is not None:
+                await self.limiter.acquire()
+            self.stats.requests += 1
+            self.stats.retries += attempt > 1
+            self.stats.in_flight += 1
+            self.stats.peak_in_flight = max(self.stats.peak_in_flight, self.stats.in_flight)
+            try:
+                result = await asyncio.wait_for(send(), self.request_timeout)
+            except (asyncio.TimeoutError, TimeoutError):
+                failure: Transient | None = Transient(f"no answer within {self.request_timeout:g}s", maybe_ran=True)
+            except Exception as e:  # noqa: BLE001 - classified below: transient ones are retried
+                failure = classify(e)
+                if failure is None:
+                    raise
+            else:
+                if self.limiter is not None:
+                    self.limiter.on_success()
+                return result
+            finally:
+                self.stats.in_flight -= 1
+            last = str(failure)
+            if failure.maybe_ran and not resend:
+                raise InferenceError(f"{what}: {last}; not sent again (the agent may have run it); if the agent "
+                                     "needs longer, raise inference.request_timeout_seconds")
+            if failure.rate_limited:
+                self.stats.rate_limited += 1
+                if self.limiter is not None:
+                    self.limiter.on_rate_limited(failure.retry_after)
+            if attempt < self.max_attempts:
+                delay = min(BACKOFF_MAX, BACKOFF_BASE * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
+                await self._sleep(max(delay, failure.retry_after or 0.0))
+        raise InferenceError(f"{what} failed after {self.max_attempts} attempts; last: {last}")
+
+
+def _retry_after(headers: Any) -> float | None:
+    try:
+        value = headers.get("retry-after") if headers is not None else None
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _http_transient(status: int | None, message: str, headers: Any = None) -> Transient | None:
+    if status in RETRYABLE_STATUS:
+        return Transient(f"HTTP {status}: {message}"[:500], _retry_after(headers), rate_limited=status == 429)
+    return None
+
+
+def _turn_from_events(prompt: str, events: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
+    """One turn from the ADK events an agent produced for it, as AgentInferrer makes it."""
+    user = {"author": "user", "content": {"role": "user", "parts": [{"text": prompt}]}}
+    turn = turns_from_agent_data({"turns": [{"events": [user, *events]}]})[0]
+    invocation = next((e.get("invocation_id") for e in events if e.get("invocation_id")), None)
+    if invocation:
+        turn["invocation_id"] = invocation
+    turn["duration"] = {"total": seconds}
+    return turn
+
+
+# ------------------------------------------------------------------------------------------- A2A
+
+ADK_TYPE = "adk_type"  # ADK's A2A converters mark function calls and responses in a part's metadata
+TASK_ERROR_STATES = ("TASK_STATE_FAILED", "TASK_STATE_REJECTED", "TASK_STATE_CANCELED")
+# neither final nor a deliberate pause (input or auth required): a stream that ends there was cut short
+TASK_UNFINISHED_STATES = ("TASK_STATE_UNSPECIFIED", "TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
+
+
+def _json_numbers(value: Any) -> Any:
+    """A data part's values with integral numbers as ints: the part's data is a protobuf Struct, which holds
+    every number as a double (a tool's 25 arrives as 25.0); the agent's own values were JSON's."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 53:
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _json_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_numbers(v) for v in value]
+    return value
+
+
+def _a2a_part(part: dict[str, Any]) -> dict[str, Any] | None:
+    """An A2A part (as JSON) -> a genai part, as ADK's A2A part converter reads it back."""
+    kind = (part.get("metadata") or {}).get(ADK_TYPE)
+    if "data" in part:
+        if kind in ("function_call", "function_response", "executable_code", "code_execution_result"):
+            return {kind: _json_numbers(part["data"])}
+        return {"text": json.dumps(part["data"], sort_keys=True, ensure_ascii=False)}
+    if "text" in part:
+        return {"text": part["text"]}
+    return None  # files (raw bytes, urls) are not part of a trace
+
+
+def _a2a_event(message: dict[str, Any], metadata: dict[str, Any], default_author: str) -> dict[str, Any] | None:
+    parts = [p for p in (_a2a_part(p) for p in message.get("parts", [])) if p is not None]
+    if not parts:
+        return None
+    event: dict[str, Any] = {"author": metadata.get("adk_author") or default_author,
+                             "content": {"role": "model", "parts": parts}}
+    if metadata.get("adk_invocation_id"):
+        event["invocation_id"] = metadata["adk_invocation_id"]
+    usage = metadata.get("adk_usage_metadata")
+    if isinstance(usage, dict):
+        event["usage_metadata"] = {k: int(v) for k, v in usage.items() if isinstance(v, (int, float))}
+    return event
+
+
+def events_from_a2a(responses: list[dict[str, Any]], agent_name: str) -> tuple[list[dict[str, Any]], str | None]:
+    """The stream of one message (StreamResponse objects as JSON) -> (the ADK events it
+    carries, its context id). The agent's status messages are its events (ADK's A2A
+    executor sends one per ADK event, function calls and responses as data parts); an
+    agent that sends none (a plain A2A agent) answers with a message, or with its
+    task's agent history and artifacts. A failed, rejected or canceled task is an error;
+    so is a stream that ends while its task is unfinished (cut short: ADK's RemoteA2aAgent
+    reads it so, _UNFINISHED_TASK_STATES) or that carries nothing at all."""
+    events: list[dict[str, Any]] = []
+    fallback: list[dict[str, Any]] = []
+    context = None
+    answered = False  # a message: a whole answer by itself
+    state = None  # the task's last state, when the answer is a task
+    for response in responses:
+        if "message" in response:
+            answered = True
+            message = response["message"]
+            context = message.get("contextId") or context
+            event = _a2a_event(message, message.get("metadata") or {}, agent_name)
+            events += [event] if event else []
+        for key in ("statusUpdate", "task"):
+            if key not in response:
+                continue
+            update = response[key]
+            context = update.get("contextId") or context
+            status = update.get("status") or {}
+            state = status.get("state") or "TASK_STATE_UNSPECIFIED"
+            metadata = {**(update.get("metadata") or {}), **((status.get("message") or {}).get("metadata") or {})}
+            if status.get("message") and status["message"].get("role") == "ROLE_AGENT":
+                event = _a2a_event(status["message"], metadata, agent_name)
+                events += [event] if event else []
+            if state in TASK_ERROR_STATES:
+                text = " ".join(p.get("text", "") for p in (status.get("message") or {}).get("parts", []))
+                raise InferenceError(f"the A2A agent's task ended {status['state']}" + (f": {text.strip()}" if text.strip() else ""))
+            if key == "task":
+                for message in update.get("history") or []:
+                    if message.get("role") == "ROLE_AGENT":
+                        event = _a2a_event(message, {**(update.get("metadata") or {}), **(message.get("metadata") or {})}, agent_name)
+                        fallback += [event] if event else []
+                for artifact in update.get("artifacts") or []:
+                    event = _a2a_event(artifact, update.get("metadata") or {}, agent_name)
+                    fallback += [event] if event else []
+        if "artifactUpdate" in response:
+            update = response["artifactUpdate"]
+            context = update.get("contextId") or context
+            event = _a2a_event(update.get("artifact") or {}, update.get("metadata") or {}, agent_name)
+            fallback += [event] if event else []
+    if not answered and state is None:
+        raise InferenceError("the A2A agent's stream ended without an answer (no message, no task)")
+    if not answered and state in TASK_UNFINISHED_STATES:
+        raise InferenceError(f"the A2A agent's stream ended before its task reached a final state ({state})")
+    if not events:
+        events = fallback
+    return events, context
+
+
+CARD_PATH = ".well-known/agent-card.json"  # a2a-sdk's AGENT_CARD_WELL_KNOWN_PATH
+REFUSED_STATUS = (401, 403)
+
+
+class AuthUnavailable(InferenceError):
+    """inference.auth's credential cannot be had here (no ADC, a variable unset); the message says why."""
+
+
+class A2AAuth:
+    """inference.auth (configs.schema.A2AAuthConfig as plain data): the headers every A2A request carries.
+
+        google_id_token  a Google ID token, its audience the agent's URL unless given, minted by google-auth
+                         from Application Default Credentials (a service account key, an impersonated service
+                         account, or the metadata server: id_token_credentials) and refreshed by google-auth's
+                         own rule (Credentials.before_request: when less than its REFRESH_THRESHOLD, 3 min 45 s,
+                         of the token's life is left), so a run longer than a token's hour never sends an
+                         expired one; a 401 answered to a token makes it fetch a new one and send the request
+                         once more (a refusal: the agent ran nothing)
+        bearer_env       `Authorization: Bearer <the variable's value>`
+        headers          {NAME: VAR}: each header with its variable's value
+
+    The values are read where the requests are sent (the launcher for preflight, each worker for the run),
+    never written to the config; `scrub` takes every one of them out of a text (errors)."""
+
+    def __init__(self, auth: dict[str, Any], agent_url: str):
+        import os
+        import threading
+
+        self._kind = next(iter(auth))
+        self._lock = threading.Lock()  # the cases of a shard share one token, refreshed once
+        self._credentials = None
+        self._static: dict[str, str] = {}
+        if self._kind == "google_id_token":
+            self.audience = (auth["google_id_token"] or {}).get("audience") or a2a_card(agent_url)[0]
+        elif self._kind == "bearer_env":
+            name = auth["bearer_env"]
+            if not os.environ.get(name):
+                raise AuthUnavailable(f"inference.auth.bearer_env: the environment variable {name} is not set here")
+            self._static = {"Authorization": f"Bearer {os.environ[name]}"}
+        else:
+            unset = [env for env in auth["headers"].values() if not os.environ.get(env)]
+            if unset:
+                raise AuthUnavailable(f"inference.auth.headers: the environment variable(s) {', '.join(unset)} "
+                                      "are not set here")
+            self._static = {name: os.environ[env] for name, env in auth["headers"].items()}
+        self._auth = auth
+
+    def describe(self) -> str:
+        """Which credential is sent, in words (never its value)."""
+        if self._kind == "google_id_token":
+            who = getattr(self._credentials, "service_account_email", None) or \
+                getattr(getattr(self._credentials, "_target_credentials", None), "service_account_email", None)
+            return f"a Google ID token for audience {self.audience}" + (f" ({who})" if who else "") + \
+                " from Application Default Credentials"
+        if self._kind == "bearer_env":
+            return f"the bearer token in ${self._auth['bearer_env']}"
+        return "the header(s) " + ", ".join(f"{n} (from ${v})" for n, v in self._auth["headers"].items())
+
+    def headers(self, force: bool = False) -> dict[str, str]:
+        """The headers to send (blocking: a token may be fetched). force: a new token even if the
+        one held looks valid (the agent refused it)."""
+        if self._kind != "google_id_token":
+            return dict(self._static)
+        import google.auth.transport.requests
+        from google.auth import exceptions
+
+        request = google.auth.transport.requests.Request()
+        with self._lock:
+            try:
+                if self._credentials is None:
+                    self._credentials = id_token_credentials(self.audience, request)
+                if force:
+                    self._credentials.refresh(request)
+                headers: dict[str, str] = {}
+                self._credentials.before_request(request, "POST", self.audience, headers)
+            except exceptions.GoogleAuthError as e:
+                first = self.scrub(str(e).splitlines()[0][:300]) if str(e) else type(e).__name__
+                raise AuthUnavailable(f"inference.auth.google_id_token: no ID token for audience {self.audience} "
+                                      f"({type(e).__name__}: {first}); see docs/agents.md") from None
+        return {"Authorization" if k.lower() == "authorization" else k: v for k, v in headers.items()}
+
+    def secrets(self) -> list[str]:
+        values = list(self._static.values())
+        token = getattr(self._credentials, "token", None)
+        values += [token, f"Bearer {token}"] if token else []
+        return [v.removeprefix("Bearer ") for v in values if v]
+
+    def scrub(self, text: str) -> str:
+        from evalbeam.metrics.judge.client import scrub_secrets
+
+        return scrub_secrets(text, None, self._credentials, *self.secrets())
+
+    def for_httpx(self):
+        """An httpx.Auth adding the headers to every request of an httpx client (a2a-sdk's included)."""
+        import httpx
+
+        outer = self
+
+        class Auth(httpx.Auth):
+            requires_request_body = True  # a refused request may be sent once more, with a new token
+
+            async def async_auth_flow(self, request):
+                request.headers.update(await asyncio.to_thread(outer.headers))
+                response = yield request
+                if response.status_code == 401 and outer._kind == "google_id_token":
+                    request.headers.update(await asyncio.to_thread(outer.headers, True))
+                    yield request
+
+            def sync_auth_flow(self, request):
+                request.headers.update(outer.headers())
+                response = yield request
+                if response.status_code == 401 and outer._kind == "google_id_token":
+                    request.headers.update(outer.headers(True))
+                    yield request
+
+        return Auth()
+
+
+def id_token_credentials(audience: str, request):
+    """google-auth's ID-token credentials for `audience` from Application Default Credentials, by
+    google.oauth2.id_token.fetch_id_token_credentials (GOOGLE_APPLICATION_CREDENTIALS: a service account
+    key or an impersonated service account; else the metadata server). That function reads no gcloud ADC
+    file, so one made by `gcloud auth application-default login --impersonate-service-account` (the way a
+    person gets ID tokens) is loaded here with the same google-auth classes; user credentials themselves
+    cannot mint an ID token for another audience: said so, with the ways that can."""
+    import os
+
+    from google.auth import _cloud_sdk, environment_vars, exceptions
+    from google.oauth2 import id_token
+
+    given = os.environ.get(environment_vars.CREDENTIALS)
+    path = given or _cloud_sdk.get_application_default_credentials_path()
+    try:
+        with open(path) as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        info = {}  # google-auth says what is wrong with a file it was given
+    kind = info.get("type") if isinstance(info, dict) else None
+    if kind == "authorized_user":
+        raise exceptions.DefaultCredentialsError(
+            f"the Application Default Credentials at {path} are a user's, which cannot mint an ID token for "
+            "another audience: use a service account (its key, or `gcloud auth application-default login "
+            "--impersonate-service-account=SA`), or inference.auth.bearer_env with the output of "
+            "`gcloud auth print-identity-token`")
+    if not given and kind == "impersonated_service_account":
+        from google.auth import impersonated_credentials
+
+        target = impersonated_credentials.Credentials.from_impersonated_service_account_info(info)
+        return impersonated_credentials.IDTokenCredentials(target, target_audience=audience, include_email=True)
+    if not given and kind == "service_account":
+        from google.oauth2 import service_account
+
+        return service_account.IDTokenCredentials.from_service_account_info(info, target_audience=audience)
+    return id_token.fetch_id_token_credentials(audience, request)
+
+
+def security_schemes(card: Any) -> str:
+    """The securitySchemes an agent card (JSON) declares, in words: 'bearer (http bearer JWT)', or ''."""
+    schemes = card.get("securitySchemes") if isinstance(card, dict) else None
+    if not isinstance(schemes, dict) or not schemes:
+        return ""
+    described = []
+    for name, scheme in schemes.items():
+        if not isinstance(scheme, dict):
+            continue
+        if "type" not in scheme and len(scheme) == 1:  # A2A 1.0's JSON: {httpAuthSecurityScheme: {...}}
+            kind, scheme = next(iter(scheme.items()))
+            kind = kind.removesuffix("SecurityScheme")
+            scheme = scheme if isinstance(scheme, dict) else {}
+        else:  # A2A 0.3's (OpenAPI's): {type: http, scheme: bearer}
+            kind = scheme.get("type", "?")
+        details = " ".join(str(scheme[k]) for k in ("scheme", "bearerFormat", "name", "location", "in")
+                           if scheme.get(k))
+        described.append(f"{name} ({kind}{' ' + details if details else ''})")
+    return ", ".join(described)
+
+
+def refused_status(error: BaseException) -> int | None:
+    """401 or 403 when the error (or one it was raised from) is the agent refusing the credential."""
+    import httpx
+
+    seen = 0
+    while error is not None and seen < 10:
+        status = error.response.status_code if isinstance(error, httpx.HTTPStatusError) else \
+            getattr(error, "status_code", None)
+        if status in REFUSED_STATUS:
+            return status
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return None
+
+
+def a2a_card(url: str) -> tuple[str, str]:
+    """inference.a2a -> (the agent's base URL, its card's path under it). The agent's URL (with or
+    without a trailing slash, under a path or not): its card at <url>/.well-known/agent-card.json.
+    A URL ending in .json is the card's own (pasted from a browser, or an A2A 0.2 server's
+    /.well-known/agent.json)."""
+    url = url.rstrip("/")
+    if not url.endswith(".json"):
+        return url, CARD_PATH
+    if "/.well-known/" in url:
+        base, _, rest = url.rpartition("/.well-known/")
+        return base, ".well-known/" + rest
+    base, _, name = url.rpartition("/")
+    return base, name
+
+
+class A2AInferrer:
+    """inference.a2a: each case one A2A conversation with the agent at `url`."""
+
+    def __init__(self, url: str, calls: Calls, max_concurrency: int = 8, auth: dict[str, Any] | None = None):
+        self._target = url
+        self._url, self._card_path = a2a_card(url)
+        self._auth_config = auth  # inference.auth (plain data): A2AAuth is made on the loop, in _open
+        self._auth: A2AAuth | None = None
+        self._schemes = ""  # the securitySchemes the card declares, in words (for a refusal's error)
+        self._connections = max(100, max_concurrency)  # httpx's default pool (100) must not cap the cases in flight
+        self._calls = calls
+        self._client = None
+        self._http = None
+        self._name = "agent"
+        self._opening: asyncio.Lock | None = None
+        self._unreadable: InferenceError | None = None  # the card could not be read: every case's error
+
+    @staticmethod
+    def classify(error: BaseException) -> Transient | None:
+        import httpx
+        from a2a.client import A2AClientError, A2AClientTimeoutError
+
+        if isinstance(error, A2AClientTimeoutError) and isinstance(error.__cause__, httpx.TimeoutException):
+            error = error.__cause__  # which timeout: connecting (never sent) or waiting for the answer
+        if isinstance(error, (A2AClientTimeoutError, httpx.TimeoutException)):
+            return Transient(f"timed out: {error}", maybe_ran=not isinstance(error, httpx.ConnectTimeout))
+        if isinstance(error, httpx.TransportError):
+            try:
+                where = f" ({error.request.url})"  # the endpoint the agent card named
+            except RuntimeError:  # no request attached
+                where = ""
+            return Transient(f"{type(error).__name__}: {error}{where}", maybe_ran=not isinstance(error, httpx.ConnectError))
+        if isinstance(error, httpx.HTTPStatusError):
+            return _http_transient(error.response.status_code, error.response.reason_phrase, error.response.headers)
+        cause = error.__cause__ or error.__context__
+        if isinstance(error, A2AClientError) and cause is not None and cause is not error:
+            return A2AInferrer.classify(cause)
+        status = getattr(error, "status_code", None)
+        return _http_transient(status, str(error)) if status else None
+
+    async def _open(self):
+        """The agent card (read once, as a request: paced and retried), then a client for the
+        transport it names."""
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._unreadable is not None:  # already retried max_attempts times: not again per case
+                raise self._unreadable
+            if self._client is None:
+                import httpx
+                from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+                from google.protobuf.json_format import MessageToDict
+
+                if self._auth_config and self._auth is None:
+                    try:
+                        self._auth = A2AAuth(self._auth_config, self._target)
+                    except AuthUnavailable as e:
+                        self._unreadable = e
+                        raise
+                self._http = httpx.AsyncClient(timeout=self._calls.request_timeout,
+                                               limits=httpx.Limits(max_connections=self._connections),
+                                               auth=self._auth.for_httpx() if self._auth else None)
+                resolver = A2ACardResolver(self._http, self._url, self._card_path)
+                where = f"reading the A2A agent card at {self._url}/{self._card_path}"
+                try:
+                    card = await self._calls.call(where, resolver.get_agent_card, self.classify)
+                except Exception as e:  # noqa: BLE001 - kept, so the shard's other cases fail at once with it
+                    refused = self.refusal(e)
+                    self._unreadable = InferenceError(self.scrub(
+                        f"{where}: {refused}" if refused else str(e) if isinstance(e, InferenceError)
+                        else f"{where}: {type(e).__name__}: {str(e)[:300]}"))
+                    raise self._unreadable from None
+                self._name = card.name or "agent"
+                self._schemes = security_schemes(MessageToDict(card))
+                self._client = ClientFactory(ClientConfig(streaming=True, httpx_client=self._http)).create(card)
+        return self._client
+
+    def scrub(self, text: str) -> str:
+        """A text without the credential's values (the agent, or a gateway, may repeat them)."""
+        return self._auth.scrub(text) if self._auth is not None else text
+
+    def refusal(self, error: BaseException) -> str | None:
+        """The agent refusing the credential (401, 403), in one line naming the credential tried and the
+        securitySchemes its card declares; None for any other error."""
+        status = refused_status(error)
+        if status is None:
+            return None
+        tried = self._auth.describe() if self._auth is not None else "no credential (inference.auth is not set)"
+        declared = f"; its agent card declares securitySchemes: {self._schemes}" if self._schemes else ""
+        return f"the agent answered HTTP {status} to {tried}{declared}"
+
+    async def infer(self, fields: dict[str, Any]) -> Any:
+        conversation = await self.conversation(fields)
+        return [(await conversation.send(prompt))[0] for prompt in user_turns(fields)]
+
+    async def conversation(self, fields: dict[str, Any]) -> "A2AConversation":
+        """The case's A2A conversation (one context, given by the agent's first answer). A2A has no way to
+        give a conversation an initial state: a case with session_input.state fails, saying so."""
+        case = fields.get("adk_case")
+        state = ((case.get("session_input") or {}) if isinstance(case, dict) else {}).get("state")
+        if state:
+            raise InferenceError("session_input.state cannot be set over A2A (the protocol has no way to give a "
+                                 "conversation an initial state), so this case would run against an agent in another "
+                                 "state; drop the state from the case, or run it with inference.agent or "
+                                 "inference.agent_engine")
+        return A2AConversation(self, await self._open())
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+        if self._http is not None:
+            await self._http.aclose()
+
+
+class A2AConversation:
+    """One case's A2A conversation: `send(prompt)` sends one user message in its context -> (the turn, its
+    events as ADK's Event JSON, the user's first), as metrics.agents.inference.AgentConversation gives them."""
+
+    def __init__(self, inferrer: A2AInferrer, client):
+        self._inferrer, self._client = inferrer, client
+        self._context: str | None = None
+        self._sent = 0
+
+    async def send(self, prompt: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        from a2a.types import Message, Part, Role, SendMessageRequest
+        from google.protobuf.json_format import MessageToDict
+
+        inferrer, client = self._inferrer, self._client
+        self._sent += 1
+        number = self._sent
+        message_id = uuid.uuid4().hex  # the same id on a retry: the same message
+
+        async def send():
+            message = Message(role=Role.ROLE_USER, parts=[Part(text=prompt)], message_id=message_id,
+                              context_id=self._context or "")
+            out = []
+            async for response in client.send_message(SendMessageRequest(message=message)):
+                response = response[0] if isinstance(response, tuple) else response
+                out.append(MessageToDict(response))
+            return out
+
+        started = time.monotonic()
+        try:
+            responses = await inferrer._calls.call(f"turn {number}", send, inferrer.classify, resend=False)
+            events, self._context = events_from_a2a(responses, inferrer._name)
+        except InferenceError as e:
+            text = str(e)
+            raise InferenceError(inferrer.scrub(text if text.startswith("turn ") else f"turn {number}: {text}")) from None
+        except Exception as e:  # noqa: BLE001 - not transient: the case's error, without the credential
+            refused = inferrer.refusal(e)
+            text = refused or (f"{type(e).__name__}: {str(e).splitlines()[0][:500]}" if str(e) else type(e).__name__)
+            raise InferenceError(inferrer.scrub(f"turn {number}: {text}")) from None
+        turn = _turn_from_events(prompt, events, time.monotonic() - started)
+        user = {"author": "user", "content": {"role": "user", "parts": [{"text": prompt}]}}
+        return turn, [user, *events] if events else []
+
+
+# ----------------------------------------------------------------------------------- Agent Engine
+
+class AgentEngineInferrer:
+    """inference.agent_engine: each case one session of the ADK app on Agent Engine,
+    created from the case's session_input (user_id, state); its turns sent with
+    stream_query, the ADK events streamed back made into its turns."""
+
+    def __init__(self, resource: str, calls: Calls, base_url: str | None = None, max_concurrency: int = 8):
+        import concurrent.futures
+
+        self._resource = resource
+        self._calls = calls
+        self._base_url = base_url
+        self._client = None
+        # the REST client is synchronous: its calls run in a pool of threads. A call whose case timed out
+        # (timeout_seconds) goes on in its thread until the client's own timeout, so the pool has room for
+        # one such call per case in flight: the next case's requests do not queue behind it (and time out)
+        self._pool = concurrent.futures.ThreadPoolExecutor(2 * max_concurrency, thread_name_prefix="evalbeam-engine")
+
+    def client(self):
+        if self._client is None:
+            self._client, self._credentials = engine_client(self._resource, self._base_url)
+        return self._client
+
+    def scrub(self, text: str) -> str:
+        """An error's text without the access token, should the endpoint repeat it (as the judge's are)."""
+        from evalbeam.metrics.judge.client import scrub_secrets
+
+        return scrub_secrets(text, None, getattr(self, "_credentials", None))
+
+    def classify(self, error: BaseException) -> Transient | None:
+        from google.api_core import exceptions
+
+        if isinstance(error, exceptions.GoogleAPICallError):
+            response = getattr(error, "response", None)
+            headers = getattr(response, "headers", None)
+            return _http_transient(error.code, self.scrub(str(error.message)), headers)
+        import requests
+
+        if isinstance(error, (requests.ConnectionError, requests.Timeout)):
+            return Transient(f"{type(error).__name__}: {str(error)[:300]}", maybe_ran=not _never_sent(error))
+        return None
+
+    async def _run(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def _turn(self, user_id: str, session_id: str, message: str) -> list[dict[str, Any]]:
+        """One stream_query in the pool. Given up (request_timeout_seconds, timeout_seconds), its stream
+        is closed: the client's own timeout is per read, so a stream that sends a byte now and then
+        would keep its thread reading for ever (and the process from exiting)."""
+        opened: list = []
+        try:
+            return await self._run(self._stream_query, user_id, session_id, message, opened)
+        except asyncio.CancelledError:
+            for stream in opened:
+                stream.cancel()  # google.api_core's ResponseIterator: closes the HTTP response
+            raise
+
+    def _create_session(self, user_id: str, state: dict) -> str:
+        from google.cloud.aiplatform_v1 import types
+
+        response = self.client().query_reasoning_engine(request=types.QueryReasoningEngineRequest(
+            name=self._resource, class_method="create_session", input={"user_id": user_id, "state": state},
+        ), timeout=self._calls.request_timeout)
+        output = _message_dict(response).get("output", {})
+        session = output.get("output", output) if isinstance(output, dict) else output
+        if not isinstance(session, dict) or not session.get("id"):
+            raise InferenceError(f"Agent Engine's create_session answered without a session id: {str(session)[:200]}")
+        return session["id"]
+
+    def _stream_query(self, user_id: str, session_id: str, message: str, opened: list | None = None) -> list[dict[str, Any]]:
+        from google.cloud.aiplatform_v1 import types
+        from google.protobuf import json_format
+
+        stream = self.client().stream_query_reasoning_engine(request=types.StreamQueryReasoningEngineRequest(
+            name=self._resource, class_method="stream_query",
+            input={"message": message, "user_id": user_id, "session_id": session_id},
+        ), timeout=self._calls.request_timeout)
+        if opened is not None:
+            opened.append(stream)  # for _turn to close, should the turn be given up
+        events = []
+        try:
+            for chunk in stream:  # HttpBody chunks, each one or more JSON lines (the SDK's yield_parsed_json)
+                if "application/json" not in (chunk.content_type or ""):
+                    continue
+                for line in chunk.data.decode("utf-8").split("\n"):
+                    if line.strip():
+                        events.append(json.loads(line))
+        except (ValueError, UnicodeDecodeError, json_format.ParseError) as e:
+            # a malformed line, bytes that are not UTF-8, an element that is no HttpBody (an error object),
+            # a stream cut short (the client's "Unfinished stream: <the rest>"): the case's error, in short,
+            # not sent again (the turn may have run); the client's message can quote the stream, cut here
+            text = str(e).splitlines()[0] if str(e) else ""
+            text = text.split(":", 1)[0] if text.startswith("Unfinished stream") else text[:200]
+            raise InferenceError(f"Agent Engine's stream could not be read ({type(e).__name__}: {text}) "
+                                 f"after {len(events)} event(s)") from None
+        return events
+
+    async def infer(self, fields: dict[str, Any]) -> Any:
+        try:
+            return await self._infer(fields)
+        except InferenceError as e:
+            raise InferenceError(self.scrub(str(e))) from None
+        except Exception as e:  # noqa: BLE001 - not transient: the case's error, without the token
+            text = str(e).splitlines()[0][:500] if str(e) else ""
+            raise InferenceError(self.scrub(f"{type(e).__name__}: {text}" if text else type(e).__name__)) from None
+
+    async def _infer(self, fields: dict[str, Any]) -> Any:
+        conversation = await self._conversation(fields)
+        return [(await conversation.send(prompt))[0] for prompt in user_turns(fields)]
+
+    async def conversation(self, fields: dict[str, Any]) -> "EngineConversation":
+        """The case's session, created with its session_input (user_id, state): for the user simulator."""
+        try:
+            return await self._conversation(fields)
+        except InferenceError as e:
+            raise InferenceError(self.scrub(str(e))) from None
+        except Exception as e:  # noqa: BLE001 - not transient: the case's error, without the token
+            text = str(e).splitlines()[0][:500] if str(e) else ""
+            raise InferenceError(self.scrub(f"{type(e).__name__}: {text}" if text else type(e).__name__)) from None
+
+    async def _conversation(self, fields: dict[str, Any]) -> "EngineConversation":
+        case = fields.get("adk_case")
+        session_input = (case.get("session_input") or {}) if isinstance(case, dict) else {}
+        user_id = session_input.get("user_id") or "evalbeam_user"
+        state = dict(session_input.get("state") or {})
+        session_id = await self._calls.call(
+            "create_session", lambda: self._run(self._create_session, user_id, state), self.classify)
+        return EngineConversation(self, user_id, session_id)
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class EngineConversation:
+    """One case's Agent Engine session: `send(prompt)` is one stream_query -> (the turn, its events as
+    ADK's Event JSON, the user's first), as metrics.agents.inference.AgentConversation gives them."""
+
+    def __init__(self, inferrer: AgentEngineInferrer, user_id: str, session_id: str):
+        self._inferrer, self._user_id, self._session_id = inferrer, user_id, session_id
+        self._sent = 0
+
+    async def send(self, prompt: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        inferrer = self._inferrer
+        self._sent += 1
+        number = self._sent
+        started = time.monotonic()
+        try:
+            events = await inferrer._calls.call(f"turn {number}",
+                                                lambda: inferrer._turn(self._user_id, self._session_id, prompt),
+                                                inferrer.classify, resend=False)
+        except InferenceError as e:
+            text = inferrer.scrub(str(e))
+            raise InferenceError(text if text.startswith("turn ") else f"turn {number}: {text}") from None
+        except Exception as e:  # noqa: BLE001 - not transient: the case's error, without the token
+            text = str(e).splitlines()[0][:500] if str(e) else ""
+            raise InferenceError(inferrer.scrub(f"turn {number}: {type(e).__name__}: {text}")) from None
+        errors = [e for e in events if isinstance(e, dict) and e.get("error_code") and not e.get("content")]
+        if errors:
+            raise InferenceError(inferrer.scrub(f"the agent's turn {number} ended with {errors[-1]['error_code']}: "
+                                                f"{errors[-1].get('error_message', '')}"[:500]))
+        events = [e for e in events if isinstance(e, dict) and "author" in e]
+        turn = _turn_from_events(prompt, events, time.monotonic() - started)
+        user = {"author": "user", "content": {"role": "user", "parts": [{"text": prompt}]}}
+        return turn, [user, *events] if events else []
+
+
+def _never_sent(error: BaseException) -> bool:
+    """Whether a requests failure happened before the request reached the endpoint (no connection
+    made), as opposed to after (a read timeout, the connection closed without an answer)."""
+    import requests
+    from urllib3.exceptions import ConnectTimeoutError, MaxRetryError, NewConnectionError
+
+    if isinstance(error, requests.ConnectTimeout):
+        return True
+    reason = error.args[0] if error.args else None
+    if isinstance(reason, MaxRetryError):
+        reason = reason.reason
+    return isinstance(reason, (NewConnectionError, ConnectTimeoutError))
+
+
+def _message_dict(message: Any) -> dict[str, Any]:
+    """A proto-plus response as JSON values (what the agent_engines SDK's _utils.to_dict does)."""
+    from google.protobuf import json_format
+
+    return json_format.MessageToDict(type(message).pb(message))
+
+
+def engine_client(resource: str, base_url: str | None = None):
+    """(google-cloud-aiplatform's ReasoningEngineExecutionService client (REST) for the
+    engine's region, on Application Default Credentials; the credentials it uses).
+    `base_url` (tests: a local stand-in) replaces the regional endpoint."""
+    import google.auth
+    from google.api_core.client_options import ClientOptions
+    from google.cloud.aiplatform_v1.services.reasoning_engine_execution_service import (
+        ReasoningEngineExecutionServiceClient,
+    )
+
+    location = resource.split("/")[3]
+    credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM])
+    endpoint = base_url.rstrip("/") if base_url else f"https://{location}-aiplatform.googleapis.com"
+    client = ReasoningEngineExecutionServiceClient(
+        credentials=credentials, transport="rest", client_options=ClientOptions(api_endpoint=endpoint))
+    return client, client._transport._credentials  # the credentials it signs with (their token is scrubbed from errors)
+
+
+# ------------------------------------------------------------------------------ shared by both
+
+def case_key(kind: str, target: str, instance_id: str, fields: dict[str, Any]) -> str:
+    """The content key of a case's deployed inference (its checkpoint key): the agent, the
+    case and what is sent (its user turns and session_input). Hex, as the judge's keys."""
+    case = fields.get("adk_case")
+    session_input = (case.get("session_input") or {}) if isinstance(case, dict) else {}
+    try:
+        turns = user_turns(fields)
+    except InferenceError:
+        turns = []
+    material = {"kind": kind, "target": target, "id": instance_id, "turns": turns, "session_input": session_input}
+    scenario = case.get("conversation_scenario") if isinstance(case, dict) else None
+    if scenario is not None:  # a simulated conversation: what its user is told to do (cases without one keep their keys)
+        material["conversation_scenario"] = scenario
+    material = json.dumps(material, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def encode_result(turns: Any) -> str:
+    return base64.b64encode(json.dumps(turns, ensure_ascii=False).encode()).decode()
+
+
+def decode_result(text: str) -> Any:
+    return json.loads(base64.b64decode(text).decode())
+
+
+def make_deployed_inferrer(kind: str, target: str, calls: Calls, base_url: str | None, max_concurrency: int,
+                           auth: dict[str, Any] | None = None):
+    """auth: inference.auth as plain data (A2AAuthConfig.plain), for a2a."""
+    if kind == "a2a":
+        return A2AInferrer(target, calls, max_concurrency, auth)
+    if kind == "agent_engine":
+        return AgentEngineInferrer(target, calls, base_url, max_concurrency)
+    raise ValueError(f"no deployed inferrer for {kind!r}")
+
+
+def reachable(kind: str, target: str, base_url: str | None = None, timeout: float = 10.0,
+              auth: dict[str, Any] | None = None) -> str | None:
+    """None when the endpoint answers, else one line saying why not (preflight). a2a: with inference.auth's
+    credential (auth: its plain data), whose refusal (401, 403) is a line naming the credential tried."""
+    import httpx
+
+    if kind == "a2a":
+        try:
+            credential = A2AAuth(auth, target) if auth else None
+            if credential is not None:
+                credential.headers()  # a token can be had (not sent: httpx asks for it per request)
+        except AuthUnavailable as e:
+            return str(e)
+        tried = credential.describe() if credential is not None else "no credential (inference.auth is not set)"
+        scrub = credential.scrub if credential is not None else (lambda text: text)
+        client = httpx.Client(timeout=timeout, auth=credential.for_httpx() if credential is not None else None)
+        with client:
+            return scrub(_a2a_reachable(client, target, tried) or "") or None
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+
+    location = target.split("/")[3]
+    endpoint = base_url.rstrip("/") if base_url else f"https://{location}-aiplatform.googleapis.com"
+    try:
+        httpx.get(endpoint, timeout=timeout)  # any HTTP answer: the host is there (the calls need credentials)
+    except httpx.HTTPError as e:
+        return f"inference.agent_engine: {endpoint} is unreachable ({type(e).__name__}: {str(e)[:200]})"
+    try:
+        google.auth.default(scopes=[CLOUD_PLATFORM])
+    except DefaultCredentialsError as e:
+        first = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
+        return f"inference.agent_engine: no Application Default Credentials ({first}); see docs/agents.md"
+    return None
+
+
+def _a2a_reachable(client, target: str, tried: str) -> str | None:
+    import httpx
+
+    url = "/".join(a2a_card(target))
+    try:
+        response = client.get(url)
+    except httpx.HTTPError as e:
+        return f"inference.a2a: the agent card at {url} is unreachable ({type(e).__name__}: {str(e)[:200]})"
+    if response.status_code in REFUSED_STATUS:
+        return f"inference.a2a: the agent card at {url} answered HTTP {response.status_code} to {tried}"
+    if response.status_code != 200:
+        return f"inference.a2a: the agent card at {url} answered HTTP {response.status_code}"
+    # the card names the agent's endpoint, which the client then calls: often the address the agent
+    # was started with (0.0.0.0, localhost in a container), not the one it is reached at
+    try:
+        card = response.json()
+        named = [i.get("url") for i in card.get("supportedInterfaces") or [] if isinstance(i, dict)] or [card.get("url")]
+    except (ValueError, AttributeError):
+        return f"inference.a2a: the agent card at {url} is not a JSON agent card"
+    endpoint = next((u for u in named if isinstance(u, str) and u.startswith(("http://", "https://"))), None)
+    if endpoint is not None:
+        try:
+            answer = client.get(endpoint)  # any HTTP answer but a refusal: it is there, and takes the credential
+        except httpx.ReadTimeout:
+            return None  # connected: an endpoint may leave a GET unanswered (its messages are POSTs)
+        except httpx.HTTPError as e:
+            return (f"inference.a2a: the agent card at {url} names {endpoint} as the agent's endpoint, which is "
+                    f"unreachable ({type(e).__name__}: {str(e)[:200]}); serve the agent with the URL it is "
+                    "reached at in its card")
+        if answer.status_code in REFUSED_STATUS:
+            schemes = security_schemes(card)
+            return (f"inference.a2a: the agent's endpoint {endpoint} answered HTTP {answer.status_code} to {tried}"
+                    + (f"; its agent card declares securitySchemes: {schemes}" if schemes else ""))
+    return None

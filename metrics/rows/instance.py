@@ -1,0 +1,309 @@
+"""Canonical instance fields and the conversion of a dataset row into an instance.
+
+Every dataset row becomes one instance. A column mapping renames dataset
+columns to canonical fields; values are checked and normalised here, and a row
+that cannot be used raises ``InvalidField`` naming the field and the reason.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from typing import Any, Iterable, Iterator, Mapping
+
+from evalbeam.metrics.statistics.calibration import parse_label
+from evalbeam.metrics.rows.calls import CallFormatError, parse_trajectory
+from evalbeam.metrics.rows.fields import (
+    CANONICAL_FIELDS,
+    FLAG_FIELDS,
+    INFERENCE_FIELDS,
+    NUMBER_FIELDS,
+    TEXT_FIELDS,
+    TRAJECTORY_FIELDS,
+    InvalidField,
+    as_number,
+    structured_value,
+    value_kind,
+)
+from evalbeam.metrics.registry import unmet_inputs
+from evalbeam.metrics.rows.trace import TraceError, complete_agent_fields, parse_turns
+
+@dataclasses.dataclass
+class Instance:
+    instance_id: str
+    fields: dict[str, Any]
+    slices: dict[str, str | None]
+    source: str
+    line_count: int = 1  # physical lines of the source it came from
+    # metric label -> the inputs it lacks: such a metric gets an error row
+    # ("missing input ..."), the instance's other metrics their scores
+    missing_inputs: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # input.labels: metric -> its human labels, one an annotator (None: missing or refused),
+    # and the reasons of the labels refused (metrics.statistics.calibration.parse_label)
+    labels: Mapping[str, tuple[float | None, ...]] = dataclasses.field(default_factory=dict)
+    label_errors: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+
+# Deeper values are refused: they cannot be pickled between workers or written
+# as JSON reliably, and no evaluation input needs them.
+MAX_NESTING = 100
+
+
+@dataclasses.dataclass(frozen=True)
+class RowSpec:
+    """How rows of one dataset become instances."""
+
+    column_mapping: Mapping[str, str]
+    id_column: str | None
+    slice_columns: tuple[str, ...]
+    # One entry per requested metric: (metric label, input alternatives).
+    requirements: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]
+    # input.labels: (metric, its label columns)
+    label_columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+# An instance of a case run num_runs > 1 times has `:run<k>` (k from 1) on its case's id
+# (transforms.inference.run_copies); these read it back.
+
+
+def first_run(instance_id: str, num_runs: int) -> bool:
+    """Whether an instance is its case's first run: the one the run's counts count."""
+    return num_runs == 1 or instance_id.endswith(":run1")
+
+
+def case_id(instance_id: str) -> str:
+    """The case an instance is a run of: its id without `:run<k>` (the id itself when it has none)."""
+    case, sep, k = instance_id.rpartition(":run")
+    return case if sep and k.isdigit() else instance_id
+
+
+def run_number(instance_id: str) -> int:
+    """Which run of its case an instance is, from 1 (1 when its id has no `:run<k>`)."""
+    _, sep, k = instance_id.rpartition(":run")
+    return int(k) if sep and k.isdigit() else 1
+
+
+def content_id(record: Mapping[str, Any]) -> str:
+    """A stable id from a row's content: independent of key order and file position."""
+    canonical = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+
+
+def _nodes(value: Any, limit: int) -> Iterator[tuple[Any, int]]:
+    """Every value inside `value` (mapping keys too) with its depth, the
+    containers at depth `limit` not entered. Iterative: a value nested past any
+    recursion limit is walked all the same."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        yield item, depth
+        if isinstance(item, (dict, list)) and depth < limit:
+            children = item.items() if isinstance(item, dict) else enumerate(item)
+            for key, child in children:
+                if isinstance(key, str):
+                    stack.append((key, depth + 1))
+                stack.append((child, depth + 1))
+
+
+def _too_deep(item: Any, depth: int) -> bool:
+    return isinstance(item, (dict, list)) and depth >= MAX_NESTING
+
+
+def deepest_column(record: Mapping[str, Any]) -> str | None:
+    """The first column whose value is nested more than MAX_NESTING levels deep,
+    else None (such values cannot even be pickled between workers)."""
+    for column, value in record.items():
+        if any(_too_deep(item, depth) for item, depth in _nodes(value, MAX_NESTING)):
+            return column
+    return None
+
+
+def check_value(value: Any) -> None:
+    """Raise ValueError if a value holds what no output can carry: nesting
+    deeper than MAX_NESTING, a non-finite number, or text with a lone surrogate
+    (truncated LLM output often ends in half an escape pair)."""
+    if isinstance(value, str):
+        if value.isascii():
+            return
+    else:
+        # The fast path for the common case, in C: JSON text with no NaN or
+        # infinity that encodes as UTF-8 (no lone surrogate anywhere, keys too)
+        # and has fewer brackets than MAX_NESTING (so cannot nest that deep) holds
+        # nothing the walk below would refuse. Anything else (a value JSON cannot
+        # write, bytes, a datetime...) takes the walk, which decides.
+        try:
+            text = json.dumps(value, ensure_ascii=False, allow_nan=False, check_circular=False)
+        except (TypeError, ValueError, RecursionError):
+            pass
+        else:
+            if text.count("[") + text.count("{") < MAX_NESTING:
+                try:
+                    text.encode("utf-8")
+                    return
+                except UnicodeEncodeError:
+                    pass
+    check_by_walk(value)
+
+
+def check_by_walk(value: Any) -> None:
+    """check_value's rule itself: every value inside is visited."""
+    for item, depth in _nodes(value, MAX_NESTING):
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise ValueError(f"holds text that is not valid Unicode ({item[e.start]!r} at character {e.start}, "
+                                 "a lone surrogate)") from None
+        elif isinstance(item, float):
+            if not math.isfinite(item):
+                raise ValueError(f"holds a non-finite number ({item!r})")
+        elif _too_deep(item, depth):
+            raise ValueError(f"is nested more than {MAX_NESTING} levels deep")
+
+
+def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_csv: bool = False,
+                   line_count: int = 1) -> Instance:
+    fields: dict[str, Any] = {}
+    for field in CANONICAL_FIELDS:
+        column = spec.column_mapping.get(field, field)
+        if column not in record:
+            continue
+        value = normalise_field(field, column, record[column], from_csv)
+        if value is not None:
+            try:
+                check_value(value)
+            except ValueError as e:
+                raise InvalidField(field, str(e), column) from None
+            fields[field] = value
+
+    try:
+        complete_agent_fields(fields)
+    except TraceError as e:
+        raise InvalidField(e.field, str(e.reason), spec.column_mapping.get(e.field, e.field)) from None
+
+    # A row lacking one metric's inputs loses that metric only (its error row);
+    # it is dead-lettered when no metric can score it.
+    unmet = {}
+    for label, alternatives in spec.requirements:
+        missing = unmet_inputs(alternatives, fields)
+        if missing:
+            unmet[label] = missing
+    if unmet:
+        if len(unmet) == len(spec.requirements):
+            label = list(unmet)[0]
+            missing = unmet[label]
+            case = fields.get("adk_case")
+            if missing[0] == "invocations" and isinstance(case, dict) and "conversation_scenario" in case:
+                raise InvalidField("invocations", "a conversation_scenario case has no turns until the agent runs "
+                                   "with the user simulator: set inference.function or inference.agent (see "
+                                   "docs/agents.md, 'User simulation')")
+            raise InvalidField(
+                missing[0],
+                f"missing or null; needed by metric '{label}'",
+                spec.column_mapping.get(missing[0], missing[0]),
+            )
+
+    if spec.id_column:
+        raw_id = record.get(spec.id_column)
+        if raw_id is None or (isinstance(raw_id, str) and not raw_id.strip()):
+            raise InvalidField("instance_id", "id column is missing or empty", spec.id_column)
+        if isinstance(raw_id, (dict, list)):
+            raise InvalidField("instance_id", "id must be a string or number", spec.id_column)
+        try:
+            check_value(raw_id)
+        except ValueError as e:
+            raise InvalidField("instance_id", f"id {e}", spec.id_column) from None
+        instance_id = str(raw_id)
+    else:
+        try:
+            instance_id = content_id(record)
+        except (RecursionError, ValueError) as e:
+            raise InvalidField("instance_id", f"cannot hash the row for its id ({type(e).__name__})") from None
+
+    slices = {}
+    for col in spec.slice_columns:
+        try:
+            check_value(record.get(col))
+        except ValueError as e:
+            raise InvalidField(col, f"slice column {e}", col) from None
+        slices[col] = _slice_value(record.get(col))
+    labels, label_errors = read_labels(record, spec.label_columns, source)
+    return Instance(instance_id=instance_id, fields=fields, slices=slices, source=source, line_count=line_count,
+                    missing_inputs=unmet, labels=labels, label_errors=label_errors)
+
+
+def read_labels(record: Mapping[str, Any], label_columns, source: str):
+    """A row's human labels per metric, and the reasons of those refused. A bad label
+    does not dead-letter the row (its scores stand): it counts as missing, and its
+    reason is counted in the calibration table."""
+    labels, errors = {}, {}
+    for metric, columns in label_columns:
+        values, refused = [], []
+        for column in columns:
+            try:
+                values.append(parse_label(record.get(column)))
+            except ValueError as e:
+                values.append(None)
+                refused.append(f"{source}: label column {column!r} of metric {metric!r}: {e}")
+        labels[metric] = tuple(values)
+        if refused:
+            errors[metric] = tuple(refused)
+    return labels, errors
+
+
+def _slice_value(value: Any) -> str | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return json.dumps(value)
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def normalise_field(field: str, column: str, value: Any, from_csv: bool) -> Any:
+    if value is None:
+        return None
+    if from_csv and value == "" and field not in TEXT_FIELDS:
+        return None  # an empty CSV cell is a missing value, except for text
+    try:
+        if field in TEXT_FIELDS or field in INFERENCE_FIELDS:
+            if not isinstance(value, str):
+                raise ValueError(f"must be a string, got {value_kind(value)}")
+            return value
+        if field in TRAJECTORY_FIELDS:
+            return parse_trajectory(value)
+        if field in NUMBER_FIELDS:
+            return as_number(value)
+        if field in FLAG_FIELDS:
+            return _flag(value)
+        if field == "invocations":
+            return parse_turns(structured_value(value))
+        return structured_value(value)
+    except (ValueError, CallFormatError) as e:
+        raise InvalidField(field, str(e), column) from None
+    except RecursionError:
+        raise InvalidField(field, "is nested too deeply to read", column) from None
+
+
+_FLAG_TEXT = {"0": 0, "1": 1, "false": 0, "true": 1, "0.0": 0, "1.0": 1}
+
+
+def _flag(value: Any) -> int:
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return int(value)
+    if isinstance(value, str) and value.strip().lower() in _FLAG_TEXT:
+        return _FLAG_TEXT[value.strip().lower()]
+    raise ValueError(f"must be 0 or 1 (or true/false), got {value!r}")
+
+
+def present_columns(records: Iterable[Mapping[str, Any]]) -> set[str]:
+    columns: set[str] = set()
+    for r in records:
+        columns.update(k for k, v in r.items() if v is not None)
+    return columns

@@ -1,0 +1,133 @@
+import json
+
+import pytest
+
+from evalbeam.metrics.rows.fields import InvalidField
+from evalbeam.metrics.rows.instance import RowSpec, build_instance, content_id
+
+TRAJ = [{"tool_name": "a", "tool_input": {"x": 1}}]
+
+
+def spec(**kw):
+    base = dict(column_mapping={}, id_column=None, slice_columns=(), requirements=())
+    base.update(kw)
+    return RowSpec(**base)
+
+
+def test_mapping_slices_and_types():
+    s = spec(column_mapping={"response": "answer"}, slice_columns=("dataset", "n"),
+             requirements=(("exact_match", (("response", "reference"),)),))
+    inst = build_instance({"answer": "hi", "reference": "hi", "dataset": "x", "n": 3, "latency_in_seconds": 2}, s, "f:1")
+    assert inst.fields == {"response": "hi", "reference": "hi", "latency_in_seconds": 2.0}
+    assert inst.slices == {"dataset": "x", "n": "3"}
+    assert inst.source == "f:1"
+
+
+def test_content_id_is_stable_under_key_order():
+    a = {"x": 1, "y": [1, 2]}
+    b = {"y": [1, 2], "x": 1}
+    assert content_id(a) == content_id(b) != content_id({"x": 2, "y": [1, 2]})
+    s = spec()
+    assert build_instance(a, s, "f:1").instance_id == build_instance(b, s, "g:9").instance_id
+
+
+def test_csv_cells_hold_json_and_numbers():
+    s = spec(requirements=(("m", (("predicted_trajectory", "reference_trajectory"),)),))
+    row = {"predicted_trajectory": json.dumps(TRAJ), "reference_trajectory": json.dumps(TRAJ),
+           "latency_in_seconds": " 1.5 ", "failure": "true", "history": '[{"role": "user"}]', "prompt": ""}
+    inst = build_instance(row, s, "f:row 1", from_csv=True)
+    assert inst.fields["predicted_trajectory"] == TRAJ
+    assert inst.fields["latency_in_seconds"] == 1.5 and inst.fields["failure"] == 1
+    assert inst.fields["history"] == [{"role": "user"}]
+    assert inst.fields["prompt"] == ""  # empty text stays text
+
+
+@pytest.mark.parametrize(
+    "row,field,reason",
+    [
+        ({"reference": "r"}, "response", "missing or null; needed by metric 'em'"),
+        ({"response": None, "reference": "r"}, "response", "missing or null"),
+        ({"response": 5, "reference": "r"}, "response", "must be a string, got number"),
+        ({"response": "a", "reference": "r", "latency_in_seconds": "fast"}, "latency_in_seconds", "must be a number"),
+        ({"response": "a", "reference": "r", "failure": 2}, "failure", "must be 0 or 1"),
+        ({"response": "a", "reference": "r", "predicted_trajectory": {"tool_name": "a"}}, "predicted_trajectory", "must be a list of tool calls, got object"),
+        ({"response": "a", "reference": "r", "predicted_trajectory": [{"tool_input": {}}]}, "predicted_trajectory", "item 0 needs a non-empty string 'tool_name'"),
+        ({"response": "a", "reference": "r", "predicted_trajectory": [{"tool_name": "a", "tool_input": [1]}]}, "predicted_trajectory", "'tool_input' must be an object, got list"),
+        ({"response": "a", "reference": "r", "predicted_trajectory": "[{bad json"}, "predicted_trajectory", "not valid JSON"),
+    ],
+)
+def test_invalid_rows_name_field_and_reason(row, field, reason):
+    s = spec(requirements=(("em", (("response", "reference"),)),))
+    with pytest.raises(InvalidField) as e:
+        build_instance(row, s, "f:3")
+    assert e.value.field == field
+    assert reason in str(e.value)
+
+
+def test_error_names_the_dataset_column_when_mapped():
+    s = spec(column_mapping={"response": "answer"}, requirements=(("em", (("response",),)),))
+    with pytest.raises(InvalidField, match=r"field 'response' \(column 'answer'\): missing"):
+        build_instance({"response": "not the mapped column"}, s, "f:1")
+
+
+def test_alternative_inputs_and_id_column():
+    s = spec(id_column="id", requirements=(("adk", (("predicted_trajectory", "reference_trajectory"), ("invocations",))),))
+    inst = build_instance({"id": 7, "invocations": [{"response": "x", "predicted_trajectory": TRAJ}]}, s, "f:1")
+    assert inst.instance_id == "7"
+    assert inst.fields["invocations"] == [{"response": "x", "tool_calls": TRAJ, "expected": {"tool_calls": []}}]
+    # the trace implies the flat fields the trajectory metrics read
+    assert inst.fields["predicted_trajectory"] == TRAJ and inst.fields["reference_trajectory"] == []
+    assert inst.fields["response"] == "x" and "reference" not in inst.fields
+    with pytest.raises(InvalidField, match="instance_id.*id column is missing or empty"):
+        build_instance({"id": "", "invocations": []}, s, "f:1")
+    with pytest.raises(InvalidField, match="needed by metric 'adk'"):
+        build_instance({"id": 1, "predicted_trajectory": TRAJ}, s, "f:1")
+    with pytest.raises(InvalidField, match="unknown keys"):
+        build_instance({"id": 1, "invocations": [{"answer": "x"}]}, s, "f:1")
+
+
+def _hostile_value(rng, depth=0):
+    """Random JSON-like values with what check_value refuses mixed in: NaN and
+    infinities, lone surrogates (in values and keys), deep nesting, tuples and
+    values JSON cannot write."""
+    kind = rng.random()
+    if depth > 3 or kind < 0.35:
+        return rng.choice(["plain", "café ☕", "x\ud800y", 1, 2.5, float("nan"), float("-inf"), True, None,
+                           b"bytes", ("tu", float("nan")), "[" * 60, 10 ** 30, -0.0])
+    if kind < 0.45:
+        value = "deep"
+        for _ in range(rng.choice([50, 99, 100, 101, 150])):
+            value = [value] if rng.random() < 0.5 else {"k": value}
+        return value
+    if kind < 0.75:
+        return [_hostile_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    keys = ["a", "b", "k\udc80", "é", "{"]
+    return {rng.choice(keys): _hostile_value(rng, depth + 1) for _ in range(rng.randint(0, 4))}
+
+
+def test_check_value_fast_path_agrees_with_the_walk():
+    """check_value takes a fast path through json.dumps for most values; on many
+    generated values (clean and hostile) it refuses exactly what the walk over
+    every value refuses, with the same message."""
+    import random
+
+    from evalbeam.metrics.rows.instance import check_by_walk, check_value
+
+    def outcome(check, value):
+        try:
+            check(value)
+        except ValueError as e:
+            return str(e)
+        return None
+
+    rng = random.Random(7)
+    outcomes = []
+    for _ in range(3000):
+        value = _hostile_value(rng)
+        expected = outcome(check_by_walk, value)
+        assert outcome(check_value, value) == expected, repr(value)[:200]
+        outcomes.append(expected)
+    # both kinds were met, and every reason
+    assert outcomes.count(None) > 300
+    assert {o.split(" (")[0] for o in outcomes if o} >= {
+        "holds a non-finite number", "holds text that is not valid Unicode", "is nested more than 100 levels deep"}

@@ -1,0 +1,264 @@
+"""Summary statistics per metric and slice, in one fused combine.
+
+As in TensorFlow Model Analysis, each instance is keyed by each slice it falls
+in ("overall" and "column=value") and one CombinePerKey accumulates every
+metric of that slice together, so the summary is one pass whatever the number
+of metrics. With inference.num_runs > 1 the runs of a case are first grouped (a case is
+the cluster of the interval and the unit of pass@k: metrics.statistics.summary). The accumulators are of bounded size (metrics.statistics.summary.ScoreMoments,
+and the scores of at most BOOTSTRAP_BATCH instances waiting to be weighed), so no
+worker ever holds a metric's scores.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable
+
+import apache_beam as beam
+import numpy as np
+
+from evalbeam.metrics.judge.jury import juror_scores
+from evalbeam.metrics.statistics.summary import MAX_SLICE_VALUES, OVERALL, ScoreMoments, bootstrap_weight_matrix
+from evalbeam.metrics.rows.instance import case_id
+from evalbeam.transforms.schema import RunKey, to_json_text
+from evalbeam.transforms.score import ScoredInstance
+
+
+def results_of(scored: ScoredInstance) -> list[tuple]:
+    """(metric, score, is_error, passed, pairwise choice, position agreement, threshold, jurors' scores)
+    per result (the jurors' scores of a jury's row, else []; a tuple without them is read as [])."""
+    return [(r["metric"], r["score"], r["error"] is not None, r["passed"], r.get("pairwise_choice"),
+             r.get("position_agreement"), r.get("threshold"), juror_scores(r)) for r in scored.results]
+
+
+def one_run_case(scored: ScoredInstance):
+    """One run per case: the instance is its own case (cluster)."""
+    return scored.instance.instance_id, scored.instance.slices, [results_of(scored)]
+
+
+def case_of_runs(element):
+    """(case id, the ScoredInstances of its runs, one per run and scores part) ->
+    (case id, slices, [results of run 1, run 2, ...]): the parts of a run joined."""
+    case, parts = element
+    runs: dict[str, list] = {}
+    slices = {}
+    for scored in parts:
+        runs.setdefault(scored.instance.instance_id, []).extend(results_of(scored))
+        slices = scored.instance.slices  # the runs of a case are copies of one instance
+    return case, slices, [runs[i] for i in sorted(runs)]
+
+
+def slice_keys(case):
+    """(slice, (case id, [results of each run])) for "overall" and each slice the case
+    falls in."""
+    case_id, slices, runs = case
+    values = (case_id, runs)
+    yield OVERALL, values
+    for column, value in slices.items():
+        yield f"{column}={'(missing)' if value is None else value}", values
+
+
+
+
+# Instances whose bootstrap sums wait to be added together (one matrix product a
+# metric): about 0.8 MB of weights, whatever the number of metrics.
+BOOTSTRAP_BATCH = 512
+
+
+class SliceAccumulator:
+    """{metric: ScoreMoments} for one slice; the bootstrap part of the last few
+    cases' scores is added a batch at a time (bootstrap_weight_matrix), each case
+    (cluster: its runs) weighed by one weight drawn for its id."""
+
+    __slots__ = ("moments", "ids", "pending")
+
+    def __init__(self):
+        self.moments: dict[str, ScoreMoments] = {}
+        self.ids: list[str] = []  # the cases waiting
+        # metric -> (their rows in ids, sum of valid scores, valid scores, sum of agreements, agreements)
+        self.pending: dict[str, tuple[list[int], list[float], list[int], list[float], list[int]]] = {}
+
+    def add(self, case_id: str, runs) -> None:
+        """One case: the results of each of its runs."""
+        row = len(self.ids)
+        self.ids.append(case_id)
+        if len(runs) == 1:
+            self._add_one_run(row, runs[0])
+        else:
+            self._add_runs(row, runs)
+        if len(self.ids) >= BOOTSTRAP_BATCH:
+            self.flush()
+
+    def _pending(self, metric: str):
+        return self.pending.get(metric) or self.pending.setdefault(metric, ([], [], [], [], []))
+
+    def _add_one_run(self, row: int, results) -> None:
+        """A case of one run (every case without repeated runs): each metric has one row."""
+        for metric, score, error, passed, choice, agreement, threshold, *jury in results:
+            moments = self.moments.get(metric)
+            if moments is None:
+                moments = self.moments[metric] = ScoreMoments()
+            if jury and jury[0]:
+                moments.add_jurors(jury[0])
+            valid = moments.add(score, error, passed, choice, threshold)
+            if valid:
+                moments.add_single_case(score, passed)
+            if agreement is not None:
+                moments.add_case([], [], [agreement])
+            if valid or agreement is not None:
+                rows, sums, counts, agree_sums, agree_counts = self._pending(metric)
+                rows.append(row)
+                sums.append(score if valid else 0.0)
+                counts.append(1 if valid else 0)
+                agree_sums.append(agreement or 0.0)
+                agree_counts.append(0 if agreement is None else 1)
+
+    def _add_runs(self, row: int, runs) -> None:
+        per_metric: dict[str, tuple[list, list, list]] = {}
+        for results in runs:
+            for metric, score, error, passed, choice, agreement, threshold, *jury in results:
+                moments = self.moments.get(metric)
+                if moments is None:
+                    moments = self.moments[metric] = ScoreMoments()
+                if jury and jury[0]:  # each run of a case is its own unit: the jurors judged each run's response
+                    moments.add_jurors(jury[0])
+                scores, passes, agreements = per_metric.get(metric) or per_metric.setdefault(metric, ([], [], []))
+                if moments.add(score, error, passed, choice, threshold):  # a valid score: to be weighed
+                    scores.append(score)
+                    passes.append(passed)
+                if agreement is not None:
+                    agreements.append(agreement)
+        for metric, (scores, passes, agreements) in per_metric.items():
+            self.moments[metric].add_case(scores, passes, agreements)
+            if scores or agreements:
+                for column, value in zip(self._pending(metric),
+                                         (row, sum(scores), len(scores), sum(agreements), len(agreements))):
+                    column.append(value)
+
+    def instances(self) -> int:
+        """The instances added (each has a row for each of its metrics)."""
+        return max((m.rows for m in self.moments.values()), default=0)
+
+    def absorb(self, other: "SliceAccumulator") -> "SliceAccumulator":
+        """Add another accumulator's counts, sums and waiting instances. The waiting
+        ones stay waiting (weighed when a batch is full, or at the end): a slice of a
+        few instances never holds bootstrap sums until its summary is made."""
+        for metric, moments in other.moments.items():
+            mine = self.moments.get(metric)
+            self.moments[metric] = moments if mine is None else mine.merge(moments)
+        offset = len(self.ids)
+        self.ids.extend(other.ids)
+        for metric, (rows, *sums) in other.pending.items():
+            mine = self.pending.get(metric) or self.pending.setdefault(metric, ([], [], [], [], []))
+            mine[0].extend(r + offset for r in rows)
+            for column, values in zip(mine[1:], sums):
+                column.extend(values)
+        if len(self.ids) >= BOOTSTRAP_BATCH:
+            self.flush()
+        return self
+
+    def flush(self) -> "SliceAccumulator":
+        if self.ids:
+            weights = bootstrap_weight_matrix(self.ids)
+            for metric, (rows, sums, counts, agree_sums, agree_counts) in self.pending.items():
+                drawn = weights[rows]
+                moments = self.moments[metric]
+                if any(counts):
+                    moments.add_bootstrap(np.asarray(sums) @ drawn, np.asarray(counts, dtype=np.float64) @ drawn)
+                if any(agree_counts):
+                    moments.add_agreement_bootstrap(np.asarray(agree_sums) @ drawn,
+                                                    np.asarray(agree_counts, dtype=np.float64) @ drawn)
+            self.ids, self.pending = [], {}
+        return self
+
+
+class SliceMomentsFn(beam.CombineFn):
+    """Accumulator: a SliceAccumulator for one slice; output the same, its last
+    instances still waiting to be weighed (fold_slices weighs them): so a slice of
+    one instance costs a few hundred bytes, not the bootstrap sums of each metric
+    (2 x 200 floats), through the combine and the shuffle after it."""
+
+    def create_accumulator(self):
+        return SliceAccumulator()
+
+    def add_input(self, accumulator, values):
+        accumulator.add(*values)
+        return accumulator
+
+    def merge_accumulators(self, accumulators):
+        merged = SliceAccumulator()
+        for acc in accumulators:
+            merged.absorb(acc)
+        return merged
+
+    def extract_output(self, accumulator):
+        return accumulator
+
+
+def slice_column(slice_name: str) -> str:
+    """The column a slice is of ('' for overall)."""
+    return "" if slice_name == OVERALL else slice_name.split("=", 1)[0]
+
+
+def fold_slices(column_slices, limit: int, accumulator=None):
+    """(column, [(slice, SliceAccumulator)]) -> (slice, {metric: ScoreMoments}) for each
+    slice kept: every slice of a column with at most `limit` of them; else the `limit`
+    largest (most instances; then by name), the others merged (exactly: the
+    accumulators are sums) into one <column>=(other) slice, with a warning."""
+    column, slices = column_slices
+    slices = sorted(slices, key=lambda s: (-s[1].instances(), s[0]))
+    if column and len(slices) > limit:
+        logging.getLogger(__name__).warning(
+            "slice column %r has %s values, more than input.max_slice_values (%s): the %s largest are summarized "
+            "one slice each, the other %s as one slice, %s=(other)", column, f"{len(slices):,}", f"{limit:,}",
+            f"{limit:,}", f"{len(slices) - limit:,}", column)
+        other = (accumulator or SliceAccumulator)()  # transforms.calibration folds its own
+        for _, acc in slices[limit:]:
+            other.absorb(acc)
+        slices = slices[:limit] + [(f"{column}=(other)", other)]
+    for name, acc in slices:
+        yield name, acc.flush().moments
+
+
+def summary_rows(run: RunKey, thresholds: dict[str, float | None], keyed, num_runs: int = 1) -> Iterable[dict[str, Any]]:
+    slice_name, per_metric = keyed
+    for metric, moments in sorted(per_metric.items()):
+        threshold = thresholds.get(metric)
+        stats = moments.statistics(threshold, num_runs)
+        for curve in ("pass_at_k", "pass_all_k"):
+            stats[curve] = to_json_text(stats[curve])
+        # the rows' own threshold where they carry one (an ADK case's file's), all alike; null when they differ
+        yield {**run.columns(), "metric": metric, "slice": slice_name, "threshold": moments.row_threshold(threshold),
+               **stats}
+
+
+class SummarizeScores(beam.PTransform):
+    """ScoredInstances -> summary rows (one per metric and slice)."""
+
+    def __init__(self, run: RunKey, thresholds: dict[str, float | None], max_slice_values: int = MAX_SLICE_VALUES,
+                 num_runs: int = 1):
+        super().__init__()
+        self._run = run
+        self._thresholds = thresholds
+        self._max_slice_values = max_slice_values
+        self._num_runs = num_runs
+
+    def expand(self, scored):
+        if self._num_runs > 1:
+            # the runs of a case together (at most num_runs instances, each with its parts):
+            # the case is the cluster of the interval and the unit of pass@k
+            cases = (scored
+                     | "ByCase" >> beam.Map(lambda s: (case_id(s.instance.instance_id), s))
+                     | "RunsOfCase" >> beam.GroupByKey()
+                     | "CaseResults" >> beam.Map(case_of_runs))
+        else:
+            cases = scored | "CaseResults" >> beam.Map(one_run_case)
+        return (
+            cases
+            | "KeyBySlice" >> beam.FlatMap(slice_keys)
+            | "CombineMetrics" >> beam.CombinePerKey(SliceMomentsFn())
+            | "ByColumn" >> beam.Map(lambda kv: (slice_column(kv[0]), kv))
+            | "SlicesOfColumn" >> beam.GroupByKey()
+            | "FoldSlices" >> beam.FlatMap(fold_slices, self._max_slice_values)
+            | "SummaryRows" >> beam.FlatMap(lambda kv, run, th, n: summary_rows(run, th, kv, n), self._run,
+                                                   self._thresholds, self._num_runs)
+        )
