@@ -10,6 +10,8 @@ from evalbeam.pipelines.local import lean_local, part_bytes
 from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.read import FileParts, ReadRecords
+from evalbeam.transforms.read_otel import GroupSpans
+from evalbeam.transforms.records import SourceLines
 from evalbeam.transforms.read_adk import AdkReading, GroupAgentEvents, adk_base
 from evalbeam.transforms.validate import ToInstances, UniqueIdDecisions
 
@@ -68,7 +70,16 @@ def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
         adk = adk_reading(config)
         records, unparseable, source_lines = pipeline | "Read" >> ReadRecords(fmt, parts=parts, encoding=encoding,
                                                                               adk=adk)
-        if lean_local(owner, config):
+        if fmt == "otel_traces":
+            # spans grouped into cases; the accounting is in spans (transforms.read_otel)
+            otel = config.input.otel
+            records, dead, span_lines = records | "OtelCases" >> GroupSpans(otel.group_by, otel.max_trace_spans,
+                                                                           otel.max_trace_bytes)
+            unread_lines = unparseable | "UnparseableLines" >> beam.Map(
+                lambda d: SourceLines(d.origin, d.line_count, 0))
+            unparseable = (unparseable, dead) | "OtelUnparseable" >> beam.Flatten()
+            source_lines = (span_lines, unread_lines) | "OtelSourceLines" >> beam.Flatten()
+        elif lean_local(owner, config):
             first_read = pipeline | "ReadIds" >> ReadRecords(fmt, parts=parts, counted=False, encoding=encoding,
                                                              adk=adk)
             decisions = first_read[0] | "IdDecisions" >> UniqueIdDecisions(row_spec(config))
