@@ -389,6 +389,14 @@ def _check_columns(config: EvalConfig, checked: Preflight) -> None:
             raise ConfigError(f"input: {checked.source} is not an ADK agent events table (BigQueryAgentAnalyticsPlugin): "
                               f"no column {', '.join(missing)}")
         return
+    if config.input.format == "otel_traces":
+        # the rows are OTLP requests, not instances: what a case holds is known once its spans are
+        # grouped (a metric whose inputs it lacks gets its error there, e.g. content not recorded)
+        if "resourceSpans" not in columns:
+            raise ConfigError(f"input: {checked.source} holds no OTLP JSON trace request (no resourceSpans in "
+                              f"the first {checked.checked_rows} rows): input.format otel_traces reads "
+                              "ExportTraceServiceRequest JSON, one a line or one a file")
+        return
     mapping = config.input.column_mapping
     problems = []
     for i, spec in enumerate(config.metrics):

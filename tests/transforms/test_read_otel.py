@@ -1,0 +1,153 @@
+"""transforms.read_otel: a real ADK 2.13 agent's OTLP JSON spans (tests/data/otel), their
+spans scattered over several files (gzipped, pretty-printed, JSON Lines) in any order,
+grouped into cases in Beam; awkward traces dead-lettered with their reason; the counts
+reconcile in spans; and a whole run over them scores the cases."""
+from __future__ import annotations
+
+import copy
+import gzip
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+import yaml
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.util import assert_that
+
+from evalbeam.configs import load_config
+from evalbeam.pipelines.evaluate import run
+from evalbeam.transforms.read import ReadRecords
+from evalbeam.transforms.read_otel import GroupSpans
+from tests.helpers import table
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "otel"
+
+
+def _spans(path: Path) -> list[dict]:
+    out = []
+    for line in path.read_text().splitlines():
+        for resource in json.loads(line)["resourceSpans"]:
+            for scope in resource["scopeSpans"]:
+                out += [(resource["resource"], scope["scope"], s) for s in scope["spans"]]
+    return out
+
+
+def _request(spans) -> dict:
+    return {"resourceSpans": [{"resource": r, "scopeSpans": [{"scope": sc, "spans": [s]}]} for r, sc, s in spans]}
+
+
+def awkward_files(folder: Path, seed: int) -> dict:
+    """The real spans, spread at random over three files (one gzipped, one a pretty-printed
+    single request), with the awkward cases mixed in. Returns what must come out."""
+    rng = random.Random(seed)
+    spans = _spans(DATA / "adk_weather.jsonl")
+    by_trace: dict[str, list] = {}
+    for item in spans:
+        by_trace.setdefault(item[2]["traceId"], []).append(item)
+    expected = {"spans": len(spans)}
+    # a trace from a second copy of the run, its root dropped: no root
+    rootless = [copy.deepcopy(i) for i in _spans(DATA / "adk_weather_no_content.jsonl")]
+    traces = {}
+    for item in rootless:
+        traces.setdefault(item[2]["traceId"], []).append(item)
+    [rootless_id, orphan_id, *_] = sorted(traces, key=lambda t: -len(traces[t]))
+    no_root = [i for i in traces[rootless_id] if i[2].get("parentSpanId")]
+    # another: a middle span (invoke_agent) dropped: its children's parent never arrives
+    middle = next(i for i in traces[orphan_id] if i[2]["name"].startswith("invoke_agent"))
+    orphaned = [i for i in traces[orphan_id] if i is not middle]
+    # a span exported twice (a retried export): one copy is dropped and counted
+    twice = copy.deepcopy(rng.choice(spans))
+    # a trace of more spans than the limit (max_trace_spans = 40): made of a real trace's spans, renumbered
+    base = by_trace[max(by_trace, key=lambda t: len(by_trace[t]))]
+    big = []
+    for n in range(45):
+        r, sc, s = copy.deepcopy(rng.choice(base))
+        s.update(traceId="ab" * 16, spanId=f"{n + 1:016x}", parentSpanId=f"{1:016x}" if n else "")
+        big.append((r, sc, s))
+    everything = spans + no_root + orphaned + [twice] + big
+    expected.update(read=len(everything), no_root=len(no_root), orphaned=len(orphaned), big=len(big))
+    rng.shuffle(everything)
+    thirds = [everything[i::3] for i in range(3)]
+    lines = [json.dumps(_request(thirds[0][i:i + 4])) for i in range(0, len(thirds[0]), 4)]
+    (folder / "a.jsonl").write_text("\n".join(lines) + "\n\n")
+    (folder / "b.json.gz").write_bytes(gzip.compress("\n".join(
+        json.dumps(_request(thirds[1][i:i + 5])) for i in range(0, len(thirds[1]), 5)).encode()))
+    (folder / "c.json").write_text(json.dumps(_request(thirds[2]), indent=2))
+    (folder / "d.jsonl").write_text('{"resourceSpans": [\n{"not": "otlp"}\n')  # damaged
+    return expected
+
+
+@pytest.mark.parametrize("group_by", ["trace", "conversation"])
+def test_spans_in_any_order_and_file_group_into_cases_and_reconcile(tmp_path, group_by):
+    expected = awkward_files(tmp_path, seed=3)
+    with TestPipeline() as p:
+        records, unparseable, _ = p | ReadRecords("otel_traces", uri=str(tmp_path / "*"))
+        cases, dead, lines = records | GroupSpans(group_by, max_spans=40)
+
+        def check(results):
+            cases, dead, lines, unparseable = results
+            reasons = Counter()
+            for d in dead:
+                for what in ("has no root span", "which never arrived", "exported more than once",
+                             "more than 40 spans"):
+                    if what in d.reason:
+                        reasons[what] += d.line_count
+            assert reasons == {"has no root span": expected["no_root"], "which never arrived": expected["orphaned"],
+                               "exported more than once": 1, "more than 40 spans": expected["big"]}, reasons
+            # the damaged file: its lines are dead-lettered, as any unreadable line is
+            assert unparseable and all(u.origin.endswith("d.jsonl") for u in unparseable)
+            spans_read = sum(s.lines for s in lines)
+            assert spans_read == expected["read"]
+            used = sum(c.line_count for c in cases)
+            assert used == expected["spans"]  # every span of the real run, once
+            assert spans_read == used + sum(d.line_count for d in dead)
+            if group_by == "conversation":
+                by_id = {c.data["instance_id"]: c.data for c in cases}
+                assert sorted(by_id) == ["s_none", "s_raise", "s_two"]
+                assert [t["prompt"][:6] for t in by_id["s_two"]["invocations"]] == ["Paris?", "Keep O"]
+                assert len(by_id["s_two"]["trace_ids"]) == 2
+            else:
+                assert len(cases) == 4 and all(len(c.data["invocations"]) == 1 for c in cases)
+
+        tagged = [pc | f"Tag{name}" >> beam.Map(lambda x, name=name: (name, x))
+                  for name, pc in (("cases", cases), ("dead", dead), ("lines", lines), ("unparseable", unparseable))]
+        assert_that(tuple(tagged) | beam.Flatten() | beam.combiners.ToList(), lambda got: check(_by_tag(got[0])))
+
+
+def _by_tag(items):
+    out = {"cases": [], "dead": [], "lines": [], "unparseable": []}
+    for tag, item in items:
+        out[tag].append(item)
+    return out["cases"], out["dead"], out["lines"], out["unparseable"]
+
+
+def test_a_whole_run_scores_the_cases_and_counts_spans(tmp_path):
+    """`input.format: otel_traces` end to end: the ADK run's traces as conversations, scored with
+    trajectory-free and content metrics; the runs row's lines are spans and reconcile."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    spans = _spans(DATA / "adk_weather.jsonl")
+    random.Random(5).shuffle(spans)
+    (folder / "part1.jsonl").write_text(json.dumps(_request(spans[:9])) + "\n")
+    (folder / "part2.jsonl.gz").write_bytes(gzip.compress((json.dumps(_request(spans[9:])) + "\n").encode()))
+    config = {"name": "otel", "run_id": "otel1",
+              "input": {"uri": str(folder / "*"), "format": "otel_traces", "otel": {"group_by": "conversation"}},
+              "metrics": [{"name": "failure"}, {"name": "latency_in_seconds"},
+                          {"name": "tool_trajectory_avg_score"}],
+              "output": {"parquet": str(tmp_path / "out")}}
+    path = tmp_path / "otel.yaml"
+    path.write_text(yaml.safe_dump(config))
+    run(load_config(path), PipelineOptions([]))
+    out = tmp_path / "out" / "otel1"
+    [runs] = [r for r in table(out, "runs")]
+    assert (runs["read_count"], runs["scored_count"], runs["dead_letter_count"]) == (3, 3, 0)
+    assert runs["lines_read"] == len(spans) == runs["lines_scored"]
+    results = {(r["instance_id"], r["metric"]): r for r in table(out, "metric_results")}
+    assert results[("s_raise", "failure")]["score"] == 1 and results[("s_two", "failure")]["score"] == 0
+    assert results[("s_two", "latency_in_seconds")]["score"] > 0
+    # no expected trajectory in a trace: the metric says so rather than scoring
+    assert results[("s_two", "tool_trajectory_avg_score")]["error"]
