@@ -84,6 +84,8 @@ TIER_RULES = [
 # Measured with --durations=80 (2 cores shared with other runs, load ~4.5): the tests of no other tier
 # that took 4.4 s or more (up to 100 s), with their parameters; the 20 s mark left 14 minutes.
 SLOW = {
+    "transforms/test_read_otel.py::test_spans_in_any_order_and_file_group_into_cases_and_reconcile",
+    "transforms/test_read_otel.py::test_a_whole_run_scores_the_cases_and_counts_spans",
     "transforms/test_failure_modes.py::test_planted_failures_counted_per_mode_and_slice_and_a_cached_rerun",
     "transforms/test_failure_modes.py::test_discovered_taxonomy_is_stored_pinned_and_reused_by_digest",
     "transforms/test_failure_modes.py::test_the_discovery_sample_is_seeded_and_a_failed_discovery_loses_no_row",
