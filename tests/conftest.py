@@ -73,6 +73,7 @@ TIER_RULES = [
     ("transforms/test_adk_events.py", {"events_table", "recorded", "plugin_schema"}, "adk"),
     ("transforms/test_adk_files.py", {"adk_reference"}, "adk"),
     ("transforms/test_inference.py", {"agent_env"}, "agent"),
+    ("transforms/test_read_otel.py", {"agent_env"}, "agent"),
     ("metrics/test_agent_judges.py", {"agent_evalbeam"}, "agent"),
     ("metrics/test_adk_judges.py", None, "agent"),
     ("transforms/test_simulation.py", {"agent_env", "in_agent_env"}, "agent"),

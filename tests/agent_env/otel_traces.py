@@ -5,9 +5,12 @@ venv (.agent/):
 
     EVALBEAM_TEST_MODEL_URL=... python otel_traces.py CASES.json OUT_DIR
 
-CASES: [[session_id, [user text, ...]]]. OUT_DIR gets traces.jsonl (one OTLP
-ExportTraceServiceRequest per line, one line per session, spans shuffled within a line) and
-sessions.json ([[session_id, [ADK Event as JSON, ...]]]).
+CASES: [[session_id, [user text | [user text, expected response, [[tool, args], ...]], ...]]].
+OUT_DIR gets traces.jsonl (one OTLP ExportTraceServiceRequest per line, one line per session,
+spans shuffled within a line), sessions.json ([[session_id, [ADK Event as JSON, ...]]]) and, for
+the sessions whose turns all have an expected side, adk_scores.json: {session_id: {metric: score}}
+from ADK's own evaluators (tool_trajectory_avg_score, response_match_score) over the session's
+events as ADK's EvaluationGenerator turns them into invocations.
 
 The OTLP JSON encoding is written here (otlp_request): opentelemetry-exporter-otlp-proto-common
 (which encodes protobuf) is not in the locks, and OTLP's JSON differs from protobuf's JSON
@@ -83,10 +86,12 @@ async def main(cases_path, out_dir):
     runner = Runner(app_name="weather_app", agent=root_agent, session_service=sessions)
     rng = random.Random(7)
     lines, recorded = [], []
-    for session_id, texts in json.load(open(cases_path)):
+    scores = {}
+    for session_id, turns in json.load(open(cases_path)):
         EXPORTER.clear()
         await sessions.create_session(app_name="weather_app", user_id="u1", session_id=session_id)
-        for text in texts:
+        for turn in turns:
+            text = turn if isinstance(turn, str) else turn[0]
             message = types.Content(role="user", parts=[types.Part(text=text)])
             try:
                 async for _ in runner.run_async(user_id="u1", session_id=session_id, new_message=message):
@@ -99,10 +104,43 @@ async def main(cases_path, out_dir):
         session = await sessions.get_session(app_name="weather_app", user_id="u1", session_id=session_id)
         recorded.append([session_id, [e.model_dump(mode="json", exclude_none=True, by_alias=True)
                                       for e in session.events]])
+        if all(not isinstance(t, str) for t in turns):
+            scores[session_id] = await adk_scores(session.events, turns)
     with open(os.path.join(out_dir, "traces.jsonl"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(out_dir, "sessions.json"), "w") as f:
         json.dump(recorded, f)
+    with open(os.path.join(out_dir, "adk_scores.json"), "w") as f:
+        json.dump(scores, f)
+
+
+async def adk_scores(events, turns):
+    """ADK's evaluators on a session, as ADK's eval service scores an agent's run."""
+    import inspect
+
+    from google.adk.evaluation.eval_case import IntermediateData, Invocation
+    from google.adk.evaluation.eval_metrics import EvalMetric
+    from google.adk.evaluation.evaluation_generator import EvaluationGenerator
+    from google.adk.evaluation.final_response_match_v1 import RougeEvaluator
+    from google.adk.evaluation.trajectory_evaluator import TrajectoryEvaluator
+    from google.genai import types
+
+    actual = EvaluationGenerator.convert_events_to_eval_invocations(events)
+    expected = [Invocation(user_content=types.Content(role="user", parts=[types.Part(text=text)]),
+                           final_response=types.Content(role="model", parts=[types.Part(text=response)]),
+                           intermediate_data=IntermediateData(tool_uses=[types.FunctionCall(name=n, args=a)
+                                                                         for n, a in calls]))
+                for text, response, calls in turns]
+    out = {}
+    for name, evaluator in (
+            ("tool_trajectory_avg_score", TrajectoryEvaluator(eval_metric=EvalMetric(
+                metric_name="tool_trajectory_avg_score", threshold=1.0))),
+            ("response_match_score", RougeEvaluator(EvalMetric(metric_name="response_match_score", threshold=0.8)))):
+        result = evaluator.evaluate_invocations(actual, expected)
+        if inspect.isawaitable(result):
+            result = await result
+        out[name] = result.overall_score
+    return out
 
 
 if __name__ == "__main__":

@@ -151,3 +151,63 @@ def test_a_whole_run_scores_the_cases_and_counts_spans(tmp_path):
     assert results[("s_two", "latency_in_seconds")]["score"] > 0
     # no expected trajectory in a trace: the metric says so rather than scoring
     assert results[("s_two", "tool_trajectory_avg_score")]["error"]
+
+
+def agent_env() -> Path:
+    """The venv of evalbeam with its `agent` extra (make agent-env): google-adk 2.13.0."""
+    venv = Path(__file__).resolve().parents[2] / ".agent"
+    if not (venv / ".installed").exists():
+        pytest.fail("the agent environment is missing: run `make agent-env` (or `make test`): evalbeam[agent] in .agent/")
+    return venv
+
+
+def test_scores_from_an_adk_runs_traces_equal_adks_own_evaluators_on_its_session(tmp_path):
+    """A real ADK 2.13 agent run (tests/inference_agent.py, its model the local generateContent
+    server) traced with OpenTelemetry's SDK, content on the spans (SPAN_ONLY). ADK's own
+    TrajectoryEvaluator and RougeEvaluator score the run's session (EvaluationGenerator's
+    invocations); evalbeam reads the exported OTLP JSON through the pipeline, groups the spans
+    into conversations and scores the same expected turns: the scores are equal."""
+    import subprocess
+
+    from evalbeam.metrics import get_metric
+    from evalbeam.metrics.instance import RowSpec, build_instance
+    from tests.judge_server import JudgeServer
+
+    root = Path(__file__).resolve().parents[2]
+    cases = DATA / "adk_scored_cases.json"
+    with JudgeServer() as server:
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root), "GOOGLE_API_KEY": "test-key",
+               "EVALBEAM_TEST_MODEL_URL": server.url, "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY"}
+        result = subprocess.run([str(agent_env() / "bin" / "python"), str(root / "tests" / "agent_env" / "otel_traces.py"),
+                                 str(cases), str(tmp_path)], capture_output=True, text=True, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+    adk = json.loads((tmp_path / "adk_scores.json").read_text())
+    assert set(adk) == {"s_two", "s_none", "s_wrong"}
+    expected = {sid: turns for sid, turns in json.loads(cases.read_text())}
+    spec = RowSpec({}, "instance_id", (), ())
+    scored = {}
+
+    def score(records):
+        for record in records:
+            fields = dict(record.data)
+            turns = expected[fields["instance_id"]]
+            if any(isinstance(t, str) for t in turns):
+                continue
+            assert len(fields["invocations"]) == len(turns)
+            for turn, (_, response, calls) in zip(fields["invocations"], turns):
+                turn["expected"] = {"response": response,
+                                    "tool_calls": [{"tool_name": n, "tool_input": a} for n, a in calls]}
+            instance = build_instance(fields, spec, record.source)
+            out = {}
+            for name in adk["s_two"]:
+                d = get_metric(name)
+                out[name] = d.factory(d.params.model_validate({}))(instance.fields).score
+            scored[fields["instance_id"]] = out
+        assert scored == adk
+        assert adk["s_two"]["tool_trajectory_avg_score"] == 0.5 and 0 < adk["s_two"]["response_match_score"] < 1
+
+    with TestPipeline() as p:
+        records, _, _ = p | ReadRecords("otel_traces", uri=str(tmp_path / "traces.jsonl"))
+        cases_out, dead, _ = records | GroupSpans("conversation")
+        assert_that(cases_out, score)
+        assert_that(dead, lambda d: not d or pytest.fail(f"dead letters: {[x.reason for x in d]}"), label="NoDead")
