@@ -394,6 +394,12 @@ def turn_of_trace(spans: list[dict[str, Any]]) -> tuple[dict[str, Any], bool]:
     models = [s for s in spans if _operation(s) in MODEL_OPERATIONS]
     tools = [s for s in spans if _operation(s) == TOOL_OPERATION
              and s["attributes"].get("gen_ai.tool.name") != MERGED_TOOLS]
+    # A tool span inside a tool span of the same tool is the same call traced again: the google-genai
+    # instrumentation (1.3b0) wraps the tools of a reused config once more on every call, nesting
+    # one execute_tool span per wrapper. The outermost is the call.
+    by_id = {s["span_id"]: s for s in tools}
+    tools = [s for s in tools if not (s["parent_id"] in by_id and by_id[s["parent_id"]]["attributes"].get(
+        "gen_ai.tool.name") == s["attributes"].get("gen_ai.tool.name"))]
     turn: dict[str, Any] = {}
     invocation = next((s["attributes"].get("gcp.vertex.agent.invocation_id") for s in spans
                        if s["attributes"].get("gcp.vertex.agent.invocation_id")), None)

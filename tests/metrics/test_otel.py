@@ -230,3 +230,28 @@ def test_ids_in_protobufs_json_mapping_read_as_otlps_hex():
     request["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"] = "xyz"
     spans, bad = spans_of_request(request)
     assert len(spans) == len(hex_spans) - 1 and "traceId 'xyz' is not 32 hex digits" in bad[0][0]
+
+
+def genai_turns_match_what_the_app_saw(traces_path: Path, calls_path: Path) -> None:
+    """The turns read from OpenTelemetry's google-genai instrumentation's spans are what the app
+    got from google-genai: the prompt, the response text, and each automatic function call with
+    its arguments and result (google-genai hands the model a dict result as {"result": ...})."""
+    seen = json.loads(calls_path.read_text())
+    read = sorted((case_record(k, [t])["invocations"][0] for k, t in traces_of(traces_path).items()),
+                  key=lambda t: [s[0] for s in seen].index(t["prompt"]))
+    assert [t["prompt"] for t in read] == [s[0] for s in seen]
+    for turn, (_, response, calls) in zip(read, seen):
+        assert turn["response"] == response
+        assert [(c["tool_name"], c["tool_input"], {"result": c["response"]}) for c in turn["tool_calls"]] == \
+            [tuple(c) for c in calls]
+
+
+def test_google_genai_instrumentation_spans_read_as_the_calls_the_app_made():
+    """tests/data/otel/genai_weather.jsonl: written by tests/agent_env/otel_genai.py (plain google-genai,
+    automatic function calling, opentelemetry-instrumentation-google-genai 1.3b0). Its third call's
+    tool spans are nested three deep per call (the instrumentation wraps a reused config's tools again
+    on each call): each is read as one call."""
+    genai_turns_match_what_the_app_saw(DATA / "genai_weather.jsonl", DATA / "genai_weather.jsonl.calls.json")
+    nested = [s for t in traces_of(DATA / "genai_weather.jsonl").values() for s in t
+              if s["name"].startswith("execute_tool")]
+    assert len(nested) == 1 + 3 + 3

@@ -211,3 +211,31 @@ def test_scores_from_an_adk_runs_traces_equal_adks_own_evaluators_on_its_session
         cases_out, dead, _ = records | GroupSpans("conversation")
         assert_that(cases_out, score)
         assert_that(dead, lambda d: not d or pytest.fail(f"dead letters: {[x.reason for x in d]}"), label="NoDead")
+
+
+def test_a_second_instrumentation_live_google_genai(tmp_path):
+    """OpenTelemetry's google-genai instrumentation (opentelemetry-instrumentation-google-genai, the
+    otel_test extra, in .agent/) on plain google-genai with automatic function calling against the
+    local generateContent server: the spans it exports, read through the pipeline, give the calls
+    and answers the app got."""
+    import subprocess
+
+    from tests.judge_server import JudgeServer
+    from tests.metrics.test_otel import genai_turns_match_what_the_app_saw
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "genai.jsonl"
+    with JudgeServer() as server:
+        env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root), "GOOGLE_API_KEY": "test-key",
+               "EVALBEAM_TEST_MODEL_URL": server.url}
+        result = subprocess.run([str(agent_env() / "bin" / "python"), str(root / "tests" / "agent_env" / "otel_genai.py"),
+                                 str(DATA / "genai_weather_prompts.json"), str(out)],
+                                capture_output=True, text=True, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+    genai_turns_match_what_the_app_saw(out, Path(str(out) + ".calls.json"))
+    with TestPipeline() as p:
+        records, _, _ = p | ReadRecords("otel_traces", uri=str(out))
+        cases, dead, _ = records | GroupSpans()
+        assert_that(cases | beam.Map(lambda c: (c.data["invocations"][0]["prompt"][:5],
+                                                len(c.data["invocations"][0]["tool_calls"]))),
+                    lambda got: sorted(got) == [("Both ", 2), ("Hello", 0), ("Paris", 1)] or pytest.fail(str(got)))
