@@ -61,8 +61,10 @@ def parse_otlp(path: str, stream, encoding: str = UTF8) -> Iterator[Record | Dea
     """One OTLP JSON ExportTraceServiceRequest per line; or a file whose first line opens a
     JSON object it does not close (one pretty-printed request): read whole."""
     head = stream.read(CHUNK)
-    first = head.lstrip(b"\xef\xbb\xbf \t\r\n").split(b"\n", 1)[0].strip()
-    if first.startswith(b"{") and not first.endswith(b"}"):
+    lead = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    first = lead.split(b"\n", 1)[0].strip()
+    # a first line longer than the head read is a long request line: JSON Lines
+    if b"\n" in lead and first.startswith(b"{") and not first.endswith(b"}"):
         yield from read_adk.whole_json_file(path, _Prefixed(head, stream))
         return
     yield from parse_jsonl(path, _Prefixed(head, stream), encoding=encoding)

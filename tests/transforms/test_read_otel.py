@@ -239,3 +239,19 @@ def test_a_second_instrumentation_live_google_genai(tmp_path):
         assert_that(cases | beam.Map(lambda c: (c.data["invocations"][0]["prompt"][:5],
                                                 len(c.data["invocations"][0]["tool_calls"]))),
                     lambda got: sorted(got) == [("Both ", 2), ("Hello", 0), ("Paris", 1)] or pytest.fail(str(got)))
+
+
+def test_a_request_line_longer_than_the_first_read_is_json_lines(tmp_path):
+    """A first request line longer than the bytes read to tell JSON Lines from one pretty-printed
+    request (as an exporter's batches are) is still read line by line."""
+    from evalbeam.transforms.parsers import CHUNK
+    from evalbeam.transforms.read import parse_file
+    from evalbeam.transforms.records import Record
+
+    spans = _spans(DATA / "adk_weather.jsonl") * 30
+    line = json.dumps(_request(spans))
+    assert len(line) > CHUNK
+    path = tmp_path / "long.jsonl.gz"
+    path.write_bytes(gzip.compress((line + "\n" + line + "\n").encode()))
+    records = [r for r in parse_file(str(path), "otel_traces") if isinstance(r, Record)]
+    assert len(records) == 2 and records[1].line == 2
