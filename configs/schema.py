@@ -78,6 +78,16 @@ class OtelInput(_Model):
                                   "held in memory")
     max_trace_bytes: int = pydantic.Field(
         64 * 1024 * 1024, ge=1024, description="a trace whose spans' attributes and events hold more is dead-lettered")
+    start: dt.datetime | None = pydantic.Field(
+        None, description="a BigQuery table of spans (Cloud Trace's _AllSpans view): only spans whose start_time is "
+                          "at or after this (UTC where no zone is given)")
+    end: dt.datetime | None = pydantic.Field(None, description="... and before this (a nightly run: one day)")
+
+    @pydantic.model_validator(mode="after")
+    def _window(self) -> "OtelInput":
+        if self.start is not None and self.end is not None and self.end <= self.start:
+            raise ValueError("input.otel.end must be after input.otel.start")
+        return self
 
 
 class InputConfig(_Model):
@@ -193,8 +203,13 @@ class InputConfig(_Model):
         if self.format == "adk_agent_events" and self.kind == "files":
             raise ValueError("format adk_agent_events reads the plugin's BigQuery table: set input.uri to "
                              "bq://project.dataset.agent_events, or input.query")
-        if self.format == "otel_traces" and self.kind != "files":
-            raise ValueError("format otel_traces reads OTLP JSON files: set input.uri to their path or glob")
+        if self.format != "otel_traces" and (self.otel.start or self.otel.end):
+            raise ValueError("input.otel.start and end select spans of format otel_traces")
+        if self.format == "otel_traces" and self.kind == "files" and (self.otel.start or self.otel.end):
+            raise ValueError("input.otel.start and end select rows of a BigQuery table of spans; files are read whole")
+        if self.kind == "bigquery_query" and (self.otel.start or self.otel.end):
+            raise ValueError("input.otel.start and end select rows of a table (input.uri bq://...); with input.query, "
+                             "select the window in the query: WHERE DATE(start_time) = '{run_date}'")
         if self.format in ("adk_eval_result", "adk_eval_set") and self.kind != "files":
             raise ValueError(f"format {self.format} reads files; BigQuery rows of agent events are adk_agent_events")
         if codecs.lookup(self.encoding).name != "utf-8" and self.inferred_format() not in ("jsonl", "csv", None):

@@ -152,6 +152,67 @@ def spans_of_request(request: Any) -> tuple[list[dict[str, Any]], list[tuple[str
     return spans, bad
 
 
+# Cloud Trace's span storage schema (the _AllSpans view of a linked dataset), as documented in
+# "Storage schema for trace data": trace_id, span_id, trace_state, parent_span_id, name (verified);
+# start_time, end_time, kind, status {code, message}, attributes (JSON), resource {attributes
+# (JSON)}, instrumentation_scope {name}, events [{time, name, attributes (JSON)}] (the OTLP
+# fields as that page names them; not verified against a live view, see docs/agents.md).
+SPAN_COLUMNS = ("trace_id", "span_id", "parent_span_id", "name", "start_time", "end_time", "attributes")
+
+
+def _time_nanos(value: Any, what: str) -> int:
+    """A BigQuery TIMESTAMP (ISO text as transforms.bigquery hands it over), or nanoseconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, str):
+        import datetime as dt
+
+        try:
+            moment = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        except ValueError:
+            raise SpanError(f"{what} {value!r} is not a timestamp") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=dt.timezone.utc)
+        whole = int(moment.replace(microsecond=0).timestamp())
+        return whole * 1_000_000_000 + moment.microsecond * 1000
+    raise SpanError(f"{what} is missing")
+
+
+def _attributes_column(value: Any) -> dict[str, Any]:
+    value = _json(value)
+    if isinstance(value, list):  # OTLP's [{key, value}] form
+        return attribute_map(value)
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def span_of_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """One row of a Cloud Trace span table as a flat span dict (the same as span_of's)."""
+    span_id = row.get("span_id")
+    status = _json(row.get("status")) or {}
+    code = status.get("code", 0) if isinstance(status, dict) else 0
+    parent = row.get("parent_span_id") or None
+    span = {
+        "trace_id": _hex_id(row.get("trace_id"), 16, "trace_id"),
+        "span_id": _hex_id(span_id, 8, "span_id"),
+        "parent_id": _hex_id(parent, 8, f"span {span_id} parent_span_id") if parent else None,
+        "name": str(row.get("name") or ""),
+        "start": _time_nanos(row.get("start_time"), f"span {span_id} start_time"),
+        "end": _time_nanos(row.get("end_time"), f"span {span_id} end_time"),
+        "attributes": _attributes_column(row.get("attributes")),
+        "events": [{"name": str(e.get("name") or ""), "time": _time_nanos(e.get("time") or 0, "event time"),
+                    "attributes": _attributes_column(e.get("attributes"))}
+                   for e in _json(row.get("events")) or [] if isinstance(e, dict)],
+        "status": _STATUS.get(code, code if code in ("UNSET", "OK", "ERROR") else "UNSET"),
+        "status_message": (status.get("message") if isinstance(status, dict) else "") or "",
+        "scope": str(((_json(row.get("instrumentation_scope")) or {}).get("name")) or ""),
+    }
+    resource = _json(row.get("resource")) or {}
+    service = _attributes_column(resource.get("attributes") if isinstance(resource, dict) else None).get("service.name")
+    if service:
+        span["service"] = str(service)
+    return span
+
+
 def span_size(span: Mapping[str, Any]) -> int:
     """About the bytes a span holds (its attributes' and events' text): what max_trace_bytes counts."""
     return len(json.dumps(span["attributes"], default=str)) + len(json.dumps(span["events"], default=str)) + 200

@@ -30,7 +30,8 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from evalbeam.metrics.otel import (
-    SpanError, case_record, check_trace, conversation_of, dedup, skewed_spans, span_size, spans_of_request,
+    SpanError, case_record, check_trace, conversation_of, dedup, skewed_spans, span_of_row, span_size,
+    spans_of_request,
 )
 from evalbeam.transforms import read_adk
 from evalbeam.transforms.parsers import CHUNK, parse_jsonl
@@ -98,6 +99,25 @@ class RequestSpansFn(beam.DoFn):
             yield span["trace_id"], span
         self._spans.inc(len(spans) + len(bad))
         yield beam.pvalue.TaggedOutput(LINES, SourceLines(record.origin, len(spans) + len(bad), 0))
+
+
+class RowSpanFn(beam.DoFn):
+    """A Record of a span table's row (Cloud Trace's _AllSpans) -> (trace id, span), or a DeadLetter.
+    (The rows' SourceLines come from the BigQuery reader: a row is a span.)"""
+
+    def __init__(self):
+        self._spans = Metrics.counter("evalbeam", "otel_spans_read")
+
+    def process(self, record: Record):
+        self._spans.inc()
+        try:
+            span = span_of_row(record.data)
+        except SpanError as e:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(
+                record.source, str(e), record.raw, "span", record.origin, record.line, record.line_count))
+            return
+        span["origin"], span["line"] = record.origin, record.line
+        yield span["trace_id"], span
 
 
 def _dead(source: str, reason: str, spans: list[dict[str, Any]], count: int, field: str = "trace") -> DeadLetter:
@@ -175,14 +195,17 @@ def case_of(element, max_spans: int):
 
 
 class GroupSpans(beam.PTransform):
-    """Records of OTLP requests -> (Records of cases, DeadLetters, SourceLines counting spans)."""
+    """Records of OTLP requests (or, rows=True, of a span table's rows) -> (Records of cases,
+    DeadLetters, SourceLines counting spans: none for rows, which the BigQuery reader counts)."""
 
-    def __init__(self, group_by: str = "trace", max_spans: int = MAX_TRACE_SPANS, max_bytes: int = MAX_TRACE_BYTES):
+    def __init__(self, group_by: str = "trace", max_spans: int = MAX_TRACE_SPANS, max_bytes: int = MAX_TRACE_BYTES,
+                 rows: bool = False):
         super().__init__()
-        self._group_by, self._max_spans, self._max_bytes = group_by, max_spans, max_bytes
+        self._group_by, self._max_spans, self._max_bytes, self._rows = group_by, max_spans, max_bytes, rows
 
     def expand(self, requests):
-        spans = requests | "Spans" >> beam.ParDo(RequestSpansFn()).with_outputs(DEAD_LETTER, LINES, main="spans")
+        fn = RowSpanFn() if self._rows else RequestSpansFn()
+        spans = requests | "Spans" >> beam.ParDo(fn).with_outputs(DEAD_LETTER, LINES, main="spans")
         traces = (spans.spans
                   | "GroupByTrace" >> beam.GroupByKey()
                   | "CheckTraces" >> beam.ParDo(CheckTraceFn(self._max_spans, self._max_bytes, self._group_by))

@@ -90,6 +90,10 @@ def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
         unparseable = pipeline | "NoUnparseableRows" >> beam.Create([])
         if config.input.format == "adk_agent_events":
             records, unparseable = records | "AgentSessions" >> GroupAgentEvents(config.input.granularity, read_plan.label)
+        elif config.input.format == "otel_traces":  # a span table: Cloud Trace's _AllSpans, a row a span
+            otel = config.input.otel
+            records, unparseable, _ = records | "OtelCases" >> GroupSpans(otel.group_by, otel.max_trace_spans,
+                                                                        otel.max_trace_bytes, rows=True)
     instances, invalid = records | "Validate" >> ToInstances(row_spec(config), decisions)
     return records, unparseable, source_lines, instances, invalid
 
