@@ -110,7 +110,8 @@ class InputConfig(_Model):
             None, description="jsonl | csv | adk_eval_result | adk_eval_set, for files; inferred from the file name "
                               "when omitted (*.evalset_result.json, *.evalset.json and *.test.json are ADK files); "
                               "adk_agent_events for BigQuery rows of ADK's BigQueryAgentAnalyticsPlugin table; "
-                              "otel_traces for OpenTelemetry GenAI spans: OTLP JSON files (see input.otel)")
+                              "otel_traces for OpenTelemetry GenAI spans: OTLP JSON files, or a BigQuery table of "
+                              "Cloud Trace's span schema (see input.otel)")
     otel: OtelInput = pydantic.Field(default_factory=OtelInput, description="otel_traces: how spans become cases")
     encoding: str = pydantic.Field(
         "utf-8", min_length=1,
