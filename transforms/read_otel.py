@@ -159,11 +159,12 @@ class CheckTraceFn(beam.DoFn):
         spans, copies = dedup(held)
         if copies:
             self._duplicates.inc(copies)
-            kept = {s["span_id"] for s in spans}
+            kept = {id(s) for s in spans}
+            dropped = [s for s in held if id(s) not in kept]
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(
-                source, f"trace {trace_id}: {copies} span(s) exported more than once ({', '.join(sorted(kept)[:3])}...): "
-                        "the copies are dropped, one of each kept", [s for s in held if s not in spans][:5], copies,
-                "span_id"))
+                source, f"trace {trace_id}: {copies} span(s) exported more than once "
+                        f"({', '.join(sorted({s['span_id'] for s in dropped})[:3])}): the copies are dropped, one of "
+                        "each kept", dropped[:5], copies, "span_id"))
         reason = check_trace(spans)
         if reason:
             self._dead.inc()
