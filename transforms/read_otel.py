@@ -153,8 +153,9 @@ class CheckTraceFn(beam.DoFn):
             self._dead.inc()
             limit = (f"more than {self._max_spans:,} spans (input.otel.max_trace_spans)" if count > self._max_spans
                      else f"more than {self._max_bytes:,} bytes (input.otel.max_trace_bytes)")
-            yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(source, f"trace {trace_id} has {count:,} spans, "
-                                                              f"{limit}: too large to evaluate", sample, count))
+            reason = f"trace {trace_id} has {count:,} spans, {limit}: too large to evaluate"
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(source, reason, sample, count))
+            yield from self._lost(trace_id, sample, reason)
             return
         spans, copies = dedup(held)
         if copies:
@@ -170,6 +171,7 @@ class CheckTraceFn(beam.DoFn):
             self._dead.inc()
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(source, reason, sorted(spans, key=lambda s: s["start"]),
                                                               len(spans)))
+            yield from self._lost(trace_id, spans, reason)
             return
         self._skewed.inc(skewed_spans(spans))
         key = trace_id
@@ -177,14 +179,32 @@ class CheckTraceFn(beam.DoFn):
             key = conversation_of(spans) or trace_id
         yield key, spans
 
+    def _lost(self, trace_id: str, spans: list[dict[str, Any]], reason: str):
+        """A dead-lettered trace of a conversation: a mark that its conversation lacks a turn."""
+        conversation = conversation_of(spans) if self._group_by == "conversation" else None
+        if conversation:
+            yield conversation, {"lost": trace_id, "reason": reason}
+
 
 def case_of(element, max_spans: int):
-    """(case key, its traces' spans) -> a Record of the case, or a DeadLetter."""
-    key, traces = element
-    traces = list(traces)
+    """(case key, its traces' spans, and marks of its traces dead-lettered) -> a Record of the
+    case, or a DeadLetter (a conversation that lost a turn is dead-lettered whole: scored, its
+    multi-turn metrics would judge a conversation that did not happen)."""
+    key, items = element
+    items = list(items)
+    traces = [t for t in items if isinstance(t, list)]
+    lost = [m for m in items if isinstance(m, dict)]
+    if not traces:
+        return  # every trace of it was dead-lettered, each with its reason
     spans = [s for t in traces for s in t]
     first = min(spans, key=lambda s: (s["start"], s["span_id"]))
     source = f"otel case {key}"
+    if lost:
+        yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(
+            source, f"conversation {key} is incomplete: {len(lost)} of its {len(lost) + len(traces)} turn traces "
+                    f"were dead-lettered (trace {lost[0]['lost']}: {lost[0]['reason']})", spans[:5], len(spans),
+            "conversation"))
+        return
     if len(traces) > 1 and len(spans) > max_spans:
         yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(source, f"conversation {key} has {len(spans):,} spans, "
                                                           f"more than {max_spans:,} (input.otel.max_trace_spans)",

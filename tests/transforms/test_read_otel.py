@@ -51,6 +51,10 @@ def awkward_files(folder: Path, seed: int) -> dict:
     expected = {"spans": len(spans)}
     # a trace from a second copy of the run, its root dropped: no root
     rootless = [copy.deepcopy(i) for i in _spans(DATA / "adk_weather_no_content.jsonl")]
+    for _, _, span in rootless:  # conversations of their own (the run reused the session ids)
+        for attribute in span["attributes"]:
+            if attribute["key"] == "gen_ai.conversation.id":
+                attribute["value"]["stringValue"] = "other-" + span["traceId"]
     traces = {}
     for item in rootless:
         traces.setdefault(item[2]["traceId"], []).append(item)
@@ -67,6 +71,7 @@ def awkward_files(folder: Path, seed: int) -> dict:
     for n in range(45):
         r, sc, s = copy.deepcopy(rng.choice(base))
         s.update(traceId="ab" * 16, spanId=f"{n + 1:016x}", parentSpanId=f"{1:016x}" if n else "")
+        s["attributes"] = [a for a in s["attributes"] if a["key"] != "gen_ai.conversation.id"]
         big.append((r, sc, s))
     everything = spans + no_root + orphaned + [twice] + big
     expected.update(read=len(everything), no_root=len(no_root), orphaned=len(orphaned), big=len(big))
@@ -116,6 +121,28 @@ def test_spans_in_any_order_and_file_group_into_cases_and_reconcile(tmp_path, gr
         tagged = [pc | f"Tag{name}" >> beam.Map(lambda x, name=name: (name, x))
                   for name, pc in (("cases", cases), ("dead", dead), ("lines", lines), ("unparseable", unparseable))]
         assert_that(tuple(tagged) | beam.Flatten() | beam.combiners.ToList(), lambda got: check(_by_tag(got[0])))
+
+
+def test_a_conversation_that_lost_a_turn_is_dead_lettered_whole():
+    """One of a conversation's two traces dead-lettered (its root never arrived): the other is not
+    scored as a one-turn conversation; its spans are dead-lettered with the reason."""
+    from evalbeam.metrics.otel import spans_of_request
+    from evalbeam.transforms.read_otel import CheckTraceFn, case_of
+
+    traces: dict[str, list] = {}
+    for line in (DATA / "adk_weather.jsonl").read_text().splitlines():
+        for span in spans_of_request(json.loads(line))[0]:
+            span["origin"], span["line"] = "f", 1
+            traces.setdefault(span["trace_id"], []).append(span)
+    two = [t for t in traces.values() if any(s["attributes"].get("gen_ai.conversation.id") == "s_two" for s in t)]
+    broken = [s for s in two[0] if s["parent_id"] is not None]
+    check = CheckTraceFn(100, 10**9, "conversation")
+    out = list(check.process((two[0][0]["trace_id"], broken))) + list(check.process((two[1][0]["trace_id"], two[1])))
+    grouped = [item for item in out if isinstance(item, tuple)]
+    assert {k for k, _ in grouped} == {"s_two"} and len(grouped) == 2  # the mark and the good trace
+    [dead] = [d.value for d in case_of(("s_two", [v for _, v in grouped]), 100)]
+    assert "conversation s_two is incomplete: 1 of its 2 turn traces were dead-lettered" in dead.reason
+    assert "has no root span" in dead.reason and dead.line_count == len(two[1])
 
 
 def _by_tag(items):
