@@ -32,7 +32,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import apache_beam as beam  # noqa: E402
+from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
+
 from evalbeam.metrics.otel import case_record, check_trace, conversation_of, dedup, spans_of_request  # noqa: E402
+from evalbeam.pipelines.local import new_pipeline  # noqa: E402
+from evalbeam.transforms.read import ReadRecords  # noqa: E402
+from evalbeam.transforms.read_otel import GroupSpans  # noqa: E402
 
 SPANS_A_LINE = 500
 FILES = 8
@@ -98,13 +104,6 @@ def plain(folder: Path) -> int:
 
 
 def pipeline(folder: Path, beam_args: list[str]) -> int:
-    import apache_beam as beam
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    from evalbeam.pipelines.local import new_pipeline
-    from evalbeam.transforms.read import ReadRecords
-    from evalbeam.transforms.read_otel import GroupSpans
-
     out = folder / "count.txt"
     with new_pipeline(PipelineOptions(beam_args)) as p:
         records, _, _ = p | ReadRecords("otel_traces", uri=str(folder / "*.jsonl.gz"))
