@@ -367,3 +367,23 @@ def test_a_cloud_trace_span_table_read_for_one_day(cloud, tmp_path):
     assert runs["lines_read"] == in_window == runs["lines_scored"]
     calls = {r["instance_id"]: r["score"] for r in table(out, "metric_results") if r["metric"] == "tool_call_count_v1"}
     assert calls == {"s_two": 1.5, "s_raise": 1.0}
+
+
+def test_otlp_files_on_cloud_storage_gzipped(cloud):
+    """gs:// OTLP JSON files (one gzipped), through Beam's GCS filesystem against the storage
+    emulator: the same cases as from local files."""
+    from evalbeam.transforms.local_cloud import storage_client
+    from tests.emulators.control import BUCKET, PROJECT
+
+    spans = _spans(DATA / "adk_weather.jsonl")
+    bucket = storage_client(PROJECT).bucket(BUCKET)
+    bucket.blob("otel/in/a.jsonl").upload_from_string(json.dumps(_request(spans[:10])) + "\n")
+    bucket.blob("otel/in/b.jsonl.gz").upload_from_string(gzip.compress((json.dumps(_request(spans[10:])) + "\n").encode()))
+    with TestPipeline() as p:
+        records, _, _ = p | ReadRecords("otel_traces", uri=f"gs://{BUCKET}/otel/in/*")
+        cases, dead, lines = records | GroupSpans("conversation")
+        assert_that(cases | beam.Map(lambda c: (c.data["instance_id"], len(c.data["invocations"]), c.line_count)),
+                    lambda got: sorted(got) == [("s_none", 1, 3), ("s_raise", 1, 4), ("s_two", 2, 12)]
+                    or pytest.fail(str(got)))
+        assert_that(lines | beam.Map(lambda s: s.lines) | beam.CombineGlobally(sum),
+                    lambda got: got == [len(spans)] or pytest.fail(str(got)), label="AllSpans")
