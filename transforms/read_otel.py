@@ -195,24 +195,22 @@ def case_of(element, max_spans: int):
     traces = [t for t in items if isinstance(t, list)]
     lost = [m for m in items if isinstance(m, dict)]
     if not traces:
-        return  # every trace of it was dead-lettered, each with its reason
+        return []  # every trace of it was dead-lettered, each with its reason
     spans = [s for t in traces for s in t]
     first = min(spans, key=lambda s: (s["start"], s["span_id"]))
     source = f"otel case {key}"
     if lost:
-        yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(
+        return [beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(
             source, f"conversation {key} is incomplete: {len(lost)} of its {len(lost) + len(traces)} turn traces "
                     f"were dead-lettered (trace {lost[0]['lost']}: {lost[0]['reason']})", spans[:5], len(spans),
-            "conversation"))
-        return
+            "conversation"))]
     if len(traces) > 1 and len(spans) > max_spans:
-        yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(source, f"conversation {key} has {len(spans):,} spans, "
+        return [beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(source, f"conversation {key} has {len(spans):,} spans, "
                                                           f"more than {max_spans:,} (input.otel.max_trace_spans)",
-                                                          spans[:5], len(spans), "conversation"))
-        return
+                                                          spans[:5], len(spans), "conversation"))]
     data = case_record(key, traces)
     raw = json.dumps({k: v for k, v in data.items() if k != "invocations"}, ensure_ascii=False, default=str)
-    yield Record(source, data, raw, from_csv=False, origin=first["origin"], line=first["line"], line_count=len(spans))
+    return [Record(source, data, raw, from_csv=False, origin=first["origin"], line=first["line"], line_count=len(spans))]
 
 
 class GroupSpans(beam.PTransform):
