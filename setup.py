@@ -75,6 +75,8 @@ setuptools.setup(
     # declare it (metrics/agents/simulator.py). google-adk 2.13.0 needs Python 3.11 or later: on 3.10, pip refuses the extra.
     extras_require={"test": ["pytest==9.2.0", "pytest-timeout==2.4.0", "ruff==0.17.5", "rouge-score==0.1.2", "krippendorff==0.9.0" + PY311, "krippendorff==0.8.2" + PY310],
                     "report": ["matplotlib==3.11.2" + PY311, "matplotlib==3.10.9" + PY310],
-                    "agent": AGENT, "adk": AGENT},
+                    "agent": AGENT, "adk": AGENT,
+                    # tests only: a second real GenAI instrumentation (tests/transforms/test_read_otel.py), in .agent/
+                    "otel_test": ["opentelemetry-instrumentation-google-genai==1.3b0"]},
     entry_points={"console_scripts": ["evalbeam = evalbeam.pipelines.cli:entry"]},
 )

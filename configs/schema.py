@@ -69,6 +69,29 @@ def _accepts_null(annotation: Any) -> bool:
     return annotation is None or annotation is Any or type(None) in typing.get_args(annotation)
 
 
+class OtelInput(_Model):
+    """input.otel: how OpenTelemetry traces (input.format: otel_traces) become cases."""
+
+    group_by: Literal["trace", "conversation"] = pydantic.Field(
+        "trace", description="trace: a case per trace; conversation: a case per gen_ai.conversation.id (ADK: its "
+                             "session id, also gcp.vertex.agent.session_id), a turn per trace")
+    max_trace_spans: int = pydantic.Field(
+        10_000, ge=1, description="a trace (or conversation) with more spans is dead-lettered, counted without being "
+                                  "held in memory")
+    max_trace_bytes: int = pydantic.Field(
+        64 * 1024 * 1024, ge=1024, description="a trace whose spans' attributes and events hold more is dead-lettered")
+    start: dt.datetime | None = pydantic.Field(
+        None, description="a BigQuery table of spans (Cloud Trace's _AllSpans view): only spans whose start_time is "
+                          "at or after this (UTC where no zone is given)")
+    end: dt.datetime | None = pydantic.Field(None, description="... and before this (a nightly run: one day)")
+
+    @pydantic.model_validator(mode="after")
+    def _window(self) -> "OtelInput":
+        if self.start is not None and self.end is not None and self.end <= self.start:
+            raise ValueError("input.otel.end must be after input.otel.start")
+        return self
+
+
 class InputConfig(_Model):
     uri: str | None = pydantic.Field(
         None, min_length=1,
@@ -84,11 +107,14 @@ class InputConfig(_Model):
         None, pattern=f"^(?:{PROJECT_RE})$",
         description="the project BigQuery reads and queries run in; default: the table's project, else output.bigquery's",
     )
-    format: Literal["jsonl", "csv", "adk_eval_result", "adk_eval_set", "adk_agent_events"] | None = pydantic.Field(
-        None, description="jsonl | csv | adk_eval_result | adk_eval_set, for files; inferred from the file name "
-                          "when omitted (*.evalset_result.json, *.evalset.json and *.test.json are ADK files); "
-                          "adk_agent_events for BigQuery rows of ADK's BigQueryAgentAnalyticsPlugin table"
-    )
+    format: Literal["jsonl", "csv", "adk_eval_result", "adk_eval_set", "adk_agent_events", "otel_traces"] | None = \
+        pydantic.Field(
+            None, description="jsonl | csv | adk_eval_result | adk_eval_set, for files; inferred from the file name "
+                              "when omitted (*.evalset_result.json, *.evalset.json and *.test.json are ADK files); "
+                              "adk_agent_events for BigQuery rows of ADK's BigQueryAgentAnalyticsPlugin table; "
+                              "otel_traces for OpenTelemetry GenAI spans: OTLP JSON files, or a BigQuery table of "
+                              "Cloud Trace's span schema (see input.otel)")
+    otel: OtelInput = pydantic.Field(default_factory=OtelInput, description="otel_traces: how spans become cases")
     encoding: str = pydantic.Field(
         "utf-8", min_length=1,
         description="jsonl and csv files: their text encoding, any codec Python knows (latin-1, cp1252, utf-16, "
@@ -180,6 +206,13 @@ class InputConfig(_Model):
         if self.format == "adk_agent_events" and self.kind == "files":
             raise ValueError("format adk_agent_events reads the plugin's BigQuery table: set input.uri to "
                              "bq://project.dataset.agent_events, or input.query")
+        if self.format != "otel_traces" and (self.otel.start or self.otel.end):
+            raise ValueError("input.otel.start and end select spans of format otel_traces")
+        if self.format == "otel_traces" and self.kind == "files" and (self.otel.start or self.otel.end):
+            raise ValueError("input.otel.start and end select rows of a BigQuery table of spans; files are read whole")
+        if self.kind == "bigquery_query" and (self.otel.start or self.otel.end):
+            raise ValueError("input.otel.start and end select rows of a table (input.uri bq://...); with input.query, "
+                             "select the window in the query: WHERE DATE(start_time) = '{run_date}'")
         if self.format in ("adk_eval_result", "adk_eval_set") and self.kind != "files":
             raise ValueError(f"format {self.format} reads files; BigQuery rows of agent events are adk_agent_events")
         if codecs.lookup(self.encoding).name != "utf-8" and self.inferred_format() not in ("jsonl", "csv", None):
@@ -229,7 +262,7 @@ class InputConfig(_Model):
         return self.uri.removeprefix("bq://")  # type: ignore[union-attr]
 
     def inferred_format(self) -> str | None:
-        if self.format == "adk_agent_events":
+        if self.format in ("adk_agent_events", "otel_traces"):
             return self.format
         if self.kind != "files":
             return None

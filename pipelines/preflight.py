@@ -17,6 +17,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from google.auth.exceptions import DefaultCredentialsError
 
 from evalbeam.configs import ConfigError, EvalConfig, MetricSpec
+from evalbeam.metrics.rows.otel import SPAN_COLUMNS
 from evalbeam.metrics.custom import load_function, path_hint
 from evalbeam.metrics.agents.deployed import reachable
 from evalbeam.metrics.rows.fields import InvalidField
@@ -396,6 +397,20 @@ def _check_columns(config: EvalConfig, checked: Preflight) -> None:
         if missing:
             raise ConfigError(f"input: {checked.source} is not an ADK agent events table (BigQueryAgentAnalyticsPlugin): "
                               f"no column {', '.join(missing)}")
+        return
+    if config.input.format == "otel_traces":
+        # the rows are OTLP requests, not instances: what a case holds is known once its spans are
+        # grouped (a metric whose inputs it lacks gets its error there, e.g. content not recorded)
+        if config.input.kind != "files":
+            missing = [c for c in SPAN_COLUMNS if c not in columns]
+            if missing:
+                raise ConfigError(f"input: {checked.source} is not a table of spans (Cloud Trace's _AllSpans schema): "
+                                  f"no column {', '.join(missing)}")
+            return
+        if "resourceSpans" not in columns:
+            raise ConfigError(f"input: {checked.source} holds no OTLP JSON trace request (no resourceSpans in "
+                              f"the first {checked.checked_rows} rows): input.format otel_traces reads "
+                              "ExportTraceServiceRequest JSON, one a line or one a file")
         return
     mapping = config.input.column_mapping
     problems = []

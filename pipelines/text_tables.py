@@ -118,15 +118,22 @@ def format_jury_agreement(rows: list[dict[str, Any]]) -> str:
             "two answers or more):\n" + format_table(("metric", "slice", "alpha", "units"), lines))
 
 
-def _adk_files(run: dict[str, Any]) -> bool:
-    """Whether the run read ADK eval set or result files (JSON documents, a case over many lines)."""
+def _lines_note(run: dict[str, Any]) -> str:
+    fmt = _input_format(run)
+    if fmt == "otel_traces":
+        return " (OpenTelemetry input: these are spans, spans read = used + dead-lettered; an unreadable line counts one)"
+    return " (the lines of the ADK files' JSON: one case spans many)" if (fmt or "").startswith("adk_") else ""
+
+
+def _input_format(run: dict[str, Any]) -> str | None:
+    """The format of the files the run read (None for BigQuery, or a config that cannot be read)."""
     try:
         from evalbeam.configs import EvalConfig  # start-up time: the config model only for this line
 
         config = EvalConfig.model_validate(json.loads(run.get("config") or "{}"))
-        return config.input.kind == "files" and config.input.is_adk
+        return config.input.inferred_format() if config.input.kind == "files" else None
     except (TypeError, ValueError):
-        return False
+        return None
 
 
 def _num_runs(run: dict[str, Any]) -> int:
@@ -155,7 +162,7 @@ def run_report(results, run_id: str, tables: dict | None = None) -> str:
     if r.get("lines_read") is not None:
         lines.append(f"source lines {r['lines_read']} = {r['lines_scored']} scored + {r['lines_dead_lettered']} "
                      f"dead-lettered + {r['lines_skipped']} holding no record"
-                     + (" (the lines of the ADK files' JSON: one case spans many)" if _adk_files(r) else ""))
+                     + _lines_note(r))
     judge = judge_accounting(r)
     if judge:
         lines += format_judge(judge)

@@ -73,6 +73,7 @@ TIER_RULES = [
     ("transforms/test_adk_events.py", {"events_table", "recorded", "plugin_schema"}, "adk"),
     ("transforms/test_adk_files.py", {"adk_reference"}, "adk"),
     ("transforms/test_inference.py", {"agent_env"}, "agent"),
+    ("transforms/test_read_otel.py", {"agent_env"}, "agent"),
     ("metrics/judge/test_agent_judges.py", {"agent_evalbeam"}, "agent"),
     ("metrics/judge/test_adk_judges.py", None, "agent"),
     ("transforms/test_simulator.py", {"agent_env", "in_agent_env"}, "agent"),
@@ -86,6 +87,8 @@ TIER_RULES = [
 # Measured with --durations=80 (2 cores shared with other runs, load ~4.5): the tests of no other tier
 # that took 4.4 s or more (up to 100 s), with their parameters; the 20 s mark left 14 minutes.
 SLOW = {
+    "transforms/test_read_otel.py::test_spans_in_any_order_and_file_group_into_cases_and_reconcile",
+    "transforms/test_read_otel.py::test_a_whole_run_scores_the_cases_and_counts_spans",
     "transforms/test_failure_modes.py::test_planted_failures_counted_per_mode_and_slice_and_a_cached_rerun",
     "transforms/test_failure_modes.py::test_discovered_taxonomy_is_stored_pinned_and_reused_by_digest",
     "transforms/test_failure_modes.py::test_the_discovery_sample_is_seeded_and_a_failed_discovery_loses_no_row",

@@ -34,7 +34,7 @@ LOCKS = {
 # import there); 3.10 in what needs 3.11 (numpy, scipy, duckdb, google-genai, matplotlib and their dependencies).
 """),
     "requirements-agent.lock": dict(
-        extras=["test", "report", "agent"], lowest="3.11", what="The environment of evalbeam with the `agent` extra (google-adk 2.13.0)",
+        extras=["test", "report", "agent", "otel_test"], lowest="3.11", what="The environment of evalbeam with the `agent` extra (google-adk 2.13.0)",
         notes="""\
 # google-adk 2.13.0 needs Python 3.11 or later: this lock is for 3.11 to 3.13. It requires google-genai<3,
 # opentelemetry-api<=1.44 and websockets<16, so it differs from requirements.lock in exactly these: google-genai 2.34.0

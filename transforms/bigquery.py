@@ -94,8 +94,22 @@ def describe_table(table: str, project: str | None, field: str) -> list[str]:
 def plan_read(input_cfg, billing_project: str | None) -> ReadPlan:
     """Create the read session (running the query first, for a query input)."""
     if input_cfg.kind == "bigquery_table":
-        return plan_table_read(input_cfg.bigquery_table(), input_cfg.project or billing_project)
+        return plan_table_read(input_cfg.bigquery_table(), input_cfg.project or billing_project,
+                               row_restriction=span_window(input_cfg))
     return plan_table_read(_run_query(input_cfg, billing_project), input_cfg.project or billing_project, "bq://query")
+
+
+def span_window(input_cfg) -> str:
+    """A span table's rows in input.otel's [start, end) by start_time, as a Storage Read row restriction."""
+    if input_cfg.format != "otel_traces":
+        return ""
+    bounds = []
+    for moment, op in ((input_cfg.otel.start, ">="), (input_cfg.otel.end, "<")):
+        if moment is not None:
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=dt.timezone.utc)
+            bounds.append(f"start_time {op} TIMESTAMP '{moment.astimezone(dt.timezone.utc).isoformat()}'")
+    return " AND ".join(bounds)
 
 
 def plan_table_read(table: str, billing_project: str | None, label: str | None = None,

@@ -35,6 +35,7 @@ from evalbeam.transforms import read_adk
 from evalbeam.transforms.decompress import Decompressed
 from evalbeam.transforms.file_parts import ByteRange, FilePart, file_parts
 from evalbeam.transforms.parsers import parse_csv, parse_jsonl
+from evalbeam.transforms.read_otel import parse_otlp
 from evalbeam.transforms.records import DEAD_LETTER, LINES, UTF8, DeadLetter, Record, SourceLines
 from evalbeam.transforms.worker import quiet_interrupts
 
@@ -51,6 +52,7 @@ def _adk_parser(fmt: str):
 
 
 PARSERS.update({fmt: _adk_parser(fmt) for fmt in ADK_FORMATS})
+PARSERS["otel_traces"] = parse_otlp
 
 
 def parse_file(path: str, fmt: str, encoding: str = UTF8,

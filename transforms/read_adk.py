@@ -103,6 +103,19 @@ def _load(doc: _Document) -> tuple[Any, bool] | str:
     return value, True
 
 
+def whole_json_file(path: str, stream) -> Iterator[Record | DeadLetter | SourceLines]:
+    """A file holding one JSON document (an OTLP request, pretty-printed) -> one Record of it
+    (a value that is not an object as {"value": ...}), or the file dead-lettered with the reason."""
+    doc = _Document(path, stream)
+    loaded = _load(doc)
+    if isinstance(loaded, str):
+        yield from doc.dead_file(loaded)
+        return
+    value = loaded[0] if isinstance(loaded[0], dict) else {"value": loaded[0]}
+    yield Record(f"{path}:1", value, doc.text[:100_000], from_csv=False, origin=path, line=1, line_count=doc.lines)
+    yield SourceLines(path, doc.lines, 0)
+
+
 @dataclasses.dataclass(frozen=True)
 class AdkReading:
     """How a run reads its ADK files: `base`, the input's base folder (its uri up

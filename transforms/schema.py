@@ -150,7 +150,8 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("scored_count", "INT64", True, "instances scored"),
         Column("dead_letter_count", "INT64", True, "records dead-lettered"),
         Column("metric_error_count", "INT64", True, "metric results that carry an error"),
-        Column("lines_read", "INT64", description="physical lines in the input files (rows, for BigQuery)"),
+        Column("lines_read", "INT64", description="physical lines in the input files (rows, for BigQuery; spans, for "
+                                                "input.format otel_traces)"),
         Column("lines_skipped", "INT64", description="lines that hold no record: blank, CSV header, JSON array punctuation"),
         Column("lines_scored", "INT64", description="lines of the records that were scored"),
         Column("lines_dead_lettered", "INT64", description="lines of the records that were dead-lettered"),

@@ -29,6 +29,9 @@ from evalbeam.metrics.rows.fields import (
 from evalbeam.metrics.registry import unmet_inputs
 from evalbeam.metrics.rows.trace import TraceError, complete_agent_fields, parse_turns
 
+# set by a reader (metrics.rows.otel) on a record: {field: why it is missing}
+MISSING_BECAUSE = "_missing_because"
+
 @dataclasses.dataclass
 class Instance:
     instance_id: str
@@ -184,15 +187,19 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
 
     # A row lacking one metric's inputs loses that metric only (its error row);
     # it is dead-lettered when no metric can score it.
-    unmet = {}
+    # A reader may say why a field is missing (metrics.rows.otel: content not recorded): the error names it.
+    because = record.get(MISSING_BECAUSE)
+    because = because if isinstance(because, dict) else {}
+    unmet, unmet_fields = {}, {}
     for label, alternatives in spec.requirements:
         missing = unmet_inputs(alternatives, fields)
         if missing:
-            unmet[label] = missing
+            unmet_fields[label] = missing
+            unmet[label] = tuple(f"{m} ({because[m]})" if m in because else m for m in missing)
     if unmet:
         if len(unmet) == len(spec.requirements):
             label = list(unmet)[0]
-            missing = unmet[label]
+            missing = unmet_fields[label]
             case = fields.get("adk_case")
             if missing[0] == "invocations" and isinstance(case, dict) and "conversation_scenario" in case:
                 raise InvalidField("invocations", "a conversation_scenario case has no turns until the agent runs "
@@ -200,7 +207,7 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
                                    "docs/agents.md, 'User simulation')")
             raise InvalidField(
                 missing[0],
-                f"missing or null; needed by metric '{label}'",
+                f"missing or null; needed by metric '{label}'" + (f": {because[missing[0]]}" if missing[0] in because else ""),
                 spec.column_mapping.get(missing[0], missing[0]),
             )
 

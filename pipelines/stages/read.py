@@ -10,6 +10,8 @@ from evalbeam.pipelines.local import lean_local, part_bytes
 from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.read import FileParts, ReadRecords
+from evalbeam.transforms.read_otel import GroupSpans
+from evalbeam.transforms.records import SourceLines
 from evalbeam.transforms.read_adk import AdkReading, GroupAgentEvents, adk_base
 from evalbeam.transforms.validate import ToInstances, UniqueIdDecisions
 
@@ -29,7 +31,9 @@ def row_spec(config: EvalConfig) -> RowSpec:
     return RowSpec(
         column_mapping=dict(config.input.column_mapping),
         # an ADK file's records carry their ADK id (<eval_set_id>:<eval_id>[:<session_id>])
-        id_column=config.input.id_column or ("instance_id" if config.input.is_adk else None),
+        # (and an OpenTelemetry case its trace or conversation id)
+        id_column=config.input.id_column or ("instance_id" if config.input.is_adk
+                                             or config.input.inferred_format() == "otel_traces" else None),
         slice_columns=tuple(config.input.slice_columns),
         # a metric whose inputs a row lacks gets an error on its own row (transforms.score,
         # transforms.judge, transforms.rubrics); a row no metric can score is dead-lettered
@@ -68,7 +72,16 @@ def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
         adk = adk_reading(config)
         records, unparseable, source_lines = pipeline | "Read" >> ReadRecords(fmt, parts=parts, encoding=encoding,
                                                                               adk=adk)
-        if lean_local(owner, config):
+        if fmt == "otel_traces":
+            # spans grouped into cases; the accounting is in spans (transforms.read_otel)
+            otel = config.input.otel
+            records, dead, span_lines = records | "OtelCases" >> GroupSpans(otel.group_by, otel.max_trace_spans,
+                                                                           otel.max_trace_bytes)
+            unread_lines = unparseable | "UnparseableLines" >> beam.Map(
+                lambda d: SourceLines(d.origin, d.line_count, 0))
+            unparseable = (unparseable, dead) | "OtelUnparseable" >> beam.Flatten()
+            source_lines = (span_lines, unread_lines) | "OtelSourceLines" >> beam.Flatten()
+        elif lean_local(owner, config):
             first_read = pipeline | "ReadIds" >> ReadRecords(fmt, parts=parts, counted=False, encoding=encoding,
                                                              adk=adk)
             decisions = first_read[0] | "IdDecisions" >> UniqueIdDecisions(row_spec(config))
@@ -77,6 +90,10 @@ def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
         unparseable = pipeline | "NoUnparseableRows" >> beam.Create([])
         if config.input.format == "adk_agent_events":
             records, unparseable = records | "AgentSessions" >> GroupAgentEvents(config.input.granularity, read_plan.label)
+        elif config.input.format == "otel_traces":  # a span table: Cloud Trace's _AllSpans, a row a span
+            otel = config.input.otel
+            records, unparseable, _ = records | "OtelCases" >> GroupSpans(otel.group_by, otel.max_trace_spans,
+                                                                        otel.max_trace_bytes, rows=True)
     instances, invalid = records | "Validate" >> ToInstances(row_spec(config), decisions)
     return records, unparseable, source_lines, instances, invalid
 

@@ -78,7 +78,7 @@ def test_a_custom_metric_that_does_not_import_is_named(tmp_path, change, expecte
     "old,new,expected",
     [
         ("uri: data.jsonl", "uri: data.txt", "input: Value error, cannot infer the format"),
-        ("uri: data.jsonl", "uri: data.jsonl\n  format: xml", "input.format: Input should be 'jsonl', 'csv', 'adk_eval_result', 'adk_eval_set' or 'adk_agent_events'"),
+        ("uri: data.jsonl", "uri: data.jsonl\n  format: xml", "input.format: Input should be 'jsonl', 'csv', 'adk_eval_result', 'adk_eval_set', 'adk_agent_events' or 'otel_traces'"),
         ("uri: data.jsonl", "uri: data.jsonl\n  column_mapping: {answer: resp}", "input.column_mapping: Value error, 'answer' is not a canonical field"),
         ("uri: data.jsonl", "uri: data.jsonl\n  slice_columns: [response]", "clashes with an output column"),
         ("uri: data.jsonl", "uri: data.jsonl\n  slice_columns: [run_date]", "clashes with an output column"),

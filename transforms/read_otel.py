@@ -1,0 +1,238 @@
+"""OpenTelemetry GenAI traces in: OTLP JSON requests -> spans -> cases, grouped in Beam.
+
+Files are read by transforms/read.py like any other (matched, decompressed by extension,
+gs:// or local): `parse_otlp` reads one ExportTraceServiceRequest per line (JSON Lines),
+or one pretty-printed request per file. `GroupSpans` then:
+
+1. flattens each request into its spans, keyed by trace id (a span that cannot be read is
+   dead-lettered);
+2. groups them by trace (GroupByKey: spans arrive in any order, from any file), drops
+   copies of a span exported twice (dead-lettered, one row per trace, `line_count` the copies),
+   and dead-letters a trace with no root span, one whose spans' parents never arrived, one
+   with a span that ends before it starts, and one over `max_spans` spans or `max_bytes` bytes
+   (counted without being held: memory per case stays bounded);
+3. by `group_by: conversation`, groups the traces again by their conversation id
+   (`gen_ai.conversation.id`, or ADK's `gcp.vertex.agent.session_id`): a multi-turn
+   conversation spread over several traces is one case, a turn per trace;
+4. makes each case a Record (metrics.rows.otel.case_record) for transforms.validate.
+
+Accounting is in spans: the SourceLines of an OTLP input count spans (a line that cannot be
+read as JSON counts as one), each case's `line_count` is its spans and each dead letter's the
+spans it holds, so the runs row's lines_read = lines_scored + lines_dead_lettered is
+spans read = spans used + spans dead-lettered.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from evalbeam.metrics.rows.otel import (
+    SpanError, case_record, check_trace, conversation_of, dedup, skewed_spans, span_of_row, span_size,
+    spans_of_request,
+)
+from evalbeam.transforms import read_adk
+from evalbeam.transforms.parsers import CHUNK, parse_jsonl
+from evalbeam.transforms.records import DEAD_LETTER, LINES, UTF8, DeadLetter, Record, SourceLines
+
+MAX_TRACE_SPANS = 10_000
+MAX_TRACE_BYTES = 64 * 1024 * 1024
+_RAW = 20_000  # of a dead-lettered trace, what its raw_record shows
+
+
+class _Prefixed:
+    """A stream whose first bytes were read to look at, given back first."""
+
+    def __init__(self, head: bytes, stream):
+        self._head = head
+        self._stream = stream
+
+    def read(self, n: int = -1) -> bytes:
+        if self._head:
+            head, self._head = self._head, b""
+            return head
+        return self._stream.read(n)
+
+    read1 = read
+
+
+def parse_otlp(path: str, stream, encoding: str = UTF8) -> Iterator[Record | DeadLetter | SourceLines]:
+    """One OTLP JSON ExportTraceServiceRequest per line; or a file whose first line opens a
+    JSON object it does not close (one pretty-printed request): read whole."""
+    head = stream.read(CHUNK)
+    lead = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    first = lead.split(b"\n", 1)[0].strip()
+    # a first line longer than the head read is a long request line: JSON Lines
+    if b"\n" in lead and first.startswith(b"{") and not first.endswith(b"}"):
+        yield from read_adk.whole_json_file(path, _Prefixed(head, stream))
+        return
+    yield from parse_jsonl(path, _Prefixed(head, stream), encoding=encoding)
+
+
+def _raw_span(span: dict[str, Any]) -> str:
+    return json.dumps(span, ensure_ascii=False, sort_keys=True, default=str)
+
+
+class RequestSpansFn(beam.DoFn):
+    """A request Record -> (trace id, span) for each span; a DeadLetter for each span (or
+    request) that cannot be read; one SourceLines of the spans it held (tag 'lines')."""
+
+    def __init__(self):
+        self._spans = Metrics.counter("evalbeam", "otel_spans_read")
+
+    def process(self, record: Record):
+        try:
+            spans, bad = spans_of_request(record.data)
+        except SpanError as e:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(
+                record.source, str(e), record.raw, "resourceSpans", record.origin, record.line, record.line_count))
+            yield beam.pvalue.TaggedOutput(LINES, SourceLines(record.origin, 1, 0))
+            return
+        for reason, raw in bad:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(
+                f"{record.source} span", reason, json.dumps(raw, default=str)[:_RAW], "span", record.origin,
+                record.line, 1))
+        for span in spans:
+            span["origin"], span["line"] = record.origin, record.line
+            yield span["trace_id"], span
+        self._spans.inc(len(spans) + len(bad))
+        yield beam.pvalue.TaggedOutput(LINES, SourceLines(record.origin, len(spans) + len(bad), 0))
+
+
+class RowSpanFn(beam.DoFn):
+    """A Record of a span table's row (Cloud Trace's _AllSpans) -> (trace id, span), or a DeadLetter.
+    (The rows' SourceLines come from the BigQuery reader: a row is a span.)"""
+
+    def __init__(self):
+        self._spans = Metrics.counter("evalbeam", "otel_spans_read")
+
+    def process(self, record: Record):
+        self._spans.inc()
+        try:
+            span = span_of_row(record.data)
+        except SpanError as e:
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(
+                record.source, str(e), record.raw, "span", record.origin, record.line, record.line_count))
+            return
+        span["origin"], span["line"] = record.origin, record.line
+        yield span["trace_id"], span
+
+
+def _dead(source: str, reason: str, spans: list[dict[str, Any]], count: int, field: str = "trace") -> DeadLetter:
+    first = spans[0] if spans else {}
+    raw = "\n".join(_raw_span(s) for s in spans[:50])[:_RAW]
+    return DeadLetter(source, reason, raw, field, first.get("origin", ""), first.get("line", 0), count)
+
+
+class CheckTraceFn(beam.DoFn):
+    """(trace id, its spans) -> (case key, the trace's spans) for a usable trace; DeadLetters
+    for copies of spans and for a trace that cannot be used, with the reason."""
+
+    def __init__(self, max_spans: int, max_bytes: int, group_by: str):
+        self._max_spans, self._max_bytes, self._group_by = max_spans, max_bytes, group_by
+        self._duplicates = Metrics.counter("evalbeam", "otel_spans_duplicate")
+        self._skewed = Metrics.counter("evalbeam", "otel_spans_clock_skewed")
+        self._dead = Metrics.counter("evalbeam", "otel_traces_dead_lettered")
+
+    def process(self, element):
+        trace_id, spans_iter = element
+        source = f"trace {trace_id}"
+        held, count, size = [], 0, 0
+        for span in spans_iter:  # a large trace is counted, not held: memory per trace stays bounded
+            count += 1
+            if held is not None:
+                size += span_size(span)
+                if count > self._max_spans or size > self._max_bytes:
+                    sample = held[:5]
+                    held = None
+                else:
+                    held.append(span)
+        if held is None:
+            self._dead.inc()
+            limit = (f"more than {self._max_spans:,} spans (input.otel.max_trace_spans)" if count > self._max_spans
+                     else f"more than {self._max_bytes:,} bytes (input.otel.max_trace_bytes)")
+            reason = f"trace {trace_id} has {count:,} spans, {limit}: too large to evaluate"
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(source, reason, sample, count))
+            yield from self._lost(trace_id, sample, reason)
+            return
+        spans, copies = dedup(held)
+        if copies:
+            self._duplicates.inc(copies)
+            kept = {id(s) for s in spans}
+            dropped = [s for s in held if id(s) not in kept]
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(
+                source, f"trace {trace_id}: {copies} span(s) exported more than once "
+                        f"({', '.join(sorted({s['span_id'] for s in dropped})[:3])}): the copies are dropped, one of "
+                        "each kept", dropped[:5], copies, "span_id"))
+        reason = check_trace(spans)
+        if reason:
+            self._dead.inc()
+            yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(source, reason, sorted(spans, key=lambda s: s["start"]),
+                                                              len(spans)))
+            yield from self._lost(trace_id, spans, reason)
+            return
+        self._skewed.inc(skewed_spans(spans))
+        key = trace_id
+        if self._group_by == "conversation":
+            key = conversation_of(spans) or trace_id
+        yield key, spans
+
+    def _lost(self, trace_id: str, spans: list[dict[str, Any]], reason: str):
+        """A dead-lettered trace of a conversation: a mark that its conversation lacks a turn."""
+        conversation = conversation_of(spans) if self._group_by == "conversation" else None
+        if conversation:
+            yield conversation, {"lost": trace_id, "reason": reason}
+
+
+def case_of(element, max_spans: int):
+    """(case key, its traces' spans, and marks of its traces dead-lettered) -> a Record of the
+    case, or a DeadLetter (a conversation that lost a turn is dead-lettered whole: scored, its
+    multi-turn metrics would judge a conversation that did not happen)."""
+    key, items = element
+    items = list(items)
+    traces = [t for t in items if isinstance(t, list)]
+    lost = [m for m in items if isinstance(m, dict)]
+    if not traces:
+        return []  # every trace of it was dead-lettered, each with its reason
+    spans = [s for t in traces for s in t]
+    first = min(spans, key=lambda s: (s["start"], s["span_id"]))
+    source = f"otel case {key}"
+    if lost:
+        return [beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(
+            source, f"conversation {key} is incomplete: {len(lost)} of its {len(lost) + len(traces)} turn traces "
+                    f"were dead-lettered (trace {lost[0]['lost']}: {lost[0]['reason']})", spans[:5], len(spans),
+            "conversation"))]
+    if len(traces) > 1 and len(spans) > max_spans:
+        return [beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(source, f"conversation {key} has {len(spans):,} spans, "
+                                                          f"more than {max_spans:,} (input.otel.max_trace_spans)",
+                                                          spans[:5], len(spans), "conversation"))]
+    data = case_record(key, traces)
+    raw = json.dumps({k: v for k, v in data.items() if k != "invocations"}, ensure_ascii=False, default=str)
+    return [Record(source, data, raw, from_csv=False, origin=first["origin"], line=first["line"], line_count=len(spans))]
+
+
+class GroupSpans(beam.PTransform):
+    """Records of OTLP requests (or, rows=True, of a span table's rows) -> (Records of cases,
+    DeadLetters, SourceLines counting spans: none for rows, which the BigQuery reader counts)."""
+
+    def __init__(self, group_by: str = "trace", max_spans: int = MAX_TRACE_SPANS, max_bytes: int = MAX_TRACE_BYTES,
+                 rows: bool = False):
+        super().__init__()
+        self._group_by, self._max_spans, self._max_bytes, self._rows = group_by, max_spans, max_bytes, rows
+
+    def expand(self, requests):
+        fn = RowSpanFn() if self._rows else RequestSpansFn()
+        spans = requests | "Spans" >> beam.ParDo(fn).with_outputs(DEAD_LETTER, LINES, main="spans")
+        traces = (spans.spans
+                  | "GroupByTrace" >> beam.GroupByKey()
+                  | "CheckTraces" >> beam.ParDo(CheckTraceFn(self._max_spans, self._max_bytes, self._group_by))
+                  .with_outputs(DEAD_LETTER, main="traces"))
+        if self._group_by == "conversation":
+            grouped = traces.traces | "GroupByConversation" >> beam.GroupByKey()
+        else:
+            grouped = traces.traces | "OneTraceACase" >> beam.Map(lambda kv: (kv[0], [kv[1]]))
+        cases = grouped | "Cases" >> beam.FlatMap(case_of, self._max_spans).with_outputs(DEAD_LETTER, main="cases")
+        dead = (spans[DEAD_LETTER], traces[DEAD_LETTER], cases[DEAD_LETTER]) | "OtelDeadLetters" >> beam.Flatten()
+        return cases.cases, dead, spans[LINES]
