@@ -290,7 +290,7 @@ def judge_batch(settings: JudgeSettings, items: Iterable[T], request_of: Callabl
 
     for item in items:
         request = request_of(item)
-        p = _Pending(item, request, b"", JudgeResponse(key=request.key, metric=request.metric))
+        p = _Pending(item, request, b"", JudgeResponse(key=request.key, metric=request.metric, model=settings.model))
         if request.key in earlier:
             resumed.setdefault(earlier[request.key], []).append(p)
             continue

@@ -78,6 +78,7 @@ class JudgeResponse:
     # the part of prompt_tokens and output_tokens billed at batch prices (judge.mode: batch)
     batch_prompt_tokens: int = 0
     batch_output_tokens: int = 0
+    model: str | None = None  # the model that answered (judge.prices is per model); None: the stage's
 
 
 def request_key(settings: JudgeSettings, prompt: str, schema_json: str, sample_index: int) -> str:
@@ -105,7 +106,7 @@ class JudgeClient:
         return self._provider.scrub(text)
 
     async def judge(self, request: JudgeRequest) -> JudgeResponse:
-        response = JudgeResponse(key=request.key, metric=request.metric)
+        response = JudgeResponse(key=request.key, metric=request.metric, model=self.settings.model)
         estimated = len(request.prompt) // CHARS_PER_TOKEN + (self.settings.max_output_tokens or 1024)
         last_error = "no attempt made"
         for attempt in range(1, self.settings.max_attempts + 1):
