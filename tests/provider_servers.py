@@ -199,8 +199,8 @@ def _malformed_request(protocol: str, body: dict, headers) -> str | None:
             return "model: Field required"
         if not headers.get("anthropic-version"):
             return "anthropic-version: header is required"
-    elif body.get("anthropic_version") != "vertex-2023-10-16" or "model" in body:
-        return "Vertex AI: anthropic_version vertex-2023-10-16 in the body, and no model"
+    elif not body.get("anthropic_version") or "model" in body:
+        return "Vertex AI: anthropic_version in the body, and no model (it is in the path)"
     if not 0 <= body.get("temperature", 1) <= 1:
         return "temperature: must be between 0 and 1"
     choice = body.get("tool_choice")

@@ -277,3 +277,31 @@ def test_evalbeam_run_with_a_provider_counts_tokens_and_cost_and_never_shows_the
     # the key: in no output file, log or message
     leaked = [str(f) for f in tmp_path.rglob("*") if f.is_file() and SECRET.encode() in f.read_bytes()]
     assert leaked == [] and SECRET not in result.stdout + result.stderr + caplog.text
+
+
+def test_claude_on_vertex_ai_with_application_default_credentials(tmp_path, monkeypatch):
+    """backend vertex_ai: AnthropicVertex with the ADC google-auth loads (a service account file
+    whose token endpoint is the stand-in's), the project and region in the path; the bearer
+    token the endpoint echoes is scrubbed."""
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    from tests.metrics.test_judge_vertex import CLIENT_EMAIL, service_account_file
+
+    for name in ("GOOGLE_CLOUD_PROJECT", "CLOUD_ML_REGION", "ANTHROPIC_VERTEX_PROJECT_ID", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    signing_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    with ProviderServer() as server:
+        adc, _ = service_account_file(tmp_path, f"{server.url}/token", signing_key)
+        server.trust(CLIENT_EMAIL, signing_key.public_key())
+        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
+        settings = JudgeSettings(provider="anthropic", model="claude-judge", backend="vertex_ai", project="proj-1",
+                                 location="us-east5", base_url=server.url + "/v1", requests_per_minute=6000,
+                                 max_attempts=2)
+        got = {r.prompt: resp for r, resp in judge_stream(
+            settings, requests_for(["one #score=4", "leaky #echo_key=400"], settings), lambda r: r)}
+    assert got["one #score=4"].verdict == "4" and got["one #score=4"].error is None, got["one #score=4"].error
+    assert server.protocols == {"anthropic_vertex": 1} and server.stats.unauthorized == 0
+    [token] = server.stats.issued_tokens
+    assert got["leaky #echo_key=400"].error == "HTTP 400: The credential [redacted] was refused. (not retried)"
+    assert all(token not in (r.error or "") for r in got.values())
+    assert all(body.get("anthropic_version") and "model" not in body for _, body in server.bodies)
