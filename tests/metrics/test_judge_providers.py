@@ -232,7 +232,7 @@ def test_cost_is_priced_per_model():
     assert per_metric["fluency"]["estimated_cost"] == pytest.approx(3 + 1.5)
     assert per_metric["safety"]["estimated_cost"] == pytest.approx(0.6)
     assert per_metric["jury"]["estimated_cost"] == pytest.approx(3 + 1.5 + 1 + 1)
-    assert totals["judge_estimated_cost"] == pytest.approx(4.5 + 0.6 + 5.5)
+    assert totals["judge_estimated_cost"] == pytest.approx(4.5 + 0.6 + 6.5)
     unpriced = judge_totals(usage, {k: v for k, v in prices.items() if k != "gpt"}, "gemini-2.5-flash")
     assert unpriced["judge_estimated_cost"] is None  # a model without a price: no total, rather than a wrong one
     assert "estimated_cost" not in json.loads(unpriced["judge_usage"])["jury"]
