@@ -510,6 +510,27 @@ class UsageFn(beam.CombineFn):
         return out
 
 
+def merge_usage(usages: Iterable[dict]) -> dict:
+    """Usages as UsageFn gives them (several stages', or partial merges of them) -> one, in
+    the same form: counts summed per metric, and the models with their tokens."""
+    acc: dict[str, dict] = {}
+    for usage in usages:
+        for metric, m in usage.items():
+            m = dict(m)
+            if "model" in m:
+                models = {m.pop("model"): {k: m.get(k, 0) for k in UsageFn.TOKENS}}
+            else:
+                models = m.pop("models", {})
+            t = acc.setdefault(metric, dict.fromkeys(UsageFn.FIELDS, 0))
+            for k, v in m.items():
+                t[k] = t.get(k, 0) + v
+            for model, tokens in models.items():
+                into = t.setdefault("models", {}).setdefault(model, dict.fromkeys(UsageFn.TOKENS, 0))
+                for name, n in tokens.items():
+                    into[name] += n
+    return UsageFn().extract_output(acc)
+
+
 class AnswerJudgeRequests(beam.PTransform):
     """(request_key, (request, link)) asks -> (response, [links]): each key asked once,
     from judge.cache when there, else from this run's checkpoints, else called in

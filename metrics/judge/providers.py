@@ -256,6 +256,7 @@ class OpenAIProvider(Provider):
             extra["seed"] = request.seed
         if settings.max_output_tokens is not None:
             # max_tokens, not max_completion_tokens: the one every OpenAI-compatible server takes
+            # (OpenAI's reasoning models refuse it: max_output_tokens null leaves it out)
             extra["max_tokens"] = settings.max_output_tokens
         try:
             completion = await self._client.chat.completions.create(

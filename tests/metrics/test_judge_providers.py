@@ -305,3 +305,21 @@ def test_claude_on_vertex_ai_with_application_default_credentials(tmp_path, monk
     assert got["leaky #echo_key=400"].error == "HTTP 400: The credential [redacted] was refused. (not retried)"
     assert all(token not in (r.error or "") for r in got.values())
     assert all(body.get("anthropic_version") and "model" not in body for _, body in server.bodies)
+
+
+def test_usages_of_several_stages_merge_with_their_models():
+    """The run's usage merges each stage's (pipelines.stages.summaries), in any grouping: counts
+    summed, a metric answered by two models keeps each one's tokens."""
+    from evalbeam.transforms.judge import merge_usage
+
+    a = {"fluency": {"requests": 2, "calls": 2, "prompt_tokens": 10, "output_tokens": 4, "model": "gpt"},
+         "safety": {"requests": 1, "calls": 1, "prompt_tokens": 5, "output_tokens": 1, "model": "gpt"}}
+    b = {"fluency": {"requests": 1, "calls": 3, "prompt_tokens": 7, "output_tokens": 2, "model": "claude"},
+         "safety": {"requests": 1, "calls": 1, "prompt_tokens": 6, "output_tokens": 2, "model": "gpt"}}
+    once = merge_usage([a, b])
+    assert merge_usage([merge_usage([a]), merge_usage([b])]) == once == merge_usage([merge_usage([a, b])])
+    assert (once["safety"]["model"], once["safety"]["prompt_tokens"], once["safety"]["requests"]) == ("gpt", 11, 2)
+    assert once["fluency"]["prompt_tokens"] == 17 and "model" not in once["fluency"]
+    assert once["fluency"]["models"] == {
+        "gpt": {"prompt_tokens": 10, "output_tokens": 4, "batch_prompt_tokens": 0, "batch_output_tokens": 0},
+        "claude": {"prompt_tokens": 7, "output_tokens": 2, "batch_prompt_tokens": 0, "batch_output_tokens": 0}}
