@@ -185,11 +185,6 @@ class JudgeSettings(pydantic.BaseModel):
             base = {k: v for k, v in base.items() if k not in CONNECTION}
         return JudgeSettings.model_validate({**base, **override})
 
-    @property
-    def label(self) -> str:
-        """provider/model, as logs and errors name a judge."""
-        return f"{self.provider}/{self.model}"
-
     def with_quota_share(self, share: float) -> "JudgeSettings":
         """These settings with `share` of the quotas (requests and tokens per minute): the one
         place a quota is split, between judge stages running at once and between shards."""
