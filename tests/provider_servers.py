@@ -21,6 +21,14 @@ and the same markers in the prompt: #score=, #malformed=, #invalid=, #fail, #slo
          (Claude on Vertex AI, as AnthropicVertex sends it: the Messages body without "model",
          with "anthropic_version"; a Bearer token this server issued, as the Gemini stand-in's)
 
+    Message Batches (the `anthropic` client's messages.batches):
+    POST /v1/messages/batches  {"requests": [{"custom_id", "params": a Messages body}]}
+      -> a MessageBatch {"id", "processing_status": "in_progress", "request_counts", ...}
+    GET  /v1/messages/batches/<id>  -> processing_status "ended" once behaviour.batch_seconds have
+         passed, with "results_url"; GET <results_url> -> JSONL {"custom_id", "result": {"type":
+         "succeeded", "message"} or {"type": "errored", "error"}} (#fail, #batchfail=K as the
+         Gemini stand-in's batches); POST /v1/messages/batches/<id>/cancel
+
 A malformed answer (#malformed=K) comes back as text where JSON was asked: OpenAI's content
 is not JSON, Anthropic's model answers in a text block instead of calling the tool.
 """
@@ -36,6 +44,7 @@ from tests.judge_server import Behaviour, JudgeServer  # noqa: F401 - Behaviour:
 
 OPENAI_ROUTE = re.compile(r"/(?:v1/)?chat/completions")
 ANTHROPIC_ROUTE = re.compile(r"/v1/messages")
+ANTHROPIC_BATCHES_ROUTE = re.compile(r"/v1/messages/batches(?:/(?P<id>[^/]+)(?:/(?P<action>results|cancel))?)?")
 ANTHROPIC_VERTEX_ROUTE = re.compile(r"/v1/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)"
                                     r"/publishers/anthropic/models/(?P<model>[^/:]+):rawPredict")
 OPENAI_ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 429: "rate_limit_exceeded",
@@ -53,14 +62,52 @@ class ProviderServer(JudgeServer):
         self.protocols: collections.Counter = collections.Counter()  # answered requests per protocol
         self.bodies: list = []  # every request body received, as (protocol, body)
         self.credentials: set = set()  # every API key or bearer token presented
+        self._message_batches: dict = {}  # id -> {"created", "requests", "cancelled", "results"}
 
     def _handler(self):
         server = self
         base = super()._handler()
 
         class Handler(base):
+            def do_GET(self):
+                batches = ANTHROPIC_BATCHES_ROUTE.fullmatch(self.path.split("?", 1)[0])
+                if not batches or not batches.group("id"):
+                    return super().do_GET()
+                self._batch_credential()
+                if batches.group("action") == "results":
+                    lines = server.message_batch_results(batches.group("id"))
+                    if lines is None:
+                        return self._fail("anthropic", 404, "no results for this batch")
+                    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/binary")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return None
+                batch = server.message_batch(batches.group("id"))
+                return self._send(200, batch) if batch else self._fail("anthropic", 404, "no such batch")
+
+            def _batch_credential(self):
+                authorization = self.headers.get("Authorization", "")
+                with server._lock:
+                    server.credentials.add(self.headers.get("x-api-key") or authorization[len("Bearer "):])
+
             def do_POST(self):
                 path = self.path.split("?", 1)[0]
+                batches = ANTHROPIC_BATCHES_ROUTE.fullmatch(path)
+                if batches:
+                    self._batch_credential()
+                    body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                    if batches.group("action") == "cancel":
+                        batch = server.message_batch(batches.group("id"), cancel=True)
+                        return self._send(200, batch) if batch else self._fail("anthropic", 404, "no such batch")
+                    for entry in body.get("requests") or [None]:
+                        problem = "requests: each needs custom_id and params" if not entry or not entry.get(
+                            "custom_id") else _malformed_request("anthropic", entry.get("params") or {}, self.headers)
+                        if problem:
+                            return self._fail("anthropic", 400, problem)
+                    return self._send(200, server.create_message_batch(body["requests"]))
                 if OPENAI_ROUTE.fullmatch(path):
                     return self._provider("openai")
                 if ANTHROPIC_ROUTE.fullmatch(path):
@@ -168,6 +215,75 @@ class ProviderServer(JudgeServer):
                     "usage": {"input_tokens": prompt_tokens, "output_tokens": output_tokens}})
 
         return Handler
+
+    # ---------------------------------------------------------------- Anthropic Message Batches
+
+    def create_message_batch(self, requests: list) -> dict:
+        batch_id = f"msgbatch_{secrets.token_hex(8)}"
+        with self._lock:
+            self._message_batches[batch_id] = {"created": time.monotonic(), "requests": requests,
+                                               "cancelled": False, "results": None}
+            self.stats.batch_jobs.append({"id": batch_id, "model": requests[0]["params"].get("model"),
+                                          "source": "anthropic", "requests": len(requests)})
+        return self.message_batch(batch_id, count_poll=False)
+
+    def message_batch(self, batch_id: str, cancel: bool = False, count_poll: bool = True) -> dict | None:
+        with self._lock:
+            batch = self._message_batches.get(batch_id)
+            if batch is None:
+                return None
+            self.stats.batch_polls += count_poll and not cancel
+            if cancel:
+                batch["cancelled"] = True
+                self.stats.cancelled += 1
+            due = time.monotonic() - batch["created"] >= self.behaviour.batch_seconds
+        if (due or batch["cancelled"]) and batch["results"] is None:
+            results = [self._message_batch_item(entry, batch["cancelled"]) for entry in batch["requests"]]
+            with self._lock:
+                batch["results"] = results
+        ended = batch["results"] is not None
+        counts = collections.Counter(r["result"]["type"] for r in batch["results"] or [])
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        return {"id": batch_id, "type": "message_batch", "processing_status": "ended" if ended else "in_progress",
+                "request_counts": {"processing": 0 if ended else len(batch["requests"]),
+                                   **{k: counts[k] for k in ("succeeded", "errored", "canceled", "expired")}},
+                "created_at": now, "expires_at": now, "ended_at": now if ended else None, "archived_at": None,
+                "cancel_initiated_at": now if batch["cancelled"] else None,
+                "results_url": f"{self.url}/v1/messages/batches/{batch_id}/results" if ended else None}
+
+    def message_batch_results(self, batch_id: str) -> list | None:
+        with self._lock:
+            batch = self._message_batches.get(batch_id)
+        return batch["results"] if batch else None
+
+    def _message_batch_item(self, entry: dict, cancelled: bool) -> dict:
+        params, custom_id = entry["params"], entry["custom_id"]
+        if cancelled:
+            return {"custom_id": custom_id, "result": {"type": "canceled"}}
+        prompt = params["messages"][0]["content"]
+        with self._lock:
+            self.stats.batch_prompts[prompt] += 1
+            attempt = self.stats.batch_prompts[prompt]
+            self.stats.batch_items += 1
+        failing = re.search(r"#batchfail=(\d+)", prompt)
+        if "#fail" in prompt or (failing and attempt <= int(failing.group(1))):
+            with self._lock:
+                self.stats.batch_item_errors += 1
+            return {"custom_id": custom_id, "result": {"type": "errored", "error": {
+                "type": "error", "error": {"type": "api_error", "message": "Internal server error"}}}}
+        schema = _schema_of("anthropic", params)
+        text = self.answer(prompt, schema)
+        content = [{"type": "text", "text": text}]
+        if schema:
+            try:
+                content = [{"type": "tool_use", "id": f"toolu_{secrets.token_hex(6)}",
+                            "name": params["tool_choice"]["name"], "input": json.loads(text)}]
+            except json.JSONDecodeError:
+                pass
+        message = {"id": f"msg_{secrets.token_hex(6)}", "type": "message", "role": "assistant",
+                   "model": params["model"], "content": content, "stop_reason": "end_turn", "stop_sequence": None,
+                   "usage": {"input_tokens": len(prompt) // 4, "output_tokens": len(text) // 4}}
+        return {"custom_id": custom_id, "result": {"type": "succeeded", "message": message}}
 
 
 def _schema_of(protocol: str, body: dict) -> dict:

@@ -296,33 +296,43 @@ class AnthropicProvider(Provider):
 
     async def generate(self, request) -> Reply:
         anthropic, settings = self._anthropic, self.settings
-        extra: dict[str, Any] = {}
-        if request.schema_json:
-            schema, _ = json_schema(json.loads(request.schema_json))
-            extra["tools"] = [{"name": ANSWER_TOOL, "description": "Record the judgment, in the fields asked for.",
-                               "input_schema": schema}]
-            extra["tool_choice"] = {"type": "tool", "name": ANSWER_TOOL}
         try:
-            message = await self._client.messages.create(
-                # no temperature: the Messages API of anthropic 2.10 takes no sampling parameters
-                model=settings.model, max_tokens=settings.max_output_tokens or ANTHROPIC_MAX_TOKENS,
-                messages=[{"role": "user", "content": request.prompt}], **extra)
+            message = await self._client.messages.create(**anthropic_params(settings, request))
         except anthropic.APIStatusError as e:
             raise ProviderError(e.status_code, _message(e), retry_after(e.response.headers)) from None
         except anthropic.APITimeoutError:
             raise TimeoutError(f"no answer within {settings.timeout_seconds:g}s") from None
-        usage = message.usage
-        tokens = ((usage.input_tokens or 0), (usage.output_tokens or 0)) if usage else (0, 0)
-        if request.schema_json:
-            called = [b for b in message.content if b.type == "tool_use" and b.name == ANSWER_TOOL]
-            if called:
-                return Reply(json.dumps(called[0].input, ensure_ascii=False), *tokens)
-        # free text, or a model that answered in text instead of calling the tool (parsed as is:
-        # not JSON of the schema, it is an invalid judgment, retried)
-        return Reply("".join(b.text for b in message.content if b.type == "text"), *tokens)
+        return anthropic_reply(message, request)
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def anthropic_params(settings: JudgeSettings, request) -> dict[str, Any]:
+    """A Messages API request (messages.create's arguments, a batch request's params): the
+    schema as the input schema of a tool the model must call. No temperature: the Messages API
+    of anthropic 2.10 takes no sampling parameters."""
+    params: dict[str, Any] = {"model": settings.model, "max_tokens": settings.max_output_tokens or ANTHROPIC_MAX_TOKENS,
+                              "messages": [{"role": "user", "content": request.prompt}]}
+    if request.schema_json:
+        schema, _ = json_schema(json.loads(request.schema_json))
+        params["tools"] = [{"name": ANSWER_TOOL, "description": "Record the judgment, in the fields asked for.",
+                            "input_schema": schema}]
+        params["tool_choice"] = {"type": "tool", "name": ANSWER_TOOL}
+    return params
+
+
+def anthropic_reply(message, request) -> Reply:
+    """A Message -> its answer: the tool's input as JSON, else its text (free text, or a model
+    that answered in text instead of calling the tool: not JSON of the schema, so an invalid
+    judgment, retried), with the tokens."""
+    usage = message.usage
+    tokens = ((usage.input_tokens or 0), (usage.output_tokens or 0)) if usage else (0, 0)
+    if request.schema_json:
+        called = [b for b in message.content if b.type == "tool_use" and b.name == ANSWER_TOOL]
+        if called:
+            return Reply(json.dumps(called[0].input, ensure_ascii=False), *tokens)
+    return Reply("".join(b.text for b in message.content if b.type == "text"), *tokens)
 
 
 def _message(error) -> str:

@@ -144,9 +144,10 @@ class JudgeSettings(pydantic.BaseModel):
             # user:password@ would be recorded with the config in the runs table
             raise ValueError("base_url: credentials in the URL are not supported (they would be recorded with the "
                              "config); give the key in the api_key_env variable")
-        if self.mode == "batch" and self.provider != "gemini":
-            raise ValueError(f"mode batch is not supported with provider {self.provider} yet (gemini only): "
-                             "use mode online")
+        if self.mode == "batch" and (self.provider == "openai_compatible"
+                                     or (self.provider == "anthropic" and self.backend == "vertex_ai")):
+            raise ValueError(f"mode batch is not supported with provider {self.provider} on backend {self.backend} "
+                             "yet (gemini, and anthropic on anthropic_api, only): use mode online")
         return self
 
     @pydantic.field_validator("cache", "rubrics_from", mode="before")

@@ -57,13 +57,16 @@ def test_a_provider_has_its_own_backend_key_variable_and_needs_a_model():
     gpt = JudgeSettings.model_validate({"provider": "openai_compatible", "model": "gpt-5-mini"})
     assert (gpt.backend, gpt.api_key_env) == ("openai_api", "OPENAI_API_KEY")
     assert JudgeSettings().backend == "gemini_api" and JudgeSettings().provider == "gemini"
+    assert JudgeSettings(provider="anthropic", model="m", mode="batch").mode == "batch"  # Message Batches
     vertex_claude = JudgeSettings(provider="anthropic", model="claude-sonnet-4-5", backend="vertex_ai",
                                   project="p", location="us-east5")
     assert vertex_claude.backend == "vertex_ai"
     for bad, reason in [({"provider": "anthropic"}, "needs judge.model"),
                         ({"provider": "openai_compatible", "model": "m", "backend": "vertex_ai"}, "not one of provider"),
                         ({"backend": "anthropic_api"}, "not one of provider gemini"),
-                        ({"provider": "anthropic", "model": "m", "mode": "batch"}, "mode batch is not supported"),
+                        ({"provider": "openai_compatible", "model": "m", "mode": "batch"}, "mode batch is not supported"),
+                        ({"provider": "anthropic", "model": "m", "mode": "batch", "backend": "vertex_ai"},
+                         "mode batch is not supported"),
                         ({"provider": "openai_compatible", "model": "m", "base_url": "http://u:pw@host/v1"},
                          "credentials in the URL"),
                         ({"provider": "mistral", "model": "m"}, "provider")]:
@@ -323,3 +326,30 @@ def test_usages_of_several_stages_merge_with_their_models():
     assert once["fluency"]["models"] == {
         "gpt": {"prompt_tokens": 10, "output_tokens": 4, "batch_prompt_tokens": 0, "batch_output_tokens": 0},
         "claude": {"prompt_tokens": 7, "output_tokens": 2, "batch_prompt_tokens": 0, "batch_output_tokens": 0}}
+
+
+def test_anthropic_message_batches(key):
+    """judge.mode batch on anthropic: Message Batches through the real client, each request's
+    custom_id its key; an item the batch failed is asked again online; the batch answers' tokens
+    are counted at the batch price."""
+    from evalbeam.metrics.judge.batch import judge_batch
+
+    prompts = [f"q{i} #score={i % 5 + 1}" for i in range(6)] + ["again #score=2 #batchfail=1", "down #fail"]
+    with ProviderServer(Behaviour(batch_seconds=0.1)) as server:
+        settings = settings_for("anthropic", server, mode="batch", batch_max_requests=4, batch_poll_seconds=0.05,
+                                max_attempts=3)
+        requests = requests_for(prompts, settings)
+        got = {r.key: r for _, r in judge_batch(settings, requests, lambda r: r, sleep=time.sleep)}
+    assert set(got) == {r.key for r in requests}  # none lost
+    assert [(j["source"], j["requests"]) for j in server.stats.batch_jobs] == [("anthropic", 4), ("anthropic", 4)]
+    for i, request in enumerate(requests[:6]):
+        r = got[request.key]
+        assert (r.verdict, r.attempts, r.error, r.model) == (str(i % 5 + 1), 1, None, "anthropic-judge")
+        assert r.batch_prompt_tokens == r.prompt_tokens == len(request.prompt) // 4 > 0
+    again, down = got[requests[6].key], got[requests[7].key]
+    assert (again.verdict, again.attempts, again.batch_prompt_tokens) == ("2", 2, 0) and again.prompt_tokens > 0
+    assert down.verdict is None and down.attempts == 3
+    assert down.error.startswith("judge failed after 3 attempts (the first in a batch job, batch item errored: "
+                                 "api_error: Internal server error); last: HTTP 503")
+    assert server.protocols == {"anthropic": 1} and server.stats.requests == 1 + 2  # online: the retries only
+    assert server.credentials == {SECRET}
