@@ -29,6 +29,15 @@ and the same markers in the prompt: #score=, #malformed=, #invalid=, #fail, #slo
          "succeeded", "message"} or {"type": "errored", "error"}} (#fail, #batchfail=K as the
          Gemini stand-in's batches); POST /v1/messages/batches/<id>/cancel
 
+    OpenAI's Batch API (the `openai` client's files and batches):
+    POST /v1/files  (multipart: file, purpose batch) -> a FileObject {"id": "file-...", ...}
+    POST /v1/batches  {"input_file_id", "endpoint": "/v1/chat/completions", "completion_window"}
+      -> a Batch {"id", "status": "validating", ...}; GET /v1/batches/<id> -> "completed" once
+         behaviour.batch_seconds have passed, with "output_file_id" (lines {"custom_id", "response":
+         {"status_code": 200, "body": a chat.completion}}) and "error_file_id" (#fail, #batchfail=K:
+         {"custom_id", "response": {"status_code": 500, "body": {"error"}}}); GET
+         /v1/files/<id>/content -> the file; POST /v1/batches/<id>/cancel
+
 A malformed answer (#malformed=K) comes back as text where JSON was asked: OpenAI's content
 is not JSON, Anthropic's model answers in a text block instead of calling the tool.
 """
@@ -39,11 +48,14 @@ import json
 import re
 import secrets
 import time
+from typing import Any
 
 from tests.judge_server import Behaviour, JudgeServer  # noqa: F401 - Behaviour: for the tests' imports
 
 OPENAI_ROUTE = re.compile(r"/(?:v1/)?chat/completions")
 ANTHROPIC_ROUTE = re.compile(r"/v1/messages")
+OPENAI_FILES_ROUTE = re.compile(r"/v1/files(?:/(?P<id>[^/]+)/content)?")
+OPENAI_BATCHES_ROUTE = re.compile(r"/v1/batches(?:/(?P<id>[^/]+)(?P<cancel>/cancel)?)?")
 ANTHROPIC_BATCHES_ROUTE = re.compile(r"/v1/messages/batches(?:/(?P<id>[^/]+)(?:/(?P<action>results|cancel))?)?")
 ANTHROPIC_VERTEX_ROUTE = re.compile(r"/v1/projects/(?P<project>[^/]+)/locations/(?P<location>[^/]+)"
                                     r"/publishers/anthropic/models/(?P<model>[^/:]+):rawPredict")
@@ -63,6 +75,8 @@ class ProviderServer(JudgeServer):
         self.bodies: list = []  # every request body received, as (protocol, body)
         self.credentials: set = set()  # every API key or bearer token presented
         self._message_batches: dict = {}  # id -> {"created", "requests", "cancelled", "results"}
+        self._openai_files: dict = {}  # id -> bytes
+        self._openai_batches: dict = {}  # id -> {"created", "input_file_id", "lines", "cancelled", "output"}
 
     def _handler(self):
         server = self
@@ -70,7 +84,24 @@ class ProviderServer(JudgeServer):
 
         class Handler(base):
             def do_GET(self):
-                batches = ANTHROPIC_BATCHES_ROUTE.fullmatch(self.path.split("?", 1)[0])
+                path = self.path.split("?", 1)[0]
+                files, openai_batches = OPENAI_FILES_ROUTE.fullmatch(path), OPENAI_BATCHES_ROUTE.fullmatch(path)
+                if files and files.group("id"):
+                    self._batch_credential()
+                    data = server._openai_files.get(files.group("id"))
+                    if data is None:
+                        return self._fail("openai", 404, "No such File object")
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/octet-stream")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return None
+                if openai_batches and openai_batches.group("id"):
+                    self._batch_credential()
+                    batch = server.openai_batch(openai_batches.group("id"))
+                    return self._send(200, batch) if batch else self._fail("openai", 404, "No such batch")
+                batches = ANTHROPIC_BATCHES_ROUTE.fullmatch(path)
                 if not batches or not batches.group("id"):
                     return super().do_GET()
                 self._batch_credential()
@@ -95,6 +126,20 @@ class ProviderServer(JudgeServer):
 
             def do_POST(self):
                 path = self.path.split("?", 1)[0]
+                if OPENAI_FILES_ROUTE.fullmatch(path) or OPENAI_BATCHES_ROUTE.fullmatch(path):
+                    self._batch_credential()
+                    raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                    if OPENAI_FILES_ROUTE.fullmatch(path):
+                        form = _multipart(self.headers.get("Content-Type", ""), raw)
+                        if "file" not in form or form.get("purpose", (None, b""))[1] != b"batch":
+                            return self._fail("openai", 400, "file and purpose batch are required")
+                        return self._send(200, server.openai_file(form["file"][0], form["file"][1]))
+                    found = OPENAI_BATCHES_ROUTE.fullmatch(path)
+                    if found.group("id"):
+                        batch = server.openai_batch(found.group("id"), cancel=bool(found.group("cancel")))
+                        return self._send(200, batch) if batch else self._fail("openai", 404, "No such batch")
+                    code, body = server.create_openai_batch(json.loads(raw or b"{}"))
+                    return self._send(code, body) if code == 200 else self._fail("openai", code, body)
                 batches = ANTHROPIC_BATCHES_ROUTE.fullmatch(path)
                 if batches:
                     self._batch_credential()
@@ -216,6 +261,92 @@ class ProviderServer(JudgeServer):
 
         return Handler
 
+    # ---------------------------------------------------------------- OpenAI's Batch API
+
+    def openai_file(self, filename: str | None, data: bytes) -> dict:
+        file_id = f"file-{secrets.token_hex(8)}"
+        with self._lock:
+            self._openai_files[file_id] = data
+            self.stats.uploads.append(len(data))
+        return {"id": file_id, "object": "file", "bytes": len(data), "created_at": int(time.time()),
+                "filename": filename or "input.jsonl", "purpose": "batch", "status": "processed"}
+
+    def create_openai_batch(self, body: dict) -> tuple[int, Any]:
+        data = self._openai_files.get(body.get("input_file_id"))
+        if data is None or body.get("endpoint") != "/v1/chat/completions" or body.get("completion_window") != "24h":
+            return 400, "input_file_id of an uploaded file, endpoint /v1/chat/completions and completion_window 24h"
+        lines = [json.loads(line) for line in data.decode().splitlines() if line.strip()]
+        for line in lines:
+            problem = _malformed_request("openai", line.get("body") or {}, {}) if line.get("custom_id") and \
+                line.get("url") == "/v1/chat/completions" and line.get("method") == "POST" else \
+                "each line needs custom_id, method POST, url /v1/chat/completions"
+            if problem:
+                return 400, problem
+        batch_id = f"batch_{secrets.token_hex(8)}"
+        with self._lock:
+            self._openai_batches[batch_id] = {"created": time.monotonic(), "input_file_id": body["input_file_id"],
+                                              "lines": lines, "cancelled": False, "output": None}
+            self.stats.batch_jobs.append({"id": batch_id, "model": lines[0]["body"].get("model"), "source": "openai",
+                                          "requests": len(lines)})
+        return 200, self.openai_batch(batch_id, count_poll=False)
+
+    def openai_batch(self, batch_id: str, cancel: bool = False, count_poll: bool = True) -> dict | None:
+        with self._lock:
+            batch = self._openai_batches.get(batch_id)
+            if batch is None:
+                return None
+            self.stats.batch_polls += count_poll and not cancel
+            if cancel:
+                batch["cancelled"] = True
+                self.stats.cancelled += 1
+            due = time.monotonic() - batch["created"] >= self.behaviour.batch_seconds
+        if due and batch["output"] is None and not batch["cancelled"]:
+            answered, failed = [], []
+            for line in batch["lines"]:
+                result = self._openai_batch_item(line)
+                (answered if result["response"]["status_code"] == 200 else failed).append(result)
+            output = {}
+            for name, results in (("output_file_id", answered), ("error_file_id", failed)):
+                if results:
+                    file_id = f"file-{secrets.token_hex(8)}"
+                    with self._lock:
+                        self._openai_files[file_id] = "".join(json.dumps(r) + "\n" for r in results).encode()
+                    output[name] = file_id
+            with self._lock:
+                batch["output"] = output
+        status = "cancelled" if batch["cancelled"] and batch["output"] is None else \
+            "completed" if batch["output"] is not None else "in_progress"
+        return {"id": batch_id, "object": "batch", "endpoint": "/v1/chat/completions",
+                "input_file_id": batch["input_file_id"], "completion_window": "24h", "status": status,
+                "created_at": int(time.time()), "output_file_id": (batch["output"] or {}).get("output_file_id"),
+                "error_file_id": (batch["output"] or {}).get("error_file_id"),
+                "request_counts": {"total": len(batch["lines"]), "completed": 0, "failed": 0}}
+
+    def _openai_batch_item(self, line: dict) -> dict:
+        body = line["body"]
+        prompt = body["messages"][0]["content"]
+        with self._lock:
+            self.stats.batch_prompts[prompt] += 1
+            attempt = self.stats.batch_prompts[prompt]
+            self.stats.batch_items += 1
+        failing = re.search(r"#batchfail=(\d+)", prompt)
+        if "#fail" in prompt or (failing and attempt <= int(failing.group(1))):
+            with self._lock:
+                self.stats.batch_item_errors += 1
+            return {"id": f"batch_req_{secrets.token_hex(6)}", "custom_id": line["custom_id"], "error": None,
+                    "response": {"status_code": 500, "request_id": "req", "body": {"error": {
+                        "message": "The server had an error while processing your request.", "type": "server_error"}}}}
+        text = self.answer(prompt, _schema_of("openai", body), body.get("seed"))
+        prompt_tokens, output_tokens = len(prompt) // 4, len(text) // 4
+        completion = {"id": f"chatcmpl-{secrets.token_hex(6)}", "object": "chat.completion",
+                      "created": int(time.time()), "model": body["model"],
+                      "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                                   "message": {"role": "assistant", "content": text, "refusal": None}}],
+                      "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": output_tokens,
+                                "total_tokens": prompt_tokens + output_tokens}}
+        return {"id": f"batch_req_{secrets.token_hex(6)}", "custom_id": line["custom_id"], "error": None,
+                "response": {"status_code": 200, "request_id": "req", "body": completion}}
+
     # ---------------------------------------------------------------- Anthropic Message Batches
 
     def create_message_batch(self, requests: list) -> dict:
@@ -284,6 +415,18 @@ class ProviderServer(JudgeServer):
                    "model": params["model"], "content": content, "stop_reason": "end_turn", "stop_sequence": None,
                    "usage": {"input_tokens": len(prompt) // 4, "output_tokens": len(text) // 4}}
         return {"custom_id": custom_id, "result": {"type": "succeeded", "message": message}}
+
+
+def _multipart(content_type: str, raw: bytes) -> dict:
+    """A multipart/form-data body -> {field: (filename, bytes)} (the standard library's email parser)."""
+    from email.parser import BytesParser
+    from email.policy import HTTP
+
+    message = BytesParser(policy=HTTP).parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + raw)
+    if not message.is_multipart():
+        return {}
+    return {part.get_param("name", header="content-disposition"): (part.get_filename(), part.get_payload(decode=True))
+            for part in message.iter_parts()}
 
 
 def _schema_of(protocol: str, body: dict) -> dict:

@@ -1,7 +1,8 @@
 """Judging through Gemini Batch jobs, or Anthropic Message Batches (judge.mode: batch): the
 same judgments as online mode, at half the price, answered within hours instead of seconds.
 (Anthropic: AnthropicBatchJudge, the same steps through the `anthropic` client's
-messages.batches; each request's custom_id is its key.)
+messages.batches; OpenAI: OpenAIBatchJudge, a JSONL file uploaded and a batch through the `openai`
+client's files and batches; each request's custom_id is its key.)
 
     judgments -> jobs of at most batch_max_requests requests and batch_max_bytes
                  bytes. Gemini API: a job of at most batch_inline_max_bytes is
@@ -31,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import time
 import uuid
 from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
@@ -45,7 +47,7 @@ from evalbeam.metrics.judge.client import (
     scrub_secrets,
     structured_output,
 )
-from evalbeam.metrics.judge.providers import Reply, anthropic_params, anthropic_reply
+from evalbeam.metrics.judge.providers import NO_KEY, Reply, anthropic_params, anthropic_reply, openai_params, openai_reply
 from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
 
 T = TypeVar("T")
@@ -260,8 +262,6 @@ class AnthropicBatchJudge:
     those of an online call (providers.anthropic_params)."""
 
     def __init__(self, settings: JudgeSettings, sleep: Callable[[float], None] = time.sleep):
-        import os
-
         import anthropic  # start-up time: anthropic only when such a judge runs
 
         check_credentials(settings)
@@ -315,11 +315,91 @@ class AnthropicBatchJudge:
         return out
 
 
+# an OpenAI batch's status -> the states judge_batch reads (expired and cancelled batches keep
+# the answers they had: read, the rest asked again)
+OPENAI_STATES = {"completed": "JOB_STATE_SUCCEEDED", "expired": "JOB_STATE_PARTIALLY_SUCCEEDED",
+                 "cancelled": "JOB_STATE_PARTIALLY_SUCCEEDED", "failed": "JOB_STATE_FAILED"}
+
+
+class OpenAIBatchJudge:
+    """Submits, polls and reads OpenAI Batch API jobs through the `openai` client: the requests
+    as a JSONL file uploaded with files.create (purpose batch), a batch on /v1/chat/completions
+    (completion_window 24h), its output and error files read with files.content; each line's
+    custom_id is its request key, its body that of an online call (providers.openai_params)."""
+
+    def __init__(self, settings: JudgeSettings, sleep: Callable[[float], None] = time.sleep):
+        import openai  # start-up time: openai only when such a judge runs
+
+        check_credentials(settings)
+        self.settings, self._sleep, self._openai = settings, sleep, openai
+        self._secret = os.environ.get(settings.api_key_env) or None
+        self._client = openai.OpenAI(api_key=self._secret or NO_KEY, base_url=settings.base_url,
+                                     timeout=settings.timeout_seconds, max_retries=max(2, settings.max_attempts))
+        self.jobs_created = 0
+        self.files_uploaded = 0
+
+    def scrub(self, text: str) -> str:
+        return scrub_secrets(text, self._secret, None)
+
+    def line(self, request: JudgeRequest) -> bytes:
+        return (json.dumps({"custom_id": request.key, "method": "POST", "url": "/v1/chat/completions",
+                            "body": openai_params(self.settings, request)}, ensure_ascii=False, sort_keys=True)
+                + "\n").encode()
+
+    def submit(self, items: list[_Pending]) -> _Job:
+        display = f"evalbeam-{items[0].request.key[:12]}-{len(items)}.jsonl"
+        uploaded = self._client.files.create(file=(display, b"".join(p.line for p in items)), purpose="batch")
+        self.files_uploaded += 1
+        batch = self._client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                            completion_window="24h")
+        self.jobs_created += 1
+        for p in items:
+            p.response.attempts += 1
+        now = time.monotonic()
+        return _Job(batch.id, items, now, now + self.settings.batch_poll_seconds, self.settings.batch_poll_seconds)
+
+    def poll(self, job: _Job) -> tuple[str, Any]:
+        got = self._client.batches.retrieve(job.name)
+        return OPENAI_STATES.get(got.status, "JOB_STATE_RUNNING"), got
+
+    def cancel(self, job: _Job) -> None:
+        try:
+            self._client.batches.cancel(job.name)
+        except Exception:  # noqa: BLE001 - the job is given up either way
+            pass
+
+    def results(self, job: _Job, got) -> dict[str, tuple[Any, str | None]]:
+        from openai.types.chat import ChatCompletion
+
+        keys = {p.request.key for p in job.items}
+        out: dict[str, tuple[Any, str | None]] = {}
+        for file_id in (got.output_file_id, got.error_file_id):
+            if not file_id:
+                continue
+            for line in self._client.files.content(file_id).text.splitlines():
+                if not line.strip():
+                    continue
+                entry = json.loads(line)
+                key, response = entry.get("custom_id"), entry.get("response") or {}
+                if key not in keys:
+                    continue
+                if response.get("status_code") == 200 and not entry.get("error"):
+                    out[key] = (openai_reply(ChatCompletion.model_validate(response.get("body") or {})), None)
+                else:
+                    error = entry.get("error") or (response.get("body") or {}).get("error") or {}
+                    status = response.get("status_code")
+                    out[key] = (None, f"batch item failed: {f'HTTP {status}: ' if status else ''}"
+                                      f"{error.get('message') or error.get('code') or 'no answer'}")
+        return out
+
+
 def batch_judge_for(settings: JudgeSettings, sleep: Callable[[float], None] = time.sleep,
                     staging: Staging | None = None):
-    """The batch API of the judge's provider (gemini or anthropic)."""
+    """The batch API of the judge's provider."""
     if settings.provider == "anthropic":
         return AnthropicBatchJudge(settings, sleep)
+    if settings.provider == "openai_compatible":
+        return OpenAIBatchJudge(settings, sleep)
     return BatchJudge(settings, sleep, staging)
 
 

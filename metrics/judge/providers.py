@@ -247,31 +247,13 @@ class OpenAIProvider(Provider):
 
     async def generate(self, request) -> Reply:
         openai, settings = self._openai, self.settings
-        extra: dict[str, Any] = {}
-        if request.schema_json:
-            schema, strict = json_schema(json.loads(request.schema_json))
-            extra["response_format"] = {"type": "json_schema",
-                                        "json_schema": {"name": ANSWER_TOOL, "schema": schema, "strict": strict}}
-        if request.seed is not None:
-            extra["seed"] = request.seed
-        if settings.max_output_tokens is not None:
-            # max_tokens, not max_completion_tokens: the one every OpenAI-compatible server takes
-            # (OpenAI's reasoning models refuse it: max_output_tokens null leaves it out)
-            extra["max_tokens"] = settings.max_output_tokens
         try:
-            completion = await self._client.chat.completions.create(
-                model=settings.model, messages=[{"role": "user", "content": request.prompt}],
-                temperature=settings.temperature, **extra)
+            completion = await self._client.chat.completions.create(**openai_params(settings, request))
         except openai.APIStatusError as e:
             raise ProviderError(e.status_code, _message(e), retry_after(e.response.headers)) from None
         except openai.APITimeoutError:
             raise TimeoutError(f"no answer within {settings.timeout_seconds:g}s") from None
-        usage = completion.usage
-        tokens = ((usage.prompt_tokens or 0), (usage.completion_tokens or 0)) if usage else (0, 0)
-        message = completion.choices[0].message if completion.choices else None
-        if message is not None and getattr(message, "refusal", None):
-            return Reply(f"refused: {message.refusal}", *tokens)  # not an answer of the schema: retried
-        return Reply(message.content if message else None, *tokens)
+        return openai_reply(completion)
 
     async def close(self) -> None:
         await self._client.close()
@@ -306,6 +288,34 @@ class AnthropicProvider(Provider):
 
     async def close(self) -> None:
         await self._client.close()
+
+
+def openai_params(settings: JudgeSettings, request) -> dict[str, Any]:
+    """A Chat Completions request (chat.completions.create's arguments, a batch line's body): the
+    schema as response_format json_schema, strict when every field is required."""
+    params: dict[str, Any] = {"model": settings.model, "messages": [{"role": "user", "content": request.prompt}],
+                              "temperature": settings.temperature}
+    if request.schema_json:
+        schema, strict = json_schema(json.loads(request.schema_json))
+        params["response_format"] = {"type": "json_schema",
+                                     "json_schema": {"name": ANSWER_TOOL, "schema": schema, "strict": strict}}
+    if request.seed is not None:
+        params["seed"] = request.seed
+    if settings.max_output_tokens is not None:
+        # max_tokens, not max_completion_tokens: the one every OpenAI-compatible server takes
+        # (OpenAI's reasoning models refuse it: max_output_tokens null leaves it out)
+        params["max_tokens"] = settings.max_output_tokens
+    return params
+
+
+def openai_reply(completion) -> Reply:
+    """A ChatCompletion -> its answer and tokens (a refusal is not an answer of the schema: retried)."""
+    usage = completion.usage
+    tokens = ((usage.prompt_tokens or 0), (usage.completion_tokens or 0)) if usage else (0, 0)
+    message = completion.choices[0].message if completion.choices else None
+    if message is not None and getattr(message, "refusal", None):
+        return Reply(f"refused: {message.refusal}", *tokens)
+    return Reply(message.content if message else None, *tokens)
 
 
 def anthropic_params(settings: JudgeSettings, request) -> dict[str, Any]:

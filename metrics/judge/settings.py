@@ -144,10 +144,9 @@ class JudgeSettings(pydantic.BaseModel):
             # user:password@ would be recorded with the config in the runs table
             raise ValueError("base_url: credentials in the URL are not supported (they would be recorded with the "
                              "config); give the key in the api_key_env variable")
-        if self.mode == "batch" and (self.provider == "openai_compatible"
-                                     or (self.provider == "anthropic" and self.backend == "vertex_ai")):
-            raise ValueError(f"mode batch is not supported with provider {self.provider} on backend {self.backend} "
-                             "yet (gemini, and anthropic on anthropic_api, only): use mode online")
+        if self.mode == "batch" and self.provider == "anthropic" and self.backend == "vertex_ai":
+            raise ValueError("mode batch is not supported for Claude on Vertex AI (provider anthropic, backend "
+                             "vertex_ai) yet: use mode online, or backend anthropic_api (Message Batches)")
         return self
 
     @pydantic.field_validator("cache", "rubrics_from", mode="before")

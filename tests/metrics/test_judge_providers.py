@@ -58,13 +58,13 @@ def test_a_provider_has_its_own_backend_key_variable_and_needs_a_model():
     assert (gpt.backend, gpt.api_key_env) == ("openai_api", "OPENAI_API_KEY")
     assert JudgeSettings().backend == "gemini_api" and JudgeSettings().provider == "gemini"
     assert JudgeSettings(provider="anthropic", model="m", mode="batch").mode == "batch"  # Message Batches
+    assert JudgeSettings(provider="openai_compatible", model="m", mode="batch").mode == "batch"  # the Batch API
     vertex_claude = JudgeSettings(provider="anthropic", model="claude-sonnet-4-5", backend="vertex_ai",
                                   project="p", location="us-east5")
     assert vertex_claude.backend == "vertex_ai"
     for bad, reason in [({"provider": "anthropic"}, "needs judge.model"),
                         ({"provider": "openai_compatible", "model": "m", "backend": "vertex_ai"}, "not one of provider"),
                         ({"backend": "anthropic_api"}, "not one of provider gemini"),
-                        ({"provider": "openai_compatible", "model": "m", "mode": "batch"}, "mode batch is not supported"),
                         ({"provider": "anthropic", "model": "m", "mode": "batch", "backend": "vertex_ai"},
                          "mode batch is not supported"),
                         ({"provider": "openai_compatible", "model": "m", "base_url": "http://u:pw@host/v1"},
@@ -328,28 +328,33 @@ def test_usages_of_several_stages_merge_with_their_models():
         "claude": {"prompt_tokens": 7, "output_tokens": 2, "batch_prompt_tokens": 0, "batch_output_tokens": 0}}
 
 
-def test_anthropic_message_batches(key):
-    """judge.mode batch on anthropic: Message Batches through the real client, each request's
-    custom_id its key; an item the batch failed is asked again online; the batch answers' tokens
-    are counted at the batch price."""
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_batch_mode_through_each_providers_batch_api(key, provider):
+    """judge.mode batch: OpenAI's Batch API (an uploaded JSONL file) or Anthropic's Message Batches,
+    through the real clients, each request's custom_id its key; an item the batch failed is asked
+    again online; the batch answers' tokens are counted at the batch price."""
     from evalbeam.metrics.judge.batch import judge_batch
 
     prompts = [f"q{i} #score={i % 5 + 1}" for i in range(6)] + ["again #score=2 #batchfail=1", "down #fail"]
+    protocol = provider.split("_")[0]
     with ProviderServer(Behaviour(batch_seconds=0.1)) as server:
-        settings = settings_for("anthropic", server, mode="batch", batch_max_requests=4, batch_poll_seconds=0.05,
+        settings = settings_for(provider, server, mode="batch", batch_max_requests=4, batch_poll_seconds=0.05,
                                 max_attempts=3)
         requests = requests_for(prompts, settings)
         got = {r.key: r for _, r in judge_batch(settings, requests, lambda r: r, sleep=time.sleep)}
     assert set(got) == {r.key for r in requests}  # none lost
-    assert [(j["source"], j["requests"]) for j in server.stats.batch_jobs] == [("anthropic", 4), ("anthropic", 4)]
+    assert [(j["source"], j["requests"]) for j in server.stats.batch_jobs] == [(protocol, 4), (protocol, 4)]
+    assert len(server.stats.uploads) == (2 if protocol == "openai" else 0)
     for i, request in enumerate(requests[:6]):
         r = got[request.key]
-        assert (r.verdict, r.attempts, r.error, r.model) == (str(i % 5 + 1), 1, None, "anthropic-judge")
+        assert (r.verdict, r.attempts, r.error, r.model) == (str(i % 5 + 1), 1, None, settings.model)
         assert r.batch_prompt_tokens == r.prompt_tokens == len(request.prompt) // 4 > 0
     again, down = got[requests[6].key], got[requests[7].key]
     assert (again.verdict, again.attempts, again.batch_prompt_tokens) == ("2", 2, 0) and again.prompt_tokens > 0
     assert down.verdict is None and down.attempts == 3
-    assert down.error.startswith("judge failed after 3 attempts (the first in a batch job, batch item errored: "
-                                 "api_error: Internal server error); last: HTTP 503")
-    assert server.protocols == {"anthropic": 1} and server.stats.requests == 1 + 2  # online: the retries only
+    batch_error = "batch item errored: api_error: Internal server error" if protocol == "anthropic" else \
+        "batch item failed: HTTP 500: The server had an error while processing your request."
+    assert down.error.startswith(f"judge failed after 3 attempts (the first in a batch job, {batch_error}); "
+                                 "last: HTTP 503")
+    assert server.protocols == {protocol: 1} and server.stats.requests == 1 + 2  # online: the retries only
     assert server.credentials == {SECRET}
