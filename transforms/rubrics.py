@@ -60,6 +60,7 @@ from evalbeam.metrics.judge.rubrics import (
 )
 from evalbeam.metrics.registry import MetricError
 from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
+from evalbeam.transforms.judge import merge_usage as merge_judge_usage
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.schema import RunKey, blank_metric_row
 from evalbeam.transforms.tables import ReadTableRows
@@ -520,7 +521,7 @@ class ReadPinnedRubrics(beam.PTransform):
 
 
 def merge_usage(usages: Iterable[dict]) -> dict:
-    return UsageFn().merge_accumulators(list(usages))
+    return merge_judge_usage(usages)
 
 
 class RubricJudge(beam.PTransform):

@@ -24,27 +24,38 @@ def judge_cost(totals: dict[str, int], price: dict[str, float] | None) -> float 
             + (totals["output_tokens"] - batch_output) * online_out + batch_output * batch_out) / 1e6
 
 
+def usage_cost(u: dict, prices: dict[str, dict[str, float]], model: str) -> float | None:
+    """USD of one judge_usage entry: its tokens at the price of the model that answered them
+    (`model`, or each of `models`; the run's judge model when it names none); None when a
+    model has no price."""
+    per_model = u.get("models") or {u.get("model") or model: u}
+    cost = 0.0
+    for name, tokens in per_model.items():
+        priced = judge_cost({"prompt_tokens": 0, "output_tokens": 0, **tokens}, prices.get(name or model))
+        if priced is None:
+            return None
+        cost += priced
+    return cost
+
+
 def judge_totals(usage: dict[str, dict[str, int]], prices: dict[str, dict[str, float]], model: str,
                  models: dict[str, str] | None = None) -> dict:
-    """The runs row's judge columns. `models`: the model of a usage entry judged by another model
-    than `model` (a metric's own judge, a juror: transforms.judge.usage_models); each entry is
-    priced at its model's price, and the total is their sum (null when an entry's model has none)."""
+    """The runs row's judge columns. An entry names the model(s) that answered it (`model`, or `models`
+    with the tokens of each); `models` (transforms.judge.usage_models) names the model of an entry judged
+    by another model than the run's `model` (a metric's own judge, a juror), for an entry whose answers
+    did not say (all from judge.cache, say). Each entry is priced at its model's price."""
+    if models and any(m in models for m in usage):
+        usage = {m: u if u.get("model") or u.get("models") else {**u, "model": models.get(m, model)}
+                 for m, u in usage.items()}
     total = {k: sum(m.get(k, 0) for m in usage.values()) for k in
              ("requests", "cache_hits", "calls", "rate_limited", "failures", "prompt_tokens", "output_tokens",
               "batch_prompt_tokens", "batch_output_tokens")}
-    models = models or {}
-    if not any(entry in models for entry in usage):
-        price = prices.get(model)
-        cost = judge_cost(total, price)
-        if price:  # each metric's (and rubric stage's) share of the cost
-            usage = {m: {**u, "estimated_cost": judge_cost({"prompt_tokens": 0, "output_tokens": 0, **u}, price)}
-                     for m, u in usage.items()}
-    else:
-        costs = {m: judge_cost({"prompt_tokens": 0, "output_tokens": 0, **u}, prices.get(models.get(m, model)))
-                 for m, u in usage.items()}
-        usage = {m: {**u, "model": models.get(m, model), **({"estimated_cost": costs[m]} if costs[m] is not None
-                                                              else {})} for m, u in usage.items()}
-        cost = sum(costs.values()) if all(c is not None for c in costs.values()) else None
+    # each metric's (and rubric stage's) cost at its own model's price; the run's: their sum, when all are priced
+    costs = {m: usage_cost(u, prices, model) for m, u in usage.items()}
+    usage = {m: {**u, "estimated_cost": costs[m]} if costs[m] is not None else u for m, u in usage.items()}
+    cost = None if any(c is None for c in costs.values()) else sum(costs.values())
+    if not usage:
+        cost = judge_cost(total, prices.get(model))
     return {
         "judge_requests": total["requests"],
         "judge_cache_hits": total["cache_hits"],

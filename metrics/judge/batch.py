@@ -1,5 +1,8 @@
-"""Judging through Gemini Batch jobs (judge.mode: batch): the same judgments as
-online mode, at half the price, answered within hours instead of seconds.
+"""Judging through Gemini Batch jobs, or Anthropic Message Batches (judge.mode: batch): the
+same judgments as online mode, at half the price, answered within hours instead of seconds.
+(Anthropic: AnthropicBatchJudge, the same steps through the `anthropic` client's
+messages.batches; OpenAI: OpenAIBatchJudge, a JSONL file uploaded and a batch through the `openai`
+client's files and batches; each request's custom_id is its key.)
 
     judgments -> jobs of at most batch_max_requests requests and batch_max_bytes
                  bytes. Gemini API: a job of at most batch_inline_max_bytes is
@@ -29,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import time
 import uuid
 from typing import Any, Callable, Iterable, Iterator, Protocol, TypeVar
@@ -43,6 +47,7 @@ from evalbeam.metrics.judge.client import (
     scrub_secrets,
     structured_output,
 )
+from evalbeam.metrics.judge.providers import NO_KEY, Reply, anthropic_params, anthropic_reply, openai_params, openai_reply
 from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
 
 T = TypeVar("T")
@@ -187,7 +192,7 @@ class BatchJudge:
             pass
 
     def results(self, job: _Job, got) -> dict[str, tuple[Any, str | None]]:
-        """key -> (the GenerateContentResponse, or None; the item's error, or None)."""
+        """key -> (the answer (Reply), or None; the item's error, or None)."""
         dest = got.dest
         out: dict[str, tuple[Any, str | None]] = {}
         if self._vertex:
@@ -205,7 +210,8 @@ class BatchJudge:
                     if key is None:
                         continue
                     if entry.get("response") and not entry.get("status"):
-                        out[key] = (self._types.GenerateContentResponse.model_validate(entry["response"]), None)
+                        out[key] = (_gemini_reply(self._types.GenerateContentResponse.model_validate(entry["response"])),
+                                    None)
                     else:
                         out[key] = (None, f"batch item failed: {entry.get('status') or 'no response'}")
         elif dest is not None and dest.inlined_responses:
@@ -216,7 +222,7 @@ class BatchJudge:
                     error = inlined.error.model_dump(exclude_none=True) if inlined.error else "no response"
                     out[key] = (None, _error_text(error))
                 else:
-                    out[key] = (inlined.response, None)
+                    out[key] = (_gemini_reply(inlined.response), None)
         elif dest is not None and dest.file_name:
             data = self._client.files.download(file=dest.file_name)
             for line in data.decode("utf-8").splitlines():
@@ -227,8 +233,13 @@ class BatchJudge:
                 if "error" in entry or "status" in entry:
                     out[key] = (None, _error_text(entry.get("error") or entry.get("status")))
                 else:
-                    out[key] = (self._types.GenerateContentResponse.model_validate(entry.get("response") or {}), None)
+                    out[key] = (_gemini_reply(self._types.GenerateContentResponse.model_validate(
+                        entry.get("response") or {})), None)
         return out
+
+    def line(self, request: JudgeRequest) -> bytes:
+        """The request as a line of a batch input file (its size counts against batch_max_bytes)."""
+        return jsonl_line(self.settings, request)
 
 
 def _error_text(error: Any) -> str:
@@ -238,16 +249,167 @@ def _error_text(error: Any) -> str:
     return f"batch item failed: {error}"
 
 
-def _answer(p: _Pending, answer) -> None:
-    """Fill p.response from a GenerateContentResponse; raises InvalidJudgment."""
+def _gemini_reply(answer) -> Reply:
     usage = answer.usage_metadata
-    prompt_tokens = (usage.prompt_token_count or 0) if usage else 0
-    output_tokens = (usage.candidates_token_count or 0) if usage else 0
+    return Reply(answer.text, (usage.prompt_token_count or 0) if usage else 0,
+                 (usage.candidates_token_count or 0) if usage else 0)
+
+
+class AnthropicBatchJudge:
+    """Submits, polls and reads Anthropic Message Batches through the `anthropic` client
+    (messages.batches: create, retrieve, results, cancel; its own retries for these calls).
+    Each request's custom_id is its request key (64 hex digits: the API's limit), its params
+    those of an online call (providers.anthropic_params)."""
+
+    def __init__(self, settings: JudgeSettings, sleep: Callable[[float], None] = time.sleep):
+        import anthropic  # start-up time: anthropic only when such a judge runs
+
+        check_credentials(settings)
+        self.settings, self._sleep = settings, sleep
+        self._secret = os.environ[settings.api_key_env]
+        self._client = anthropic.Anthropic(api_key=self._secret, base_url=settings.base_url,
+                                           timeout=settings.timeout_seconds, max_retries=max(2, settings.max_attempts))
+        self.jobs_created = 0
+
+    def scrub(self, text: str) -> str:
+        return scrub_secrets(text, self._secret, None)
+
+    def line(self, request: JudgeRequest) -> bytes:
+        return (json.dumps({"custom_id": request.key, "params": anthropic_params(self.settings, request)},
+                           ensure_ascii=False, sort_keys=True) + "\n").encode()
+
+    def submit(self, items: list[_Pending]) -> _Job:
+        batch = self._client.messages.batches.create(requests=[
+            {"custom_id": p.request.key, "params": anthropic_params(self.settings, p.request)} for p in items])
+        self.jobs_created += 1
+        for p in items:
+            p.response.attempts += 1
+        now = time.monotonic()
+        return _Job(batch.id, items, now, now + self.settings.batch_poll_seconds, self.settings.batch_poll_seconds)
+
+    def poll(self, job: _Job) -> tuple[str, Any]:
+        got = self._client.messages.batches.retrieve(job.name)
+        # ended: every request succeeded, errored, was canceled or expired (each result says which)
+        return ("JOB_STATE_SUCCEEDED" if got.processing_status == "ended" else "JOB_STATE_RUNNING"), got
+
+    def cancel(self, job: _Job) -> None:
+        try:
+            self._client.messages.batches.cancel(job.name)
+        except Exception:  # noqa: BLE001 - the job is given up either way
+            pass
+
+    def results(self, job: _Job, got) -> dict[str, tuple[Any, str | None]]:
+        requests = {p.request.key: p.request for p in job.items}
+        out: dict[str, tuple[Any, str | None]] = {}
+        for entry in self._client.messages.batches.results(job.name):
+            request = requests.get(entry.custom_id)
+            if request is None:
+                continue
+            result = entry.result
+            if result.type == "succeeded":
+                out[entry.custom_id] = (anthropic_reply(result.message, request), None)
+            else:
+                error = getattr(getattr(result, "error", None), "error", None)
+                detail = f": {getattr(error, 'type', '')}: {getattr(error, 'message', '')}" if error else ""
+                out[entry.custom_id] = (None, f"batch item {result.type}{detail}")
+        return out
+
+
+# an OpenAI batch's status -> the states judge_batch reads (expired and cancelled batches keep
+# the answers they had: read, the rest asked again)
+OPENAI_STATES = {"completed": "JOB_STATE_SUCCEEDED", "expired": "JOB_STATE_PARTIALLY_SUCCEEDED",
+                 "cancelled": "JOB_STATE_PARTIALLY_SUCCEEDED", "failed": "JOB_STATE_FAILED"}
+
+
+class OpenAIBatchJudge:
+    """Submits, polls and reads OpenAI Batch API jobs through the `openai` client: the requests
+    as a JSONL file uploaded with files.create (purpose batch), a batch on /v1/chat/completions
+    (completion_window 24h), its output and error files read with files.content; each line's
+    custom_id is its request key, its body that of an online call (providers.openai_params)."""
+
+    def __init__(self, settings: JudgeSettings, sleep: Callable[[float], None] = time.sleep):
+        import openai  # start-up time: openai only when such a judge runs
+
+        check_credentials(settings)
+        self.settings, self._sleep, self._openai = settings, sleep, openai
+        self._secret = os.environ.get(settings.api_key_env) or None
+        self._client = openai.OpenAI(api_key=self._secret or NO_KEY, base_url=settings.base_url,
+                                     timeout=settings.timeout_seconds, max_retries=max(2, settings.max_attempts))
+        self.jobs_created = 0
+        self.files_uploaded = 0
+
+    def scrub(self, text: str) -> str:
+        return scrub_secrets(text, self._secret, None)
+
+    def line(self, request: JudgeRequest) -> bytes:
+        return (json.dumps({"custom_id": request.key, "method": "POST", "url": "/v1/chat/completions",
+                            "body": openai_params(self.settings, request)}, ensure_ascii=False, sort_keys=True)
+                + "\n").encode()
+
+    def submit(self, items: list[_Pending]) -> _Job:
+        display = f"evalbeam-{items[0].request.key[:12]}-{len(items)}.jsonl"
+        uploaded = self._client.files.create(file=(display, b"".join(p.line for p in items)), purpose="batch")
+        self.files_uploaded += 1
+        batch = self._client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
+                                            completion_window="24h")
+        self.jobs_created += 1
+        for p in items:
+            p.response.attempts += 1
+        now = time.monotonic()
+        return _Job(batch.id, items, now, now + self.settings.batch_poll_seconds, self.settings.batch_poll_seconds)
+
+    def poll(self, job: _Job) -> tuple[str, Any]:
+        got = self._client.batches.retrieve(job.name)
+        return OPENAI_STATES.get(got.status, "JOB_STATE_RUNNING"), got
+
+    def cancel(self, job: _Job) -> None:
+        try:
+            self._client.batches.cancel(job.name)
+        except Exception:  # noqa: BLE001 - the job is given up either way
+            pass
+
+    def results(self, job: _Job, got) -> dict[str, tuple[Any, str | None]]:
+        from openai.types.chat import ChatCompletion
+
+        keys = {p.request.key for p in job.items}
+        out: dict[str, tuple[Any, str | None]] = {}
+        for file_id in (got.output_file_id, got.error_file_id):
+            if not file_id:
+                continue
+            for line in self._client.files.content(file_id).text.splitlines():
+                if not line.strip():
+                    continue
+                entry = json.loads(line)
+                key, response = entry.get("custom_id"), entry.get("response") or {}
+                if key not in keys:
+                    continue
+                if response.get("status_code") == 200 and not entry.get("error"):
+                    out[key] = (openai_reply(ChatCompletion.model_validate(response.get("body") or {})), None)
+                else:
+                    error = entry.get("error") or (response.get("body") or {}).get("error") or {}
+                    status = response.get("status_code")
+                    out[key] = (None, f"batch item failed: {f'HTTP {status}: ' if status else ''}"
+                                      f"{error.get('message') or error.get('code') or 'no answer'}")
+        return out
+
+
+def batch_judge_for(settings: JudgeSettings, sleep: Callable[[float], None] = time.sleep,
+                    staging: Staging | None = None):
+    """The batch API of the judge's provider."""
+    if settings.provider == "anthropic":
+        return AnthropicBatchJudge(settings, sleep)
+    if settings.provider == "openai_compatible":
+        return OpenAIBatchJudge(settings, sleep)
+    return BatchJudge(settings, sleep, staging)
+
+
+def _answer(p: _Pending, answer: Reply) -> None:
+    """Fill p.response from a batch answer; raises InvalidJudgment."""
     r = p.response
-    r.prompt_tokens += prompt_tokens
-    r.output_tokens += output_tokens
-    r.batch_prompt_tokens += prompt_tokens
-    r.batch_output_tokens += output_tokens
+    r.prompt_tokens += answer.prompt_tokens
+    r.output_tokens += answer.output_tokens
+    r.batch_prompt_tokens += answer.prompt_tokens
+    r.batch_output_tokens += answer.output_tokens
     r.verdict, r.explanation = parse_answer(answer.text, p.request.answer_field, p.request.allowed)
 
 
@@ -269,7 +431,7 @@ def judge_batch(settings: JudgeSettings, items: Iterable[T], request_of: Callabl
     online retries. With a journal, every job is recorded once created, and
     judgments already sent in a recorded job are not sent again: that job is
     polled (or its results read) instead."""
-    judge = BatchJudge(settings, sleep, staging)
+    judge = batch_judge_for(settings, sleep, staging)
     pending: list[_Job] = []
     chunk: list[_Pending] = []
     size = 0
@@ -290,11 +452,11 @@ def judge_batch(settings: JudgeSettings, items: Iterable[T], request_of: Callabl
 
     for item in items:
         request = request_of(item)
-        p = _Pending(item, request, b"", JudgeResponse(key=request.key, metric=request.metric))
+        p = _Pending(item, request, b"", JudgeResponse(key=request.key, metric=request.metric, model=settings.model))
         if request.key in earlier:
             resumed.setdefault(earlier[request.key], []).append(p)
             continue
-        p.line = jsonl_line(settings, request)
+        p.line = judge.line(request)
         if chunk and (len(chunk) >= settings.batch_max_requests or size + len(p.line) > settings.batch_max_bytes):
             flush()
         chunk.append(p)
@@ -304,7 +466,7 @@ def judge_batch(settings: JudgeSettings, items: Iterable[T], request_of: Callabl
     for name, waiting in resumed.items():
         for p in waiting:
             p.response.attempts += 1
-            p.line = jsonl_line(settings, p.request)  # for a resubmission, should the job be gone
+            p.line = judge.line(p.request)  # for a resubmission, should the job be gone
         pending.append(_Job(name, waiting, now, now, settings.batch_poll_seconds))
 
     failed: list[_Pending] = []  # to be asked online at the end
@@ -331,7 +493,7 @@ def judge_batch(settings: JudgeSettings, items: Iterable[T], request_of: Callabl
             state, got = judge.poll(job)
         except Exception as e:  # noqa: BLE001 - after the SDK's own retries: poll again later
             state, got = "POLL_FAILED", None
-            if getattr(e, "code", None) == 404:  # a recorded job the API no longer knows
+            if 404 in (getattr(e, "code", None), getattr(e, "status_code", None)):  # a recorded job the API no longer knows
                 state = "JOB_STATE_GONE"
             for p in job.items:
                 p.last_error = judge.scrub(f"polling batch job {job.name}: {type(e).__name__}: {e}")

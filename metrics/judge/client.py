@@ -1,6 +1,11 @@
-"""The one judge client layer: Gemini through `google-genai`, with structured
-JSON output, rate limiting, retries, timeouts and accounting. Metrics and
+"""The one judge client layer: any judge.provider (metrics.judge.providers: Gemini through
+`google-genai`, OpenAI-compatible servers through `openai`, Claude through `anthropic`), with
+structured JSON output, rate limiting, retries, timeouts and accounting. Metrics and
 transforms hand it JudgeRequests and get JudgeResponses; they never see HTTP.
+
+Everything here is built from the JudgeSettings it is handed (one judge, its provider
+included): a client, a limiter and a request key per settings, so that stages judging with
+different providers each keep their own quota.
 
 Secrets: the API key is read from the environment (JudgeSettings holds only
 the variable's name) where the client is built, on the worker, and is scrubbed
@@ -13,13 +18,21 @@ import asyncio
 import dataclasses
 import hashlib
 import json
-import os
 import queue
 import random
 import threading
 import time
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
+from evalbeam.metrics.judge.providers import (  # noqa: F401 - re-exported: the layer's one entry point
+    JudgeCredentialsError,
+    ProviderError,
+    build_genai_client,
+    check_credentials,
+    provider_for,
+    scrub_secrets,
+    structured_output,
+)
 from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter, InFlightWindow, TailHedge
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
@@ -31,11 +44,6 @@ T = TypeVar("T")
 BACKOFF_BASE = 0.25
 BACKOFF_CAP = 60.0
 CHARS_PER_TOKEN = 4  # for reserving tokens before a call; settled with the real count after
-CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
-
-
-class JudgeCredentialsError(RuntimeError):
-    """No usable credentials for the configured backend; the message says what to set."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,13 +64,6 @@ class JudgeRequest:
 FREE_TEXT = "text"
 
 
-def structured_output(request: JudgeRequest) -> dict[str, Any]:
-    """The GenerateContentConfig fields asking for JSON of the request's schema (none for free text)."""
-    if not request.schema_json:
-        return {}
-    return {"response_mime_type": "application/json", "response_schema": json.loads(request.schema_json)}
-
-
 @dataclasses.dataclass
 class JudgeResponse:
     key: str
@@ -80,6 +81,7 @@ class JudgeResponse:
     # the part of prompt_tokens and output_tokens billed at batch prices (judge.mode: batch)
     batch_prompt_tokens: int = 0
     batch_output_tokens: int = 0
+    model: str | None = None  # the model that answered (judge.prices is per model); None: the stage's
 
 
 def request_key(settings: JudgeSettings, prompt: str, schema_json: str, sample_index: int) -> str:
@@ -91,91 +93,28 @@ def request_key(settings: JudgeSettings, prompt: str, schema_json: str, sample_i
     return hashlib.sha256(material.encode("utf-8")).hexdigest()
 
 
-def check_credentials(settings: JudgeSettings) -> None:
-    """Raise JudgeCredentialsError, saying what to set, if the backend cannot authenticate."""
-    if settings.backend == "gemini_api":
-        if not os.environ.get(settings.api_key_env):
-            raise JudgeCredentialsError(
-                f"judge metrics with backend gemini_api need an API key: set the environment variable "
-                f"{settings.api_key_env} (or set judge.backend: vertex_ai to use Application Default Credentials)"
-            )
-        return
-    if not settings.project or not settings.location:
-        raise JudgeCredentialsError("judge.backend vertex_ai needs judge.project and judge.location")
-    try:
-        import google.auth  # start-up time: google-auth only when a judge runs
-
-        google.auth.default()
-    except Exception as e:  # noqa: BLE001 - any failure means no usable credentials
-        raise JudgeCredentialsError(
-            "judge.backend vertex_ai needs Application Default Credentials: run "
-            "`gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS "
-            f"({type(e).__name__})"
-        ) from None
-
-
-def build_genai_client(settings: JudgeSettings, http):
-    """(google-genai Client, the API key or None, the ADC credentials or None) for
-    the configured backend; the key and the credentials' token are what scrub removes."""
-    from google import genai  # start-up time: google-genai only when a judge runs
-
-    if settings.backend == "gemini_api":
-        secret = os.environ[settings.api_key_env]
-        return genai.Client(api_key=secret, http_options=http), secret, None
-    import google.auth  # start-up time: google-auth only when a judge runs
-
-    # Held here, not loaded inside genai, so that scrub knows the bearer token they send.
-    credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
-    client = genai.Client(vertexai=True, project=settings.project, location=settings.location,
-                          credentials=credentials, http_options=http)
-    return client, None, credentials
-
-
-def scrub_secrets(text: str, secret: str | None, credentials, *more: str) -> str:
-    """The text with the API key, the credentials' current token and any `more` secrets (a deployed
-    agent's bearer token or header values: metrics.agents.deployed.A2AAuth) replaced by [redacted]."""
-    for value in sorted((secret, getattr(credentials, "token", None), *more), key=lambda v: -len(v or "")):
-        if value:
-            text = text.replace(value, "[redacted]")
-    return text
-
-
 class JudgeClient:
+    """One judge's calls (settings.provider's API, metrics.judge.providers) within its
+    limiter: retries, timeouts, hedged copies and accounting, the same for every provider."""
+
     def __init__(self, settings: JudgeSettings, limiter: AdaptiveRateLimiter,
                  observe_latency: Callable[[float], None] | None = None, hedge: TailHedge | None = None):
-        from google.genai import types  # start-up time: google-genai only when a judge runs
-
         self.settings = settings
         self.limiter = limiter
         self.hedge = hedge
         self._observe = observe_latency or (lambda seconds: None)
-        check_credentials(settings)
-        http = types.HttpOptions(
-            base_url=settings.base_url,
-            timeout=int(settings.timeout_seconds * 1000),
-            retry_options=types.HttpRetryOptions(attempts=1),  # retries are ours, with the limiter's feedback
-        )
-        self._client, self._secret, self._credentials = build_genai_client(settings, http)
-        self._types = types
+        self._provider = provider_for(settings)
 
     def scrub(self, text: str) -> str:
-        return scrub_secrets(text, self._secret, self._credentials)
+        return self._provider.scrub(text)
 
     async def judge(self, request: JudgeRequest) -> JudgeResponse:
-        from google.genai import errors  # start-up time: google-genai only when a judge runs
-
-        response = JudgeResponse(key=request.key, metric=request.metric)
-        config = self._types.GenerateContentConfig(
-            temperature=self.settings.temperature,
-            seed=request.seed,
-            max_output_tokens=self.settings.max_output_tokens,
-            **structured_output(request),
-        )
+        response = JudgeResponse(key=request.key, metric=request.metric, model=self.settings.model)
         estimated = len(request.prompt) // CHARS_PER_TOKEN + (self.settings.max_output_tokens or 1024)
         last_error = "no attempt made"
         for attempt in range(1, self.settings.max_attempts + 1):
             await self.limiter.acquire(estimated)
-            answer, error, retry_after = await self._attempt(request, config, estimated, response)
+            answer, error, retry_after = await self._attempt(request, estimated, response)
             if answer is not None:
                 try:
                     response.verdict, response.explanation = parse_answer(
@@ -183,8 +122,8 @@ class JudgeClient:
                     return response
                 except InvalidJudgment as e:
                     last_error = f"invalid judge output: {e}"
-            elif isinstance(error, errors.APIError):
-                last_error = f"HTTP {error.code}: {error.message or error.status}"
+            elif isinstance(error, ProviderError):
+                last_error = str(error)
                 if not (error.code == 429 or error.code >= 500 or error.code == 408):
                     response.error = self.scrub(f"{last_error} (not retried)")
                     return response
@@ -199,13 +138,13 @@ class JudgeClient:
         response.error = self.scrub(f"judge failed after {self.settings.max_attempts} attempts{hedged}; last: {last_error}")
         return response
 
-    async def _attempt(self, request: JudgeRequest, config, estimated: int, response: JudgeResponse):
+    async def _attempt(self, request: JudgeRequest, estimated: int, response: JudgeResponse):
         """One attempt, its place with the limiter already taken: a call and, when
         the tail hedge allows, a copy once the call alone in flight has run past
         the hedge's delay (and one more if a copy failed first: the call left may
         be slow too); the first answer wins. (answer, None, None) or, when every call
         failed, the last one's (None, error, Retry-After)."""
-        first = asyncio.ensure_future(self._call(request, config, estimated, response))
+        first = asyncio.ensure_future(self._call(request, estimated, response))
         if self.hedge is None:
             return await first
         sent = {first: time.monotonic()}
@@ -226,7 +165,7 @@ class JudgeClient:
                 if turn in done and pending:
                     if turn.result():
                         response.hedged += 1
-                        copy = asyncio.ensure_future(self._call(request, config, estimated, response))
+                        copy = asyncio.ensure_future(self._call(request, estimated, response))
                         sent[copy] = time.monotonic()
                         pending.add(copy)
                         turn = None
@@ -240,32 +179,27 @@ class JudgeClient:
                 if task is not None:
                     task.cancel()
 
-    async def _call(self, request: JudgeRequest, config, estimated: int, response: JudgeResponse):
-        """One generateContent call, counted in the response's attempts, with its
-        tokens settled and its duration observed: (answer, None, None) or (None,
+    async def _call(self, request: JudgeRequest, estimated: int, response: JudgeResponse):
+        """One call to the provider, counted in the response's attempts, with its
+        tokens settled and its duration observed: (Reply, None, None) or (None,
         error, Retry-After). A call cancelled in flight (the losing copy) counts,
         with no tokens: like a timed-out call, what it used is not known."""
-        from google.genai import errors  # start-up time: google-genai only when a judge runs
-
         response.attempts += 1
         if self.hedge is not None:
             self.hedge.calls += 1
         started = time.monotonic()
         try:
-            answer = await asyncio.wait_for(
-                self._client.aio.models.generate_content(model=self.settings.model, contents=request.prompt, config=config),
-                timeout=self.settings.timeout_seconds,
-            )
+            answer = await asyncio.wait_for(self._provider.generate(request), timeout=self.settings.timeout_seconds)
         except asyncio.CancelledError:
             self.limiter.correct_tokens(estimated, 0)
             raise
-        except errors.APIError as e:
+        except ProviderError as e:
             self._observe(time.monotonic() - started)
             self.limiter.correct_tokens(estimated, 0)
             retry_after = None
             if e.code == 429:
                 response.rate_limited += 1
-                retry_after = _retry_after(e)
+                retry_after = e.retry_after
                 self.limiter.on_rate_limited(retry_after)
             return None, e, retry_after
         except (asyncio.TimeoutError, TimeoutError) as e:
@@ -276,18 +210,15 @@ class JudgeClient:
             self.limiter.correct_tokens(estimated, 0)
             return None, e, None
         self._observe(time.monotonic() - started)
-        usage = answer.usage_metadata
-        prompt_tokens = (usage.prompt_token_count or 0) if usage else 0
-        output_tokens = (usage.candidates_token_count or 0) if usage else 0
-        response.prompt_tokens += prompt_tokens
-        response.output_tokens += output_tokens
-        self.limiter.correct_tokens(estimated, prompt_tokens + output_tokens)
+        response.prompt_tokens += answer.prompt_tokens
+        response.output_tokens += answer.output_tokens
+        self.limiter.correct_tokens(estimated, answer.prompt_tokens + answer.output_tokens)
         self.limiter.on_success()
         return answer, None, None
 
     async def close(self) -> None:
         try:
-            await self._client.aio.aclose()
+            await self._provider.close()
         except Exception:  # noqa: BLE001 - closing is best effort
             pass
 
@@ -295,15 +226,6 @@ class JudgeClient:
 def backoff(attempt: int) -> float:
     """Exponential backoff with full jitter."""
     return random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempt - 1)))
-
-
-def _retry_after(error) -> float | None:
-    headers = getattr(getattr(error, "response", None), "headers", None)
-    value = headers.get("retry-after") if headers else None
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
-        return None
 
 
 _DONE = object()

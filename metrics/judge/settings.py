@@ -5,6 +5,12 @@ As inspect_ai's GenerateConfig, one validated model serves both the user's confi
 model layer: nothing is copied field by field, and a default is declared once. Quotas are
 split in one place, `with_quota_share`.
 
+One JudgeSettings describes one judge whole, its provider included: every judge stage (and
+the simulator, inference.model, a metric's own judge) derives its own from the run's
+(`overridden`, `for_model`, `with_quota_share`), and the client layer builds its client, its
+quota and its cache keys from the settings it is handed, so judges of several providers can
+answer in one run.
+
 Secrets: only the name of the environment variable holding the API key is kept here; the
 key is read where the client is built (metrics.judge.client).
 """
@@ -18,19 +24,41 @@ import pydantic
 
 from evalbeam.metrics.names import BQ_TABLE_URI_RE
 
+PROVIDERS = ("gemini", "openai_compatible", "anthropic")
+# each provider's backends (the first is its default) and the variable its API key is read from by default
+BACKENDS = {"gemini": ("gemini_api", "vertex_ai"), "openai_compatible": ("openai_api",),
+            "anthropic": ("anthropic_api", "vertex_ai")}
+DEFAULT_KEY_ENV = {"gemini": "GOOGLE_API_KEY", "openai_compatible": "OPENAI_API_KEY",
+                   "anthropic": "ANTHROPIC_API_KEY"}
+# how a judge is reached: given anew (not inherited) when an override names another provider
+CONNECTION = ("model", "backend", "base_url", "project", "location", "api_key_env")
+
 
 class JudgeSettings(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    model: str = pydantic.Field("gemini-2.5-flash", min_length=1)
-    backend: Literal["gemini_api", "vertex_ai"] = pydantic.Field(
-        "gemini_api", description="gemini_api (key from the api_key_env variable) | vertex_ai (project, location, ADC)"
-    )
-    base_url: str | None = pydantic.Field(None, description="endpoint override: a proxy, a local server")
+    provider: Literal["gemini", "openai_compatible", "anthropic"] = pydantic.Field(
+        "gemini", description="gemini (google-genai) | openai_compatible (the `openai` client: OpenAI, or a vLLM, "
+                              "TGI or Ollama server at base_url) | anthropic (the `anthropic` client: the Anthropic "
+                              "API, or Claude on Vertex AI with backend vertex_ai)")
+    model: str = pydantic.Field("gemini-2.5-flash", min_length=1,
+                                description="the model; required for providers other than gemini")
+    backend: Literal["gemini_api", "vertex_ai", "openai_api", "anthropic_api"] = pydantic.Field(
+        "gemini_api", description="gemini: gemini_api (key from the api_key_env variable) | vertex_ai (project, "
+                                  "location, ADC); anthropic: anthropic_api (key) | vertex_ai (Claude on Vertex AI: "
+                                  "project, location, ADC); openai_compatible: openai_api. Default: the provider's first")
+    base_url: str | None = pydantic.Field(
+        None, pattern=r"^https?://\S+$",
+        description="endpoint override: a proxy, a local server; openai_compatible: the server's /v1 URL "
+                    "(default OpenAI's)")
     project: str | None = pydantic.Field(None, description="vertex_ai: the Google Cloud project")
-    location: str | None = pydantic.Field(None, description="vertex_ai: the region, e.g. us-central1")
-    api_key_env: str = pydantic.Field("GOOGLE_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
-                                      description="gemini_api: the environment variable holding the API key")
+    location: str | None = pydantic.Field(None, description="vertex_ai: the region, e.g. us-central1 (Claude: us-east5, "
+                                                            "europe-west1 or global)")
+    api_key_env: str = pydantic.Field(
+        "GOOGLE_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="the environment variable holding the API key (default GOOGLE_API_KEY, OPENAI_API_KEY or "
+                    "ANTHROPIC_API_KEY by provider); openai_compatible with a base_url: may be unset, for a server "
+                    "that takes no key")
     requests_per_minute: float = pydantic.Field(600, gt=0, description="the whole job's quota, however many workers run")
     tokens_per_minute: float | None = pydantic.Field(None, gt=0, description="optional second budget")
     max_attempts: int = pydantic.Field(6, ge=1, le=20)
@@ -95,6 +123,33 @@ class JudgeSettings(pydantic.BaseModel):
         description="batch mode: judgments a job failed (or answered invalidly) are retried online (with the quota "
                     "and retries of online mode) or in follow-up batch jobs (up to max_attempts in all)")
 
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _provider_defaults(cls, data: Any) -> Any:
+        """The backend and key variable a provider has by default; a model named for any but gemini."""
+        if not isinstance(data, dict):
+            return data
+        provider = data.get("provider", "gemini")
+        if provider not in BACKENDS or provider == "gemini":
+            return data  # (an unknown provider: the field's own error)
+        if "model" not in data:
+            raise ValueError(f"judge.provider {provider} needs judge.model (the model to call)")
+        return {"backend": BACKENDS[provider][0], "api_key_env": DEFAULT_KEY_ENV[provider], **data}
+
+    @pydantic.model_validator(mode="after")
+    def _backend_of_provider(self) -> "JudgeSettings":
+        if self.backend not in BACKENDS[self.provider]:
+            raise ValueError(f"backend {self.backend!r} is not one of provider {self.provider}'s: "
+                             f"{', '.join(BACKENDS[self.provider])}")
+        if self.base_url and "@" in self.base_url.split("://", 1)[-1].split("/", 1)[0]:
+            # user:password@ would be recorded with the config in the runs table
+            raise ValueError("base_url: credentials in the URL are not supported (they would be recorded with the "
+                             "config); give the key in the api_key_env variable")
+        if self.mode == "batch" and self.provider == "anthropic" and self.backend == "vertex_ai":
+            raise ValueError("mode batch is not supported for Claude on Vertex AI (provider anthropic, backend "
+                             "vertex_ai) yet: use mode online, or backend anthropic_api (Message Batches)")
+        return self
+
     @pydantic.field_validator("cache", "rubrics_from", mode="before")
     @classmethod
     def _one_or_many(cls, value: Any) -> Any:
@@ -113,8 +168,15 @@ class JudgeSettings(pydantic.BaseModel):
         return self.batch_timeout_hours * 3600
 
     def generation(self) -> dict[str, Any]:
-        """The settings that shape an answer, part of every request's cache key."""
-        return {"model": self.model, "temperature": self.temperature, "max_output_tokens": self.max_output_tokens}
+        """The settings that shape an answer, part of every request's cache key: the provider
+        (left out for gemini, so that the keys of judge.cache tables written before providers
+        existed still match), the model and the sampling."""
+        generation = {"model": self.model, "temperature": self.temperature, "max_output_tokens": self.max_output_tokens}
+        if self.provider != "gemini":
+            generation["provider"] = self.provider
+            if self.base_url:  # two servers (OpenAI's, a team's own vLLM) may serve models of one name
+                generation["base_url"] = self.base_url
+        return generation
 
     def with_quota_share(self, share: float) -> "JudgeSettings":
         """These settings with `share` of the quotas (requests and tokens per minute): the one
@@ -135,7 +197,12 @@ class JudgeSettings(pydantic.BaseModel):
         naming the field. The one place a metric's judge is made from the run's."""
         if not partial:
             return self
-        return JudgeSettings.model_validate({**self.model_dump(), **partial})
+        base = self.model_dump()
+        if partial.get("provider", self.provider) != self.provider:
+            # another provider inherits none of this judge's connection: it gives its own or takes
+            # that provider's defaults (model, backend, base_url, project, location, api_key_env)
+            base = {k: v for k, v in base.items() if k not in CONNECTION}
+        return JudgeSettings.model_validate({**base, **partial})
 
     def digest(self) -> str:
         """A short content hash of the settings: which calls share one client and one quota
