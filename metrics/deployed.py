@@ -362,6 +362,7 @@ class A2AAuth:
         self._lock = threading.RLock()  # the cases of a shard share one token, refreshed once
         self._credentials = None
         self._issued: collections.OrderedDict[str, None] = collections.OrderedDict()  # every ID token held
+        self._issued_lock = threading.Lock()  # held only to copy or add (scrub must not wait for a token fetch)
         self._static: dict[str, str] = {}
         if self._kind == "google_id_token":
             self.audience = (auth["google_id_token"] or {}).get("audience") or origin_url(a2a_card(agent_url)[0])
@@ -385,8 +386,9 @@ class A2AAuth:
     def _too_short(key: str, values: dict[str, str]) -> None:
         short = [name for name, value in values.items() if len(value.strip()) < MIN_SECRET]
         if short:
-            raise AuthUnavailable(f"inference.auth.{key}: the value of ${', $'.join(short)} is shorter than "
-                                  f"{MIN_SECRET} characters: too short to be a credential, or to be kept out of errors")
+            which = f"the value of ${short[0]} is" if len(short) == 1 else f"the values of ${', $'.join(short)} are"
+            raise AuthUnavailable(f"inference.auth.{key}: {which} shorter than {MIN_SECRET} characters: too short to "
+                                  "be a credential, or to be kept out of errors")
 
     def sends_to(self, url: Any) -> bool:
         """Whether a request to `url` carries the credential: only at the agent's own origin."""
@@ -426,17 +428,18 @@ class A2AAuth:
                                       f"({type(e).__name__}: {first}); see docs/agents.md") from None
             token = self._credentials.token
             if token:
-                self._issued[token] = None
-                self._issued.move_to_end(token)
-                while len(self._issued) > ISSUED_KEPT:
-                    self._issued.popitem(last=False)
+                with self._issued_lock:
+                    self._issued[token] = None
+                    self._issued.move_to_end(token)
+                    while len(self._issued) > ISSUED_KEPT:
+                        self._issued.popitem(last=False)
         return {"Authorization" if k.lower() == "authorization" else k: v for k, v in headers.items()}
 
     def secrets(self) -> list[str]:
         """Every value to keep out of a text: the static ones, every ID token held in the run (an error may
         quote one since refreshed); each at least MIN_SECRET long (a shorter one is refused)."""
         values = [v.removeprefix("Bearer ") for v in self._static.values()]
-        with self._lock:
+        with self._issued_lock:
             values += list(self._issued)
         token = getattr(self._credentials, "token", None)
         values += [token] if token else []
@@ -646,8 +649,9 @@ class A2AInferrer:
                         else f"{where}: {type(e).__name__}: {str(e)[:300]}"))
                     raise self._unreadable from None
                 self._name = card.name or "agent"
-                self._schemes = security_schemes(MessageToDict(card))
-                foreign = foreign_endpoint(MessageToDict(card), self._target) if self._auth is not None else None
+                card_json = MessageToDict(card)
+                self._schemes = security_schemes(card_json)
+                foreign = foreign_endpoint(card_json, self._target) if self._auth is not None else None
                 if foreign:  # the credential would not be sent there: every case fails with it, none is sent
                     self._unreadable = InferenceError(f"inference.a2a: the agent card at {self._url}/"
                                                       f"{self._card_path} {foreign}")
