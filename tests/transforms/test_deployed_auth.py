@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from evalbeam.metrics.deployed import A2AAuth, A2AInferrer, Calls, reachable
+from evalbeam.metrics.deployed import A2AAuth, A2AInferrer, Calls, foreign_endpoint, reachable
 from evalbeam.metrics.inference import infer_all
 from tests.a2a_agent import A2AServer
 from tests.judge_server import JudgeServer
@@ -322,8 +322,6 @@ def test_the_credential_is_added_for_the_configured_scheme_host_and_port_only(mo
     """httpx's own requests through the auth flow: the credential for inference.a2a's origin (its default port
     written or not), none for another port, host or scheme; never over http when inference.a2a is https."""
     import httpx
-
-    from evalbeam.metrics.deployed import foreign_endpoint
 
     monkeypatch.setenv("AGENT_TOKEN", BEARER)
     flow = A2AAuth({"bearer_env": "AGENT_TOKEN"}, "https://agent.example/a2a/weather").for_httpx()
