@@ -543,8 +543,8 @@ class GoogleIdTokenAuth(_Model):
     """inference.auth.google_id_token: a Google ID token from Application Default Credentials."""
 
     audience: str | None = pydantic.Field(
-        None, min_length=1, description="the token's audience; default the agent's URL (inference.a2a, without "
-                                        "the agent card's path), as Cloud Run expects")
+        None, min_length=1, description="the token's audience; default the agent's origin (scheme://host[:port] of "
+                                        "inference.a2a, without its path), the service URL Cloud Run expects")
 
 
 class A2AAuthConfig(_Model):
@@ -575,12 +575,15 @@ class A2AAuthConfig(_Model):
         if value is not None:
             if not value:
                 raise ValueError("headers: name at least one header")
-            for name, env in value.items():
+            # neither a key nor a value that fails its check is quoted: it may be a secret pasted in
+            for number, (name, env) in enumerate(value.items(), 1):
                 if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
-                    raise ValueError(f"headers: {name!r} is not an HTTP header name")
+                    raise ValueError(f"headers: header {number} of {len(value)} has a name that is not an HTTP header "
+                                     "name (not shown)")
                 if not re.fullmatch(ENV_NAME, env):
-                    raise ValueError(f"headers.{name}: {env!r} is not an environment variable name (the header's "
-                                     "value is read from that variable, never written in the config)")
+                    raise ValueError(f"headers.{name}: its value (not shown) is not an environment variable name: "
+                                     "name the variable holding the header's value, which is never written in the "
+                                     "config")
         return value
 
     @pydantic.model_validator(mode="after")
@@ -632,7 +635,8 @@ class InferenceConfig(_Model):
     base_url: str | None = pydantic.Field(
         None, description="agent_engine: an endpoint instead of https://<location>-aiplatform.googleapis.com")
     auth: A2AAuthConfig | None = pydantic.Field(
-        None, description="a2a: the credential of every request: google_id_token (audience: the agent's URL), "
+        None, description="a2a: the credential of every request to the agent's origin: google_id_token (audience: "
+                          "the agent's origin), "
                           "{google_id_token: {audience: ...}}, {bearer_env: VAR} or {headers: {NAME: VAR}}; "
                           "default none (requests unauthenticated)")
     requests_per_minute: float | None = pydantic.Field(

@@ -119,6 +119,14 @@ class Calls:
                 await self._sleep(max(delay, failure.retry_after or 0.0))
         raise InferenceError(f"{what} failed after {self.max_attempts} attempts; last: {last}")
 
+    async def resend(self) -> None:
+        """A request sent once more within one send (with a new token, after a 401): it waits for the quota
+        and is counted as every request is."""
+        if self.limiter is not None:
+            await self.limiter.acquire()
+        self.stats.requests += 1
+        self.stats.retries += 1
+
 
 def _retry_after(headers: Any) -> float | None:
     try:
@@ -249,6 +257,74 @@ def events_from_a2a(responses: list[dict[str, Any]], agent_name: str) -> tuple[l
 
 CARD_PATH = ".well-known/agent-card.json"  # a2a-sdk's AGENT_CARD_WELL_KNOWN_PATH
 REFUSED_STATUS = (401, 403)
+MIN_SECRET = 8  # a credential shorter than this is refused: scrubbing it would garble every error ("10.0.0.[redacted]")
+ISSUED_KEPT = 256  # the ID tokens of a run kept for scrubbing (one an hour; a refusal may ask for more)
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin(url: Any) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of a URL, the port given even when it is the scheme's default: the origin a
+    credential is sent to (RFC 6454)."""
+    import httpx
+
+    url = httpx.URL(str(url))
+    return url.scheme, url.host, url.port or DEFAULT_PORTS.get(url.scheme)
+
+
+def origin_url(url: str) -> str:
+    """scheme://host[:port] of a URL (its port only when not the scheme's default): a Cloud Run service's URL."""
+    scheme, host, port = origin(url)
+    host = f"[{host}]" if ":" in host else host
+    return f"{scheme}://{host}" + (f":{port}" if port != DEFAULT_PORTS.get(scheme) else "")
+
+
+def card_endpoints(card: Any) -> list[str]:
+    """The http(s) URLs an agent card (JSON) names for the agent's interfaces (A2A 1.0's supportedInterfaces,
+    0.3's url and additionalInterfaces), in the card's order."""
+    if not isinstance(card, dict):
+        return []
+    named = [i.get("url") for key in ("supportedInterfaces", "additionalInterfaces")
+             for i in card.get(key) or [] if isinstance(i, dict)] + [card.get("url")]
+    return list(dict.fromkeys(u for u in named if isinstance(u, str) and u.startswith(("http://", "https://"))))
+
+
+def foreign_endpoint(card: Any, target: str) -> str | None:
+    """With inference.auth: why the agent card cannot be used, in words, when it names an endpoint at another
+    origin than inference.a2a's (the credential is sent to that origin only, so the agent could not be
+    called; and a stale or hostile card must not collect it), else None."""
+    import httpx
+
+    ours = origin(target)
+    for endpoint in card_endpoints(card):
+        try:
+            theirs = origin(endpoint)
+        except httpx.InvalidURL:
+            theirs = None
+        if theirs == ours:
+            continue
+        if theirs and ours[0] == "https" and theirs[0] == "http":
+            why = "over plain http, where inference.a2a is https: inference.auth's credential is never sent over http"
+        else:
+            which = "port" if theirs and theirs[:2] == ours[:2] else "host"
+            why = (f"another {which} than inference.a2a ({origin_url(target)}): inference.auth's credential is sent "
+                   "to inference.a2a's origin only")
+        return f"names {endpoint} as the agent's endpoint, {why}; serve the agent with the URL it is reached at in its card"
+    return None
+
+
+def looks_like_a_secret(name: str) -> bool:
+    """A variable 'name' that may be a token pasted in its place: 16 or more characters mixing lower and upper
+    case, or letters and digits (ghp_16C7e42F..., AKIAIOSFODNN7EXAMPLE). Conventional names (AGENT_TOKEN,
+    MY_API_KEY_2, agent_token) are not."""
+    classes = sum(any(test(c) for c in name) for test in (str.islower, str.isupper, str.isdigit))
+    return len(name) >= 16 and classes >= 2
+
+
+def _variable(name: str) -> str:
+    """An environment variable's name for an error, unless it looks like a secret pasted in its place."""
+    if looks_like_a_secret(name):
+        return f"named there (not shown: its {len(name)} characters look like a secret, not a variable's name)"
+    return name
 
 
 class AuthUnavailable(InferenceError):
@@ -256,43 +332,67 @@ class AuthUnavailable(InferenceError):
 
 
 class A2AAuth:
-    """inference.auth (configs.schema.A2AAuthConfig as plain data): the headers every A2A request carries.
+    """inference.auth (configs.schema.A2AAuthConfig as plain data): the headers A2A requests carry.
 
-        google_id_token  a Google ID token, its audience the agent's URL unless given, minted by google-auth
-                         from Application Default Credentials (a service account key, an impersonated service
+        google_id_token  a Google ID token, its audience the agent's origin (scheme://host[:port] of the
+                         agent's URL, as Cloud Run expects) unless given, minted by google-auth from
+                         Application Default Credentials (a service account key, an impersonated service
                          account, or the metadata server: id_token_credentials) and refreshed by google-auth's
                          own rule (Credentials.before_request: when less than its REFRESH_THRESHOLD, 3 min 45 s,
                          of the token's life is left), so a run longer than a token's hour never sends an
-                         expired one; a 401 answered to a token makes it fetch a new one and send the request
-                         once more (a refusal: the agent ran nothing)
+                         expired one; a 401 answered to a token makes it fetch a new one (once for all the
+                         requests refused that token) and send the request once more (a refusal: the agent
+                         ran nothing)
         bearer_env       `Authorization: Bearer <the variable's value>`
         headers          {NAME: VAR}: each header with its variable's value
 
-    The values are read where the requests are sent (the launcher for preflight, each worker for the run),
-    never written to the config; `scrub` takes every one of them out of a text (errors)."""
+    The credential goes only to the agent's origin (scheme, host and port of inference.a2a): never to another
+    host an agent card names, never over http when inference.a2a is https. The values are read where the
+    requests are sent (the launcher for preflight, each worker for the run), never written to the config; a
+    value shorter than MIN_SECRET is refused; `scrub` takes every one of them, and every ID token issued in
+    the run, out of a text (errors)."""
 
     def __init__(self, auth: dict[str, Any], agent_url: str):
+        import collections
         import os
         import threading
 
         self._kind = next(iter(auth))
-        self._lock = threading.Lock()  # the cases of a shard share one token, refreshed once
+        self._origin = origin(a2a_card(agent_url)[0])
+        self._lock = threading.RLock()  # the cases of a shard share one token, refreshed once
         self._credentials = None
+        self._issued: collections.OrderedDict[str, None] = collections.OrderedDict()  # every ID token held
+        self._issued_lock = threading.Lock()  # held only to copy or add (scrub must not wait for a token fetch)
         self._static: dict[str, str] = {}
         if self._kind == "google_id_token":
-            self.audience = (auth["google_id_token"] or {}).get("audience") or a2a_card(agent_url)[0]
+            self.audience = (auth["google_id_token"] or {}).get("audience") or origin_url(a2a_card(agent_url)[0])
         elif self._kind == "bearer_env":
             name = auth["bearer_env"]
             if not os.environ.get(name):
-                raise AuthUnavailable(f"inference.auth.bearer_env: the environment variable {name} is not set here")
+                raise AuthUnavailable(f"inference.auth.bearer_env: the environment variable {_variable(name)} is "
+                                      "not set here")
             self._static = {"Authorization": f"Bearer {os.environ[name]}"}
+            self._too_short("bearer_env", {name: os.environ[name]})
         else:
-            unset = [env for env in auth["headers"].values() if not os.environ.get(env)]
+            unset = [_variable(env) for env in auth["headers"].values() if not os.environ.get(env)]
             if unset:
                 raise AuthUnavailable(f"inference.auth.headers: the environment variable(s) {', '.join(unset)} "
                                       "are not set here")
             self._static = {name: os.environ[env] for name, env in auth["headers"].items()}
+            self._too_short("headers", {env: os.environ[env] for env in auth["headers"].values()})
         self._auth = auth
+
+    @staticmethod
+    def _too_short(key: str, values: dict[str, str]) -> None:
+        short = [name for name, value in values.items() if len(value.strip()) < MIN_SECRET]
+        if short:
+            which = f"the value of ${short[0]} is" if len(short) == 1 else f"the values of ${', $'.join(short)} are"
+            raise AuthUnavailable(f"inference.auth.{key}: {which} shorter than {MIN_SECRET} characters: too short to "
+                                  "be a credential, or to be kept out of errors")
+
+    def sends_to(self, url: Any) -> bool:
+        """Whether a request to `url` carries the credential: only at the agent's own origin."""
+        return origin(url) == self._origin
 
     def describe(self) -> str:
         """Which credential is sent, in words (never its value)."""
@@ -305,9 +405,9 @@ class A2AAuth:
             return f"the bearer token in ${self._auth['bearer_env']}"
         return "the header(s) " + ", ".join(f"{n} (from ${v})" for n, v in self._auth["headers"].items())
 
-    def headers(self, force: bool = False) -> dict[str, str]:
-        """The headers to send (blocking: a token may be fetched). force: a new token even if the
-        one held looks valid (the agent refused it)."""
+    def headers(self, refused: str | None = None) -> dict[str, str]:
+        """The headers to send (blocking: a token may be fetched). refused: the Authorization header the agent
+        answered 401 to: a new token, unless another request refused the same one and already fetched it."""
         if self._kind != "google_id_token":
             return dict(self._static)
         import google.auth.transport.requests
@@ -318,7 +418,7 @@ class A2AAuth:
             try:
                 if self._credentials is None:
                     self._credentials = id_token_credentials(self.audience, request)
-                if force:
+                if refused is not None and refused == f"Bearer {self._credentials.token}":
                     self._credentials.refresh(request)
                 headers: dict[str, str] = {}
                 self._credentials.before_request(request, "POST", self.audience, headers)
@@ -326,21 +426,34 @@ class A2AAuth:
                 first = self.scrub(str(e).splitlines()[0][:300]) if str(e) else type(e).__name__
                 raise AuthUnavailable(f"inference.auth.google_id_token: no ID token for audience {self.audience} "
                                       f"({type(e).__name__}: {first}); see docs/agents.md") from None
+            token = self._credentials.token
+            if token:
+                with self._issued_lock:
+                    self._issued[token] = None
+                    self._issued.move_to_end(token)
+                    while len(self._issued) > ISSUED_KEPT:
+                        self._issued.popitem(last=False)
         return {"Authorization" if k.lower() == "authorization" else k: v for k, v in headers.items()}
 
     def secrets(self) -> list[str]:
-        values = list(self._static.values())
+        """Every value to keep out of a text: the static ones, every ID token held in the run (an error may
+        quote one since refreshed); each at least MIN_SECRET long (a shorter one is refused)."""
+        values = [v.removeprefix("Bearer ") for v in self._static.values()]
+        with self._issued_lock:
+            values += list(self._issued)
         token = getattr(self._credentials, "token", None)
-        values += [token, f"Bearer {token}"] if token else []
-        return [v.removeprefix("Bearer ") for v in values if v]
+        values += [token] if token else []
+        return [v for v in dict.fromkeys(values) if v and len(v) >= MIN_SECRET]
 
     def scrub(self, text: str) -> str:
         from evalbeam.metrics.judge.client import scrub_secrets
 
-        return scrub_secrets(text, None, self._credentials, *self.secrets())
+        return scrub_secrets(text, None, None, *self.secrets())
 
-    def for_httpx(self):
-        """An httpx.Auth adding the headers to every request of an httpx client (a2a-sdk's included)."""
+    def for_httpx(self, calls: "Calls | None" = None):
+        """An httpx.Auth adding the headers to the requests of an httpx client (a2a-sdk's included) that go to
+        the agent's origin, and to no other. calls: the run's Calls, whose quota a request sent again after a
+        401 waits for too (as every request does); none in preflight."""
         import httpx
 
         outer = self
@@ -349,17 +462,27 @@ class A2AAuth:
             requires_request_body = True  # a refused request may be sent once more, with a new token
 
             async def async_auth_flow(self, request):
-                request.headers.update(await asyncio.to_thread(outer.headers))
+                if not outer.sends_to(request.url):
+                    yield request
+                    return
+                sent = await asyncio.to_thread(outer.headers)
+                request.headers.update(sent)
                 response = yield request
                 if response.status_code == 401 and outer._kind == "google_id_token":
-                    request.headers.update(await asyncio.to_thread(outer.headers, True))
+                    request.headers.update(await asyncio.to_thread(outer.headers, sent.get("Authorization")))
+                    if calls is not None:
+                        await calls.resend()
                     yield request
 
             def sync_auth_flow(self, request):
-                request.headers.update(outer.headers())
+                if not outer.sends_to(request.url):
+                    yield request
+                    return
+                sent = outer.headers()
+                request.headers.update(sent)
                 response = yield request
                 if response.status_code == 401 and outer._kind == "google_id_token":
-                    request.headers.update(outer.headers(True))
+                    request.headers.update(outer.headers(sent.get("Authorization")))
                     yield request
 
         return Auth()
@@ -514,7 +637,7 @@ class A2AInferrer:
                         raise
                 self._http = httpx.AsyncClient(timeout=self._calls.request_timeout,
                                                limits=httpx.Limits(max_connections=self._connections),
-                                               auth=self._auth.for_httpx() if self._auth else None)
+                                               auth=self._auth.for_httpx(self._calls) if self._auth else None)
                 resolver = A2ACardResolver(self._http, self._url, self._card_path)
                 where = f"reading the A2A agent card at {self._url}/{self._card_path}"
                 try:
@@ -526,7 +649,13 @@ class A2AInferrer:
                         else f"{where}: {type(e).__name__}: {str(e)[:300]}"))
                     raise self._unreadable from None
                 self._name = card.name or "agent"
-                self._schemes = security_schemes(MessageToDict(card))
+                card_json = MessageToDict(card)
+                self._schemes = security_schemes(card_json)
+                foreign = foreign_endpoint(card_json, self._target) if self._auth is not None else None
+                if foreign:  # the credential would not be sent there: every case fails with it, none is sent
+                    self._unreadable = InferenceError(f"inference.a2a: the agent card at {self._url}/"
+                                                      f"{self._card_path} {foreign}")
+                    raise self._unreadable
                 self._client = ClientFactory(ClientConfig(streaming=True, httpx_client=self._http)).create(card)
         return self._client
 
@@ -870,7 +999,7 @@ def reachable(kind: str, target: str, base_url: str | None = None, timeout: floa
         scrub = credential.scrub if credential is not None else (lambda text: text)
         client = httpx.Client(timeout=timeout, auth=credential.for_httpx() if credential is not None else None)
         with client:
-            return scrub(_a2a_reachable(client, target, tried) or "") or None
+            return scrub(_a2a_reachable(client, target, tried, credential is not None) or "") or None
     import google.auth
     from google.auth.exceptions import DefaultCredentialsError
 
@@ -888,7 +1017,7 @@ def reachable(kind: str, target: str, base_url: str | None = None, timeout: floa
     return None
 
 
-def _a2a_reachable(client, target: str, tried: str) -> str | None:
+def _a2a_reachable(client, target: str, tried: str, authenticated: bool = False) -> str | None:
     import httpx
 
     url = "/".join(a2a_card(target))
@@ -907,6 +1036,9 @@ def _a2a_reachable(client, target: str, tried: str) -> str | None:
         named = [i.get("url") for i in card.get("supportedInterfaces") or [] if isinstance(i, dict)] or [card.get("url")]
     except (ValueError, AttributeError):
         return f"inference.a2a: the agent card at {url} is not a JSON agent card"
+    foreign = foreign_endpoint(card, target) if authenticated else None
+    if foreign:  # checked before the endpoint is called: it would be called without the credential
+        return f"inference.a2a: the agent card at {url} {foreign}"
     endpoint = next((u for u in named if isinstance(u, str) and u.startswith(("http://", "https://"))), None)
     if endpoint is not None:
         try:

@@ -16,7 +16,7 @@ import urllib.request
 
 import pytest
 
-from evalbeam.metrics.agents.deployed import A2AAuth, A2AInferrer, Calls, reachable
+from evalbeam.metrics.agents.deployed import A2AAuth, A2AInferrer, Calls, foreign_endpoint, reachable
 from evalbeam.metrics.agents.inference import infer_all
 from tests.a2a_agent import A2AServer
 from tests.judge_server import JudgeServer
@@ -202,11 +202,11 @@ def test_credentials_never_appear_in_errors_and_missing_ones_are_named(monkeypat
     user.write_text(json.dumps({"type": "authorized_user", "client_id": "x", "client_secret": "y", "refresh_token": "z"}))
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(user))
     auth = A2AAuth({"google_id_token": {}}, "http://agent.example/a2a/")
-    assert auth.audience == "http://agent.example/a2a"
+    assert auth.audience == "http://agent.example"  # the origin: the service's URL, not the agent's path
     with pytest.raises(Exception, match="are a user's, which cannot mint an ID token for another audience"):
         auth.headers()
     line = reachable("a2a", "http://agent.example/a2a", auth={"google_id_token": {}})
-    assert line.startswith("inference.auth.google_id_token: no ID token for audience http://agent.example/a2a "
+    assert line.startswith("inference.auth.google_id_token: no ID token for audience http://agent.example "
                            "(DefaultCredentialsError: the Application Default Credentials at ")
 
 
@@ -280,3 +280,211 @@ def test_security_schemes_of_a2a_1_0_and_0_3_cards_in_words():
                                                                                    "in": "header"}}}
     assert security_schemes(v03) == "gcp (http bearer), key (apiKey k header)"
     assert security_schemes({"name": "open"}) == security_schemes({"securitySchemes": {}}) == ""
+
+
+CARD = "/.well-known/agent-card.json"
+
+
+def test_the_credential_goes_to_the_agents_origin_only_and_a_card_naming_another_fails(tmp_path, monkeypatch):
+    """A card read at inference.a2a's origin that names another host for the agent's endpoint (stale, or
+    hostile): preflight and every case fail in one line saying so, and the other host never gets the
+    credential (it is not called at all). Here inference.a2a is http://localhost:P, whose card (ADK's to_a2a)
+    names http://127.0.0.1:P/: the same server, so its log shows what reached the other origin."""
+    monkeypatch.setenv("AGENT_TOKEN", BEARER)
+    auth = {"bearer_env": "AGENT_TOKEN"}
+    with JudgeServer() as model:
+        with guarded(model.url, {"bearer": BEARER}) as url:
+            port = url.rsplit(":", 1)[1]
+            ours = f"http://localhost:{port}"
+            ready = len(auth_log(url))
+            line = reachable("a2a", ours, auth=auth)
+            assert line == (f"inference.a2a: the agent card at {ours}{CARD} names {url} as the agent's endpoint, "
+                            f"another host than inference.a2a ({ours}): inference.auth's credential is sent to "
+                            "inference.a2a's origin only; serve the agent with the URL it is reached at in its card"), line
+            done, _ = over_a2a(ours, a2a_cases(tmp_path)[:2], auth)
+            assert {v.get("inference_error") for v in done.values()} == {f"inference failed: {line}"}, done
+            log = auth_log(url)[ready:]
+            # the card (at inference.a2a, with the credential), never the endpoint it names
+            assert {e["path"] for e in log} == {CARD} and {e["status"] for e in log} == {200}, log
+            assert len(log) == 2  # preflight's read and the run's (once for the shard's cases)
+
+            # the client itself adds the credential to no request for another origin (the same server by IP)
+            import httpx
+
+            credential = A2AAuth(auth, ours)
+            with httpx.Client(auth=credential.for_httpx(), timeout=10) as client:
+                assert client.get(f"{ours}{CARD}").status_code == 200
+                assert client.get(f"{url}{CARD}").status_code == 401
+            assert [e["reason"] for e in auth_log(url)[-2:]] == ["ok", "wrong bearer token"]
+
+
+def test_the_credential_is_added_for_the_configured_scheme_host_and_port_only(monkeypatch):
+    """httpx's own requests through the auth flow: the credential for inference.a2a's origin (its default port
+    written or not), none for another port, host or scheme; never over http when inference.a2a is https."""
+    import httpx
+
+    monkeypatch.setenv("AGENT_TOKEN", BEARER)
+    flow = A2AAuth({"bearer_env": "AGENT_TOKEN"}, "https://agent.example/a2a/weather").for_httpx()
+    for target, sent in [("https://agent.example/a2a/weather", True), ("https://AGENT.example:443/rpc", True),
+                         ("http://agent.example/rpc", False), ("https://agent.example:8443/rpc", False),
+                         ("https://agent.example.evil/rpc", False), ("http://127.0.0.1:18992/rpc", False)]:
+        request = next(flow.sync_auth_flow(httpx.Request("POST", target)))
+        assert ("authorization" in request.headers) is sent, target
+    card = {"supportedInterfaces": [{"url": "https://agent.example/", "protocolBinding": "JSONRPC"},
+                                    {"url": "http://agent.example/", "protocolBinding": "HTTP+JSON"}]}
+    assert foreign_endpoint(card, "https://agent.example/a2a") == (
+        "names http://agent.example/ as the agent's endpoint, over plain http, where inference.a2a is https: "
+        "inference.auth's credential is never sent over http; serve the agent with the URL it is reached at in its card")
+    assert "another port than inference.a2a (http://localhost:18991)" in foreign_endpoint(
+        {"url": "http://localhost:18992/rpc"}, "http://localhost:18991")
+    assert foreign_endpoint({"url": "https://agent.example:443/"}, "https://agent.example/a2a") is None
+
+
+def test_a_secret_pasted_for_a_variable_name_is_never_echoed(tmp_path, monkeypatch):
+    """A value where a variable's name belongs: the config error does not quote it; one that happens to be a
+    valid name (a GitHub token) is set nowhere, and the preflight line says so without it."""
+    from evalbeam.configs.load import load_config
+    from evalbeam.configs.schema import ConfigError
+    from tests.helpers import ROOT
+
+    config = ROOT / "configs" / "agent_a2a.yaml"
+    for override, where in [("inference.auth={headers: {X-Api-Key: 'sk-live-SECRET.xyz'}}",
+                             "inference.auth.headers: headers.X-Api-Key: its value (not shown) is not an environment "
+                             "variable name"),
+                            ("inference.auth={headers: {'Bearer sk-live-SECRET.xyz': AGENT_TOKEN}}",
+                             "inference.auth.headers: headers: header 1 of 1 has a name that is not an HTTP header "
+                             "name (not shown)"),
+                            ("inference.auth={bearer_env: 'sk-live-SECRET.xyz'}",
+                             "inference.auth.bearer_env: String should match pattern")]:
+        with pytest.raises(ConfigError) as error:
+            load_config(config, [override])
+        assert where in str(error.value) and "SECRET" not in str(error.value), str(error.value)
+
+    token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a"
+    monkeypatch.delenv(token, raising=False)
+    loaded = load_config(config, [f"inference.auth={{bearer_env: {token}}}"])  # a valid name: only preflight can tell
+    line = reachable("a2a", "http://agent.example", auth=loaded.inference.auth.plain())
+    assert line == ("inference.auth.bearer_env: the environment variable named there (not shown: its 40 characters "
+                    "look like a secret, not a variable's name) is not set here"), line
+    line = reachable("a2a", "http://agent.example", auth={"headers": {"X-Api-Key": "AKIAIOSFODNN7EXAMPLE",
+                                                                      "X-Tenant": "AGENT_TENANT"}})
+    assert "AKIA" not in line and line.endswith("not shown: its 20 characters look like a secret, not a variable's "
+                                                "name), AGENT_TENANT are not set here"), line
+
+
+def test_an_id_tokens_default_audience_is_the_agents_origin(tmp_path, adc):
+    """Cloud Run takes the service's URL (scheme://host) as an ID token's audience, not the agent's path under it."""
+    tokens = adc
+    auth = A2AAuth({"google_id_token": {}}, "https://weather-abc123-uc.a.run.app/a2a/weather/")
+    assert auth.audience == "https://weather-abc123-uc.a.run.app"
+    auth.headers()
+    assert tokens.stats.id_tokens[-1]["aud"] == "https://weather-abc123-uc.a.run.app"
+    assert A2AAuth({"google_id_token": {}}, "http://127.0.0.1:8000/a2a").audience == "http://127.0.0.1:8000"
+    given = A2AAuth({"google_id_token": {"audience": "https://custom.example/aud"}}, "https://x.a.run.app/a2a")
+    assert given.audience == "https://custom.example/aud"
+
+
+class RefusesTheFirstToken:
+    """A local HTTP endpoint answering 401 to the first bearer token it sees (a token revoked while the client
+    still holds it), once `refusals` requests carrying it have arrived (so they are refused together), and
+    200 to any other; it records every Authorization header."""
+
+    def __init__(self, refusals: int):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.seen: list[str] = []
+        self.first = None
+        lock, barrier = threading.Lock(), threading.Barrier(refusals, timeout=30)
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                import time
+
+                header = self.headers.get("Authorization", "")
+                with lock:
+                    endpoint.seen.append(header)
+                    endpoint.first = endpoint.first or header
+                    refused = header == endpoint.first
+                if refused:
+                    barrier.wait()
+                    time.sleep(1.1)  # a new token is minted in a later second than the refused one (other claims)
+                body = b"refused" if refused else b"ok"
+                self.send_response(401 if refused else 200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def test_concurrent_401s_share_one_new_token_and_each_resend_waits_for_the_quota(adc):
+    """Requests refused (401) with the same ID token: one new token for all of them (not one each), and each
+    request sent again takes its place in the job's quota (Calls' limiter) like any request."""
+    import httpx
+
+    tokens = adc
+    endpoint = RefusesTheFirstToken(refusals=5)
+    calls = Calls(6000, 3, 60)
+    acquired = []
+    acquire = calls.limiter.acquire
+
+    async def counted(*args, **kwargs):
+        acquired.append(1)
+        return await acquire(*args, **kwargs)
+
+    calls.limiter.acquire = counted
+    auth = A2AAuth({"google_id_token": {}}, endpoint.url)
+
+    async def run():
+        async with httpx.AsyncClient(auth=auth.for_httpx(calls), timeout=60) as client:
+            return await asyncio.gather(*(client.get(f"{endpoint.url}/rpc") for _ in range(5)))
+
+    try:
+        answers = asyncio.run(run())
+    finally:
+        endpoint.close()
+    assert [a.status_code for a in answers] == [200] * 5
+    assert len(tokens.stats.id_tokens) == 2  # the refused one, and one new one for the five
+    assert len(set(endpoint.seen)) == 2 and len(endpoint.seen) == 10
+    assert len(acquired) == 5 and calls.stats.requests == 5  # each re-send paced and counted
+
+
+def test_every_id_token_of_the_run_is_scrubbed(adc):
+    """An error quoting an ID token since refreshed still has it taken out."""
+    import time
+
+    tokens = adc
+    tokens.id_token_lifetime = 5  # within google-auth's refresh threshold: a new token per request
+    auth = A2AAuth({"google_id_token": {}}, "http://agent.example")
+    first = auth.headers()["Authorization"].removeprefix("Bearer ")
+    time.sleep(1.1)  # a later iat: another token
+    second = auth.headers()["Authorization"].removeprefix("Bearer ")
+    assert first != second and len(tokens.stats.id_tokens) == 2
+    assert auth.scrub(f"gateway: {first} was revoked; {second} ok") == "gateway: [redacted] was revoked; [redacted] ok"
+
+
+def test_a_credential_shorter_than_8_characters_is_refused_naming_its_variable(monkeypatch):
+    """Scrubbing a short value would garble every error ("10.0.0.[redacted]"): such a credential is refused,
+    naming its variable, never its value; one of 8 or more is scrubbed and leaves the rest of a text alone."""
+    monkeypatch.setenv("AGENT_TOKEN", "1")
+    monkeypatch.setenv("AGENT_TENANT", "tenant-7")
+    assert reachable("a2a", "http://agent.example", auth={"bearer_env": "AGENT_TOKEN"}) == (
+        "inference.auth.bearer_env: the value of $AGENT_TOKEN is shorter than 8 characters: too short to be a "
+        "credential, or to be kept out of errors")
+    with pytest.raises(Exception, match=r"^inference.auth.headers: the value of \$AGENT_TOKEN is shorter than 8 "):
+        A2AAuth({"headers": {"X-Tenant": "AGENT_TENANT", "X-Key": "AGENT_TOKEN"}}, "http://agent.example")
+    auth = A2AAuth({"headers": {"X-Tenant": "AGENT_TENANT"}}, "http://agent.example")
+    assert auth.scrub("turn 1: 10.0.0.1 said tenant-7 is unknown") == "turn 1: 10.0.0.1 said [redacted] is unknown"
