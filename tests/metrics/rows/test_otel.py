@@ -22,7 +22,7 @@ from evalbeam.metrics.rows.otel import (
     NO_CONTENT, SpanError, case_record, check_trace, conversation_of, dedup, skewed_spans, spans_of_request,
 )
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "otel"
+DATA = Path(__file__).resolve().parents[2] / "data" / "otel"
 
 
 def traces_of(path: Path) -> dict[str, list[dict]]:
