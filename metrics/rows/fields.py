@@ -19,7 +19,7 @@ TRAJECTORY_FIELDS = ("predicted_trajectory", "reference_trajectory")
 
 # Fields kept as JSON values (a list, an object, or text).
 STRUCTURED_FIELDS = ("history", "rubric_groups", "tool_declarations", "intermediate_events", "invocations", "agent_data",
-                     "adk_case")
+                     "adk_case", "otel_case")
 NUMBER_FIELDS = ("latency_in_seconds",)
 FLAG_FIELDS = ("failure",)
 

@@ -549,9 +549,12 @@ def case_record(key: str, traces: list[list[dict[str, Any]]]) -> dict[str, Any]:
         recorded = recorded and has_content
     all_spans = [s for t in traces for s in t]
     errors = errors_of(all_spans)
+    # the root span of each turn's trace, in turn order: what output.otel_events links each score to
+    roots = [next(s for s in t if s["parent_id"] is None) for t in traces]
     row: dict[str, Any] = {
         "instance_id": key,
         "trace_ids": [t[0]["trace_id"] for t in traces],
+        "otel_case": {"roots": [{"trace_id": r["trace_id"], "span_id": r["span_id"]} for r in roots]},
         "latency_in_seconds": sum(t["duration"]["total"] for t in turns),
         "failure": int(bool(errors)),
         "span_count": len(all_spans),
@@ -581,3 +584,55 @@ def case_record(key: str, traces: list[list[dict[str, Any]]]) -> dict[str, Any]:
     else:
         row[MISSING_BECAUSE] = {f: NO_CONTENT for f in ("invocations", "prompt", "response", "predicted_trajectory")}
     return row
+
+
+# ------------------------------------------------------------------ scores out
+
+EVALUATION_EVENT = "gen_ai.evaluation.result"
+# error.type's value for a metric that could not score: the conventions' own fallback for an
+# error class the producer does not enumerate (the row's error text goes in the explanation)
+OTHER_ERROR = "_OTHER"
+
+
+def _attribute(key: str, value: Any) -> dict[str, Any]:
+    """An OTLP JSON KeyValue (string, double, or bool, as evaluation events need)."""
+    if isinstance(value, bool):
+        return {"key": key, "value": {"boolValue": value}}
+    if isinstance(value, (int, float)):
+        return {"key": key, "value": {"doubleValue": float(value)}}
+    return {"key": key, "value": {"stringValue": str(value)}}
+
+
+def evaluation_record(root: Mapping[str, str], result: Mapping[str, Any], time_nanos: int,
+                      run_id: str) -> dict[str, Any]:
+    """One metric_results row -> an OTLP JSON LogRecord of a `gen_ai.evaluation.result` event,
+    linked to the span it evaluates (`root`: {trace_id, span_id}, lower-case hex as OTLP JSON has them)."""
+    attributes = [_attribute("gen_ai.evaluation.name", result["metric"])]
+    error = result.get("error")
+    if error is not None:
+        attributes.append(_attribute("error.type", OTHER_ERROR))
+    elif result.get("score") is not None:
+        attributes.append(_attribute("gen_ai.evaluation.score.value", result["score"]))
+    if error is None and result.get("passed") is not None:
+        attributes.append(_attribute("gen_ai.evaluation.score.label", "pass" if result["passed"] else "fail"))
+    explanation = result.get("explanation") or error
+    if explanation:
+        attributes.append(_attribute("gen_ai.evaluation.explanation", explanation))
+    attributes += [_attribute("evalbeam.run_id", run_id), _attribute("evalbeam.instance_id", result["instance_id"])]
+    return {"timeUnixNano": str(time_nanos), "observedTimeUnixNano": str(time_nanos), "eventName": EVALUATION_EVENT,
+            "traceId": root["trace_id"], "spanId": root["span_id"], "attributes": attributes}
+
+
+def evaluation_request(otel_case: Mapping[str, Any], results: Iterable[Mapping[str, Any]], time_nanos: int,
+                       run_id: str, version: str) -> dict[str, Any] | None:
+    """An instance's metric_results rows -> one ExportLogsServiceRequest (its JSON encoding) of
+    their evaluation events, each linked to the case's first trace's root span (a conversation's
+    score is of the whole conversation: it sits on its first turn); None when there are no rows."""
+    root = otel_case["roots"][0]
+    records = [evaluation_record(root, r, time_nanos, run_id) for r in results]
+    if not records:
+        return None
+    return {"resourceLogs": [{
+        "resource": {"attributes": [_attribute("service.name", "evalbeam")]},
+        "scopeLogs": [{"scope": {"name": "evalbeam", "version": version}, "logRecords": records}],
+    }]}
