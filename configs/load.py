@@ -100,7 +100,7 @@ def _set_path(raw: dict[str, Any], path: str, value: Any) -> None:
 # relative to the config file's folder, so that a config means the same files wherever it is
 # run from. (judge.cache and judge.rubrics_from hold one location or a list of them.)
 PATH_FIELDS = (("input", "uri"), ("input", "adk_criteria"), ("output", "parquet"), ("output", "adk_eval_history"),
-               ("judge", "cache"), ("judge", "rubrics_from"), ("failure_modes", "taxonomy"),
+               ("output", "otel_events"), ("judge", "cache"), ("judge", "rubrics_from"), ("failure_modes", "taxonomy"),
                ("failure_modes", "taxonomies_from"))
 
 

@@ -467,6 +467,11 @@ class OutputConfig(_Model):
         description="ADK inputs: a folder (local, relative to the config file's folder, or gs://) to write one "
                     "EvalSetResult JSON per eval set to, in ADK's "
                     "format and file naming (for adk web and other ADK tooling)")
+    otel_events: str | None = pydantic.Field(
+        None, min_length=1,
+        description="input.format otel_traces: a folder (local, relative to the config file's folder, or gs://) "
+                    "to write each score to as an OTLP JSON gen_ai.evaluation.result event linked to its trace, "
+                    "<run_id>-*.jsonl")
 
     @pydantic.model_validator(mode="after")
     def _somewhere(self) -> "OutputConfig":
@@ -830,6 +835,13 @@ class EvalConfig(_Model):
             if len(set(generations)) != len(generations):
                 raise ValueError(f"metrics.{i}.judges: two jurors judge with the same model and generation settings "
                                  "(their judgments would be one); give each a different model, provider or temperature")
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _otel_events_of_traces(self) -> "EvalConfig":
+        if self.output.otel_events and self.input.format != "otel_traces":
+            raise ValueError("output.otel_events: the scores are linked to the traces they evaluate: it needs "
+                             f"input.format otel_traces (this input is {self.input.inferred_format() or 'a table'})")
         return self
 
     @pydantic.model_validator(mode="after")

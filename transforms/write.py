@@ -22,8 +22,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.io.parquetio import WriteToParquetBatched
+from apache_beam.io.textio import WriteToText
+from apache_beam.metrics import Metrics
 from apache_beam.transforms import window
 
+from evalbeam.metrics.rows.otel import evaluation_request
 from evalbeam.transforms.run_lock import holder_gone, lock_path, read_holder
 from evalbeam.transforms.schema import ATTEMPTS, arrow_schema, utc_now
 from evalbeam.transforms.write_failure import quiet_write_failures
@@ -416,3 +419,38 @@ class ReplaceRunFolder(beam.PTransform):
         pipeline = next(iter(done.values())).pipeline
         side = {name: beam.pvalue.AsList(p) for name, p in done.items()}
         return pipeline | "Once" >> beam.Create([None]) | "Replace" >> beam.ParDo(self._fn, **side)
+
+
+class _EvaluationEventsFn(beam.DoFn):
+    """A ScoredInstance of an otel_traces case -> one line: an ExportLogsServiceRequest (OTLP
+    JSON) of its metric_results rows' gen_ai.evaluation.result events. An instance that names no
+    trace (no otel_case) is counted, not written."""
+
+    def __init__(self, time_nanos: int, run_id: str, version: str):
+        self._args = (time_nanos, run_id, version)
+        self._unlinked = Metrics.counter("evalbeam", "otel_events_unlinked")
+
+    def process(self, scored):
+        otel_case = scored.instance.fields.get("otel_case")
+        results = scored.results
+        if not (isinstance(otel_case, dict) and otel_case.get("roots")):
+            self._unlinked.inc(len(results))
+            return
+        request = evaluation_request(otel_case, results, *self._args)
+        if request is not None:
+            yield json.dumps(request, ensure_ascii=False, separators=(",", ":"))
+
+
+class WriteOtelEvents(beam.PTransform):
+    """ScoredInstances -> output.otel_events: <prefix>/<run_id>-SSSSS-of-NNNNN.jsonl, one OTLP JSON
+    ExportLogsServiceRequest a line (the paths written)."""
+
+    def __init__(self, prefix: str, run_id: str, time_nanos: int, version: str):
+        super().__init__()
+        self._path = FileSystems.join(prefix, run_id)
+        self._fn = _EvaluationEventsFn(time_nanos, run_id, version)
+
+    def expand(self, scored):
+        return (scored
+                | "EvaluationEvents" >> beam.ParDo(self._fn)
+                | "WriteEvents" >> WriteToText(self._path, file_name_suffix=".jsonl"))

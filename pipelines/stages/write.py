@@ -7,11 +7,19 @@ import apache_beam as beam
 
 from evalbeam.pipelines.local import direct_runner
 from evalbeam.pipelines.stages import Stage
+from evalbeam.pipelines.stages.summary import version
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.calibration import labelled_results
 from evalbeam.transforms.judge_checkpoint import RemoveCheckpoints
 from evalbeam.transforms.schema import instance_row
-from evalbeam.transforms.write import ReplaceRunFolder, WriteEmptyTables, WriteParquetTable, attempt_folder, run_folder
+from evalbeam.transforms.write import (
+    ReplaceRunFolder, WriteEmptyTables, WriteOtelEvents, WriteParquetTable, attempt_folder, run_folder,
+)
+
+
+def _nanos(moment) -> int:
+    """A datetime as OTLP's nanoseconds since the epoch (no float rounding)."""
+    return int(moment.replace(microsecond=0).timestamp()) * 1_000_000_000 + moment.microsecond * 1000
 
 
 class WriteResults(Stage):
@@ -57,6 +65,9 @@ class WriteResults(Stage):
         done = dict(written)
         if direct and config.output.parquet:
             done["empty_tables"] = written | "EmptyTables" >> WriteEmptyTables(folder, slices)
+        if config.output.otel_events:  # the scores as OTLP gen_ai.evaluation.result events, beside the traces
+            done["otel_events"] = named["scored"] | "WriteOtelEvents" >> WriteOtelEvents(
+                config.output.otel_events, run.run_id, _nanos(context.started_at), version())
         if config.output.bigquery:
             done["published"] = written | "PublishToBigQuery" >> bigquery.PublishToBigQuery(
                 config.output.bigquery, run, slices, context.attempt, config.output.bigquery_location,
