@@ -234,7 +234,7 @@ class ProviderServer(JudgeServer):
                         server.stats.errors += 1
                     return self._fail(protocol, 503, "The service is overloaded.")
                 schema = _schema_of(protocol, body)
-                text = server.answer(prompt, schema, body.get("seed"))
+                text = server.answer(prompt, schema, body.get("seed"), model)
                 prompt_tokens, output_tokens = len(prompt) // 4, len(text) // 4
                 with server._lock:
                     server.protocols[protocol] += 1

@@ -187,6 +187,12 @@ class JudgeSettings(pydantic.BaseModel):
         return self.model_copy(update={"requests_per_minute": self.requests_per_minute * share,
                                        "tokens_per_minute": tokens * share if tokens else None})
 
+    def quota_key(self) -> tuple:
+        """Which settings draw on one provider quota: the same provider, backend, endpoint
+        (base_url; project and location on Vertex AI) and model. Settings differing only in how
+        they ask (temperature, sampling, max_output_tokens) share it: transforms.judge.share_quotas."""
+        return (self.provider, self.backend, self.base_url, self.project, self.location, self.model)
+
     def for_model(self, model: str) -> "JudgeSettings":
         """The same settings calling another model (inference.model through the judge layer)."""
         return self.model_copy(update={"model": model})

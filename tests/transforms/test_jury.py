@@ -352,3 +352,51 @@ def test_a_jurors_own_credentials_are_checked_before_anything_runs(tmp_path, api
                                    "an API key: set the environment variable OTHER_KEY")
     monkeypatch.setenv("OTHER_KEY", "another-key")
     preflight(config)  # both jurors' keys set: no error
+
+
+# ---------------------------------------------------------------- one provider quota, shared
+
+
+def test_settings_calling_one_model_share_its_quota_unless_they_name_their_own():
+    from evalbeam.transforms.judge import plan_judges, share_quotas
+
+    config = config_of([
+        "evalbeam_coherence",  # the run's judge (FLASH)
+        {"name": "evalbeam_fluency", "judge": {"temperature": 0.5}},  # FLASH again: the same quota
+        {"name": "evalbeam_fluency", "as": "jury", "judges": [
+            {"model": PRO, "name": "cold"}, {"model": PRO, "temperature": 0.7, "name": "warm"},
+            {"model": PRO, "temperature": 1.0, "name": "own", "requests_per_minute": 50},  # its own: kept
+            {"model": FLASH, "name": "flash", "base_url": "http://other.example/"},  # another endpoint
+            {"provider": "anthropic", "model": PRO, "name": "claude"}]}],  # another provider, one name
+        requests_per_minute=600, tokens_per_minute=90000)
+    context = JudgeContext(config.judge).share(0.5)  # a stage beside another: half the job's quotas
+    plans, shared = share_quotas(plan_judges(config.template_judge_specs(), context), context)
+    got = {j.label: (j.settings.requests_per_minute, j.settings.tokens_per_minute) for p in plans for j in p.jurors}
+    assert shared.settings.requests_per_minute == 150 and shared.settings.tokens_per_minute == 22500
+    assert got == {"evalbeam_fluency": (150, 22500), "jury:cold": (150, 22500), "jury:warm": (150, 22500),
+                   "jury:own": (25, 45000), "jury:flash": (300, 45000), "jury:claude": (300, 45000)}
+    # no metric on the run's judge: its share is not held back from the others
+    alone = config_of([{"name": "evalbeam_fluency", "judge": {"temperature": 0.5}}], requests_per_minute=600)
+    plans, shared = share_quotas(plan_judges(alone.template_judge_specs(), JudgeContext(alone.judge)),
+                                 JudgeContext(alone.judge))
+    assert plans[0].jurors[0].settings.requests_per_minute == 600
+
+
+def test_two_jurors_of_one_model_never_together_exceed_its_quota(tmp_path, api_key):
+    # 480 a minute is 8 a second; the stand-in grants 10 in any second. Sharing the quota, each juror
+    # sends 4 a second; each at the whole quota, they would send 16 (the control below)
+    rows_in = [instance(f"i{i}", f"Hi {i} #score=4") for i in range(12)]
+    jurors = [{"model": PRO, "name": "cold"}, {"model": PRO, "temperature": 0.7, "name": "warm"}]
+    with JudgeServer(Behaviour(quota=10, window_seconds=1.0)) as server:
+        rows, _, _ = judged(tmp_path, rows_in, [{"name": "evalbeam_fluency", "judges": jurors}], server=server,
+                            judge={"requests_per_minute": 480, "hedge_share": 0})
+        times = sorted(server.stats.accepted_times)
+    assert server.stats.rate_limited == 0 and len(times) == 24
+    assert all(r["score"] == 4.0 and r["jury_answered"] == 2 for r in rows.values())
+    assert max(sum(1 for t in times if start <= t < start + 1.0) for start in times) <= 10
+    # the control: each juror naming the whole quota as its own sends more than the stand-in grants
+    own = [{**j, "requests_per_minute": 480} for j in jurors]
+    with JudgeServer(Behaviour(quota=10, window_seconds=1.0)) as server:
+        judged(tmp_path, rows_in, [{"name": "evalbeam_fluency", "judges": own}], server=server,
+               judge={"requests_per_minute": 480, "hedge_share": 0})
+    assert server.stats.rate_limited > 0
