@@ -83,3 +83,31 @@ def test_metrics_judged_by_three_providers_in_one_run(tmp_path):
     for key in KEYS.values():
         assert not [str(f) for f in written if key.encode() in f.read_bytes()], key
         assert key not in first.stdout + first.stderr + again.stdout + again.stderr
+
+
+def test_only_the_judges_a_run_calls_need_credentials(tmp_path, monkeypatch):
+    from evalbeam.configs import ConfigError, EvalConfig
+    from evalbeam.pipelines.preflight import preflight
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "a", "prompt": "Greet", "response": "Hi"}) + "\n")
+    for name in ("GOOGLE_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+    def config(*metrics):
+        return EvalConfig.model_validate({"name": "creds", "input": {"uri": str(data), "id_column": "id"},
+                                          "output": {"parquet": str(tmp_path / "o")}, "metrics": list(metrics)})
+
+    gpt = {"name": "evalbeam_coherence", "judge": {"provider": "openai_compatible", "model": GPT}}
+    jury = {"name": "evalbeam_fluency", "judges": [{"provider": "openai_compatible", "model": GPT},
+                                                   {"provider": "anthropic", "model": CLAUDE}]}
+    with pytest.raises(ConfigError, match=r"^metrics.0.judge \(evalbeam_coherence\): judge.provider openai_compatible "
+                                          r"\(gpt-judge\): .* set the environment variable OPENAI_API_KEY"):
+        preflight(config(gpt, jury))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-o")
+    with pytest.raises(ConfigError, match=r"^metrics.1.judges.1 \(evalbeam_fluency\): .*ANTHROPIC_API_KEY"):
+        preflight(config(gpt, jury))
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-a")
+    preflight(config(gpt, jury))  # no metric on the run's (Gemini) judge: its key is not asked for
+    with pytest.raises(ConfigError, match="GOOGLE_API_KEY"):
+        preflight(config(gpt, jury, "fluency"))  # a metric on the run's judge: its key is asked for
