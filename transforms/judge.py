@@ -372,7 +372,9 @@ class CallJudgeFn(beam.DoFn):
             for request, links in items:
                 hit = saved.get(request.key)
                 if hit is not None:
-                    reused.append((dataclasses.replace(hit, metric=request.metric, model=self._settings.model), links))
+                    # checkpoints keep no model: the one of the settings that asked (judge.prices is per model)
+                    model = (self._judges[request.judge] if self._judges else self._settings).model
+                    reused.append((dataclasses.replace(hit, metric=request.metric, model=model), links))
                 else:
                     yield request, links
 
@@ -746,7 +748,8 @@ class StreamJudgeFn(beam.DoFn):
                 continue
             response = self._known.get(key)
             if response is not None:
-                response = dataclasses.replace(response, metric=request.metric, model=self._settings.model)
+                response = dataclasses.replace(response, metric=request.metric,
+                                               model=self._judges.get(request.judge, self._settings).model)
                 self._given.put(response)
                 if response.cache_hit:
                     count["judge_cache_hits"].inc()

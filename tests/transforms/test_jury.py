@@ -158,14 +158,15 @@ def _kept(path):
         return pickle.load(f)
 
 
-def judged(tmp_path, instances, metrics, *, stream=False, server=None, judge=None):
+def judged(tmp_path, instances, metrics, *, stream=False, server=None, judge=None, checkpoint=None):
     config = config_of(metrics, base_url=server.url, max_attempts=2, timeout_seconds=10, **(judge or {}))
     with TestPipeline() as p:
         items = p | beam.Create(instances)
         if stream:
             items = items | beam.Map(lambda i: ScoredInstance(i, []))
         scored, cache_rows, usage = items | JudgeInstances(RUN, config.template_judge_specs(),
-                                                           JudgeContext(config.judge), stream=stream)
+                                                           JudgeContext(config.judge, checkpoint=checkpoint),
+                                                           stream=stream)
         for name, pcoll in (("scored", scored), ("cache", cache_rows), ("usage", usage)):
             assert_that(pcoll, _keep(tmp_path / name), label=f"Keep{name}")
     rows = [r for s in _kept(tmp_path / "scored") for r in s.results]
@@ -218,6 +219,22 @@ def test_each_juror_calls_its_own_model_and_its_judgment_stays_on_the_row(tmp_pa
     assert usage["evalbeam_fluency:lite"]["failures"] == 1
     assert sorted((c["metric"], c["model"]) for c in cache) == sorted(
         [("evalbeam_fluency:pro", PRO)] * 4 + [("evalbeam_fluency:lite", LITE)] * 3 + [("evalbeam_coherence", PRO)] * 4)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["shards", "stream"])
+def test_a_jurors_answers_reused_from_checkpoints_keep_its_model(tmp_path, api_key, stream):
+    # a re-run of one run_id reuses its checkpointed answers, which keep no model: each is priced at
+    # the model of the juror that asked it, not the run's judge's
+    rows_in = [instance("a", f"Hello #score@{PRO}=5 #score@{LITE}=3"), instance("b", f"Hi #score@{PRO}=4 #score@{LITE}=2")]
+    checkpoint = str(tmp_path / "checkpoints")
+    with JudgeServer() as server:
+        judged(tmp_path, rows_in, [JURY], stream=stream, server=server, checkpoint=checkpoint)
+        asked = server.stats.requests
+        rows, _, usage = judged(tmp_path, rows_in, [JURY], stream=stream, server=server, checkpoint=checkpoint)
+        assert server.stats.requests == asked == 4
+    assert rows[("a", "evalbeam_fluency")]["score"] == 4.0 and rows[("b", "evalbeam_fluency")]["score"] == 3.0
+    assert {m: (u["checkpoint_reused"], u["model"]) for m, u in usage.items()} == {
+        "evalbeam_fluency:pro": (2, PRO), "evalbeam_fluency:lite": (2, LITE)}
 
 
 def test_a_tie_a_quorum_and_a_pairwise_jury(tmp_path, api_key):
