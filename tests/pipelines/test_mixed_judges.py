@@ -111,3 +111,59 @@ def test_only_the_judges_a_run_calls_need_credentials(tmp_path, monkeypatch):
     preflight(config(gpt, jury))  # no metric on the run's (Gemini) judge: its key is not asked for
     with pytest.raises(ConfigError, match="GOOGLE_API_KEY"):
         preflight(config(gpt, jury, "fluency"))  # a metric on the run's judge: its key is asked for
+
+
+def test_batch_mode_sends_each_providers_judgments_to_its_own_batch_api(tmp_path, monkeypatch):
+    """judge.mode batch with metrics on three providers: each settings' judgments in its own batch
+    jobs at its own server (Gemini Batch, OpenAI's Batch API, Anthropic's Message Batches)."""
+    import datetime as dt
+    import pickle
+
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline
+    from apache_beam.testing.util import assert_that
+
+    from evalbeam.configs import EvalConfig
+    from evalbeam.metrics.rows.instance import Instance
+    from evalbeam.transforms.judge import JudgeInstances
+    from evalbeam.transforms.judge_context import JudgeContext
+    from evalbeam.transforms.schema import RunKey
+
+    for name, key in KEYS.items():
+        monkeypatch.setenv(name, key)
+    scores = {"a": {FLASH: 2, GPT: 4, PRO: 5, CLAUDE: 3}, "b": {FLASH: 3, GPT: 1, PRO: 2, CLAUDE: 2}}
+    instances = [Instance(i, {"prompt": "Greet", "response": "Hello " + " ".join(
+        f"#score@{m}={n}" for m, n in s.items())}, {}, f"t:{i}") for i, s in scores.items()]
+    kept = tmp_path / "rows.pickle"
+
+    def keep(got):
+        with open(kept, "wb") as f:
+            pickle.dump([r for s in got for r in s.results], f)
+
+    with JudgeServer() as gemini, ProviderServer() as openai, ProviderServer() as anthropic:
+        config = EvalConfig.model_validate({
+            "name": "b", "input": {"uri": "x.jsonl"}, "output": {"parquet": "o"},
+            "metrics": ["evalbeam_fluency",
+                        {"name": "evalbeam_coherence", "judge": {
+                            "provider": "openai_compatible", "base_url": openai.url + "/v1", "model": GPT,
+                            "api_key_env": "MIXED_OPENAI_KEY"}},
+                        {"name": "evalbeam_fluency", "as": "fluency_jury", "judges": [
+                            {"model": PRO}, {"provider": "anthropic", "base_url": anthropic.url, "model": CLAUDE,
+                                             "api_key_env": "MIXED_ANTHROPIC_KEY"}]}],
+            "judge": {"model": FLASH, "base_url": gemini.url, "max_attempts": 2, "mode": "batch",
+                      "batch_poll_seconds": 0.05, "batch_poll_max_seconds": 0.1}})
+        with TestPipeline() as p:
+            scored, _, _ = p | beam.Create(instances) | JudgeInstances(
+                RunKey("b1", dt.date(2026, 11, 27)), config.template_judge_specs(), JudgeContext(config.judge))
+            assert_that(scored, keep)
+        jobs = {name: sorted((j["model"], j["requests"]) for j in server.stats.batch_jobs)
+                for name, server in (("gemini", gemini), ("openai", openai), ("anthropic", anthropic))}
+        online = (gemini.stats.requests, openai.stats.requests, anthropic.stats.requests)
+    assert jobs == {"gemini": [(FLASH, 2), (PRO, 2)], "openai": [(GPT, 2)], "anthropic": [(CLAUDE, 2)]}
+    assert online == (0, 0, 0)  # every judgment answered in a batch
+    with open(kept, "rb") as f:
+        rows = {(r["instance_id"], r["metric"]): r for r in pickle.load(f)}
+    for i, s in scores.items():
+        assert rows[(i, "evalbeam_fluency")]["score"] == s[FLASH]
+        assert rows[(i, "evalbeam_coherence")]["score"] == s[GPT]
+        assert rows[(i, "fluency_jury")]["score"] == (s[PRO] + s[CLAUDE]) / 2
