@@ -59,7 +59,9 @@ class JudgeSettings(pydantic.BaseModel):
         description="the environment variable holding the API key (default GOOGLE_API_KEY, OPENAI_API_KEY or "
                     "ANTHROPIC_API_KEY by provider); openai_compatible with a base_url: may be unset, for a server "
                     "that takes no key")
-    requests_per_minute: float = pydantic.Field(600, gt=0, description="the whole job's quota, however many workers run")
+    requests_per_minute: float = pydantic.Field(
+        600, gt=0, description="the whole job's quota of this provider endpoint and model, however many workers run; "
+                               "judges and jurors calling the same one share it")
     tokens_per_minute: float | None = pydantic.Field(None, gt=0, description="optional second budget")
     max_attempts: int = pydantic.Field(6, ge=1, le=20)
     timeout_seconds: float = pydantic.Field(60, gt=0)
