@@ -399,14 +399,15 @@ def test_settings_calling_one_model_share_its_quota_unless_they_name_their_own()
     assert plans[0].jurors[0].settings.requests_per_minute == 600
 
 
-def test_two_jurors_of_one_model_never_together_exceed_its_quota(tmp_path, api_key):
+@pytest.mark.parametrize("stream", [False, True], ids=["shards", "stream"])
+def test_two_jurors_of_one_model_never_together_exceed_its_quota(tmp_path, api_key, stream):
     # 480 a minute is 8 a second; the stand-in grants 10 in any second. Sharing the quota, each juror
     # sends 4 a second; each at the whole quota, they would send 16 (the control below)
     rows_in = [instance(f"i{i}", f"Hi {i} #score=4") for i in range(12)]
     jurors = [{"model": PRO, "name": "cold"}, {"model": PRO, "temperature": 0.7, "name": "warm"}]
     with JudgeServer(Behaviour(quota=10, window_seconds=1.0)) as server:
         rows, _, _ = judged(tmp_path, rows_in, [{"name": "evalbeam_fluency", "judges": jurors}], server=server,
-                            judge={"requests_per_minute": 480, "hedge_share": 0})
+                            stream=stream, judge={"requests_per_minute": 480, "hedge_share": 0})
         times = sorted(server.stats.accepted_times)
     assert server.stats.rate_limited == 0 and len(times) == 24
     assert all(r["score"] == 4.0 and r["jury_answered"] == 2 for r in rows.values())
@@ -414,6 +415,6 @@ def test_two_jurors_of_one_model_never_together_exceed_its_quota(tmp_path, api_k
     # the control: each juror naming the whole quota as its own sends more than the stand-in grants
     own = [{**j, "requests_per_minute": 480} for j in jurors]
     with JudgeServer(Behaviour(quota=10, window_seconds=1.0)) as server:
-        judged(tmp_path, rows_in, [{"name": "evalbeam_fluency", "judges": own}], server=server,
+        judged(tmp_path, rows_in, [{"name": "evalbeam_fluency", "judges": own}], server=server, stream=stream,
                judge={"requests_per_minute": 480, "hedge_share": 0})
     assert server.stats.rate_limited > 0
