@@ -184,7 +184,9 @@ def estimate(config: EvalConfig, source: str, totals: dict, counts: dict,
     judge.max_output_tokens (an upper bound)."""
     judge_config = config.judge
     earlier = earlier or {}
-    own = judge_settings_of(config)  # entries judged by a metric's own judge or a juror: their settings
+    # each entry's settings: a metric's own judge or a juror's, the template judges' stage's (its quota shared
+    # with the jurors calling the same model: transforms.judge.share_quotas), else the run's judge
+    own = judge_settings_of(config)
     rows = []
     for metric, c in sorted(counts.items()):
         settings = own.get(metric, judge_config)
@@ -209,9 +211,12 @@ def estimate(config: EvalConfig, source: str, totals: dict, counts: dict,
             "cached": None if c["upper_bound"] else c["cached"], "to_call": to_call,
             "upper_bound": bool(c["upper_bound"]), "prompt_tokens": prompt_tokens, "output_tokens": output_tokens,
             "output_tokens_from": source_of_output,
-            "cost": cost, "cost_batch": cost_batch, "model": settings.model,
+            "cost": cost, "cost_batch": cost_batch, "model": settings.model, "provider": settings.provider,
         })
     calls = sum(r["to_call"] for r in rows)
+    providers: dict[str, int] = {}
+    for r in rows:
+        providers[r["provider"]] = providers.get(r["provider"], 0) + r["to_call"]
     tokens = sum((r["prompt_tokens"] or 0) + r["output_tokens"] for r in rows)
     # each settings (the run's judge, each metric's own judge or juror) calls at its own quota, all at once
     paces: dict[str, list] = {}
@@ -228,7 +233,8 @@ def estimate(config: EvalConfig, source: str, totals: dict, counts: dict,
     return {
         "name": config.name, "source": source, **totals, "model": judge_config.model,
         "requests_per_minute": judge_config.requests_per_minute, "tokens_per_minute": judge_config.tokens_per_minute,
-        "metrics": rows, "calls": calls, "tokens": tokens, "minutes_at_quota": minutes,
+        "metrics": rows, "calls": calls, "calls_per_provider": providers, "tokens": tokens,
+        "minutes_at_quota": minutes,
         "cost": sum(r["cost"] for r in known) if known else None,
         "cost_batch": sum(r["cost_batch"] for r in known) if known else None,
         "priced": not unpriced, "unpriced_models": unpriced,
@@ -236,9 +242,15 @@ def estimate(config: EvalConfig, source: str, totals: dict, counts: dict,
 
 
 def judge_settings_of(config: EvalConfig) -> dict:
-    """judge_usage entry -> JudgeSettings, for the judgments of a metric's own judge or a juror."""
-    plans = judge.plan_judges(config.template_judge_specs(), JudgeContext(config.judge))
-    return {j.label: j.settings for p in plans for j in p.jurors}
+    """judge_usage entry -> JudgeSettings, for every template judge metric: a metric's own judge,
+    a juror, or the run's judge, each with its share of a quota several of them draw on
+    (transforms.judge.share_quotas), as the run calls them."""
+    specs = config.template_judge_specs()
+    if not specs:
+        return {}
+    context = JudgeContext(config.judge)
+    plans, context = judge.share_quotas(judge.plan_judges(specs, context), context)
+    return {j.label: j.settings for p in plans for j in p.judges(context.settings)}
 
 
 def _money(value) -> str:
@@ -265,8 +277,11 @@ def format_plan(plan: dict) -> str:
             f"{('<=' if r['output_tokens_from'] == 'max_output_tokens' else '') + format(r['output_tokens'], ','):>11} "
             f"{_money(r['cost']):>11} {_money(r['cost_batch']):>11}")
     minutes = plan["minutes_at_quota"]
+    per_provider = plan.get("calls_per_provider") or {}
     lines += ["", f"{plan['calls']:,} judge calls, about {plan['tokens']:,} tokens; "
-                  f"{minutes:,.1f} min at the quota ({minutes / 60:,.2f} h)",
+                  f"{minutes:,.1f} min at the quota ({minutes / 60:,.2f} h)"
+              + (f"; calls per provider: {', '.join(f'{p} {n:,}' for p, n in sorted(per_provider.items()))}"
+                 if len(per_provider) > 1 else ""),
               f"estimated cost: online {_money(plan['cost'])}, batch {_money(plan['cost_batch'])}"
               + ("" if plan["priced"] else
                  f" (no judge.prices for {', '.join(plan.get('unpriced_models') or [plan['model']])})")]

@@ -270,10 +270,20 @@ def judge_credentials_problem(config: EvalConfig) -> str | None:
     if not config.judge_specs() and not config.model_inference():
         return None
     try:
-        check_credentials(config.judge)
+        if uses_run_judge(config):
+            check_credentials(config.judge)
     except JudgeCredentialsError as e:
         return str(e)
     return None
+
+
+def uses_run_judge(config: EvalConfig) -> bool:
+    """Whether anything calls the run's own `judge:`: a judge metric without a judge or jury of its own
+    (rubric metrics, simulator quality and ADK's criteria always use it), model inference, the user
+    simulator or failure classification. When every metric names its own judge (another provider's,
+    say), the run's judge needs no credentials."""
+    return config.model_inference() or config.simulates_users() or config.failure_modes is not None or any(
+        s.judge is None and s.judges is None for s in config.judge_specs())
 
 
 def _check_judge(config: EvalConfig, options: PipelineOptions | None, credentials: bool = True) -> None:
@@ -284,7 +294,7 @@ def _check_judge(config: EvalConfig, options: PipelineOptions | None, credential
     except AdkJudgesUnavailable as e:
         raise ConfigError(str(e)) from None
     try:
-        if credentials:
+        if credentials and uses_run_judge(config):
             check_credentials(config.judge)
     except JudgeCredentialsError as e:
         raise ConfigError(str(e)) from None

@@ -190,6 +190,10 @@ SLOW = {
     "transforms/test_jury.py::test_each_juror_calls_its_own_model_and_its_judgment_stays_on_the_row",
     "transforms/test_jury.py::test_a_tie_a_quorum_and_a_pairwise_jury",
     "pipelines/test_calibration.py::test_corrected_estimates_through_run_show_and_plan",
+    "pipelines/test_mixed_judges.py::test_metrics_judged_by_three_providers_in_one_run",
+    "pipelines/test_mixed_judges.py::test_batch_mode_sends_each_providers_judgments_to_its_own_batch_api",
+    "transforms/test_jury.py::test_two_jurors_of_one_model_never_together_exceed_its_quota",
+    "transforms/test_jury.py::test_a_jurors_answers_reused_from_checkpoints_keep_its_model",
 }
 
 

@@ -234,7 +234,7 @@ class ProviderServer(JudgeServer):
                         server.stats.errors += 1
                     return self._fail(protocol, 503, "The service is overloaded.")
                 schema = _schema_of(protocol, body)
-                text = server.answer(prompt, schema, body.get("seed"))
+                text = server.answer(prompt, schema, body.get("seed"), model)
                 prompt_tokens, output_tokens = len(prompt) // 4, len(text) // 4
                 with server._lock:
                     server.protocols[protocol] += 1
@@ -336,7 +336,7 @@ class ProviderServer(JudgeServer):
             return {"id": f"batch_req_{secrets.token_hex(6)}", "custom_id": line["custom_id"], "error": None,
                     "response": {"status_code": 500, "request_id": "req", "body": {"error": {
                         "message": "The server had an error while processing your request.", "type": "server_error"}}}}
-        text = self.answer(prompt, _schema_of("openai", body), body.get("seed"))
+        text = self.answer(prompt, _schema_of("openai", body), body.get("seed"), body.get("model"))
         prompt_tokens, output_tokens = len(prompt) // 4, len(text) // 4
         completion = {"id": f"chatcmpl-{secrets.token_hex(6)}", "object": "chat.completion",
                       "created": int(time.time()), "model": body["model"],
@@ -403,7 +403,7 @@ class ProviderServer(JudgeServer):
             return {"custom_id": custom_id, "result": {"type": "errored", "error": {
                 "type": "error", "error": {"type": "api_error", "message": "Internal server error"}}}}
         schema = _schema_of("anthropic", params)
-        text = self.answer(prompt, schema)
+        text = self.answer(prompt, schema, None, params.get("model"))
         content = [{"type": "text", "text": text}]
         if schema:
             try:

@@ -73,6 +73,7 @@ class Juror:
     settings: JudgeSettings
     label: str
     judge: str = ""
+    own_quota: bool = False  # its partial names requests_per_minute or tokens_per_minute: not shared (share_quotas)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,13 +98,42 @@ def plan_judges(specs, context: JudgeContext | None = None) -> list[JudgePlan]:
         jurors: tuple[Juror, ...] = ()
         if context is not None and (s.judge is not None or s.judges is not None):
             names = [name for name, _ in s.jurors(context.settings)]
+            partials = [p for _, p in s.judge_partials()]
             jurors = tuple(
                 Juror(name, settings, f"{s.output_name}:{name}" if s.judges is not None else s.output_name,
-                      "" if settings == context.settings else settings.digest())
-                for name, settings in zip(names, (context.juror_settings(p) for _, p in s.judge_partials())))
+                      "" if settings == context.settings else settings.digest(), _names_quota(partial))
+                for name, settings, partial in zip(names, (context.juror_settings(p) for p in partials), partials))
         plans.append(JudgePlan(s.output_name, s.judge_kind(), s.judge_template(), s.effective_threshold(), jurors,
                                (s.jury or JuryRule()) if s.judges is not None else None))
     return plans
+
+
+def _names_quota(partial: dict) -> bool:
+    return any(partial.get(k) is not None for k in ("requests_per_minute", "tokens_per_minute"))
+
+
+def share_quotas(plans: list[JudgePlan], context: JudgeContext) -> tuple[list[JudgePlan], JudgeContext]:
+    """The plans and the stage's context with one provider quota shared: the distinct settings
+    this stage calls with (its own, when a metric uses it, and every metric's own judge and
+    juror) that draw on one quota (JudgeSettings.quota_key: provider, backend, endpoint, model)
+    split it equally (JudgeSettings.with_quota_share), as they call at once. A metric's judge or
+    juror that names its own requests_per_minute or tokens_per_minute keeps it, and is not counted."""
+    own_used = any(not p.jurors or any(j.judge == "" for j in p.jurors) for p in plans)
+    distinct = {"": (context.settings, False)} if own_used else {}
+    for p in plans:
+        for j in p.jurors:
+            if j.judge:
+                distinct.setdefault(j.judge, (j.settings, j.own_quota))
+    sharing = collections.Counter(s.quota_key() for s, own in distinct.values() if not own)
+
+    def shared(settings: JudgeSettings, own: bool = False) -> JudgeSettings:
+        return settings if own else settings.with_quota_share(1.0 / (sharing.get(settings.quota_key()) or 1))
+
+    context = dataclasses.replace(context, settings=shared(context.settings))
+    plans = [dataclasses.replace(p, jurors=tuple(
+        dataclasses.replace(j, settings=context.settings if not j.judge else shared(j.settings, j.own_quota))
+        for j in p.jurors)) for p in plans]
+    return plans, context
 
 
 def plan_judge_settings(plans: list[JudgePlan]) -> tuple:
@@ -342,7 +372,9 @@ class CallJudgeFn(beam.DoFn):
             for request, links in items:
                 hit = saved.get(request.key)
                 if hit is not None:
-                    reused.append((dataclasses.replace(hit, metric=request.metric, model=self._settings.model), links))
+                    # checkpoints keep no model: the one of the settings that asked (judge.prices is per model)
+                    model = (self._judges[request.judge] if self._judges else self._settings).model
+                    reused.append((dataclasses.replace(hit, metric=request.metric, model=model), links))
                 else:
                     yield request, links
 
@@ -716,7 +748,8 @@ class StreamJudgeFn(beam.DoFn):
                 continue
             response = self._known.get(key)
             if response is not None:
-                response = dataclasses.replace(response, metric=request.metric, model=self._settings.model)
+                response = dataclasses.replace(response, metric=request.metric,
+                                               model=self._judges.get(request.judge, self._settings).model)
                 self._given.put(response)
                 if response.cache_hit:
                     count["judge_cache_hits"].inc()
@@ -801,7 +834,7 @@ class JudgeInstances(beam.PTransform):
         super().__init__()
         self._stream = stream
         self._run = run
-        self._plans = plan_judges(specs, context)
+        self._plans, context = share_quotas(plan_judges(specs, context), context)
         self._context = dataclasses.replace(context, judges=plan_judge_settings(self._plans))
         self._settings = context.settings
         self._models = usage_models(self._plans)

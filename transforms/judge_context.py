@@ -23,7 +23,8 @@ class JudgeContext:
     progress: str | None = None
     quota_share: float = 1.0  # the share of the job's quotas `settings` holds (share)
     # the other settings this stage judges with (metrics' own judges, jurors): (digest, settings), each
-    # with the stage's share of its quotas (juror_settings); requests name theirs (JudgeRequest.judge)
+    # with the stage's share of its quotas (juror_settings), split between the settings calling one
+    # provider quota (transforms.judge.share_quotas); requests name theirs (JudgeRequest.judge)
     judges: tuple = ()
 
     @property
@@ -48,7 +49,8 @@ class JudgeContext:
 
     def juror_settings(self, partial: dict) -> JudgeSettings:
         """A metric's own judge (or a juror): the partial `judge:` laid over these settings
-        (JudgeSettings.overridden); a quota it names is the job's, given this stage's share."""
+        (JudgeSettings.overridden); a quota it names is the job's, given this stage's share. (A quota
+        it inherits is split with the other settings calling the same model: share_quotas.)"""
         settings = self.settings.overridden(partial)
         own = {k: partial[k] * self.quota_share for k in ("requests_per_minute", "tokens_per_minute")
                if partial.get(k) is not None}

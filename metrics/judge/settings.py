@@ -59,7 +59,9 @@ class JudgeSettings(pydantic.BaseModel):
         description="the environment variable holding the API key (default GOOGLE_API_KEY, OPENAI_API_KEY or "
                     "ANTHROPIC_API_KEY by provider); openai_compatible with a base_url: may be unset, for a server "
                     "that takes no key")
-    requests_per_minute: float = pydantic.Field(600, gt=0, description="the whole job's quota, however many workers run")
+    requests_per_minute: float = pydantic.Field(
+        600, gt=0, description="the whole job's quota of this provider endpoint and model, however many workers run; "
+                               "judges and jurors calling the same one share it")
     tokens_per_minute: float | None = pydantic.Field(None, gt=0, description="optional second budget")
     max_attempts: int = pydantic.Field(6, ge=1, le=20)
     timeout_seconds: float = pydantic.Field(60, gt=0)
@@ -186,6 +188,12 @@ class JudgeSettings(pydantic.BaseModel):
         tokens = self.tokens_per_minute
         return self.model_copy(update={"requests_per_minute": self.requests_per_minute * share,
                                        "tokens_per_minute": tokens * share if tokens else None})
+
+    def quota_key(self) -> tuple:
+        """Which settings draw on one provider quota: the same provider, backend, endpoint
+        (base_url; project and location on Vertex AI) and model. Settings differing only in how
+        they ask (temperature, sampling, max_output_tokens) share it: transforms.judge.share_quotas."""
+        return (self.provider, self.backend, self.base_url, self.project, self.location, self.model)
 
     def for_model(self, model: str) -> "JudgeSettings":
         """The same settings calling another model (inference.model through the judge layer)."""

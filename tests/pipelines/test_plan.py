@@ -123,3 +123,41 @@ def test_validate_checks_a_judge_config_without_a_key_and_names_the_key_as_what_
     assert "input.labels.fluency: column 'rating' is not in the dataset" in result.stderr
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
     assert evalbeam("validate", config).stderr == ""
+
+
+def test_plan_prices_each_judge_at_its_model_and_counts_calls_per_provider(tmp_path, monkeypatch):
+    """Metrics judged by the run's Gemini judge, an OpenAI-compatible judge, and a jury of two
+    Gemini jurors of one model (sharing its quota) and a Claude juror: each entry at its model's
+    price, the calls per provider, and the time at the quotas as the run shares them."""
+    from evalbeam.configs import EvalConfig
+    from evalbeam.pipelines.plan import format_plan, plan as plan_of
+
+    data = write_data(tmp_path, ROWS)
+    prices = {"gemini-2.5-flash": (0.3, 2.5), "gemini-2.5-pro": (1.25, 10.0), "gpt-judge": (2.0, 8.0),
+              "claude-judge": (3.0, 15.0)}
+    config = EvalConfig.model_validate({
+        "name": "mixed", "input": {"uri": str(data), "id_column": "id"}, "output": {"parquet": str(tmp_path / "o")},
+        "metrics": ["evalbeam_fluency",
+                    {"name": "evalbeam_coherence", "judge": {"provider": "openai_compatible", "model": "gpt-judge"}},
+                    {"name": "evalbeam_fluency", "as": "jury", "judges": [
+                        {"model": "gemini-2.5-pro", "name": "cold"},
+                        {"model": "gemini-2.5-pro", "temperature": 0.7, "name": "warm"},
+                        {"provider": "anthropic", "model": "claude-judge", "name": "claude"}]}],
+        "judge": {"requests_per_minute": 8, "prices": {m: {"input_per_million": i, "output_per_million": o}
+                                                       for m, (i, o) in prices.items()}}})
+    planned = plan_of(config)
+    rows = {r["metric"]: r for r in planned["metrics"]}
+    want = {"evalbeam_fluency": ("gemini", "gemini-2.5-flash"), "evalbeam_coherence": ("openai_compatible", "gpt-judge"),
+            "jury:cold": ("gemini", "gemini-2.5-pro"), "jury:warm": ("gemini", "gemini-2.5-pro"),
+            "jury:claude": ("anthropic", "claude-judge")}
+    assert {m: (r["provider"], r["model"]) for m, r in rows.items()} == want
+    for metric, (_, model) in want.items():
+        r, (i, o) = rows[metric], prices[model]
+        assert r["to_call"] == 4  # 5 instances, "a" and "b" alike
+        assert r["cost"] == (r["prompt_tokens"] * i + r["output_tokens"] * o) / 1e6 > 0
+    assert planned["calls_per_provider"] == {"gemini": 12, "openai_compatible": 4, "anthropic": 4}
+    assert planned["priced"] and planned["cost"] == sum(r["cost"] for r in rows.values())
+    # the two jurors of gemini-2.5-pro share its 8 a minute: 4 calls each at 4 a minute, 1 minute;
+    # every other settings has its own 8 a minute (half a minute)
+    assert planned["minutes_at_quota"] == 1.0
+    assert "calls per provider: anthropic 4, gemini 12, openai_compatible 4" in format_plan(planned)

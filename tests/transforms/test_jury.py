@@ -158,14 +158,15 @@ def _kept(path):
         return pickle.load(f)
 
 
-def judged(tmp_path, instances, metrics, *, stream=False, server=None, judge=None):
+def judged(tmp_path, instances, metrics, *, stream=False, server=None, judge=None, checkpoint=None):
     config = config_of(metrics, base_url=server.url, max_attempts=2, timeout_seconds=10, **(judge or {}))
     with TestPipeline() as p:
         items = p | beam.Create(instances)
         if stream:
             items = items | beam.Map(lambda i: ScoredInstance(i, []))
         scored, cache_rows, usage = items | JudgeInstances(RUN, config.template_judge_specs(),
-                                                           JudgeContext(config.judge), stream=stream)
+                                                           JudgeContext(config.judge, checkpoint=checkpoint),
+                                                           stream=stream)
         for name, pcoll in (("scored", scored), ("cache", cache_rows), ("usage", usage)):
             assert_that(pcoll, _keep(tmp_path / name), label=f"Keep{name}")
     rows = [r for s in _kept(tmp_path / "scored") for r in s.results]
@@ -218,6 +219,22 @@ def test_each_juror_calls_its_own_model_and_its_judgment_stays_on_the_row(tmp_pa
     assert usage["evalbeam_fluency:lite"]["failures"] == 1
     assert sorted((c["metric"], c["model"]) for c in cache) == sorted(
         [("evalbeam_fluency:pro", PRO)] * 4 + [("evalbeam_fluency:lite", LITE)] * 3 + [("evalbeam_coherence", PRO)] * 4)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["shards", "stream"])
+def test_a_jurors_answers_reused_from_checkpoints_keep_its_model(tmp_path, api_key, stream):
+    # a re-run of one run_id reuses its checkpointed answers, which keep no model: each is priced at
+    # the model of the juror that asked it, not the run's judge's
+    rows_in = [instance("a", f"Hello #score@{PRO}=5 #score@{LITE}=3"), instance("b", f"Hi #score@{PRO}=4 #score@{LITE}=2")]
+    checkpoint = str(tmp_path / "checkpoints")
+    with JudgeServer() as server:
+        judged(tmp_path, rows_in, [JURY], stream=stream, server=server, checkpoint=checkpoint)
+        asked = server.stats.requests
+        rows, _, usage = judged(tmp_path, rows_in, [JURY], stream=stream, server=server, checkpoint=checkpoint)
+        assert server.stats.requests == asked == 4
+    assert rows[("a", "evalbeam_fluency")]["score"] == 4.0 and rows[("b", "evalbeam_fluency")]["score"] == 3.0
+    assert {m: (u["checkpoint_reused"], u["model"]) for m, u in usage.items()} == {
+        "evalbeam_fluency:pro": (2, PRO), "evalbeam_fluency:lite": (2, LITE)}
 
 
 def test_a_tie_a_quorum_and_a_pairwise_jury(tmp_path, api_key):
@@ -352,3 +369,52 @@ def test_a_jurors_own_credentials_are_checked_before_anything_runs(tmp_path, api
                                    "an API key: set the environment variable OTHER_KEY")
     monkeypatch.setenv("OTHER_KEY", "another-key")
     preflight(config)  # both jurors' keys set: no error
+
+
+# ---------------------------------------------------------------- one provider quota, shared
+
+
+def test_settings_calling_one_model_share_its_quota_unless_they_name_their_own():
+    from evalbeam.transforms.judge import plan_judges, share_quotas
+
+    config = config_of([
+        "evalbeam_coherence",  # the run's judge (FLASH)
+        {"name": "evalbeam_fluency", "judge": {"temperature": 0.5}},  # FLASH again: the same quota
+        {"name": "evalbeam_fluency", "as": "jury", "judges": [
+            {"model": PRO, "name": "cold"}, {"model": PRO, "temperature": 0.7, "name": "warm"},
+            {"model": PRO, "temperature": 1.0, "name": "own", "requests_per_minute": 50},  # its own: kept
+            {"model": FLASH, "name": "flash", "base_url": "http://other.example/"},  # another endpoint
+            {"provider": "anthropic", "model": PRO, "name": "claude"}]}],  # another provider, one name
+        requests_per_minute=600, tokens_per_minute=90000)
+    context = JudgeContext(config.judge).share(0.5)  # a stage beside another: half the job's quotas
+    plans, shared = share_quotas(plan_judges(config.template_judge_specs(), context), context)
+    got = {j.label: (j.settings.requests_per_minute, j.settings.tokens_per_minute) for p in plans for j in p.jurors}
+    assert shared.settings.requests_per_minute == 150 and shared.settings.tokens_per_minute == 22500
+    assert got == {"evalbeam_fluency": (150, 22500), "jury:cold": (150, 22500), "jury:warm": (150, 22500),
+                   "jury:own": (25, 45000), "jury:flash": (300, 45000), "jury:claude": (300, 45000)}
+    # no metric on the run's judge: its share is not held back from the others
+    alone = config_of([{"name": "evalbeam_fluency", "judge": {"temperature": 0.5}}], requests_per_minute=600)
+    plans, shared = share_quotas(plan_judges(alone.template_judge_specs(), JudgeContext(alone.judge)),
+                                 JudgeContext(alone.judge))
+    assert plans[0].jurors[0].settings.requests_per_minute == 600
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["shards", "stream"])
+def test_two_jurors_of_one_model_never_together_exceed_its_quota(tmp_path, api_key, stream):
+    # 480 a minute is 8 a second; the stand-in grants 10 in any second. Sharing the quota, each juror
+    # sends 4 a second; each at the whole quota, they would send 16 (the control below)
+    rows_in = [instance(f"i{i}", f"Hi {i} #score=4") for i in range(12)]
+    jurors = [{"model": PRO, "name": "cold"}, {"model": PRO, "temperature": 0.7, "name": "warm"}]
+    with JudgeServer(Behaviour(quota=10, window_seconds=1.0)) as server:
+        rows, _, _ = judged(tmp_path, rows_in, [{"name": "evalbeam_fluency", "judges": jurors}], server=server,
+                            stream=stream, judge={"requests_per_minute": 480, "hedge_share": 0})
+        times = sorted(server.stats.accepted_times)
+    assert server.stats.rate_limited == 0 and len(times) == 24
+    assert all(r["score"] == 4.0 and r["jury_answered"] == 2 for r in rows.values())
+    assert max(sum(1 for t in times if start <= t < start + 1.0) for start in times) <= 10
+    # the control: each juror naming the whole quota as its own sends more than the stand-in grants
+    own = [{**j, "requests_per_minute": 480} for j in jurors]
+    with JudgeServer(Behaviour(quota=10, window_seconds=1.0)) as server:
+        judged(tmp_path, rows_in, [{"name": "evalbeam_fluency", "judges": own}], server=server, stream=stream,
+               judge={"requests_per_minute": 480, "hedge_share": 0})
+    assert server.stats.rate_limited > 0
