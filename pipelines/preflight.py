@@ -270,11 +270,26 @@ def judge_credentials_problem(config: EvalConfig) -> str | None:
     if not config.judge_specs() and not config.model_inference():
         return None
     try:
+        check_judges_credentials(config)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+def check_judges_credentials(config: EvalConfig) -> None:
+    """ConfigError unless every judge the run calls can authenticate: the run's own (where used) and each
+    metric's own judge and juror (they may name another backend, provider or key's variable)."""
+    try:
         if uses_run_judge(config):
             check_credentials(config.judge)
     except JudgeCredentialsError as e:
-        return str(e)
-    return None
+        raise ConfigError(str(e)) from None
+    for i, spec in enumerate(config.metrics):
+        for (where, _), (_, settings) in zip(spec.judge_partials(), spec.jurors(config.judge)):
+            try:
+                check_credentials(settings)
+            except JudgeCredentialsError as e:
+                raise ConfigError(f"metrics.{i}.{where} ({spec.output_name}): {e}") from None
 
 
 def uses_run_judge(config: EvalConfig) -> bool:
@@ -293,18 +308,8 @@ def _check_judge(config: EvalConfig, options: PipelineOptions | None, credential
         check_evaluators([s.name for s in config.judge_specs() if not s.is_custom and s.user_template is None])
     except AdkJudgesUnavailable as e:
         raise ConfigError(str(e)) from None
-    try:
-        if credentials and uses_run_judge(config):
-            check_credentials(config.judge)
-    except JudgeCredentialsError as e:
-        raise ConfigError(str(e)) from None
-    if credentials:  # a metric's own judge or a juror may name other credentials (a backend, a key's variable)
-        for i, spec in enumerate(config.metrics):
-            for (where, _), (_, settings) in zip(spec.judge_partials(), spec.jurors(config.judge)):
-                try:
-                    check_credentials(settings)
-                except JudgeCredentialsError as e:
-                    raise ConfigError(f"metrics.{i}.{where} ({spec.output_name}): {e}") from None
+    if credentials:
+        check_judges_credentials(config)
     tables = [("cache", "judge_cache", loc) for loc in config.judge.cache]
     if config.rubric_specs():
         tables += [("rubrics_from", "rubrics", loc) for loc in config.judge.rubrics_from]

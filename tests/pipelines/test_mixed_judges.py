@@ -87,7 +87,7 @@ def test_metrics_judged_by_three_providers_in_one_run(tmp_path):
 
 def test_only_the_judges_a_run_calls_need_credentials(tmp_path, monkeypatch):
     from evalbeam.configs import ConfigError, EvalConfig
-    from evalbeam.pipelines.preflight import preflight
+    from evalbeam.pipelines.preflight import judge_credentials_problem, preflight
 
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"id": "a", "prompt": "Greet", "response": "Hi"}) + "\n")
@@ -104,11 +104,14 @@ def test_only_the_judges_a_run_calls_need_credentials(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"^metrics.0.judge \(evalbeam_coherence\): judge.provider openai_compatible "
                                           r"\(gpt-judge\): .* set the environment variable OPENAI_API_KEY"):
         preflight(config(gpt, jury))
+    # `evalbeam validate` names the same missing key (it checked only the run's judge before)
+    assert "metrics.0.judge (evalbeam_coherence)" in judge_credentials_problem(config(gpt, jury))
     monkeypatch.setenv("OPENAI_API_KEY", "sk-o")
     with pytest.raises(ConfigError, match=r"^metrics.1.judges.1 \(evalbeam_fluency\): .*ANTHROPIC_API_KEY"):
         preflight(config(gpt, jury))
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-a")
     preflight(config(gpt, jury))  # no metric on the run's (Gemini) judge: its key is not asked for
+    assert judge_credentials_problem(config(gpt, jury)) is None
     with pytest.raises(ConfigError, match="GOOGLE_API_KEY"):
         preflight(config(gpt, jury, "fluency"))  # a metric on the run's judge: its key is asked for
 
