@@ -298,6 +298,39 @@ class JudgeServer:
             self.stats.accepted_times.append(now)
             return None
 
+    def fault(self, prompt: str, model: str | None = None) -> str | None:
+        """What goes wrong with one request, whatever protocol it came in (this server's, or
+        tests.provider_servers'): draws the Behaviour's latency, timeout and error, counts the prompt, and
+        reads its markers (#slow=S on its first ask, #unavailable_at=N,.. on those asks, #echo_key=CODE,
+        #fail, #down@MODEL). -> None (answer it), "echo" (fail with #echo_key's status, echoing the
+        credential) or "unavailable" (503); the stats are counted here."""
+        latency, error, timeout = self._draw()
+        if timeout:
+            with self._lock:
+                self.stats.timeouts += 1
+            time.sleep(self.behaviour.timeout_delay)
+        elif latency:
+            time.sleep(latency)
+        with self._lock:
+            self._asked[prompt] += 1
+            nth = self._asked[prompt]
+        slow = re.search(r"#slow=(\d+(?:\.\d+)?)", prompt)
+        if slow and nth == 1:
+            time.sleep(float(slow.group(1)))
+        unavailable_at = re.search(r"#unavailable_at=([\d,]+)", prompt)
+        error = error or bool(unavailable_at and str(nth) in unavailable_at.group(1).split(","))
+        echo = re.search(r"#echo_key=(\d{3})", prompt)
+        if echo:
+            with self._lock:
+                self.stats.echoed += 1
+                self.stats.errors += int(echo.group(1)) >= 500
+            return "echo"
+        if error or "#fail" in prompt or (model and f"#down@{model}" in prompt):
+            with self._lock:
+                self.stats.errors += 1
+            return "unavailable"
+        return None
+
     def _draw(self):
         b = self.behaviour
         with self._lock:
@@ -929,32 +962,12 @@ class JudgeServer:
                     answer["candidates"][0]["content"]["parts"] = parts
                     return self._send(200, answer)
                 prompt = body["contents"][0]["parts"][0]["text"]
-                latency, error, timeout = server._draw()
-                if timeout:
-                    with server._lock:
-                        server.stats.timeouts += 1
-                    time.sleep(server.behaviour.timeout_delay)
-                elif latency:
-                    time.sleep(latency)
-                with server._lock:
-                    server._asked[prompt] += 1
-                    nth = server._asked[prompt]
-                slow = re.search(r"#slow=(\d+(?:\.\d+)?)", prompt)
-                if slow and nth == 1:
-                    time.sleep(float(slow.group(1)))
-                unavailable_at = re.search(r"#unavailable_at=([\d,]+)", prompt)
-                error = error or bool(unavailable_at and str(nth) in unavailable_at.group(1).split(","))
-                echo = re.search(r"#echo_key=(\d{3})", prompt)
-                if echo:
-                    code = int(echo.group(1))
-                    with server._lock:
-                        server.stats.echoed += 1
-                        server.stats.errors += code >= 500
+                fault = server.fault(prompt, model)
+                if fault == "echo":
+                    code = int(re.search(r"#echo_key=(\d{3})", prompt).group(1))
                     return self._send(code, {"error": {"code": code, "status": STATUS_NAMES.get(code, "UNKNOWN"),
                                                        "message": f"The credential {credential} was refused."}})
-                if error or "#fail" in prompt or f"#down@{model}" in prompt:
-                    with server._lock:
-                        server.stats.errors += 1
+                if fault == "unavailable":
                     return self._send(503, {"error": {"code": 503, "message": "The service is currently unavailable.", "status": "UNAVAILABLE"}})
                 generation = body.get("generationConfig", {})
                 text = server.answer(prompt, generation.get("responseSchema", {}), generation.get("seed"), model)

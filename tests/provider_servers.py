@@ -209,29 +209,11 @@ class ProviderServer(JudgeServer):
                 prompt = body["messages"][0]["content"]
                 if isinstance(prompt, list):  # content blocks
                     prompt = "".join(b.get("text", "") for b in prompt)
-                latency, error, timeout = server._draw()
-                if timeout:
-                    with server._lock:
-                        server.stats.timeouts += 1
-                    time.sleep(server.behaviour.timeout_delay)
-                elif latency:
-                    time.sleep(latency)
-                with server._lock:
-                    server._asked[prompt] += 1
-                    nth = server._asked[prompt]
-                slow = re.search(r"#slow=(\d+(?:\.\d+)?)", prompt)
-                if slow and nth == 1:
-                    time.sleep(float(slow.group(1)))
-                unavailable_at = re.search(r"#unavailable_at=([\d,]+)", prompt)
-                error = error or bool(unavailable_at and str(nth) in unavailable_at.group(1).split(","))
-                echo = re.search(r"#echo_key=(\d{3})", prompt)
-                if echo:
-                    with server._lock:
-                        server.stats.echoed += 1
-                    return self._fail(protocol, int(echo.group(1)), f"The credential {credential} was refused.")
-                if error or "#fail" in prompt:
-                    with server._lock:
-                        server.stats.errors += 1
+                fault = server.fault(prompt, model)
+                if fault == "echo":
+                    code = int(re.search(r"#echo_key=(\d{3})", prompt).group(1))
+                    return self._fail(protocol, code, f"The credential {credential} was refused.")
+                if fault == "unavailable":
                     return self._fail(protocol, 503, "The service is overloaded.")
                 schema = _schema_of(protocol, body)
                 text = server.answer(prompt, schema, body.get("seed"), model)
