@@ -104,6 +104,25 @@ def _nanos(value: Any, what: str) -> int:
         raise SpanError(f"{what} {value!r} is not a time in nanoseconds") from None
 
 
+def _status(value: Any, span_id: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise SpanError(f"span {span_id} status {str(value)[:60]!r} is not an object ({{code, message}})")
+    return value
+
+
+def _events(value: Any, span_id: str) -> list[dict[str, Any]]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SpanError(f"span {span_id} events is not a list")
+    return [{"name": str(e.get("name") or ""),
+             "time": _nanos(e.get("timeUnixNano") or 0, f"span {span_id} event timeUnixNano"),
+             "attributes": attribute_map(e.get("attributes"))}
+            for e in value if isinstance(e, dict)]
+
+
 def span_of(raw: Mapping[str, Any], resource: Mapping[str, Any], scope: str) -> dict[str, Any]:
     """One OTLP JSON span as a flat dict (the ids as lower-case hex)."""
     if not isinstance(raw, dict):
@@ -111,19 +130,25 @@ def span_of(raw: Mapping[str, Any], resource: Mapping[str, Any], scope: str) -> 
     trace_id = _hex_id(raw.get("traceId"), 16, "traceId")
     span_id = _hex_id(raw.get("spanId"), 8, "spanId")
     parent = raw.get("parentSpanId") or None
-    status = raw.get("status") or {}
+    status = _status(raw.get("status"), span_id)
+    try:
+        attributes = attribute_map(raw.get("attributes"))
+    except (TypeError, AttributeError, ValueError) as e:  # an AnyValue that is not what its key says
+        raise SpanError(f"span {span_id} attributes cannot be read ({type(e).__name__}: {str(e)[:200]})") from None
+    try:
+        status_code = _STATUS.get(status.get("code", 0), "UNSET")
+    except TypeError:  # an unhashable code
+        raise SpanError(f"span {span_id} status.code {str(status.get('code'))[:60]!r} is not a status code") from None
     span = {
         "trace_id": trace_id, "span_id": span_id,
         "parent_id": _hex_id(parent, 8, f"span {span_id} parentSpanId") if parent else None,
         "name": str(raw.get("name") or ""),
         "start": _nanos(raw.get("startTimeUnixNano"), f"span {span_id} startTimeUnixNano"),
         "end": _nanos(raw.get("endTimeUnixNano"), f"span {span_id} endTimeUnixNano"),
-        "attributes": attribute_map(raw.get("attributes")),
-        "events": [{"name": str(e.get("name") or ""), "time": int(e.get("timeUnixNano") or 0),
-                    "attributes": attribute_map(e.get("attributes"))}
-                   for e in raw.get("events") or [] if isinstance(e, dict)],
-        "status": _STATUS.get(status.get("code", 0), "UNSET"),
-        "status_message": status.get("message") or "",
+        "attributes": attributes,
+        "events": _events(raw.get("events"), span_id),
+        "status": status_code,
+        "status_message": str(status.get("message") or ""),
         "scope": scope,
     }
     if resource.get("service.name"):
@@ -131,24 +156,72 @@ def span_of(raw: Mapping[str, Any], resource: Mapping[str, Any], scope: str) -> 
     return span
 
 
+# what a malformed request raises where a field is not of its type (a string for an object...)
+_UNREADABLE = (TypeError, AttributeError, ValueError)
+
+
+def _why(where: str, error: Exception) -> str:
+    return str(error) if isinstance(error, SpanError) else f"{where} cannot be read ({type(error).__name__}: {str(error)[:200]})"
+
+
+def _spans_in(item: Any, key: str, *older: str) -> list[Any]:
+    """The list under `key` (or an older name of it) of an object; [] where there is none."""
+    if not isinstance(item, dict):
+        return []
+    for name in (key, *older):
+        value = item.get(name)
+        if value:
+            return value if isinstance(value, list) else []
+    return []
+
+
 def spans_of_request(request: Any) -> tuple[list[dict[str, Any]], list[tuple[str, Any]]]:
-    """An ExportTraceServiceRequest (JSON) -> (its spans, [(reason, raw span)] of those unreadable)."""
+    """An ExportTraceServiceRequest (JSON) -> (its spans, [(reason, raw span)] of those unreadable).
+    A resource or scope that cannot be read makes each of its spans (or, where even they cannot be
+    told apart, the item itself) unreadable with the reason naming the field; the rest is read."""
     if not isinstance(request, dict) or not isinstance(request.get("resourceSpans"), list):
         raise SpanError("not an OTLP ExportTraceServiceRequest: it has no resourceSpans list")
     spans, bad = [], []
-    for resource_spans in request["resourceSpans"]:
+    for r, resource_spans in enumerate(request["resourceSpans"]):
         if not isinstance(resource_spans, dict):
-            bad.append(("a resourceSpans item is not a JSON object", resource_spans))
+            bad.append((f"resourceSpans[{r}] is not a JSON object", resource_spans))
             continue
-        resource = attribute_map((resource_spans.get("resource") or {}).get("attributes"))
         # instrumentationLibrarySpans: OTLP before 0.15's rename
-        for scope_spans in resource_spans.get("scopeSpans") or resource_spans.get("instrumentationLibrarySpans") or []:
-            scope = (scope_spans.get("scope") or scope_spans.get("instrumentationLibrary") or {}).get("name", "")
-            for raw in scope_spans.get("spans") or []:
+        scopes = resource_spans.get("scopeSpans") or resource_spans.get("instrumentationLibrarySpans") or []
+        try:
+            resource_field = resource_spans.get("resource")
+            if resource_field is not None and not isinstance(resource_field, dict):
+                raise SpanError(f"resourceSpans[{r}].resource is not a JSON object")
+            resource = attribute_map((resource_field or {}).get("attributes"))
+            if not isinstance(scopes, list):
+                raise SpanError(f"resourceSpans[{r}].scopeSpans is not a list")
+        except _UNREADABLE as e:
+            why = _why(f"resourceSpans[{r}].resource", e)
+            raws = [raw for scope in (scopes if isinstance(scopes, list) else [])
+                    for raw in _spans_in(scope, "spans")] or [resource_spans]
+            bad += [(why, raw) for raw in raws]
+            continue
+        for s, scope_spans in enumerate(scopes):
+            where = f"resourceSpans[{r}].scopeSpans[{s}]"
+            try:
+                if not isinstance(scope_spans, dict):
+                    raise SpanError(f"{where} is not a JSON object")
+                scope_field = scope_spans.get("scope") or scope_spans.get("instrumentationLibrary") or {}
+                if not isinstance(scope_field, dict):
+                    raise SpanError(f"{where}.scope is not a JSON object")
+                scope = str(scope_field.get("name", "") or "")
+                raws = scope_spans.get("spans") or []
+                if not isinstance(raws, list):
+                    raise SpanError(f"{where}.spans is not a list")
+            except _UNREADABLE as e:
+                bad += [(_why(where, e), raw) for raw in _spans_in(scope_spans, "spans")] or [
+                    (_why(where, e), scope_spans)]
+                continue
+            for raw in raws:
                 try:
                     spans.append(span_of(raw, resource, scope))
-                except SpanError as e:
-                    bad.append((str(e), raw))
+                except _UNREADABLE as e:
+                    bad.append((_why(f"{where} span", e), raw))
     return spans, bad
 
 

@@ -255,3 +255,45 @@ def test_google_genai_instrumentation_spans_read_as_the_calls_the_app_made():
     nested = [s for t in traces_of(DATA / "genai_weather.jsonl").values() for s in t
               if s["name"].startswith("execute_tool")]
     assert len(nested) == 1 + 3 + 3
+
+
+def test_a_malformed_part_of_a_request_makes_its_spans_unreadable_and_the_rest_is_read():
+    """A scopeSpans item that is a string, a status that is a string, a resource that is a list, an
+    event time that is not a number, an attribute whose value is not its type: each makes its span
+    (or its scope's or resource's spans) unreadable with a reason naming the field; every other span
+    of the request is read."""
+    request = json.loads((DATA / "adk_weather.jsonl").read_text().splitlines()[0])
+    good, _ = spans_of_request(request)
+    [resource] = request["resourceSpans"]
+    spans = resource["scopeSpans"][0]["spans"]
+    assert len(spans) >= 4
+    broken = copy.deepcopy(spans[:4])
+    broken[0]["status"] = "ERROR"
+    broken[1].setdefault("events", []).append({"name": "e", "timeUnixNano": "abc"})
+    broken[2]["attributes"] = [{"key": "n", "value": {"intValue": "many"}}]
+    broken[3]["startTimeUnixNano"] = {"nanos": 1}
+    for n, span in enumerate(broken):
+        span["spanId"] = f"{n + 1:016x}"
+    listed = copy.deepcopy(resource)
+    listed["resource"] = [{"key": "service.name"}]
+    listed["scopeSpans"][0]["spans"] = copy.deepcopy(spans[:2])
+    scoped = {"resource": resource["resource"], "scopeSpans": [
+        "not a scope", {"scope": "a string", "spans": copy.deepcopy(spans[:3])}, {"scope": {}, "spans": "none"}]}
+    resource["scopeSpans"].append({"scope": {"name": "x"}, "spans": broken})
+    request["resourceSpans"] += [listed, scoped, "text"]
+    read, bad = spans_of_request(request)
+    assert read == good  # the good spans, all of them, as before
+    reasons = [reason for reason, _ in bad]
+    assert len(bad) == 4 + 2 + 1 + 3 + 1 + 1, reasons
+    expected = ["span 0000000000000001 status 'ERROR' is not an object",
+                "span 0000000000000002 event timeUnixNano 'abc' is not a time",
+                "span 0000000000000003 attributes cannot be read",
+                "span 0000000000000004 startTimeUnixNano {'nanos': 1} is not a time",
+                "resourceSpans[1].resource is not a JSON object", "resourceSpans[1].resource is not a JSON object",
+                "resourceSpans[2].scopeSpans[0] is not a JSON object",
+                "resourceSpans[2].scopeSpans[1].scope is not a JSON object"]
+    for want, got in zip(expected, reasons):
+        assert want in got, (want, got)
+    assert reasons[7] == reasons[8] == reasons[9]  # each span of the unreadable scope
+    assert "resourceSpans[2].scopeSpans[2].spans is not a list" in reasons[10]
+    assert reasons[11] == "resourceSpans[3] is not a JSON object"
