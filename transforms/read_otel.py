@@ -87,7 +87,9 @@ class RequestSpansFn(beam.DoFn):
             spans, bad = spans_of_request(record.data)
         except SpanError as e:
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, DeadLetter(
-                record.source, str(e), record.raw, "resourceSpans", record.origin, record.line, record.line_count))
+                record.source, str(e), record.raw, "resourceSpans", record.origin, record.line, 1))
+            # an unreadable request counts as one span read and one dead-lettered, however many
+            # lines its file had (a pretty-printed request): spans read = used + dead-lettered
             yield beam.pvalue.TaggedOutput(LINES, SourceLines(record.origin, 1, 0))
             return
         for reason, raw in bad:

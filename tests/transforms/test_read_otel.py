@@ -145,6 +145,30 @@ def test_a_conversation_that_lost_a_turn_is_dead_lettered_whole():
     assert "has no root span" in dead.reason and dead.line_count == len(two[1])
 
 
+def test_a_pretty_printed_file_that_is_not_a_request_counts_as_one_span_and_reconciles(tmp_path):
+    """A pretty-printed JSON file that parses but is no OTLP request is one unreadable line: one
+    span read, one dead-lettered (not its file's line count); spans read = used + dead-lettered."""
+    spans = _spans(DATA / "adk_weather.jsonl")
+    (tmp_path / "good.jsonl").write_text(json.dumps(_request(spans)) + "\n")
+    (tmp_path / "other.json").write_text(json.dumps({"not": "otlp", "items": list(range(20))}, indent=2))
+
+    def check(results):
+        cases, dead, lines, unparseable = results
+        assert not unparseable
+        [bad] = [d for d in dead if d.origin.endswith("other.json")]
+        assert "no resourceSpans" in bad.reason and bad.line_count == 1
+        spans_read = sum(s.lines for s in lines)
+        assert spans_read == len(spans) + 1
+        assert spans_read == sum(c.line_count for c in cases) + sum(d.line_count for d in dead)
+
+    with TestPipeline() as p:
+        records, unparseable, _ = p | ReadRecords("otel_traces", uri=str(tmp_path / "*"))
+        cases, dead, lines = records | GroupSpans()
+        tagged = [pc | f"Tag{name}" >> beam.Map(lambda x, name=name: (name, x))
+                  for name, pc in (("cases", cases), ("dead", dead), ("lines", lines), ("unparseable", unparseable))]
+        assert_that(tuple(tagged) | beam.Flatten() | beam.combiners.ToList(), lambda got: check(_by_tag(got[0])))
+
+
 def _by_tag(items):
     out = {"cases": [], "dead": [], "lines": [], "unparseable": []}
     for tag, item in items:
