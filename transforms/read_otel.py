@@ -30,7 +30,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from evalbeam.metrics.rows.otel import (
-    SpanError, case_record, check_trace, conversation_of, dedup, skewed_spans, span_of_row, span_size,
+    CONVERSATION_KEYS, SpanError, case_record, check_trace, conversation_of, dedup, skewed_spans, span_of_row, span_size,
     spans_of_request,
 )
 from evalbeam.transforms import read_adk
@@ -142,8 +142,11 @@ class CheckTraceFn(beam.DoFn):
         trace_id, spans_iter = element
         source = f"trace {trace_id}"
         held, count, size = [], 0, 0
+        conversation = _Conversation() if self._group_by == "conversation" else None
         for span in spans_iter:  # a large trace is counted, not held: memory per trace stays bounded
             count += 1
+            if conversation is not None:  # on any span: a large trace's first spans may not name it
+                conversation.see(span)
             if held is not None:
                 size += span_size(span)
                 if count > self._max_spans or size > self._max_bytes:
@@ -157,7 +160,8 @@ class CheckTraceFn(beam.DoFn):
                      else f"more than {self._max_bytes:,} bytes (input.otel.max_trace_bytes)")
             reason = f"trace {trace_id} has {count:,} spans, {limit}: too large to evaluate"
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(source, reason, sample, count))
-            yield from self._lost(trace_id, sample, reason)
+            if conversation is not None and conversation.id:
+                yield conversation.id, {"lost": trace_id, "reason": reason}
             return
         spans, copies = dedup(held)
         if copies:
@@ -186,6 +190,26 @@ class CheckTraceFn(beam.DoFn):
         conversation = conversation_of(spans) if self._group_by == "conversation" else None
         if conversation:
             yield conversation, {"lost": trace_id, "reason": reason}
+
+
+class _Conversation:
+    """The conversation id spans name, seen one span at a time (as conversation_of: the
+    first key of CONVERSATION_KEYS any span names wins)."""
+
+    def __init__(self):
+        self._found: dict[str, str] = {}
+
+    def see(self, span: dict[str, Any]) -> None:
+        if CONVERSATION_KEYS[0] in self._found:
+            return
+        for key in CONVERSATION_KEYS:
+            value = span["attributes"].get(key)
+            if key not in self._found and isinstance(value, str) and value:
+                self._found[key] = value
+
+    @property
+    def id(self) -> str | None:
+        return next((self._found[k] for k in CONVERSATION_KEYS if k in self._found), None)
 
 
 def case_of(element, max_spans: int):

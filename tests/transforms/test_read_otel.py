@@ -169,6 +169,39 @@ def test_a_pretty_printed_file_that_is_not_a_request_counts_as_one_span_and_reco
         assert_that(tuple(tagged) | beam.Flatten() | beam.combiners.ToList(), lambda got: check(_by_tag(got[0])))
 
 
+def _weather_traces() -> dict[str, list[dict]]:
+    from evalbeam.metrics.rows.otel import spans_of_request
+
+    traces: dict[str, list] = {}
+    for line in (DATA / "adk_weather.jsonl").read_text().splitlines():
+        for span in spans_of_request(json.loads(line))[0]:
+            span["origin"], span["line"] = "f", 1
+            traces.setdefault(span["trace_id"], []).append(span)
+    return traces
+
+
+def test_a_large_trace_whose_first_spans_name_no_conversation_still_marks_its_conversation():
+    """A trace over max_trace_spans whose conversation id is only on a span after the first few:
+    its conversation is still dead-lettered whole, not scored as a shorter conversation."""
+    from evalbeam.transforms.read_otel import CheckTraceFn, case_of
+
+    two = sorted((t for t in _weather_traces().values()
+                  if any(s["attributes"].get("gen_ai.conversation.id") == "s_two" for s in t)), key=len, reverse=True)
+    big = copy.deepcopy(two[0])
+    for span in big:
+        for key in ("gen_ai.conversation.id", "gcp.vertex.agent.session_id"):
+            span["attributes"].pop(key, None)
+    big[-1]["attributes"]["gen_ai.conversation.id"] = "s_two"  # only the last span handed over names it
+    check = CheckTraceFn(len(two[1]), 10**9, "conversation")
+    assert len(big) > len(two[1])
+    out = list(check.process((big[0]["trace_id"], iter(big)))) + list(check.process((two[1][0]["trace_id"], two[1])))
+    grouped = [item for item in out if isinstance(item, tuple)]
+    assert sorted(k for k, _ in grouped) == ["s_two", "s_two"]  # the mark and the good trace
+    [dead] = [d.value for d in case_of(("s_two", [v for _, v in grouped]), 100)]
+    assert "conversation s_two is incomplete: 1 of its 2 turn traces" in dead.reason
+    assert "too large to evaluate" in dead.reason and dead.line_count == len(two[1])
+
+
 def _by_tag(items):
     out = {"cases": [], "dead": [], "lines": [], "unparseable": []}
     for tag, item in items:
