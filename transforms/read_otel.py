@@ -212,28 +212,45 @@ class _Conversation:
         return next((self._found[k] for k in CONVERSATION_KEYS if k in self._found), None)
 
 
-def case_of(element, max_spans: int):
+def case_of(element, max_spans: int, max_bytes: int = MAX_TRACE_BYTES):
     """(case key, its traces' spans, and marks of its traces dead-lettered) -> a Record of the
     case, or a DeadLetter (a conversation that lost a turn is dead-lettered whole: scored, its
-    multi-turn metrics would judge a conversation that did not happen)."""
+    multi-turn metrics would judge a conversation that did not happen). A conversation over
+    max_spans spans or max_bytes bytes is counted, not held, as a trace is (CheckTraceFn)."""
     key, items = element
-    items = list(items)
-    traces = [t for t in items if isinstance(t, list)]
-    lost = [m for m in items if isinstance(m, dict)]
-    if not traces:
+    traces: list | None = []
+    first_lost, lost, turns, count, size, sample = None, 0, 0, 0, 0, []
+    for item in items:
+        if isinstance(item, dict):  # a mark: one of its traces was dead-lettered
+            lost += 1
+            first_lost = first_lost or item
+            continue
+        turns += 1
+        count += len(item)
+        if traces is not None:
+            size += sum(span_size(s) for s in item)
+            if count > max_spans or size > max_bytes:
+                sample = ([s for t in traces for s in t] + list(item))[:5]
+                traces = None
+            else:
+                traces.append(item)
+    if not turns:
         return []  # every trace of it was dead-lettered, each with its reason
-    spans = [s for t in traces for s in t]
-    first = min(spans, key=lambda s: (s["start"], s["span_id"]))
     source = f"otel case {key}"
+    held = sample if traces is None else [s for t in traces for s in t]
     if lost:
         return [beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(
-            source, f"conversation {key} is incomplete: {len(lost)} of its {len(lost) + len(traces)} turn traces "
-                    f"were dead-lettered (trace {lost[0]['lost']}: {lost[0]['reason']})", spans[:5], len(spans),
+            source, f"conversation {key} is incomplete: {lost} of its {lost + turns} turn traces were "
+                    f"dead-lettered (trace {first_lost['lost']}: {first_lost['reason']})", held[:5], count,
             "conversation"))]
-    if len(traces) > 1 and len(spans) > max_spans:
-        return [beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(source, f"conversation {key} has {len(spans):,} spans, "
-                                                          f"more than {max_spans:,} (input.otel.max_trace_spans)",
-                                                          spans[:5], len(spans), "conversation"))]
+    if traces is None:
+        limit = (f"more than {max_spans:,} (input.otel.max_trace_spans)" if count > max_spans
+                 else f"more than {max_bytes:,} bytes (input.otel.max_trace_bytes)")
+        return [beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(
+            source, f"conversation {key} has {count:,} spans, {limit}: too large to evaluate", held, count,
+            "conversation"))]
+    spans = held
+    first = min(spans, key=lambda s: (s["start"], s["span_id"]))
     data = case_record(key, traces)
     raw = json.dumps({k: v for k, v in data.items() if k != "invocations"}, ensure_ascii=False, default=str)
     return [Record(source, data, raw, from_csv=False, origin=first["origin"], line=first["line"], line_count=len(spans))]
@@ -259,6 +276,6 @@ class GroupSpans(beam.PTransform):
             grouped = traces.traces | "GroupByConversation" >> beam.GroupByKey()
         else:
             grouped = traces.traces | "OneTraceACase" >> beam.Map(lambda kv: (kv[0], [kv[1]]))
-        cases = grouped | "Cases" >> beam.FlatMap(case_of, self._max_spans).with_outputs(DEAD_LETTER, main="cases")
+        cases = grouped | "Cases" >> beam.FlatMap(case_of, self._max_spans, self._max_bytes).with_outputs(DEAD_LETTER, main="cases")
         dead = (spans[DEAD_LETTER], traces[DEAD_LETTER], cases[DEAD_LETTER]) | "OtelDeadLetters" >> beam.Flatten()
         return cases.cases, dead, spans[LINES]

@@ -202,6 +202,41 @@ def test_a_large_trace_whose_first_spans_name_no_conversation_still_marks_its_co
     assert "too large to evaluate" in dead.reason and dead.line_count == len(two[1])
 
 
+class _Trace(list):
+    """A trace's spans that a weak reference can watch (to see it is not held)."""
+
+
+def test_a_conversation_over_the_limits_is_counted_not_held():
+    """A conversation's traces are counted as the runner hands them over: past max_trace_spans or
+    max_trace_bytes, none is held, and the conversation is dead-lettered with all its spans counted."""
+    import weakref
+
+    from evalbeam.metrics.rows.otel import span_size
+    from evalbeam.transforms.read_otel import case_of
+
+    traces = list(_weather_traces().values())
+    one = max(traces, key=len)
+    copies = 30
+    total = len(one) * copies
+    trace_bytes = sum(span_size(s) for s in one)
+    for limits, what in (((len(one) * 3, 10**9), "max_trace_spans"), ((10**6, trace_bytes * 3), "max_trace_bytes")):
+        watched = []
+
+        def handed_over():
+            for n in range(copies):
+                trace = _Trace(copy.deepcopy(one))
+                watched.append(weakref.ref(trace))
+                yield trace
+                del trace
+                if n >= 5:  # past the limit (3 traces' worth): the traces handed over earlier are let go
+                    assert watched[n - 1]() is None, f"trace {n - 1} is still held"
+
+        [dead] = [d.value for d in case_of(("conv", handed_over()), *limits)]
+        assert what in dead.reason and f"has {total:,} spans" in dead.reason, dead.reason
+        assert dead.line_count == total and dead.field == "conversation"
+        assert len(dead.raw_record.splitlines()) <= 5
+
+
 def _by_tag(items):
     out = {"cases": [], "dead": [], "lines": [], "unparseable": []}
     for tag, item in items:
