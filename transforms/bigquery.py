@@ -92,11 +92,31 @@ def describe_table(table: str, project: str | None, field: str) -> list[str]:
 
 
 def plan_read(input_cfg, billing_project: str | None) -> ReadPlan:
-    """Create the read session (running the query first, for a query input)."""
+    """Create the read session (running the query first, for a query input). A table input that
+    is a logical view (Cloud Trace's `_AllSpans` is one) is read through a query of it, its rows in
+    input.otel's window: the Storage Read API reads tables, not views."""
     if input_cfg.kind == "bigquery_table":
-        return plan_table_read(input_cfg.bigquery_table(), input_cfg.project or billing_project,
-                               row_restriction=span_window(input_cfg))
-    return plan_table_read(_run_query(input_cfg, billing_project), input_cfg.project or billing_project, "bq://query")
+        table, project = input_cfg.bigquery_table(), input_cfg.project or billing_project
+        if table_type(table, project) == "VIEW":
+            window = span_window(input_cfg)
+            sql = f"SELECT * FROM `{table}`" + (f"\nWHERE {window}" if window else "")
+            return plan_table_read(_run_query(sql, input_cfg.query_dataset, billing_project, "input.uri"), project,
+                                   f"bq://{table}")
+        return plan_table_read(table, project, row_restriction=span_window(input_cfg))
+    return plan_table_read(_run_query(input_cfg.query, input_cfg.query_dataset, billing_project),
+                           input_cfg.project or billing_project, "bq://query")
+
+
+def table_type(table: str, project: str | None) -> str:
+    """A table's type as BigQuery names it (TABLE, VIEW, MATERIALIZED_VIEW, EXTERNAL, SNAPSHOT)."""
+    from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
+
+    try:
+        return bigquery_client(project or table.split(".")[0]).get_table(table).table_type or "TABLE"
+    except exceptions.NotFound:
+        raise BigQueryError(f"input.uri: BigQuery table {table} does not exist") from None
+    except exceptions.GoogleAPICallError as e:
+        raise BigQueryError(f"input.uri: cannot read BigQuery table {table}: {_reason(e)}") from None
 
 
 def span_window(input_cfg) -> str:
@@ -132,7 +152,7 @@ def plan_table_read(table: str, billing_project: str | None, label: str | None =
     return ReadPlan(label or f"bq://{table}", types.ReadSession.serialize(session), tuple(s.name for s in session.streams))
 
 
-def _run_query(input_cfg, billing_project: str | None) -> str:
+def _run_query(query: str, query_dataset: str, billing_project: str | None, field: str = "input.query") -> str:
     """Materialise the query as a table of its own that expires after a day, in
     `input.query_dataset` (created in the query's location when missing), and
     return that table. A table made by CREATE TABLE ... AS, rather than the
@@ -141,20 +161,20 @@ def _run_query(input_cfg, billing_project: str | None) -> str:
     from google.cloud import bigquery  # start-up time: Google Cloud clients only where used
 
     client = bigquery_client(billing_project)
-    dry = client.query(input_cfg.query, job_config=bigquery.QueryJobConfig(dry_run=True))
-    dataset = bigquery.Dataset(f"{client.project}.{input_cfg.query_dataset}")
+    dry = client.query(query, job_config=bigquery.QueryJobConfig(dry_run=True))
+    dataset = bigquery.Dataset(f"{client.project}.{query_dataset}")
     dataset.location = dry.location or "US"
     dataset.default_table_expiration_ms = int(STAGING_EXPIRY.total_seconds() * 1000)
     client.create_dataset(dataset, exists_ok=True)
-    table = f"{client.project}.{input_cfg.query_dataset}.query_{uuid.uuid4().hex}"
+    table = f"{client.project}.{query_dataset}.query_{uuid.uuid4().hex}"
     hours = int(STAGING_EXPIRY.total_seconds() // 3600)
     sql = (f"CREATE TABLE `{table}`\n"
            f"OPTIONS (expiration_timestamp = TIMESTAMP_ADD(CURRENT_TIMESTAMP(), INTERVAL {hours} HOUR)) AS\n"
-           f"{input_cfg.query.strip().rstrip(';')}\n")
+           f"{query.strip().rstrip(';')}\n")
     try:
         client.query(sql, location=dataset.location).result()
     except Exception as e:  # noqa: BLE001 - reported with the query's reason
-        raise BigQueryError(f"input.query: the query failed: {_reason(e)}") from None
+        raise BigQueryError(f"{field}: the query failed: {_reason(e)}") from None
     return table
 
 

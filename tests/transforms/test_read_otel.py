@@ -414,10 +414,13 @@ def _row(resource, scope, span, shift_ns: int = 0) -> dict:
                        for e in span.get("events", [])]}
 
 
-def test_a_cloud_trace_span_table_read_for_one_day(cloud, tmp_path):
+@pytest.mark.parametrize("source", ["table", "view"])
+def test_a_cloud_trace_span_table_read_for_one_day(cloud, tmp_path, source):
     """input.uri bq://... of a table with Cloud Trace's span schema (in the BigQuery emulator), read
     through the Storage Read API with input.otel.start/end: only the day's spans, grouped into
-    conversations as the OTLP files are; the rows read are the spans of that day."""
+    conversations as the OTLP files are; the rows read are the spans of that day. A view over it (as
+    Cloud Trace's _AllSpans is a view) is read through a query of it, in the window: the Storage
+    Read API cannot read views (the emulator's can, so the test checks which table was read)."""
     import datetime as dt
 
     from google.cloud import bigquery
@@ -435,12 +438,16 @@ def test_a_cloud_trace_span_table_read_for_one_day(cloud, tmp_path):
     day = 86_400 * 10**9
     # s_none's spans a day earlier: outside the window
     rows = [_row(r, sc, s, -day if conversations[s["spanId"]] == "s_none" else 0) for r, sc, s in spans]
-    table_id = f"{PROJECT}.otel_traces._AllSpans"
+    dataset = f"{PROJECT}.otel_traces_{source}"
+    table_id = f"{dataset}._AllSpans" if source == "table" else f"{dataset}.spans"
     client = bigquery_client(PROJECT)
-    client.create_dataset(f"{PROJECT}.otel_traces", exists_ok=True)
+    client.create_dataset(dataset, exists_ok=True)
     client.create_table(bigquery.Table(table_id, schema=[bigquery.SchemaField.from_api_repr(f) for f in ALL_SPANS_SCHEMA]),
                         exists_ok=True)
     assert client.insert_rows_json(table_id, rows) == []
+    if source == "view":
+        client.query(f"CREATE VIEW `{dataset}._AllSpans` AS SELECT * FROM `{table_id}`").result()
+        table_id = f"{dataset}._AllSpans"
     first = min(int(s["startTimeUnixNano"]) for _, _, s in spans if conversations[s["spanId"]] != "s_none")
     start = dt.datetime.fromtimestamp(first / 1e9, dt.timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
     config = {"name": "otel-bq", "run_id": "otelbq1",
@@ -451,6 +458,15 @@ def test_a_cloud_trace_span_table_read_for_one_day(cloud, tmp_path):
               "output": {"parquet": str(tmp_path / "out")}}
     path = tmp_path / "otel.yaml"
     path.write_text(yaml.safe_dump(config))
+    from google.cloud.bigquery_storage_v1 import types
+
+    from evalbeam.transforms.bigquery import plan_read
+
+    session = types.ReadSession.deserialize(plan_read(load_config(path).input, PROJECT).session)
+    if source == "view":  # the rows of a query of the view, staged as a table
+        assert "/datasets/evalbeam_temp/tables/query_" in session.table, session.table
+    else:
+        assert session.table.endswith("/datasets/otel_traces_table/tables/_AllSpans"), session.table
     run(load_config(path), PipelineOptions([]))
     out = tmp_path / "out" / "otelbq1"
     [runs] = table(out, "runs")
