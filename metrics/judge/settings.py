@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import pydantic
 
-from evalbeam.metrics.names import BQ_TABLE_URI_RE
+from evalbeam.metrics.names import BQ_TABLE_URI_RE, looks_like_a_secret
 
 PROVIDERS = ("gemini", "openai_compatible", "anthropic")
 # each provider's backends (the first is its default) and the variable its API key is read from by default
@@ -169,6 +169,18 @@ class JudgeSettings(pydantic.BaseModel):
                     raise ValueError(f"{field} {value} is above provider {self.provider}'s batch limit of {cap}: "
                                      f"give at most {cap}")
         return self
+
+    @pydantic.field_validator("api_key_env", mode="before")
+    @classmethod
+    def _a_name_not_a_key(cls, value: Any) -> Any:
+        """Refuse a key pasted in place of its variable's name (it would be recorded with the config in the
+        runs table and named in credential errors), without quoting it: the A2A auth's test
+        (metrics.names.looks_like_a_secret)."""
+        if isinstance(value, str) and looks_like_a_secret(value):
+            raise ValueError(f"api_key_env must name the environment variable holding the API key; the value given "
+                             f"(not shown: its {len(value)} characters look like a key, not a variable's name) "
+                             "would be recorded with the config")
+        return value
 
     @pydantic.field_validator("cache", "rubrics_from", mode="before")
     @classmethod
