@@ -35,6 +35,7 @@ from typing import Any, Awaitable, Callable
 
 from evalbeam.metrics.agents.inference import InferenceError, user_turns
 from evalbeam.metrics.names import looks_like_a_secret
+from evalbeam.metrics.judge.providers import retry_after  # seconds, an HTTP date or retry-after-ms
 from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter
 from evalbeam.metrics.rows.trace import turns_from_agent_data
 
@@ -129,17 +130,9 @@ class Calls:
         self.stats.retries += 1
 
 
-def _retry_after(headers: Any) -> float | None:
-    try:
-        value = headers.get("retry-after") if headers is not None else None
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
 def _http_transient(status: int | None, message: str, headers: Any = None) -> Transient | None:
     if status in RETRYABLE_STATUS:
-        return Transient(f"HTTP {status}: {message}"[:500], _retry_after(headers), rate_limited=status == 429)
+        return Transient(f"HTTP {status}: {message}"[:500], retry_after(headers), rate_limited=status == 429)
     return None
 
 
