@@ -848,7 +848,7 @@ class JudgeInstances(beam.PTransform):
     """Instances -> (ScoredInstances with the judge rows, judge_cache rows, usage per metric),
     through the stage's JudgeContext (settings, judge.cache, checkpoints, progress).
 
-    With `stream` (a local run in one process: pipelines.evaluate.stream_judge),
+    With `stream` (a local run in one process: pipelines.local.stream_judge),
     the input is the ScoredInstances of the computation metrics, judged as they
     come by StreamJudgeFn, and the output carries their rows and the judge rows:
     the same answers and rows without a shuffle, which the local runner would
