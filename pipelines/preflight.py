@@ -310,6 +310,12 @@ def _check_judge(config: EvalConfig, options: PipelineOptions | None, credential
         raise ConfigError(str(e)) from None
     if credentials:
         check_judges_credentials(config)
+    if config.template_judge_specs():  # quotas a metric's judge or juror names must leave the others some
+        from evalbeam.transforms.judge import plan_judges, share_quotas
+        from evalbeam.transforms.judge_context import JudgeContext
+
+        context = JudgeContext(config.judge)
+        share_quotas(plan_judges(config.template_judge_specs(), context), context)
     tables = [("cache", "judge_cache", loc) for loc in config.judge.cache]
     if config.rubric_specs():
         tables += [("rubrics_from", "rubrics", loc) for loc in config.judge.rubrics_from]

@@ -30,7 +30,7 @@ class FilePart:
 # A plain JSONL file larger than this is read in parts of about this size, so
 # that its records are parsed and scored on several workers at once and no
 # shuffle of the records is needed to spread them. A local run with several
-# workers reads in smaller parts, an equal share each (pipelines.evaluate.part_bytes).
+# workers reads in smaller parts, an equal share each (pipelines.local.part_bytes).
 # (EVALBEAM_PART_BYTES sets another size, read where the parts are planned.)
 PART_BYTES = 32 * 1024 * 1024
 

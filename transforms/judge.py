@@ -36,6 +36,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.transforms.window import GlobalWindows
 
+from evalbeam.configs.schema import ConfigError
 from evalbeam.metrics.rows.instance import Instance
 from evalbeam.metrics.judge.adk_judges import AdkJudge
 from evalbeam.metrics.judge.agent_views import units_of
@@ -73,7 +74,7 @@ class Juror:
     settings: JudgeSettings
     label: str
     judge: str = ""
-    own_quota: bool = False  # its partial names requests_per_minute or tokens_per_minute: not shared (share_quotas)
+    own_quota: tuple[str, ...] = ()  # the quotas its partial names (requests_per_minute, tokens_per_minute): kept (share_quotas)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,26 +109,50 @@ def plan_judges(specs, context: JudgeContext | None = None) -> list[JudgePlan]:
     return plans
 
 
-def _names_quota(partial: dict) -> bool:
-    return any(partial.get(k) is not None for k in ("requests_per_minute", "tokens_per_minute"))
+QUOTAS = ("requests_per_minute", "tokens_per_minute")
+
+
+def _names_quota(partial: dict) -> tuple[str, ...]:
+    return tuple(k for k in QUOTAS if partial.get(k) is not None)
 
 
 def share_quotas(plans: list[JudgePlan], context: JudgeContext) -> tuple[list[JudgePlan], JudgeContext]:
     """The plans and the stage's context with one provider quota shared: the distinct settings
     this stage calls with (its own, when a metric uses it, and every metric's own judge and
     juror) that draw on one quota (JudgeSettings.quota_key: provider, backend, endpoint, model)
-    split it equally (JudgeSettings.with_quota_share), as they call at once. A metric's judge or
-    juror that names its own requests_per_minute or tokens_per_minute keeps it, and is not counted."""
+    split it, as they call at once. A metric's judge or juror that names its own
+    requests_per_minute (or tokens_per_minute) keeps it, and it is taken out of the quota the
+    others inherit; they split the rest equally. ConfigError when the quotas named on one
+    quota leave the others none."""
     own_used = any(not p.jurors or any(j.judge == "" for j in p.jurors) for p in plans)
-    distinct = {"": (context.settings, False)} if own_used else {}
+    distinct: dict[str, tuple[JudgeSettings, tuple[str, ...], str]] = (
+        {"": (context.settings, (), "judge")} if own_used else {})
     for p in plans:
         for j in p.jurors:
             if j.judge:
-                distinct.setdefault(j.judge, (j.settings, j.own_quota))
-    sharing = collections.Counter(s.quota_key() for s, own in distinct.values() if not own)
+                distinct.setdefault(j.judge, (j.settings, j.own_quota, j.label))
+    share: dict[tuple, float | None] = {}  # (quota key, field) -> each inheriting settings' share
+    for field in QUOTAS:
+        for key in {s.quota_key() for s, _, _ in distinct.values()}:
+            on_key = [(s, own, label) for s, own, label in distinct.values() if s.quota_key() == key]
+            inheriting = [s for s, own, _ in on_key if field not in own]
+            pool = getattr(inheriting[0], field) if inheriting else None
+            if pool is None:  # no settings inherit it (or no such budget): nothing to split
+                continue
+            named = [(label, getattr(s, field)) for s, own, label in on_key if field in own]
+            left = pool - sum(value for _, value in named)
+            if left <= 0:
+                raise ConfigError(
+                    f"judge.{field}: the quotas named by {', '.join(label for label, _ in named)} "
+                    f"({' + '.join(f'{v:g}' for _, v in named)}) leave none of the {pool:g} of model {key[-1]} "
+                    f"({key[0]}) to the {len(inheriting)} other judge settings calling it: lower them, or raise "
+                    f"judge.{field}")
+            share[key, field] = left / len(inheriting)
 
-    def shared(settings: JudgeSettings, own: bool = False) -> JudgeSettings:
-        return settings if own else settings.with_quota_share(1.0 / (sharing.get(settings.quota_key()) or 1))
+    def shared(settings: JudgeSettings, own: tuple[str, ...] = ()) -> JudgeSettings:
+        update = {field: share[settings.quota_key(), field] for field in QUOTAS
+                  if field not in own and (settings.quota_key(), field) in share}
+        return settings.model_copy(update=update) if update else settings
 
     context = dataclasses.replace(context, settings=shared(context.settings))
     plans = [dataclasses.replace(p, jurors=tuple(
@@ -823,7 +848,7 @@ class JudgeInstances(beam.PTransform):
     """Instances -> (ScoredInstances with the judge rows, judge_cache rows, usage per metric),
     through the stage's JudgeContext (settings, judge.cache, checkpoints, progress).
 
-    With `stream` (a local run in one process: pipelines.evaluate.stream_judge),
+    With `stream` (a local run in one process: pipelines.local.stream_judge),
     the input is the ScoredInstances of the computation metrics, judged as they
     come by StreamJudgeFn, and the output carries their rows and the judge rows:
     the same answers and rows without a shuffle, which the local runner would

@@ -224,6 +224,13 @@ class SimulateFn(beam.DoFn):
             yield beam.pvalue.TaggedOutput(ANSWERS, response)
 
 
+def simulator_cache_rows(response: JudgeResponse, run: RunKey, settings: JudgeSettings) -> list[dict]:
+    """A simulator answer's judge_cache row (none for a failed or cached one), labelled with the
+    model of the settings that asked it: UserSimulatorConfig.judge_settings, the judge's model
+    when the judge is not gemini and user_simulator.model names none."""
+    return [cache_row(run, settings.model, response)] if response.error is None and not response.cache_hit else []
+
+
 class Simulate(beam.PTransform):
     """scenario cases -> (instances, judge_cache rows, usage per metric: `user_simulator`)."""
 
@@ -262,8 +269,6 @@ class Simulate(beam.PTransform):
             called | "ProgressJudgeNeeded" >> beam.ParDo(CountFn(context.progress, "judge_needed"))
             called | "ProgressJudgeDone" >> beam.ParDo(CountFn(context.progress, "judge_done"))
             called | "ProgressJudgeReused" >> beam.ParDo(CountFn(context.progress, "judge_reused", weight=_reused))
-        cache_rows = out[ANSWERS] | "CacheRows" >> beam.FlatMap(
-            lambda r, run, model: [cache_row(run, model, r)] if r.error is None and not r.cache_hit else [],
-            self._run, config.model)
+        cache_rows = out[ANSWERS] | "CacheRows" >> beam.FlatMap(simulator_cache_rows, self._run, settings)
         usage = answered | "Usage" >> beam.CombineGlobally(UsageFn())
         return out.instances, cache_rows, usage

@@ -369,7 +369,7 @@ class WriteParquetTable(beam.PTransform):
     """Rows -> Parquet files under <folder>/<table>/; the output is the final
     file names, emitted once every file is written.
 
-    `direct` (local runs, pipelines.evaluate.direct_writes): each bundle writes its
+    `direct` (local runs, pipelines.local.direct_runner): each bundle writes its
     own file as its rows come, with no further stage. Beam's sink instead writes
     each bundle to a temporary file and renames the files of the bundles that
     succeeded in a last step, after a shuffle: what a runner that retries bundles

@@ -34,6 +34,8 @@ import uuid
 from typing import Any, Awaitable, Callable
 
 from evalbeam.metrics.agents.inference import InferenceError, user_turns
+from evalbeam.metrics.names import looks_like_a_secret
+from evalbeam.metrics.judge.providers import retry_after  # seconds, an HTTP date or retry-after-ms
 from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter
 from evalbeam.metrics.rows.trace import turns_from_agent_data
 
@@ -128,17 +130,9 @@ class Calls:
         self.stats.retries += 1
 
 
-def _retry_after(headers: Any) -> float | None:
-    try:
-        value = headers.get("retry-after") if headers is not None else None
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None
-
-
 def _http_transient(status: int | None, message: str, headers: Any = None) -> Transient | None:
     if status in RETRYABLE_STATUS:
-        return Transient(f"HTTP {status}: {message}"[:500], _retry_after(headers), rate_limited=status == 429)
+        return Transient(f"HTTP {status}: {message}"[:500], retry_after(headers), rate_limited=status == 429)
     return None
 
 
@@ -310,14 +304,6 @@ def foreign_endpoint(card: Any, target: str) -> str | None:
                    "to inference.a2a's origin only")
         return f"names {endpoint} as the agent's endpoint, {why}; serve the agent with the URL it is reached at in its card"
     return None
-
-
-def looks_like_a_secret(name: str) -> bool:
-    """A variable 'name' that may be a token pasted in its place: 16 or more characters mixing lower and upper
-    case, or letters and digits (ghp_16C7e42F..., AKIAIOSFODNN7EXAMPLE). Conventional names (AGENT_TOKEN,
-    MY_API_KEY_2, agent_token) are not."""
-    classes = sum(any(test(c) for c in name) for test in (str.islower, str.isupper, str.isdigit))
-    return len(name) >= 16 and classes >= 2
 
 
 def _variable(name: str) -> str:

@@ -5,7 +5,8 @@ messages.batches; OpenAI: OpenAIBatchJudge, a JSONL file uploaded and a batch th
 client's files and batches; each request's custom_id is its key.)
 
     judgments -> jobs of at most batch_max_requests requests and batch_max_bytes
-                 bytes. Gemini API: a job of at most batch_inline_max_bytes is
+                 bytes (held to OpenAI's and Anthropic's own limits:
+                 settings.BATCH_LIMITS). Gemini API: a job of at most batch_inline_max_bytes is
                  sent inline (the API takes 20 MB inline), a larger one as a
                  JSONL file uploaded with the Files API (2 GB). Vertex AI: a
                  batch prediction job reading a JSONL file written to Cloud
@@ -432,6 +433,7 @@ def judge_batch(settings: JudgeSettings, items: Iterable[T], request_of: Callabl
     judgments already sent in a recorded job are not sent again: that job is
     polled (or its results read) instead."""
     judge = batch_judge_for(settings, sleep, staging)
+    max_requests, max_bytes = settings.batch_limits()  # the provider's batch API limits included
     pending: list[_Job] = []
     chunk: list[_Pending] = []
     size = 0
@@ -457,7 +459,7 @@ def judge_batch(settings: JudgeSettings, items: Iterable[T], request_of: Callabl
             resumed.setdefault(earlier[request.key], []).append(p)
             continue
         p.line = judge.line(request)
-        if chunk and (len(chunk) >= settings.batch_max_requests or size + len(p.line) > settings.batch_max_bytes):
+        if chunk and (len(chunk) >= max_requests or size + len(p.line) > max_bytes):
             flush()
         chunk.append(p)
         size += len(p.line)
@@ -481,8 +483,8 @@ def judge_batch(settings: JudgeSettings, items: Iterable[T], request_of: Callabl
             if p.response.attempts >= settings.max_attempts:
                 p.response.error = f"judge failed after {p.response.attempts} attempts; last: {p.last_error}"
                 yield p.item, p.response
-        for start in range(0, len(again), settings.batch_max_requests):
-            submit(again[start:start + settings.batch_max_requests])
+        for start in range(0, len(again), max_requests):
+            submit(again[start:start + max_requests])
 
     while pending:
         job = min(pending, key=lambda j: j.next_poll)

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import pydantic
 
-from evalbeam.metrics.names import BQ_TABLE_URI_RE
+from evalbeam.metrics.names import BQ_TABLE_URI_RE, looks_like_a_secret
 
 PROVIDERS = ("gemini", "openai_compatible", "anthropic")
 # each provider's backends (the first is its default) and the variable its API key is read from by default
@@ -32,6 +32,13 @@ DEFAULT_KEY_ENV = {"gemini": "GOOGLE_API_KEY", "openai_compatible": "OPENAI_API_
                    "anthropic": "ANTHROPIC_API_KEY"}
 # how a judge is reached: given anew (not inherited) when an override names another provider
 CONNECTION = ("model", "backend", "base_url", "project", "location", "api_key_env")
+# each batch API's own limits per job, (requests, bytes): a larger job is refused at submission.
+# OpenAI Batch API: "The file can contain up to 50,000 requests, and can be up to 200 MB in size"
+# (API reference, Create batch, input_file_id: platform.openai.com/docs/api-reference/batch/create).
+# Anthropic Message Batches: "limited to either 100,000 Message requests or 256 MB in size, whichever
+# is reached first" (docs.anthropic.com/en/docs/build-with-claude/batch-processing, Batch limitations).
+# Gemini's are the fields' own bounds (20 MB inline, 2 GB file).
+BATCH_LIMITS = {"openai_compatible": (50_000, 200_000_000), "anthropic": (100_000, 256_000_000)}
 
 
 class JudgeSettings(pydantic.BaseModel):
@@ -99,18 +106,22 @@ class JudgeSettings(pydantic.BaseModel):
         5.0, gt=0, le=30,
         description="judgments are checkpointed this often while judging; a re-run of the same run_id reuses them")
     mode: Literal["online", "batch"] = pydantic.Field(
-        "online", description="online: generateContent calls within the quota; batch: batch jobs at half price, "
-                              "answered within hours (gemini_api: Gemini Batch; vertex_ai: batch prediction "
-                              "jobs through judge.batch_staging)")
+        "online", description="online: one call per judgment within the quota; batch: batch jobs at half price, "
+                              "answered within hours (gemini: Gemini Batch on gemini_api, batch prediction jobs "
+                              "through judge.batch_staging on vertex_ai; openai_compatible: the Batch API; "
+                              "anthropic: Message Batches)")
     batch_max_requests: int = pydantic.Field(
-        10000, ge=1, le=1_000_000, description="batch mode: the most judgments in one batch job")
+        10000, ge=1, le=1_000_000,
+        description="batch mode: the most judgments in one batch job (at most the provider's: 50,000 for "
+                    "openai_compatible, 100,000 for anthropic)")
     batch_inline_max_bytes: int = pydantic.Field(
         10_000_000, ge=0, le=20_000_000,
-        description="batch mode: a job whose requests take at most this many bytes is sent inline; a larger one "
-                    "as a JSONL file uploaded with the Files API (the API takes 20 MB inline)")
+        description="batch mode, gemini_api only: a job whose requests take at most this many bytes is sent inline; "
+                    "a larger one as a JSONL file uploaded with the Files API (the API takes 20 MB inline)")
     batch_max_bytes: int = pydantic.Field(
         1_000_000_000, ge=1000, le=2_000_000_000,
-        description="batch mode: the most bytes of requests in one job's JSONL file (the API takes 2 GB)")
+        description="batch mode: the most bytes of requests in one job (Gemini takes 2 GB; openai_compatible and "
+                    "anthropic jobs are held to their API's 200 MB and 256 MB, the most a value may name for them)")
     batch_poll_seconds: float = pydantic.Field(
         30.0, gt=0, description="batch mode: the first wait between polls of a job's state; it grows 1.5x per poll")
     batch_poll_max_seconds: float = pydantic.Field(300.0, gt=0, description="batch mode: the longest wait between polls")
@@ -150,7 +161,26 @@ class JudgeSettings(pydantic.BaseModel):
         if self.mode == "batch" and self.provider == "anthropic" and self.backend == "vertex_ai":
             raise ValueError("mode batch is not supported for Claude on Vertex AI (provider anthropic, backend "
                              "vertex_ai) yet: use mode online, or backend anthropic_api (Message Batches)")
+        if self.mode == "batch" and self.provider in BATCH_LIMITS:
+            # a value above the provider's limit is refused; the defaults (1 GB, Gemini's) are capped in batch_limits
+            for field, cap in zip(("batch_max_requests", "batch_max_bytes"), BATCH_LIMITS[self.provider]):
+                value = getattr(self, field)
+                if value > cap and value != type(self).model_fields[field].default:
+                    raise ValueError(f"{field} {value} is above provider {self.provider}'s batch limit of {cap}: "
+                                     f"give at most {cap}")
         return self
+
+    @pydantic.field_validator("api_key_env", mode="before")
+    @classmethod
+    def _a_name_not_a_key(cls, value: Any) -> Any:
+        """Refuse a key pasted in place of its variable's name (it would be recorded with the config in the
+        runs table and named in credential errors), without quoting it: the A2A auth's test
+        (metrics.names.looks_like_a_secret)."""
+        if isinstance(value, str) and looks_like_a_secret(value):
+            raise ValueError(f"api_key_env must name the environment variable holding the API key; the value given "
+                             f"(not shown: its {len(value)} characters look like a key, not a variable's name) "
+                             "would be recorded with the config")
+        return value
 
     @pydantic.field_validator("cache", "rubrics_from", mode="before")
     @classmethod
@@ -164,6 +194,13 @@ class JudgeSettings(pydantic.BaseModel):
             if location.startswith("bq://") and not re.fullmatch(BQ_TABLE_URI_RE, location):
                 raise ValueError(f"{location!r} is not a valid bq://project.dataset.table")
         return locations
+
+    def batch_limits(self) -> tuple[int, int]:
+        """The most requests and bytes of one batch job: batch_max_requests and batch_max_bytes
+        held to the provider's batch API limits (BATCH_LIMITS), so that a large run is split into
+        more jobs rather than refused at submission."""
+        requests, size = BATCH_LIMITS.get(self.provider, (self.batch_max_requests, self.batch_max_bytes))
+        return min(requests, self.batch_max_requests), min(size, self.batch_max_bytes)
 
     @property
     def batch_timeout_seconds(self) -> float:

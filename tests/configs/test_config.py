@@ -243,3 +243,25 @@ def test_importing_the_config_model_loads_no_beam_transform_or_metric():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded, metrics_after_lookup = json.loads(result.stdout)
     assert loaded == [] and metrics_after_lookup
+
+
+@pytest.mark.parametrize("where", ["judge", "metric", "juror"])
+def test_an_api_key_pasted_as_api_key_env_is_refused_without_quoting_it(where):
+    """A key made of letters, digits and underscores passes as a variable's name; it would be recorded with the
+    config (runs table) and named in credential errors. Refused, as the A2A auth's variable names are guarded."""
+    from evalbeam.configs.schema import format_errors
+
+    key = "sk_live_4eC39HqLyjWDarjtT1zdp7dc"
+    own = {"provider": "openai_compatible", "model": "gpt", "api_key_env": key}
+    metric = {"judge": {"name": "evalbeam_fluency"}, "metric": {"name": "evalbeam_fluency", "judge": own},
+              "juror": {"name": "evalbeam_fluency", "judges": [{"model": "a"}, {**own, "name": "b"}]}}[where]
+    data = {"name": "j", "input": {"uri": "x.jsonl"}, "output": {"parquet": "o"}, "metrics": [metric],
+            "judge": {"api_key_env": key} if where == "judge" else {}}
+    with pytest.raises(pydantic.ValidationError) as e:
+        EvalConfig.model_validate(data)
+    shown = format_errors(e.value)
+    assert "api_key_env must name the environment variable holding the API key" in shown
+    assert "32 characters look like a key" in shown and key not in shown
+    # conventional names, the defaults and long upper-case ones, are taken
+    for name in ("OPENAI_API_KEY", "MIXED_ANTHROPIC_KEY", "EVALBEAM_TEST_PROVIDER_KEY", "my_judge_key"):
+        EvalConfig.model_validate({**data, "metrics": ["evalbeam_fluency"], "judge": {"api_key_env": name}})

@@ -435,6 +435,15 @@ def test_calls_retry_only_transient_failures_and_honour_retry_after():
     result, sent, _, _ = run(["hang", "answer"], timeout=0.05)
     assert result == "answer" and len(sent) == 2
     assert isinstance(Transient("x"), Exception)
+    # Retry-After as an HTTP date, or OpenAI-style retry-after-ms: the judge layer's one parser
+    # (metrics.judge.providers.retry_after)
+    import email.utils
+    import time
+
+    later = email.utils.formatdate(time.time() + 30, usegmt=True)
+    assert 20 < _http_transient(429, "slow down", {"retry-after": later}).retry_after <= 30
+    assert _http_transient(429, "slow down", {"retry-after-ms": "1500"}).retry_after == 1.5
+    assert _http_transient(503, "down", {"retry-after": "soon"}).retry_after is None
 
 
 def test_inference_config_for_deployed_agents():

@@ -390,13 +390,41 @@ def test_settings_calling_one_model_share_its_quota_unless_they_name_their_own()
     plans, shared = share_quotas(plan_judges(config.template_judge_specs(), context), context)
     got = {j.label: (j.settings.requests_per_minute, j.settings.tokens_per_minute) for p in plans for j in p.jurors}
     assert shared.settings.requests_per_minute == 150 and shared.settings.tokens_per_minute == 22500
-    assert got == {"evalbeam_fluency": (150, 22500), "jury:cold": (150, 22500), "jury:warm": (150, 22500),
-                   "jury:own": (25, 45000), "jury:flash": (300, 45000), "jury:claude": (300, 45000)}
+    # "own" names its requests_per_minute (the stage's half of 50): taken out of the 300 cold and warm
+    # split; it names no tokens_per_minute, so it splits that one with them
+    assert got == {"evalbeam_fluency": (150, 22500), "jury:cold": (137.5, 15000), "jury:warm": (137.5, 15000),
+                   "jury:own": (25, 15000), "jury:flash": (300, 45000), "jury:claude": (300, 45000)}
     # no metric on the run's judge: its share is not held back from the others
     alone = config_of([{"name": "evalbeam_fluency", "judge": {"temperature": 0.5}}], requests_per_minute=600)
     plans, shared = share_quotas(plan_judges(alone.template_judge_specs(), JudgeContext(alone.judge)),
                                  JudgeContext(alone.judge))
     assert plans[0].jurors[0].settings.requests_per_minute == 600
+
+
+def test_quotas_named_on_a_shared_quota_are_taken_out_of_it_and_may_not_exhaust_it():
+    from evalbeam.configs.schema import ConfigError
+    from evalbeam.transforms.judge import plan_judges, share_quotas
+
+    def shared(jurors, **judge):
+        config = config_of([{"name": "evalbeam_fluency", "as": "jury", "judges": jurors}], **judge)
+        context = JudgeContext(config.judge)
+        plans, _ = share_quotas(plan_judges(config.template_judge_specs(), context), context)
+        return {j.label: (j.settings.requests_per_minute, j.settings.tokens_per_minute) for j in plans[0].jurors}
+
+    got = shared([{"model": PRO, "name": "a", "requests_per_minute": 100, "tokens_per_minute": 1000},
+                  {"model": PRO, "name": "b", "temperature": 0.5}, {"model": PRO, "name": "c", "temperature": 1}],
+                 requests_per_minute=600, tokens_per_minute=9000)
+    assert got == {"jury:a": (100, 1000), "jury:b": (250, 4000), "jury:c": (250, 4000)}
+    assert sum(rpm for rpm, _ in got.values()) == 600 and sum(tpm for _, tpm in got.values()) == 9000
+    with pytest.raises(ConfigError, match=r"requests_per_minute: the quotas named by jury:a, jury:b \(400 \+ 200\) "
+                                          r"leave none of the 600 of model .*pro"):
+        shared([{"model": PRO, "name": "a", "requests_per_minute": 400},
+                {"model": PRO, "name": "b", "temperature": 0.5, "requests_per_minute": 200},
+                {"model": PRO, "name": "c", "temperature": 1}], requests_per_minute=600)
+    # all naming their own: no inherited quota to take them from, each keeps its own
+    assert shared([{"model": PRO, "name": "a", "requests_per_minute": 400},
+                   {"model": PRO, "name": "b", "temperature": 0.5, "requests_per_minute": 400}],
+                  requests_per_minute=600) == {"jury:a": (400, None), "jury:b": (400, None)}
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["shards", "stream"])

@@ -6,6 +6,7 @@ server (tests/judge_server.py) through the judge layer. The simulator is google-
 from __future__ import annotations
 
 import collections
+import datetime as dt
 import json
 import re
 
@@ -472,3 +473,26 @@ def test_a_scenario_run_without_the_agent_extra_stops_before_it_starts(tmp_path,
     config = write_config(tmp_path, fixed, agent, ["tool_call_count_v1"], run_id="fixed")
     result = evalbeam("validate", config, check=False, command=main)
     assert result.returncode == 0 and result.stdout.startswith("config ok"), result.stdout + result.stderr
+
+
+def test_simulator_cache_rows_name_the_model_the_simulator_called():
+    """With a judge of another provider, the simulator calls the judge's model
+    (UserSimulatorConfig.judge_settings): its judge_cache rows say so, not user_simulator.model's default."""
+    from evalbeam.configs.schema import UserSimulatorConfig
+    from evalbeam.metrics.judge.client import JudgeResponse
+    from evalbeam.metrics.judge.settings import JudgeSettings
+    from evalbeam.transforms.schema import RunKey
+    from evalbeam.transforms.simulator import simulator_cache_rows
+
+    run = RunKey("run-1", dt.date(2026, 1, 2))
+    answer = JudgeResponse(key="k", metric="user_simulator", verdict="hello", prompt_tokens=3, output_tokens=1)
+    judge = JudgeSettings(provider="openai_compatible", model="gpt-judge")
+    config = UserSimulatorConfig()
+    assert config.model == "gemini-2.5-flash"  # the default, not called with this judge
+    [row] = simulator_cache_rows(answer, run, config.judge_settings(judge))
+    assert (row["model"], row["request_key"], row["verdict"]) == ("gpt-judge", "k", "hello")
+    named = UserSimulatorConfig(model="gpt-sim").judge_settings(judge)
+    assert simulator_cache_rows(answer, run, named)[0]["model"] == "gpt-sim"
+    assert simulator_cache_rows(answer, run, JudgeSettings())[0]["model"] == "gemini-2.5-flash"
+    failed = JudgeResponse(key="k", metric="user_simulator", error="judge failed")
+    assert simulator_cache_rows(failed, run, named) == []

@@ -359,3 +359,35 @@ def test_batch_mode_through_each_providers_batch_api(key, provider):
                                  "last: HTTP 503")
     assert server.protocols == {protocol: 1} and server.stats.requests == 1 + 2  # online: the retries only
     assert server.credentials == {SECRET}
+
+
+def test_batch_jobs_are_held_to_each_providers_batch_limits(key, monkeypatch):
+    """OpenAI's Batch API takes 50,000 requests / 200 MB per job and Anthropic's Message Batches
+    100,000 / 256 MB: the defaults (Gemini's 1 GB) are capped so that a large run is split into
+    more jobs; a value above the provider's limit is a config error naming it."""
+    from evalbeam.metrics.judge import settings as settings_module
+    from evalbeam.metrics.judge.batch import judge_batch
+
+    openai = JudgeSettings(provider="openai_compatible", model="gpt", mode="batch")
+    anthropic = JudgeSettings(provider="anthropic", model="claude", mode="batch")
+    gemini = JudgeSettings(mode="batch")
+    assert openai.batch_limits() == (10000, 200_000_000)
+    assert anthropic.batch_limits() == (10000, 256_000_000)
+    assert gemini.batch_limits() == (10000, 1_000_000_000)
+    assert JudgeSettings(provider="anthropic", model="c", mode="batch", batch_max_requests=100_000).batch_limits() \
+        == (100_000, 256_000_000)
+    for provider, field, value, cap in (("openai_compatible", "batch_max_requests", 50_001, "50000"),
+                                        ("openai_compatible", "batch_max_bytes", 300_000_000, "200000000"),
+                                        ("anthropic", "batch_max_bytes", 257_000_000, "256000000")):
+        with pytest.raises(pydantic.ValidationError, match=f"{field} {value} is above provider {provider}'s "
+                                                           f"batch limit of {cap}"):
+            JudgeSettings(provider=provider, model="m", mode="batch", **{field: value})
+    # the limit splits a run into more jobs, though batch_max_requests allows more
+    monkeypatch.setitem(settings_module.BATCH_LIMITS, "anthropic", (3, 256_000_000))
+    prompts = [f"q{i} #score={i % 5 + 1}" for i in range(7)]
+    with ProviderServer(Behaviour(batch_seconds=0.05)) as server:
+        settings = settings_for("anthropic", server, mode="batch", batch_poll_seconds=0.05)
+        requests = requests_for(prompts, settings)
+        got = {r.key: r for _, r in judge_batch(settings, requests, lambda r: r, sleep=time.sleep)}
+    assert {r.key for r in requests} == set(got) and all(r.error is None for r in got.values())
+    assert [j["requests"] for j in server.stats.batch_jobs] == [3, 3, 1]
