@@ -12,8 +12,11 @@ BQ_DATASET_RE = rf"^(?P<project>{PROJECT_RE})\.(?P<dataset>{DATASET_RE})$"
 
 
 def looks_like_a_secret(name: str) -> bool:
-    """A variable 'name' that may be a token pasted in its place: 16 or more characters mixing lower and upper
-    case, or letters and digits (ghp_16C7e42F..., AKIAIOSFODNN7EXAMPLE). Conventional names (AGENT_TOKEN,
-    MY_API_KEY_2, agent_token) are not."""
-    classes = sum(any(test(c) for c in name) for test in (str.islower, str.isupper, str.isdigit))
-    return len(name) >= 16 and classes >= 2
+    """A variable 'name' that may be a token pasted in its place: a run of 12 or more characters between
+    underscores mixing lower and upper case, or letters and digits (ghp_16C7e42F..., AKIAIOSFODNN7EXAMPLE).
+    Conventional names, words between underscores (AGENT_TOKEN, OPENAI_API_KEY_PROD2, GOOGLE_API_KEY_2026,
+    agent_token), are not."""
+    def mixed(part: str) -> bool:
+        return sum(any(test(c) for c in part) for test in (str.islower, str.isupper, str.isdigit)) >= 2
+
+    return any(len(part) >= 12 and mixed(part) for part in name.split("_"))

@@ -263,5 +263,6 @@ def test_an_api_key_pasted_as_api_key_env_is_refused_without_quoting_it(where):
     assert "api_key_env must name the environment variable holding the API key" in shown
     assert "32 characters look like a key" in shown and key not in shown
     # conventional names, the defaults and long upper-case ones, are taken
-    for name in ("OPENAI_API_KEY", "MIXED_ANTHROPIC_KEY", "EVALBEAM_TEST_PROVIDER_KEY", "my_judge_key"):
+    for name in ("OPENAI_API_KEY", "MIXED_ANTHROPIC_KEY", "EVALBEAM_TEST_PROVIDER_KEY", "my_judge_key",
+                 "OPENAI_API_KEY_PROD2", "GOOGLE_API_KEY_2026", "JudgeKey_2"):  # words between underscores
         EvalConfig.model_validate({**data, "metrics": ["evalbeam_fluency"], "judge": {"api_key_env": name}})
