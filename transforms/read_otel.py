@@ -61,7 +61,14 @@ class _Prefixed:
 def parse_otlp(path: str, stream, encoding: str = UTF8) -> Iterator[Record | DeadLetter | SourceLines]:
     """One OTLP JSON ExportTraceServiceRequest per line; or a file whose first line opens a
     JSON object it does not close (one pretty-printed request): read whole."""
-    head = stream.read(CHUNK)
+    try:
+        head = stream.read(CHUNK)
+    except Exception as e:  # noqa: BLE001 - a corrupt or truncated stream (a .gz cut short) at its start
+        # as parse_jsonl says of the rest of a file it cannot read on: a dead letter holding no line
+        yield DeadLetter(f"{path}:1", f"the file cannot be read from its start ({type(e).__name__}: {e})", "",
+                         origin=path, line=1, line_count=0)
+        yield SourceLines(path, 0, 0)
+        return
     lead = head.lstrip(b"\xef\xbb\xbf \t\r\n")
     first = lead.split(b"\n", 1)[0].strip()
     # a first line longer than the head read is a long request line: JSON Lines

@@ -376,6 +376,24 @@ def test_a_request_line_longer_than_the_first_read_is_json_lines(tmp_path):
     assert len(records) == 2 and records[1].line == 2
 
 
+def test_a_gzipped_file_cut_short_at_its_start_is_a_dead_letter_not_a_crash(tmp_path):
+    """A .gz cut before its first decompressed bytes came out: the first read raised (EOFError) and took
+    preflight, or the job, down with a traceback. Now the file is one dead letter holding no span, and the
+    next file is read as before."""
+    from evalbeam.transforms.read import parse_file
+    from evalbeam.transforms.records import DeadLetter, Record, SourceLines
+
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gzip.compress((DATA / "adk_weather.jsonl").read_bytes())[:200])
+    got = list(parse_file(str(cut), "otel_traces"))
+    assert [type(g) for g in got] == [DeadLetter, SourceLines]
+    assert "cannot be read from its start (EOFError" in got[0].reason and got[0].line_count == 0
+    assert (got[1].lines, got[1].skipped) == (0, 0)  # no span read, none dead-lettered: counts reconcile
+    whole = tmp_path / "whole.jsonl.gz"
+    whole.write_bytes(gzip.compress((DATA / "adk_weather.jsonl").read_bytes()))
+    assert any(isinstance(r, Record) for r in parse_file(str(whole), "otel_traces"))
+
+
 # Cloud Trace's span storage schema, as its "Storage schema for trace data" page names the fields
 # (the _AllSpans view of a linked dataset); the types past `name` are OTLP's, not verified on a live view
 ALL_SPANS_SCHEMA = [
