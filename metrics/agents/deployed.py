@@ -33,7 +33,7 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable
 
-from evalbeam.metrics.agents.inference import InferenceError, user_turns
+from evalbeam.metrics.agents.inference import InferenceError, describe, user_turns
 from evalbeam.metrics.names import looks_like_a_secret
 from evalbeam.metrics.judge.providers import retry_after  # seconds, an HTTP date or retry-after-ms
 from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter
@@ -826,11 +826,8 @@ class AgentEngineInferrer:
     async def infer(self, fields: dict[str, Any]) -> Any:
         try:
             return await self._infer(fields)
-        except InferenceError as e:
-            raise InferenceError(self.scrub(str(e))) from None
-        except Exception as e:  # noqa: BLE001 - not transient: the case's error, without the token
-            text = str(e).splitlines()[0][:500] if str(e) else ""
-            raise InferenceError(self.scrub(f"{type(e).__name__}: {text}" if text else type(e).__name__)) from None
+        except Exception as e:  # noqa: BLE001 - not transient: the case's error (describe), without the token
+            raise InferenceError(self.scrub(describe(e))) from None
 
     async def _infer(self, fields: dict[str, Any]) -> Any:
         conversation = await self._conversation(fields)
@@ -840,11 +837,8 @@ class AgentEngineInferrer:
         """The case's session, created with its session_input (user_id, state): for the user simulator."""
         try:
             return await self._conversation(fields)
-        except InferenceError as e:
-            raise InferenceError(self.scrub(str(e))) from None
-        except Exception as e:  # noqa: BLE001 - not transient: the case's error, without the token
-            text = str(e).splitlines()[0][:500] if str(e) else ""
-            raise InferenceError(self.scrub(f"{type(e).__name__}: {text}" if text else type(e).__name__)) from None
+        except Exception as e:  # noqa: BLE001 - not transient: the case's error (describe), without the token
+            raise InferenceError(self.scrub(describe(e))) from None
 
     async def _conversation(self, fields: dict[str, Any]) -> "EngineConversation":
         case = fields.get("adk_case")

@@ -95,6 +95,15 @@ class _Job:
     delay: float
 
 
+def _submitted(name: str, items: list["_Pending"], settings: JudgeSettings) -> "_Job":
+    """The job just created for `items` (each one attempt more), first polled a poll interval from now:
+    what every provider's submit returns."""
+    for p in items:
+        p.response.attempts += 1
+    now = time.monotonic()
+    return _Job(name, items, now, now + settings.batch_poll_seconds, settings.batch_poll_seconds)
+
+
 class Staging(Protocol):
     """Cloud Storage for Vertex AI batch prediction's input and output files
     (transforms.judge_checkpoint.GcsStaging); `prefix` is a gs:// folder."""
@@ -176,10 +185,7 @@ class BatchJudge:
             config = self._types.CreateBatchJobConfig(display_name=display)
         job = self._client.batches.create(model=self.settings.model, src=src, config=config)
         self.jobs_created += 1
-        for p in items:
-            p.response.attempts += 1
-        now = time.monotonic()
-        return _Job(job.name, items, now, now + self.settings.batch_poll_seconds, self.settings.batch_poll_seconds)
+        return _submitted(job.name, items, self.settings)
 
     def poll(self, job: _Job) -> tuple[str, Any]:
         got = self._client.batches.get(name=job.name)
@@ -283,10 +289,7 @@ class AnthropicBatchJudge:
         batch = self._client.messages.batches.create(requests=[
             {"custom_id": p.request.key, "params": anthropic_params(self.settings, p.request)} for p in items])
         self.jobs_created += 1
-        for p in items:
-            p.response.attempts += 1
-        now = time.monotonic()
-        return _Job(batch.id, items, now, now + self.settings.batch_poll_seconds, self.settings.batch_poll_seconds)
+        return _submitted(batch.id, items, self.settings)
 
     def poll(self, job: _Job) -> tuple[str, Any]:
         got = self._client.messages.batches.retrieve(job.name)
@@ -354,10 +357,7 @@ class OpenAIBatchJudge:
         batch = self._client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
                                             completion_window="24h")
         self.jobs_created += 1
-        for p in items:
-            p.response.attempts += 1
-        now = time.monotonic()
-        return _Job(batch.id, items, now, now + self.settings.batch_poll_seconds, self.settings.batch_poll_seconds)
+        return _submitted(batch.id, items, self.settings)
 
     def poll(self, job: _Job) -> tuple[str, Any]:
         got = self._client.batches.retrieve(job.name)
