@@ -345,6 +345,7 @@ def test_rubrics_app_details_and_grounding_are_kept_for_judges(tmp_path):
     assert parse_turns(json.loads(json.dumps([turn]))) == [turn]
 
 
+@pytest.mark.slow
 def test_the_adk_demo_runs(tmp_path):
     from tests.helpers import evalbeam, table
 
@@ -356,6 +357,7 @@ def test_the_adk_demo_runs(tmp_path):
                         "forecast_with_location": "PASSED"}
 
 
+@pytest.mark.slow
 def test_vertex_flat_jsonl_with_agent_data(tmp_path):
     """A JSONL table in Vertex AI's flat format: agent_data rows are agent cases, with ADK criteria and
     trajectory metrics; a row whose agent_data is unusable is dead-lettered naming the field."""

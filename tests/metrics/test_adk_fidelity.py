@@ -32,6 +32,8 @@ from evalbeam.transforms.records import Record
 from evalbeam.transforms.schema import RunKey
 from evalbeam.transforms.score import plan_metrics, score_instance
 
+pytestmark = pytest.mark.adk
+
 ADK_PYTHON = ROOT / ".adk" / "bin" / "python"
 RUN = RunKey("fidelity", dt.date(2026, 11, 23))
 

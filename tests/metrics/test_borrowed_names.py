@@ -134,6 +134,7 @@ def test_no_registered_name_is_vertexs_but_those_proven():
     assert _borrowed(names) == []
 
 
+@pytest.mark.adk
 def test_no_registered_name_is_agentplatforms_or_adks_but_those_proven(adk_names):
     vertex, adk = set(adk_names["vertex"]), set(adk_names["adk"])
     assert {"general_quality_v1", "multi_turn_task_success", "coherence"} <= vertex

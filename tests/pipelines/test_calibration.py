@@ -67,6 +67,7 @@ def expected(results, instances, metric, threshold, labels):
     return moments.statistics(threshold)
 
 
+@pytest.mark.slow
 def test_the_calibration_table_holds_each_labelled_metric_per_slice(labelled_run):
     out, printed = labelled_run
     calibration = {(r["metric"], r["slice"]): r for r in table(out / "cal1", "calibration")}
@@ -139,6 +140,7 @@ def test_labels_must_name_a_metric_of_the_config():
         EvalConfig.model_validate({**base, "input": {"uri": "d.jsonl", "labels": {"exact_match": ["a", "a"]}}})
 
 
+@pytest.mark.slow
 def test_compare_says_which_runs_judge_agrees_more_with_the_people(tmp_path, monkeypatch):
     """Two runs of one eval over the same labelled cases, the second's judge close to the labels:
     `evalbeam compare` gives each run's weighted kappa (equal to its own calibration table's, every
@@ -185,6 +187,7 @@ def test_compare_says_which_runs_judge_agrees_more_with_the_people(tmp_path, mon
     assert cells[5] == f"{row['agreement_difference']:.3f}"
 
 
+@pytest.mark.slow
 def test_the_report_shows_agreement_and_a_confusion_heat_map_per_metric(labelled_run, tmp_path):
     import lxml.html
 
@@ -216,6 +219,7 @@ def test_the_report_shows_agreement_and_a_confusion_heat_map_per_metric(labelled
         assert not figure.xpath(".//*[local-name()='image']")
 
 
+@pytest.mark.emulators
 def test_calibration_and_agreement_comparison_in_bigquery(cloud, tmp_path):
     """The calibration table loaded into BigQuery (the emulator) from the one schema, equal to the
     Parquet the same run wrote; `show --json` reads it back from there; compare_with in a
@@ -297,6 +301,7 @@ def test_a_labelled_metric_compared_with_no_label_is_a_run_problem():
     assert run_problems({"runs": [run], "summary": summary, "calibration": failed}) == []
 
 
+@pytest.mark.slow
 def test_corrected_estimates_through_run_show_and_plan(tmp_path, monkeypatch):
     """Labels on a random half of a run whose judge is a point too kind: the calibration table's
     corrected estimate equals ppi-python's over the scores and labels the run wrote; show prints it

@@ -66,6 +66,7 @@ def dataset(tmp_path):
     return config, data, tmp_path / "out" / "r1"
 
 
+@pytest.mark.slow
 def test_run_writes_every_table_and_counts_reconcile(dataset):
     config, data, run_dir = dataset
     result = evalbeam("run", config)
@@ -131,6 +132,7 @@ def test_run_writes_every_table_and_counts_reconcile(dataset):
             assert s["mean"] == pytest.approx(sum(scores) / len(scores)), metric
 
 
+@pytest.mark.slow
 def test_rerunning_a_run_id_replaces_its_output(dataset):
     config, data, run_dir = dataset
     evalbeam("run", config)
@@ -160,6 +162,7 @@ def evalbeam_pid(*args, env=None):
     return proc.pid
 
 
+@pytest.mark.slow
 def test_beam_flags_pass_through_and_results_do_not_depend_on_the_runner_mode(dataset, tmp_path):
     config, _, run_dir = dataset
     # the e2e config plus a metric that records which process scored each instance
@@ -209,6 +212,7 @@ def test_validate_reports_metrics_whose_inputs_no_column_provides(tmp_path):
     assert run.returncode == 2 and not (tmp_path / "out").exists()  # nothing ran
 
 
+@pytest.mark.slow
 def test_validate_ok_and_missing_input_files(dataset, tmp_path):
     config, _, _ = dataset
     ok = evalbeam("validate", config)
@@ -232,6 +236,7 @@ def test_empty_dataset_is_an_empty_run(tmp_path):
     assert table(tmp_path / "out" / "r1", "summary") == []
 
 
+@pytest.mark.slow
 def test_csv_demo_config_runs(tmp_path):
     result = evalbeam("run", "configs/demo_qa.yaml", "--set", f"output.parquet={tmp_path}", "--set", "run_id=qa")
     assert "read 8 = scored 8 + dead-lettered 0" in result.stdout
@@ -273,6 +278,7 @@ def test_the_command_ends_after_its_exit_handlers_and_whole_output(dataset, tmp_
     assert listed.returncode == 0 and listed.stdout == _metrics_table() + "\n"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full, a device whose writes fail")
 @pytest.mark.parametrize("buffered", [True, False])
 @pytest.mark.parametrize("command", [["validate", "configs/demo.yaml"], ["metrics"]])
@@ -355,6 +361,7 @@ def slow_run(tmp_path, metric: str, flags: list[str], processes: int):
         raise
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [1, 2])
 def test_ctrl_c_ends_a_run_in_one_line_with_status_130(tmp_path, workers):
     """Ctrl-C (SIGINT to the command's process group, as a terminal sends it)
@@ -372,6 +379,7 @@ def test_ctrl_c_ends_a_run_in_one_line_with_status_130(tmp_path, workers):
     assert not (tmp_path / "out" / "slow" / "runs").exists()
 
 
+@pytest.mark.slow
 def test_a_second_ctrl_c_ends_the_command_at_once(tmp_path):
     """A first Ctrl-C that code in the run swallows (a metric here; Beam at some
     moments of starting its workers): the run goes on, and a second one ends the
@@ -418,6 +426,7 @@ def test_version_is_the_installed_distributions():
     assert importlib.metadata.version("evalbeam") in (ROOT / "setup.py").read_text()  # setup.py's, as pip recorded it
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flags,message", [
     (["--num_workers=-3"], "argument --num_workers: must be at least 1, got -3"),
     (["--num_workers=0"], "argument --num_workers: must be at least 1, got 0"),
@@ -440,6 +449,7 @@ def test_beams_numeric_flags_out_of_range_are_usage_errors(tmp_path, flags, mess
         assert result.stderr.splitlines()[-1] == f"evalbeam: error: {message}"
 
 
+@pytest.mark.slow
 def test_runs_with_a_config_lists_that_configs_eval_only(dataset, tmp_path):
     config, data, _ = dataset
     other = tmp_path / "other.yaml"
@@ -483,6 +493,7 @@ def test_commands_that_run_no_pipeline_do_not_import_beam(tmp_path):
     assert result.returncode == 0 and "apache_beam" in modules
 
 
+@pytest.mark.slow
 def test_show_and_runs_read_a_run_without_beam(dataset):
     config, _, run_dir = dataset
     evalbeam("run", config, "--direct_num_workers=1", check=False)  # exits 1: the dataset has bad rows
@@ -492,6 +503,7 @@ def test_show_and_runs_read_a_run_without_beam(dataset):
         assert result.returncode == 0 and "r1" in result.stdout, result.stderr
         assert "apache_beam" not in modules, args
 
+@pytest.mark.slow
 def test_a_latin1_csv_is_read_with_input_encoding(tmp_path):
     data = tmp_path / "latin.csv"
     data.write_bytes("id,response,reference\n1,café,café\n2,naïve,naive\n".encode("latin-1"))
@@ -509,6 +521,7 @@ def test_a_latin1_csv_is_read_with_input_encoding(tmp_path):
     assert "input.encoding: unknown encoding 'klingon': give a codec Python knows" in unknown.stderr
 
 
+@pytest.mark.slow
 def test_a_configs_relative_paths_are_found_from_any_current_folder(tmp_path):
     """The command runs in the repository (tests.helpers); the config, its data and its output
     are in a folder of their own, named relatively in the config."""
@@ -528,6 +541,7 @@ def test_a_configs_relative_paths_are_found_from_any_current_folder(tmp_path):
                               f"file: a relative path there is relative to the config file's folder, '{evals}')\n")
 
 
+@pytest.mark.slow
 def test_make_demo_judge_runs_a_judge_config_against_the_stand_in_and_says_its_scores_mean_nothing(tmp_path):
     """`make demo-judge`: the stand-in started, configs/demo_judge.yaml run against it with no key of the
     user's, the stand-in stopped; the output says twice (first and last) that the scores mean nothing."""

@@ -19,6 +19,7 @@ KEYS = {"GOOGLE_API_KEY": "g-key-mixed-0123456789abcdef", "MIXED_OPENAI_KEY": "s
 PRICES = {FLASH: (0.3, 2.5), PRO: (1.25, 10.0), GPT: (2.0, 8.0), CLAUDE: (3.0, 15.0)}
 
 
+@pytest.mark.slow
 def test_metrics_judged_by_three_providers_in_one_run(tmp_path):
     # every row says what each model answers (#score@MODEL=N); each stand-in answers for its own models
     scores = {"a": {FLASH: 2, GPT: 4, PRO: 5, CLAUDE: 3}, "b": {FLASH: 3, GPT: 1, PRO: 2, CLAUDE: 2},
@@ -116,6 +117,7 @@ def test_only_the_judges_a_run_calls_need_credentials(tmp_path, monkeypatch):
         preflight(config(gpt, jury, "fluency"))  # a metric on the run's judge: its key is asked for
 
 
+@pytest.mark.slow
 def test_batch_mode_sends_each_providers_judgments_to_its_own_batch_api(tmp_path, monkeypatch):
     """judge.mode batch with metrics on three providers: each settings' judgments in its own batch
     jobs at its own server (Gemini Batch, OpenAI's Batch API, Anthropic's Message Batches)."""

@@ -81,6 +81,7 @@ def load_dags(airflow, out):
     return json.loads(out.read_text())
 
 
+@pytest.mark.airflow
 def test_the_dag_loads_in_airflow_with_no_import_errors(airflow, tmp_path):
     loaded = load_dags(airflow, tmp_path / "bag.json")
     assert loaded["import_errors"] == {} and loaded["warnings"] == {}  # deprecations included
@@ -104,6 +105,7 @@ def rendered_fields(stdout: str) -> dict[str, str]:
     return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
 
 
+@pytest.mark.airflow
 def test_the_launch_task_renders_the_flex_template_request_for_its_logical_date(airflow):
     fields = rendered_fields(airflow("tasks", "render", "evalbeam_nightly", "evaluate", "2026-11-21").stdout)
     assert (fields["project_id"], fields["location"]) == ("my-project", "europe-west1")
@@ -128,6 +130,8 @@ def night(airflow, date: str) -> tuple[str, str]:
     return state.group(2), log
 
 
+@pytest.mark.airflow
+@pytest.mark.emulators
 def test_the_check_fails_a_night_that_regressed_and_keeps_its_results(airflow, cloud, tmp_path):
     from tests.emulators.control import BUCKET, PROJECT
     from evalbeam.transforms.local_cloud import bigquery_client

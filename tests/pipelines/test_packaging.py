@@ -80,6 +80,7 @@ def build_sdist(work: Path, python=sys.executable) -> Path:
     return archive
 
 
+@pytest.mark.packaging
 def test_the_sdist_and_its_wheel_carry_the_apache_licence_and_notice(tmp_path):
     """LICENSE is the Apache License 2.0 word for word (as the Vertex SDK, an Apache-2.0 package,
     ships it); it and NOTICE are in the sdist Dataflow stages and in the wheel pip builds from it,
@@ -134,6 +135,7 @@ def installed(tmp_path_factory):
     shutil.rmtree(venv, ignore_errors=True)  # ~700 MB; pytest keeps its last three temporary folders
 
 
+@pytest.mark.packaging
 def test_the_installed_package_is_what_gets_imported(installed):
     venv, python, work = installed
     site_packages = Path(run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -187,6 +189,7 @@ def user_packages(root: Path) -> Path:
     return root
 
 
+@pytest.mark.packaging
 def test_run_from_the_installed_package_in_worker_processes(installed, tmp_path):
     """With a user's packages named `metrics` and `configs` on the path, evalbeam (one top-level
     package, `evalbeam`) imports none of them, and runs the user's `metrics.mine:length_ratio`
@@ -227,6 +230,7 @@ def test_run_from_the_installed_package_in_worker_processes(installed, tmp_path)
     assert results[("p1", "rouge_1")]["score"] > results[("p2", "rouge_1")]["score"]
 
 
+@pytest.mark.packaging
 def test_the_flex_template_entry_point_runs_as_the_launcher_runs_it(installed, tmp_path):
     """The Flex Template image installs evalbeam (not editable) and its launcher runs
     FLEX_TEMPLATE_PYTHON_PY_FILE, pipelines/flex_main.py, as a script: it imports evalbeam
@@ -241,6 +245,7 @@ def test_the_flex_template_entry_point_runs_as_the_launcher_runs_it(installed, t
     assert "the template parameter --config is required" in result.stderr
 
 
+@pytest.mark.packaging
 def test_an_installed_copy_does_not_submit_workers_that_lack_evalbeam(installed, tmp_path):
     """A non-editable install has no setup.py to stage: a remote run must say
     how to give the workers evalbeam, not submit a job whose workers cannot import it."""

@@ -1,4 +1,5 @@
 """evalbeam plan: what a run would ask the judge, checked against what the run then asks."""
+import pytest
 import json
 
 from tests.helpers import evalbeam, table
@@ -20,6 +21,7 @@ def plan(config, monkeypatch):
     return json.loads(evalbeam("plan", config, "--json").stdout)
 
 
+@pytest.mark.slow
 def test_plan_counts_what_the_run_then_asks_and_the_cache_removes(tmp_path, monkeypatch):
     data = write_data(tmp_path, ROWS)
     with JudgeServer() as server:
@@ -76,6 +78,7 @@ def test_plan_counts_what_the_run_then_asks_and_the_cache_removes(tmp_path, monk
         assert "<=16,384" in text and "are UPPER BOUNDS, not estimates" in text
 
 
+@pytest.mark.slow
 def test_plan_prints_a_table_and_checks_inputs_like_validate(tmp_path, monkeypatch):
     data = write_data(tmp_path, ROWS)
     config = judge_config(tmp_path, data, "http://127.0.0.1:9", ["fluency"])
@@ -90,6 +93,7 @@ def test_plan_prints_a_table_and_checks_inputs_like_validate(tmp_path, monkeypat
     assert failed.returncode == 2 and "bleu" in failed.stderr and "reference" in failed.stderr
 
 
+@pytest.mark.slow
 def test_plan_needs_no_key_and_run_still_does(tmp_path, monkeypatch):
     """plan calls nothing, so it runs without the judge's API key; run still refuses without one."""
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)

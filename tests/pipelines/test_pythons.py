@@ -102,6 +102,7 @@ def demo_summary(tmp_path_factory):
     return summary(evalbeam("run", DEMO, "--set", f"output.parquet={tmp_path_factory.mktemp('demo')}").stdout)
 
 
+@pytest.mark.pythons
 @pytest.mark.parametrize("version", PYTHONS)
 def test_the_demo_runs_from_a_fresh_install_on_each_python(version, pythons_installed, request, tmp_path):
     if pythons_installed[version] is None:

@@ -31,6 +31,7 @@ def jsonl(path: Path, rows) -> Path:
 # ------------------------------------------------ 1. duplicate ids never merge results
 
 
+@pytest.mark.slow
 def test_duplicate_ids_never_share_a_judge_verdict(tmp_path, monkeypatch):
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
     data = jsonl(tmp_path / "d.jsonl", [
@@ -87,6 +88,7 @@ def test_run_id_naming_the_input_folder_cannot_delete_the_input(tmp_path):
     assert data.exists()
 
 
+@pytest.mark.slow
 def test_a_run_that_dies_leaves_the_previous_output_of_its_run_id(tmp_path):
     rows = [{"response": f"r{i}", "reference": f"r{i}"} for i in range(5)]
     data = jsonl(tmp_path / "d.jsonl", rows)
@@ -142,6 +144,7 @@ def test_set_values_that_are_not_yaml_or_not_strings(tmp_path):
 # ------------------------------------------------ papercuts
 
 
+@pytest.mark.slow
 def test_mistyped_flags_and_unknown_runners_are_errors(tmp_path):
     data = jsonl(tmp_path / "d.jsonl", [{"response": "x", "reference": "x"}])
     config = write_config(tmp_path, data)
@@ -170,6 +173,7 @@ def test_mistyped_flags_and_unknown_runners_are_errors(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_show_and_runs_on_missing_or_broken_results(tmp_path):
     data = jsonl(tmp_path / "d.jsonl", [{"response": "x", "reference": "x"}])
     evalbeam("run", write_config(tmp_path, data))
@@ -197,6 +201,7 @@ def test_validate_says_when_no_row_can_be_read(tmp_path):
     assert f"{data}:1: invalid JSON" in result.stderr and f"{data}:2: invalid JSON" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_metric_with_no_valid_score_fails_the_run_with_its_reasons(tmp_path, monkeypatch):
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
     data = jsonl(tmp_path / "d.jsonl", [{"response": f"r{i} #fail", "reference": "r"} for i in range(3)])

@@ -84,6 +84,7 @@ def texts(dom, xpath):
     return [" ".join(el.text_content().split()) for el in dom.xpath(xpath)]
 
 
+@pytest.mark.browser
 def test_report_with_a_planted_regression_renders_in_chromium(tmp_path):
     out = tmp_path / "out"
     evalbeam("run", write_run(tmp_path, "base", cases(False), out), "--set", "run_id=base", "--set", "run_date=2026-11-20")
@@ -151,6 +152,7 @@ def test_report_with_a_planted_regression_renders_in_chromium(tmp_path):
 HOSTILE_SLICE = "<script>alert(1)</script>"
 
 
+@pytest.mark.browser
 def test_report_shows_dead_letters_and_metric_errors_and_escapes_everything(tmp_path):
     rows = [
         {"case": "h1", "ds": HOSTILE_SLICE, "answer": "the cat", "reference": "the cat"},
@@ -195,6 +197,7 @@ def test_report_shows_dead_letters_and_metric_errors_and_escapes_everything(tmp_
     assert "<img src=http://example.invalid/y.png>" in dom.xpath("string(//section[@id='dead-letters'])")
 
 
+@pytest.mark.slow
 def test_show_json_and_report_carry_the_judge_accounting(tmp_path, monkeypatch):
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
     data = tmp_path / "d.jsonl"
@@ -262,6 +265,8 @@ def test_report_without_matplotlib_names_the_extra(tmp_path):
     assert missing.returncode == 1 and "no run 'nope'" in missing.stderr
 
 
+@pytest.mark.browser
+@pytest.mark.emulators
 def test_report_runs_and_show_from_bigquery(cloud, tmp_path):
     """The same reader against the BigQuery emulator: the report's SQL (histograms, trend,
     worst instances) in BigQuery's dialect, the comparison read from the comparisons table."""

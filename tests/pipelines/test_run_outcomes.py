@@ -59,6 +59,7 @@ def test_a_row_lacking_one_metrics_inputs_loses_only_that_metric(tmp_path):
 # ------------------------------------------------ 2. exit statuses tell the truth
 
 
+@pytest.mark.slow
 def test_a_run_that_scores_nothing_or_dead_letters_too_much_fails(tmp_path):
     latin = tmp_path / "latin1.csv"
     latin.write_bytes("id,response,reference\n".encode() + b"".join(
@@ -105,6 +106,7 @@ def scored_run(tmp_path, ids, run_id, name="outcomes", **extra):
     return config_file(tmp_path, data, ["exact_match"], run_id=run_id, name=name, **extra)
 
 
+@pytest.mark.slow
 def test_compare_refuses_what_pairs_too_little_or_another_eval(tmp_path):
     out = tmp_path / "out"
     evalbeam("run", scored_run(tmp_path, ["a0", "a1", "a2", "a3"], "base"))
@@ -128,6 +130,7 @@ def test_compare_refuses_what_pairs_too_little_or_another_eval(tmp_path):
     assert evalbeam("compare", "base", "other_eval", "--allow-different-evals", "--parquet", out).returncode == 0
 
 
+@pytest.mark.slow
 def test_compare_with_in_a_run_gates_the_same_way(tmp_path):
     evalbeam("run", scored_run(tmp_path, ["a0", "a1", "a2", "a3"], "base"))
     evalbeam("run", scored_run(tmp_path, ["a0", "a1"], "other_eval", name="other"))
@@ -163,6 +166,7 @@ def small_disk(tmp_path):
         subprocess.run(["umount", str(disk)], check=True)
 
 
+@pytest.mark.slow
 def test_a_full_disk_ends_the_run_with_120_and_one_line_leaving_the_previous_output(tmp_path, small_disk):
     out = small_disk / "out"
     small = jsonl(tmp_path / "small.jsonl", [{"id": f"s{i}", "response": "a", "reference": "a"} for i in range(3)])

@@ -115,6 +115,8 @@ output:
     return tmp_path / "out" / run_id
 
 
+@pytest.mark.adk
+@pytest.mark.emulators
 def test_sessions_from_the_plugin_table(events_table, tmp_path):
     run_dir = run(tmp_path)
     instances = {r["instance_id"]: r for r in table(run_dir, "instances")}
@@ -144,6 +146,8 @@ def test_sessions_from_the_plugin_table(events_table, tmp_path):
     assert "DATE(timestamp) = '2026-11-22'" in json.loads(runs["config"])["input"]["query"]
 
 
+@pytest.mark.adk
+@pytest.mark.emulators
 def test_one_instance_per_turn(events_table, tmp_path):
     run_dir = run(tmp_path, "turn", "events-turns")
     instances = {r["instance_id"]: json.loads(r["invocations"]) for r in table(run_dir, "instances")}
@@ -248,6 +252,8 @@ def recorded(cloud, tmp_path_factory):
     return recorded
 
 
+@pytest.mark.adk
+@pytest.mark.emulators
 def test_the_real_plugins_rows_become_adks_own_invocations(recorded, tmp_path):
     rows = recorded["rows"]
     config = tmp_path / "eval.yaml"
@@ -313,6 +319,8 @@ output:
     assert runs["lines_read"] == len(rows) == runs["lines_scored"] + runs["lines_dead_lettered"]
 
 
+@pytest.mark.adk
+@pytest.mark.emulators
 def test_the_example_config_for_recorded_runs_validates_and_runs(events_table, tmp_path):
     """configs/adk_recorded_runs.yaml (docs/agents.md) against the plugin's table: only its project
     (and the run date and output folder) set from the command line."""

@@ -54,6 +54,7 @@ def _tuple(value):
     return tuple(_tuple(v) for v in value) if isinstance(value, list) else value
 
 
+@pytest.mark.adk
 def test_the_key_table_is_adks(adk_reference):
     """evalbeam's table of ADK's models (transforms/adk_models.py) equals the one the installed
     reference's pydantic models give: every model, its extra policy, each field, alias and type."""
@@ -130,6 +131,7 @@ def _normal(loc: list) -> str:
     return out
 
 
+@pytest.mark.adk
 def test_forbidden_keys_are_refused_exactly_as_adk_refuses_them(tmp_path, adk_reference):
     """On hundreds of generated eval sets, evalbeam refuses exactly the files ADK refuses, for a key
     ADK reports as extra_forbidden at the same path; everything else ADK accepts, and so does evalbeam."""
@@ -195,6 +197,7 @@ def mutated_results(seed: int, count: int):
     return docs
 
 
+@pytest.mark.adk
 def test_forbidden_keys_in_result_files_are_refused_exactly_as_adk_refuses_them(tmp_path, adk_reference):
     """Issue 32: result files were not checked for keys ADK forbids. On hundreds of generated
     *.evalset_result.json files, evalbeam refuses exactly those EvalSetResult.model_validate_json refuses,
@@ -221,6 +224,7 @@ def test_forbidden_keys_in_result_files_are_refused_exactly_as_adk_refuses_them(
     assert 100 < refused < 250  # both outcomes are well covered
 
 
+@pytest.mark.adk
 def test_a_result_file_with_a_forbidden_key_is_dead_lettered_whole_with_adks_reason_and_the_path(
         tmp_path, adk_reference):
     from tests.adk_cases import eval_set_result
@@ -256,6 +260,7 @@ def test_a_result_file_with_a_forbidden_key_is_dead_lettered_whole_with_adks_rea
 # --- legacy files -------------------------------------------------------------
 
 
+@pytest.mark.adk
 def test_legacy_initial_session_becomes_the_session_input_as_adk_makes_it(tmp_path, adk_reference):
     rng = random.Random(5)
     sessions = [{}, {"app_name": "dice", "user_id": "u7", "state": {"day": "Monday", "n": 3}},
@@ -325,6 +330,7 @@ FOLDER_CRITERIA = {
 }
 
 
+@pytest.mark.adk
 def test_each_file_is_judged_with_its_own_test_config_as_adks_agent_evaluator_judges_it(tmp_path, adk_reference):
     """Result files in folders with different test_config.json (and one with none), read with no
     criteria in the config: each case's criteria, scores, thresholds and verdict are those ADK's
@@ -431,6 +437,7 @@ LEGACY_CONFIGS = {
 }  # AgentEvaluator also allows safety_v1, which evalbeam refuses (Vertex's hosted metric): a config error
 
 
+@pytest.mark.adk
 def test_a_flat_test_file_is_refused_where_adks_agent_evaluator_refuses_it(tmp_path, adk_reference):
     """With each file's own criteria, AgentEvaluator checks a legacy test file against them: only
     its four criteria may judge one, and tool_trajectory_avg_score needs expected_tool_use in the
@@ -542,6 +549,7 @@ SESSION_INPUTS = [
 ]
 
 
+@pytest.mark.adk
 def test_a_session_input_adks_model_refuses_refuses_the_eval_set_as_adk_does(tmp_path, adk_reference):
     """ADK validates each case's session_input (SessionInput: app_name and user_id required
     strings, session_id an optional string, state an object) and refuses the whole eval set
@@ -635,6 +643,7 @@ LAX_THRESHOLDS = ["0.5", " 1e-1 ", True, False, 1, "2", {"threshold": "0.9", "ma
                   {"threshold": True}, {"threshold": " 0.25"}]
 
 
+@pytest.mark.adk
 def test_thresholds_adk_reads_leniently_are_read_as_adk_reads_them(tmp_path, adk_reference):
     """ADK's EvalConfig reads thresholds in pydantic's lax mode: "0.5" and true are thresholds 0.5
     and 1.0. evalbeam refused such a test_config.json ('expected a threshold (number)'); it now

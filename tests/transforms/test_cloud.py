@@ -12,6 +12,8 @@ from tests.emulators.control import BUCKET, PROJECT
 from evalbeam.transforms import schema
 from tests.helpers import ROOT, evalbeam
 
+pytestmark = pytest.mark.emulators
+
 T = {"tool_name": "get", "tool_input": {"id": 1}}
 U = {"tool_name": "set", "tool_input": {"id": 1, "on": True}}
 

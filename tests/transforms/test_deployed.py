@@ -54,6 +54,7 @@ def actual(turn):
     return turn["response"], [(c["tool_name"], c["tool_input"], c.get("response")) for c in turn.get("tool_calls", [])]
 
 
+@pytest.mark.agent
 def test_a2a_agent_gives_the_trace_the_same_agent_gives_in_process(tmp_path):
     """The same ADK agent in-process (ADK's Runner) and served by ADK's to_a2a: the same final responses
     and tool calls (names, arguments, responses), turn for turn; a raising tool fails the case both ways.
@@ -203,6 +204,7 @@ def engine_config(tmp_path, engine, n_cases, run_id="r1", judge=None, **inferenc
     return path
 
 
+@pytest.mark.slow
 def test_a_whole_run_on_agent_engine_killed_and_rerun_repeats_only_unsaved_cases(tmp_path, engine_env):
     """`evalbeam run` with inference.agent_engine, killed once some finished cases are checkpointed, then run
     again with the same run_id: the checkpointed cases are not sent again (counted at the stand-in), every
@@ -256,6 +258,7 @@ def test_a_whole_run_on_agent_engine_killed_and_rerun_repeats_only_unsaved_cases
     assert not checkpoints.exists()  # gone with the run's attempts
 
 
+@pytest.mark.agent
 def test_the_example_configs_validate_and_an_unreachable_endpoint_fails_in_one_line(tmp_path, engine_env):
     """configs/agent_a2a.yaml (against ADK's to_a2a server) and configs/agent_engine.yaml (against the
     stand-in) pass `evalbeam validate`; an endpoint that does not answer fails validate and run in
@@ -362,6 +365,7 @@ class FaultyProxy:
         self._httpd.server_close()
 
 
+@pytest.mark.agent
 def test_a2a_retries_resend_only_the_failed_message(tmp_path):
     """Through a proxy that fails the second turn's message with 503, then with 429 (Retry-After 1):
     the case completes in one conversation; the first turn's message reached the agent once, the second
@@ -461,6 +465,7 @@ def test_inference_config_for_deployed_agents():
             InferenceConfig(**bad)
 
 
+@pytest.mark.agent
 def test_agent_engine_with_a_real_adk_app_gives_the_in_process_trace(tmp_path, engine_env):
     """The stand-in in front of a real ADK app (ADK's Runner, in .agent/, as Agent Engine's ADK template runs
     it): the same responses and tool calls as the agent run in-process, session state from session_input
@@ -482,6 +487,7 @@ def test_agent_engine_with_a_real_adk_app_gives_the_in_process_trace(tmp_path, e
     assert local["agent:raises"]["failure"] == remote["agent:raises"]["failure"] == 1
 
 
+@pytest.mark.agent
 def test_a_whole_run_of_an_a2a_agent_scored_with_adk_criteria(tmp_path):
     """`evalbeam run` with inference.a2a against ADK's to_a2a server: the turns it produced are scored
     with ADK's trajectory criterion, a raising tool's case keeps its row with the error, counts reconcile."""
@@ -512,6 +518,7 @@ def test_a_whole_run_of_an_a2a_agent_scored_with_adk_criteria(tmp_path):
     assert instances["agent:raises"]["failure"] == 1 and instances["agent:two_turns"]["failure"] == 0
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_inference_checkpoints_ends_the_run_with_120_in_one_line(tmp_path, engine_env):
     """Issue 32: a full disk was not tried against the inference checkpoints. A run on Agent Engine whose
     output (and so its checkpoint folder) is on a real small filesystem (a tmpfs: CI runs as root), filled

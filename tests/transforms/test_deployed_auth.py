@@ -87,6 +87,7 @@ def over_a2a(url, cases, auth, max_concurrency=4):
     return dict(infer_all(make, cases, max_concurrency, 120)), made[0]
 
 
+@pytest.mark.agent
 def test_id_tokens_from_adc_are_verified_by_the_agent_and_refreshed_as_they_expire(tmp_path, adc):
     """inference.auth google_id_token: every request (the agent card's, each turn's) carries an ID token for
     the agent's URL that google-auth's verifier accepts. A token lasts: one is minted for a whole run. Short-
@@ -136,6 +137,7 @@ def test_id_tokens_from_adc_are_verified_by_the_agent_and_refreshed_as_they_expi
             assert "expired" in auth_log(url)[-1]["reason"].lower()
 
 
+@pytest.mark.agent
 def test_wrong_audience_401_and_403_fail_preflight_in_one_line_naming_the_credential(tmp_path, adc, monkeypatch):
     """A token for another audience (401), no credential where the card declares one (401), a wrong static
     bearer token (401), and a valid token of an identity the agent does not allow (403): preflight fails in
@@ -285,6 +287,7 @@ def test_security_schemes_of_a2a_1_0_and_0_3_cards_in_words():
 CARD = "/.well-known/agent-card.json"
 
 
+@pytest.mark.agent
 def test_the_credential_goes_to_the_agents_origin_only_and_a_card_naming_another_fails(tmp_path, monkeypatch):
     """A card read at inference.a2a's origin that names another host for the agent's endpoint (stale, or
     hostile): preflight and every case fail in one line saying so, and the other host never gets the

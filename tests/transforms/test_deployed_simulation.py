@@ -22,6 +22,8 @@ from tests.transforms.test_deployed_auth import auth_log, guarded, id_token_chec
 from tests.transforms.test_inference import agent_env
 from tests.transforms.test_simulator import KEY
 
+pytestmark = pytest.mark.agent
+
 SCENARIOS = {
     "eval_set_id": "dep",
     "eval_cases": [

@@ -80,6 +80,7 @@ def expected_modes(rows):
     return out
 
 
+@pytest.mark.slow
 def test_planted_failures_counted_per_mode_and_slice_and_a_cached_rerun(tmp_path, api_key):
     rows = planted_rows()
     expected = expected_modes(rows)
@@ -150,6 +151,7 @@ def test_planted_failures_counted_per_mode_and_slice_and_a_cached_rerun(tmp_path
     assert len(table(out / "f3", "failure_assignments")) == len(expected) - 2
 
 
+@pytest.mark.emulators
 def test_failed_rubrics_classified_one_by_one_into_bigquery_and_its_latest_view(cloud, tmp_path, api_key):
     """A rubric metric's failures are its rubrics not met (rubric_id set), each classified
     apart; the tables and the latest_failure_modes view in BigQuery hold the Parquet rows."""
@@ -181,6 +183,7 @@ def test_failed_rubrics_classified_one_by_one_into_bigquery_and_its_latest_view(
                     ("team=billing", "wrong_tool"): ("failmodes", 2, 2), ("team=shipping", OTHER): ("failmodes", 1, 1)}
 
 
+@pytest.mark.slow
 def test_discovered_taxonomy_is_stored_pinned_and_reused_by_digest(tmp_path, api_key):
     from evalbeam.configs import ConfigError
 
@@ -222,6 +225,7 @@ def test_discovered_taxonomy_is_stored_pinned_and_reused_by_digest(tmp_path, api
         assert server.stats.stages.get("taxonomy", 0) == 0
 
 
+@pytest.mark.slow
 def test_the_discovery_sample_is_seeded_and_a_failed_discovery_loses_no_row(tmp_path, api_key):
     rows = [r for r in planted_rows(40, seed=5) if r["id"] not in ("junk", "down")]
     prompts = []
@@ -255,6 +259,7 @@ def shifted_rows(rows, share=0.6, seed=11):
     return out
 
 
+@pytest.mark.slow
 def test_compare_says_which_modes_grew_per_slice_and_refuses_other_taxonomies(tmp_path, api_key):
     from scipy.stats import binomtest
 
@@ -310,6 +315,7 @@ def test_compare_says_which_modes_grew_per_slice_and_refuses_other_taxonomies(tm
     assert "failure modes (top 3 per metric and slice" in show.stdout and "bad_arguments" in show.stdout
 
 
+@pytest.mark.slow
 def test_the_report_charts_modes_per_slice_linked_to_example_instances(tmp_path, api_key):
     import re
 
@@ -335,6 +341,7 @@ def test_the_report_charts_modes_per_slice_linked_to_example_instances(tmp_path,
     assert "The case shows bad_arguments." in page or "The case shows wrong_tool." in page
 
 
+@pytest.mark.slow
 def test_an_agent_run_that_failed_is_a_failure_and_batch_mode_classifies_the_same(tmp_path, api_key):
     """inference.function raising on a case: its metric row's error is classified as a failure of
     the case (the agent's error in the prompt); the same run in judge batch mode (Gemini batch
@@ -364,6 +371,7 @@ def test_an_agent_run_that_failed_is_a_failure_and_batch_mode_classifies_the_sam
     assert got["batch"] == got["online"]
 
 
+@pytest.mark.emulators
 def test_dataflow_dry_run_builds_the_failure_modes_stage(cloud, monkeypatch, tmp_path):
     """The stage on the Dataflow submission path, offline: built into the job (the discovery,
     the classification through the judge layer's shards, the count), every DoFn and the count's
@@ -405,6 +413,7 @@ def test_dataflow_dry_run_builds_the_failure_modes_stage(cloud, monkeypatch, tmp
     assert secret not in result.job.json() and secret.encode() not in proto.SerializeToString()
 
 
+@pytest.mark.slow
 def test_the_example_config_classifies_every_failed_adk_criterion(tmp_path, api_key):
     """configs/failure_modes.yaml on the demo's agent conversations: one assignment per metric row
     that did not pass (failed ADK criteria), each agent case rendered with its tool calls; the

@@ -322,6 +322,7 @@ def jsonl_run(tmp_path_factory):
     return files, *run_corpus(tmp, files, "jsonl", "id")
 
 
+@pytest.mark.slow
 def test_hostile_jsonl_corpus(jsonl_run):
     files, result, tables = jsonl_run
     [big_row] = [i for i in tables["instances"] if i["instance_id"] == "big-1"]
@@ -329,6 +330,7 @@ def test_hostile_jsonl_corpus(jsonl_run):
     check_corpus(files, tables, result)
 
 
+@pytest.mark.slow
 def test_hostile_jsonl_dead_letters_are_listed_in_source_order(jsonl_run):
     files, result, tables = jsonl_run
     shown = [line.strip() for line in result.stdout.split("dead letters", 1)[1].splitlines()[1:] if line.startswith("  ")]
@@ -347,6 +349,7 @@ def csv_run(tmp_path_factory):
     return files, *run_corpus(tmp, files, "csv", None)
 
 
+@pytest.mark.slow
 def test_hostile_csv_corpus(csv_run):
     files, result, tables = csv_run
     # identical rows (two in each of the two `identical` files) all kept, with their own ids:
@@ -443,6 +446,7 @@ def test_decompression_hands_over_bounded_pieces():
     assert sum(sizes) == 128 << 20 and max(sizes) <= 32 << 20, sizes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ext", ["gz", "zst"])
 def test_a_corrupt_compressed_file_costs_only_what_cannot_be_read(tmp_path, ext):
     case = Case("corrupt")

@@ -48,6 +48,7 @@ def test_apply_result_shapes():
         render_prompt("{context}", flat)
 
 
+@pytest.mark.slow
 def test_function_inference_end_to_end(tmp_path):
     data = tmp_path / "qa.jsonl"
     cases = [{"id": "a", "prompt": "weather in Paris?", "reference": "WEATHER IN PARIS?",
@@ -106,6 +107,7 @@ EVAL_SET = {
 }
 
 
+@pytest.mark.slow
 def test_function_agent_over_an_adk_eval_set_with_runs(tmp_path):
     path = tmp_path / "weather.evalset.json"
     path.write_text(json.dumps(EVAL_SET, indent=1))
@@ -139,6 +141,7 @@ def test_function_agent_over_an_adk_eval_set_with_runs(tmp_path):
     assert runs["lines_read"] == runs["lines_skipped"] + runs["lines_scored"] + runs["lines_dead_lettered"]
 
 
+@pytest.mark.slow
 def test_a_judge_metric_over_multi_turn_cases_from_inference(tmp_path, monkeypatch):
     """A pointwise judge reads the one `response` a multi-turn case does not have:
     that case's row carries why, the one-turn cases are judged, and the run goes on."""
@@ -207,6 +210,7 @@ def test_an_inference_function_in_the_current_folder_is_named_with_the_pythonpat
 KEY = "AIzaSy-inference-test-key-0123456789"
 
 
+@pytest.mark.slow
 def test_model_inference_through_the_judge_layer_and_its_cache(tmp_path, monkeypatch):
     from tests.judge_server import JudgeServer
 
@@ -305,6 +309,7 @@ def agent_env():
     return venv
 
 
+@pytest.mark.agent
 def test_adk_agent_inference_with_a_real_llm_agent(tmp_path, monkeypatch):
     """A real LlmAgent with real Python tools, run by metrics.agents.inference.AgentInferrer with ADK's
     Runner and in-memory sessions, in the .agent venv (evalbeam[agent]: google-adk 2.13.0 with
@@ -402,6 +407,7 @@ RUN_SET = {
 }
 
 
+@pytest.mark.agent
 def test_a_whole_evalbeam_run_of_an_adk_agent(tmp_path, monkeypatch):
     """`evalbeam run` (the CLI, DirectRunner) of the .agent venv over an ADK eval set with
     `inference.agent`: the real LlmAgent's model calls and an LLM judge metric's calls both go
@@ -483,6 +489,7 @@ def test_agent_inference_without_google_adk_says_what_to_install(tmp_path):
            "google-adk (2.13.0) on the launcher and every worker, and it is not installed here" in result.stderr
 
 
+@pytest.mark.slow
 def test_inference_demo(tmp_path):
     evalbeam("run", "configs/demo_adk_infer.yaml", "--set", f"output.parquet={tmp_path}", "--set", "run_id=demo")
     status = {r["instance_id"]: r["passed"] for r in table(tmp_path / "demo", "metric_results")
@@ -515,6 +522,7 @@ def test_model_runs_are_separate_samples():
     assert request.seed is None and request.schema_json == "" and link == "q1"
 
 
+@pytest.mark.agent
 def test_a_legacy_cases_initial_session_is_the_state_the_agent_starts_in(tmp_path):
     """The older [{name, data, initial_session}] eval set: ADK makes initial_session the case's
     session_input, and the real agent's session starts from its state (the tool reads `unit`)."""
@@ -551,6 +559,7 @@ def test_a_legacy_cases_initial_session_is_the_state_the_agent_starts_in(tmp_pat
     assert call["response"] == {"remembered": 1, "unit": None}
 
 
+@pytest.mark.agent
 def test_the_example_config_of_an_eval_set_with_an_in_process_agent_validates(tmp_path):
     """configs/adk_agent_eval_set.yaml (docs/agents.md), with the agent extra: its ADK agent imports,
     its eval set's cases are all usable, and with no metrics the test_config.json beside it applies."""

@@ -58,6 +58,7 @@ def checkpointed_keys(folder):
 PATHS = {"stream": [], "shards": ["--direct_num_workers=2", "--direct_running_mode=multi_threading"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 def test_a_run_killed_while_judging_repeats_only_its_last_seconds(tmp_path, api_key, path):
     flags = PATHS[path]
@@ -145,6 +146,7 @@ def test_a_run_killed_while_judging_repeats_only_its_last_seconds(tmp_path, api_
     assert sorted(os.listdir(tmp_path / "out")) == ["k1", "other"]
 
 
+@pytest.mark.slow
 def test_a_batch_run_killed_while_its_jobs_run_resumes_them_without_resubmitting(tmp_path, api_key):
     folder = tmp_path / "out" / "_evalbeam_attempts" / "b1" / "judge_checkpoints"
     with JudgeServer(Behaviour(batch_seconds=5.0)) as server:
@@ -174,6 +176,7 @@ def test_a_batch_run_killed_while_its_jobs_run_resumes_them_without_resubmitting
     assert not (tmp_path / "out" / "_evalbeam_attempts").exists()
 
 
+@pytest.mark.emulators
 def test_with_bigquery_output_only_checkpoints_live_under_the_temp_location(cloud, tmp_path, api_key):
     """Without output.parquet the checkpoints live under --temp_location; they are
     read like any others, and removed once the run has published its tables."""
@@ -207,6 +210,7 @@ def test_with_bigquery_output_only_checkpoints_live_under_the_temp_location(clou
     assert not folder.exists()
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_judging_ends_the_run_with_120_in_one_line(tmp_path, api_key):
     """Issue 32: a full disk met by a judge checkpoint (the output, and so the checkpoint folder, on a
     real small filesystem, a tmpfs: CI runs as root, filled once a chunk is written) ends the run when its

@@ -181,6 +181,7 @@ PATHS = {"shards": (False, {}), "stream": (True, {}),
          "batch": (False, {"mode": "batch", "batch_poll_seconds": 0.05, "batch_poll_max_seconds": 0.1})}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 def test_each_juror_calls_its_own_model_and_its_judgment_stays_on_the_row(tmp_path, api_key, path):
     stream, judge = PATHS[path]
@@ -221,6 +222,7 @@ def test_each_juror_calls_its_own_model_and_its_judgment_stays_on_the_row(tmp_pa
         [("evalbeam_fluency:pro", PRO)] * 4 + [("evalbeam_fluency:lite", LITE)] * 3 + [("evalbeam_coherence", PRO)] * 4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["shards", "stream"])
 def test_a_jurors_answers_reused_from_checkpoints_keep_its_model(tmp_path, api_key, stream):
     # a re-run of one run_id reuses its checkpointed answers, which keep no model: each is priced at
@@ -237,6 +239,7 @@ def test_a_jurors_answers_reused_from_checkpoints_keep_its_model(tmp_path, api_k
         "evalbeam_fluency:pro": (2, PRO), "evalbeam_fluency:lite": (2, LITE)}
 
 
+@pytest.mark.slow
 def test_a_tie_a_quorum_and_a_pairwise_jury(tmp_path, api_key):
     rows_in = [instance("t", f"Hello #score@{PRO}=5 #score@{LITE}=1 #quality@{PRO}=5 #quality@{LITE}=1",
                         baseline=f"hi #quality@{PRO}=1 #quality@{LITE}=5"),
@@ -309,6 +312,7 @@ def test_plan_counts_each_jurors_calls_and_prices_each_at_its_model(tmp_path):
     assert planned["minutes_at_quota"] == pytest.approx(3 / 60)
 
 
+@pytest.mark.slow
 def test_a_jury_end_to_end(tmp_path, api_key):
     data = tmp_path / "data.jsonl"
     rows = [{"id": "a", "prompt": "Greet", "response": f"Hello #score@{PRO}=5 #score@{LITE}=4", "team": "x"},
@@ -427,6 +431,7 @@ def test_quotas_named_on_a_shared_quota_are_taken_out_of_it_and_may_not_exhaust_
                   requests_per_minute=600) == {"jury:a": (400, None), "jury:b": (400, None)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["shards", "stream"])
 def test_two_jurors_of_one_model_never_together_exceed_its_quota(tmp_path, api_key, stream):
     # 480 a minute is 8 a second; the stand-in grants 10 in any second. Sharing the quota, each juror

@@ -1,4 +1,5 @@
 """Live progress: counts from the workers (in this process or others) summed by the launcher."""
+import pytest
 import io
 
 import apache_beam as beam
@@ -8,6 +9,7 @@ from tests.helpers import evalbeam
 from evalbeam.transforms.progress import CountFn, ProgressDisplay, describe, read_counts
 
 
+@pytest.mark.slow
 def test_counts_from_worker_processes_are_summed(tmp_path):
     options = PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
     with beam.Pipeline(options=options) as p:
@@ -66,6 +68,7 @@ def test_plain_lines_when_not_a_terminal(tmp_path):
     assert out.getvalue().splitlines()[-1].startswith("evalbeam progress: read 10 | scored 9 | dead-lettered 0")
 
 
+@pytest.mark.slow
 def test_a_run_prints_its_run_id_first_and_its_final_counts(tmp_path):
     result = evalbeam("run", "configs/demo.yaml", "--set", f"output.parquet={tmp_path}", "--set", "run_id=progress-test")
     lines = result.stderr.splitlines()
@@ -74,6 +77,7 @@ def test_a_run_prints_its_run_id_first_and_its_final_counts(tmp_path):
         "evalbeam progress: read 15 | scored 15 | dead-lettered 0")
 
 
+@pytest.mark.slow
 def test_rows_are_counted_read_as_they_are_read(tmp_path):
     """A run over a large input (in parts, in worker processes) counts rows read while
     it reads them, not all at the end: a progress line with rows scored has rows read

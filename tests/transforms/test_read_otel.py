@@ -86,6 +86,7 @@ def awkward_files(folder: Path, seed: int) -> dict:
     return expected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group_by", ["trace", "conversation"])
 def test_spans_in_any_order_and_file_group_into_cases_and_reconcile(tmp_path, group_by):
     expected = awkward_files(tmp_path, seed=3)
@@ -244,6 +245,7 @@ def _by_tag(items):
     return out["cases"], out["dead"], out["lines"], out["unparseable"]
 
 
+@pytest.mark.slow
 def test_a_whole_run_scores_the_cases_and_counts_spans(tmp_path):
     """`input.format: otel_traces` end to end: the ADK run's traces as conversations, scored with
     trajectory-free and content metrics; the runs row's lines are spans and reconcile."""
@@ -280,6 +282,7 @@ def agent_env() -> Path:
     return venv
 
 
+@pytest.mark.agent
 def test_scores_from_an_adk_runs_traces_equal_adks_own_evaluators_on_its_session(tmp_path):
     """A real ADK 2.13 agent run (tests/inference_agent.py, its model the local generateContent
     server) traced with OpenTelemetry's SDK, content on the spans (SPAN_ONLY). ADK's own
@@ -332,6 +335,7 @@ def test_scores_from_an_adk_runs_traces_equal_adks_own_evaluators_on_its_session
         assert_that(dead, lambda d: not d or pytest.fail(f"dead letters: {[x.reason for x in d]}"), label="NoDead")
 
 
+@pytest.mark.agent
 def test_a_second_instrumentation_live_google_genai(tmp_path):
     """OpenTelemetry's google-genai instrumentation (opentelemetry-instrumentation-google-genai, the
     otel_test extra, in .agent/) on plain google-genai with automatic function calling against the
@@ -432,6 +436,7 @@ def _row(resource, scope, span, shift_ns: int = 0) -> dict:
                        for e in span.get("events", [])]}
 
 
+@pytest.mark.emulators
 @pytest.mark.parametrize("source", ["table", "view"])
 def test_a_cloud_trace_span_table_read_for_one_day(cloud, tmp_path, source):
     """input.uri bq://... of a table with Cloud Trace's span schema (in the BigQuery emulator), read
@@ -495,6 +500,7 @@ def test_a_cloud_trace_span_table_read_for_one_day(cloud, tmp_path, source):
     assert calls == {"s_two": 1.5, "s_raise": 1.0}
 
 
+@pytest.mark.emulators
 def test_otlp_files_on_cloud_storage_gzipped(cloud):
     """gs:// OTLP JSON files (one gzipped), through Beam's GCS filesystem against the storage
     emulator: the same cases as from local files."""

@@ -98,6 +98,7 @@ def test_a_run_over_a_file_read_in_parts_counts_every_row(tmp_path, monkeypatch)
     assert ids == (2899, 2899)
 
 
+@pytest.mark.slow
 def test_a_large_input_uses_every_core_by_default_with_the_same_results(tmp_path):
     """With no flags, a local run over a large input (the size lowered here) scores in
     worker processes the command started, one per core, reading the file in parts;

@@ -1,6 +1,7 @@
 """A run owns its run_id while it writes (issue 21, item 1): real `evalbeam run`
 processes started at the same moment (they wait on a barrier file), the final
 tables checked row by row, locally and on Cloud Storage (the emulator)."""
+import pytest
 import datetime as dt
 import json
 import os
@@ -72,6 +73,7 @@ def check_outcomes(results, run_id="x"):
             assert " pid " in line and "its lock is " in line
 
 
+@pytest.mark.slow
 def test_runs_of_one_run_id_started_together_leave_one_whole_output(tmp_path):
     out = tmp_path / "out"
     config = config_file(tmp_path, data_file(tmp_path / "d.jsonl", tag=" (earlier)"), str(out))
@@ -84,6 +86,7 @@ def test_runs_of_one_run_id_started_together_leave_one_whole_output(tmp_path):
     assert sorted(os.listdir(out)) == ["x"]  # no attempt and no lock left behind
 
 
+@pytest.mark.slow
 def test_plain_runs_started_in_the_same_second_get_their_own_run_ids(tmp_path):
     out = tmp_path / "out"
     config = config_file(tmp_path, data_file(tmp_path / "d.jsonl", n=20), str(out), run_id=None)
@@ -100,6 +103,7 @@ def test_plain_runs_started_in_the_same_second_get_their_own_run_ids(tmp_path):
     assert first != second and first[:-5] == second[:-5] == "own-20261125T130000Z"
 
 
+@pytest.mark.slow
 def test_a_held_run_id_is_refused_before_any_work_and_a_dead_holders_lock_is_taken(tmp_path):
     from evalbeam.transforms.run_lock import RunLock, lock_path
 
@@ -147,6 +151,7 @@ def gcs_tables(prefix):
     return read
 
 
+@pytest.mark.emulators
 def test_gcs_runs_of_one_run_id_started_together_leave_one_whole_output(cloud, tmp_path):
     from tests.emulators.control import BUCKET
 
@@ -161,6 +166,7 @@ def test_gcs_runs_of_one_run_id_started_together_leave_one_whole_output(cloud, t
     assert left == []  # no attempt and no lock left behind
 
 
+@pytest.mark.emulators
 def test_gcs_a_live_lease_refuses_and_a_passed_one_is_taken_over(cloud, tmp_path):
     from tests.emulators.control import BUCKET
 
@@ -188,6 +194,7 @@ def test_gcs_a_live_lease_refuses_and_a_passed_one_is_taken_over(cloud, tmp_path
 # ------------------------------------------------ BigQuery-only output (the emulator)
 
 
+@pytest.mark.emulators
 def test_bigquery_only_a_held_run_id_is_refused_and_a_passed_lease_taken_over(cloud, tmp_path):
     from evalbeam.transforms.local_cloud import bigquery_client
     from tests.emulators.control import BUCKET, PROJECT

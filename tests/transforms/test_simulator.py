@@ -5,6 +5,7 @@ server (tests/judge_server.py) through the judge layer. The simulator is google-
 .agent's interpreter; without it, a scenario run stops before it starts, naming the extra."""
 from __future__ import annotations
 
+import pytest
 import collections
 import datetime as dt
 import json
@@ -41,6 +42,7 @@ SCENARIO_SET = {
 }
 
 
+@pytest.mark.agent
 def test_scenarios_run_with_the_simulator_through_the_judge_layer_and_its_cache(tmp_path, monkeypatch, request):
     if in_agent_env(request):  # metrics.agents.simulator calls google-adk (the agent extra)
         return
@@ -143,6 +145,7 @@ FIDELITY_SET = {
 }
 
 
+@pytest.mark.agent
 def test_simulated_conversations_equal_adks_evaluation_generator(tmp_path):
     """The same real LlmAgent (tests/inference_agent.py) run against the user simulator by ADK 2.13's
     EvaluationGenerator in .adk and by `evalbeam run` in .agent, the agent's and the simulator's
@@ -201,6 +204,7 @@ def test_simulated_conversations_equal_adks_evaluation_generator(tmp_path):
     assert adk["expert_remembers"][2]["response"] == 'Done: {"remembered": 2, "unit": null}'  # one session
 
 
+@pytest.mark.agent
 def test_the_scenarios_example_config_validates(monkeypatch, request):
     if in_agent_env(request):  # metrics.agents.simulator calls google-adk (the agent extra)
         return
@@ -223,6 +227,7 @@ def test_the_scenarios_example_config_validates(monkeypatch, request):
         "city": "London"}
 
 
+@pytest.mark.agent
 def test_user_simulator_config_checks(tmp_path, request):
     if in_agent_env(request):  # metrics.agents.simulator calls google-adk (the agent extra)
         return
@@ -274,6 +279,7 @@ def test_user_simulator_config_checks(tmp_path, request):
         raise AssertionError("user_simulator with inference.model accepted")
 
 
+@pytest.mark.agent
 def test_per_turn_user_simulator_quality_in_a_run(tmp_path, monkeypatch, request):
     """per_turn_user_simulator_quality_v1 from an ADK test_config, judged through the judge layer
     (the local server's free-text answers, read with ADK's regex); a case without a scenario and a
@@ -326,6 +332,7 @@ def test_per_turn_user_simulator_quality_in_a_run(tmp_path, monkeypatch, request
     assert {"per_turn_user_simulator_quality_v1", "user_simulator"} <= cache
 
 
+@pytest.mark.agent
 def test_a_scenario_case_without_inference_is_dead_lettered_saying_what_to_set(tmp_path, request):
     if in_agent_env(request):  # metrics.agents.simulator calls google-adk (the agent extra)
         return
@@ -349,6 +356,7 @@ def test_a_scenario_case_without_inference_is_dead_lettered_saying_what_to_set(t
     assert records["tool"]["adk_case"]["conversation_scenario"]["startingPrompt"] == "weather in Paris"
 
 
+@pytest.mark.agent
 def test_runs_are_separate_simulations_and_checkpointed_answers_are_not_asked_again(tmp_path, monkeypatch, request):
     """num_runs 2: each run's simulator is its own sample (its own calls); a re-run of a run_id whose
     earlier attempt checkpointed simulator answers (here: written as that attempt would have) reuses
@@ -437,6 +445,7 @@ def test_an_answer_with_no_text_fails_the_case_after_the_judges_retries(monkeypa
         (False, 1, True), (True, 0, True), (False, 3, False)]
 
 
+@pytest.mark.slow
 def test_a_scenario_run_without_the_agent_extra_stops_before_it_starts(tmp_path, monkeypatch):
     """evalbeam without its `agent` extra (the main venv: no google-adk): a run with conversation_scenario
     cases, per_turn_user_simulator_quality_v1 or custom simulator instructions stops before it starts

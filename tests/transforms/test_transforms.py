@@ -233,6 +233,7 @@ def _rows_of(schema, n, seed):
     return [{f.name: value(f, i) for f in schema} for i in range(n)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("table, rows, lists", [("metric_results", 0, True), ("metric_results", 2600, False),
                                                 ("metric_results", 2600, True), ("runs", 3, False)])
 def test_direct_parquet_writes_hold_what_beams_sink_writes(tmp_path, monkeypatch, table, rows, lists):

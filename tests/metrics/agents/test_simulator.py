@@ -31,6 +31,8 @@ from evalbeam.metrics.agents.simulator import (
 from tests.helpers import ROOT
 from tests.metrics.judge.test_adk_judges import in_agent_env
 
+pytestmark = pytest.mark.adk
+
 ADK_PYTHON = ROOT / ".adk" / "bin" / "python"
 TEXTS = ["Book a flight to Oslo.", "héllo wörld ✈", "multi\nline\n\ntext", "{{ stop_signal }} in a message",
          "{% if x %}braces{% endif %}", "", "  spaced  ", "I need a car for 3 days; budget < $150 & > $90.",

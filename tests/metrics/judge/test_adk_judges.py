@@ -35,6 +35,8 @@ from tests.adk_cases import eval_set_result
 from tests.helpers import ROOT, evalbeam, table
 from tests.judge_server import JudgeServer
 
+pytestmark = pytest.mark.agent
+
 ADK_PYTHON = ROOT / ".adk" / "bin" / "python"
 AGENT_EVALBEAM = ROOT / ".agent" / "bin" / "evalbeam"
 KEY = "AIzaSy-test-key-adk-judges-0123456789"

@@ -318,6 +318,7 @@ ROWS = [
 ]
 
 
+@pytest.mark.slow
 def test_agent_judges_in_a_pipeline_with_adks_aggregation_and_the_cache(tmp_path, api_key):
     metrics = ["evalbeam_final_response_quality", "evalbeam_tool_use_quality_v1", "evalbeam_hallucination",
                {"name": "evalbeam_hallucination_v1", "as": "hallucination_steps",
@@ -484,6 +485,7 @@ def test_adks_own_judges_need_google_adk_and_say_so(tmp_path, monkeypatch):
         check_imports(load_config(path))
 
 
+@pytest.mark.agent
 def test_demo_agent_judges_config_runs(tmp_path, api_key, agent_evalbeam):
     with JudgeServer() as server:
         common = ["--set", f"judge.base_url={server.url}", "--set", f"output.parquet={tmp_path}"]

@@ -102,6 +102,7 @@ def requests_for(prompts, settings):
             for p in prompts]
 
 
+@pytest.mark.slow
 def test_client_stays_under_the_quota(api_key):
     # 20 requests per 2 s is 600 a minute; the client is set to 80% of it. It paces
     # the starts of requests (arrivals can bunch a little), so it is never refused.
@@ -115,6 +116,7 @@ def test_client_stays_under_the_quota(api_key):
     assert elapsed >= 49 / 8 - 0.2  # paced at 8 a second, not sent at once
 
 
+@pytest.mark.slow
 def test_client_adapts_to_429_and_loses_nothing(api_key):
     # the client believes it has 1200 a minute; the server grants 300 (10 per 2 s)
     with JudgeServer(Behaviour(quota=10, window_seconds=2.0)) as server:
@@ -216,6 +218,7 @@ ROWS = [
 PATHS = {"stream": [], "shards": ["--direct_num_workers=2", "--direct_running_mode=multi_threading"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 def test_judge_metrics_end_to_end(tmp_path, api_key, path):
     data = write_data(tmp_path, ROWS)
@@ -266,6 +269,7 @@ def test_judge_metrics_end_to_end(tmp_path, api_key, path):
             assert KEY.encode() not in path.read_bytes(), path
 
 
+@pytest.mark.slow
 def test_a_key_echoed_in_judge_errors_is_redacted_end_to_end(tmp_path, api_key):
     rows = [{"id": "k1", "prompt": "Greet", "response": "bad #echo_key=400", "baseline_model_response": "hi"},
             {"id": "k2", "prompt": "Greet", "response": "down #echo_key=503", "baseline_model_response": "hi"},
@@ -291,6 +295,7 @@ def test_a_key_echoed_in_judge_errors_is_redacted_end_to_end(tmp_path, api_key):
             assert KEY.encode() not in path.read_bytes(), path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 def test_a_rerun_with_the_cache_makes_no_call(tmp_path, api_key, path):
     data = write_data(tmp_path, [r for r in ROWS if r["id"] != "c"])
@@ -310,6 +315,7 @@ def test_a_rerun_with_the_cache_makes_no_call(tmp_path, api_key, path):
     assert all(r["cache_hit"] and r["attempts"] == 0 for r in table(tmp_path / "out" / "second", "metric_results"))
 
 
+@pytest.mark.slow
 def test_sampling_aggregates_with_confidence(tmp_path, api_key):
     rows = [{"id": "s1", "prompt": "Write", "response": "x #samples=4,4,3"}, {"id": "s2", "prompt": "Write", "response": "y #samples=1,1,1"},
             {"id": "s3", "prompt": "Write", "response": "z #samples=0,1,0"}]
@@ -324,6 +330,7 @@ def test_sampling_aggregates_with_confidence(tmp_path, api_key):
     assert got[("s3", "safety")]["confidence"] == pytest.approx(2 / 3)
 
 
+@pytest.mark.slow
 def test_missing_credentials_fail_before_the_pipeline(tmp_path, monkeypatch):
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
     data = write_data(tmp_path, ROWS[:1])
@@ -338,6 +345,7 @@ def test_missing_credentials_fail_before_the_pipeline(tmp_path, monkeypatch):
     assert "config ok" in evalbeam("validate", no_judge).stdout
 
 
+@pytest.mark.slow
 def test_bad_judge_config_is_named(tmp_path, api_key):
     data = write_data(tmp_path, ROWS[:1])
     bad = judge_config(tmp_path, data, "http://127.0.0.1:9", [{"name": "x", "pointwise": {"criteria": {"a": "b"}, "rating_rubric": {"good": "g", "bad": "b"}}}])
@@ -351,6 +359,7 @@ def test_bad_judge_config_is_named(tmp_path, api_key):
     assert result.returncode == 2 and "judge.cache.0: no judge_cache Parquet files" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", ["configs/demo_judge.yaml", "configs/demo_judge_qa.yaml"])
 def test_demo_judge_configs_run(tmp_path, api_key, config):
     with JudgeServer() as server:
@@ -397,6 +406,7 @@ def test_in_flight_window_follows_latency_and_rate():
     assert asyncio.run(holds_at_the_limit()) == (3, 3)
 
 
+@pytest.mark.slow
 def test_calls_in_flight_grow_past_a_fixed_window_when_the_quota_needs_them(api_key):
     # 200 requests a second at 1 s each need about 200 calls in flight (Little's law):
     # more than the 128 a fixed window used to allow, fewer than the memory bound
@@ -479,6 +489,7 @@ def test_latency_quantile_and_the_tail_hedge_turn_and_budget():
         [], ["call0", "call1", "call2", "copy1:True", "copy2:False", "copy3:False", "copy4:True"], 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("share", [0.1, 0.0])
 def test_a_slow_call_at_the_end_gets_one_copy_counted_as_a_call(api_key, share):
     # 100 quick judgments; the first call of one takes 30 s (timeout 20 s). Once the input
@@ -501,6 +512,7 @@ def test_a_slow_call_at_the_end_gets_one_copy_counted_as_a_call(api_key, share):
     assert server.stats.requests <= calls
 
 
+@pytest.mark.slow
 def test_a_slow_call_whose_copy_fails_gets_one_more_copy(api_key):
     # "late": its copy fails at once; the call left is still slow, so a second copy goes,
     # and answers, rather than the client waiting for the slow call (here: its timeout).

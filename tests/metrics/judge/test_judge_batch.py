@@ -77,6 +77,7 @@ def test_a_batch_job_not_done_in_time_is_cancelled_and_its_judgments_asked_onlin
     assert [(r.verdict, r.attempts, r.batch_prompt_tokens) for r in got] == [("4", 2, 0)] * 3
 
 
+@pytest.mark.slow
 def test_batch_mode_end_to_end_scores_as_online_at_half_the_price(tmp_path, api_key):
     data = write_data(tmp_path, ROWS)
     metrics = ["fluency", "pairwise_fluency", FOLLOWS]
@@ -137,6 +138,7 @@ def test_batch_config_is_checked(tmp_path):
         {"prices": {"m": {"batch_input_per_million": -1}}})
 
 
+@pytest.mark.emulators
 def test_vertex_ai_batch_prediction_through_cloud_storage(cloud, tmp_path, key, vertex_env):
     """backend vertex_ai: batch prediction jobs whose input and output files are in
     Cloud Storage (the storage emulator), with Application Default Credentials."""

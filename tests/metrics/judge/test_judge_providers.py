@@ -126,6 +126,7 @@ def test_retry_after_in_seconds_milliseconds_or_a_date():
 # ---------------------------------------------------------------- the client layer, per provider
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_client_honours_429_retry_after_and_loses_nothing(key, provider):
     # the client believes it has 1200 a minute; the server grants 300 (10 per 2 s)
@@ -142,6 +143,7 @@ def test_client_honours_429_retry_after_and_loses_nothing(key, provider):
     assert server.credentials == {SECRET}  # the real client sent the key
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_client_retries_5xx_timeouts_and_malformed_output_then_gives_up_with_the_reason(key, provider):
     with ProviderServer(Behaviour(error_rate=0.2, timeout_rate=0.1, timeout_delay=1.5, seed=3)) as server:
@@ -193,6 +195,7 @@ def instance(i, response):
     return Instance(i, {"prompt": "Greet", "response": response}, {}, f"data:{i}")
 
 
+@pytest.mark.slow
 def test_two_judges_of_different_providers_in_one_pipeline(key):
     """Two judge stages of one pipeline, one per provider, each with its own client, quota and
     cache keys; a judgment failing after retries is an error on its row, never a lost row."""
@@ -244,6 +247,7 @@ def test_cost_is_priced_per_model():
 # ---------------------------------------------------------------- end to end
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_evalbeam_run_with_a_provider_counts_tokens_and_cost_and_never_shows_the_key(tmp_path, provider, caplog):
     rows = [{"id": "a", "prompt": "Greet", "response": "Hello! #score=5"},

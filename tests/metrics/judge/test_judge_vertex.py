@@ -54,6 +54,7 @@ def vertex_judge(**more):
     return {"backend": "vertex_ai", "project": PROJECT, "location": LOCATION, "model": MODEL, **more}
 
 
+@pytest.mark.slow
 def test_vertex_ai_end_to_end_with_application_default_credentials(tmp_path, key, vertex_env):
     # f: the endpoint repeats the bearer token in its error; the client must scrub it
     leaky = {**ROWS[0], "id": "f", "response": "leaky #echo_key=400", "baseline_model_response": "hi"}
@@ -140,6 +141,7 @@ def test_vertex_ai_client_scrubs_the_access_token_a_server_echoes(tmp_path, key,
     assert results["fine #score=2"].verdict == "2" and results["fine #score=2"].error is None
 
 
+@pytest.mark.slow
 def test_vertex_ai_without_credentials_or_project_fails_before_the_pipeline(tmp_path, vertex_env):
     data = write_data(tmp_path, ROWS[:1])
     vertex_env.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "missing.json"))

@@ -237,6 +237,7 @@ ROWS = [
 ]
 
 
+@pytest.mark.slow
 def test_rubric_metrics_end_to_end(tmp_path, api_key):
     data = write_data(tmp_path, ROWS)
     with JudgeServer(Behaviour(latency_median=0.01)) as server:
@@ -319,6 +320,7 @@ def test_a_row_lacking_a_rubric_metrics_input_loses_that_metric_only(tmp_path, a
     assert "read 2 = scored 2 + dead-lettered 0; metric errors 1" in run.stdout
 
 
+@pytest.mark.slow
 def test_given_rubrics_skip_generation_and_a_missing_group_is_a_row_error(tmp_path, api_key):
     groups = {"final_response_reference_free": ["Cites a source.", "Is under 50 words."],
               "general_quality": [{"rubric_id": "q", "text": "Answers the question."}]}
@@ -348,6 +350,7 @@ def test_given_rubrics_skip_generation_and_a_missing_group_is_a_row_error(tmp_pa
     assert table(tmp_path / "out" / "r1", "dead_letter") == []
 
 
+@pytest.mark.slow
 def test_pinned_rubrics_and_the_cache_skip_the_judge(tmp_path, api_key):
     rows = [{"id": f"p{i}", "prompt": f"Prompt {i % 2} #rubrics={3 + i % 2}", "response": f"R{i} #verdicts=yny"}
             for i in range(4)]
@@ -383,6 +386,7 @@ def test_pinned_rubrics_and_the_cache_skip_the_judge(tmp_path, api_key):
     assert {r["generation_key"] for v in pinned.values() for r in v} == {r["generation_key"] for v in first.values() for r in v}
 
 
+@pytest.mark.slow
 def test_samples_majority_per_rubric_a_tie_is_no(tmp_path, api_key):
     rows = [{"id": "m1", "prompt": "P #rubrics=3", "response": "#verdicts=yyn/ynn/nyy"},   # 3 samples: y y n
             {"id": "m2", "prompt": "P #rubrics=3", "response": "#verdicts=yyy/nnn/nnn"},   # n n n
@@ -406,6 +410,7 @@ def test_samples_majority_per_rubric_a_tie_is_no(tmp_path, api_key):
     assert two[("t1", "evalbeam_final_response_match")]["score"] == 0.0  # one valid of two samples: a tie is invalid
 
 
+@pytest.mark.slow
 def test_judge_faults_are_retried_and_failures_stay_on_their_rows(tmp_path, api_key):
     rows = [{"id": f"q{i}", "prompt": f"Prompt {i} #rubrics=2", "response": "#verdicts=yy"} for i in range(12)]
     data = write_data(tmp_path, rows)
@@ -440,6 +445,7 @@ def test_judge_faults_are_retried_and_failures_stay_on_their_rows(tmp_path, api_
     assert "read 4 = scored 4 + dead-lettered 0; metric errors 3" in run.stdout
 
 
+@pytest.mark.slow
 def test_multi_turn_metrics_read_the_history(tmp_path, api_key):
     history = [{"role": "user", "text": "My name is Ada."}, {"role": "model", "text": "Hello Ada!"}]
     rows = [{"id": "t1", "history": history, "prompt": "What is my name? #rubrics=2", "response": "Ada. #verdicts=yn"},
@@ -454,6 +460,7 @@ def test_multi_turn_metrics_read_the_history(tmp_path, api_key):
     assert [got[(i, "evalbeam_multi_turn_text_quality")]["score"] for i in ("t1", "t2")] == [0.5, 0.0]
 
 
+@pytest.mark.emulators
 def test_rubrics_table_in_bigquery_and_pinned_from_it(cloud, tmp_path, api_key):
     from tests.emulators.control import PROJECT
     from evalbeam.transforms.local_cloud import bigquery_client
@@ -482,6 +489,7 @@ def test_rubrics_table_in_bigquery_and_pinned_from_it(cloud, tmp_path, api_key):
     assert table_.time_partitioning.field == "run_date" and table_.clustering_fields == ["metric", "run_id"]
 
 
+@pytest.mark.slow
 def test_demo_rubrics_config_runs_and_its_pinned_rerun_generates_nothing(tmp_path, api_key):
     rows = [json.loads(line) for line in open("configs/data/agents.jsonl")]
     prompts = {r["prompt"] for r in rows}

@@ -91,6 +91,7 @@ CASES = [(kind, n, a) for kind in ("rating", "skewed", "binary", "continuous")
         [(kind, n, a) for kind in ("constant_labels", "one_category") for n in (1, 2, 9, 50) for a in (1, 3)]
 
 
+@pytest.mark.adk
 def test_every_statistic_equals_scikit_learn_and_scipy(tmp_path):
     rng = random.Random(23)
     cases = [generate_case(rng, *spec) for spec in CASES for _ in range(3)]
@@ -131,6 +132,7 @@ def test_every_statistic_equals_scikit_learn_and_scipy(tmp_path):
     assert checked > 500
 
 
+@pytest.mark.adk
 def test_bootstrap_interval_is_the_replicates_weighted_statistic(tmp_path):
     """The CI is the 2.5/97.5 percentiles over the Poisson replicates (weights seeded by instance
     id) of scikit-learn's weighted kappa with those sample weights (categorical), or of SciPy's
@@ -236,6 +238,7 @@ def test_continuous_scores_past_the_cell_limit_keep_their_sums():
     assert json.loads(row["confusion"])["categories"] == ["fail", "pass"]
 
 
+@pytest.mark.adk
 def test_paired_agreement_difference_is_a_paired_bootstrap_of_scikit_learns_statistic(tmp_path):
     """evalbeam compare's agreement columns: each run's weighted kappa (or Spearman) with the labels
     as scikit-learn/SciPy give it, and the CI the percentiles of the per-replicate differences, both

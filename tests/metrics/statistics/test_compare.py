@@ -199,6 +199,7 @@ def expected(out, base_id, run_id, metric, group=None):
     return [(i, base[i][0], run[i][0]) for i in sorted(base.keys() & run.keys()) if group in (None, run[i][1])]
 
 
+@pytest.mark.slow
 def test_compare_flags_the_regressed_slice_and_is_a_ci_gate(tmp_path):
     out = tmp_path / "out"
     base_cfg = write_run(tmp_path, "base", cases(False), out)
@@ -282,6 +283,7 @@ def test_compare_flags_the_regressed_slice_and_is_a_ci_gate(tmp_path):
     assert again.returncode == 2 and "run cand is the base run itself" in again.stderr, again.stderr
 
 
+@pytest.mark.slow
 def test_compare_refuses_unknown_runs(tmp_path):
     out = tmp_path / "out"
     cfg = write_run(tmp_path, "base", cases(False)[:20], out)
@@ -299,6 +301,7 @@ def test_compare_refuses_unknown_runs(tmp_path):
     assert f"run only: metric_results file {broken} is not readable Parquet" in result.stderr
 
 
+@pytest.mark.emulators
 def test_compare_in_bigquery_with_views(cloud, tmp_path):
     """Both forms against the BigQuery emulator: compare_with inside the run, and
     `evalbeam compare --bigquery` replacing that pair's rows; the views carry it."""
