@@ -36,7 +36,7 @@ if typing.TYPE_CHECKING:
 def reserved_columns() -> dict[str, str]:
     """The own columns of the tables with slice columns, which a slice column may not
     shadow (column -> the first table that has it): read from the one schema definition."""
-    from evalbeam.transforms.schema import SLICED_TABLES, TABLES  # start-up time: pyarrow only where slice columns are checked
+    from evalbeam.metrics.rows.tables import SLICED_TABLES, TABLES  # start-up time: pyarrow only where slice columns are checked
 
     reserved: dict[str, str] = {}
     for t in SLICED_TABLES:

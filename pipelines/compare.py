@@ -35,7 +35,7 @@ from evalbeam.pipelines.results import Location, location_of, read_rows, run_com
 from evalbeam.pipelines.text_tables import fmt, format_table
 from evalbeam.transforms.bigquery import BigQueryError, PublishToBigQuery, ReadBigQueryRows, plan_table_read
 from evalbeam.transforms.compare import CompareRuns, PairSpec, result_entry, slice_names
-from evalbeam.transforms.schema import RunKey, utc_now
+from evalbeam.metrics.rows.tables import RunKey, utc_now
 from evalbeam.transforms.write import ATTEMPTS, WriteParquetTable, delete_tree, is_evalbeam_folder, run_folder
 
 SCORE_COLUMNS = ["instance_id", "metric", "score", "error"]

@@ -39,7 +39,7 @@ from evalbeam.transforms import bigquery
 from evalbeam.transforms.judge_checkpoint import checkpoint_folder
 from evalbeam.transforms.progress import ProgressDisplay
 from evalbeam.transforms.run_lock import BigQueryRunLock, RunIdHeld, RunLock
-from evalbeam.transforms.schema import RunKey, utc_now
+from evalbeam.metrics.rows.tables import RunKey, utc_now
 from evalbeam.transforms.interrupt import RESUME_HINT
 from evalbeam.transforms.write import ATTEMPTS, remove_attempt, sweep_dead_attempts
 from evalbeam.transforms.write_failure import OutputWriteError, describe, quiet_write_failures, write_failure

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from evalbeam.transforms.local_cloud import bigquery_client
-from evalbeam.transforms.schema import ATTEMPTS, TABLES, arrow_schema
+from evalbeam.metrics.rows.tables import ATTEMPTS, TABLES, arrow_schema
 
 RUNS_SQL = """
 SELECT run_id, name, run_date, started_at, finished_at, read_count, scored_count, dead_letter_count, metric_error_count, config

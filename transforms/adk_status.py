@@ -8,7 +8,7 @@ is ADK's pass rate over the evaluated cases (per eval set, in its slice).
 from __future__ import annotations
 
 from evalbeam.metrics.adk import CASE_STATUS, NOT_EVALUATED, PASSED, case_status, criterion_status
-from evalbeam.transforms.schema import RunKey
+from evalbeam.metrics.rows.tables import RunKey
 from evalbeam.transforms.score import JUDGE_COLUMNS_ABSENT, ScoredInstance
 
 THRESHOLD = 1.0

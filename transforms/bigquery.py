@@ -33,7 +33,7 @@ from apache_beam.metrics import Metrics
 from evalbeam.metrics.names import NAME_RE
 from evalbeam.transforms.local_cloud import bigquery_client, bigquery_read_client
 from evalbeam.transforms.records import LINES, Record, SourceLines
-from evalbeam.transforms.schema import CLUSTERING, TABLES, RunKey, bigquery_schema, table_columns
+from evalbeam.metrics.rows.tables import CLUSTERING, TABLES, RunKey, bigquery_schema, table_columns
 from evalbeam.transforms.write import delete_tree
 
 STAGING_PREFIX = "_evalbeam_staging_"

@@ -13,7 +13,7 @@ import apache_beam as beam
 from evalbeam.metrics.statistics.calibration import CalibrationMoments, human_value
 from evalbeam.metrics.statistics.summary import bootstrap_weight_matrix
 from evalbeam.metrics.rows.instance import case_id
-from evalbeam.transforms.schema import RunKey
+from evalbeam.metrics.rows.tables import RunKey
 from evalbeam.transforms.score import ScoredInstance
 from evalbeam.metrics.statistics.summary import MAX_SLICE_VALUES
 from evalbeam.transforms.summary import BOOTSTRAP_BATCH, OVERALL, fold_slices, slice_column

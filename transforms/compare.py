@@ -193,7 +193,7 @@ def comparison_row(keyed, spec: PairSpec) -> dict[str, Any]:
 
 class CompareRuns(beam.PTransform):
     """{base, run: (instance_id, (metric, score, failed)); run_slices, base_slices: (instance_id, [slice])}
-    -> comparisons rows (transforms.schema TABLES["comparisons"])."""
+    -> comparisons rows (metrics.rows.tables TABLES["comparisons"])."""
 
     def __init__(self, spec: PairSpec):
         super().__init__()

@@ -55,7 +55,7 @@ from evalbeam.metrics.judge.client import JudgeRequest, JudgeResponse, request_k
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
 from evalbeam.transforms.judge_context import JudgeContext
-from evalbeam.transforms.schema import RunKey, to_json_text
+from evalbeam.metrics.rows.tables import RunKey, to_json_text
 from evalbeam.transforms.score import ScoredInstance
 from evalbeam.transforms.summary import OVERALL
 

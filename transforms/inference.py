@@ -49,7 +49,7 @@ from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, request_key
 from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
 from evalbeam.transforms.judge_checkpoint import CheckpointWriter, read_checkpoints, shard_of
 from evalbeam.transforms.judge_context import JudgeContext
-from evalbeam.transforms.schema import RunKey, blank_metric_row
+from evalbeam.metrics.rows.tables import RunKey, blank_metric_row
 from evalbeam.transforms.score import ScoredInstance
 from evalbeam.transforms.deployed import CHECKPOINTS, CheckpointedInferrer, deployed_auth
 from evalbeam.transforms.simulator import Simulate

@@ -60,7 +60,7 @@ from evalbeam.transforms import judge_checkpoint
 from evalbeam.transforms.judge_checkpoint import shard_of
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.progress import CountFn, JudgeShardLog
-from evalbeam.transforms.schema import RunKey, blank_metric_row
+from evalbeam.metrics.rows.tables import RunKey, blank_metric_row
 from evalbeam.transforms.score import ScoredInstance
 from evalbeam.transforms.tables import ReadTableRows
 

@@ -20,7 +20,7 @@ from evalbeam.transforms.failure_modes import DISCOVERY, instance_asks, instance
 from evalbeam.transforms.judge import judge_requests, plan_judges
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.rubrics import READY, RubricNeedsFn, plan_rubric_metrics, plan_units, use_pinned
-from evalbeam.transforms.schema import RunKey
+from evalbeam.metrics.rows.tables import RunKey
 from evalbeam.transforms.score import ScoreInstances
 
 COUNTS = ("asked", "distinct", "cached", "to_call", "prompt_chars", "cached_output_tokens", "upper_bound")

@@ -62,7 +62,7 @@ from evalbeam.metrics.registry import MetricError
 from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
 from evalbeam.transforms.judge import merge_usage as merge_judge_usage
 from evalbeam.transforms.judge_context import JudgeContext
-from evalbeam.transforms.schema import RunKey, blank_metric_row
+from evalbeam.metrics.rows.tables import RunKey, blank_metric_row
 from evalbeam.transforms.tables import ReadTableRows
 from evalbeam.transforms.score import ScoredInstance, missing_input_error
 

@@ -8,7 +8,7 @@ import json
 import apache_beam as beam
 from apache_beam.transforms import window
 
-from evalbeam.transforms.schema import RunKey, utc_now
+from evalbeam.metrics.rows.tables import RunKey, utc_now
 
 
 def judge_cost(totals: dict[str, int], price: dict[str, float] | None) -> float | None:

@@ -21,7 +21,7 @@ from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
 from evalbeam.metrics.custom import custom_scorer
 from evalbeam.metrics.rows.instance import Instance
 from evalbeam.metrics.registry import as_metric_value, get_metric
-from evalbeam.transforms.schema import RunKey
+from evalbeam.metrics.rows.tables import RunKey
 from evalbeam.transforms.worker import freeze_start_up_objects, quiet_interrupts
 
 

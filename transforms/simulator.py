@@ -51,7 +51,7 @@ from evalbeam.transforms.deployed import CHECKPOINTS, CheckpointedInferrer, depl
 from evalbeam.transforms.judge_checkpoint import CheckpointWriter, read_checkpoints
 from evalbeam.transforms.judge import UsageFn, _reused, cache_row
 from evalbeam.transforms.progress import CountFn
-from evalbeam.transforms.schema import RunKey
+from evalbeam.metrics.rows.tables import RunKey
 
 ANSWERS = "answers"
 

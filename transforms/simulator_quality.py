@@ -31,7 +31,7 @@ from evalbeam.metrics.agents.simulator import (
     quality_score,
 )
 from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
-from evalbeam.transforms.schema import RunKey, blank_metric_row, to_json_text
+from evalbeam.metrics.rows.tables import RunKey, blank_metric_row, to_json_text
 from evalbeam.transforms.score import ScoredInstance
 
 NO_THRESHOLD = "per_turn_user_simulator_quality_v1 needs a threshold (as ADK's criteria do)"

@@ -19,7 +19,7 @@ import numpy as np
 from evalbeam.metrics.judge.jury import juror_scores
 from evalbeam.metrics.statistics.summary import MAX_SLICE_VALUES, OVERALL, ScoreMoments, bootstrap_weight_matrix
 from evalbeam.metrics.rows.instance import case_id
-from evalbeam.transforms.schema import RunKey, to_json_text
+from evalbeam.metrics.rows.tables import RunKey, to_json_text
 from evalbeam.transforms.score import ScoredInstance
 
 

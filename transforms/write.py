@@ -28,7 +28,7 @@ from apache_beam.transforms import window
 
 from evalbeam.metrics.rows.otel import evaluation_request
 from evalbeam.transforms.run_lock import holder_gone, lock_path, read_holder
-from evalbeam.transforms.schema import ATTEMPTS, arrow_schema, utc_now
+from evalbeam.metrics.rows.tables import ATTEMPTS, arrow_schema, utc_now
 from evalbeam.transforms.write_failure import quiet_write_failures
 
 MARKER = "_evalbeam_run.json"

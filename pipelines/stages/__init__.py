@@ -26,7 +26,7 @@ import apache_beam as beam
 
 from evalbeam.configs import EvalConfig
 from evalbeam.transforms.judge_context import JudgeContext
-from evalbeam.transforms.schema import RunKey
+from evalbeam.metrics.rows.tables import RunKey
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The one writer: every table of the run written to Parquet from the one schema
-(transforms.schema), loaded into BigQuery when configured, then put in place of an
+(metrics.rows.tables), loaded into BigQuery when configured, then put in place of an
 earlier attempt of the same run_id (transforms.write)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from evalbeam.pipelines.stages.summary import version
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.calibration import labelled_results
 from evalbeam.transforms.judge_checkpoint import RemoveCheckpoints
-from evalbeam.transforms.schema import instance_row
+from evalbeam.metrics.rows.tables import instance_row
 from evalbeam.transforms.write import (
     ReplaceRunFolder, WriteEmptyTables, WriteOtelEvents, WriteParquetTable, attempt_folder, run_folder,
 )

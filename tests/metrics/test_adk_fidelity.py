@@ -29,7 +29,7 @@ from tests.helpers import ROOT, evalbeam, table
 from evalbeam.transforms.adk_status import add_case_status
 from evalbeam.transforms.read import parse_file
 from evalbeam.transforms.records import Record
-from evalbeam.transforms.schema import RunKey
+from evalbeam.metrics.rows.tables import RunKey
 from evalbeam.transforms.score import plan_metrics, score_instance
 
 pytestmark = pytest.mark.adk

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.helpers import EVALBEAM, ROOT, evalbeam, table
-from evalbeam.transforms.schema import arrow_schema
+from evalbeam.metrics.rows.tables import arrow_schema
 
 T = {"tool_name": "get", "tool_input": {"id": 1}}
 U = {"tool_name": "set", "tool_input": {"id": 1, "on": True}}

@@ -132,7 +132,7 @@ def test_batch_mode_sends_each_providers_judgments_to_its_own_batch_api(tmp_path
     from evalbeam.metrics.rows.instance import Instance
     from evalbeam.transforms.judge import JudgeInstances
     from evalbeam.transforms.judge_context import JudgeContext
-    from evalbeam.transforms.schema import RunKey
+    from evalbeam.metrics.rows.tables import RunKey
 
     for name, key in KEYS.items():
         monkeypatch.setenv(name, key)

@@ -17,7 +17,7 @@ from evalbeam.metrics.statistics.ppi import Moments, PPIMoments
 from evalbeam.metrics.rows.instance import Instance
 from evalbeam.metrics.statistics.summary import bootstrap_weight_matrix
 from evalbeam.transforms.calibration import CalibrateScores
-from evalbeam.transforms.schema import RunKey
+from evalbeam.metrics.rows.tables import RunKey
 from evalbeam.transforms.score import ScoredInstance
 
 RUN = RunKey("r", dt.date(2026, 11, 25))

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tests.emulators.control import BUCKET, PROJECT
-from evalbeam.transforms import schema
+from evalbeam.metrics.rows import tables as schema
 from tests.helpers import ROOT, evalbeam
 
 pytestmark = pytest.mark.emulators

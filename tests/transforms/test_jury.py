@@ -25,7 +25,7 @@ from evalbeam.metrics.judge.jury import JuryRule, aggregate_jury
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.transforms.judge import JudgeInstances
 from evalbeam.transforms.judge_context import JudgeContext
-from evalbeam.transforms.schema import RunKey
+from evalbeam.metrics.rows.tables import RunKey
 from evalbeam.transforms.score import ScoredInstance
 from evalbeam.transforms.summary import SummarizeScores
 from tests.helpers import evalbeam, table

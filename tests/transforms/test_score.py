@@ -10,7 +10,7 @@ from rouge_score import rouge_scorer
 from evalbeam.configs import MetricSpec
 from evalbeam.metrics.rows.instance import Instance
 from evalbeam.metrics.registry import MetricValue, as_metric_value
-from evalbeam.transforms.schema import RunKey
+from evalbeam.metrics.rows.tables import RunKey
 from evalbeam.transforms.score import MetricPlan, plan_metrics, result_base, score_instance
 
 RUN = RunKey("run", __import__("datetime").date(2026, 11, 27))

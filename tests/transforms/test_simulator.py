@@ -490,7 +490,7 @@ def test_simulator_cache_rows_name_the_model_the_simulator_called():
     from evalbeam.configs.schema import UserSimulatorConfig
     from evalbeam.metrics.judge.client import JudgeResponse
     from evalbeam.metrics.judge.settings import JudgeSettings
-    from evalbeam.transforms.schema import RunKey
+    from evalbeam.metrics.rows.tables import RunKey
     from evalbeam.transforms.simulator import simulator_cache_rows
 
     run = RunKey("run-1", dt.date(2026, 1, 2))

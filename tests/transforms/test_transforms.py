@@ -11,7 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from evalbeam.configs import MetricSpec
 from evalbeam.metrics.rows.instance import Instance, RowSpec
 from evalbeam.transforms.read import ReadRecords
-from evalbeam.transforms.schema import RunKey
+from evalbeam.metrics.rows.tables import RunKey
 from evalbeam.transforms.score import ScoreInstances
 from evalbeam.transforms.summary import SummarizeScores
 from evalbeam.transforms.validate import ToInstances
@@ -244,7 +244,7 @@ def test_direct_parquet_writes_hold_what_beams_sink_writes(tmp_path, monkeypatch
     import pyarrow.parquet as pq
 
     from evalbeam.transforms import write
-    from evalbeam.transforms.schema import arrow_schema
+    from evalbeam.metrics.rows.tables import arrow_schema
 
     monkeypatch.setattr(write, "ROW_GROUP_BYTES", 64 * 1024)  # several row groups from 2,600 rows
     data = _rows_of(arrow_schema(table, ("dataset",)), rows, seed=rows)
@@ -304,7 +304,7 @@ def test_every_metric_row_carries_the_threshold_in_force():
     import datetime as dt
 
     from evalbeam.metrics.rows.instance import Instance
-    from evalbeam.transforms.schema import RunKey, blank_metric_row
+    from evalbeam.metrics.rows.tables import RunKey, blank_metric_row
     from evalbeam.transforms.score import ScoredInstance, with_thresholds
 
     run = RunKey("r", dt.date(2026, 11, 25))

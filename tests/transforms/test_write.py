@@ -4,7 +4,7 @@ import random
 import pytest
 
 from evalbeam.transforms import write
-from evalbeam.transforms.schema import RunKey, arrow_schema, instance_row
+from evalbeam.metrics.rows.tables import RunKey, arrow_schema, instance_row
 from evalbeam.transforms.score import result_base
 
 

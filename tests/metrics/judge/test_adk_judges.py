@@ -340,7 +340,7 @@ def test_a_turn_whose_judge_failed_is_not_evaluated_and_a_case_adk_refuses_is_a_
     from evalbeam.metrics.judge.client import JudgeResponse
     from evalbeam.metrics.judge.settings import JudgeSettings
     from evalbeam.transforms.judge import judge_requests, judge_rows
-    from evalbeam.transforms.schema import RunKey
+    from evalbeam.metrics.rows.tables import RunKey
 
     run, plan = RunKey("r", dt.date(2026, 11, 25)), _plan()
     settings = JudgeSettings(model="m", sampling_count=3)
@@ -407,7 +407,7 @@ def test_adks_hallucinations_leave_out_a_step_whose_call_failed_and_a_case_with_
     from evalbeam.metrics.judge.client import JudgeResponse
     from evalbeam.metrics.judge.rubrics import Rubric
     from evalbeam.transforms.rubrics import RubricPlan, RubricSet, adk_hallucinations_row, plan_units
-    from evalbeam.transforms.schema import RunKey
+    from evalbeam.metrics.rows.tables import RunKey
 
     run = RunKey("r", dt.date(2026, 11, 25))
     plan = RubricPlan("hallucinations_v1", _plan("hallucinations_v1", threshold=0.6).template, 0.6)

@@ -21,7 +21,7 @@ from evalbeam.metrics.judge.templates import builtin_templates
 from evalbeam.transforms.judge import JudgeInstances
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.runs import judge_totals
-from evalbeam.transforms.schema import RunKey
+from evalbeam.metrics.rows.tables import RunKey
 from tests.helpers import evalbeam, table
 from tests.provider_servers import Behaviour, ProviderServer
 
