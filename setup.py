@@ -5,7 +5,7 @@ This file is also what Dataflow workers install the project from.
 import setuptools
 
 # The Pythons evalbeam is tested on: `make test` installs it from the lock and runs a demo config on each
-# one it finds (tests/pipelines/test_pythons.py). Beam 2.77 supports 3.10 to 3.14; 3.14 is not tested.
+# one it finds (tests/e2e/test_pythons.py). Beam 2.77 supports 3.10 to 3.14; 3.14 is not tested.
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 # A pin whose version needs Python 3.11 has a second pin for 3.10: the newest release that supports it.
 PY310, PY311 = '; python_version < "3.11"', '; python_version >= "3.11"'
@@ -48,7 +48,7 @@ REQUIRES = [
 FOLDERS = ("configs", "metrics", "pipelines", "transforms")
 PACKAGE_DIR = {f"evalbeam.{folder}": folder for folder in FOLDERS}
 # Every subpackage too (evalbeam.metrics.judge, ...): Dataflow workers and the Flex
-# Template image get only what is listed here (tests/pipelines/test_packaging.py).
+# Template image get only what is listed here (tests/e2e/test_packaging.py).
 PACKAGES = [f"evalbeam.{p}" for p in setuptools.find_packages(include=[f for folder in FOLDERS for f in (folder, f"{folder}.*")])]
 
 AGENT = ["google-adk[a2a]==2.13.0", "jinja2==3.1.6"]
@@ -62,7 +62,7 @@ setuptools.setup(
     license_files=["LICENSE", "NOTICE"],
     classifiers=["License :: OSI Approved :: Apache Software License"]
     + [f"Programming Language :: Python :: {version}" for version in PYTHONS],
-    python_requires=">=3.10,<3.14",  # PYTHONS, as tests/pipelines/test_pythons.py checks
+    python_requires=">=3.10,<3.14",  # PYTHONS, as tests/e2e/test_pythons.py checks
     packages=PACKAGES,
     package_dir=PACKAGE_DIR,
     # Files the code opens beside its modules (metrics/judge/templates.py reads

@@ -1,5 +1,5 @@
 """Deployed-agent throughput against a quota: a real ADK agent served over A2A by ADK's own `to_a2a`
-(tests/a2a_agent.py, in the .agent venv: `make agent-env`), whose model is the local generateContent
+(tests/servers/a2a_agent.py, in the .agent venv: `make agent-env`), whose model is the local generateContent
 server (the test stand-in for Gemini) answering after a log-normal latency, and `evalbeam run` with
 `inference.a2a` on N one-turn cases with inference.requests_per_minute set to the quota.
 
@@ -26,8 +26,8 @@ import duckdb
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.a2a_agent import A2AServer  # noqa: E402  (the test server, never in the product)
-from tests.judge_server import Behaviour, JudgeServer  # noqa: E402
+from tests.servers.a2a_agent import A2AServer  # noqa: E402  (the test server, never in the product)
+from tests.servers.judge_server import Behaviour, JudgeServer  # noqa: E402
 
 
 def main() -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from evalbeam.metrics.failure_modes import ModeCounts  # noqa: E402
-from tests.judge_server import Behaviour, JudgeServer  # noqa: E402  (the stand-in, never in the product)
+from tests.servers.judge_server import Behaviour, JudgeServer  # noqa: E402  (the stand-in, never in the product)
 
 
 def peak_bytes(failures: int, modes: int) -> tuple[int, float]:

@@ -27,7 +27,7 @@ import duckdb
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.judge_server import Behaviour, JudgeServer  # noqa: E402  (the stand-in, never in the product)
+from tests.servers.judge_server import Behaviour, JudgeServer  # noqa: E402  (the stand-in, never in the product)
 
 EVALBEAM = str(Path(sys.executable).with_name("evalbeam"))
 PRICES = {"gemini-2.5-flash": {"input_per_million": 0.30, "output_per_million": 2.50}}

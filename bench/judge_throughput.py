@@ -28,7 +28,7 @@ import duckdb
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.judge_server import Behaviour, JudgeServer  # noqa: E402  (the stand-in, never in the product)
+from tests.servers.judge_server import Behaviour, JudgeServer  # noqa: E402  (the stand-in, never in the product)
 
 
 def main() -> None:

@@ -8,7 +8,7 @@ The rows are those of bench/compute_throughput.py (80-word texts, trajectories),
 20,000 of them generated and then repeated with new ids; the metrics are the
 same eleven (ROUGE x4, BLEU, six trajectory metrics). With --judge, a pointwise
 judge metric (evalbeam_fluency) is added, answered by the local generateContent test
-server (tests/judge_server.py) with no latency and a quota that never binds,
+server (tests/servers/judge_server.py) with no latency and a quota that never binds,
 and each response carries its row's number, so that every row is one more
 judgment to make (none is answered by another row's); the judgments asked and
 the calls made are printed from the run's `runs` row.
@@ -135,7 +135,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         server = None
         if args.judge:
-            from tests.judge_server import Behaviour, JudgeServer  # the test stand-in, never in the product
+            from tests.servers.judge_server import Behaviour, JudgeServer  # the test stand-in, never in the product
 
             server = JudgeServer(Behaviour(latency_median=0.0, latency_sigma=0.0)).__enter__()
         try:

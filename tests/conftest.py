@@ -69,11 +69,11 @@ NEEDS = {
     "adk_simulator": "adk",        # tests/metrics/agents/test_simulator.py
     "agent_evalbeam": "agent",     # tests/metrics/judge/test_agent_judges.py
     "pythons_installed": "pythons",
-    "installed": "packaging",      # tests/pipelines/test_packaging.py
+    "installed": "packaging",      # tests/e2e/test_packaging.py
 }
 
 # pytest.ini's timeout (900 s) is per test; the tiers that install whole environments (their pip installs
-# time out at up to 1800 s: tests/pipelines/test_pythons.py) get this many seconds instead.
+# time out at up to 1800 s: tests/e2e/test_pythons.py) get this many seconds instead.
 LONG_TIMEOUT = {"packaging": 2400, "pythons": 2400}
 
 
@@ -103,7 +103,7 @@ def pytest_collection_finish(session):
     # The `pythons` tier's installs (minutes each) start now, beside the tests before them.
     versions = [item.callspec.params["version"] for item in session.items if "pythons_installed" in getattr(item, "fixturenames", ())]
     if versions and not session.config.option.collectonly:
-        from tests.pipelines.test_pythons import start_installs
+        from tests.e2e.test_pythons import start_installs
 
         start_installs(versions)
 

@@ -1,5 +1,5 @@
 """`make demo-judge`: a judge config run against the local Gemini-protocol stand-in the
-tests use (tests/judge_server.py), to see the judge metrics work without a key. The
+tests use (tests/servers/judge_server.py), to see the judge metrics work without a key. The
 stand-in's scores are derived from a hash of each prompt: they say nothing about the
 responses. Run from the repository:
 
@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 from evalbeam.configs import ConfigError, load_config
-from tests.judge_server import JudgeServer
+from tests.servers.judge_server import JudgeServer
 
 NOTICE = """\
-*** DEMO ONLY: the judge here is a local stand-in (tests/judge_server.py), not Gemini. ***
+*** DEMO ONLY: the judge here is a local stand-in (tests/servers/judge_server.py), not Gemini. ***
 *** Its scores are drawn from a hash of each prompt: they mean NOTHING about the responses. ***"""
 REAL = ("To judge for real: export GOOGLE_API_KEY=... (or set judge.backend: vertex_ai) and run\n"
         "  evalbeam run {config}")

@@ -1,5 +1,5 @@
 """A real ADK agent for tests/transforms/test_inference.py: an LlmAgent with real Python tools,
-whose model calls go to the local generateContent server (tests/judge_server.py) at
+whose model calls go to the local generateContent server (tests/servers/judge_server.py) at
 $EVALBEAM_TEST_MODEL_URL. Needs google-adk (the .adk venv)."""
 import os
 

@@ -41,7 +41,7 @@ LOCKS = {
 # (3.3.0 there; evalbeam's judge client is tested on both), opentelemetry-api/-sdk 1.44.0,
 # opentelemetry-semantic-conventions 0.65b0, websockets 15.0.1, and google-adk with its dependencies added (httpx2, the
 # HTTP client of google-genai 3, is in both: openai and anthropic use it); every other pin is requirements.lock's on the same Python
-# (tests/pipelines/test_packaging.py checks it). Installed with --no-deps, then `pip check` (make agent-env).
+# (tests/e2e/test_packaging.py checks it). Installed with --no-deps, then `pip check` (make agent-env).
 """),
 }
 

@@ -1,5 +1,5 @@
 """Function agents for user simulation tests (tests/transforms/test_simulator.py). The
-simulator's model is tests/judge_server.py, whose free-text answer is the last `#reply=` marker
+simulator's model is tests/servers/judge_server.py, whose free-text answer is the last `#reply=` marker
 of its prompt: these agents put one in each answer, and so script the simulated user's next
 message (the conversation history ends the simulator's prompt)."""
 

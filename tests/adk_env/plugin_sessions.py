@@ -49,7 +49,7 @@ from google.genai import types
 from tests.inference_agent import root_agent
 
 APP, USER = "weather_app", "u1"
-# session id -> the user's turns, in order (markers: see tests/judge_server.py)
+# session id -> the user's turns, in order (markers: see tests/servers/judge_server.py)
 SESSIONS = {
     "trip": ['Paris? #call=get_weather{"city": "Paris"}',
              'Keep Oslo #call=remember_city{"city": "Oslo"} #call=convert{"celsius": 25}',

@@ -5,7 +5,7 @@ tests/transforms/test_simulator.py.
     simulated_conversations.py AGENT_MODULE EVAL_SET.json TEST_CONFIG.json
 stdout: {eval_id: [{"prompt", "response", "tool_calls": [[name, args]]}] | {"error": ...}}
 
-The agent's and the simulator's models are the local server (tests/judge_server.py): the agent's
+The agent's and the simulator's models are the local server (tests/servers/judge_server.py): the agent's
 through its module ($EVALBEAM_TEST_MODEL_URL), the simulator's through google-genai's
 $GOOGLE_GEMINI_BASE_URL (ADK builds the simulator's Gemini with no base_url).
 """

@@ -1,4 +1,4 @@
-"""A real ADK app behind the Agent Engine stand-in (tests/agent_engine_server.py), in the agent venv (.agent/):
+"""A real ADK app behind the Agent Engine stand-in (tests/servers/agent_engine_server.py), in the agent venv (.agent/):
 python adk_app.py AGENT PORT. It does what Vertex AI's ADK app template (AdkApp) does for the two class
 methods evalbeam calls, with ADK's Runner and InMemorySessionService:
     POST /create_session {"user_id", "state"} -> the Session (model_dump, JSON)

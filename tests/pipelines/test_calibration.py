@@ -14,7 +14,7 @@ from evalbeam.configs import EvalConfig
 from evalbeam.metrics.statistics.calibration import CalibrationMoments
 from evalbeam.metrics.statistics.summary import bootstrap_weight_matrix
 from tests.helpers import evalbeam, table
-from tests.judge_server import JudgeServer
+from tests.servers.judge_server import JudgeServer
 
 KEY = "test-key-calibration"
 

@@ -3,7 +3,7 @@ import pytest
 import json
 
 from tests.helpers import evalbeam, table
-from tests.judge_server import JudgeServer
+from tests.servers.judge_server import JudgeServer
 from tests.metrics.judge.test_judge import KEY, judge_config, write_data
 
 ROWS = [

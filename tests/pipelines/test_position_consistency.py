@@ -12,7 +12,7 @@ import pytest
 
 from evalbeam.metrics.statistics.summary import bootstrap_weight_matrix
 from tests.helpers import evalbeam, table
-from tests.judge_server import JudgeServer
+from tests.servers.judge_server import JudgeServer
 from tests.metrics.judge.test_judge import judge_config, write_data
 
 KEY = "AIzaSy-test-key-position-0123456789"

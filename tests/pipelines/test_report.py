@@ -14,7 +14,7 @@ import yaml
 from PIL import Image
 
 from tests.helpers import evalbeam, table
-from tests.judge_server import JudgeServer
+from tests.servers.judge_server import JudgeServer
 from tests.metrics.statistics.test_compare import cases, write_run
 
 KEY = "AIzaSy-test-key-report-0123456789"

@@ -223,7 +223,7 @@ def recorded(cloud, tmp_path_factory):
     """The plugin's rows loaded into the emulator's table (created by the plugin), and ADK's side."""
     import os
 
-    from tests.judge_server import JudgeServer
+    from tests.servers.judge_server import JudgeServer
     from evalbeam.transforms.local_cloud import bigquery_client
 
     python = ROOT / ".adk" / "bin" / "python"

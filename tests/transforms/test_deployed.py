@@ -1,7 +1,7 @@
 """Deployed agents (metrics/agents/deployed.py): `inference.a2a` against a real ADK agent served by ADK's own
 `to_a2a` (the .agent venv), whose model is the local Gemini-protocol server, compared with the same agent
 run in-process (`inference.agent`); `inference.agent_engine` against a stand-in speaking Agent Engine's REST
-protocol (tests/agent_engine_server.py) through google-cloud-aiplatform's client and real credentials."""
+protocol (tests/servers/agent_engine_server.py) through google-cloud-aiplatform's client and real credentials."""
 from __future__ import annotations
 
 import copy
@@ -15,9 +15,9 @@ from evalbeam.metrics.agents.inference import infer_all
 from evalbeam.metrics.rows.instance import RowSpec, build_instance
 from evalbeam.transforms.read import parse_file
 from evalbeam.transforms.records import Record
-from tests.a2a_agent import A2AServer
+from tests.servers.a2a_agent import A2AServer
 from tests.helpers import ROOT, fill_disk
-from tests.judge_server import JudgeServer
+from tests.servers.judge_server import JudgeServer
 from tests.transforms.test_inference import AGENT_SET, KEY, agent_env
 
 
@@ -108,10 +108,10 @@ ENGINE = "projects/evalbeam-test/locations/europe-west4/reasoningEngines/1234567
 @pytest.fixture
 def engine_env(tmp_path, monkeypatch):
     """Application Default Credentials: a real service account file (a key made here) whose
-    token_uri is the local token endpoint (tests/judge_server.py), as the vertex_ai judge is tested."""
+    token_uri is the local token endpoint (tests/servers/judge_server.py), as the vertex_ai judge is tested."""
     from cryptography.hazmat.primitives.asymmetric import rsa
 
-    from tests.agent_engine_server import AgentEngineServer
+    from tests.servers.agent_engine_server import AgentEngineServer
     from tests.metrics.judge.test_judge_vertex import CLIENT_EMAIL, service_account_file
 
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -263,7 +263,7 @@ def test_the_example_configs_validate_and_an_unreachable_endpoint_fails_in_one_l
     """configs/agent_a2a.yaml (against ADK's to_a2a server) and configs/agent_engine.yaml (against the
     stand-in) pass `evalbeam validate`; an endpoint that does not answer fails validate and run in
     preflight with one line (status 2), before any work."""
-    from tests.a2a_agent import free_port
+    from tests.servers.a2a_agent import free_port
     from tests.helpers import evalbeam
 
     engine = engine_env
@@ -470,7 +470,7 @@ def test_agent_engine_with_a_real_adk_app_gives_the_in_process_trace(tmp_path, e
     """The stand-in in front of a real ADK app (ADK's Runner, in .agent/, as Agent Engine's ADK template runs
     it): the same responses and tool calls as the agent run in-process, session state from session_input
     included; the raising tool fails the case both ways."""
-    from tests.a2a_agent import AdkAppServer
+    from tests.servers.a2a_agent import AdkAppServer
 
     engine = engine_env
     cases = cases_of(tmp_path, AGENT_SET)

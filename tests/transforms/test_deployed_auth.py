@@ -3,7 +3,7 @@
 Google ID tokens with google-auth's own verifier (signature against the local token endpoint's
 certificates, audience, expiry). The ID tokens are minted by google-auth from Application Default
 Credentials: a real service account key file made here, its token_uri the local token endpoint
-(tests/judge_server.py), which answers the JWT-bearer grant with an ID token as Google's does."""
+(tests/servers/judge_server.py), which answers the JWT-bearer grant with an ID token as Google's does."""
 from __future__ import annotations
 
 import asyncio
@@ -18,8 +18,8 @@ import pytest
 
 from evalbeam.metrics.agents.deployed import A2AAuth, A2AInferrer, Calls, foreign_endpoint, reachable
 from evalbeam.metrics.agents.inference import infer_all
-from tests.a2a_agent import A2AServer
-from tests.judge_server import JudgeServer
+from tests.servers.a2a_agent import A2AServer
+from tests.servers.judge_server import JudgeServer
 from tests.transforms.test_deployed import cases_of
 from tests.transforms.test_inference import AGENT_SET
 

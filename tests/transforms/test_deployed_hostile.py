@@ -1,6 +1,6 @@
 """Deployed agents (metrics/agents/deployed.py) against endpoints that misbehave: a scripted A2A server
-(tests/a2a_raw.py, the JSON-RPC binding spoken by hand so it can break the protocol) and the Agent
-Engine stand-in (tests/agent_engine_server.py), through the real a2a-sdk and google-cloud-aiplatform
+(tests/servers/a2a_raw.py, the JSON-RPC binding spoken by hand so it can break the protocol) and the Agent
+Engine stand-in (tests/servers/agent_engine_server.py), through the real a2a-sdk and google-cloud-aiplatform
 clients. Each case must end with an answer or with a clear error on that case; none is dropped."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from evalbeam.metrics.agents.deployed import A2AInferrer, Calls, events_from_a2a
 from evalbeam.metrics.agents.inference import InferenceError, infer_all
-from tests.a2a_raw import RawA2AServer, agent_message, result
+from tests.servers.a2a_raw import RawA2AServer, agent_message, result
 
 
 def over_raw_a2a(answer, cases=None, max_attempts=2, request_timeout=30.0, url_suffix=""):
@@ -172,7 +172,7 @@ def test_a2a_card_naming_an_unreachable_endpoint_says_so():
     reached, and a case's error names that endpoint, not just "ConnectError"."""
     import evalbeam.metrics.agents.deployed as deployed
     from evalbeam.metrics.agents.deployed import reachable
-    from tests.a2a_agent import free_port
+    from tests.servers.a2a_agent import free_port
 
     elsewhere = f"http://127.0.0.1:{free_port()}/"
     base, deployed.BACKOFF_BASE = deployed.BACKOFF_BASE, 0.01
@@ -306,7 +306,7 @@ def test_agent_engine_refused_connection_is_retried():
     import requests
 
     from evalbeam.metrics.agents.deployed import AgentEngineInferrer, _never_sent
-    from tests.a2a_agent import free_port
+    from tests.servers.a2a_agent import free_port
 
     try:
         requests.post(f"http://127.0.0.1:{free_port()}/", timeout=5)

@@ -3,7 +3,7 @@ LlmAgent (tests/inference_agent.py) run against ADK's user simulator by ADK 2.13
 in-process, and by `evalbeam run` (in .agent) over A2A (ADK's to_a2a, behind an ID-token check, through a
 proxy that refuses a message once) and on the Agent Engine stand-in in front of a real ADK app: the same
 conversations, turn for turn. The agent's and the simulator's models are the local server
-(tests/judge_server.py), its answers scripted by the markers of the case."""
+(tests/servers/judge_server.py), its answers scripted by the markers of the case."""
 from __future__ import annotations
 
 import ast
@@ -102,9 +102,9 @@ def adc(tmp_path, monkeypatch):
 
 
 def test_simulated_users_talk_to_deployed_agents_as_adks_simulator_does_in_process(tmp_path, adc):
-    from tests.a2a_agent import AdkAppServer
-    from tests.agent_engine_server import AgentEngineServer
-    from tests.judge_server import JudgeServer
+    from tests.servers.a2a_agent import AdkAppServer
+    from tests.servers.agent_engine_server import AgentEngineServer
+    from tests.servers.judge_server import JudgeServer
 
     tokens = adc
     tokens.id_token_lifetime = 5  # short-lived: each conversation outlives the first token
@@ -179,7 +179,7 @@ def test_finished_simulated_conversations_are_checkpointed_and_not_held_again(tm
     from evalbeam.metrics.rows.instance import Instance
     from evalbeam.metrics.judge.settings import JudgeSettings
     from evalbeam.transforms.simulator import SimulateFn
-    from tests.judge_server import JudgeServer
+    from tests.servers.judge_server import JudgeServer
     from tests.transforms.test_deployed import cases_of
 
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)

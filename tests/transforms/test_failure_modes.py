@@ -15,7 +15,7 @@ from evalbeam.metrics.failure_modes import OTHER, TOOL_USE
 from evalbeam.pipelines.evaluate import run
 from evalbeam.pipelines.plan import plan
 from tests.helpers import table
-from tests.judge_server import JudgeServer
+from tests.servers.judge_server import JudgeServer
 
 KEY = "AIzaSy-test-key-failure-modes-0123456"
 
@@ -346,7 +346,7 @@ def test_an_agent_run_that_failed_is_a_failure_and_batch_mode_classifies_the_sam
     """inference.function raising on a case: its metric row's error is classified as a failure of
     the case (the agent's error in the prompt); the same run in judge batch mode (Gemini batch
     jobs at the stand-in) gives the same assignments."""
-    from tests.judge_server import Behaviour
+    from tests.servers.judge_server import Behaviour
 
     rows = [{"id": "ok", "prompt": "weather in paris", "reference": "WEATHER IN PARIS"},
             {"id": "miss", "prompt": "weather in oslo #mode=output_misused", "reference": "It is cold."},

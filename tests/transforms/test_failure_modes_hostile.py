@@ -7,7 +7,7 @@ import pytest
 
 from evalbeam.metrics.failure_modes import TOOL_USE
 from tests.helpers import evalbeam, table
-from tests.judge_server import JudgeServer
+from tests.servers.judge_server import JudgeServer
 from tests.transforms.test_failure_modes import api_key, run_config, write_config  # noqa: F401 - a fixture
 
 PASSING = [{"id": f"i{n}", "team": "billing", "prompt": f"q{n}", "response": f"a{n}", "reference": f"a{n}"}
@@ -108,7 +108,7 @@ def test_a_judge_down_throughout_leaves_every_failure_with_its_error_and_the_cou
     """5xx on every request: each failure keeps its row with the error and no mode; the modes'
     rows count 0 with every failure unclassified; show says so without an empty table; the key
     is in no output."""
-    from tests.judge_server import Behaviour
+    from tests.servers.judge_server import Behaviour
 
     rows = [dict(r, team="billing" if n % 2 else "shipping", response="wrong #mode=wrong_tool")
             for n, r in enumerate(PASSING)]
@@ -142,7 +142,7 @@ def test_a_run_killed_mid_classification_reuses_its_checkpoints_and_loses_or_dou
     import time
 
     from tests.helpers import EVALBEAM, ROOT
-    from tests.judge_server import Behaviour
+    from tests.servers.judge_server import Behaviour
 
     modes = ["wrong_tool", "bad_arguments", "tool_not_called", "repeated_call"]
     rows = [{"id": f"k{n:02d}", "team": "billing" if n % 2 else "shipping", "prompt": f"q{n}",

@@ -145,7 +145,7 @@ def test_function_agent_over_an_adk_eval_set_with_runs(tmp_path):
 def test_a_judge_metric_over_multi_turn_cases_from_inference(tmp_path, monkeypatch):
     """A pointwise judge reads the one `response` a multi-turn case does not have:
     that case's row carries why, the one-turn cases are judged, and the run goes on."""
-    from tests.judge_server import JudgeServer
+    from tests.servers.judge_server import JudgeServer
 
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
     path = tmp_path / "weather.evalset.json"
@@ -212,7 +212,7 @@ KEY = "AIzaSy-inference-test-key-0123456789"
 
 @pytest.mark.slow
 def test_model_inference_through_the_judge_layer_and_its_cache(tmp_path, monkeypatch):
-    from tests.judge_server import JudgeServer
+    from tests.servers.judge_server import JudgeServer
 
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
     data = tmp_path / "qa.jsonl"
@@ -319,7 +319,7 @@ def test_adk_agent_inference_with_a_real_llm_agent(tmp_path, monkeypatch):
 
     from evalbeam.metrics import get_metric
     from evalbeam.metrics.rows.instance import RowSpec, build_instance
-    from tests.judge_server import JudgeServer
+    from tests.servers.judge_server import JudgeServer
     from evalbeam.transforms.read import parse_file
     from evalbeam.transforms.records import Record
 
@@ -416,7 +416,7 @@ def test_a_whole_evalbeam_run_of_an_adk_agent(tmp_path, monkeypatch):
     case's error and counts that reconcile."""
     import subprocess
 
-    from tests.judge_server import JudgeServer
+    from tests.servers.judge_server import JudgeServer
 
     venv = agent_env()
     evalbeam_agent = venv / "bin" / "evalbeam"
@@ -529,7 +529,7 @@ def test_a_legacy_cases_initial_session_is_the_state_the_agent_starts_in(tmp_pat
     import subprocess
 
     from evalbeam.metrics.rows.instance import RowSpec, build_instance
-    from tests.judge_server import JudgeServer
+    from tests.servers.judge_server import JudgeServer
     from evalbeam.transforms.read import parse_file
     from evalbeam.transforms.records import Record
 

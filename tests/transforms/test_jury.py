@@ -29,7 +29,7 @@ from evalbeam.metrics.rows.tables import RunKey
 from evalbeam.transforms.score import ScoredInstance
 from evalbeam.transforms.summary import SummarizeScores
 from tests.helpers import evalbeam, table
-from tests.judge_server import Behaviour, JudgeServer
+from tests.servers.judge_server import Behaviour, JudgeServer
 
 KEY = "jury-test-key-0123456789"
 RUN = RunKey("jr", dt.date(2026, 11, 27))

@@ -293,7 +293,7 @@ def test_scores_from_an_adk_runs_traces_equal_adks_own_evaluators_on_its_session
 
     from evalbeam.metrics import get_metric
     from evalbeam.metrics.rows.instance import RowSpec, build_instance
-    from tests.judge_server import JudgeServer
+    from tests.servers.judge_server import JudgeServer
 
     root = Path(__file__).resolve().parents[2]
     cases = DATA / "adk_scored_cases.json"
@@ -343,7 +343,7 @@ def test_a_second_instrumentation_live_google_genai(tmp_path):
     and answers the app got."""
     import subprocess
 
-    from tests.judge_server import JudgeServer
+    from tests.servers.judge_server import JudgeServer
     from tests.metrics.rows.test_otel import genai_turns_match_what_the_app_saw
 
     root = Path(__file__).resolve().parents[2]

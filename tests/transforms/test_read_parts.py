@@ -105,7 +105,7 @@ def test_a_large_input_uses_every_core_by_default_with_the_same_results(tmp_path
     its tables equal those of a run in one process (--direct_num_workers=1)."""
     import os
 
-    from tests.pipelines.test_cli import evalbeam_pid
+    from tests.e2e.test_cli import evalbeam_pid
 
     rows = [json.dumps({"id": f"r{i}", "response": f"answer {i % 13}", "reference": f"answer {i % 7}"})
             for i in range(4000)]

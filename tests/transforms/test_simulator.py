@@ -1,6 +1,6 @@
 """User simulation for ADK conversation_scenario cases (metrics.agents.simulator, transforms.simulator):
 whole runs with a function agent whose simulated user is answered by the local Gemini-protocol
-server (tests/judge_server.py) through the judge layer. The simulator is google-adk's own (the
+server (tests/servers/judge_server.py) through the judge layer. The simulator is google-adk's own (the
 `agent` extra): where this interpreter has no google-adk, a test needing it is run again by
 .agent's interpreter; without it, a scenario run stops before it starts, naming the extra."""
 from __future__ import annotations
@@ -46,7 +46,7 @@ SCENARIO_SET = {
 def test_scenarios_run_with_the_simulator_through_the_judge_layer_and_its_cache(tmp_path, monkeypatch, request):
     if in_agent_env(request):  # metrics.agents.simulator calls google-adk (the agent extra)
         return
-    from tests.judge_server import JudgeServer
+    from tests.servers.judge_server import JudgeServer
 
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
     path = tmp_path / "sim.evalset.json"
@@ -152,7 +152,7 @@ def test_simulated_conversations_equal_adks_evaluation_generator(tmp_path):
     models both the local server (scripted answers): the same conversations, turn for turn."""
     import subprocess
 
-    from tests.judge_server import JudgeServer
+    from tests.servers.judge_server import JudgeServer
     from tests.transforms.test_inference import agent_env
 
     agent_bin = agent_env() / "bin"
@@ -286,7 +286,7 @@ def test_per_turn_user_simulator_quality_in_a_run(tmp_path, monkeypatch, request
     case whose inference failed are not evaluated, saying why."""
     if in_agent_env(request):  # metrics.agents.simulator calls google-adk (the agent extra)
         return
-    from tests.judge_server import JudgeServer
+    from tests.servers.judge_server import JudgeServer
 
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
     path = tmp_path / "q.evalset.json"
@@ -365,7 +365,7 @@ def test_runs_are_separate_simulations_and_checkpointed_answers_are_not_asked_ag
         return
     from evalbeam.metrics.judge.client import JudgeResponse
     from evalbeam.transforms.judge_checkpoint import checkpoint_folder, write_chunk
-    from tests.judge_server import JudgeServer
+    from tests.servers.judge_server import JudgeServer
 
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
     path = tmp_path / "one.evalset.json"
@@ -404,7 +404,7 @@ def test_an_answer_with_no_text_fails_the_case_after_the_judges_retries(monkeypa
     from evalbeam.metrics.judge.settings import JudgeSettings
     from evalbeam.metrics.agents.simulator import UserSimulatorFailed
     from evalbeam.transforms.simulator import SimulatorCalls
-    from tests.judge_server import JudgeServer
+    from tests.servers.judge_server import JudgeServer
 
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
     with JudgeServer() as server:

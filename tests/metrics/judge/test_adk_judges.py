@@ -33,7 +33,7 @@ import pytest
 from evalbeam.metrics.adk import criterion_status
 from tests.adk_cases import eval_set_result
 from tests.helpers import ROOT, evalbeam, table
-from tests.judge_server import JudgeServer
+from tests.servers.judge_server import JudgeServer
 
 pytestmark = pytest.mark.agent
 

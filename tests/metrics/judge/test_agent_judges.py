@@ -27,7 +27,7 @@ from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
 from evalbeam.metrics.registry import MetricError, get_metric
 from evalbeam.pipelines.preflight import check_imports
 from tests.helpers import ROOT, evalbeam, table
-from tests.judge_server import JudgeServer
+from tests.servers.judge_server import JudgeServer
 
 KEY = "AIzaSy-test-key-agent-judges-0123456789"
 TEMPLATES = builtin_rubric_templates()

@@ -22,7 +22,7 @@ from evalbeam.metrics.judge.templates import (
     parse_answer,
 )
 from tests.helpers import evalbeam, table
-from tests.judge_server import Behaviour, JudgeServer
+from tests.servers.judge_server import Behaviour, JudgeServer
 from evalbeam.transforms.judge import CallJudgeFn
 from evalbeam.transforms.judge_context import JudgeContext
 

@@ -9,7 +9,7 @@ from evalbeam.configs import ConfigError, load_config
 from evalbeam.metrics.judge.batch import judge_batch
 from evalbeam.metrics.judge.client import JudgeSettings
 from tests.helpers import evalbeam, table
-from tests.judge_server import Behaviour, JudgeServer
+from tests.servers.judge_server import Behaviour, JudgeServer
 from tests.metrics.judge.test_judge import FOLLOWS, KEY, ROWS, judge_config, requests_for, write_data
 from tests.metrics.judge.test_judge_vertex import key, vertex_env  # noqa: F401 - fixtures
 

@@ -1,5 +1,5 @@
 """judge.provider: openai_compatible and anthropic through the one judge layer, against the
-local stand-ins of tests/provider_servers.py (the OpenAI Chat Completions and Anthropic
+local stand-ins of tests/servers/provider_servers.py (the OpenAI Chat Completions and Anthropic
 Messages protocols), driven through the real `openai` and `anthropic` clients."""
 import datetime as dt
 import json
@@ -23,7 +23,7 @@ from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.runs import judge_totals
 from evalbeam.metrics.rows.tables import RunKey
 from tests.helpers import evalbeam, table
-from tests.provider_servers import Behaviour, ProviderServer
+from tests.servers.provider_servers import Behaviour, ProviderServer
 
 SECRET = "sk-test-provider-key-do-not-leak-9f8e7d6c"
 KEY_ENV = "EVALBEAM_TEST_PROVIDER_KEY"

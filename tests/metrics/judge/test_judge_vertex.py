@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from evalbeam.metrics.judge.client import JudgeSettings, judge_stream
 from tests.helpers import evalbeam, table
-from tests.judge_server import JudgeServer
+from tests.servers.judge_server import JudgeServer
 from tests.metrics.judge.test_judge import KEY, ROWS, judge_config, requests_for, write_data
 
 PROJECT, LOCATION, MODEL = "evalbeam-vertex-test", "europe-west4", "gemini-2.5-flash"

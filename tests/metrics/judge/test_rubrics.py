@@ -22,7 +22,7 @@ from evalbeam.metrics.judge.rubrics import (
 from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
 from evalbeam.metrics.registry import MetricError, get_metric
 from tests.helpers import evalbeam, table
-from tests.judge_server import Behaviour, JudgeServer
+from tests.servers.judge_server import Behaviour, JudgeServer
 
 KEY = "AIzaSy-test-key-rubrics-0123456789"
 FIELDS = {f: f"<{f} text>" for f in CANONICAL_FIELDS}

@@ -22,7 +22,7 @@ from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_templ
 from evalbeam.metrics.registry import get_metric
 from tests.helpers import table
 from tests.helpers import evalbeam as run_evalbeam
-from tests.judge_server import JudgeServer
+from tests.servers.judge_server import JudgeServer
 from tests.metrics.judge.test_judge import KEY, judge_config, write_data
 
 # The service's choice for the template's A (baseline_model_response) and B (response)

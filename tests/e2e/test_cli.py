@@ -27,7 +27,7 @@ GOOD = [
 BAD_LINES = [
     ('{"case": "c5", "answer": "x", "reference": "x"', "invalid JSON", None),
     ('["not", "an", "object"]', "a record must be a JSON object", None),
-    # no metric can score it (a row lacking only some metrics' inputs is scored: tests/pipelines/test_run_outcomes.py)
+    # no metric can score it (a row lacking only some metrics' inputs is scored: tests/e2e/test_run_outcomes.py)
     (json.dumps({"case": "c6", "ds": "x", "reference": "r"}), "missing or null; needed by metric 'exact_match'", "response"),
     (json.dumps({"case": "c7", "ds": "x", "answer": "a", "reference": "r", "predicted_trajectory": {"tool_name": "get"}, "reference_trajectory": []}), "must be a list of tool calls", "predicted_trajectory"),
     (json.dumps({"case": "c8", "ds": "x", "answer": "a", "reference": "r", "predicted_trajectory": [], "reference_trajectory": [], "latency_in_seconds": "slow"}), "must be a number", "latency_in_seconds"),

@@ -1,6 +1,6 @@
 """One run whose metrics are judged by different providers: the run's Gemini judge, a metric's own
 OpenAI-compatible judge, and a jury of a Gemini and an Anthropic juror, each against its own
-stand-in (tests/judge_server.py, tests/provider_servers.py), through the real clients."""
+stand-in (tests/servers/judge_server.py, tests/servers/provider_servers.py), through the real clients."""
 from __future__ import annotations
 
 import json
@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from tests.helpers import evalbeam, table
-from tests.judge_server import JudgeServer
-from tests.provider_servers import ProviderServer
+from tests.servers.judge_server import JudgeServer
+from tests.servers.provider_servers import ProviderServer
 
 FLASH, PRO, GPT, CLAUDE = "gemini-2.5-flash", "gemini-2.5-pro", "gpt-judge", "claude-judge"
 # a distinct fake key per provider: each stand-in must see only its own, and no output any of them

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT, table
-from tests.judge_server import JudgeServer
+from tests.servers.judge_server import JudgeServer
 from tests.locks import setup_arguments
 
 KEY_ENV = "EVALBEAM_PACKAGING_JUDGE_KEY"

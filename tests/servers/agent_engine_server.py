@@ -18,7 +18,7 @@ transports/rest_base.py; the agent_engines SDK, vertexai/agent_engines/_agent_en
 The ADK app behind it is either a real one (`backend`: the URL of tests/agent_env/adk_app.py, ADK's
 Runner in the .agent venv, as Vertex AI's ADK app template runs it) or, by default, a replay of what
 an LlmAgent with tests/inference_app.py's tools does, turn by turn, driven by markers in the user's
-message as tests/judge_server.py's agent answers are:
+message as tests/servers/judge_server.py's agent answers are:
 `#call=NAME{JSON}` one function call event per marker (all in one event), then one function
 response event (the real tool's result; an unknown tool: ADK's error response), then the final
 text "Done: " + the responses' JSON; without a marker "No tool needed: <text>".
@@ -97,7 +97,7 @@ def _events(app_name: str, message: str, invocation_id: str) -> list[dict]:
 
 class AgentEngineServer:
     def __init__(self, tokens, app_name: str = "weather_agent", latency: float = 0.0, backend: str | None = None):
-        self.tokens = tokens  # a tests.judge_server.JudgeServer: the tokens it issued are accepted
+        self.tokens = tokens  # a tests.servers.judge_server.JudgeServer: the tokens it issued are accepted
         self.backend = backend  # a real ADK app (tests/agent_env/adk_app.py), else the replay
         self.app_name = app_name
         self.latency = latency

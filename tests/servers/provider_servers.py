@@ -1,7 +1,7 @@
 """Local stand-ins for the OpenAI Chat Completions and the Anthropic Messages APIs, for tests
 only (these machines cannot reach either). They speak the real wire protocols, so the real
 `openai` and `anthropic` clients drive them, and they decide everything as the Gemini stand-in
-does (tests/judge_server.py: the same quota with 429 + Retry-After, latency, 503s, timeouts,
+does (tests/servers/judge_server.py: the same quota with 429 + Retry-After, latency, 503s, timeouts,
 and the same markers in the prompt: #score=, #malformed=, #invalid=, #fail, #slow=,
 #unavailable_at=, #echo_key=, ...), so one test reads the same on every provider.
 
@@ -50,7 +50,7 @@ import secrets
 import time
 from typing import Any
 
-from tests.judge_server import Behaviour, JudgeServer  # noqa: F401 - Behaviour: for the tests' imports
+from tests.servers.judge_server import Behaviour, JudgeServer  # noqa: F401 - Behaviour: for the tests' imports
 
 OPENAI_ROUTE = re.compile(r"/(?:v1/)?chat/completions")
 ANTHROPIC_ROUTE = re.compile(r"/v1/messages")

@@ -300,7 +300,7 @@ class JudgeServer:
 
     def fault(self, prompt: str, model: str | None = None) -> str | None:
         """What goes wrong with one request, whatever protocol it came in (this server's, or
-        tests.provider_servers'): draws the Behaviour's latency, timeout and error, counts the prompt, and
+        tests.servers.provider_servers'): draws the Behaviour's latency, timeout and error, counts the prompt, and
         reads its markers (#slow=S on its first ask, #unavailable_at=N,.. on those asks, #echo_key=CODE,
         #fail, #down@MODEL). -> None (answer it), "echo" (fail with #echo_key's status, echoing the
         credential) or "unavailable" (503); the stats are counted here."""

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.helpers import EVALBEAM, ROOT, evalbeam, fill_disk, table
-from tests.judge_server import Behaviour, JudgeServer
+from tests.servers.judge_server import Behaviour, JudgeServer
 
 KEY = "AIzaSy-durability-key-0123456789"
 JUDGMENTS = 160

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from tests.helpers import evalbeam, table
-from tests.judge_server import JudgeServer
+from tests.servers.judge_server import JudgeServer
 
 KEY = "AIzaSy-reliability-key-0123456789"
 
@@ -219,7 +219,7 @@ def test_a_metric_with_no_valid_score_fails_the_run_with_its_reasons(tmp_path, m
 
 def test_a_non_finite_custom_score_is_an_error_on_its_row(tmp_path):
     data = jsonl(tmp_path / "d.jsonl", [{"response": "nan", "reference": "r"}, {"response": "ok", "reference": "r"}])
-    metrics = [{"name": "maybe_nan", "function": "tests.pipelines.test_reliability:maybe_nan", "inputs": ["response"]}]
+    metrics = [{"name": "maybe_nan", "function": "tests.e2e.test_reliability:maybe_nan", "inputs": ["response"]}]
     evalbeam("run", write_config(tmp_path, data, metrics=metrics), check=False)
     rows = {r["score"] if r["score"] is not None else r["error"] for r in table(tmp_path / "out" / "r1", "metric_results")}
     assert rows == {1.0, "MetricError: score is not a finite number (nan)"}

@@ -28,7 +28,7 @@ from packaging.specifiers import SpecifierSet
 
 from tests.helpers import ROOT, evalbeam
 from tests.locks import setup_arguments
-from tests.pipelines.test_packaging import build_sdist, outside_env, pip_for, run
+from tests.e2e.test_packaging import build_sdist, outside_env, pip_for, run
 
 SETUP = setup_arguments()
 PYTHONS = [c.rsplit(" :: ", 1)[1] for c in SETUP["classifiers"] if c.startswith("Programming Language :: Python :: 3.")]

@@ -313,7 +313,7 @@ def test_dataflow_dry_run_builds_the_whole_job(cloud, monkeypatch):
 
 
 def test_judge_cache_in_bigquery_is_reused(cloud, tmp_path, monkeypatch):
-    from tests.judge_server import JudgeServer
+    from tests.servers.judge_server import JudgeServer
 
     monkeypatch.setenv("GOOGLE_API_KEY", "AIzaSy-cloud-test-key")
     dataset = f"{PROJECT}.evals_judged"
