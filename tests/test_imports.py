@@ -10,6 +10,7 @@ counts as any other. The floors (docs/development.md, "Where things live"), lowe
 """
 from __future__ import annotations
 
+import pytest
 import ast
 from pathlib import Path
 
@@ -105,6 +106,7 @@ def upward(edges: dict[str, set[str]]) -> list[tuple[str, str]]:
                   if t.split(".")[1] not in ALLOWED[m.split(".")[1]])
 
 
+@pytest.mark.slow
 def test_the_graph_is_read():
     """The reader sees what is there: imports at the top, in functions, relative ones, and `from pkg import mod`."""
     edges = evalbeam_edges(graph())
@@ -123,10 +125,12 @@ def test_cycles_and_upward_imports_are_found():
     assert upward(edges) == [("evalbeam.metrics.c", "evalbeam.transforms.d")]
 
 
+@pytest.mark.slow
 def test_no_import_circle():
     assert cycles(evalbeam_edges(graph())) == []
 
 
+@pytest.mark.slow
 def test_no_import_up_a_floor():
     edges = evalbeam_edges(graph())
     found = [edge for edge in upward(edges) if edge not in EXCEPTIONS]
@@ -137,6 +141,7 @@ def test_no_import_up_a_floor():
     assert stale == []
 
 
+@pytest.mark.slow
 def test_metrics_never_import_beam():
     g = graph()
     found = sorted(m for m, targets in g.items() if m.startswith("evalbeam.metrics")

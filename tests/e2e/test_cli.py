@@ -198,6 +198,7 @@ def test_beam_flags_pass_through_and_results_do_not_depend_on_the_runner_mode(da
     assert one == [{k: pytest.approx(v, rel=1e-12) if isinstance(v, float) else v for k, v in r.items()} for r in two]
 
 
+@pytest.mark.slow
 def test_validate_reports_metrics_whose_inputs_no_column_provides(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"case": "1", "ds": "x", "answer": "a", "reference": "a"}) + "\n")
@@ -226,6 +227,7 @@ def test_validate_ok_and_missing_input_files(dataset, tmp_path):
     assert bad.returncode == 2 and "metrics.0: params: x: Extra inputs are not permitted" in bad.stderr
 
 
+@pytest.mark.slow
 def test_empty_dataset_is_an_empty_run(tmp_path):
     data = tmp_path / "empty.jsonl"
     data.write_text("\n")
@@ -245,6 +247,7 @@ def test_csv_demo_config_runs(tmp_path):
     assert summary[("exact_match", "task=question_answering")]["mean"] == 0.25
 
 
+@pytest.mark.slow
 def test_metrics_command_lists_every_computation_metric():
     out = evalbeam("metrics").stdout
     for name in ("trajectory_exact_match", "trajectory_in_order_match", "trajectory_any_order_match", "trajectory_precision",
@@ -254,6 +257,7 @@ def test_metrics_command_lists_every_computation_metric():
         assert f"\n{name}\n" in "\n" + out, name
 
 
+@pytest.mark.slow
 def test_the_command_ends_after_its_exit_handlers_and_whole_output(dataset, tmp_path):
     """`evalbeam` ends its process without the interpreter's teardown
     (pipelines.cli.entry): the exit handlers registered by code the run imported
@@ -306,6 +310,7 @@ def test_output_that_cannot_be_written_is_not_a_success(tmp_path, buffered, comm
     assert closed.returncode == 0 and "Traceback" not in closed.stderr, closed.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("buffered", [True, False])
 def test_a_reader_gone_before_the_output_ends_the_command_with_status_141(buffered):
     """A pipe whose reader is gone (its end closed before anything is read):
@@ -397,6 +402,7 @@ def test_a_second_ctrl_c_ends_the_command_at_once(tmp_path):
     assert not (tmp_path / "out" / "slow" / "runs").exists()
 
 
+@pytest.mark.slow
 def test_a_local_run_goes_to_beams_fnapirunner_and_fetches_nothing(dataset, tmp_path):
     """Beam's DirectRunner first tries Prism, whose binary it downloads from GitHub
     into ~/.apache_beam/cache/prism (and, where it cannot, falls back to the
@@ -478,6 +484,7 @@ def traced(*args):
     return result, modules
 
 
+@pytest.mark.slow
 def test_commands_that_run_no_pipeline_do_not_import_beam(tmp_path):
     """A command's module is imported only when it is chosen (pipelines/commands/): the help,
     the metrics and reading a local results folder need no Beam, whose import is most of
@@ -559,6 +566,7 @@ def test_make_demo_judge_runs_a_judge_config_against_the_stand_in_and_says_its_s
         "fluency": 15, "safety": 15, "instruction_following": 15, "response_follows_trajectory": 15}
 
 
+@pytest.mark.slow
 def test_no_google_credentials_is_a_message_not_a_traceback(tmp_path):
     """`run` with output.bigquery (its run lock), `show --bigquery`: without Google credentials
     google-auth's DefaultCredentialsError was a traceback. It is one line saying what to do,
@@ -578,6 +586,7 @@ def test_no_google_credentials_is_a_message_not_a_traceback(tmp_path):
         assert "gcloud auth application-default login" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_cloud_config_without_credentials_fails_in_one_line(tmp_path):
     # no Application Default Credentials anywhere: no key file, no gcloud config, no emulator
     env = {k: v for k, v in os.environ.items()
@@ -595,6 +604,7 @@ def test_a_cloud_config_without_credentials_fails_in_one_line(tmp_path):
     assert "no Google Cloud credentials" in result.stderr and "input query in project my-project" in result.stderr
 
 
+@pytest.mark.slow
 def test_an_interrupted_demo_judge_ends_its_run_and_says_how_to_resume_it(tmp_path):
     """Issue 32, item 3: `make demo-judge` interrupted printed a KeyboardInterrupt traceback and
     could leave its evalbeam run going; an interrupted run left its checkpoints in
@@ -650,6 +660,7 @@ def _cmdline(proc_dir) -> bytes:
         return b""
 
 
+@pytest.mark.slow
 def test_make_demo_labels_shows_agreement_with_human_labels_without_a_key(tmp_path):
     """Issue 32, item 7: a try of input.labels without a key existed only through tests/demo_judge.py;
     `make demo-labels` runs configs/demo_labels.yaml against the stand-in, with its calibration table."""

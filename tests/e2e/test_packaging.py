@@ -326,6 +326,7 @@ def check_agent_lock(default: dict, agent: dict):
     assert default["a2a-sdk"] == agent["a2a-sdk"] == "1.3.0"
 
 
+@pytest.mark.slow
 def test_building_evalbeam_from_a_clone_leaves_the_clone_clean(tmp_path):
     """Issue 32, item 7: `pip install .` from a clone left an untracked build/ (setuptools'
     bdist_wheel builds in the tree). The clone's git status stays empty."""

@@ -52,6 +52,7 @@ def test_duplicate_ids_never_share_a_judge_verdict(tmp_path, monkeypatch):
     assert "read 3 = scored 2 + dead-lettered 1" in result.stdout
 
 
+@pytest.mark.slow
 def test_identical_rows_without_an_id_column_each_get_their_own_row(tmp_path, monkeypatch):
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
     row = {"response": "same #score=4", "reference": "r"}
@@ -70,6 +71,7 @@ def test_identical_rows_without_an_id_column_each_get_their_own_row(tmp_path, mo
 # ------------------------------------------------ 2. re-running never destroys what evalbeam did not write
 
 
+@pytest.mark.slow
 def test_a_folder_evalbeam_did_not_write_is_never_replaced(tmp_path):
     notes = tmp_path / "out" / "r1" / "notes.txt"
     notes.parent.mkdir(parents=True)
@@ -80,6 +82,7 @@ def test_a_folder_evalbeam_did_not_write_is_never_replaced(tmp_path):
     assert notes.read_text() == "my notes" and sorted(os.listdir(notes.parent)) == ["notes.txt"]
 
 
+@pytest.mark.slow
 def test_run_id_naming_the_input_folder_cannot_delete_the_input(tmp_path):
     data = jsonl((tmp_path / "out" / "data").mkdir(parents=True) or tmp_path / "out" / "data" / "d.jsonl",
                  [{"response": "x", "reference": "x"}])
@@ -114,6 +117,7 @@ def test_a_run_that_dies_leaves_the_previous_output_of_its_run_id(tmp_path):
 # ------------------------------------------------ 6. unwritable outputs are found before any work
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["a_file", "/proc/evalbeam-out"])
 def test_an_unwritable_output_is_refused_before_any_work(tmp_path, where):
     target = tmp_path / "a_file" if where == "a_file" else Path(where)
@@ -130,6 +134,7 @@ def test_an_unwritable_output_is_refused_before_any_work(tmp_path, where):
 # ------------------------------------------------ 8. --set takes what was typed
 
 
+@pytest.mark.slow
 def test_set_values_that_are_not_yaml_or_not_strings(tmp_path):
     data = jsonl(tmp_path / "d.jsonl", [{"response": "x", "reference": "x"}])
     config = write_config(tmp_path, tmp_path / "nothing.jsonl")
@@ -192,6 +197,7 @@ def test_show_and_runs_on_missing_or_broken_results(tmp_path):
     assert listed.stderr.count("skipped unreadable file") == 2
 
 
+@pytest.mark.slow
 def test_validate_says_when_no_row_can_be_read(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text("{broken\nnot json either\n")
@@ -217,6 +223,7 @@ def test_a_metric_with_no_valid_score_fails_the_run_with_its_reasons(tmp_path, m
     assert "evalbeam_fluency: 3 x judge failed" in shown.stdout
 
 
+@pytest.mark.slow
 def test_a_non_finite_custom_score_is_an_error_on_its_row(tmp_path):
     data = jsonl(tmp_path / "d.jsonl", [{"response": "nan", "reference": "r"}, {"response": "ok", "reference": "r"}])
     metrics = [{"name": "maybe_nan", "function": "tests.e2e.test_reliability:maybe_nan", "inputs": ["response"]}]

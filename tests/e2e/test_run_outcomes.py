@@ -30,6 +30,7 @@ def config_file(tmp_path, data, metrics, run_id="r1", name="outcomes", output=No
 # ------------------------------------------------ 5. missing inputs are per metric
 
 
+@pytest.mark.slow
 def test_a_row_lacking_one_metrics_inputs_loses_only_that_metric(tmp_path):
     rows = [{"id": f"c{i}", "response": "the cat sat", "reference": "the cat sat", "reference_trajectory": [T],
              **({"predicted_trajectory": [T]} if i % 2 == 0 else {})} for i in range(6)]
@@ -80,6 +81,7 @@ def test_a_run_that_scores_nothing_or_dead_letters_too_much_fails(tmp_path):
     assert "PROBLEMS" not in allowed.stdout and "read 5 = scored 2 + dead-lettered 3" in allowed.stdout
 
 
+@pytest.mark.slow
 def test_an_empty_input_fails_the_run_naming_it_unless_expected(tmp_path):
     """Issue 32, item 7: an empty file exited 0 with an empty table, a pass in CI and a base for
     compare_with: previous. It fails (status 1) naming the input, unless input.allow_empty."""
@@ -199,6 +201,7 @@ def test_a_full_disk_ends_the_run_with_120_and_one_line_leaving_the_previous_out
 # ------------------------------------------------ 4. many slice values
 
 
+@pytest.mark.slow
 def test_many_slice_values_are_bounded_in_the_summary_and_on_the_terminal(tmp_path):
     """The cap is input.max_slice_values (default 1,000; a constant before issue 32, item 8)."""
     from evalbeam.configs import EvalConfig
@@ -232,6 +235,7 @@ def test_many_slice_values_are_bounded_in_the_summary_and_on_the_terminal(tmp_pa
            f"is in the run's summary table in {tmp_path / 'out'})" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_run_compared_with_itself_is_refused(tmp_path):
     """Issue 32, item 8: `compare p1 p1` was accepted (and flags nothing, whatever changed);
     compare_with naming the run's own run_id is refused likewise, before any work."""
@@ -243,6 +247,7 @@ def test_a_run_compared_with_itself_is_refused(tmp_path):
     assert result.returncode == 2 and "compare_with: p1 is this run's own run_id" in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_a_full_disk_under_a_labelled_run_ends_it_with_120_and_keeps_the_previous_output(tmp_path, small_disk):
     """Issue 32, item 8: a full disk was not tried with the calibration table among the tables. A
     labelled run with a slice per row (a calibration row per slice) whose tables do not fit: status

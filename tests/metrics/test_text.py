@@ -32,6 +32,7 @@ def test_bleu_equals_sacrebleu_sentence_bleu(effective):
     assert any(0 < sacrebleu.sentence_bleu(h, [r]).score < 100 for r, h in pairs), "cases must not be degenerate"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_stemmer", [False, True])
 def test_rouge_equals_rouge_score_every_type(use_stemmer):
     pairs = text_pairs(seed=11, count=250)
@@ -97,6 +98,7 @@ def hard_pairs(seed: int, count: int, **kw):
     return pairs + [("", ""), ("", "x"), ("x", ""), ("a b c d", "a b c d"), ("a", "a a a a a")]
 
 
+@pytest.mark.slow
 def test_bleu_tokens_are_sacrebleus_13a_tokens():
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
     from sacrebleu.tokenizers.tokenizer_re import TokenizerRegexp
@@ -134,6 +136,7 @@ def test_context_rules_replace_as_sacrebleus_templates():
     assert re.sub(r"(a)(b)", _replacement(r"<\2|\1>"), "xaby") == "x<b|a>y"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("effective", [True, False])
 def test_bleu_is_bit_identical_to_sacrebleu_on_hard_texts(effective):
     fn = scorer("bleu", use_effective_order=effective)
@@ -146,6 +149,7 @@ def test_bleu_is_bit_identical_to_sacrebleu_on_hard_texts(effective):
     assert partial > 500, "the cases must not be degenerate"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_stemmer", [False, True])
 def test_rouge_is_bit_identical_to_rouge_score_on_hard_texts(use_stemmer):
     # rouge-score-rs against rouge-score itself: precision, recall and F-measure
@@ -166,6 +170,7 @@ def test_rouge_is_bit_identical_to_rouge_score_on_hard_texts(use_stemmer):
     assert partial > 100
 
 
+@pytest.mark.slow
 def test_rouge_metrics_of_one_instance_share_a_scoring_and_never_mix_instances():
     # rouge_1 .. rouge_l_sum share one native call per pair; scoring other pairs
     # in between, or a metric added later, must never return another pair's scores
@@ -269,6 +274,7 @@ def punkt_texts(params, seed, count):
     return texts
 
 
+@pytest.mark.slow
 def test_sentence_splitter_equals_nltk_sent_tokenize_with_nltks_english_model(nltk_english_punkt):
     import re
 
@@ -283,6 +289,7 @@ def test_sentence_splitter_equals_nltk_sent_tokenize_with_nltks_english_model(nl
     assert hinged_on_the_model > 500, "the texts must exercise Punkt's parameters, not only '. ' breaks"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("use_stemmer", [False, True])
 def test_rouge_lsum_split_summaries_equals_rouge_score(nltk_english_punkt, use_stemmer):
     reference = rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=use_stemmer, split_summaries=True)

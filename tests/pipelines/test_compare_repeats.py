@@ -70,6 +70,7 @@ def expected(group=None):
             "only_in_base": 0, "only_in_run": 0, "paired_by": "case"}
 
 
+@pytest.mark.slow
 def test_repeated_runs_are_compared_case_with_case(tmp_path):
     out = tmp_path / "out"
     evalbeam("run", write(tmp_path, "base", False, {}))

@@ -107,6 +107,7 @@ def test_plan_needs_no_key_and_run_still_does(tmp_path, monkeypatch):
     assert run.returncode == 2 and "GOOGLE_API_KEY" in run.stderr
 
 
+@pytest.mark.slow
 def test_validate_checks_a_judge_config_without_a_key_and_names_the_key_as_what_is_left(tmp_path, monkeypatch):
     """Issue 32, item 4: validate refused a judge config without GOOGLE_API_KEY before checking its
     columns (plan works without one), and passed a label column no row has, which run fails on."""
@@ -129,6 +130,7 @@ def test_validate_checks_a_judge_config_without_a_key_and_names_the_key_as_what_
     assert evalbeam("validate", config).stderr == ""
 
 
+@pytest.mark.slow
 def test_plan_prices_each_judge_at_its_model_and_counts_calls_per_provider(tmp_path, monkeypatch):
     """Metrics judged by the run's Gemini judge, an OpenAI-compatible judge, and a jury of two
     Gemini jurors of one model (sharing its quota) and a Claude juror: each entry at its model's

@@ -54,6 +54,7 @@ def expected_rate(ids):
     return statistics.fmean(shares)
 
 
+@pytest.mark.slow
 def test_position_consistency_is_what_the_scripted_bias_implies(judged):
     out, _ = judged
     rows = {(r["instance_id"], r["metric"]): r for r in table(out / "pos1", "metric_results")}
@@ -80,6 +81,7 @@ def test_position_consistency_is_what_the_scripted_bias_implies(judged):
     assert overall["position_consistency_ci_low"] < overall["position_consistency"] < overall["position_consistency_ci_high"]
 
 
+@pytest.mark.slow
 def test_show_and_the_report_give_position_consistency(judged):
     out, config = judged
     shown = evalbeam("show", "pos1", "--config", str(config)).stdout

@@ -68,6 +68,7 @@ def repeated_run(tmp_path_factory):
     return tmp / "out", config, result
 
 
+@pytest.mark.slow
 def test_the_summary_of_repeated_runs_is_what_the_script_implies(repeated_run):
     out, _, result = repeated_run
     run = out / "rep1"
@@ -101,6 +102,7 @@ def test_the_summary_of_repeated_runs_is_what_the_script_implies(repeated_run):
             "and errors") in result.stdout
 
 
+@pytest.mark.slow
 def test_show_prints_pass_at_k_and_the_clustered_standard_error(repeated_run):
     out, config, _ = repeated_run
     shown = evalbeam("show", "rep1", "--config", str(config)).stdout
@@ -115,6 +117,7 @@ def test_show_prints_pass_at_k_and_the_clustered_standard_error(repeated_run):
     assert overall["standard_error"] == want["standard_error"]
 
 
+@pytest.mark.slow
 def test_the_report_shows_the_pass_curves(repeated_run):
     import lxml.html
 
@@ -154,6 +157,7 @@ def test_show_with_many_runs_prints_a_few_k_not_all_of_them():
     assert "k = 1, 2, 3;" in few  # up to 8 runs: every k
 
 
+@pytest.mark.slow
 def test_the_report_table_with_many_runs_has_the_same_few_k():
     """The report's repeated-runs table, num_runs 100: columns at the k `show` prints (the chart keeps
     the whole curve), not 200 columns."""

@@ -252,6 +252,7 @@ def test_show_json_and_report_carry_the_judge_accounting(tmp_path, monkeypatch):
     assert KEY not in page.read_text()
 
 
+@pytest.mark.slow
 def test_report_without_matplotlib_names_the_extra(tmp_path):
     blocked = tmp_path / "blocked" / "matplotlib"
     blocked.mkdir(parents=True)

@@ -35,6 +35,7 @@ def output(tmp_path):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("base", ["out", "out/", "linked-out", "./out", "missing", "out/not-a-run"])
 @pytest.mark.parametrize("parts", [("*", "runs", "*.parquet"), ("r1", "runs", "*.parquet"), ("*", "*", "*.parquet"),
                                    ("r?", "summary", "part-?.parquet"), ("r[12]", "runs", "*"),

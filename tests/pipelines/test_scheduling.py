@@ -18,6 +18,7 @@ METADATA = json.loads((ROOT / "pipelines/flex_template/metadata.json").read_text
 PARAMS = {p["name"]: p for p in METADATA["parameters"]}
 
 
+@pytest.mark.slow
 def test_template_entry_point_runs_a_config_for_a_run_date(tmp_path):
     code = flex_main.main([
         "--config=configs/demo.yaml", "--run_date=2026-11-20",

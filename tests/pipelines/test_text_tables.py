@@ -1,5 +1,6 @@
 """What the terminal shows of a run (pipelines.text_tables): numbers that agree on one screen
 (issue 32, item 5)."""
+import pytest
 import json
 
 from evalbeam.pipelines.report_data import judge_accounting
@@ -48,6 +49,7 @@ def test_calibration_notes_of_slices_are_printed_not_only_the_overall_rows():
     assert "topic=b)" not in text
 
 
+@pytest.mark.slow
 def test_source_lines_of_adk_files_say_a_case_spans_many(tmp_path):
     """`source lines 639` beside 4 ADK cases: the lines of pretty-printed JSON, said so."""
     from tests.helpers import evalbeam

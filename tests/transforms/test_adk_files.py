@@ -399,6 +399,7 @@ def test_each_file_is_judged_with_its_own_test_config_as_adks_agent_evaluator_ju
 # --- validate -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_validate_reports_what_run_would_dead_letter_and_fails_when_nothing_is_usable(tmp_path):
     from tests.helpers import evalbeam, table
 

@@ -66,6 +66,7 @@ def check_rows(want):
     return check
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("parts", [False, True])
 def test_rows_equal_the_statistics_of_each_metric_and_slice(parts):
     rows = cases()
@@ -92,6 +93,7 @@ def test_rows_equal_the_statistics_of_each_metric_and_slice(parts):
     assert f"{overall['unscored_count']} labelled instance(s) have no score" in overall["note"]
 
 
+@pytest.mark.slow
 def test_slices_past_the_limit_fold_exactly_into_other():
     rows = cases()
     scored = [ScoredInstance(inst, [a, j]) for inst, a, j in rows]
@@ -107,6 +109,7 @@ def test_slices_past_the_limit_fold_exactly_into_other():
         assert_that(out, check_rows(want))
 
 
+@pytest.mark.slow
 def test_repeated_runs_are_weighed_by_their_case():
     """num_runs > 1: each run is an instance (n counts runs), and its bootstrap weights are its case's,
     so the interval resamples cases, as the summary's does."""

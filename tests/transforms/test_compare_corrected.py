@@ -64,6 +64,7 @@ def run_compare(base_rows, run_rows, pair_spec, check):
         assert_that(inputs | CompareRuns(pair_spec), lambda rows: check({r["slice"]: r for r in rows}))
 
 
+@pytest.mark.slow
 def test_corrected_means_and_difference_equal_ppi_pythons():
     base_rows, hb, fb, lb = generate(1, 0.0, 0.8)  # a judge a point kind to the base run
     run_rows, hr, fr, lr = generate(2, 0.3, 0.2)  # people like the new run 0.3 more; the judge less biased
@@ -101,6 +102,7 @@ def check(rows, hb, fb, lb, hr, fr, lr):
     assert b["mean_difference"] == b["judge_mean_difference"] and "fewer than 10" in b["corrected_note"]
 
 
+@pytest.mark.slow
 def test_metrics_one_run_does_not_label_and_repeated_runs_stay_the_judges():
     base_rows, *_ = generate(1, 0.0, 0.8)
     run_rows, *_ = generate(2, 0.3, 0.2)

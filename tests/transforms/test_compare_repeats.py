@@ -212,6 +212,7 @@ def test_pairing_cases_widens_the_interval_that_pairing_runs_understates():
     assert by_case["ci_high"] - by_case["ci_low"] > 1.5 * (by_run["ci_high"] - by_run["ci_low"])
 
 
+@pytest.mark.slow
 def test_compare_runs_on_beam_matches_the_fold():
     """CompareRuns itself (its keying by case inside Beam) against the fold, a num_runs 3
     run compared with a num_runs 1 base."""

@@ -136,6 +136,7 @@ def on_engine(engine, cases, max_attempts=3, requests_per_minute=None, sleep=Non
     return dict(infer_all(make, cases, 4, 120)), made[0]
 
 
+@pytest.mark.slow
 def test_agent_engine_sessions_turns_and_trace(tmp_path, engine_env):
     """One session per case from its session_input (user_id, state), each turn one stream_query on it,
     the streamed ADK events made into the turns as inference.agent's are; real credentials were used."""
@@ -159,6 +160,7 @@ def test_agent_engine_sessions_turns_and_trace(tmp_path, engine_env):
     assert set(engine.stats.turn_requests.values()) == {1} and calls.stats.retries == 0
 
 
+@pytest.mark.slow
 def test_agent_engine_retries_never_resend_an_answered_turn(tmp_path, engine_env):
     """The stand-in fails mid-conversation: the second turn's first request with 503, its second with
     429 (Retry-After 2). The case completes; turn 1 was sent once, turn 2 three times; the waits honour

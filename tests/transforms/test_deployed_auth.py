@@ -233,6 +233,7 @@ def test_auth_config():
 
 
 
+@pytest.mark.slow
 def test_an_id_token_from_gclouds_adc_file_is_google_auths_and_verifies(tmp_path, adc, monkeypatch):
     """Without GOOGLE_APPLICATION_CREDENTIALS, gcloud's ADC file (its config folder: CLOUDSDK_CONFIG) is read,
     which google-auth's fetch_id_token_credentials does not: a service account key there mints ID tokens
@@ -433,6 +434,7 @@ class RefusesTheFirstToken:
         self._server.server_close()
 
 
+@pytest.mark.slow
 def test_concurrent_401s_share_one_new_token_and_each_resend_waits_for_the_quota(adc):
     """Requests refused (401) with the same ID token: one new token for all of them (not one each), and each
     request sent again takes its place in the job's quota (Calls' limiter) like any request."""
@@ -465,6 +467,7 @@ def test_concurrent_401s_share_one_new_token_and_each_resend_waits_for_the_quota
     assert len(acquired) == 5 and calls.stats.requests == 5  # each re-send paced and counted
 
 
+@pytest.mark.slow
 def test_every_id_token_of_the_run_is_scrubbed(adc):
     """An error quoting an ID token since refreshed still has it taken out."""
     import time

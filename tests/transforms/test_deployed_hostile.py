@@ -40,6 +40,7 @@ def status_update(state, text=None, context="ctx-1"):
 
 # ------------------------------------------------------------------------------------------- A2A
 
+@pytest.mark.slow
 def test_a2a_stream_cut_short_is_the_cases_error_not_a_partial_answer():
     """A stream that ends while the task is still submitted/working (a server or proxy that closed it
     early) fails the case, as ADK's RemoteA2aAgent reads it (_UNFINISHED_TASK_STATES), instead of
@@ -120,6 +121,7 @@ ENGINE_STREAMS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(ENGINE_STREAMS))
 def test_agent_engine_malformed_streams_fail_the_case_with_a_reason(name, engine_env):  # noqa: F811
     engine_env.raw_stream = lambda turn: ENGINE_STREAMS[name]
@@ -134,6 +136,7 @@ def test_agent_engine_malformed_streams_fail_the_case_with_a_reason(name, engine
     assert calls.stats.requests == 2  # create_session, the turn: a broken stream is not sent again
 
 
+@pytest.mark.slow
 def test_agent_engine_session_refused_fails_every_case_without_the_token(engine_env):  # noqa: F811
     """create_session answered 403 (with the bearer echoed by a careless proxy): each case fails, naming
     create_session and the status, with no access token in the error; nothing is retried (403 is final)."""
@@ -147,6 +150,7 @@ def test_agent_engine_session_refused_fails_every_case_without_the_token(engine_
     assert calls.stats.requests == 2 and calls.stats.retries == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("card_path, suffix", [
     ("/.well-known/agent-card.json", "/"),  # a trailing slash
     ("/agents/weather/.well-known/agent-card.json", "/agents/weather/"),  # an agent under a path
@@ -250,6 +254,7 @@ def test_a2a_turn_refused_before_running_is_sent_again():
     assert done["c1"]["failure"] == 0 and len(server.requests) == 2 and calls.stats.retries == 1
 
 
+@pytest.mark.slow
 def test_agent_engine_turn_that_timed_out_is_not_sent_again(engine_env):  # noqa: F811
     """The same on Agent Engine: a turn held past request_timeout_seconds is the case's error, sent once;
     create_session (no conversation yet) was answered."""
@@ -268,6 +273,7 @@ def test_agent_engine_turn_that_timed_out_is_not_sent_again(engine_env):  # noqa
     assert list(engine_env.stats.turn_requests.values()) == [1] and calls.stats.requests == 2
 
 
+@pytest.mark.slow
 def test_agent_engine_a_case_past_its_timeout_does_not_starve_the_next(engine_env):  # noqa: F811
     """Case a's turn hangs past timeout_seconds: a is cancelled, but the REST client's call goes on in its
     thread until its own timeout. Case b (one case in flight at a time) must not wait behind it in the
@@ -286,6 +292,7 @@ def test_agent_engine_a_case_past_its_timeout_does_not_starve_the_next(engine_en
     assert done["b"]["failure"] == 0, done["b"].get("inference_error")
 
 
+@pytest.mark.slow
 def test_agent_engine_turn_whose_connection_dropped_after_running_is_not_sent_again(engine_env):  # noqa: F811
     """The agent ran the turn, then the connection closed without an answer (requests' 'Connection
     aborted', RemoteDisconnected): the turn is not sent again, unlike a connection that was refused."""
@@ -317,6 +324,7 @@ def test_agent_engine_refused_connection_is_retried():
     assert failure is not None and not failure.maybe_ran
 
 
+@pytest.mark.slow
 def test_preflight_accepts_an_endpoint_that_leaves_a_get_unanswered():
     """The card's endpoint connects but never answers the preflight's GET (it serves POSTs): reachable."""
     import socket
@@ -335,6 +343,7 @@ def test_preflight_accepts_an_endpoint_that_leaves_a_get_unanswered():
         silent.close()
 
 
+@pytest.mark.slow
 def test_agent_engine_turn_past_its_timeout_closes_its_stream(engine_env):  # noqa: F811
     """A turn whose stream never ends (a byte now and then, so the client's read timeout never fires):
     at request_timeout_seconds the case fails and the stream is closed, so the REST client's thread does

@@ -14,6 +14,7 @@ PASSING = [{"id": f"i{n}", "team": "billing", "prompt": f"q{n}", "response": f"a
            for n in range(8)]
 
 
+@pytest.mark.slow
 def test_a_run_with_no_failure_is_shown_and_compared_as_zero_per_mode(tmp_path, api_key):  # noqa: F811
     """Nothing fails: the tables are empty but the taxonomy is recorded; `show` says there was
     no failure, and `compare` counts every mode as 0 on that side instead of refusing, so a
@@ -62,6 +63,7 @@ BAD_TAXONOMIES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(BAD_TAXONOMIES))
 def test_a_bad_taxonomy_file_is_refused_naming_the_field_and_why_before_any_call(tmp_path, api_key, name):  # noqa: F811
     """Refused when the pipeline is built: the error names failure_modes.taxonomy, the file, the
@@ -80,6 +82,7 @@ def test_a_bad_taxonomy_file_is_refused_naming_the_field_and_why_before_any_call
     assert not (tmp_path / "out" / "bad").exists()
 
 
+@pytest.mark.slow
 def test_plan_counts_a_discovery_run_as_upper_bounds_that_the_run_keeps(tmp_path, api_key):  # noqa: F811
     """`plan` on taxonomy: discover (nothing pinned) used to refuse the whole plan; it counts one
     discovery and one classification per failure (scored offline), as upper bounds without
@@ -104,6 +107,7 @@ def test_plan_counts_a_discovery_run_as_upper_bounds_that_the_run_keeps(tmp_path
     assert clean["calls"] == 0 and clean["metrics"] == []
 
 
+@pytest.mark.slow
 def test_a_judge_down_throughout_leaves_every_failure_with_its_error_and_the_counts_reconcile(tmp_path, api_key):  # noqa: F811
     """5xx on every request: each failure keeps its row with the error and no mode; the modes'
     rows count 0 with every failure unclassified; show says so without an empty table; the key
@@ -133,6 +137,7 @@ def test_a_judge_down_throughout_leaves_every_failure_with_its_error_and_the_cou
         assert b"AIzaSy-test-key" not in path.read_bytes()
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_classification_reuses_its_checkpoints_and_loses_or_doubles_no_row(tmp_path, api_key):  # noqa: F811
     """SIGKILL while classifying, then the same run_id again: the re-run asks only what no
     checkpoint holds, and failure_assignments has exactly one row per failure, each classified."""
@@ -179,6 +184,7 @@ def test_a_run_killed_mid_classification_reuses_its_checkpoints_and_loses_or_dou
     assert sum(m["count"] for m in overall) == len(rows) and {m["failures"] for m in overall} == {len(rows)}
 
 
+@pytest.mark.slow
 def test_plan_says_a_rubric_metrics_classifications_are_not_counted(tmp_path, api_key):  # noqa: F811
     """A rubric metric's failures are its failed rubrics, unknown before the run: plan used to
     leave them out without a word; it says they are not counted."""
@@ -211,6 +217,7 @@ def test_a_slice_column_clashing_with_an_output_column_names_the_table_it_clashe
         load_config(path)
 
 
+@pytest.mark.slow
 def test_compare_leaves_out_a_metric_that_only_one_run_classified(tmp_path, api_key):  # noqa: F811
     """Adding a metric to failure_modes.metrics used to make each of its modes 'grow' from 0
     against a base that never classified it, tripping --fail-on-mode-growth any; its modes are
@@ -236,6 +243,7 @@ def test_compare_leaves_out_a_metric_that_only_one_run_classified(tmp_path, api_
         ("overall", 8, 8), ("team=billing", 8, 8)}
 
 
+@pytest.mark.slow
 def test_a_gate_on_a_mode_the_taxonomy_does_not_have_is_refused_not_passed(tmp_path, api_key):  # noqa: F811
     """--fail-on-mode-growth wrong_tol (a typo) could never fire and compare passed in silence;
     it exits 2 naming the mode and the taxonomy's modes. A mode of the taxonomy with no failure

@@ -377,6 +377,7 @@ COMPRESSIONS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ext", sorted(COMPRESSIONS))
 def test_every_compression_reads_whole_and_says_where_a_truncated_file_ends(tmp_path, ext):
     """A file of two compressed streams (as `cat a.gz b.gz` makes) reads as the
@@ -428,6 +429,7 @@ def test_xz_stream_padding_is_not_damage(tmp_path):
     assert not [i for i in items if isinstance(i, DeadLetter)]
 
 
+@pytest.mark.slow
 def test_decompression_hands_over_bounded_pieces():
     """A small file that expands enormously (128 MiB of NULs in 4 KB of zstd) is
     decompressed 32 MiB at most at a time, whatever read1 asks for: memory stays

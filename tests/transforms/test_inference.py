@@ -167,6 +167,7 @@ def test_a_judge_metric_over_multi_turn_cases_from_inference(tmp_path, monkeypat
     assert (runs["read_count"], runs["scored_count"], runs["dead_letter_count"], runs["metric_error_count"]) == (2, 2, 0, 1)
 
 
+@pytest.mark.slow
 def test_inference_config_errors(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"name": "x", "input": {"uri": "x.jsonl"}, "metrics": ["exact_match"],
@@ -181,6 +182,7 @@ def test_inference_config_errors(tmp_path):
     assert "inference.function: cannot load 'tests.no_such_module:answer': ModuleNotFoundError" in result.stderr
 
 
+@pytest.mark.slow
 def test_an_inference_function_in_the_current_folder_is_named_with_the_pythonpath_it_needs(tmp_path):
     """Issue 32, item 7: the evalbeam command does not put the current folder on Python's path,
     so a user's `my_agent.py` beside the config did not import, and nothing said why."""
@@ -479,6 +481,7 @@ def test_a_whole_evalbeam_run_of_an_adk_agent(tmp_path, monkeypatch):
     assert json.loads(runs["judge_usage"])["evalbeam_response_evaluation_score"]["calls"] == 4
 
 
+@pytest.mark.slow
 def test_agent_inference_without_google_adk_says_what_to_install(tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text(json.dumps({"id": "1", "prompt": "p", "reference": "r"}) + "\n")
@@ -502,6 +505,7 @@ def test_inference_demo(tmp_path):
     assert [t["tool_calls"][0]["tool_input"] for t in turns] == [{"city": "Paris"}, {"city": "Paris"}]
 
 
+@pytest.mark.slow
 def test_plan_says_it_does_not_estimate_inference():
     result = evalbeam("plan", "configs/demo_adk_infer.yaml", check=False)
     assert result.returncode != 0 and "evalbeam plan does not estimate runs with inference yet" in result.stderr

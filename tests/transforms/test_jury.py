@@ -261,6 +261,7 @@ def test_a_tie_a_quorum_and_a_pairwise_jury(tmp_path, api_key):
     assert [j["pairwise_choice"] for j in json.loads(split["jurors"])] == ["CANDIDATE", "BASELINE"]
 
 
+@pytest.mark.slow
 def test_the_summary_reports_the_jurors_alpha_per_metric_and_slice(tmp_path):
     rng = random.Random(3)
     scored, matrix = [], {"overall": [], "group=x": [], "group=y": []}
@@ -289,6 +290,7 @@ def test_the_summary_reports_the_jurors_alpha_per_metric_and_slice(tmp_path):
         assert got[name]["jury_alpha_units"] == int(((~np.isnan(data)).sum(axis=0) >= 2).sum())
 
 
+@pytest.mark.slow
 def test_plan_counts_each_jurors_calls_and_prices_each_at_its_model(tmp_path):
     from evalbeam.pipelines.plan import plan
 

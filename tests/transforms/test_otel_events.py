@@ -68,6 +68,7 @@ def _config(tmp_path: Path, group_by: str, **output) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group_by", ["trace", "conversation"])
 def test_every_score_is_one_event_on_its_cases_root_span(tmp_path, group_by):
     run(load_config(_config(tmp_path, group_by, otel_events="events")), PipelineOptions([]))

@@ -36,6 +36,7 @@ def test_answers_reused_from_checkpoints_are_shown_apart_and_cost_no_quota():
     assert "judgments 14/14 at 14/min" in describe({"judge_needed": 1, "judge_done": 14}, elapsed=60, quota_per_minute=None)
 
 
+@pytest.mark.slow
 def test_a_burst_of_elements_is_counted_without_waiting_for_its_bundle_to_end(tmp_path):
     """The judgments an instance needs come at once, then the calls take minutes: the
     count is written by the DoFn's timer, not only by a later element or the bundle's end."""

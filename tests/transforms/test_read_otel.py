@@ -146,6 +146,7 @@ def test_a_conversation_that_lost_a_turn_is_dead_lettered_whole():
     assert "has no root span" in dead.reason and dead.line_count == len(two[1])
 
 
+@pytest.mark.slow
 def test_a_pretty_printed_file_that_is_not_a_request_counts_as_one_span_and_reconciles(tmp_path):
     """A pretty-printed JSON file that parses but is no OTLP request is one unreadable line: one
     span read, one dead-lettered (not its file's line count); spans read = used + dead-lettered."""

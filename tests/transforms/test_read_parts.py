@@ -71,6 +71,7 @@ def test_small_compressed_csv_and_array_files_are_read_whole(tmp_path):
         assert file_parts(str(tmp_path / name), fmt, 10 ** 9, 1000) == [FilePart(str(tmp_path / name))]
 
 
+@pytest.mark.slow
 def test_a_run_over_a_file_read_in_parts_counts_every_row(tmp_path, monkeypatch):
     """A whole run with parts of 64 KB: every row scored or dead-lettered with its
     true line, duplicates across parts found (the id check spans the parts)."""
@@ -139,6 +140,7 @@ def test_a_large_input_uses_every_core_by_default_with_the_same_results(tmp_path
     assert [r[3:] for r in summaries[0]] == [pytest.approx(r[3:], rel=1e-12) for r in summaries[1]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers, size, cap, parts", [
     (2, 28_000_000, 32 * 2**20, 4),  # under the cap: two parts a worker
     (2, 150_000_000, 32 * 2**20, 6),  # over it: parts of at most the cap, an even number

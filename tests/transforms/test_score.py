@@ -61,6 +61,7 @@ def test_every_kind_of_result_makes_the_row_as_metric_value_defines(threshold):
                 assert math.copysign(1, got[key]) == math.copysign(1, expected[key])
 
 
+@pytest.mark.slow
 def test_text_and_trajectory_rows_equal_the_reference_libraries_on_generated_rows():
     from bench.compute_throughput import generate
 

@@ -397,6 +397,7 @@ def test_runs_are_separate_simulations_and_checkpointed_answers_are_not_asked_ag
     assert again == prompts
 
 
+@pytest.mark.slow
 def test_an_answer_with_no_text_fails_the_case_after_the_judges_retries(monkeypatch):
     import asyncio
 

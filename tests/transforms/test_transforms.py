@@ -18,6 +18,7 @@ from evalbeam.transforms.validate import ToInstances
 from tests.helpers import ROOT
 
 
+@pytest.mark.slow
 def test_read_jsonl_numbers_lines_and_dead_letters_bad_ones(tmp_path):
     path = tmp_path / "d.jsonl"
     path.write_bytes(
@@ -39,6 +40,7 @@ def test_read_jsonl_numbers_lines_and_dead_letters_bad_ones(tmp_path):
         assert_that(lines | beam.Map(lambda s: (s.lines, s.skipped)), equal_to([(7, 1)]), label="lines")
 
 
+@pytest.mark.slow
 def test_read_csv_quoted_newlines_and_short_rows(tmp_path):
     path = tmp_path / "d.csv"
     path.write_text('id,response\n1,"two\nlines"\n2,ok\n3\n\n4,"x,y"\n', encoding="utf-8")
@@ -54,6 +56,7 @@ def test_read_csv_quoted_newlines_and_short_rows(tmp_path):
         assert_that(lines | beam.Map(lambda s: (s.lines, s.skipped)), equal_to([(7, 2)]), label="lines")
 
 
+@pytest.mark.slow
 def test_read_in_another_encoding_by_lines_and_transcoded(tmp_path):
     """input.encoding: a cp1252 CSV split at its line bytes, a UTF-16 JSONL file (two bytes a line
     break, with a byte order mark, gzipped) transcoded as it is read; a line that does not decode
@@ -99,6 +102,7 @@ def _instance(i, response, reference="gold", **fields):
     return Instance(f"id{i}", {"response": response, "reference": reference, **fields}, {"grp": "a" if i % 2 else "b"}, f"f:{i}")
 
 
+@pytest.mark.slow
 def test_to_instances_splits_valid_and_invalid():
     spec = RowSpec({}, None, (), (("exact_match", (("response", "reference"),)),))
     from evalbeam.transforms.records import Record
@@ -112,6 +116,7 @@ def test_to_instances_splits_valid_and_invalid():
                     equal_to([("f:2", "response", "field 'response': must be a string, got number", "{raw}")]), label="bad")
 
 
+@pytest.mark.slow
 def test_score_keeps_every_row_when_a_metric_raises():
     specs = [MetricSpec(name="exact_match"),
              MetricSpec(name="fragile_length", function="tests.custom_metrics:fragile_length")]
@@ -128,6 +133,7 @@ def test_score_keeps_every_row_when_a_metric_raises():
         ]))
 
 
+@pytest.mark.slow
 def test_summarize_by_slice_with_thresholds():
     specs = [MetricSpec(name="exact_match", threshold=0.5)]
     instances = [_instance(i, "gold" if i < 3 else "other") for i in range(6)]
@@ -140,6 +146,7 @@ def test_summarize_by_slice_with_thresholds():
                               ("grp=b", 3, pytest.approx(2 / 3), pytest.approx(2 / 3), 0.5)]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lean", [False, True], ids=["grouped", "read-twice"])
 def test_to_instances_makes_ids_unique_in_source_order(lean):
     """Both ways of making ids unique: grouping the instances by id, and the
@@ -178,6 +185,7 @@ def test_to_instances_makes_ids_unique_in_source_order(lean):
                     equal_to([("f:3", []), ("f:7", ["2"]), ("f:4", [])]), label="numbered")
 
 
+@pytest.mark.slow
 def test_lost_records_show_as_a_line_mismatch():
     """The runs row counts the source's lines apart from the records: drop a
     scored record on the way and the two accounts no longer balance."""

@@ -131,6 +131,7 @@ def test_client_adapts_to_429_and_loses_nothing(api_key):
     assert elapsed >= 4.0  # Retry-After was honoured: 30 requests at 10 per 2 s
 
 
+@pytest.mark.slow
 def test_client_retries_errors_timeouts_and_malformed_output(api_key):
     with JudgeServer(Behaviour(error_rate=0.2, timeout_rate=0.1, timeout_delay=1.5, seed=3)) as server:
         settings = JudgeSettings(model="m", base_url=server.url, requests_per_minute=6000, max_attempts=8,
@@ -154,6 +155,7 @@ def test_client_gives_up_after_max_attempts_with_the_reason(api_key):
     assert KEY in server.stats.api_keys  # the real client sent the key, in its header
 
 
+@pytest.mark.slow
 def test_client_scrubs_the_key_a_server_echoes_in_its_errors(api_key):
     # The stand-in repeats the key it received in its error message, so the key really reaches
     # the error text the client builds, on the path not retried (400) and after retries (503).
@@ -417,6 +419,7 @@ def test_calls_in_flight_grow_past_a_fixed_window_when_the_quota_needs_them(api_
     assert 150 < server.stats.peak_in_flight < settings.max_concurrency
 
 
+@pytest.mark.slow
 def test_a_judge_shard_logs_its_progress_from_the_worker(api_key, caplog, monkeypatch):
     # What a Dataflow user reads in the CallJudge step's worker logs: a line per interval
     # (here every judgment) and one when the shard ends, with failures counted.

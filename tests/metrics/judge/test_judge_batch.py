@@ -27,6 +27,7 @@ def settings(server, **extra):
     return JudgeSettings(**{**base, **extra})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("inline_max_bytes", [10_000_000, 0], ids=["inline", "file"])
 def test_batch_jobs_split_join_by_key_and_retry_failed_items_online(api_key, inline_max_bytes):
     prompts = [f"p{i} #score={i % 5 + 1}" for i in range(9)] + ["p9 #score=2 #batchfail=1", "p10 #fail"]
@@ -52,6 +53,7 @@ def test_batch_jobs_split_join_by_key_and_retry_failed_items_online(api_key, inl
     assert server.stats.api_keys == {KEY}
 
 
+@pytest.mark.slow
 def test_a_failed_batch_job_is_retried_in_a_follow_up_batch(api_key):
     prompts = [f"q{i} #score={i % 5 + 1}" for i in range(6)] + ["q6 #score=3 #batchfail=1"]
     with JudgeServer(Behaviour(batch_seconds=0.1, batch_fail_jobs=1)) as server:
@@ -68,6 +70,7 @@ def test_a_failed_batch_job_is_retried_in_a_follow_up_batch(api_key):
     assert all(got[r.key].error is None and got[r.key].batch_output_tokens > 0 for r in requests)
 
 
+@pytest.mark.slow
 def test_a_batch_job_not_done_in_time_is_cancelled_and_its_judgments_asked_online(api_key):
     with JudgeServer(Behaviour(batch_seconds=60)) as server:
         s = settings(server, batch_timeout_hours=0.5 / 3600)

@@ -171,6 +171,7 @@ def test_client_retries_5xx_timeouts_and_malformed_output_then_gives_up_with_the
     assert server.stats.requests == 3 + 3 + 1 + 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_structured_answers_use_the_providers_own_mechanism(key, provider):
     with ProviderServer() as server:
@@ -333,6 +334,7 @@ def test_usages_of_several_stages_merge_with_their_models():
         "claude": {"prompt_tokens": 7, "output_tokens": 2, "batch_prompt_tokens": 0, "batch_output_tokens": 0}}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_batch_mode_through_each_providers_batch_api(key, provider):
     """judge.mode batch: OpenAI's Batch API (an uploaded JSONL file) or Anthropic's Message Batches,
@@ -365,6 +367,7 @@ def test_batch_mode_through_each_providers_batch_api(key, provider):
     assert server.credentials == {SECRET}
 
 
+@pytest.mark.slow
 def test_batch_jobs_are_held_to_each_providers_batch_limits(key, monkeypatch):
     """OpenAI's Batch API takes 50,000 requests / 200 MB per job and Anthropic's Message Batches
     100,000 / 256 MB: the defaults (Gemini's 1 GB) are capped so that a large run is split into

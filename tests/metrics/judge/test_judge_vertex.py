@@ -107,6 +107,7 @@ def test_vertex_ai_end_to_end_with_application_default_credentials(tmp_path, key
             assert not any(s.encode() in content for s in secrets), path
 
 
+@pytest.mark.slow
 def test_vertex_ai_credentials_the_token_endpoint_refuses_fail_each_judgment(tmp_path, key, vertex_env):
     # The file's key is not the one the service account has (the stand-in trusts another):
     # every judgment fails with the token endpoint's reason, and nothing reaches the model.
@@ -124,6 +125,7 @@ def test_vertex_ai_credentials_the_token_endpoint_refuses_fail_each_judgment(tmp
     assert len(server.stats.token_requests) == 2 and all(g.get("invalid") for g in server.stats.token_requests)
 
 
+@pytest.mark.slow
 def test_vertex_ai_client_scrubs_the_access_token_a_server_echoes(tmp_path, key, vertex_env):
     with JudgeServer() as server:
         adc, _ = service_account_file(tmp_path, f"{server.url}/token", key)

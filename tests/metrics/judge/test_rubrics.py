@@ -303,6 +303,7 @@ def test_rubric_metrics_end_to_end(tmp_path, api_key):
     assert KEY not in run.stdout + run.stderr
 
 
+@pytest.mark.slow
 def test_a_row_lacking_a_rubric_metrics_input_loses_that_metric_only(tmp_path, api_key):
     """As for a computation metric: the rubric metric's row carries the missing input, the
     row's other metrics are scored, nothing is asked for it, and nothing is dead-lettered."""

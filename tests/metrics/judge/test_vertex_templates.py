@@ -110,6 +110,7 @@ def _vertex_parse(answer_text: str, pairwise: bool):
     return _instance_evaluation.handle_response(gapic.EvaluateInstancesResponse(pointwise_metric_result=result))
 
 
+@pytest.mark.slow
 def test_a_run_sends_vertex_prompts_and_scores_as_vertex_parses(tmp_path, monkeypatch):
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
     rows = [
@@ -162,6 +163,7 @@ def test_a_run_sends_vertex_prompts_and_scores_as_vertex_parses(tmp_path, monkey
     assert [got[i, "pairwise_fluency"]["pairwise_choice"] for i in "abc"] == ["CANDIDATE", "BASELINE", "TIE"]
 
 
+@pytest.mark.slow
 def test_without_vertexai_a_vertex_metric_is_a_config_error_naming_it(tmp_path):
     import subprocess
     import sys
@@ -182,6 +184,7 @@ def test_without_vertexai_a_vertex_metric_is_a_config_error_naming_it(tmp_path):
     assert "metrics.0: " in out
 
 
+@pytest.mark.slow
 def test_the_plan_carries_the_text_to_workers_that_cannot_import_vertexai(tmp_path):
     import pickle
     import subprocess

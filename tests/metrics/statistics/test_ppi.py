@@ -37,6 +37,7 @@ def _dataset(rng, kind: str):
     return y[:n], f[:n], f[n:]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["binary_biased", "scale_biased", "continuous", "steep", "contrary"])
 def test_matches_ppi_python(kind):
     rng = np.random.default_rng(31)
@@ -106,6 +107,7 @@ def _coverage(rng_seed_base: int, kind: str, seeds: int = 2000):
     return corrected / seeds, judge_only / seeds, np.mean(widths, axis=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["binary", "scale"])
 def test_corrected_ci_covers_the_true_mean_at_its_nominal_rate(kind):
     """2000 fixed seeds (numpy's PCG64 streams are stable across versions): the share covered is a

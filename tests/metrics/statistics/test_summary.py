@@ -84,6 +84,7 @@ def test_errors_nan_and_pass_rate():
     assert ScoreMoments().merge(moments_of([1.0, 3.0])).statistics()["mean"] == 2.0
 
 
+@pytest.mark.slow
 def test_bootstrap_weights_are_poisson_draws_whatever_the_batch():
     """The weights of 20,000 ids, made as one matrix: Poisson(1) in mean, variance and
     the frequency of each count, no correlation between replicates or ids; an id's
@@ -213,6 +214,7 @@ def accumulate(cases, chunk=None, metric="m"):
     return fn.merge_accumulators(parts[::-1]).flush().moments[metric]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(12))
 def test_repeated_run_statistics_equal_a_direct_computation(seed):
     rng = random.Random(seed)
