@@ -19,7 +19,7 @@ import pytest
 
 from evalbeam.pipelines.nightly import launch_body
 from tests.helpers import ROOT, evalbeam
-from tests.metrics.statistics.test_compare import cases, write_run
+from tests.e2e.test_compare import cases, write_run
 
 AIRFLOW = ROOT / ".airflow"
 # as in the README: the repository's pipelines/ files, deployed as DAGS_FOLDER/evalbeam/pipelines/

@@ -15,7 +15,7 @@ from PIL import Image
 
 from tests.helpers import evalbeam, table
 from tests.servers.judge_server import JudgeServer
-from tests.metrics.statistics.test_compare import cases, write_run
+from tests.e2e.test_compare import cases, write_run
 
 KEY = "AIzaSy-test-key-report-0123456789"
 
