@@ -161,16 +161,20 @@ def test_to_instances_makes_ids_unique_in_source_order(lean):
     # given out of order: source order (file, then line) decides which is first
     records = [rec(9, {**same, "id": "a", "n": 3}), rec(2, {**same, "id": "a", "n": 1}),
                rec(5, {**same, "id": "b"}), rec(1, {**same, "id": "a", "n": 0}, origin="g"),
-               rec(6, {**same, "id": odd}), rec(8, {**same, "id": odd, "n": 1}), rec(3, {**same, "id": odd + "x"})]
+               rec(6, {**same, "id": odd}), rec(8, {**same, "id": odd, "n": 1}), rec(3, {**same, "id": odd + "x"}),
+               # a row that is no instance does not count as the first of its id
+               rec(10, {"response": "x", "id": "c"}), rec(11, {**same, "id": "c"})]
     spec = RowSpec({}, "id", (), (("exact_match", (("response", "reference"),)),))
     with TestPipeline() as p:
         instances, dead = unique(p, "WithIdColumn", records, spec)
         assert_that(instances | beam.Map(lambda i: (i.instance_id, i.source)),
-                    equal_to([("a", "f:2"), ("b", "f:5"), (odd, "f:6"), (odd + "x", "f:3")]), label="first kept")
+                    equal_to([("a", "f:2"), ("b", "f:5"), (odd, "f:6"), (odd + "x", "f:3"), ("c", "f:11")]),
+                    label="first kept")
         assert_that(dead | beam.Map(lambda d: (d.source, d.field, d.reason)), equal_to([
             ("f:9", "instance_id", "duplicate id 'a' in column 'id': first seen at f:2"),
             ("g:1", "instance_id", "duplicate id 'a' in column 'id': first seen at f:2"),
-            ("f:8", "instance_id", f"duplicate id {odd!r} in column 'id': first seen at f:6")]), label="later dead")
+            ("f:8", "instance_id", f"duplicate id {odd!r} in column 'id': first seen at f:6"),
+            ("f:10", "reference", "field 'reference': missing or null; needed by metric 'exact_match'")]), label="later dead")
         # content-hash ids: identical rows are all kept, numbered by occurrence
         hashed = unique(p, "ByContent", [rec(7, same), rec(3, same), rec(4, {**same, "response": "y"})],
                         RowSpec({}, None, (), ()))[0]
