@@ -143,17 +143,19 @@ def test_summarize_by_slice_with_thresholds():
 @pytest.mark.parametrize("lean", [False, True], ids=["grouped", "read-twice"])
 def test_to_instances_makes_ids_unique_in_source_order(lean):
     """Both ways of making ids unique: grouping the instances by id, and the
-    local runner's (a first read packs ids and positions into batches per shard,
-    the second applies the decisions)."""
+    local runner's (a first read packs only the ids into batches per shard, to
+    find those repeated; the records with those are built and their ids'
+    decisions made; the last pass applies them)."""
     from evalbeam.transforms.records import Record
-    from evalbeam.transforms.validate import UniqueIdDecisions
+    from evalbeam.transforms.validate import RepeatedIds, UniqueIdDecisions
 
     def rec(line, data, origin="f"):
         return Record(f"{origin}:{line}", data, json.dumps(data), False, origin, line)
 
     def unique(p, label, records, spec):
         made = p | label >> beam.Create(records)
-        decisions = made | f"{label}Decisions" >> UniqueIdDecisions(spec) if lean else None
+        decisions = made | f"{label}Decisions" >> UniqueIdDecisions(spec, made | f"{label}Repeated" >> RepeatedIds(spec)) \
+            if lean else None
         return made | f"{label}Unique" >> ToInstances(spec, decisions)
 
     same = {"response": "x", "reference": "x"}
