@@ -303,6 +303,21 @@ def test_a_worker_process_freezes_its_start_up_objects_once(worker, duckdb, froz
     assert result.stderr == ""
 
 
+def test_young_objects_are_collected_less_often_never_more():
+    """transforms.worker.collect_young_less_often: the collector's first threshold goes up to
+    YOUNG_COLLECTION_OBJECTS and the others stay; a higher one, or collection disabled, is left."""
+    import subprocess
+    import sys
+
+    code = ("import gc\n"
+            "from evalbeam.transforms.worker import collect_young_less_often as c, YOUNG_COLLECTION_OBJECTS as y\n"
+            "gc.set_threshold(700, 7, 9); c(); print(gc.get_threshold() == (y, 7, 9))\n"
+            "gc.set_threshold(2 * y, 7, 9); c(); print(gc.get_threshold() == (2 * y, 7, 9))\n"
+            "gc.set_threshold(0); c(); print(gc.get_threshold()[0] == 0)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), check=True)
+    assert result.stdout.split() == ["True", "True", "True"]
+
+
 def test_every_metric_row_carries_the_threshold_in_force():
     """metric_results.threshold: a row scoring set (an ADK case's own criteria) keeps its own; a judge
     row (every column None to start with) and any other gets its metric's; none where it has none."""
