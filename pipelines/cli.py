@@ -28,6 +28,7 @@ from typing import NoReturn
 from evalbeam.pipelines import commands
 from evalbeam.pipelines.commands import UNWRITTEN_OUTPUT_STATUS
 from evalbeam.transforms.interrupt import INTERRUPTED, RESUME_HINT
+from evalbeam.transforms.worker import collect_young_less_often
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +56,7 @@ def entry() -> None:
     command that SIGPIPE ended, and no traceback."""
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, _interrupt)
+    collect_young_less_often()  # a local run with one worker scores in this process
     if sys.stdout is not None:
         sys.stdout = _Stdout(sys.stdout)
     try:

@@ -22,7 +22,12 @@ from evalbeam.metrics.custom import custom_scorer
 from evalbeam.metrics.rows.instance import Instance
 from evalbeam.metrics.registry import as_metric_value, get_metric
 from evalbeam.metrics.rows.tables import RunKey
-from evalbeam.transforms.worker import freeze_start_up_objects, quiet_interrupts
+from evalbeam.transforms.worker import (
+    collect_young_less_often,
+    freeze_start_up_objects,
+    in_worker_process,
+    quiet_interrupts,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,6 +186,8 @@ class ScoreFn(beam.DoFn):
 
     def setup(self):
         freeze_start_up_objects()
+        if in_worker_process():
+            collect_young_less_often()
         quiet_interrupts()
         self._base = result_base(self._run)
         self._scorers = [

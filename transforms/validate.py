@@ -11,14 +11,20 @@ in source order (file, then line):
 
 On a local runner, grouping whole instances by id holds every row in memory
 (the local runner keeps a shuffle's data in its own process). There the input
-is read twice instead (`UniqueIdDecisions`): a first pass groups only
-(id, position) pairs, in batches per shard of ids, and keeps the decisions
-for the few ids seen more than once; the second pass builds each instance and looks its position up in them,
-so the instances stream from the reader to the writers without being held.
+is read twice instead: a first pass takes each record's id alone, without
+building the instance (`RepeatedIds`: its id column's value, or its content
+hash), and groups only the ids, packed in batches per shard of ids, to find
+the few seen more than once; only if there are such, the records with those
+ids are read once more and built, and the decisions for their ids made from
+those that are instances (`UniqueIdDecisions`), so a record that is none
+never counts as an id's first; the last pass builds each instance and looks
+its position up in the decisions, so the instances stream from the reader to
+the writers without being held.
 """
 from __future__ import annotations
 
 import array
+import collections
 import dataclasses
 import zlib
 
@@ -27,7 +33,7 @@ from apache_beam.metrics import Metrics
 from apache_beam.transforms import window
 
 from evalbeam.metrics.rows.fields import InvalidField
-from evalbeam.metrics.rows.instance import Instance, RowSpec, build_instance
+from evalbeam.metrics.rows.instance import Instance, RowSpec, build_instance, instance_id_of
 from evalbeam.transforms.records import DEAD_LETTER, MAX_RAW_CHARS, DeadLetter, Record
 
 
@@ -175,15 +181,18 @@ class _IdBatchesFn(beam.DoFn):
     go to the shuffle in a few large, compact batches, not one element per
     record (the local runner holds each element of a shuffle as its own
     objects, several hundred bytes apiece). A record that is not an instance
-    gives nothing."""
+    gives nothing. Only records whose id RepeatedIds found repeated are built."""
 
     def __init__(self, spec: RowSpec):
+        self._spec = spec
         self._build = ToInstanceFn(spec)
 
     def start_bundle(self):
         self._batches: dict[int, _IdBatch] = {}
 
-    def process(self, record: Record):
+    def process(self, record: Record, repeated):
+        if record_id(record, self._spec) not in repeated:
+            return  # an instance, if it is one, whose id no other record has
         for out in self._build.process(record, count=False):
             if not isinstance(out, beam.pvalue.TaggedOutput):
                 instance_id, candidate = out
@@ -210,9 +219,64 @@ def _repeated_ids(shard_batches, keep_first: bool):
                                     [(position, f"{position[0]}:{line}") for position, line in sorted(where)])
 
 
-class UniqueIdDecisions(beam.PTransform):
-    """Records (a first read of the input) -> (position, decision) for every
-    occurrence of an id but its first: small, for a side input."""
+def record_id(record: Record, spec: RowSpec) -> str | None:
+    """The id the record has if it is an instance (None: it is none)."""
+    try:
+        return instance_id_of(record.data, spec)
+    except Exception:  # noqa: BLE001 - no instance: the pass that builds it dead-letters it, saying why
+        return None
+
+
+class _IdsFn(beam.DoFn):
+    """Records -> (shard, packed ids) once per shard and bundle, as _IdBatchesFn
+    does, but with only each record's id (`record_id`), no instance built: a
+    record that turns out to be none may make its id look repeated, which
+    costs that id's records a second look (UniqueIdDecisions), nothing else."""
+
+    def __init__(self, spec: RowSpec):
+        self._spec = spec
+
+    def start_bundle(self):
+        self._batches: dict[int, bytearray] = {}
+
+    def process(self, record: Record):
+        instance_id = record_id(record, self._spec)
+        if instance_id is not None:
+            data = instance_id.encode("utf-8", "surrogatepass")
+            shard = zlib.crc32(data) % ID_SHARDS
+            batch = self._batches.get(shard)
+            if batch is None:
+                batch = self._batches[shard] = bytearray()
+            # the id's length, then its bytes: 4 bytes a row beside the id itself
+            batch += len(data).to_bytes(4, "little") + data
+
+    def finish_bundle(self):
+        for shard, batch in self._batches.items():
+            yield window.GlobalWindows.windowed_value((shard, bytes(batch)))
+        self._batches = {}
+
+
+def _ids_in(batch: bytes):
+    start = 0
+    while start < len(batch):
+        length = int.from_bytes(batch[start:start + 4], "little")
+        yield batch[start + 4:start + 4 + length].decode("utf-8", "surrogatepass")
+        start += 4 + length
+
+
+def _ids_seen_again(shard_batches):
+    """(shard, its packed ids) -> (id, times seen) for the ids seen more than once."""
+    seen = collections.Counter()
+    for batch in shard_batches[1]:
+        seen.update(_ids_in(batch))
+    for instance_id, times in seen.items():
+        if times > 1:
+            yield instance_id, times
+
+
+class RepeatedIds(beam.PTransform):
+    """Records (a first read of the input) -> (id, times seen) for every id
+    that more than one record would have: small, for a side input."""
 
     def __init__(self, spec: RowSpec):
         super().__init__()
@@ -221,7 +285,26 @@ class UniqueIdDecisions(beam.PTransform):
     def expand(self, records):
         return (
             records
-            | "IdBatches" >> beam.ParDo(_IdBatchesFn(self._spec))
+            | "Ids" >> beam.ParDo(_IdsFn(self._spec))
+            | "ByShard" >> beam.GroupByKey()
+            | "SeenAgain" >> beam.FlatMap(_ids_seen_again)
+        )
+
+
+class UniqueIdDecisions(beam.PTransform):
+    """Records (read again; only those with a repeated id are looked at) and the
+    output of RepeatedIds -> (position, decision) for every occurrence of an
+    id but its first, among the records that are instances: small, for a side input."""
+
+    def __init__(self, spec: RowSpec, repeated):
+        super().__init__()
+        self._spec = spec
+        self._repeated = repeated
+
+    def expand(self, records):
+        return (
+            records
+            | "IdBatches" >> beam.ParDo(_IdBatchesFn(self._spec), beam.pvalue.AsDict(self._repeated))
             | "ByShard" >> beam.GroupByKey()
             | "Repeated" >> beam.FlatMap(_repeated_ids, self._spec.id_column is not None)
         )

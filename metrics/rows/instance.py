@@ -165,6 +165,28 @@ def check_by_walk(value: Any) -> None:
             raise ValueError(f"is nested more than {MAX_NESTING} levels deep")
 
 
+def instance_id_of(record: Mapping[str, Any], spec: RowSpec) -> str:
+    """The id build_instance gives a row that is an instance: its id column's value as text, or
+    its content_id. Raises InvalidField when that column makes the row no instance. A row
+    refused for any other reason would have had this id (the id check's first pass,
+    transforms.validate, relies on it)."""
+    if spec.id_column:
+        raw_id = record.get(spec.id_column)
+        if raw_id is None or (isinstance(raw_id, str) and not raw_id.strip()):
+            raise InvalidField("instance_id", "id column is missing or empty", spec.id_column)
+        if isinstance(raw_id, (dict, list)):
+            raise InvalidField("instance_id", "id must be a string or number", spec.id_column)
+        try:
+            check_value(raw_id)
+        except ValueError as e:
+            raise InvalidField("instance_id", f"id {e}", spec.id_column) from None
+        return str(raw_id)
+    try:
+        return content_id(record)
+    except (RecursionError, ValueError) as e:
+        raise InvalidField("instance_id", f"cannot hash the row for its id ({type(e).__name__})") from None
+
+
 def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_csv: bool = False,
                    line_count: int = 1) -> Instance:
     fields: dict[str, Any] = {}
@@ -211,22 +233,7 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
                 spec.column_mapping.get(missing[0], missing[0]),
             )
 
-    if spec.id_column:
-        raw_id = record.get(spec.id_column)
-        if raw_id is None or (isinstance(raw_id, str) and not raw_id.strip()):
-            raise InvalidField("instance_id", "id column is missing or empty", spec.id_column)
-        if isinstance(raw_id, (dict, list)):
-            raise InvalidField("instance_id", "id must be a string or number", spec.id_column)
-        try:
-            check_value(raw_id)
-        except ValueError as e:
-            raise InvalidField("instance_id", f"id {e}", spec.id_column) from None
-        instance_id = str(raw_id)
-    else:
-        try:
-            instance_id = content_id(record)
-        except (RecursionError, ValueError) as e:
-            raise InvalidField("instance_id", f"cannot hash the row for its id ({type(e).__name__})") from None
+    instance_id = instance_id_of(record, spec)
 
     slices = {}
     for col in spec.slice_columns:

@@ -13,7 +13,7 @@ from evalbeam.transforms.read import FileParts, ReadRecords
 from evalbeam.transforms.read_otel import GroupSpans
 from evalbeam.transforms.records import SourceLines
 from evalbeam.transforms.read_adk import AdkReading, GroupAgentEvents, adk_base
-from evalbeam.transforms.validate import ToInstances, UniqueIdDecisions
+from evalbeam.transforms.validate import RepeatedIds, ToInstances, UniqueIdDecisions
 
 
 class ReadStage(Stage):
@@ -84,7 +84,14 @@ def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
         elif lean_local(owner, config):
             first_read = pipeline | "ReadIds" >> ReadRecords(fmt, parts=parts, counted=False, encoding=encoding,
                                                              adk=adk)
-            decisions = first_read[0] | "IdDecisions" >> UniqueIdDecisions(row_spec(config))
+            repeated = first_read[0] | "RepeatedIds" >> RepeatedIds(row_spec(config))
+            # the parts read once more only when some id repeats (transforms.validate)
+            again = parts | "PartsIfRepeated" >> beam.FlatMap(
+                lambda part, times: [part] if times else [],
+                beam.pvalue.AsSingleton(repeated | "CountRepeated" >> beam.combiners.Count.Globally()))
+            reread = pipeline | "ReadRepeated" >> ReadRecords(fmt, parts=again, counted=False, encoding=encoding,
+                                                              adk=adk)
+            decisions = reread[0] | "IdDecisions" >> UniqueIdDecisions(row_spec(config), repeated)
     else:
         records, source_lines = pipeline | "ReadBigQuery" >> bigquery.ReadBigQueryRows(read_plan)
         unparseable = pipeline | "NoUnparseableRows" >> beam.Create([])

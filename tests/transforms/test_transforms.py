@@ -150,17 +150,19 @@ def test_summarize_by_slice_with_thresholds():
 @pytest.mark.parametrize("lean", [False, True], ids=["grouped", "read-twice"])
 def test_to_instances_makes_ids_unique_in_source_order(lean):
     """Both ways of making ids unique: grouping the instances by id, and the
-    local runner's (a first read packs ids and positions into batches per shard,
-    the second applies the decisions)."""
+    local runner's (a first read packs only the ids into batches per shard, to
+    find those repeated; the records with those are built and their ids'
+    decisions made; the last pass applies them)."""
     from evalbeam.transforms.records import Record
-    from evalbeam.transforms.validate import UniqueIdDecisions
+    from evalbeam.transforms.validate import RepeatedIds, UniqueIdDecisions
 
     def rec(line, data, origin="f"):
         return Record(f"{origin}:{line}", data, json.dumps(data), False, origin, line)
 
     def unique(p, label, records, spec):
         made = p | label >> beam.Create(records)
-        decisions = made | f"{label}Decisions" >> UniqueIdDecisions(spec) if lean else None
+        decisions = made | f"{label}Decisions" >> UniqueIdDecisions(spec, made | f"{label}Repeated" >> RepeatedIds(spec)) \
+            if lean else None
         return made | f"{label}Unique" >> ToInstances(spec, decisions)
 
     same = {"response": "x", "reference": "x"}
@@ -168,16 +170,20 @@ def test_to_instances_makes_ids_unique_in_source_order(lean):
     # given out of order: source order (file, then line) decides which is first
     records = [rec(9, {**same, "id": "a", "n": 3}), rec(2, {**same, "id": "a", "n": 1}),
                rec(5, {**same, "id": "b"}), rec(1, {**same, "id": "a", "n": 0}, origin="g"),
-               rec(6, {**same, "id": odd}), rec(8, {**same, "id": odd, "n": 1}), rec(3, {**same, "id": odd + "x"})]
+               rec(6, {**same, "id": odd}), rec(8, {**same, "id": odd, "n": 1}), rec(3, {**same, "id": odd + "x"}),
+               # a row that is no instance does not count as the first of its id
+               rec(10, {"response": "x", "id": "c"}), rec(11, {**same, "id": "c"})]
     spec = RowSpec({}, "id", (), (("exact_match", (("response", "reference"),)),))
     with TestPipeline() as p:
         instances, dead = unique(p, "WithIdColumn", records, spec)
         assert_that(instances | beam.Map(lambda i: (i.instance_id, i.source)),
-                    equal_to([("a", "f:2"), ("b", "f:5"), (odd, "f:6"), (odd + "x", "f:3")]), label="first kept")
+                    equal_to([("a", "f:2"), ("b", "f:5"), (odd, "f:6"), (odd + "x", "f:3"), ("c", "f:11")]),
+                    label="first kept")
         assert_that(dead | beam.Map(lambda d: (d.source, d.field, d.reason)), equal_to([
             ("f:9", "instance_id", "duplicate id 'a' in column 'id': first seen at f:2"),
             ("g:1", "instance_id", "duplicate id 'a' in column 'id': first seen at f:2"),
-            ("f:8", "instance_id", f"duplicate id {odd!r} in column 'id': first seen at f:6")]), label="later dead")
+            ("f:8", "instance_id", f"duplicate id {odd!r} in column 'id': first seen at f:6"),
+            ("f:10", "reference", "field 'reference': missing or null; needed by metric 'exact_match'")]), label="later dead")
         # content-hash ids: identical rows are all kept, numbered by occurrence
         hashed = unique(p, "ByContent", [rec(7, same), rec(3, same), rec(4, {**same, "response": "y"})],
                         RowSpec({}, None, (), ()))[0]
@@ -304,6 +310,21 @@ def test_a_worker_process_freezes_its_start_up_objects_once(worker, duckdb, froz
                             cwd=str(ROOT), check=True)
     assert result.stdout.split() == [str(frozen), str(frozen), "False", "True"]
     assert result.stderr == ""
+
+
+def test_young_objects_are_collected_less_often_never_more():
+    """transforms.worker.collect_young_less_often: the collector's first threshold goes up to
+    YOUNG_COLLECTION_OBJECTS and the others stay; a higher one, or collection disabled, is left."""
+    import subprocess
+    import sys
+
+    code = ("import gc\n"
+            "from evalbeam.transforms.worker import collect_young_less_often as c, YOUNG_COLLECTION_OBJECTS as y\n"
+            "gc.set_threshold(700, 7, 9); c(); print(gc.get_threshold() == (y, 7, 9))\n"
+            "gc.set_threshold(2 * y, 7, 9); c(); print(gc.get_threshold() == (2 * y, 7, 9))\n"
+            "gc.set_threshold(0); c(); print(gc.get_threshold()[0] == 0)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), check=True)
+    assert result.stdout.split() == ["True", "True", "True"]
 
 
 def test_every_metric_row_carries_the_threshold_in_force():
