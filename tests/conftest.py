@@ -251,12 +251,33 @@ def stale_slow_entries(config, tests: Path, items) -> list:
 
 
 def pytest_collection_finish(session):
-    # The `pythons` tier's installs (minutes each) start now, beside the tests before them.
+    # The `pythons` tier's installs (minutes each) start now, beside the tests before them. Not in a worker
+    # process of pytest-xdist (`make test`: -n): each collects every test, and which one runs these is known
+    # only when it gets them (one worker: --dist loadscope gives a module's tests to one worker); there
+    # `pythons_installed` starts them, while the other workers go on with the other tests.
     versions = [item.callspec.params["version"] for item in session.items if "pythons_installed" in getattr(item, "fixturenames", ())]
-    if versions and not session.config.option.collectonly:
+    if versions and not session.config.option.collectonly and not hasattr(session.config, "workerinput"):
         from tests.pipelines.test_pythons import start_installs
 
         start_installs(versions)
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory):
+    """run(CONFIG): `evalbeam run CONFIG` of one of configs/ (run_id `demo`, its output in a folder of this
+    session), run once per session (per pytest-xdist worker) and shared by the tests that only read what it
+    printed and wrote: (the completed command, the run's folder)."""
+    from tests.helpers import evalbeam
+
+    runs = {}
+
+    def run(config: str):
+        if config not in runs:
+            out = tmp_path_factory.mktemp("demo")
+            runs[config] = (evalbeam("run", config, "--set", f"output.parquet={out}", "--set", "run_id=demo"), out / "demo")
+        return runs[config]
+
+    return run
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from tests.helpers import ROOT, evalbeam
+from tests.helpers import ROOT
 from tests.locks import setup_arguments
 from tests.pipelines.test_packaging import build_sdist, outside_env, pip_for, run
 
@@ -97,9 +97,9 @@ def pythons_installed():
 
 
 @pytest.fixture(scope="module")
-def demo_summary(tmp_path_factory):
+def demo_summary(demo_run):
     """The summary this interpreter's evalbeam (the repository's, editable) prints for the demo config."""
-    return summary(evalbeam("run", DEMO, "--set", f"output.parquet={tmp_path_factory.mktemp('demo')}").stdout)
+    return summary(demo_run("configs/demo_qa.yaml")[0].stdout)
 
 
 @pytest.mark.parametrize("version", PYTHONS)
