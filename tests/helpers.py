@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import traceback
+import warnings
 from pathlib import Path
 
 import duckdb
@@ -51,7 +52,7 @@ def _in_process(argv: list) -> subprocess.CompletedProcess:
         "environ": dict(os.environ), "cwd": os.getcwd(), "path": list(sys.path),
         "signals": {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE)},
         "registry": dict(registry._REGISTRY), "refused": dict(registry._REFUSED), "modules": set(sys.modules),
-        "excepthook": threading.excepthook, "disable": logging.root.manager.disable,
+        "excepthook": threading.excepthook, "disable": logging.root.manager.disable, "argv": list(sys.argv),
     }
     root = logging.getLogger()
     loggers = {name: logger.level for name, logger in logging.root.manager.loggerDict.items()
@@ -65,10 +66,17 @@ def _in_process(argv: list) -> subprocess.CompletedProcess:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     os.chdir(ROOT)
+    sys.argv[:] = [EVALBEAM, *argv]  # as the console script has it (Beam reads it where no flags are given)
     interrupt.INTERRUPTED.clear()
     interrupt.RESUME_HINT.clear()
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+            # warnings as a new interpreter shows them (its default filters, printed on stderr), not pytest's record
+            warnings.resetwarnings()
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", category)
+            warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
+            warnings.showwarning = warnings._showwarning_orig
             try:
                 status = cli.main(argv)
             except SystemExit as e:  # argparse's usage errors, and any sys.exit
@@ -93,6 +101,7 @@ def _in_process(argv: list) -> subprocess.CompletedProcess:
         os.environ.clear()
         os.environ.update(saved["environ"])
         sys.path[:] = saved["path"]
+        sys.argv[:] = saved["argv"]
         for s, handler in saved["signals"].items():
             if signal.getsignal(s) is not handler:
                 signal.signal(s, handler)
