@@ -255,11 +255,12 @@ def pytest_collection_finish(session):
     # process of pytest-xdist (`make test`: -n): each collects every test, and which one runs these is known
     # only when it gets them (one worker: --dist loadscope gives a module's tests to one worker); there
     # `pythons_installed` starts them, while the other workers go on with the other tests.
-    versions = [item.callspec.params["version"] for item in session.items if "pythons_installed" in getattr(item, "fixturenames", ())]
-    if versions and not session.config.option.collectonly and not hasattr(session.config, "workerinput"):
-        from tests.pipelines.test_pythons import start_installs
+    if session.config.option.collectonly or hasattr(session.config, "workerinput"):
+        return
+    if any("pythons_installed" in getattr(item, "fixturenames", ()) for item in session.items):
+        from tests.pipelines.test_pythons import selected_versions, start_installs
 
-        start_installs(versions)
+        start_installs(selected_versions(session.items))
 
 
 @pytest.fixture(scope="session")

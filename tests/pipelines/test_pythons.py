@@ -91,9 +91,16 @@ def start_installs(versions=PYTHONS) -> dict:
 
 
 @pytest.fixture(scope="module")
-def pythons_installed():
-    """{version: a future of its venv (None where the version is not here)}; each test waits for its own."""
-    return start_installs()
+def pythons_installed(request):
+    """{version: a future of its venv (None where the version is not here)}; each test waits for its own.
+    Started here where collection did not start them (a pytest-xdist worker: tests/conftest.py), for the
+    versions of the selected tests only."""
+    return start_installs(selected_versions(request.session.items))
+
+
+def selected_versions(items) -> list:
+    """The versions of the collected tests that use `pythons_installed` (tests/conftest.py starts their installs)."""
+    return [item.callspec.params["version"] for item in items if "pythons_installed" in getattr(item, "fixturenames", ())]
 
 
 @pytest.fixture(scope="module")
