@@ -129,9 +129,14 @@ lint: $(STAMP)
 
 # Every tier (CI runs this), after the lint step. The tests start their own emulators on free ports. -rs: each
 # skip says why (a supported Python not found on this machine is one). pytest.ini fails a test hung past its timeout.
+# -n 3: three pytest-xdist worker processes (many tests wait on servers, installs and subprocesses, so a third
+# worker keeps 2 cores busy); --dist loadscope: a module's tests in one worker, its module fixtures built once.
+# docs/development.md gives the measure. Then the tests marked `timing` (they assert what a clock or the scheduler
+# decides: quota windows, hedged copies, kills at a moment) run alone, in one process.
 test: $(STAMP) $(EMULATORS_STAMP) $(PUNKT_REFERENCE) $(AIRFLOW_STAMP) $(BROWSER_STAMP) $(ADK_STAMP) $(AGENT_STAMP)
 	$(LINT)
-	$(BIN)/python -m pytest -q -rs tests
+	$(BIN)/python -m pytest -q -rs -n 3 --dist loadscope -m "not timing" tests
+	$(BIN)/python -m pytest -q -rs -m timing tests
 
 # The daily loop: .venv only, every test in no heavy tier (the markers: tests/conftest.py's TIERS).
 FAST := not emulators and not browser and not airflow and not adk and not agent and not packaging and not pythons and not slow

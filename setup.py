@@ -71,14 +71,15 @@ setuptools.setup(
     install_requires=REQUIRES,
     # `report`: the charts of `evalbeam report` (static SVG, pipelines/report_charts.py).
     # `test`: rouge-score is the oracle rouge-score-rs is checked against; pytest-timeout fails a hung test (pytest.ini),
-    # ruff is the lint step of `make test` and `make test-fast` (ruff.toml); ppi-python is the reference the
+    # pytest-xdist runs `make test`'s tests in several processes (Makefile); ruff is the lint step of `make test` and
+    # `make test-fast` (ruff.toml); ppi-python is the reference the
     # corrected estimates (metrics/statistics/ppi.py) are checked against, never imported by evalbeam (it brings numba,
     # statsmodels and scikit-learn).
     # `agent` (also named `adk`): ADK agents for inference.agent, ADK's user simulator and ADK's own judges;
     # install it with requirements-agent.lock (see docs/agents.md). With ADK's a2a extra: `to_a2a` serves an
     # agent over A2A. jinja2: ADK's simulator prompts are Jinja templates it renders, and google-adk does not
     # declare it (metrics/agents/simulator.py). google-adk 2.13.0 needs Python 3.11 or later: on 3.10, pip refuses the extra.
-    extras_require={"test": ["pytest==9.2.0", "pytest-timeout==2.4.0", "ruff==0.17.5", "rouge-score==0.1.2", "krippendorff==0.9.0" + PY311, "krippendorff==0.8.2" + PY310,
+    extras_require={"test": ["pytest==9.2.0", "pytest-timeout==2.4.0", "pytest-xdist==3.8.0", "ruff==0.17.5", "rouge-score==0.1.2", "krippendorff==0.9.0" + PY311, "krippendorff==0.8.2" + PY310,
                              "ppi-python==0.2.3"],
                     "report": ["matplotlib==3.11.2" + PY311, "matplotlib==3.10.9" + PY310],
                     "agent": AGENT, "adk": AGENT,

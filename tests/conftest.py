@@ -59,6 +59,11 @@ TIERS = {
     "slow": "more than ~1 s on a loaded 2-core machine, and in no other tier (kept out of `make test-fast`)",
 }
 
+# Not a tier: a test that asserts what a clock or the scheduler decides (a quota's window, a hedged copy
+# of a slow call, a kill at a given moment, a token expiring mid-run). `make test` runs these alone, in one
+# process after the parallel run of the others, so that the other workers' load does not decide them.
+TIMING = "timing: asserts what a clock or the scheduler decides: run alone after the parallel tests (`make test`)"
+
 # Fixtures that need a tier's environment: a test using one (directly or through another fixture) without
 # that tier's marker is a collection error, so a marker cannot be forgotten. This checks the markers; it
 # does not set them.
@@ -82,6 +87,7 @@ def pytest_configure(config):
     config.addinivalue_line("filterwarnings", "ignore:cannot collect test class 'TestPipeline':pytest.PytestCollectionWarning")
     for name, needs in TIERS.items():
         config.addinivalue_line("markers", f"{name}: {needs}")
+    config.addinivalue_line("markers", TIMING)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -100,12 +106,34 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_collection_finish(session):
-    # The `pythons` tier's installs (minutes each) start now, beside the tests before them.
-    versions = [item.callspec.params["version"] for item in session.items if "pythons_installed" in getattr(item, "fixturenames", ())]
-    if versions and not session.config.option.collectonly:
-        from tests.e2e.test_pythons import start_installs
+    # The `pythons` tier's installs (minutes each) start now, beside the tests before them. Not in a worker
+    # process of pytest-xdist (`make test`: -n): each collects every test, and which one runs these is known
+    # only when it gets them (one worker: --dist loadscope gives a module's tests to one worker); there
+    # `pythons_installed` starts them, while the other workers go on with the other tests.
+    if session.config.option.collectonly or hasattr(session.config, "workerinput"):
+        return
+    if any("pythons_installed" in getattr(item, "fixturenames", ()) for item in session.items):
+        from tests.e2e.test_pythons import selected_versions, start_installs
 
-        start_installs(versions)
+        start_installs(selected_versions(session.items))
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory):
+    """run(CONFIG): `evalbeam run CONFIG` of one of configs/ (run_id `demo`, its output in a folder of this
+    session), run once per session (per pytest-xdist worker) and shared by the tests that only read what it
+    printed and wrote: (the completed command, the run's folder)."""
+    from tests.helpers import evalbeam
+
+    runs = {}
+
+    def run(config: str):
+        if config not in runs:
+            out = tmp_path_factory.mktemp("demo")
+            runs[config] = (evalbeam("run", config, "--set", f"output.parquet={out}", "--set", "run_id=demo"), out / "demo")
+        return runs[config]
+
+    return run
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,14 @@
 """Running the real `evalbeam` command from tests, and reading Parquet back."""
+import contextlib
+import io
+import logging
 import os
+import signal
 import subprocess
 import sys
+import threading
+import traceback
+import warnings
 from pathlib import Path
 
 import duckdb
@@ -10,17 +17,109 @@ EVALBEAM = str(Path(sys.executable).with_name("evalbeam"))
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def evalbeam(*args, check=True, path_first=(), env=None, command=EVALBEAM):
+def evalbeam(*args, check=True, path_first=(), env=None, command=EVALBEAM, process=False):
     # Custom metric modules must be importable, as for any user: tests/ is put on the path
     # (after `path_first`, folders to import from first). The environment (emulator
     # variables included) is inherited, with `env` added. `command`: another venv's
     # evalbeam (e.g. .agent's).
-    env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([*map(str, path_first), str(ROOT)])}
-    result = subprocess.run(["timeout", "600", str(command), *map(str, args)], capture_output=True, text=True,
-                            cwd=ROOT, env=env)
+    # The command runs in this process (pipelines.cli.main, as the console script runs it: about 2 s less a
+    # call than a new interpreter importing Beam again) unless the call needs a process of its own: `process`
+    # (the test is about the process: it dies, is killed, or its exit is the point), another venv's command,
+    # an environment or import path of its own, or a call from another thread than the main one.
+    if process or env or path_first or str(command) != EVALBEAM or threading.current_thread() is not threading.main_thread():
+        env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([*map(str, path_first), str(ROOT)])}
+        result = subprocess.run(["timeout", "600", str(command), *map(str, args)], capture_output=True, text=True,
+                                cwd=ROOT, env=env)
+    else:
+        result = _in_process([str(a) for a in args])
     if check and result.returncode != 0:
         raise AssertionError(f"evalbeam {args} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
+
+
+def _in_process(argv: list) -> subprocess.CompletedProcess:
+    """`evalbeam ARGV` run by pipelines.cli.main in this process, ending as pipelines.cli.entry ends the console
+    script (an exception's traceback and status 1; missing Google credentials in one line and status 2), its
+    output captured; what a run changes in the process (environment, current folder, import path, signal
+    handlers, logging, the interrupt flag, metrics registered by custom modules, the tests' modules it imported)
+    put back after."""
+    from evalbeam.metrics import registry
+    from evalbeam.pipelines import cli
+    from evalbeam.transforms import interrupt
+
+    registry.all_metrics()  # the built-in metrics registered before the snapshot
+    saved = {
+        "environ": dict(os.environ), "cwd": os.getcwd(), "path": list(sys.path),
+        "signals": {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE)},
+        "registry": dict(registry._REGISTRY), "refused": dict(registry._REFUSED), "modules": set(sys.modules),
+        "excepthook": threading.excepthook, "disable": logging.root.manager.disable, "argv": list(sys.argv),
+    }
+    root = logging.getLogger()
+    loggers = {name: logger.level for name, logger in logging.root.manager.loggerDict.items()
+               if isinstance(logger, logging.Logger)}
+    handlers, level = root.handlers[:], root.level
+    out, err = io.StringIO(), io.StringIO()
+    # as in the command's process: no handler on the root logger (logging's last resort prints warnings on
+    # stderr), tests/ importable, here and in DirectRunner worker processes, from the repository's folder
+    root.handlers = []
+    os.environ["PYTHONPATH"] = str(ROOT)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    os.chdir(ROOT)
+    sys.argv[:] = [EVALBEAM, *argv]  # as the console script has it (Beam reads it where no flags are given)
+    interrupt.INTERRUPTED.clear()
+    interrupt.RESUME_HINT.clear()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+            # warnings as a new interpreter shows them (its default filters, printed on stderr), not pytest's record
+            warnings.resetwarnings()
+            for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+                warnings.simplefilter("ignore", category)
+            warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
+            warnings.showwarning = warnings._showwarning_orig
+            try:
+                status = cli.main(argv)
+            except SystemExit as e:  # argparse's usage errors, and any sys.exit
+                status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if not isinstance(e.code, (int, type(None))):
+                    print(e.code, file=sys.stderr)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:  # noqa: BLE001 - as the console script ends on any exception (cli.entry)
+                missing = cli._missing_credentials(e)
+                if missing is None:
+                    traceback.print_exc()
+                    status = 1
+                else:
+                    from evalbeam.transforms.local_cloud import no_credentials
+
+                    print(f"evalbeam: {no_credentials(missing)}", file=sys.stderr)
+                    status = 2
+            sys.stdout.flush()
+    finally:
+        os.chdir(saved["cwd"])
+        os.environ.clear()
+        os.environ.update(saved["environ"])
+        sys.path[:] = saved["path"]
+        sys.argv[:] = saved["argv"]
+        for s, handler in saved["signals"].items():
+            if signal.getsignal(s) is not handler:
+                signal.signal(s, handler)
+        threading.excepthook = saved["excepthook"]
+        logging.disable(saved["disable"])
+        root.handlers, root.level = handlers, level
+        for name, was in loggers.items():  # those the run made keep what their modules set
+            logging.getLogger(name).setLevel(was)
+        registry._REGISTRY.clear()
+        registry._REGISTRY.update(saved["registry"])
+        registry._REFUSED.clear()
+        registry._REFUSED.update(saved["refused"])
+        for name in set(sys.modules) - saved["modules"]:
+            if name == "tests" or name.startswith("tests."):  # a custom module is imported afresh by the next run
+                del sys.modules[name]
+        interrupt.INTERRUPTED.clear()
+        interrupt.RESUME_HINT.clear()
+    return subprocess.CompletedProcess(["evalbeam", *argv], status, out.getvalue(), err.getvalue())
 
 
 def table(run_dir, name):

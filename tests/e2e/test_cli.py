@@ -239,10 +239,10 @@ def test_empty_dataset_is_an_empty_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_csv_demo_config_runs(tmp_path):
-    result = evalbeam("run", "configs/demo_qa.yaml", "--set", f"output.parquet={tmp_path}", "--set", "run_id=qa")
+def test_csv_demo_config_runs(demo_run):
+    result, run_dir = demo_run("configs/demo_qa.yaml")
     assert "read 8 = scored 8 + dead-lettered 0" in result.stdout
-    summary = {(s["metric"], s["slice"]): s for s in table(tmp_path / "qa", "summary")}
+    summary = {(s["metric"], s["slice"]): s for s in table(run_dir, "summary")}
     assert summary[("rouge_lsum_split", "overall")]["valid_count"] == 8
     assert summary[("exact_match", "task=question_answering")]["mean"] == 0.25
 

@@ -155,7 +155,7 @@ def test_a_job_dying_half_way_leaves_the_previous_rows(cloud, tmp_path):
     dying = agent_rows(6, prefix="z")
     dying[3]["answer"] = "die now"
     data.write_text("\n".join(json.dumps(r) for r in dying) + "\n")
-    died = evalbeam("run", config, check=False)
+    died = evalbeam("run", config, check=False, process=True)  # the process dies
     assert died.returncode == 17
     assert rows(f"SELECT instance_id, metric, score FROM `{dataset}.metric_results` ORDER BY instance_id, metric") == before
     assert rows(f"SELECT COUNT(*) AS n FROM `{dataset}.runs`")[0]["n"] == 1

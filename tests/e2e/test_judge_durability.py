@@ -58,6 +58,7 @@ def checkpointed_keys(folder):
 PATHS = {"stream": [], "shards": ["--direct_num_workers=2", "--direct_running_mode=multi_threading"]}
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.parametrize("path", PATHS)
 def test_a_run_killed_while_judging_repeats_only_its_last_seconds(tmp_path, api_key, path):
@@ -146,6 +147,7 @@ def test_a_run_killed_while_judging_repeats_only_its_last_seconds(tmp_path, api_
     assert sorted(os.listdir(tmp_path / "out")) == ["k1", "other"]
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_a_batch_run_killed_while_its_jobs_run_resumes_them_without_resubmitting(tmp_path, api_key):
     folder = tmp_path / "out" / "_evalbeam_attempts" / "b1" / "judge_checkpoints"

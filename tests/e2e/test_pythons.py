@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from tests.helpers import ROOT, evalbeam
+from tests.helpers import ROOT
 from tests.locks import setup_arguments
 from tests.e2e.test_packaging import build_sdist, outside_env, pip_for, run
 
@@ -91,15 +91,22 @@ def start_installs(versions=PYTHONS) -> dict:
 
 
 @pytest.fixture(scope="module")
-def pythons_installed():
-    """{version: a future of its venv (None where the version is not here)}; each test waits for its own."""
-    return start_installs()
+def pythons_installed(request):
+    """{version: a future of its venv (None where the version is not here)}; each test waits for its own.
+    Started here where collection did not start them (a pytest-xdist worker: tests/conftest.py), for the
+    versions of the selected tests only."""
+    return start_installs(selected_versions(request.session.items))
+
+
+def selected_versions(items) -> list:
+    """The versions of the collected tests that use `pythons_installed` (tests/conftest.py starts their installs)."""
+    return [item.callspec.params["version"] for item in items if "pythons_installed" in getattr(item, "fixturenames", ())]
 
 
 @pytest.fixture(scope="module")
-def demo_summary(tmp_path_factory):
+def demo_summary(demo_run):
     """The summary this interpreter's evalbeam (the repository's, editable) prints for the demo config."""
-    return summary(evalbeam("run", DEMO, "--set", f"output.parquet={tmp_path_factory.mktemp('demo')}").stdout)
+    return summary(demo_run("configs/demo_qa.yaml")[0].stdout)
 
 
 @pytest.mark.pythons

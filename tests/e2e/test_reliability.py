@@ -103,7 +103,7 @@ def test_a_run_that_dies_leaves_the_previous_output_of_its_run_id(tmp_path):
     before = sorted(i["response"] for i in table(run_dir, "instances"))
     # the second attempt dies half way (the process exits while scoring)
     jsonl(data, rows[:2] + [{"response": "die now", "reference": "x"}] + rows[2:])
-    died = evalbeam("run", config, check=False)
+    died = evalbeam("run", config, check=False, process=True)  # the process dies
     assert died.returncode == 17
     assert sorted(i["response"] for i in table(run_dir, "instances")) == before
     assert table(run_dir, "runs")[0]["read_count"] == 5

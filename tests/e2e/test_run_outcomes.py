@@ -181,7 +181,7 @@ def test_a_full_disk_ends_the_run_with_120_and_one_line_leaving_the_previous_out
         {"id": f"c{i}", "response": " ".join(str(rng.random()) for _ in range(60)), "reference": "x"}
         for i in range(600)])  # some 1.4 MB of text: its tables do not fit
     config.write_text(config.read_text().replace(str(small), str(big)))
-    full = evalbeam("run", config, check=False)
+    full = evalbeam("run", config, check=False, process=True)  # a full disk: the process ends with 120
     assert full.returncode == 120, full.stderr
     assert "Traceback" not in full.stderr and "ERROR" not in full.stderr
     assert full.stderr.splitlines()[-1] == (
@@ -269,7 +269,7 @@ def test_a_full_disk_under_a_labelled_run_ends_it_with_120_and_keeps_the_previou
         {"id": f"c{i}", "response": " ".join(str(rng.random()) for _ in range(40)), "reference": "x",
          "human": i % 2, "who": f"user-{i:05d}-{rng.random()}"} for i in range(900)])
     config.write_text(config.read_text().replace(str(small), str(big)))
-    full = evalbeam("run", config, check=False)
+    full = evalbeam("run", config, check=False, process=True)  # a full disk: the process ends with 120
     assert full.returncode == 120, full.stdout + full.stderr
     assert "Traceback" not in full.stderr
     assert re.fullmatch(rf"evalbeam: could not write the output under {re.escape(str(out))}: \[Errno 28\] No space left "

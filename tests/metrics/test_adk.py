@@ -346,12 +346,12 @@ def test_rubrics_app_details_and_grounding_are_kept_for_judges(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_adk_demo_runs(tmp_path):
-    from tests.helpers import evalbeam, table
+def test_the_adk_demo_runs(demo_run):
+    from tests.helpers import table
 
-    evalbeam("run", "configs/demo_adk.yaml", "--set", f"output.parquet={tmp_path}", "--set", "run_id=demo")
+    _, run_dir = demo_run("configs/demo_adk.yaml")
     verdicts = {r["instance_id"].split(":")[1]: r["explanation"]
-                for r in table(tmp_path / "demo", "metric_results") if r["metric"] == "adk_case_status"}
+                for r in table(run_dir, "metric_results") if r["metric"] == "adk_case_status"}
     # as ADK decides them (IN_ORDER allows the extra get_location; 'london' != 'London')
     assert verdicts == {"sf_weather": "PASSED", "paris_then_london": "FAILED", "tokyo_in_japanese": "PASSED",
                         "forecast_with_location": "PASSED"}

@@ -50,11 +50,9 @@ def test_calibration_notes_of_slices_are_printed_not_only_the_overall_rows():
 
 
 @pytest.mark.slow
-def test_source_lines_of_adk_files_say_a_case_spans_many(tmp_path):
+def test_source_lines_of_adk_files_say_a_case_spans_many(demo_run):
     """`source lines 639` beside 4 ADK cases: the lines of pretty-printed JSON, said so."""
-    from tests.helpers import evalbeam
-
-    out = evalbeam("run", "configs/demo_adk.yaml", "--set", f"output.parquet={tmp_path}", "--set", "run_id=adk").stdout
+    out = demo_run("configs/demo_adk.yaml")[0].stdout
     [line] = [line for line in out.splitlines() if line.startswith("source lines ")]
     assert line.endswith(" holding no record (the lines of the ADK files' JSON: one case spans many)"), line
 

@@ -87,6 +87,7 @@ def over_a2a(url, cases, auth, max_concurrency=4):
     return dict(infer_all(make, cases, max_concurrency, 120)), made[0]
 
 
+@pytest.mark.timing
 @pytest.mark.agent
 def test_id_tokens_from_adc_are_verified_by_the_agent_and_refreshed_as_they_expire(tmp_path, adc):
     """inference.auth google_id_token: every request (the agent card's, each turn's) carries an ID token for
@@ -434,6 +435,7 @@ class RefusesTheFirstToken:
         self._server.server_close()
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_concurrent_401s_share_one_new_token_and_each_resend_waits_for_the_quota(adc):
     """Requests refused (401) with the same ID token: one new token for all of them (not one each), and each

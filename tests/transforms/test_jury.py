@@ -433,6 +433,7 @@ def test_quotas_named_on_a_shared_quota_are_taken_out_of_it_and_may_not_exhaust_
                   requests_per_minute=600) == {"jury:a": (400, None), "jury:b": (400, None)}
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.parametrize("stream", [False, True], ids=["shards", "stream"])
 def test_two_jurors_of_one_model_never_together_exceed_its_quota(tmp_path, api_key, stream):

@@ -102,6 +102,7 @@ def requests_for(prompts, settings):
             for p in prompts]
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_client_stays_under_the_quota(api_key):
     # 20 requests per 2 s is 600 a minute; the client is set to 80% of it. It paces
@@ -116,6 +117,7 @@ def test_client_stays_under_the_quota(api_key):
     assert elapsed >= 49 / 8 - 0.2  # paced at 8 a second, not sent at once
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_client_adapts_to_429_and_loses_nothing(api_key):
     # the client believes it has 1200 a minute; the server grants 300 (10 per 2 s)
@@ -408,6 +410,7 @@ def test_in_flight_window_follows_latency_and_rate():
     assert asyncio.run(holds_at_the_limit()) == (3, 3)
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_calls_in_flight_grow_past_a_fixed_window_when_the_quota_needs_them(api_key):
     # 200 requests a second at 1 s each need about 200 calls in flight (Little's law):
@@ -492,6 +495,7 @@ def test_latency_quantile_and_the_tail_hedge_turn_and_budget():
         [], ["call0", "call1", "call2", "copy1:True", "copy2:False", "copy3:False", "copy4:True"], 2)
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.parametrize("share", [0.1, 0.0])
 def test_a_slow_call_at_the_end_gets_one_copy_counted_as_a_call(api_key, share):
@@ -515,6 +519,7 @@ def test_a_slow_call_at_the_end_gets_one_copy_counted_as_a_call(api_key, share):
     assert server.stats.requests <= calls
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 def test_a_slow_call_whose_copy_fails_gets_one_more_copy(api_key):
     # "late": its copy fails at once; the call left is still slow, so a second copy goes,

@@ -126,6 +126,7 @@ def test_retry_after_in_seconds_milliseconds_or_a_date():
 # ---------------------------------------------------------------- the client layer, per provider
 
 
+@pytest.mark.timing
 @pytest.mark.slow
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_client_honours_429_retry_after_and_loses_nothing(key, provider):
