@@ -90,11 +90,16 @@ def pytest_configure(config):
     config.addinivalue_line("markers", TIMING)
 
 
+def tiers_missing(fixtures, tiers) -> set:
+    """The tiers a test's fixtures need (NEEDS) that its markers do not give."""
+    return {NEEDS[f] for f in fixtures if f in NEEDS} - set(tiers)
+
+
 def pytest_collection_modifyitems(config, items):
     unmarked = []
     for item in items:
         tiers = {m.name for m in item.iter_markers() if m.name in TIERS}
-        missing = {NEEDS[f] for f in getattr(item, "fixturenames", ()) if f in NEEDS} - tiers
+        missing = tiers_missing(getattr(item, "fixturenames", ()), tiers)
         if missing:
             unmarked.append(f"{item.nodeid} (needs {', '.join(sorted(missing))})")
         longest = max((LONG_TIMEOUT[t] for t in tiers if t in LONG_TIMEOUT), default=None)
