@@ -136,6 +136,11 @@ class DecideIdFn(beam.DoFn):
 ID_SHARDS = 64
 
 
+def id_shard(data: bytes) -> int:
+    """The shard of an id (its UTF-8 bytes) in both id passes' shuffles."""
+    return zlib.crc32(data) % ID_SHARDS
+
+
 class _IdBatch:
     """One shard's ids from one bundle, packed: each row costs its id's UTF-8
     bytes and 24 bytes of numbers (its length, origin number, position, line), instead of a
@@ -196,7 +201,7 @@ class _IdBatchesFn(beam.DoFn):
         for out in self._build.process(record, count=False):
             if not isinstance(out, beam.pvalue.TaggedOutput):
                 instance_id, candidate = out
-                shard = zlib.crc32(instance_id.encode("utf-8", "surrogatepass")) % ID_SHARDS
+                shard = id_shard(instance_id.encode("utf-8", "surrogatepass"))
                 batch = self._batches.get(shard) or self._batches.setdefault(shard, _IdBatch())
                 batch.add(instance_id, candidate.position, candidate.order[1])
 
@@ -243,7 +248,7 @@ class _IdsFn(beam.DoFn):
         instance_id = record_id(record, self._spec)
         if instance_id is not None:
             data = instance_id.encode("utf-8", "surrogatepass")
-            shard = zlib.crc32(data) % ID_SHARDS
+            shard = id_shard(data)
             batch = self._batches.get(shard)
             if batch is None:
                 batch = self._batches[shard] = bytearray()
