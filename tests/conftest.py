@@ -90,6 +90,11 @@ def pytest_configure(config):
     config.addinivalue_line("markers", TIMING)
 
 
+def tiers_of(item) -> set:
+    """The tiers a collected test's markers give it."""
+    return {m.name for m in item.iter_markers() if m.name in TIERS}
+
+
 def tiers_missing(fixtures, tiers) -> set:
     """The tiers a test's fixtures need (NEEDS) that its markers do not give."""
     return {NEEDS[f] for f in fixtures if f in NEEDS} - set(tiers)
@@ -98,7 +103,7 @@ def tiers_missing(fixtures, tiers) -> set:
 def pytest_collection_modifyitems(config, items):
     unmarked = []
     for item in items:
-        tiers = {m.name for m in item.iter_markers() if m.name in TIERS}
+        tiers = tiers_of(item)
         missing = tiers_missing(getattr(item, "fixturenames", ()), tiers)
         if missing:
             unmarked.append(f"{item.nodeid} (needs {', '.join(sorted(missing))})")

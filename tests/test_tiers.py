@@ -2,7 +2,7 @@
 tier's marker, is found; every fixture NEEDS names exists; the slow tier is never another tier too."""
 import ast
 
-from tests.conftest import NEEDS, TIERS, tiers_missing
+from tests.conftest import NEEDS, TIERS, tiers_missing, tiers_of
 from tests.helpers import ROOT
 
 
@@ -27,6 +27,6 @@ def test_collected_tests_carry_the_tiers_their_fixtures_need_and_slow_is_alone(r
     items = request.session.items
     assert len(items) >= 1
     for item in items:
-        tiers = {m.name for m in item.iter_markers() if m.name in TIERS}
+        tiers = tiers_of(item)
         assert not tiers_missing(item.fixturenames, tiers), item.nodeid
         assert "slow" not in tiers or tiers == {"slow"}, item.nodeid
