@@ -27,8 +27,14 @@ installed sacrebleu, and only changes how two of the steps are computed:
 - the score: sacrebleu's own `BLEU.compute_bleu` (smooth_method "exp",
   sacrebleu's default) on those statistics.
 
+The post-tokenizer's rules and the n-gram matches run in C when the extension
+metrics/_bleu13a.c was built at install (NATIVE; setup.py builds it where a C
+compiler is found): the same rules on the same characters, and exact integer
+counts of the same n-grams, so the same scores; else in Python, as above.
+
 tests/metrics/test_text.py compares tokens and scores with sacrebleu on
-thousands of generated cases (Unicode, entities, empty and very long texts).
+thousands of generated cases (Unicode, entities, empty and very long texts),
+on both paths.
 """
 from __future__ import annotations
 
@@ -38,6 +44,14 @@ from collections import Counter
 from sacrebleu.metrics.bleu import BLEU, MAX_NGRAM_ORDER
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 from sacrebleu.tokenizers.tokenizer_re import TokenizerRegexp
+
+try:
+    from evalbeam.metrics import _bleu13a as _native
+except ImportError:  # built without a C compiler: the Python path below
+    _native = None
+if MAX_NGRAM_ORDER != 4:  # the C module counts orders 1 to 4, sacrebleu's since its first release
+    _native = None
+NATIVE = _native is not None
 
 _SPACED_OUT = " \\1 "  # the first rule's template: the matched character with a space on each side
 
@@ -74,6 +88,8 @@ class _FastRegexp:
         self.scanned = [(e.pattern, t) for e, t in context_rules] == CONTEXT_RULES
 
     def __call__(self, line: str) -> list[str]:
+        if self.scanned and _native is not None:
+            return _native.tokens(line, self.punctuation)
         for c, spaced in self.spaced:
             if c in line:
                 line = line.replace(c, spaced)
@@ -197,7 +213,10 @@ def _matches(hypothesis: list[str], n: int, ref: frozenset | Counter) -> int:
 def sentence_bleu(hypothesis: TextStats, reference: TextStats, effective_order: bool = True) -> float:
     """sacrebleu.sentence_bleu(hyp, [ref], use_effective_order=effective_order).score,
     from the two texts' statistics."""
-    correct = [_matches(hypothesis.tokens, n, ref) for n, ref in enumerate(reference.reference_ngrams(), start=1)]
+    if _native is not None:
+        correct = list(_native.matches(hypothesis.tokens, reference.tokens))
+    else:
+        correct = [_matches(hypothesis.tokens, n, ref) for n, ref in enumerate(reference.reference_ngrams(), start=1)]
     total = [max(0, hypothesis.length - n) for n in range(MAX_NGRAM_ORDER)]  # the hypothesis' n-gram counts
     return BLEU.compute_bleu(correct, total, hypothesis.length, reference.length,
                              smooth_method="exp", effective_order=effective_order).score

@@ -14,6 +14,20 @@ def scorer(name, **params):
     return d.factory(d.params.model_validate(params))
 
 
+@pytest.fixture(params=["native", "python"])
+def bleu_path(request, monkeypatch):
+    """BLEU's two paths, each test run on both: the C extension (metrics/_bleu13a.c, which the test
+    environment must have built) and the same rules in Python (what an install without a compiler runs)."""
+    from evalbeam.metrics import sentence_bleu, text
+
+    assert sentence_bleu.NATIVE, "the C extension metrics/_bleu13a.c was not built: pip install -e . with a C compiler"
+    if request.param == "python":
+        monkeypatch.setattr(sentence_bleu, "_native", None)
+    text._kept_bleu_stats.cache_clear()
+    yield request.param
+    text._kept_bleu_stats.cache_clear()
+
+
 def test_exact_match_is_character_exact():
     fn = scorer("exact_match")
     assert fn({"response": "Café", "reference": "Café"}) == 1.0
@@ -23,7 +37,7 @@ def test_exact_match_is_character_exact():
 
 
 @pytest.mark.parametrize("effective", [True, False])
-def test_bleu_equals_sacrebleu_sentence_bleu(effective):
+def test_bleu_equals_sacrebleu_sentence_bleu(effective, bleu_path):
     fn = scorer("bleu", use_effective_order=effective)
     pairs = text_pairs(seed=7, count=300)
     for ref, hyp in pairs:
@@ -99,7 +113,7 @@ def hard_pairs(seed: int, count: int, **kw):
 
 
 @pytest.mark.slow
-def test_bleu_tokens_are_sacrebleus_13a_tokens():
+def test_bleu_tokens_are_sacrebleus_13a_tokens(bleu_path):
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
     from sacrebleu.tokenizers.tokenizer_re import TokenizerRegexp
 
@@ -138,7 +152,7 @@ def test_context_rules_replace_as_sacrebleus_templates():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("effective", [True, False])
-def test_bleu_is_bit_identical_to_sacrebleu_on_hard_texts(effective):
+def test_bleu_is_bit_identical_to_sacrebleu_on_hard_texts(effective, bleu_path):
     fn = scorer("bleu", use_effective_order=effective)
     pairs = hard_pairs(seed=32, count=2000)
     partial = 0
@@ -345,3 +359,47 @@ def test_tokenizer_falls_back_to_re_for_other_context_rules(monkeypatch):
     tokenizer = sentence_bleu._FastRegexp()
     assert not tokenizer.scanned
     assert tokenizer(" 3-4 a.b ") == ["3", "-4", "a", ".", "b"]
+
+
+def test_native_matches_equal_pythons_counts_where_ngrams_repeat():
+    import random
+
+    from evalbeam.metrics import sentence_bleu
+
+    assert sentence_bleu.NATIVE
+    rng = random.Random(37)
+    # few distinct words, so that n-grams of every order repeat in both texts; equal words as
+    # distinct string objects; words that are no reference word; empty and one-word texts
+    cases = 0
+    for _ in range(20000):
+        vocabulary = [f"w{k}" for k in range(rng.randint(1, 5))] + ["é", "😀", ""]
+        reference = [str(rng.choice(vocabulary)) for _ in range(rng.randint(0, 40))]
+        hypothesis = ["".join(rng.choice(vocabulary)) for _ in range(rng.randint(0, 40))]
+        stats = sentence_bleu.TextStats(reference)
+        expected = [sentence_bleu._matches(hypothesis, n, grams)
+                    for n, grams in enumerate(stats.reference_ngrams(), start=1)]
+        assert list(sentence_bleu._native.matches(hypothesis, reference)) == expected, (hypothesis, reference)
+        cases += expected[3] > 1
+    assert cases > 1000, "many cases must match more than one 4-gram"
+    with pytest.raises(TypeError, match="tokens must be str"):
+        sentence_bleu._native.matches(["a", 1], ["a"])
+
+
+def test_native_tokens_equal_the_python_rules():
+    import random
+
+    from evalbeam.metrics import sentence_bleu
+
+    tokenizer = sentence_bleu._TOKENIZER_13A._post_tokenizer
+    assert sentence_bleu.NATIVE and tokenizer.scanned
+    rng = random.Random(38)
+    texts = ["".join(rng.choice("a1 .,-\n٣/!(") for _ in range(rng.randint(0, 14))) for _ in range(20000)]
+    texts += hard_texts(seed=39, count=2000)
+    for text in texts:
+        line = f" {text} "
+        python = line
+        for c, spaced in tokenizer.spaced:
+            python = python.replace(c, spaced)
+        assert sentence_bleu._native.tokens(line, tokenizer.punctuation) == sentence_bleu._context_rules(python).split(), repr(text)
+    with pytest.raises(ValueError, match="ASCII"):
+        sentence_bleu._native.tokens("a", "é")

@@ -1,0 +1,316 @@
+/* BLEU's two hot loops in C, for metrics/sentence_bleu.py: the post-tokenizer of
+ * sacrebleu's tokenizer 13a (its four regular expressions) and the clipped n-gram
+ * matches of orders 1 to 4 (sacrebleu's extract_all_word_ngrams counted against a
+ * reference). Written by hand because no package does either with sacrebleu's exact
+ * rules (bleuscore, the one candidate, has other smoothing and other counts:
+ * docs/performance.md). The rules are those of metrics/sentence_bleu.py's Python
+ * path, which is checked against sacrebleu's own expressions when it is imported;
+ * tests/metrics/test_text.py checks this module against both on many generated texts.
+ *
+ * tokens(line, punctuation) -> list[str]
+ *     line with each character of `punctuation` (ASCII only) spaced out, then the
+ *     three context rules applied in turn as re.sub applies them, then str.split().
+ * matches(hypothesis, reference) -> (int, int, int, int)
+ *     for n = 1..4, the sum over the hypothesis' n-grams of min(count in the
+ *     hypothesis, count in the reference), tokens compared as strings.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_ORDER 4
+
+static int is_digit(Py_UCS4 c) { return c >= '0' && c <= '9'; }
+static int is_point(Py_UCS4 c) { return c == '.' || c == ','; }
+
+/* ([^0-9])([\.,]) -> "\1 \2 " when digit is 0 and points is 1;
+ * ([0-9])(-) -> "\1 \2 " when digit is 1 and points is 0.
+ * re.sub's leftmost non-overlapping matches: a match ends at i + 1, and the next
+ * match's first character must not be inside it. */
+static Py_ssize_t pairs_before(const Py_UCS4 *in, Py_ssize_t n, Py_UCS4 *out, int points, int digit)
+{
+    Py_ssize_t o = 0, done = 0;
+    for (Py_ssize_t i = 1; i < n; i++) {
+        Py_UCS4 c = in[i];
+        if (points ? !is_point(c) : c != '-')
+            continue;
+        if (i - 1 >= done && is_digit(in[i - 1]) == digit) {
+            Py_ssize_t k = i - 1 - done;
+            memcpy(out + o, in + done, k * sizeof(Py_UCS4));
+            o += k;
+            out[o++] = in[i - 1];
+            out[o++] = ' ';
+            out[o++] = c;
+            out[o++] = ' ';
+            done = i + 1;
+        }
+    }
+    memcpy(out + o, in + done, (n - done) * sizeof(Py_UCS4));
+    return o + n - done;
+}
+
+/* ([\.,])([^0-9]) -> " \1 \2" */
+static Py_ssize_t pairs_after(const Py_UCS4 *in, Py_ssize_t n, Py_UCS4 *out)
+{
+    Py_ssize_t o = 0, done = 0;
+    for (Py_ssize_t i = 0; i + 1 < n; i++) {
+        if (!is_point(in[i]))
+            continue;
+        if (i >= done && !is_digit(in[i + 1])) {
+            Py_ssize_t k = i - done;
+            memcpy(out + o, in + done, k * sizeof(Py_UCS4));
+            o += k;
+            out[o++] = ' ';
+            out[o++] = in[i];
+            out[o++] = ' ';
+            out[o++] = in[i + 1];
+            done = i + 2;
+        }
+    }
+    memcpy(out + o, in + done, (n - done) * sizeof(Py_UCS4));
+    return o + n - done;
+}
+
+static PyObject *tokens(PyObject *self, PyObject *args)
+{
+    PyObject *line, *punctuation;
+    if (!PyArg_ParseTuple(args, "UU:tokens", &line, &punctuation))
+        return NULL;
+    uint64_t marked[2] = {0, 0};  /* the ASCII characters rule 1 spaces out */
+    Py_ssize_t np = PyUnicode_GET_LENGTH(punctuation);
+    for (Py_ssize_t i = 0; i < np; i++) {
+        Py_UCS4 c = PyUnicode_READ_CHAR(punctuation, i);
+        if (c >= 128) {
+            PyErr_SetString(PyExc_ValueError, "tokens: the punctuation must be ASCII");
+            return NULL;
+        }
+        marked[c >> 6] |= (uint64_t)1 << (c & 63);
+    }
+    Py_ssize_t n = PyUnicode_GET_LENGTH(line);
+    int kind = PyUnicode_KIND(line);
+    const void *data = PyUnicode_DATA(line);
+    /* The sizes: rule 1 adds two spaces per marked character; the context rules only add
+     * spaces, each match two, and a match holds a "." "," (the first two rules) or "-"
+     * (the third) of the text, none of which rule 1 marks. */
+    Py_ssize_t spaced = 0, points = 0, dashes = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c < 128) {
+            spaced += c != ' ' && (marked[c >> 6] >> (c & 63)) & 1;
+            points += is_point(c);
+            dashes += c == '-';
+        }
+    }
+    if ((size_t)n > (size_t)PY_SSIZE_T_MAX / (8 * sizeof(Py_UCS4))) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    Py_ssize_t cap = n + 2 * spaced + 4 * points + 2 * dashes + 1;
+    Py_UCS4 *a = PyMem_Malloc((size_t)cap * sizeof(Py_UCS4));
+    Py_UCS4 *b = PyMem_Malloc((size_t)cap * sizeof(Py_UCS4));
+    if (a == NULL || b == NULL) {
+        PyMem_Free(a);
+        PyMem_Free(b);
+        return PyErr_NoMemory();
+    }
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c < 128 && c != ' ' && (marked[c >> 6] >> (c & 63)) & 1) {
+            a[m++] = ' ';
+            a[m++] = c;
+            a[m++] = ' ';
+        } else {
+            a[m++] = c;
+        }
+    }
+    m = pairs_before(a, m, b, 1, 0);  /* ([^0-9])([\.,]) -> \1 \2 */
+    m = pairs_after(b, m, a);         /* ([\.,])([^0-9]) -> " \1 \2" */
+    m = pairs_before(a, m, b, 0, 1);  /* ([0-9])(-) -> \1 \2 */
+    PyMem_Free(a);
+    PyObject *text = PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, b, m);
+    PyMem_Free(b);
+    if (text == NULL)
+        return NULL;
+    PyObject *split = PyUnicode_Split(text, NULL, -1);  /* str.split(): Python's own whitespace */
+    Py_DECREF(text);
+    return split;
+}
+
+/* Token ids: each distinct reference token gets one; a hypothesis token that is no
+ * reference token gets -1 (no n-gram holding it can match). Open addressing over
+ * the strings' own hashes, equality by string comparison. */
+typedef struct {
+    PyObject *key;
+    Py_hash_t hash;
+    int32_t id;
+} TokenSlot;
+
+static Py_ssize_t table_size(Py_ssize_t count)
+{
+    Py_ssize_t size = 16;
+    while (size < 2 * count)
+        size <<= 1;
+    return size;
+}
+
+static int token_id(TokenSlot *slots, Py_ssize_t mask, PyObject *token, int32_t *next)
+{
+    Py_hash_t hash = PyObject_Hash(token);
+    if (hash == -1)
+        return -2;
+    for (Py_ssize_t j = (Py_ssize_t)((size_t)hash & (size_t)mask);; j = (j + 1) & mask) {
+        TokenSlot *s = &slots[j];
+        if (s->key == NULL) {
+            if (next == NULL)
+                return -1;
+            s->key = token;
+            s->hash = hash;
+            s->id = (*next)++;
+            return s->id;
+        }
+        if (s->hash == hash) {
+            int equal = PyObject_RichCompareBool(s->key, token, Py_EQ);
+            if (equal < 0)
+                return -2;
+            if (equal)
+                return s->id;
+        }
+    }
+}
+
+/* An n-gram of the reference: where it starts in the reference's ids, and how often
+ * it occurs in the reference and, so far, in the hypothesis. */
+typedef struct {
+    int32_t start;
+    int32_t in_reference;
+    int32_t in_hypothesis;
+} GramSlot;
+
+static uint64_t gram_hash(const int32_t *ids, int n)
+{
+    uint64_t h = 0x9E3779B97F4A7C15ull;
+    for (int k = 0; k < n; k++) {
+        h ^= (uint32_t)ids[k];
+        h *= 0xBF58476D1CE4E5B9ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+static GramSlot *gram_find(GramSlot *slots, Py_ssize_t mask, const int32_t *ref, const int32_t *gram, int n, int insert)
+{
+    for (Py_ssize_t j = (Py_ssize_t)(gram_hash(gram, n) & (uint64_t)mask);; j = (j + 1) & mask) {
+        GramSlot *s = &slots[j];
+        if (s->start < 0) {
+            if (!insert)
+                return NULL;
+            s->start = (int32_t)(gram - ref);
+            return s;
+        }
+        if (memcmp(ref + s->start, gram, (size_t)n * sizeof(int32_t)) == 0)
+            return s;
+    }
+}
+
+static int ids_of(PyObject *list, int32_t *ids, TokenSlot *slots, Py_ssize_t mask, int32_t *next)
+{
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *token = PyList_GET_ITEM(list, i);
+        if (!PyUnicode_Check(token)) {
+            PyErr_SetString(PyExc_TypeError, "matches: tokens must be str");
+            return -1;
+        }
+        int id = token_id(slots, mask, token, next);
+        if (id == -2)
+            return -1;
+        ids[i] = id;
+    }
+    return 0;
+}
+
+static PyObject *matches(PyObject *self, PyObject *args)
+{
+    PyObject *hypothesis, *reference;
+    if (!PyArg_ParseTuple(args, "O!O!:matches", &PyList_Type, &hypothesis, &PyList_Type, &reference))
+        return NULL;
+    Py_ssize_t nh = PyList_GET_SIZE(hypothesis), nr = PyList_GET_SIZE(reference);
+    if (nh > INT32_MAX / 2 || nr > INT32_MAX / 2) {
+        PyErr_SetString(PyExc_OverflowError, "matches: too many tokens");
+        return NULL;
+    }
+    long long correct[MAX_ORDER] = {0, 0, 0, 0};
+    if (nh == 0 || nr == 0)
+        return Py_BuildValue("(LLLL)", correct[0], correct[1], correct[2], correct[3]);
+    Py_ssize_t token_size = table_size(nr), gram_size = table_size(nr);
+    TokenSlot *tokens = PyMem_Calloc((size_t)token_size, sizeof(TokenSlot));
+    int32_t *ref = PyMem_Malloc((size_t)(nr + nh) * sizeof(int32_t));
+    GramSlot *grams = PyMem_Malloc((size_t)gram_size * sizeof(GramSlot));
+    int32_t *unigram = NULL;
+    PyObject *result = NULL;
+    if (tokens == NULL || ref == NULL || grams == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int32_t *hyp = ref + nr, distinct = 0;
+    /* the token table holds borrowed references: both lists are held by the caller */
+    if (ids_of(reference, ref, tokens, token_size - 1, &distinct) < 0 ||
+        ids_of(hypothesis, hyp, tokens, token_size - 1, NULL) < 0)
+        goto done;
+    /* order 1: counts by id (in the reference, then the hypothesis' clipped by them) */
+    unigram = PyMem_Calloc(2 * (size_t)distinct, sizeof(int32_t));
+    if (unigram == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < nr; i++)
+        unigram[ref[i]]++;
+    for (Py_ssize_t i = 0; i < nh; i++) {
+        int32_t id = hyp[i];
+        if (id >= 0 && unigram[distinct + id]++ < unigram[id])
+            correct[0]++;
+    }
+    for (int n = 2; n <= MAX_ORDER; n++) {
+        if (nr < n || nh < n)
+            break;
+        for (Py_ssize_t j = 0; j < gram_size; j++)
+            grams[j].start = -1;
+        for (Py_ssize_t i = 0; i + n <= nr; i++) {
+            GramSlot *s = gram_find(grams, gram_size - 1, ref, ref + i, n, 1);
+            if (s->start == i) {
+                s->in_reference = 0;
+                s->in_hypothesis = 0;
+            }
+            s->in_reference++;
+        }
+        Py_ssize_t unknown = -1;  /* the last position of a token that is no reference token */
+        for (Py_ssize_t i = 0; i < nh; i++) {
+            if (hyp[i] < 0)
+                unknown = i;
+            if (i + 1 < n || unknown > i - n)
+                continue;
+            GramSlot *s = gram_find(grams, gram_size - 1, ref, hyp + i + 1 - n, n, 0);
+            if (s != NULL && s->in_hypothesis++ < s->in_reference)
+                correct[n - 1]++;
+        }
+    }
+    result = Py_BuildValue("(LLLL)", correct[0], correct[1], correct[2], correct[3]);
+done:
+    PyMem_Free(tokens);
+    PyMem_Free(ref);
+    PyMem_Free(grams);
+    PyMem_Free(unigram);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"tokens", tokens, METH_VARARGS, "13a's post-tokenizer: punctuation spaced out, the context rules, split()."},
+    {"matches", matches, METH_VARARGS, "Clipped n-gram matches of orders 1 to 4 of a hypothesis against a reference."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_bleu13a", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__bleu13a(void) { return PyModule_Create(&module); }
