@@ -24,7 +24,7 @@ EMULATORS_STAMP := $(EMULATORS)/.installed
 
 env: $(STAMP)
 
-$(STAMP): requirements.lock setup.py
+$(STAMP): requirements.lock setup.py metrics/_bleu13a.c
 	@test -x $(BIN)/python || { $(NEED_PYTHON); }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
