@@ -24,56 +24,118 @@
 static int is_digit(Py_UCS4 c) { return c >= '0' && c <= '9'; }
 static int is_point(Py_UCS4 c) { return c == '.' || c == ','; }
 
-/* ([^0-9])([\.,]) -> "\1 \2 " when digit is 0 and points is 1;
- * ([0-9])(-) -> "\1 \2 " when digit is 1 and points is 0.
- * re.sub's leftmost non-overlapping matches: a match ends at i + 1, and the next
- * match's first character must not be inside it. */
-static Py_ssize_t pairs_before(const Py_UCS4 *in, Py_ssize_t n, Py_UCS4 *out, int points, int digit)
-{
-    Py_ssize_t o = 0, done = 0;
-    for (Py_ssize_t i = 1; i < n; i++) {
-        Py_UCS4 c = in[i];
-        if (points ? !is_point(c) : c != '-')
-            continue;
-        if (i - 1 >= done && is_digit(in[i - 1]) == digit) {
-            Py_ssize_t k = i - 1 - done;
-            memcpy(out + o, in + done, k * sizeof(Py_UCS4));
-            o += k;
-            out[o++] = in[i - 1];
-            out[o++] = ' ';
-            out[o++] = c;
-            out[o++] = ' ';
-            done = i + 1;
-        }
-    }
-    memcpy(out + o, in + done, (n - done) * sizeof(Py_UCS4));
-    return o + n - done;
+/* The passes below are written once, as a macro, for each of CPython's three string
+ * kinds (1, 2 or 4 bytes a character): the characters they insert are ASCII, which every
+ * kind holds, so a text is processed in its own kind and never widened. */
+#define PASSES(T, SUFFIX)                                                                          \
+/* rule 1: a space on each side of each marked character (a space itself left as it is) */       \
+static Py_ssize_t spaced_##SUFFIX(const T *in, Py_ssize_t n, T *out, const uint64_t *marked)      \
+{                                                                                                  \
+    Py_ssize_t o = 0;                                                                              \
+    for (Py_ssize_t i = 0; i < n; i++) {                                                           \
+        T c = in[i];                                                                               \
+        if (c < 128 && c != ' ' && (marked[c >> 6] >> (c & 63)) & 1) {                            \
+            out[o++] = ' ';                                                                        \
+            out[o++] = c;                                                                          \
+            out[o++] = ' ';                                                                        \
+        } else {                                                                                   \
+            out[o++] = c;                                                                          \
+        }                                                                                          \
+    }                                                                                              \
+    return o;                                                                                      \
+}                                                                                                  \
+/* ([^0-9])([\.,]) -> "\1 \2 " when points is 1 and digit 0; ([0-9])(-) -> "\1 \2 " when points  \
+ * is 0 and digit 1. re.sub's leftmost non-overlapping matches: a match ends at i + 1, and the   \
+ * next match's first character must not be inside it. */                                       \
+static Py_ssize_t before_##SUFFIX(const T *in, Py_ssize_t n, T *out, int points, int digit)       \
+{                                                                                                  \
+    Py_ssize_t o = 0, done = 0;                                                                    \
+    for (Py_ssize_t i = 1; i < n; i++) {                                                           \
+        T c = in[i];                                                                               \
+        if (points ? !is_point(c) : c != '-')                                                      \
+            continue;                                                                              \
+        if (i - 1 >= done && is_digit(in[i - 1]) == digit) {                                       \
+            Py_ssize_t k = i - 1 - done;                                                           \
+            memcpy(out + o, in + done, (size_t)k * sizeof(T));                                     \
+            o += k;                                                                                \
+            out[o++] = in[i - 1];                                                                  \
+            out[o++] = ' ';                                                                        \
+            out[o++] = c;                                                                          \
+            out[o++] = ' ';                                                                        \
+            done = i + 1;                                                                          \
+        }                                                                                          \
+    }                                                                                              \
+    memcpy(out + o, in + done, (size_t)(n - done) * sizeof(T));                                    \
+    return o + n - done;                                                                           \
+}                                                                                                  \
+/* ([\.,])([^0-9]) -> " \1 \2" */                                                                \
+static Py_ssize_t after_##SUFFIX(const T *in, Py_ssize_t n, T *out)                               \
+{                                                                                                  \
+    Py_ssize_t o = 0, done = 0;                                                                    \
+    for (Py_ssize_t i = 0; i + 1 < n; i++) {                                                       \
+        if (!is_point(in[i]))                                                                      \
+            continue;                                                                              \
+        if (i >= done && !is_digit(in[i + 1])) {                                                   \
+            Py_ssize_t k = i - done;                                                               \
+            memcpy(out + o, in + done, (size_t)k * sizeof(T));                                     \
+            o += k;                                                                                \
+            out[o++] = ' ';                                                                        \
+            out[o++] = in[i];                                                                      \
+            out[o++] = ' ';                                                                        \
+            out[o++] = in[i + 1];                                                                  \
+            done = i + 2;                                                                          \
+        }                                                                                          \
+    }                                                                                              \
+    memcpy(out + o, in + done, (size_t)(n - done) * sizeof(T));                                    \
+    return o + n - done;                                                                           \
+}                                                                                                  \
+/* The four rules in their order, then str.split(): runs of what Python counts as whitespace    \
+ * (Py_UNICODE_ISSPACE, the test str.split() makes) end the tokens. */                            \
+static PyObject *tokens_##SUFFIX(const T *text, Py_ssize_t n, int kind, const uint64_t *marked)   \
+{                                                                                                  \
+    /* each character adds at most four: a marked one two (rule 1), a "." or "," two in each of  \
+     * the first two context rules, a "-" two in the third; rule 1 marks none of those three */   \
+    T *a = PyMem_Malloc((size_t)(5 * n + 1) * sizeof(T));                                         \
+    T *b = PyMem_Malloc((size_t)(5 * n + 1) * sizeof(T));                                         \
+    PyObject *list = PyList_New(0);                                                                \
+    if (a == NULL || b == NULL || list == NULL) {                                                  \
+        PyMem_Free(a);                                                                             \
+        PyMem_Free(b);                                                                             \
+        Py_XDECREF(list);                                                                          \
+        return list == NULL ? NULL : PyErr_NoMemory();                                             \
+    }                                                                                              \
+    Py_ssize_t m = spaced_##SUFFIX(text, n, a, marked);                                            \
+    m = before_##SUFFIX(a, m, b, 1, 0);                                                            \
+    m = after_##SUFFIX(b, m, a);                                                                   \
+    m = before_##SUFFIX(a, m, b, 0, 1);                                                            \
+    for (Py_ssize_t i = 0; i < m;) {                                                               \
+        while (i < m && Py_UNICODE_ISSPACE(b[i]))                                                  \
+            i++;                                                                                   \
+        Py_ssize_t start = i;                                                                      \
+        while (i < m && !Py_UNICODE_ISSPACE(b[i]))                                                 \
+            i++;                                                                                   \
+        if (i > start) {                                                                           \
+            PyObject *token = PyUnicode_FromKindAndData(kind, b + start, i - start);               \
+            if (token == NULL || PyList_Append(list, token) < 0) {                                 \
+                Py_XDECREF(token);                                                                 \
+                Py_CLEAR(list);                                                                    \
+                break;                                                                             \
+            }                                                                                      \
+            Py_DECREF(token);                                                                      \
+        }                                                                                          \
+    }                                                                                              \
+    PyMem_Free(a);                                                                                 \
+    PyMem_Free(b);                                                                                 \
+    return list;                                                                                   \
 }
 
-/* ([\.,])([^0-9]) -> " \1 \2" */
-static Py_ssize_t pairs_after(const Py_UCS4 *in, Py_ssize_t n, Py_UCS4 *out)
-{
-    Py_ssize_t o = 0, done = 0;
-    for (Py_ssize_t i = 0; i + 1 < n; i++) {
-        if (!is_point(in[i]))
-            continue;
-        if (i >= done && !is_digit(in[i + 1])) {
-            Py_ssize_t k = i - done;
-            memcpy(out + o, in + done, k * sizeof(Py_UCS4));
-            o += k;
-            out[o++] = ' ';
-            out[o++] = in[i];
-            out[o++] = ' ';
-            out[o++] = in[i + 1];
-            done = i + 2;
-        }
-    }
-    memcpy(out + o, in + done, (n - done) * sizeof(Py_UCS4));
-    return o + n - done;
-}
+PASSES(Py_UCS1, 1)
+PASSES(Py_UCS2, 2)
+PASSES(Py_UCS4, 4)
 
 static PyObject *tokens(PyObject *self, PyObject *args)
 {
+    (void)self;
     PyObject *line, *punctuation;
     if (!PyArg_ParseTuple(args, "UU:tokens", &line, &punctuation))
         return NULL;
@@ -88,54 +150,17 @@ static PyObject *tokens(PyObject *self, PyObject *args)
         marked[c >> 6] |= (uint64_t)1 << (c & 63);
     }
     Py_ssize_t n = PyUnicode_GET_LENGTH(line);
-    int kind = PyUnicode_KIND(line);
-    const void *data = PyUnicode_DATA(line);
-    /* The sizes: rule 1 adds two spaces per marked character; the context rules only add
-     * spaces, each match two, and a match holds a "." "," (the first two rules) or "-"
-     * (the third) of the text, none of which rule 1 marks. */
-    Py_ssize_t spaced = 0, points = 0, dashes = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (c < 128) {
-            spaced += c != ' ' && (marked[c >> 6] >> (c & 63)) & 1;
-            points += is_point(c);
-            dashes += c == '-';
-        }
-    }
-    if ((size_t)n > (size_t)PY_SSIZE_T_MAX / (8 * sizeof(Py_UCS4))) {
-        PyErr_NoMemory();
-        return NULL;
-    }
-    Py_ssize_t cap = n + 2 * spaced + 4 * points + 2 * dashes + 1;
-    Py_UCS4 *a = PyMem_Malloc((size_t)cap * sizeof(Py_UCS4));
-    Py_UCS4 *b = PyMem_Malloc((size_t)cap * sizeof(Py_UCS4));
-    if (a == NULL || b == NULL) {
-        PyMem_Free(a);
-        PyMem_Free(b);
+    if ((size_t)n > (size_t)PY_SSIZE_T_MAX / (5 * sizeof(Py_UCS4)) - 1)
         return PyErr_NoMemory();
+    const void *data = PyUnicode_DATA(line);
+    switch (PyUnicode_KIND(line)) {
+    case PyUnicode_1BYTE_KIND:
+        return tokens_1(data, n, PyUnicode_1BYTE_KIND, marked);
+    case PyUnicode_2BYTE_KIND:
+        return tokens_2(data, n, PyUnicode_2BYTE_KIND, marked);
+    default:
+        return tokens_4(data, n, PyUnicode_4BYTE_KIND, marked);
     }
-    Py_ssize_t m = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_UCS4 c = PyUnicode_READ(kind, data, i);
-        if (c < 128 && c != ' ' && (marked[c >> 6] >> (c & 63)) & 1) {
-            a[m++] = ' ';
-            a[m++] = c;
-            a[m++] = ' ';
-        } else {
-            a[m++] = c;
-        }
-    }
-    m = pairs_before(a, m, b, 1, 0);  /* ([^0-9])([\.,]) -> \1 \2 */
-    m = pairs_after(b, m, a);         /* ([\.,])([^0-9]) -> " \1 \2" */
-    m = pairs_before(a, m, b, 0, 1);  /* ([0-9])(-) -> \1 \2 */
-    PyMem_Free(a);
-    PyObject *text = PyUnicode_FromKindAndData(PyUnicode_4BYTE_KIND, b, m);
-    PyMem_Free(b);
-    if (text == NULL)
-        return NULL;
-    PyObject *split = PyUnicode_Split(text, NULL, -1);  /* str.split(): Python's own whitespace */
-    Py_DECREF(text);
-    return split;
 }
 
 /* Token ids: each distinct reference token gets one; a hypothesis token that is no
@@ -233,6 +258,7 @@ static int ids_of(PyObject *list, int32_t *ids, TokenSlot *slots, Py_ssize_t mas
 
 static PyObject *matches(PyObject *self, PyObject *args)
 {
+    (void)self;
     PyObject *hypothesis, *reference;
     if (!PyArg_ParseTuple(args, "O!O!:matches", &PyList_Type, &hypothesis, &PyList_Type, &reference))
         return NULL;
@@ -311,6 +337,6 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_bleu13a", NULL, -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_bleu13a", NULL, -1, methods, NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__bleu13a(void) { return PyModule_Create(&module); }
