@@ -25,7 +25,10 @@ installed sacrebleu, and only changes how two of the steps are computed:
   else a Counter), the hypothesis' looked up in them as they are made (a
   Counter only against a reference whose n-grams repeat);
 - the score: sacrebleu's own `BLEU.compute_bleu` (smooth_method "exp",
-  sacrebleu's default) on those statistics.
+  sacrebleu's default) on those statistics, its code run as it is with one
+  name changed (`_scoring_only`): the object it returns keeps the score alone,
+  where sacrebleu's BLEUScore also formats its statistics into strings, half
+  of compute_bleu's time, never read here.
 
 The post-tokenizer's rules and the n-gram matches run in C when the extension
 metrics/_bleu13a.c was built at install (NATIVE; setup.py builds it where a C
@@ -39,6 +42,7 @@ on both paths.
 from __future__ import annotations
 
 import re
+import types
 from collections import Counter
 
 from sacrebleu.metrics.bleu import BLEU, MAX_NGRAM_ORDER
@@ -210,6 +214,31 @@ def _matches(hypothesis: list[str], n: int, ref: frozenset | Counter) -> int:
     return matched
 
 
+class _Score:
+    """What compute_bleu returns when run by _scoring_only: its score, the statistics passed over."""
+
+    __slots__ = ("score",)
+
+    def __init__(self, score: float, *_statistics):
+        self.score = score
+
+
+def _scoring_only(compute_bleu):
+    """sacrebleu's compute_bleu (its code object, read from the installed sacrebleu, not a copy),
+    with the global name BLEUScore it builds its result by bound to _Score; compute_bleu itself
+    where that name is not there to bind."""
+    code = compute_bleu.__code__
+    if "BLEUScore" not in code.co_names or "BLEUScore" in code.co_varnames or compute_bleu.__closure__:
+        return compute_bleu
+    namespace = {**compute_bleu.__globals__, "BLEUScore": _Score}
+    scoring = types.FunctionType(code, namespace, compute_bleu.__name__, compute_bleu.__defaults__)
+    scoring.__kwdefaults__ = compute_bleu.__kwdefaults__
+    return scoring
+
+
+_compute_bleu = _scoring_only(BLEU.compute_bleu)
+
+
 def sentence_bleu(hypothesis: TextStats, reference: TextStats, effective_order: bool = True) -> float:
     """sacrebleu.sentence_bleu(hyp, [ref], use_effective_order=effective_order).score,
     from the two texts' statistics."""
@@ -218,5 +247,5 @@ def sentence_bleu(hypothesis: TextStats, reference: TextStats, effective_order: 
     else:
         correct = [_matches(hypothesis.tokens, n, ref) for n, ref in enumerate(reference.reference_ngrams(), start=1)]
     total = [max(0, hypothesis.length - n) for n in range(MAX_NGRAM_ORDER)]  # the hypothesis' n-gram counts
-    return BLEU.compute_bleu(correct, total, hypothesis.length, reference.length,
-                             smooth_method="exp", effective_order=effective_order).score
+    return _compute_bleu(correct, total, hypothesis.length, reference.length,
+                         smooth_method="exp", effective_order=effective_order).score

@@ -403,3 +403,29 @@ def test_native_tokens_equal_the_python_rules():
         assert sentence_bleu._native.tokens(line, tokenizer.punctuation) == sentence_bleu._context_rules(python).split(), repr(text)
     with pytest.raises(ValueError, match="ASCII"):
         sentence_bleu._native.tokens("a", "é")
+
+
+def test_compute_bleu_scoring_only_is_sacrebleus_code_with_a_lighter_result():
+    import random
+
+    from sacrebleu.metrics.bleu import BLEU
+
+    from evalbeam.metrics import sentence_bleu
+
+    scoring = sentence_bleu._compute_bleu
+    assert scoring is not BLEU.compute_bleu and scoring.__code__ is BLEU.compute_bleu.__code__
+    rng = random.Random(40)
+    for _ in range(5000):
+        sys_len, ref_len = rng.randint(0, 30), rng.randint(0, 30)
+        total = [max(0, sys_len - n) for n in range(4)]
+        correct = [rng.randint(0, t) if rng.random() < 0.8 else 0 for t in total]
+        for effective in (True, False):
+            expected = BLEU.compute_bleu(list(correct), list(total), sys_len, ref_len, smooth_method="exp",
+                                         effective_order=effective).score
+            got = scoring(list(correct), list(total), sys_len, ref_len, smooth_method="exp", effective_order=effective)
+            assert got.score == expected and type(got) is sentence_bleu._Score, (correct, total, sys_len, ref_len)
+
+    def no_such_name(correct):
+        return correct
+
+    assert sentence_bleu._scoring_only(no_such_name) is no_such_name
