@@ -33,7 +33,9 @@ installed sacrebleu, and only changes how two of the steps are computed:
 The post-tokenizer's rules and the n-gram matches run in C when the extension
 metrics/_bleu13a.c was built at install (NATIVE; setup.py builds it where a C
 compiler is found): the same rules on the same characters, and exact integer
-counts of the same n-grams, so the same scores; else in Python, as above.
+counts of the same n-grams, so the same scores; else in Python, as above. For a
+pair of texts (sentence_bleu_of) the C path tokenizes both and counts their
+matches in one call, without making a Python string of any token.
 
 tests/metrics/test_text.py compares tokens and scores with sacrebleu on
 thousands of generated cases (Unicode, entities, empty and very long texts),
@@ -237,6 +239,24 @@ def _scoring_only(compute_bleu):
 
 
 _compute_bleu = _scoring_only(BLEU.compute_bleu)
+
+
+# Tokenizer13a's language-independent part alone: what its post-tokenizer is given (`str` returns it).
+_PREPARE = Tokenizer13a()
+_PREPARE._post_tokenizer = str
+
+
+def sentence_bleu_of(hypothesis: str, reference: str, effective_order: bool = True, stats=text_stats) -> float:
+    """sacrebleu.sentence_bleu(hypothesis, [reference], use_effective_order=effective_order).score.
+    On the C path both texts are tokenized and their n-grams matched in one call, no token made a
+    Python string; else sentence_bleu of the two texts' `stats` (text_stats, or a caller's cache of it)."""
+    if _native is None or not _TOKENIZER_13A._post_tokenizer.scanned:
+        return sentence_bleu(stats(hypothesis), stats(reference), effective_order)
+    *correct, length, reference_length = _native.statistics(
+        _tokenize_13a(_PREPARE, hypothesis.rstrip()), _tokenize_13a(_PREPARE, reference.rstrip()), PUNCTUATION)
+    total = [max(0, length - n) for n in range(MAX_NGRAM_ORDER)]
+    return _compute_bleu(correct, total, length, reference_length,
+                         smooth_method="exp", effective_order=effective_order).score
 
 
 def sentence_bleu(hypothesis: TextStats, reference: TextStats, effective_order: bool = True) -> float:

@@ -7,8 +7,9 @@ Scores are bit-identical to the reference libraries, computed faster:
   per worker computes every ROUGE type the config asks for in one native call,
   and keeps the last pair's scores, so rouge_1, rouge_2, rouge_l and
   rouge_l_sum on one instance tokenize and score it once;
-- bleu: metrics.sentence_bleu, sacrebleu's sentence BLEU computed from each
-  text's 13a tokens and n-gram counts, counted once per text;
+- bleu: metrics.sentence_bleu, sacrebleu's sentence BLEU: on its C path the two
+  texts tokenized and matched in one call; on its Python path from each text's
+  13a tokens and n-gram counts, counted once per text;
 - `split_summaries`: rouge-score calls `nltk.sent_tokenize`, which needs
   NLTK's punkt_tab data downloaded at run time. Workers have no network, so we
   split with NLTK's own `PunktSentenceTokenizer` given the same English
@@ -25,7 +26,7 @@ from typing import Literal
 import pydantic
 
 from evalbeam.metrics.registry import register
-from evalbeam.metrics.sentence_bleu import sentence_bleu, text_stats
+from evalbeam.metrics.sentence_bleu import sentence_bleu_of, text_stats
 
 TEXT = ("response", "reference")
 
@@ -63,15 +64,16 @@ def _bleu(params: BleuParams):
         response, reference = fields["response"], fields["reference"]
         if not isinstance(response, str) or not isinstance(reference, str):
             raise TypeError("BLEU: response and reference must be strings")
-        return sentence_bleu(bleu_stats(response), bleu_stats(reference), effective_order) / 100.0
+        return sentence_bleu_of(response, reference, effective_order, bleu_stats) / 100.0
 
     return score
 
 
 def bleu_stats(text: str):
-    """A text's BLEU statistics. Those of short texts are kept (a bounded
-    number, per worker), so that a text many rows share, a reference scored
-    against several responses say, is tokenized and counted once."""
+    """A text's BLEU statistics, for BLEU's Python path. Those of short texts are
+    kept (a bounded number, per worker), so that a text many rows share, a
+    reference scored against several responses say, is tokenized and counted once
+    (the C path does both texts' work in less time than the cache's own lookups)."""
     if len(text) > _KEPT_TEXT_CHARS:
         return text_stats(text)
     return _kept_bleu_stats(text)

@@ -429,3 +429,27 @@ def test_compute_bleu_scoring_only_is_sacrebleus_code_with_a_lighter_result():
         return correct
 
     assert sentence_bleu._scoring_only(no_such_name) is no_such_name
+
+
+def test_native_statistics_equal_the_tokens_matches_and_lengths():
+    import random
+
+    from evalbeam.metrics import sentence_bleu
+
+    native, punctuation = sentence_bleu._native, sentence_bleu.PUNCTUATION
+    rng = random.Random(41)
+    # texts of each string kind (1, 2 and 4 bytes a character) sharing words, so that equal tokens of
+    # texts of different kinds must be found equal; few words, so that n-grams repeat
+    words = ["café", "a", "b.", "1-2", "x,y", "Σ", "😀", "ab", "", "\u3000"]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 30))) for _ in range(4000)]
+    texts += hard_texts(seed=42, count=1000)
+    kinds = set()
+    for hypothesis, reference in zip(texts, texts[1:] + texts[:1]):
+        h, r = sentence_bleu._tokenize_13a(sentence_bleu._PREPARE, hypothesis), sentence_bleu._tokenize_13a(
+            sentence_bleu._PREPARE, reference)
+        th, tr = native.tokens(h, punctuation), native.tokens(r, punctuation)
+        expected = (*native.matches(th, tr), len(th), len(tr))
+        assert native.statistics(h, r, punctuation) == expected, (hypothesis, reference)
+        kinds.add((max(map(ord, h), default=0) > 255) + (max(map(ord, h), default=0) > 0xFFFF))
+    assert kinds == {0, 1, 2}
+    assert native.statistics("", "", punctuation) == (0, 0, 0, 0, 0, 0)
