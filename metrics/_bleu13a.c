@@ -23,6 +23,9 @@
 #include <string.h>
 
 #define MAX_ORDER 4
+/* A line of at most this many characters gets the room its worst case needs; a longer one's
+ * room is counted first (a pass of its own, worth it only where the worst case is large). */
+#define SMALL 65536
 
 typedef struct {
     Py_ssize_t start;
@@ -100,10 +103,19 @@ static Py_ssize_t after_##SUFFIX(const T *in, Py_ssize_t n, T *out)             
 /* The four rules in their order: the text they make, in a buffer the caller frees. */           \
 static T *final_##SUFFIX(const T *text, Py_ssize_t n, const uint64_t *marked, Py_ssize_t *length)  \
 {                                                                                                  \
-    /* each character adds at most four: a marked one two (rule 1), a "." or "," two in each of  \
-     * the first two context rules, a "-" two in the third; rule 1 marks none of those three */   \
-    T *a = PyMem_Malloc((size_t)(5 * n + 1) * sizeof(T));                                         \
-    T *b = PyMem_Malloc((size_t)(5 * n + 1) * sizeof(T));                                         \
+    /* the room the rules need: a marked character adds two (rule 1), a "." or "," at most two in  \
+     * each of the first two context rules, a "-" at most two in the third */                     \
+    Py_ssize_t room = 7 * n + 1; /* the most any character can add: six */                         \
+    if (n > SMALL) { /* counted, so that a long text's room is what it needs */                    \
+        room = n + 1;                                                                              \
+        for (Py_ssize_t i = 0; i < n; i++) {                                                       \
+            T c = text[i];                                                                         \
+            if (c < 128)                                                                           \
+                room += 2 * ((c != ' ' && (marked[c >> 6] >> (c & 63)) & 1) + 2 * is_point(c) + (c == '-')); \
+        }                                                                                          \
+    }                                                                                              \
+    T *a = PyMem_Malloc((size_t)room * sizeof(T));                                                 \
+    T *b = PyMem_Malloc((size_t)room * sizeof(T));                                                 \
     if (a == NULL || b == NULL) {                                                                  \
         PyMem_Free(a);                                                                             \
         PyMem_Free(b);                                                                             \
@@ -118,7 +130,7 @@ static T *final_##SUFFIX(const T *text, Py_ssize_t n, const uint64_t *marked, Py
     return b;                                                                                      \
 }                                                                                                  \
 /* str.split() of it: runs of what Python counts as whitespace (Py_UNICODE_ISSPACE, the test     \
- * str.split() makes) end the tokens; each token's start and length, in spans (m / 2 + 1 room). */ \
+ * str.split() makes) end the tokens. Their number; with spans, each one's start and length. */   \
 static Py_ssize_t split_##SUFFIX(const T *b, Py_ssize_t m, Span *spans)                           \
 {                                                                                                  \
     Py_ssize_t count = 0;                                                                          \
@@ -128,10 +140,11 @@ static Py_ssize_t split_##SUFFIX(const T *b, Py_ssize_t m, Span *spans)         
         Py_ssize_t start = i;                                                                      \
         while (i < m && !Py_UNICODE_ISSPACE(b[i]))                                                 \
             i++;                                                                                   \
-        if (i > start) {                                                                           \
+        if (i > start && spans != NULL) {                                                          \
             spans[count].start = start;                                                            \
-            spans[count++].length = i - start;                                                     \
+            spans[count].length = i - start;                                                       \
         }                                                                                          \
+        count += i > start;                                                                        \
     }                                                                                              \
     return count;                                                                                  \
 }
@@ -177,7 +190,7 @@ static int text_of(PyObject *line, const uint64_t *marked, Text *t)
     Py_ssize_t n = PyUnicode_GET_LENGTH(line);
     t->data = NULL;
     t->spans = NULL;
-    if ((size_t)n > (size_t)PY_SSIZE_T_MAX / (5 * sizeof(Py_UCS4)) - 1) {
+    if ((size_t)n > (size_t)PY_SSIZE_T_MAX / (8 * sizeof(Py_UCS4)) - 1) {
         PyErr_NoMemory();
         return -1;
     }
@@ -195,21 +208,29 @@ static int text_of(PyObject *line, const uint64_t *marked, Text *t)
     }
     if (t->data == NULL)
         return -1;
-    t->spans = PyMem_Malloc((size_t)(t->length / 2 + 1) * sizeof(Span));
-    if (t->spans == NULL) {
+    /* a long line's tokens are counted first, then cut, so that they take no more room than they
+     * need; a short line gets room for the most it can have */
+    if (t->length <= SMALL && (t->spans = PyMem_Malloc((size_t)(t->length / 2 + 1) * sizeof(Span))) == NULL) {
         text_free(t);
         PyErr_NoMemory();
         return -1;
     }
-    switch (t->kind) {
-    case PyUnicode_1BYTE_KIND:
-        t->count = split_1(t->data, t->length, t->spans);
-        break;
-    case PyUnicode_2BYTE_KIND:
-        t->count = split_2(t->data, t->length, t->spans);
-        break;
-    default:
-        t->count = split_4(t->data, t->length, t->spans);
+    for (int pass = t->length <= SMALL; pass < 2; pass++) {
+        switch (t->kind) {
+        case PyUnicode_1BYTE_KIND:
+            t->count = split_1(t->data, t->length, t->spans);
+            break;
+        case PyUnicode_2BYTE_KIND:
+            t->count = split_2(t->data, t->length, t->spans);
+            break;
+        default:
+            t->count = split_4(t->data, t->length, t->spans);
+        }
+        if (pass == 0 && (t->spans = PyMem_Malloc((size_t)(t->count + 1) * sizeof(Span))) == NULL) {
+            text_free(t);
+            PyErr_NoMemory();
+            return -1;
+        }
     }
     return 0;
 }

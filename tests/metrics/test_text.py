@@ -453,3 +453,17 @@ def test_native_statistics_equal_the_tokens_matches_and_lengths():
         kinds.add((max(map(ord, h), default=0) > 255) + (max(map(ord, h), default=0) > 0xFFFF))
     assert kinds == {0, 1, 2}
     assert native.statistics("", "", punctuation) == (0, 0, 0, 0, 0, 0)
+    # lines longer than the C module's SMALL (65,536 characters), whose room is counted first: tokens
+    # as the Python rules make them, and statistics as tokens()+matches() give them
+    tokenizer = sentence_bleu._TOKENIZER_13A._post_tokenizer
+    pieces = hard_texts(seed=43, count=400, long_every=10**9)
+    long_lines = [" " + " ".join(rng.choice(pieces) for _ in range(2000)) + " " for _ in range(3)]
+    long_lines.append(" " + ".,-!1a " * 12000 + " ")  # dense in what every rule adds room for
+    for line, other in zip(long_lines, long_lines[1:] + long_lines[:1]):
+        assert len(line) > 70000
+        python = line
+        for c, spaced in tokenizer.spaced:
+            python = python.replace(c, spaced)
+        assert native.tokens(line, punctuation) == sentence_bleu._context_rules(python).split()
+        th, tr = native.tokens(line, punctuation), native.tokens(other, punctuation)
+        assert native.statistics(line, other, punctuation) == (*native.matches(th, tr), len(th), len(tr))
