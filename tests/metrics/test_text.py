@@ -467,3 +467,46 @@ def test_native_statistics_equal_the_tokens_matches_and_lengths():
         assert native.tokens(line, punctuation) == sentence_bleu._context_rules(python).split()
         th, tr = native.tokens(line, punctuation), native.tokens(other, punctuation)
         assert native.statistics(line, other, punctuation) == (*native.matches(th, tr), len(th), len(tr))
+
+
+# Run under valgrind by the test below: the C module's three functions on texts of every string kind,
+# dense in what the rules change, short and over its SMALL, each result checked against the others.
+_MEMCHECK_PROBE = """
+import random
+from evalbeam.metrics import sentence_bleu as sb
+from tests.metrics.test_text import hard_texts
+rng = random.Random(5)
+texts = hard_texts(seed=44, count=150, long_every=50, long_words=300)
+texts += ["".join(rng.choice("a1 .,-\\n٣/!(😀é") for _ in range(rng.randint(0, 30))) for _ in range(300)]
+texts.append(" " + ".,-!1a " * 12000 + " ")
+for h, r in zip(texts, texts[1:] + texts[:1]):
+    a, b = sb._tokenize_13a(sb._PREPARE, h), sb._tokenize_13a(sb._PREPARE, r)
+    th, tr = sb._native.tokens(a, sb.PUNCTUATION), sb._native.tokens(b, sb.PUNCTUATION)
+    assert sb._native.statistics(a, b, sb.PUNCTUATION) == (*sb._native.matches(th, tr), len(th), len(tr))
+print("probed", len(texts))
+"""
+
+
+@pytest.mark.slow
+def test_native_module_reads_and_writes_only_its_own_memory_under_valgrind():
+    import os
+    import re
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from evalbeam.metrics import sentence_bleu
+
+    assert sentence_bleu.NATIVE and shutil.which("valgrind"), "valgrind is on every machine here (env: machines)"
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        ["valgrind", "--tool=memcheck", "--num-callers=40", sys.executable, "-c", _MEMCHECK_PROBE],
+        capture_output=True, text=True, cwd=root, timeout=1200,
+        env={**os.environ, "PYTHONMALLOC": "malloc", "PYTHONPATH": str(root)})
+    assert result.returncode == 0 and "probed 457" in result.stdout, result.stderr[-3000:]
+    # memcheck's reports, one per error; CPython's own start-up and shutdown make some (reads of
+    # memory it never initialised by design): only those with the module in their stack count
+    reports = re.split(r"\n==\d+== \n", result.stderr)
+    assert "ERROR SUMMARY" in result.stderr
+    assert [r for r in reports if "_bleu13a" in r] == []
