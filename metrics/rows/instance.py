@@ -237,8 +237,11 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
     because = record.get(MISSING_BECAUSE)
     because = because if isinstance(because, dict) else {}
     unmet, unmet_fields = {}, {}
+    lacking: dict[tuple, tuple[str, ...]] = {}  # metrics mostly share their inputs: each alternatives once
     for label, alternatives in spec.requirements:
-        missing = unmet_inputs(alternatives, fields)
+        missing = lacking.get(alternatives)
+        if missing is None:
+            missing = lacking[alternatives] = unmet_inputs(alternatives, fields)
         if missing:
             unmet_fields[label] = missing
             unmet[label] = tuple(f"{m} ({because[m]})" if m in because else m for m in missing)
