@@ -29,7 +29,8 @@ def json_key(value: Any, fold_strings: Callable[[str], str] | None = None) -> An
     if kind is str:
         return ("str", fold_strings(value) if fold_strings else value)
     if kind is dict:
-        return ("obj", tuple(sorted((str(k), json_key(v, fold_strings)) for k, v in value.items())))
+        return ("obj", tuple(sorted([(k if type(k) is str else str(k), json_key(v, fold_strings))
+                                     for k, v in value.items()])))
     if kind is int:
         return ("num", value)
     if kind is bool:
