@@ -98,9 +98,14 @@ def run_number(instance_id: str) -> int:
     return int(k) if sep and k.isdigit() else 1
 
 
+# json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str),
+# its encoder made once (json.dumps builds one a call when its options are not the defaults)
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
 def content_id(record: Mapping[str, Any]) -> str:
     """A stable id from a row's content: independent of key order and file position."""
-    canonical = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    canonical = _CANONICAL_JSON.encode(record)
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:20]
 
 
