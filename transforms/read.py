@@ -23,6 +23,7 @@ in, with its true line, and reading goes on with the next one.
 from __future__ import annotations
 
 import gzip
+import json
 from typing import Iterator
 
 import apache_beam as beam
@@ -56,11 +57,12 @@ PARSERS["otel_traces"] = parse_otlp
 
 
 def parse_file(path: str, fmt: str, encoding: str = UTF8,
-               adk: read_adk.AdkReading | None = None) -> Iterator[Record | DeadLetter | SourceLines]:
+               adk: read_adk.AdkReading | None = None, loads=None) -> Iterator[Record | DeadLetter | SourceLines]:
     """Every record, dead letter and the line count of one file (decompressed by its
     extension, as Beam names compressions: .gz, .bz2, .zst/.zstd, .xz/.lzma, .deflate),
-    whose text is in `encoding`; `adk`: how an ADK file is read (read_adk.AdkReading)."""
-    options = {"adk": adk} if fmt in ADK_FORMATS else {}
+    whose text is in `encoding`; `adk`: how an ADK file is read (read_adk.AdkReading);
+    `loads`: how a JSONL line is parsed (None: json.loads; see parsers.IdFirstLoads)."""
+    options = {"adk": adk} if fmt in ADK_FORMATS else {"loads": loads} if fmt == "jsonl" and loads else {}
     kind = CompressionTypes.detect_compression_type(path)
     with FileSystems.open(path, mime_type="application/octet-stream",
                           compression_type=CompressionTypes.UNCOMPRESSED) as raw:
@@ -74,26 +76,28 @@ def parse_file(path: str, fmt: str, encoding: str = UTF8,
 
 
 def parse_part(part: FilePart, fmt: str, encoding: str = UTF8,
-               adk: read_adk.AdkReading | None = None) -> Iterator[Record | DeadLetter | SourceLines]:
-    """Every record, dead letter and the line count of a FilePart."""
+               adk: read_adk.AdkReading | None = None, loads=None) -> Iterator[Record | DeadLetter | SourceLines]:
+    """Every record, dead letter and the line count of a FilePart (`loads`: as parse_file's)."""
     if part.end is None and part.start == 0:
-        yield from parse_file(part.path, fmt, encoding, adk)
+        yield from parse_file(part.path, fmt, encoding, adk, loads)
         return
     with FileSystems.open(part.path, mime_type="application/octet-stream",
                           compression_type=CompressionTypes.UNCOMPRESSED) as stream:
         stream.seek(part.start)
         yield from parse_jsonl(part.path, ByteRange(stream, part.end - part.start), part.first_line, part.start == 0,
-                               encoding)
+                               encoding, loads or json.loads)
 
 
 class ParseFileFn(beam.DoFn):
-    """counted: False for a second read of the same files (its records are not counted again)."""
+    """counted: False for a second read of the same files (its records are not counted again).
+    loads: how a JSONL line is parsed (None: json.loads; see parsers.IdFirstLoads)."""
 
     def __init__(self, fmt: str, counted: bool = True, encoding: str = UTF8,
-                 adk: read_adk.AdkReading | None = None):
+                 adk: read_adk.AdkReading | None = None, loads=None):
         self._fmt = fmt
         self._encoding = encoding
         self._adk = adk
+        self._loads = loads
         prefix = "" if counted else "reread_"
         self._read = Metrics.counter("evalbeam", prefix + "records_read")
         self._bad = Metrics.counter("evalbeam", prefix + "records_unparseable")
@@ -105,7 +109,7 @@ class ParseFileFn(beam.DoFn):
     def process(self, part: FilePart):
         index = 0
         whole = part.end is None and part.start == 0
-        for item in parse_part(part, self._fmt, self._encoding, self._adk):
+        for item in parse_part(part, self._fmt, self._encoding, self._adk, self._loads):
             if isinstance(item, Record):
                 # a record's number in its file: counted in a whole file; in a
                 # part of a JSONL file (one record per line), its line
@@ -128,12 +132,14 @@ class ReadRecords(beam.PTransform):
     read the same parts twice) -> Records (main), DeadLetters (tag
     'dead_letter') and one SourceLines per file (tag 'lines').
     counted: False for a second read of the same files (see ParseFileFn).
-    encoding: the files' text encoding (input.encoding); adk: how ADK files are read (read_adk.AdkReading)."""
+    encoding: the files' text encoding (input.encoding); adk: how ADK files are read (read_adk.AdkReading);
+    loads: how a JSONL line is parsed (None: json.loads; parsers.IdFirstLoads for a read of the ids alone)."""
 
     def __init__(self, fmt: str, *, uri: str | None = None, parts=None, counted: bool = True, encoding: str = UTF8,
-                 adk: read_adk.AdkReading | None = None):
+                 adk: read_adk.AdkReading | None = None, loads=None):
         super().__init__()
         self._adk = adk
+        self._loads = loads
         if (uri is None) == (parts is None):
             raise ValueError("ReadRecords reads either a uri or parts")
         self._uri = uri
@@ -149,7 +155,8 @@ class ReadRecords(beam.PTransform):
             parts
             # one file (or part of one) per worker: the files, not their records, are spread here
             | "SpreadFiles" >> beam.Reshuffle()
-            | "ParseFiles" >> beam.ParDo(ParseFileFn(self._fmt, self._counted, self._encoding, self._adk)).with_outputs(
+            | "ParseFiles" >> beam.ParDo(ParseFileFn(self._fmt, self._counted, self._encoding, self._adk,
+                                                       self._loads)).with_outputs(
                 DEAD_LETTER, LINES, main="records")
         )
         return parsed.records, parsed[DEAD_LETTER], parsed[LINES]

@@ -46,6 +46,17 @@ class Instance:
     # and the reasons of the labels refused (metrics.statistics.calibration.parse_label)
     labels: Mapping[str, tuple[float | None, ...]] = dataclasses.field(default_factory=dict)
     label_errors: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # field -> (its value, that value's JSON text as the instances table writes it): made
+    # by the value check (checked_json_text) and reused for the row (tables.instance_row)
+    # while the field still holds that very object. Values are never changed in place once
+    # built (a changed instance gets new values: dataclasses.replace). Not pickled: a copy
+    # in another process makes its texts again.
+    json_texts: dict[str, tuple[Any, str]] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state["json_texts"] = {}
+        return state
 
 
 # Deeper values are refused: they cannot be pickled between workers or written
@@ -87,9 +98,14 @@ def run_number(instance_id: str) -> int:
     return int(k) if sep and k.isdigit() else 1
 
 
+# json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str),
+# its encoder made once (json.dumps builds one a call when its options are not the defaults)
+_CANONICAL_JSON = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
 def content_id(record: Mapping[str, Any]) -> str:
     """A stable id from a row's content: independent of key order and file position."""
-    canonical = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    canonical = _CANONICAL_JSON.encode(record)
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:20]
 
 
@@ -126,27 +142,42 @@ def check_value(value: Any) -> None:
     """Raise ValueError if a value holds what no output can carry: nesting
     deeper than MAX_NESTING, a non-finite number, or text with a lone surrogate
     (truncated LLM output often ends in half an escape pair)."""
+    checked_json_text(value)
+
+
+# json.dumps with these options, made once: json.dumps builds an encoder each call
+# whenever an option differs from its defaults (about 1 us of the check's 5).
+_CHECKED_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, check_circular=False, sort_keys=True)
+
+
+def checked_json_text(value: Any) -> str | None:
+    """check_value; and for a value that is not text, when the check's fast path
+    took it, its JSON text as the tables write it (`metrics.rows.tables.to_json_text`:
+    keys sorted, not ASCII-escaped), else None."""
     if isinstance(value, str):
         if value.isascii():
-            return
+            return None
     else:
         # The fast path for the common case, in C: JSON text with no NaN or
         # infinity that encodes as UTF-8 (no lone surrogate anywhere, keys too)
         # and has fewer brackets than MAX_NESTING (so cannot nest that deep) holds
         # nothing the walk below would refuse. Anything else (a value JSON cannot
-        # write, bytes, a datetime...) takes the walk, which decides.
+        # write, keys that cannot be sorted, bytes, a datetime...) takes the walk,
+        # which decides. The keys are sorted so that the text is the one the
+        # instances table writes (a check and a row's text: one encoding, not two).
         try:
-            text = json.dumps(value, ensure_ascii=False, allow_nan=False, check_circular=False)
+            text = _CHECKED_JSON.encode(value)
         except (TypeError, ValueError, RecursionError):
             pass
         else:
             if text.count("[") + text.count("{") < MAX_NESTING:
                 try:
                     text.encode("utf-8")
-                    return
+                    return text
                 except UnicodeEncodeError:
                     pass
     check_by_walk(value)
+    return None
 
 
 def check_by_walk(value: Any) -> None:
@@ -190,6 +221,7 @@ def instance_id_of(record: Mapping[str, Any], spec: RowSpec) -> str:
 def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_csv: bool = False,
                    line_count: int = 1) -> Instance:
     fields: dict[str, Any] = {}
+    json_texts: dict[str, tuple[Any, str]] = {}
     for field in CANONICAL_FIELDS:
         column = spec.column_mapping.get(field, field)
         if column not in record:
@@ -197,10 +229,12 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
         value = normalise_field(field, column, record[column], from_csv)
         if value is not None:
             try:
-                check_value(value)
+                text = checked_json_text(value)
             except ValueError as e:
                 raise InvalidField(field, str(e), column) from None
             fields[field] = value
+            if text is not None:
+                json_texts[field] = (value, text)
 
     try:
         complete_agent_fields(fields)
@@ -213,8 +247,11 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
     because = record.get(MISSING_BECAUSE)
     because = because if isinstance(because, dict) else {}
     unmet, unmet_fields = {}, {}
+    lacking: dict[tuple, tuple[str, ...]] = {}  # metrics mostly share their inputs: each alternatives once
     for label, alternatives in spec.requirements:
-        missing = unmet_inputs(alternatives, fields)
+        missing = lacking.get(alternatives)
+        if missing is None:
+            missing = lacking[alternatives] = unmet_inputs(alternatives, fields)
         if missing:
             unmet_fields[label] = missing
             unmet[label] = tuple(f"{m} ({because[m]})" if m in because else m for m in missing)
@@ -244,7 +281,7 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
         slices[col] = _slice_value(record.get(col))
     labels, label_errors = read_labels(record, spec.label_columns, source)
     return Instance(instance_id=instance_id, fields=fields, slices=slices, source=source, line_count=line_count,
-                    missing_inputs=unmet, labels=labels, label_errors=label_errors)
+                    missing_inputs=unmet, labels=labels, label_errors=label_errors, json_texts=json_texts)
 
 
 def read_labels(record: Mapping[str, Any], label_columns, source: str):

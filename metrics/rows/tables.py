@@ -455,9 +455,14 @@ def instance_row(run: "RunKey", instance: Instance) -> dict[str, Any]:
     row: dict[str, Any] = {"run_id": run.run_id, "run_date": run.run_date, "instance_id": instance.instance_id,
                            "source": instance.source}
     fields = instance.fields
+    texts = instance.json_texts  # made by the value check, for the values the fields still hold
     for name, json_text in _INSTANCE_FIELDS:
         value = fields.get(name)
-        row[name] = to_json_text(value) if json_text and value is not None else value
+        if json_text and value is not None:
+            made = texts.get(name)
+            row[name] = made[1] if made is not None and made[0] is value else to_json_text(value)
+        else:
+            row[name] = value
     row.update(instance.slices)
     return row
 

@@ -9,6 +9,7 @@ from evalbeam.metrics.rows.instance import RowSpec
 from evalbeam.pipelines.local import lean_local, part_bytes
 from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms import bigquery
+from evalbeam.transforms.parsers import IdFirstLoads
 from evalbeam.transforms.read import FileParts, ReadRecords
 from evalbeam.transforms.read_otel import GroupSpans
 from evalbeam.transforms.records import SourceLines
@@ -82,8 +83,11 @@ def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
             unparseable = (unparseable, dead) | "OtelUnparseable" >> beam.Flatten()
             source_lines = (span_lines, unread_lines) | "OtelSourceLines" >> beam.Flatten()
         elif lean_local(owner, config):
+            spec = row_spec(config)
+            # its records serve only for their ids: with an id column, parsed by orjson where that gives json's id
+            loads = IdFirstLoads(spec.id_column) if fmt == "jsonl" and spec.id_column else None
             first_read = pipeline | "ReadIds" >> ReadRecords(fmt, parts=parts, counted=False, encoding=encoding,
-                                                             adk=adk)
+                                                             adk=adk, loads=loads)
             repeated = first_read[0] | "RepeatedIds" >> RepeatedIds(row_spec(config))
             # the parts read once more only when some id repeats (transforms.validate)
             again = parts | "PartsIfRepeated" >> beam.FlatMap(

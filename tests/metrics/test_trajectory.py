@@ -120,3 +120,66 @@ def test_adk_errors_name_the_problem():
         fn({"invocations": parse_turns([{"response": "x", "reference": "x"}, {"response": "y"}])})
     with pytest.raises(MetricError, match="no expected turns"):
         fn({"invocations": []})
+
+
+def _same_value(a, b) -> bool:
+    """The calls' equality rule written plainly (metrics.rows.calls): JSON booleans are not
+    numbers, 1 == 1.0, objects equal whatever their key order, lists in order."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same_value(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def _reference_scores(pred, ref):
+    same = [[p["tool_name"] == r["tool_name"] and _same_value(p["tool_input"], r["tool_input"]) for r in ref]
+            for p in pred]
+    exact = float(len(pred) == len(ref) and all(same[i][i] for i in range(len(pred))))
+    j = 0
+    for i in range(len(pred)):  # greedy subsequence: the reference's calls in order among the predicted
+        if j < len(ref) and same[i][j]:
+            j += 1
+    in_order = float(j == len(ref))
+    used, any_order = set(), 1.0
+    for j in range(len(ref)):  # every reference call matched to a predicted one of its own
+        match = next((i for i in range(len(pred)) if i not in used and same[i][j]), None)
+        if match is None:
+            any_order = 0.0
+            break
+        used.add(match)
+    precision = (1.0 if not ref else 0.0) if not pred else sum(any(row) for row in same) / len(pred)
+    recall = 1.0 if not ref else sum(any(same[i][j] for i in range(len(pred))) for j in range(len(ref))) / len(ref)
+    return [exact, in_order, any_order, precision, recall]
+
+
+def test_trajectory_metrics_agree_with_the_rule_written_plainly():
+    """On many generated pairs of trajectories (few tool names and inputs, so that calls
+    repeat and match; ints against equal floats, booleans against 0 and 1, nested objects
+    in another key order), the five comparison metrics give what the equality rule,
+    applied call against call, gives."""
+    import random
+
+    rng = random.Random(5)
+    values = [0, 1, 1.0, 0.0, True, False, "1", None, 2.5, -0.0, [1, 2], [2, 1], [1.0, 2], {"a": 1, "b": [True]},
+              {"b": [True], "a": 1.0}, {"a": 1}, {"é": "ü"}]
+
+    def call():
+        return {"tool_name": rng.choice("ab"),
+                "tool_input": {k: rng.choice(values) for k in rng.sample(["x", "y"], rng.randint(0, 2))}}
+
+    names = ["trajectory_exact_match", "trajectory_in_order_match", "trajectory_any_order_match",
+             "trajectory_precision", "trajectory_recall"]
+    outcomes = set()
+    for _ in range(3000):
+        pred = [call() for _ in range(rng.randint(0, 5))]
+        ref = rng.sample(pred, rng.randint(0, len(pred))) if rng.random() < 0.5 else [call() for _ in range(rng.randint(0, 4))]
+        fields = {"predicted_trajectory": pred, "reference_trajectory": ref}
+        got = [score(n, **fields) for n in names]
+        assert got == _reference_scores(pred, ref), (pred, ref)
+        outcomes.add(tuple(got[:3]))
+    assert {(1.0, 1.0, 1.0), (0.0, 1.0, 1.0), (0.0, 0.0, 1.0), (0.0, 0.0, 0.0)} <= outcomes

@@ -172,3 +172,57 @@ def test_a_run_with_several_workers_reads_an_equal_share_each(tmp_path, monkeypa
     monkeypatch.setattr(local, "input_bytes", lambda config: path.stat().st_size)
     planned = file_parts(str(path), "jsonl", path.stat().st_size, local.part_bytes(several, config))
     assert len(planned) == 2 * workers and planned[-1].end == path.stat().st_size
+
+
+def test_the_id_pass_parse_gives_every_id_and_error_json_gives(tmp_path):
+    """parsers.IdFirstLoads (orjson where it is exact for the id) against json.loads, on
+    many generated lines: ids of text (escaped, non-ASCII, a lone surrogate's escape), of
+    numbers past 64 bits, NaN, booleans, objects, a repeated id key, no id, invalid JSON.
+    Each line gives the same id (transforms.validate.record_id) or the same error; a
+    file read with it gives the records' ids of a file read with json.loads."""
+    from evalbeam.metrics.rows.instance import RowSpec
+    from evalbeam.transforms.parsers import IdFirstLoads
+    from evalbeam.transforms.validate import record_id
+
+    rng = random.Random(17)
+    ids = ['"a"', '"é\\u00e9"', '"\\ud83d\\ude00"', '"\\ud800"', '"x\\udc00"', '""', '" "', "1", "-0", "2.50",
+           "18446744073709551616", "-9223372036854775809", "123456789012345678901234567890", "1e400", "NaN",
+           "Infinity", "true", "null", "[1]", '{"k": 1}', '"a\\"b"', '"tab\\t"']
+    others = ['"response": "r"', '"n": 18446744073709551617', '"f": NaN', '"s": "\\udbff"', '"d": [[[1]]]',
+              '"e": 1e999']
+    loads = IdFirstLoads("id")
+    spec = RowSpec({}, "id", (), ())
+    lines, kinds = [], set()
+    for _ in range(4000):
+        members = [f'"id": {rng.choice(ids)}'] if rng.random() < 0.9 else []
+        members += rng.sample(others, rng.randint(0, 3))
+        if rng.random() < 0.1:
+            members.append(f'"id": {rng.choice(ids)}')  # the last one counts, in both
+        rng.shuffle(members)
+        line = "{" + ", ".join(members) + "}"
+        if rng.random() < 0.05:
+            line = line[:-1] if rng.random() < 0.5 else "[" + line + "]"
+        lines.append(line)
+
+        def outcome(parse):
+            try:
+                data = parse(line)
+            except ValueError as e:
+                return "error", type(e).__name__, str(e)
+            if not isinstance(data, dict):
+                return "not an object", type(data).__name__
+            return "id", record_id(Record("f:1", data, line, False), spec)
+
+        expected = outcome(json.loads)
+        assert outcome(loads) == expected, line
+        kinds.add(expected[0] if expected[0] != "id" else f"id {expected[1] is not None}")
+    assert kinds == {"error", "not an object", "id True", "id False"}
+
+    path = tmp_path / "ids.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    def ids_read(**options):
+        return [(r.line, record_id(r, spec)) if isinstance(r, Record) else (r.line, r.reason)
+                for r in parse_file(str(path), "jsonl", **options) if not isinstance(r, SourceLines)]
+
+    assert ids_read(loads=loads) == ids_read()

@@ -131,3 +131,84 @@ def test_check_value_fast_path_agrees_with_the_walk():
     assert outcomes.count(None) > 300
     assert {o.split(" (")[0] for o in outcomes if o} >= {
         "holds a non-finite number", "holds text that is not valid Unicode", "is nested more than 100 levels deep"}
+
+
+def test_checked_json_text_is_the_tables_text():
+    """The value check's JSON text (kept for the instances table) is to_json_text's, on
+    many generated values: whenever the check returns one, it is the text the table
+    would write; the check's outcome is the walk's."""
+    import random
+
+    from evalbeam.metrics.rows.instance import check_by_walk, checked_json_text
+    from evalbeam.metrics.rows.tables import to_json_text
+
+    rng = random.Random(11)
+    texts = 0
+    for _ in range(3000):
+        value = _hostile_value(rng)
+        try:
+            check_by_walk(value)
+            refused = None
+        except ValueError as e:
+            refused = str(e)
+        try:
+            text = checked_json_text(value)
+        except ValueError as e:
+            assert str(e) == refused
+            continue
+        assert refused is None
+        if text is not None and value is not None:  # a field's None is no value (not written as JSON)
+            texts += 1
+            assert text == to_json_text(value), repr(value)[:200]
+    assert texts > 300
+
+
+def test_an_instance_keeps_its_json_texts_for_its_row_only_while_its_values_are_those():
+    """build_instance keeps each structured field's JSON text for the instances table;
+    the row is the same with and without them, a field given a new value gets that
+    value's text, and a pickled copy carries none (it makes them again)."""
+    import dataclasses
+    import datetime
+    import pickle
+
+    from evalbeam.metrics.rows.instance import Instance
+    from evalbeam.metrics.rows.tables import RunKey, instance_row
+
+    run = RunKey("r", datetime.date(2026, 11, 27))
+    row = {"id": 1, "response": "é", "predicted_trajectory": [{"tool_name": "t", "tool_input": {"b": [1, 2.5], "a": "é"}}],
+           "reference_trajectory": json.dumps([{"tool_name": "u", "tool_input": {"z": {"y": None}}}])}
+    built = build_instance(row, RowSpec({}, "id", (), (("m", (("predicted_trajectory",),)),)), "f:1")
+    assert set(built.json_texts) == {"predicted_trajectory", "reference_trajectory"}
+    fresh = dataclasses.replace(built, json_texts={})
+    assert instance_row(run, built) == instance_row(run, fresh)
+    assert instance_row(run, built)["predicted_trajectory"] == \
+        '[{"tool_input": {"a": "é", "b": [1, 2.5]}, "tool_name": "t"}]'
+    changed = dataclasses.replace(built, fields={**built.fields, "predicted_trajectory": [{"tool_name": "v", "tool_input": {}}]})
+    assert instance_row(run, changed)["predicted_trajectory"] == '[{"tool_input": {}, "tool_name": "v"}]'
+    copy = pickle.loads(pickle.dumps(built))
+    assert copy.json_texts == {} and copy == built and isinstance(copy, Instance)
+    assert instance_row(run, copy) == instance_row(run, built)
+
+
+def test_content_id_is_the_hash_of_the_records_canonical_json():
+    """content_id on generated records (hostile values too: what json.dumps writes through
+    str(), a lone surrogate) is the SHA-256 of json.dumps with its documented options."""
+    import datetime
+    import hashlib
+    import random
+
+    rng = random.Random(3)
+    made = set()
+    for _ in range(500):
+        record = {rng.choice(["id", "b", "é", "a"]): _hostile_value(rng) for _ in range(rng.randint(1, 4))}
+        if rng.random() < 0.2:
+            record["when"] = datetime.date(2026, 1, rng.randint(1, 28))
+        try:
+            canonical = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+        except (ValueError, RecursionError) as e:
+            with pytest.raises(type(e)):
+                content_id(record)
+            continue
+        assert content_id(record) == hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+        made.add(content_id(record))
+    assert len(made) > 300
