@@ -128,6 +128,23 @@ def table(run_dir, name):
         return [dict(zip(rel.columns, row)) for row in rel.fetchall()]
 
 
+@contextlib.contextmanager
+def small_disk(tmp_path, size: str):
+    """A real filesystem of `size` (a tmpfs, e.g. "1m": CI runs as root) at tmp_path/disk, unmounted
+    after; the test is skipped where no tmpfs can be mounted."""
+    import pytest
+
+    disk = Path(tmp_path) / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(disk)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
 def fill_disk(folder) -> None:
     """Write zeros into folder/filler until its file system is full (ENOSPC)."""
     import errno

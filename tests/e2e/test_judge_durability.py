@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from tests.helpers import EVALBEAM, ROOT, evalbeam, fill_disk, table
+from tests.helpers import EVALBEAM, ROOT, evalbeam, fill_disk, small_disk, table
 from tests.servers.judge_server import Behaviour, JudgeServer
 
 KEY = "AIzaSy-durability-key-0123456789"
@@ -220,12 +220,7 @@ def test_a_full_disk_while_judging_ends_the_run_with_120_in_one_line(tmp_path, a
     installed; the chunks written before stay whole."""
     import re
 
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
+    with small_disk(tmp_path, "1m") as disk:
         with JudgeServer(Behaviour(latency_median=0.05)) as server:
             config = write_run(tmp_path, server.url, "f1")
             out = disk / "out"
@@ -255,5 +250,3 @@ def test_a_full_disk_while_judging_ends_the_run_with_120_in_one_line(tmp_path, a
         left = sorted(p.name for p in folder.iterdir())
         assert not [name for name in left if name.startswith(".")], left
         assert 0 < len(saved) <= len(checkpointed_keys(folder)) < JUDGMENTS
-    finally:
-        subprocess.run(["umount", str(disk)], check=True)

@@ -3,12 +3,12 @@ pairs nothing, or its output cannot be written (issue 21, items 2, 3 and 5),
 through the real `evalbeam` command."""
 import json
 import random
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from tests import helpers
 from tests.helpers import evalbeam, table
 
 T = {"tool_name": "get", "tool_input": {"id": 1}}
@@ -157,15 +157,8 @@ def test_compare_with_in_a_run_gates_the_same_way(tmp_path):
 @pytest.fixture
 def small_disk(tmp_path):
     """A real 400 KiB filesystem (a tmpfs: CI runs as root)."""
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=400k", "tmpfs", str(disk)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
+    with helpers.small_disk(tmp_path, "400k") as disk:
         yield disk
-    finally:
-        subprocess.run(["umount", str(disk)], check=True)
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ from evalbeam.metrics.rows.instance import RowSpec, build_instance
 from evalbeam.transforms.read import parse_file
 from evalbeam.transforms.records import Record
 from tests.servers.a2a_agent import A2AServer
-from tests.helpers import ROOT, fill_disk
+from tests.helpers import ROOT, fill_disk, small_disk
 from tests.servers.judge_server import JudgeServer
 from tests.transforms.test_inference import AGENT_SET, KEY, agent_env
 
@@ -534,12 +534,7 @@ def test_a_full_disk_while_inference_checkpoints_ends_the_run_with_120_in_one_li
     from evalbeam.transforms.judge_checkpoint import read_checkpoints
     from tests.helpers import EVALBEAM, table
 
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
+    with small_disk(tmp_path, "1m") as disk:
         engine = engine_env
         engine.latency = 0.3
         engine.hold_after = 8  # the 9th turn on waits: the disk is filled meanwhile
@@ -587,5 +582,3 @@ def test_a_full_disk_while_inference_checkpoints_ends_the_run_with_120_in_one_li
         assert again.returncode == 0, again.stdout + again.stderr
         assert sum(engine.stats.messages.values()) - asked == n - len(saved)
         assert len([r for r in table(out / "r1", "metric_results") if r["metric"] == "exact_match"]) == n
-    finally:
-        subprocess.run(["umount", str(disk)], check=True)
