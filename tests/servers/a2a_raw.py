@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.servers.local import LocalHTTPServer
 
 
 def card(url: str, name: str = "raw_agent") -> dict:
@@ -28,7 +30,7 @@ def agent_message(text: str, context: str = "ctx-1") -> dict:
     return {"message": {"messageId": "m1", "contextId": context, "role": "ROLE_AGENT", "parts": [{"text": text}]}}
 
 
-class RawA2AServer:
+class RawA2AServer(LocalHTTPServer):
     def __init__(self, answer, card_path: str = "/.well-known/agent-card.json", rpc_path: str = "/",
                  card_status: int = 200):
         self.answer, self.requests, self.card_path, self.rpc_path = answer, [], card_path, rpc_path
@@ -74,15 +76,8 @@ class RawA2AServer:
                 self.wfile.flush()
                 self.close_connection = True
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._listen(Handler)
 
-    def __enter__(self):
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc):
+    def close(self) -> None:
         self.release.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        super().close()

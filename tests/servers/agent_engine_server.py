@@ -42,7 +42,9 @@ import threading
 import time
 import urllib.parse
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.servers.local import LocalHTTPServer
 
 from tests.inference_app import convert, get_weather
 
@@ -95,7 +97,7 @@ def _events(app_name: str, message: str, invocation_id: str) -> list[dict]:
     ]
 
 
-class AgentEngineServer:
+class AgentEngineServer(LocalHTTPServer):
     def __init__(self, tokens, app_name: str = "weather_agent", latency: float = 0.0, backend: str | None = None):
         self.tokens = tokens  # a tests.servers.judge_server.JudgeServer: the tokens it issued are accepted
         self.backend = backend  # a real ADK app (tests/agent_env/adk_app.py), else the replay
@@ -119,21 +121,7 @@ class AgentEngineServer:
         self._sessions: dict = {}  # id -> {"user_id", "state", "turns"}
         self._attempts: collections.Counter = collections.Counter()  # (session, turn) -> requests
         self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._listen(self._handler())
 
     def _backend(self, method: str, body: dict):
         import urllib.request

@@ -133,7 +133,9 @@ import secrets
 import threading
 import time
 import urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.servers.local import LocalHTTPServer
 
 BATCH_CREATE_ROUTE = re.compile(r"/v1(?:beta)?/models/(?P<model>[^/:]+):batchGenerateContent")
 BATCH_ROUTE = re.compile(r"/v1(?:beta)?/batches/(?P<id>[^/:]+)(?P<cancel>:cancel)?")
@@ -243,7 +245,7 @@ def _generate_response(prompt: str, text: str, model: str) -> dict:
     }
 
 
-class JudgeServer:
+class JudgeServer(LocalHTTPServer):
     def __init__(self, behaviour: Behaviour | None = None):
         self.behaviour = behaviour or Behaviour()
         self.stats = Stats()
@@ -259,21 +261,7 @@ class JudgeServer:
         self._files: dict = {}  # id -> bytes (uploaded inputs and result files)
         self._result_files: set = set()
         self._uploads: dict = {}  # upload session id -> {"size", "data", "mime_type", "display_name"}
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._listen(self._handler())
 
     def trust(self, client_email: str, public_key) -> None:
         """Accept JWT-bearer grants signed by this service account's key (a `cryptography` RSA public key)."""

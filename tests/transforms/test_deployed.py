@@ -18,6 +18,7 @@ from evalbeam.transforms.records import Record
 from tests.servers.a2a_agent import A2AServer
 from tests.helpers import ROOT, fill_disk, small_disk
 from tests.servers.judge_server import JudgeServer
+from tests.servers.local import LocalHTTPServer
 from tests.transforms.test_inference import AGENT_SET, KEY, agent_env
 
 
@@ -293,15 +294,14 @@ def test_the_example_configs_validate_and_an_unreachable_endpoint_fails_in_one_l
         "evalbeam: inference.agent_engine: no Application Default Credentials (File ")
 
 
-class FaultyProxy:
+class FaultyProxy(LocalHTTPServer):
     """An HTTP proxy in front of the A2A server that answers scripted POSTs (1-based, in arrival
     order) with an error status instead of forwarding them; the agent card it serves names the
     proxy. Counts the POSTs it forwarded per message text and per message id."""
 
     def __init__(self, upstream: str, fail: dict):
         import collections
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
 
         self.upstream, self.fail, self.posts, self.forwarded = upstream, fail, 0, collections.Counter()
         self.forwarded_ids = collections.Counter()  # per message id (a retry keeps its message's id)
@@ -357,14 +357,8 @@ class FaultyProxy:
                 proxy.forwarded_ids[message["messageId"]] += 1
                 self._relay("POST", body)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        self._listen(Handler)
+        self.start()
 
 
 @pytest.mark.agent
