@@ -272,16 +272,23 @@ class ProviderServer(JudgeServer):
                                           "requests": len(lines)})
         return 200, self.openai_batch(batch_id, count_poll=False)
 
-    def openai_batch(self, batch_id: str, cancel: bool = False, count_poll: bool = True) -> dict | None:
+    def _polled(self, batches: dict, batch_id: str, cancel: bool, count_poll: bool) -> tuple[dict | None, bool]:
+        """A batch job of `batches` (None if unknown) and whether its time is up; counts the poll (one the
+        client made, not a cancel), and marks and counts a cancel."""
         with self._lock:
-            batch = self._openai_batches.get(batch_id)
+            batch = batches.get(batch_id)
             if batch is None:
-                return None
+                return None, False
             self.stats.batch_polls += count_poll and not cancel
             if cancel:
                 batch["cancelled"] = True
                 self.stats.cancelled += 1
-            due = time.monotonic() - batch["created"] >= self.behaviour.batch_seconds
+            return batch, time.monotonic() - batch["created"] >= self.behaviour.batch_seconds
+
+    def openai_batch(self, batch_id: str, cancel: bool = False, count_poll: bool = True) -> dict | None:
+        batch, due = self._polled(self._openai_batches, batch_id, cancel, count_poll)
+        if batch is None:
+            return None
         if due and batch["output"] is None and not batch["cancelled"]:
             answered, failed = [], []
             for line in batch["lines"]:
@@ -341,15 +348,9 @@ class ProviderServer(JudgeServer):
         return self.message_batch(batch_id, count_poll=False)
 
     def message_batch(self, batch_id: str, cancel: bool = False, count_poll: bool = True) -> dict | None:
-        with self._lock:
-            batch = self._message_batches.get(batch_id)
-            if batch is None:
-                return None
-            self.stats.batch_polls += count_poll and not cancel
-            if cancel:
-                batch["cancelled"] = True
-                self.stats.cancelled += 1
-            due = time.monotonic() - batch["created"] >= self.behaviour.batch_seconds
+        batch, due = self._polled(self._message_batches, batch_id, cancel, count_poll)
+        if batch is None:
+            return None
         if (due or batch["cancelled"]) and batch["results"] is None:
             results = [self._message_batch_item(entry, batch["cancelled"]) for entry in batch["requests"]]
             with self._lock:
