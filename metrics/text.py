@@ -127,12 +127,21 @@ def split_sentences_for_rouge(text: str) -> str:
 class _SharedRouge:
     """One rouge-score-rs scorer for every ROUGE type asked for in this process
     with the same options, and the scores of the last pair it scored (per
-    thread), so that the rouge metrics of one instance cost one native call."""
+    thread), so that the rouge metrics of one instance cost one native call.
+
+    rougeLsum splits each text into sentences at "\n" (rouge_score's
+    RougeScorer.score, without split_summaries). Of two texts with no "\n", each
+    is one sentence, and the union LCS of one sentence with one sentence is their
+    LCS: the same hits over the same token counts, so rougeLsum's precision,
+    recall and F-measure are rougeL's, computed by the same operations
+    (tests/metrics/test_text.py checks both against rouge-score). Such a pair is
+    scored without rougeLsum's sentence-level pass (about a quarter of the native
+    call on one-paragraph texts; bench/row_costs.py), its rougeLsum read from rougeL."""
 
     def __init__(self, use_stemmer: bool):
         self._use_stemmer = use_stemmer
         self._types: list[str] = []
-        self._scorer = None
+        self._scorers = None  # (every type asked for, the same for texts without "\n")
         self._lock = threading.Lock()
         self._last = threading.local()
 
@@ -142,13 +151,25 @@ class _SharedRouge:
                 import rouge_score_rs  # start-up time: only when a ROUGE metric is used
 
                 self._types.append(rouge_type)
-                self._scorer = rouge_score_rs.RougeScorer(list(self._types), use_stemmer=self._use_stemmer)
+                every = rouge_score_rs.RougeScorer(list(self._types), use_stemmer=self._use_stemmer)
+                one_line = every
+                if "rougeLsum" in self._types:
+                    types = [t for t in self._types if t != "rougeLsum"]
+                    one_line = rouge_score_rs.RougeScorer(types + ["rougeL"] * ("rougeL" not in types),
+                                                          use_stemmer=self._use_stemmer)
+                self._scorers = (every, one_line)
 
     def fmeasure(self, reference: str, response: str, rouge_type: str) -> float:
-        scorer = self._scorer
+        scorers = self._scorers
         last = getattr(self._last, "pair", None)
-        if last is None or last[0] is not scorer or last[1] != reference or last[2] != response:
-            last = self._last.pair = (scorer, reference, response, scorer.score(reference, response))
+        if last is None or last[0] is not scorers or last[1] != reference or last[2] != response:
+            if "\n" in reference or "\n" in response:
+                last = (scorers, reference, response, scorers[0].score(reference, response), False)
+            else:
+                last = (scorers, reference, response, scorers[1].score(reference, response), True)
+            self._last.pair = last
+        if last[4] and rouge_type == "rougeLsum":
+            rouge_type = "rougeL"
         return last[3][rouge_type].fmeasure
 
 

@@ -184,6 +184,37 @@ def test_rouge_is_bit_identical_to_rouge_score_on_hard_texts(use_stemmer):
     assert partial > 100
 
 
+@pytest.mark.parametrize("use_stemmer", [False, True])
+def test_rouge_l_sum_of_texts_without_line_breaks_is_rouge_score_s(use_stemmer):
+    # _SharedRouge answers rougeLsum from rougeL for a pair with no "\n" in either text;
+    # rouge-score is the judge: its rougeLsum (precision, recall and F-measure) is its
+    # rougeL on such pairs, and ours is its rougeLsum on every pair, with or without a
+    # line break, when rougeLsum is the only type asked for (rougeL then scored unasked)
+    from evalbeam.metrics.text import _SharedRouge
+
+    texts = hard_texts(seed=41, count=400, long_every=200, long_words=300)
+    one_line = [t.replace("\n", " ") for t in texts]
+    pairs = list(zip(one_line[::2], one_line[1::2])) + [(a, b) for a, b in zip(texts[::2], texts[1::2]) if "\n" in a + b]
+    pairs += [("a b\nc", "a b c"), ("a b c", "a b\nc"), ("\n", ""), (" ", " "), ("x", "x\n")]
+    reference = rouge_scorer.RougeScorer(["rougeL", "rougeLsum"], use_stemmer=use_stemmer)
+    only_sum = _SharedRouge(use_stemmer)
+    only_sum.add("rougeLsum")
+    both = _SharedRouge(use_stemmer)
+    for t in ("rougeLsum", "rouge2", "rougeL"):
+        both.add(t)
+    without_break = partial = 0
+    for ref, hyp in pairs:
+        expected = reference.score(ref, hyp)
+        if "\n" not in ref + hyp:
+            without_break += 1
+            assert tuple(expected["rougeLsum"]) == tuple(expected["rougeL"]), (ref, hyp)
+        assert only_sum.fmeasure(ref, hyp, "rougeLsum") == expected["rougeLsum"].fmeasure, (ref, hyp)
+        assert both.fmeasure(ref, hyp, "rougeLsum") == expected["rougeLsum"].fmeasure, (ref, hyp)
+        assert both.fmeasure(ref, hyp, "rougeL") == expected["rougeL"].fmeasure, (ref, hyp)
+        partial += 0 < expected["rougeLsum"].fmeasure < 1
+    assert without_break >= 200 and len(pairs) - without_break >= 50 and partial > 100
+
+
 @pytest.mark.slow
 def test_rouge_metrics_of_one_instance_share_a_scoring_and_never_mix_instances():
     # rouge_1 .. rouge_l_sum share one native call per pair; scoring other pairs
