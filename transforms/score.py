@@ -79,6 +79,9 @@ def score_instance(run: RunKey, instance: Instance, scorers, base: dict[str, Any
     rows = []
     fields = instance.fields
     criteria = case_criteria(fields)
+    inference_error = fields.get("inference_error")
+    missing_inputs = instance.missing_inputs
+    instance_id = instance.instance_id
     for plan, scorer, optional_field in scorers:
         if optional_field and optional_field not in fields:
             continue  # an automatic pass-through metric this instance has no value for
@@ -88,16 +91,15 @@ def score_instance(run: RunKey, instance: Instance, scorers, base: dict[str, Any
                 continue  # not a criterion of this case's file: ADK does not compute it for the case
             threshold = criteria[plan.name]
         row = base.copy()
-        row["instance_id"] = instance.instance_id
+        row["instance_id"] = instance_id
         row["metric"] = plan.output_name
         row["threshold"] = threshold
-        inference_error = fields.get("inference_error")
         if inference_error is not None and plan.name not in PASSTHROUGH_FIELDS:
             # inference produced nothing to score: the case's error on each of its metrics
             row["error"] = inference_error
             rows.append(row)
             continue
-        missing = instance.missing_inputs.get(plan.output_name)
+        missing = missing_inputs.get(plan.output_name) if missing_inputs else None
         if missing:
             row["error"] = missing_input_error(missing)
             rows.append(row)
