@@ -34,6 +34,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 from typing import Any
@@ -62,6 +63,39 @@ def _id_seed(instance_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(instance_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
 
 
+def _poisson_draws(bits: np.ndarray) -> np.ndarray:
+    """The Poisson(1) draws of 64-bit random numbers: the uniform number in [0, 1)
+    of each one's top 53 bits through the inverse of Poisson(1)'s CDF."""
+    uniform = (bits >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+    return np.searchsorted(_POISSON_CDF, uniform, side="right")
+
+
+# _poisson_draws by look-up, as the bootstrap weights are the summary's largest cost
+# after the rows' own (its conversion and binary search were half of a batch's weights).
+# A number's draw is a non-decreasing function of it, so it is the same for every number
+# of a bucket of equal top _TOP_BITS bits whose first and last numbers have the same draw:
+# the table holds that draw for each bucket, or -1 for the 8 buckets holding a step of the
+# CDF, whose numbers (about 1 in 8,000) are drawn by _poisson_draws itself. The same
+# draws, exactly.
+_TOP_BITS = 16
+
+
+@functools.cache
+def _draw_table() -> np.ndarray:
+    first = np.arange(2 ** _TOP_BITS, dtype=np.uint64) << np.uint64(64 - _TOP_BITS)
+    low, high = _poisson_draws(first), _poisson_draws(first | np.uint64(2 ** (64 - _TOP_BITS) - 1))
+    return np.where(low == high, low, -1).astype(np.float64)
+
+
+def _poisson_weights(bits: np.ndarray) -> np.ndarray:
+    """_poisson_draws(bits) as float64, by _draw_table."""
+    weights = _draw_table()[bits >> np.uint64(64 - _TOP_BITS)]
+    steps = np.flatnonzero(weights < 0)  # numbers in a bucket holding a step of the CDF
+    if steps.size:
+        weights.flat[steps] = _poisson_draws(bits.flat[steps])
+    return weights
+
+
 def bootstrap_weight_matrix(instance_ids) -> np.ndarray:
     """(instances x BOOTSTRAP_REPLICATES) float64: each row the bootstrap weights of
     one instance id, a function of the id alone (whatever the batch it comes in).
@@ -74,8 +108,7 @@ def bootstrap_weight_matrix(instance_ids) -> np.ndarray:
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
         z ^= z >> np.uint64(31)
-    uniform = (z >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
-    return np.searchsorted(_POISSON_CDF, uniform, side="right").astype(np.float64)
+    return _poisson_weights(z)
 
 
 def bootstrap_weights(instance_id: str) -> np.ndarray:

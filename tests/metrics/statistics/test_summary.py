@@ -104,6 +104,27 @@ def test_bootstrap_weights_are_poisson_draws_whatever_the_batch():
     assert np.array_equal(bootstrap_weights("instance-3"), w[3])
 
 
+
+def test_the_weights_looked_up_by_their_top_bits_are_the_inverse_cdf_draws():
+    """bootstrap_weight_matrix draws by a table of the numbers' top bits: the same draws as
+    the inverse of Poisson(1)'s CDF at each number's uniform (its top 53 bits), on random
+    numbers, on the first and last number of every bucket, and on the numbers either side
+    of each step of the CDF (where a bucket holds two draws)."""
+    from evalbeam.metrics.statistics.summary import _POISSON_CDF, _poisson_weights
+
+    def inverse_cdf(bits):  # the definition, written out
+        return np.array([float(np.searchsorted(_POISSON_CDF, (int(b) >> 11) * 2.0 ** -53, side="right"))
+                         for b in bits.ravel()]).reshape(bits.shape)
+
+    random_bits = np.random.default_rng(0).integers(0, 2 ** 64, size=(400, 250), dtype=np.uint64)
+    edges = np.arange(2 ** 16, dtype=np.uint64) << np.uint64(48)
+    edges = np.concatenate([edges, edges | np.uint64(2 ** 48 - 1)])
+    steps = [int(math.ceil(c * 2.0 ** 53)) + d for c in _POISSON_CDF for d in range(-3, 4)]
+    steps = np.array([m << 11 | low for m in steps if 0 <= m < 2 ** 53 for low in (0, 2 ** 11 - 1)], dtype=np.uint64)
+    for bits in (random_bits, edges, steps):
+        assert np.array_equal(_poisson_weights(bits), inverse_cdf(bits))
+    assert len(set(inverse_cdf(steps).tolist())) == 19  # the steps' numbers do straddle every step
+
 def test_the_batched_slice_accumulator_equals_adding_one_instance_at_a_time():
     """transforms.summary.SliceMomentsFn weighs instances a batch at a time (and
     merges partial accumulators): its statistics equal those of ScoreMoments given
