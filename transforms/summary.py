@@ -11,6 +11,7 @@ worker ever holds a metric's scores.
 from __future__ import annotations
 
 import logging
+from math import isfinite
 from typing import Any, Iterable
 
 import apache_beam as beam
@@ -23,16 +24,15 @@ from evalbeam.metrics.rows.tables import RunKey, to_json_text
 from evalbeam.transforms.score import ScoredInstance
 
 
-def results_of(scored: ScoredInstance) -> list[tuple]:
-    """(metric, score, is_error, passed, pairwise choice, position agreement, threshold, jurors' scores)
-    per result (the jurors' scores of a jury's row, else []; a tuple without them is read as [])."""
-    return [(r["metric"], r["score"], r["error"] is not None, r["passed"], r.get("pairwise_choice"),
-             r.get("position_agreement"), r.get("threshold"), juror_scores(r)) for r in scored.results]
+def results_of(scored: ScoredInstance) -> list[dict[str, Any]]:
+    """A run's results as the accumulator reads them: its metric_results rows (metric, score,
+    error, passed; pairwise_choice, position_agreement, threshold and jurors where present)."""
+    return scored.results
 
 
 def one_run_case(scored: ScoredInstance):
     """One run per case: the instance is its own case (cluster)."""
-    return scored.instance.instance_id, scored.instance.slices, [results_of(scored)]
+    return scored.instance.instance_id, scored.instance.slices, [scored.results]
 
 
 def case_of_runs(element):
@@ -74,11 +74,13 @@ class SliceAccumulator:
     def __init__(self):
         self.moments: dict[str, ScoreMoments] = {}
         self.ids: list[str] = []  # the cases waiting
-        # metric -> (their rows in ids, sum of valid scores, valid scores, sum of agreements, agreements)
-        self.pending: dict[str, tuple[list[int], list[float], list[int], list[float], list[int]]] = {}
+        # metric -> [their rows in ids, sum of valid scores, valid scores, sum of agreements, agreements];
+        # the last three None while every case waiting has one valid score and no agreement
+        # (_waiting_columns: the lists they stand for, [1, ...], [0.0, ...], [0, ...])
+        self.pending: dict[str, list] = {}
 
     def add(self, case_id: str, runs) -> None:
-        """One case: the results of each of its runs."""
+        """One case: the results (metric_results rows) of each of its runs."""
         row = len(self.ids)
         self.ids.append(case_id)
         if len(runs) == 1:
@@ -88,24 +90,54 @@ class SliceAccumulator:
         if len(self.ids) >= BOOTSTRAP_BATCH:
             self.flush()
 
-    def _pending(self, metric: str):
-        return self.pending.get(metric) or self.pending.setdefault(metric, ([], [], [], [], []))
+    def _waiting_columns(self, metric: str) -> list:
+        """The metric's five columns of cases waiting, the last three made lists."""
+        waiting = self.pending.get(metric)
+        if waiting is None:
+            waiting = self.pending[metric] = [[], [], [], [], []]
+        elif waiting[2] is None:
+            n = len(waiting[0])
+            waiting[2:] = [1] * n, [0.0] * n, [0] * n
+        return waiting
 
     def _add_one_run(self, row: int, results) -> None:
         """A case of one run (every case without repeated runs): each metric has one row."""
-        for metric, score, error, passed, choice, agreement, threshold, *jury in results:
-            moments = self.moments.get(metric)
+        all_moments, pending = self.moments, self.pending
+        for result in results:
+            metric, score = result["metric"], result["score"]
+            moments = all_moments.get(metric)
             if moments is None:
-                moments = self.moments[metric] = ScoreMoments()
-            if jury and jury[0]:
-                moments.add_jurors(jury[0])
-            valid = moments.add(score, error, passed, choice, threshold)
+                moments = all_moments[metric] = ScoreMoments()
+            choice, agreement, jurors = (result.get("pairwise_choice"), result.get("position_agreement"),
+                                         result.get("jurors"))
+            if (result["error"] is None and score is not None and isfinite(score) and choice is None
+                    and agreement is None and not jurors):
+                # the common row, a valid score alone: what the general path below does with it,
+                # by one call and two appends (this loop is the summary's cost a row)
+                moments.add_single(score, result["passed"], result.get("threshold"))
+                waiting = pending.get(metric)
+                if waiting is None:
+                    pending[metric] = [[row], [score], None, None, None]
+                else:
+                    waiting[0].append(row)
+                    waiting[1].append(score)
+                    if waiting[2] is not None:
+                        waiting[2].append(1)
+                        waiting[3].append(0.0)
+                        waiting[4].append(0)
+                continue
+            if jurors:
+                jury = juror_scores(result)
+                if jury:
+                    moments.add_jurors(jury)
+            valid = moments.add(score, result["error"] is not None, result["passed"], choice,
+                                result.get("threshold"))
             if valid:
-                moments.add_single_case(score, passed)
+                moments.add_single_case(score, result["passed"])
             if agreement is not None:
                 moments.add_case([], [], [agreement])
             if valid or agreement is not None:
-                rows, sums, counts, agree_sums, agree_counts = self._pending(metric)
+                rows, sums, counts, agree_sums, agree_counts = self._waiting_columns(metric)
                 rows.append(row)
                 sums.append(score if valid else 0.0)
                 counts.append(1 if valid else 0)
@@ -115,22 +147,27 @@ class SliceAccumulator:
     def _add_runs(self, row: int, runs) -> None:
         per_metric: dict[str, tuple[list, list, list]] = {}
         for results in runs:
-            for metric, score, error, passed, choice, agreement, threshold, *jury in results:
+            for result in results:
+                metric, score, passed = result["metric"], result["score"], result["passed"]
                 moments = self.moments.get(metric)
                 if moments is None:
                     moments = self.moments[metric] = ScoreMoments()
-                if jury and jury[0]:  # each run of a case is its own unit: the jurors judged each run's response
-                    moments.add_jurors(jury[0])
+                # each run of a case is its own unit: the jurors judged each run's response
+                jury = juror_scores(result)
+                if jury:
+                    moments.add_jurors(jury)
                 scores, passes, agreements = per_metric.get(metric) or per_metric.setdefault(metric, ([], [], []))
-                if moments.add(score, error, passed, choice, threshold):  # a valid score: to be weighed
+                if moments.add(score, result["error"] is not None, passed, result.get("pairwise_choice"),
+                               result.get("threshold")):  # a valid score: to be weighed
                     scores.append(score)
                     passes.append(passed)
+                agreement = result.get("position_agreement")
                 if agreement is not None:
                     agreements.append(agreement)
         for metric, (scores, passes, agreements) in per_metric.items():
             self.moments[metric].add_case(scores, passes, agreements)
             if scores or agreements:
-                for column, value in zip(self._pending(metric),
+                for column, value in zip(self._waiting_columns(metric),
                                          (row, sum(scores), len(scores), sum(agreements), len(agreements))):
                     column.append(value)
 
@@ -147,10 +184,17 @@ class SliceAccumulator:
             self.moments[metric] = moments if mine is None else mine.merge(moments)
         offset = len(self.ids)
         self.ids.extend(other.ids)
-        for metric, (rows, *sums) in other.pending.items():
-            mine = self.pending.get(metric) or self.pending.setdefault(metric, ([], [], [], [], []))
-            mine[0].extend(r + offset for r in rows)
-            for column, values in zip(mine[1:], sums):
+        for metric, theirs in other.pending.items():
+            mine = self.pending.get(metric)
+            if mine is None:
+                mine = self.pending[metric] = [[], [], None, None, None]
+            if theirs[2] is None and mine[2] is None:  # both still of valid scores alone
+                columns = zip(mine[:2], theirs[:2])
+            else:
+                columns = zip(self._waiting_columns(metric), other._waiting_columns(metric))
+            (rows, their_rows), *sums = columns
+            rows.extend(r + offset for r in their_rows)
+            for column, values in sums:
                 column.extend(values)
         if len(self.ids) >= BOOTSTRAP_BATCH:
             self.flush()
@@ -160,8 +204,12 @@ class SliceAccumulator:
         if self.ids:
             weights = bootstrap_weight_matrix(self.ids)
             for metric, (rows, sums, counts, agree_sums, agree_counts) in self.pending.items():
-                drawn = weights[rows]
+                # rows are distinct and in order: as many as the cases waiting is every one of them
+                drawn = weights if len(rows) == len(self.ids) else weights[rows]
                 moments = self.moments[metric]
+                if counts is None:  # the lists it stands for: every row a valid score, no agreement
+                    moments.add_bootstrap(np.asarray(sums) @ drawn, np.ones(len(rows)) @ drawn)
+                    continue
                 if any(counts):
                     moments.add_bootstrap(np.asarray(sums) @ drawn, np.asarray(counts, dtype=np.float64) @ drawn)
                 if any(agree_counts):
