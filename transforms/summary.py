@@ -64,6 +64,61 @@ def slice_keys(case):
 BOOTSTRAP_BATCH = 512
 
 
+class _Waiting:
+    """One metric's cases waiting to be weighed, as columns: their rows in the accumulator's
+    ids (distinct, in order), the sum and count of each one's valid scores and of its
+    agreements. While every case waiting has one valid score and no agreement (every case
+    of a run without repeated runs or a pairwise judge), counts, agree_sums and agree_counts
+    are None, standing for [1, ...], [0.0, ...] and [0, ...]: such a case then costs two
+    appends, the summary's cost a row being that of its metrics' rows."""
+
+    __slots__ = ("rows", "sums", "counts", "agree_sums", "agree_counts")
+
+    def __init__(self):
+        self.rows: list[int] = []
+        self.sums: list[float] = []
+        self.counts = self.agree_sums = self.agree_counts = None
+
+    def columns(self) -> "_Waiting":
+        """Every column a list."""
+        if self.counts is None:
+            n = len(self.rows)
+            self.counts, self.agree_sums, self.agree_counts = [1] * n, [0.0] * n, [0] * n
+        return self
+
+    def append(self, row: int, score_sum: float, count: int, agreement_sum: float, agreements: int) -> None:
+        self.columns()
+        self.rows.append(row)
+        self.sums.append(score_sum)
+        self.counts.append(count)
+        self.agree_sums.append(agreement_sum)
+        self.agree_counts.append(agreements)
+
+    def extend(self, other: "_Waiting", offset: int) -> None:
+        """Add another accumulator's, its rows after this one's `offset` cases."""
+        if self.counts is not None or other.counts is not None:
+            self.columns()
+            other.columns()
+            self.counts.extend(other.counts)
+            self.agree_sums.extend(other.agree_sums)
+            self.agree_counts.extend(other.agree_counts)
+        self.rows.extend(r + offset for r in other.rows)
+        self.sums.extend(other.sums)
+
+    def weigh(self, moments: ScoreMoments, weights: np.ndarray) -> None:
+        """Add the bootstrap sums of these cases to moments, weights those of every case waiting."""
+        # as many rows as cases waiting is every case (the rows are distinct): no copy of the weights
+        drawn = weights if len(self.rows) == len(weights) else weights[self.rows]
+        if self.counts is None:  # every row a valid score, no agreement: the lists it stands for
+            moments.add_bootstrap(np.asarray(self.sums) @ drawn, np.ones(len(self.rows)) @ drawn)
+            return
+        if any(self.counts):
+            moments.add_bootstrap(np.asarray(self.sums) @ drawn, np.asarray(self.counts, dtype=np.float64) @ drawn)
+        if any(self.agree_counts):
+            moments.add_agreement_bootstrap(np.asarray(self.agree_sums) @ drawn,
+                                            np.asarray(self.agree_counts, dtype=np.float64) @ drawn)
+
+
 class SliceAccumulator:
     """{metric: ScoreMoments} for one slice; the bootstrap part of the last few
     cases' scores is added a batch at a time (bootstrap_weight_matrix), each case
@@ -74,10 +129,7 @@ class SliceAccumulator:
     def __init__(self):
         self.moments: dict[str, ScoreMoments] = {}
         self.ids: list[str] = []  # the cases waiting
-        # metric -> [their rows in ids, sum of valid scores, valid scores, sum of agreements, agreements];
-        # the last three None while every case waiting has one valid score and no agreement
-        # (_waiting_columns: the lists they stand for, [1, ...], [0.0, ...], [0, ...])
-        self.pending: dict[str, list] = {}
+        self.pending: dict[str, _Waiting] = {}  # metric -> its cases waiting (those with a valid score or agreement)
 
     def add(self, case_id: str, runs) -> None:
         """One case: the results (metric_results rows) of each of its runs."""
@@ -90,14 +142,10 @@ class SliceAccumulator:
         if len(self.ids) >= BOOTSTRAP_BATCH:
             self.flush()
 
-    def _waiting_columns(self, metric: str) -> list:
-        """The metric's five columns of cases waiting, the last three made lists."""
+    def _waiting(self, metric: str) -> _Waiting:
         waiting = self.pending.get(metric)
         if waiting is None:
-            waiting = self.pending[metric] = [[], [], [], [], []]
-        elif waiting[2] is None:
-            n = len(waiting[0])
-            waiting[2:] = [1] * n, [0.0] * n, [0] * n
+            waiting = self.pending[metric] = _Waiting()
         return waiting
 
     def _add_one_run(self, row: int, results) -> None:
@@ -112,19 +160,18 @@ class SliceAccumulator:
                                          result.get("jurors"))
             if (result["error"] is None and score is not None and isfinite(score) and choice is None
                     and agreement is None and not jurors):
-                # the common row, a valid score alone: what the general path below does with it,
-                # by one call and two appends (this loop is the summary's cost a row)
+                # the common row, a valid score alone: what the general path below does with it, by
+                # one call and _Waiting.append written out (this loop is the summary's cost a row)
                 moments.add_single(score, result["passed"], result.get("threshold"))
                 waiting = pending.get(metric)
                 if waiting is None:
-                    pending[metric] = [[row], [score], None, None, None]
-                else:
-                    waiting[0].append(row)
-                    waiting[1].append(score)
-                    if waiting[2] is not None:
-                        waiting[2].append(1)
-                        waiting[3].append(0.0)
-                        waiting[4].append(0)
+                    waiting = pending[metric] = _Waiting()
+                waiting.rows.append(row)
+                waiting.sums.append(score)
+                if waiting.counts is not None:
+                    waiting.counts.append(1)
+                    waiting.agree_sums.append(0.0)
+                    waiting.agree_counts.append(0)
                 continue
             if jurors:
                 jury = juror_scores(result)
@@ -137,12 +184,8 @@ class SliceAccumulator:
             if agreement is not None:
                 moments.add_case([], [], [agreement])
             if valid or agreement is not None:
-                rows, sums, counts, agree_sums, agree_counts = self._waiting_columns(metric)
-                rows.append(row)
-                sums.append(score if valid else 0.0)
-                counts.append(1 if valid else 0)
-                agree_sums.append(agreement or 0.0)
-                agree_counts.append(0 if agreement is None else 1)
+                self._waiting(metric).append(row, score if valid else 0.0, 1 if valid else 0, agreement or 0.0,
+                                             0 if agreement is None else 1)
 
     def _add_runs(self, row: int, runs) -> None:
         per_metric: dict[str, tuple[list, list, list]] = {}
@@ -167,9 +210,7 @@ class SliceAccumulator:
         for metric, (scores, passes, agreements) in per_metric.items():
             self.moments[metric].add_case(scores, passes, agreements)
             if scores or agreements:
-                for column, value in zip(self._waiting_columns(metric),
-                                         (row, sum(scores), len(scores), sum(agreements), len(agreements))):
-                    column.append(value)
+                self._waiting(metric).append(row, sum(scores), len(scores), sum(agreements), len(agreements))
 
     def instances(self) -> int:
         """The instances added (each has a row for each of its metrics)."""
@@ -184,18 +225,8 @@ class SliceAccumulator:
             self.moments[metric] = moments if mine is None else mine.merge(moments)
         offset = len(self.ids)
         self.ids.extend(other.ids)
-        for metric, theirs in other.pending.items():
-            mine = self.pending.get(metric)
-            if mine is None:
-                mine = self.pending[metric] = [[], [], None, None, None]
-            if theirs[2] is None and mine[2] is None:  # both still of valid scores alone
-                columns = zip(mine[:2], theirs[:2])
-            else:
-                columns = zip(self._waiting_columns(metric), other._waiting_columns(metric))
-            (rows, their_rows), *sums = columns
-            rows.extend(r + offset for r in their_rows)
-            for column, values in sums:
-                column.extend(values)
+        for metric, waiting in other.pending.items():
+            self._waiting(metric).extend(waiting, offset)
         if len(self.ids) >= BOOTSTRAP_BATCH:
             self.flush()
         return self
@@ -203,18 +234,8 @@ class SliceAccumulator:
     def flush(self) -> "SliceAccumulator":
         if self.ids:
             weights = bootstrap_weight_matrix(self.ids)
-            for metric, (rows, sums, counts, agree_sums, agree_counts) in self.pending.items():
-                # rows are distinct and in order: as many as the cases waiting is every one of them
-                drawn = weights if len(rows) == len(self.ids) else weights[rows]
-                moments = self.moments[metric]
-                if counts is None:  # the lists it stands for: every row a valid score, no agreement
-                    moments.add_bootstrap(np.asarray(sums) @ drawn, np.ones(len(rows)) @ drawn)
-                    continue
-                if any(counts):
-                    moments.add_bootstrap(np.asarray(sums) @ drawn, np.asarray(counts, dtype=np.float64) @ drawn)
-                if any(agree_counts):
-                    moments.add_agreement_bootstrap(np.asarray(agree_sums) @ drawn,
-                                                    np.asarray(agree_counts, dtype=np.float64) @ drawn)
+            for metric, waiting in self.pending.items():
+                waiting.weigh(self.moments[metric], weights)
             self.ids, self.pending = [], {}
         return self
 
