@@ -59,8 +59,12 @@ _REPLICATE_STEPS = np.arange(1, BOOTSTRAP_REPLICATES + 1, dtype=np.uint64) * _GO
 MAX_SLICE_VALUES = 1000
 
 
-def _id_seed(instance_id: str) -> int:
-    return int.from_bytes(hashlib.blake2b(instance_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little")
+def _id_seeds(instance_ids) -> np.ndarray:
+    """Each id's 64-bit hash: its UTF-8 bytes' 8-byte BLAKE2b digest, read little-endian
+    (joined and read as one array: a third less time than an int made of each)."""
+    blake2b = hashlib.blake2b
+    return np.frombuffer(b"".join([blake2b(i.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+                                   for i in instance_ids]), dtype="<u8")
 
 
 def _poisson_draws(bits: np.ndarray) -> np.ndarray:
@@ -102,7 +106,7 @@ def bootstrap_weight_matrix(instance_ids) -> np.ndarray:
     Replicate j of an id with 64-bit hash h is SplitMix64's output for the state
     h + j * golden gamma (its own stream of counters), as a uniform number in
     [0, 1) by its top 53 bits, through the inverse of Poisson(1)'s CDF."""
-    seeds = np.fromiter(map(_id_seed, instance_ids), dtype=np.uint64)
+    seeds = _id_seeds(instance_ids)
     with np.errstate(over="ignore"):  # SplitMix64 is arithmetic modulo 2**64
         z = seeds[:, None] + _REPLICATE_STEPS[None, :]
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)

@@ -484,3 +484,29 @@ def test_the_one_run_accumulator_equals_its_definition_bit_for_bit():
     got = fn.merge_accumulators(parts).flush().moments
     for metric in want:
         assert same_moments(got[metric], want[metric]), metric
+
+
+def test_the_weight_matrix_is_its_definition_in_python_integers():
+    """bootstrap_weight_matrix (its ids hashed as one array, mixed in NumPy, drawn by look-up)
+    equals the definition written out in Python integers: replicate j of an id is SplitMix64's
+    output for its BLAKE2b hash + j * golden gamma, its top 53 bits a uniform number through
+    the inverse of Poisson(1)'s CDF."""
+    import bisect
+    import hashlib
+
+    from evalbeam.metrics.statistics.summary import BOOTSTRAP_REPLICATES, bootstrap_weight_matrix
+
+    cdf, mask = list(np.cumsum([math.exp(-1.0) / math.factorial(k) for k in range(20)])), 2 ** 64 - 1
+
+    def weight(instance_id, j):
+        z = (int.from_bytes(hashlib.blake2b(instance_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                            "little") + j * 0x9E3779B97F4A7C15) & mask
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        z ^= z >> 31
+        return float(bisect.bisect_right(cdf, (z >> 11) * 2.0 ** -53))
+
+    ids = [f"case-{i}" for i in range(40)] + ["", "é", "lone \ud800 surrogate", "x" * 300]
+    want = np.array([[weight(i, j) for j in range(1, BOOTSTRAP_REPLICATES + 1)] for i in ids])
+    assert np.array_equal(bootstrap_weight_matrix(ids), want)
+    assert bootstrap_weight_matrix([]).shape == (0, BOOTSTRAP_REPLICATES)
