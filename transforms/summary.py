@@ -24,12 +24,6 @@ from evalbeam.metrics.rows.tables import RunKey, to_json_text
 from evalbeam.transforms.score import ScoredInstance
 
 
-def results_of(scored: ScoredInstance) -> list[dict[str, Any]]:
-    """A run's results as the accumulator reads them: its metric_results rows (metric, score,
-    error, passed; pairwise_choice, position_agreement, threshold and jurors where present)."""
-    return scored.results
-
-
 def one_run_case(scored: ScoredInstance):
     """One run per case: the instance is its own case (cluster)."""
     return scored.instance.instance_id, scored.instance.slices, [scored.results]
@@ -42,7 +36,7 @@ def case_of_runs(element):
     runs: dict[str, list] = {}
     slices = {}
     for scored in parts:
-        runs.setdefault(scored.instance.instance_id, []).extend(results_of(scored))
+        runs.setdefault(scored.instance.instance_id, []).extend(scored.results)
         slices = scored.instance.slices  # the runs of a case are copies of one instance
     return case, slices, [runs[i] for i in sorted(runs)]
 
@@ -132,7 +126,9 @@ class SliceAccumulator:
         self.pending: dict[str, _Waiting] = {}  # metric -> its cases waiting (those with a valid score or agreement)
 
     def add(self, case_id: str, runs) -> None:
-        """One case: the results (metric_results rows) of each of its runs."""
+        """One case: the results of each of its runs, metric_results rows (the accumulator reads
+        their metric, score, error and passed; pairwise_choice, position_agreement, threshold
+        and jurors where present)."""
         row = len(self.ids)
         self.ids.append(case_id)
         if len(runs) == 1:
