@@ -11,6 +11,7 @@ worker ever holds a metric's scores.
 from __future__ import annotations
 
 import logging
+from math import isfinite
 from typing import Any, Iterable
 
 import apache_beam as beam
@@ -23,16 +24,9 @@ from evalbeam.metrics.rows.tables import RunKey, to_json_text
 from evalbeam.transforms.score import ScoredInstance
 
 
-def results_of(scored: ScoredInstance) -> list[tuple]:
-    """(metric, score, is_error, passed, pairwise choice, position agreement, threshold, jurors' scores)
-    per result (the jurors' scores of a jury's row, else []; a tuple without them is read as [])."""
-    return [(r["metric"], r["score"], r["error"] is not None, r["passed"], r.get("pairwise_choice"),
-             r.get("position_agreement"), r.get("threshold"), juror_scores(r)) for r in scored.results]
-
-
 def one_run_case(scored: ScoredInstance):
     """One run per case: the instance is its own case (cluster)."""
-    return scored.instance.instance_id, scored.instance.slices, [results_of(scored)]
+    return scored.instance.instance_id, scored.instance.slices, [scored.results]
 
 
 def case_of_runs(element):
@@ -42,7 +36,7 @@ def case_of_runs(element):
     runs: dict[str, list] = {}
     slices = {}
     for scored in parts:
-        runs.setdefault(scored.instance.instance_id, []).extend(results_of(scored))
+        runs.setdefault(scored.instance.instance_id, []).extend(scored.results)
         slices = scored.instance.slices  # the runs of a case are copies of one instance
     return case, slices, [runs[i] for i in sorted(runs)]
 
@@ -64,6 +58,61 @@ def slice_keys(case):
 BOOTSTRAP_BATCH = 512
 
 
+class _Waiting:
+    """One metric's cases waiting to be weighed, as columns: their rows in the accumulator's
+    ids (distinct, in order), the sum and count of each one's valid scores and of its
+    agreements. While every case waiting has one valid score and no agreement (every case
+    of a run without repeated runs or a pairwise judge), counts, agree_sums and agree_counts
+    are None, standing for [1, ...], [0.0, ...] and [0, ...]: such a case then costs two
+    appends, the summary's cost a row being that of its metrics' rows."""
+
+    __slots__ = ("rows", "sums", "counts", "agree_sums", "agree_counts")
+
+    def __init__(self):
+        self.rows: list[int] = []
+        self.sums: list[float] = []
+        self.counts = self.agree_sums = self.agree_counts = None
+
+    def columns(self) -> "_Waiting":
+        """Every column a list."""
+        if self.counts is None:
+            n = len(self.rows)
+            self.counts, self.agree_sums, self.agree_counts = [1] * n, [0.0] * n, [0] * n
+        return self
+
+    def append(self, row: int, score_sum: float, count: int, agreement_sum: float, agreements: int) -> None:
+        self.columns()
+        self.rows.append(row)
+        self.sums.append(score_sum)
+        self.counts.append(count)
+        self.agree_sums.append(agreement_sum)
+        self.agree_counts.append(agreements)
+
+    def extend(self, other: "_Waiting", offset: int) -> None:
+        """Add another accumulator's, its rows after this one's `offset` cases."""
+        if self.counts is not None or other.counts is not None:
+            self.columns()
+            other.columns()
+            self.counts.extend(other.counts)
+            self.agree_sums.extend(other.agree_sums)
+            self.agree_counts.extend(other.agree_counts)
+        self.rows.extend(r + offset for r in other.rows)
+        self.sums.extend(other.sums)
+
+    def weigh(self, moments: ScoreMoments, weights: np.ndarray) -> None:
+        """Add the bootstrap sums of these cases to moments, weights those of every case waiting."""
+        # as many rows as cases waiting is every case (the rows are distinct): no copy of the weights
+        drawn = weights if len(self.rows) == len(weights) else weights[self.rows]
+        if self.counts is None:  # every row a valid score, no agreement: the lists it stands for
+            moments.add_bootstrap(np.asarray(self.sums) @ drawn, np.ones(len(self.rows)) @ drawn)
+            return
+        if any(self.counts):
+            moments.add_bootstrap(np.asarray(self.sums) @ drawn, np.asarray(self.counts, dtype=np.float64) @ drawn)
+        if any(self.agree_counts):
+            moments.add_agreement_bootstrap(np.asarray(self.agree_sums) @ drawn,
+                                            np.asarray(self.agree_counts, dtype=np.float64) @ drawn)
+
+
 class SliceAccumulator:
     """{metric: ScoreMoments} for one slice; the bootstrap part of the last few
     cases' scores is added a batch at a time (bootstrap_weight_matrix), each case
@@ -74,11 +123,12 @@ class SliceAccumulator:
     def __init__(self):
         self.moments: dict[str, ScoreMoments] = {}
         self.ids: list[str] = []  # the cases waiting
-        # metric -> (their rows in ids, sum of valid scores, valid scores, sum of agreements, agreements)
-        self.pending: dict[str, tuple[list[int], list[float], list[int], list[float], list[int]]] = {}
+        self.pending: dict[str, _Waiting] = {}  # metric -> its cases waiting (those with a valid score or agreement)
 
     def add(self, case_id: str, runs) -> None:
-        """One case: the results of each of its runs."""
+        """One case: the results of each of its runs, metric_results rows (the accumulator reads
+        their metric, score, error and passed; pairwise_choice, position_agreement, threshold
+        and jurors where present)."""
         row = len(self.ids)
         self.ids.append(case_id)
         if len(runs) == 1:
@@ -88,51 +138,75 @@ class SliceAccumulator:
         if len(self.ids) >= BOOTSTRAP_BATCH:
             self.flush()
 
-    def _pending(self, metric: str):
-        return self.pending.get(metric) or self.pending.setdefault(metric, ([], [], [], [], []))
+    def _waiting(self, metric: str) -> _Waiting:
+        waiting = self.pending.get(metric)
+        if waiting is None:
+            waiting = self.pending[metric] = _Waiting()
+        return waiting
 
     def _add_one_run(self, row: int, results) -> None:
         """A case of one run (every case without repeated runs): each metric has one row."""
-        for metric, score, error, passed, choice, agreement, threshold, *jury in results:
-            moments = self.moments.get(metric)
+        all_moments, pending = self.moments, self.pending
+        for result in results:
+            metric, score = result["metric"], result["score"]
+            moments = all_moments.get(metric)
             if moments is None:
-                moments = self.moments[metric] = ScoreMoments()
-            if jury and jury[0]:
-                moments.add_jurors(jury[0])
-            valid = moments.add(score, error, passed, choice, threshold)
+                moments = all_moments[metric] = ScoreMoments()
+            choice, agreement, jurors = (result.get("pairwise_choice"), result.get("position_agreement"),
+                                         result.get("jurors"))
+            if (result["error"] is None and score is not None and isfinite(score) and choice is None
+                    and agreement is None and not jurors):
+                # the common row, a valid score alone: what the general path below does with it, by
+                # one call and _Waiting.append written out (this loop is the summary's cost a row)
+                moments.add_single(score, result["passed"], result.get("threshold"))
+                waiting = pending.get(metric)
+                if waiting is None:
+                    waiting = pending[metric] = _Waiting()
+                waiting.rows.append(row)
+                waiting.sums.append(score)
+                if waiting.counts is not None:
+                    waiting.counts.append(1)
+                    waiting.agree_sums.append(0.0)
+                    waiting.agree_counts.append(0)
+                continue
+            if jurors:
+                jury = juror_scores(result)
+                if jury:
+                    moments.add_jurors(jury)
+            valid = moments.add(score, result["error"] is not None, result["passed"], choice,
+                                result.get("threshold"))
             if valid:
-                moments.add_single_case(score, passed)
+                moments.add_single_case(score, result["passed"])
             if agreement is not None:
                 moments.add_case([], [], [agreement])
             if valid or agreement is not None:
-                rows, sums, counts, agree_sums, agree_counts = self._pending(metric)
-                rows.append(row)
-                sums.append(score if valid else 0.0)
-                counts.append(1 if valid else 0)
-                agree_sums.append(agreement or 0.0)
-                agree_counts.append(0 if agreement is None else 1)
+                self._waiting(metric).append(row, score if valid else 0.0, 1 if valid else 0, agreement or 0.0,
+                                             0 if agreement is None else 1)
 
     def _add_runs(self, row: int, runs) -> None:
         per_metric: dict[str, tuple[list, list, list]] = {}
         for results in runs:
-            for metric, score, error, passed, choice, agreement, threshold, *jury in results:
+            for result in results:
+                metric, score, passed = result["metric"], result["score"], result["passed"]
                 moments = self.moments.get(metric)
                 if moments is None:
                     moments = self.moments[metric] = ScoreMoments()
-                if jury and jury[0]:  # each run of a case is its own unit: the jurors judged each run's response
-                    moments.add_jurors(jury[0])
+                # each run of a case is its own unit: the jurors judged each run's response
+                jury = juror_scores(result)
+                if jury:
+                    moments.add_jurors(jury)
                 scores, passes, agreements = per_metric.get(metric) or per_metric.setdefault(metric, ([], [], []))
-                if moments.add(score, error, passed, choice, threshold):  # a valid score: to be weighed
+                if moments.add(score, result["error"] is not None, passed, result.get("pairwise_choice"),
+                               result.get("threshold")):  # a valid score: to be weighed
                     scores.append(score)
                     passes.append(passed)
+                agreement = result.get("position_agreement")
                 if agreement is not None:
                     agreements.append(agreement)
         for metric, (scores, passes, agreements) in per_metric.items():
             self.moments[metric].add_case(scores, passes, agreements)
             if scores or agreements:
-                for column, value in zip(self._pending(metric),
-                                         (row, sum(scores), len(scores), sum(agreements), len(agreements))):
-                    column.append(value)
+                self._waiting(metric).append(row, sum(scores), len(scores), sum(agreements), len(agreements))
 
     def instances(self) -> int:
         """The instances added (each has a row for each of its metrics)."""
@@ -147,11 +221,8 @@ class SliceAccumulator:
             self.moments[metric] = moments if mine is None else mine.merge(moments)
         offset = len(self.ids)
         self.ids.extend(other.ids)
-        for metric, (rows, *sums) in other.pending.items():
-            mine = self.pending.get(metric) or self.pending.setdefault(metric, ([], [], [], [], []))
-            mine[0].extend(r + offset for r in rows)
-            for column, values in zip(mine[1:], sums):
-                column.extend(values)
+        for metric, waiting in other.pending.items():
+            self._waiting(metric).extend(waiting, offset)
         if len(self.ids) >= BOOTSTRAP_BATCH:
             self.flush()
         return self
@@ -159,14 +230,8 @@ class SliceAccumulator:
     def flush(self) -> "SliceAccumulator":
         if self.ids:
             weights = bootstrap_weight_matrix(self.ids)
-            for metric, (rows, sums, counts, agree_sums, agree_counts) in self.pending.items():
-                drawn = weights[rows]
-                moments = self.moments[metric]
-                if any(counts):
-                    moments.add_bootstrap(np.asarray(sums) @ drawn, np.asarray(counts, dtype=np.float64) @ drawn)
-                if any(agree_counts):
-                    moments.add_agreement_bootstrap(np.asarray(agree_sums) @ drawn,
-                                                    np.asarray(agree_counts, dtype=np.float64) @ drawn)
+            for metric, waiting in self.pending.items():
+                waiting.weigh(self.moments[metric], weights)
             self.ids, self.pending = [], {}
         return self
 
@@ -246,15 +311,17 @@ class SummarizeScores(beam.PTransform):
         if self._num_runs > 1:
             # the runs of a case together (at most num_runs instances, each with its parts):
             # the case is the cluster of the interval and the unit of pass@k
-            cases = (scored
+            keyed = (scored
                      | "ByCase" >> beam.Map(lambda s: (case_id(s.instance.instance_id), s))
                      | "RunsOfCase" >> beam.GroupByKey()
-                     | "CaseResults" >> beam.Map(case_of_runs))
+                     | "CaseResults" >> beam.Map(case_of_runs)
+                     | "KeyBySlice" >> beam.FlatMap(slice_keys))
         else:
-            cases = scored | "CaseResults" >> beam.Map(one_run_case)
+            # each instance its own case, keyed by its slices in one step (a step costs some 0.44 us
+            # an element: docs/performance.md)
+            keyed = scored | "KeyBySlice" >> beam.FlatMap(lambda s: slice_keys(one_run_case(s)))
         return (
-            cases
-            | "KeyBySlice" >> beam.FlatMap(slice_keys)
+            keyed
             | "CombineMetrics" >> beam.CombinePerKey(SliceMomentsFn())
             | "ByColumn" >> beam.Map(lambda kv: (slice_column(kv[0]), kv))
             | "SlicesOfColumn" >> beam.GroupByKey()

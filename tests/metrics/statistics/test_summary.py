@@ -1,3 +1,4 @@
+import dataclasses
 import itertools
 import math
 import random
@@ -15,6 +16,12 @@ def add_weighed(m, score, instance_id, error=False, passed=None, choice=None, th
         weights = bootstrap_weights(instance_id)
         m.add_bootstrap(weights * score, weights)
 
+
+
+def result(metric, score, error=False, passed=None, choice=None, agreement=None, threshold=None, jurors=None):
+    """A metric_results row as the summary's accumulator reads it (transforms.summary)."""
+    return {"metric": metric, "score": score, "error": "failed" if error else None, "passed": passed,
+            "pairwise_choice": choice, "position_agreement": agreement, "threshold": threshold, "jurors": jurors}
 
 def moments_of(scores, ids=None):
     m = ScoreMoments()
@@ -104,6 +111,27 @@ def test_bootstrap_weights_are_poisson_draws_whatever_the_batch():
     assert np.array_equal(bootstrap_weights("instance-3"), w[3])
 
 
+
+def test_the_weights_looked_up_by_their_top_bits_are_the_inverse_cdf_draws():
+    """bootstrap_weight_matrix draws by a table of the numbers' top bits: the same draws as
+    the inverse of Poisson(1)'s CDF at each number's uniform (its top 53 bits), on random
+    numbers, on the first and last number of every bucket, and on the numbers either side
+    of each step of the CDF (where a bucket holds two draws)."""
+    from evalbeam.metrics.statistics.summary import _POISSON_CDF, _poisson_weights
+
+    def inverse_cdf(bits):  # the definition, written out
+        return np.array([float(np.searchsorted(_POISSON_CDF, (int(b) >> 11) * 2.0 ** -53, side="right"))
+                         for b in bits.ravel()]).reshape(bits.shape)
+
+    random_bits = np.random.default_rng(0).integers(0, 2 ** 64, size=(400, 250), dtype=np.uint64)
+    edges = np.arange(2 ** 16, dtype=np.uint64) << np.uint64(48)
+    edges = np.concatenate([edges, edges | np.uint64(2 ** 48 - 1)])
+    steps = [int(math.ceil(c * 2.0 ** 53)) + d for c in _POISSON_CDF for d in range(-3, 4)]
+    steps = np.array([m << 11 | low for m in steps if 0 <= m < 2 ** 53 for low in (0, 2 ** 11 - 1)], dtype=np.uint64)
+    for bits in (random_bits, edges, steps):
+        assert np.array_equal(_poisson_weights(bits), inverse_cdf(bits))
+    assert len(set(inverse_cdf(steps).tolist())) == 19  # the steps' numbers do straddle every step
+
 def test_the_batched_slice_accumulator_equals_adding_one_instance_at_a_time():
     """transforms.summary.SliceMomentsFn weighs instances a batch at a time (and
     merges partial accumulators): its statistics equal those of ScoreMoments given
@@ -120,6 +148,7 @@ def test_the_batched_slice_accumulator_equals_adding_one_instance_at_a_time():
         rows.append((f"id-{i}", [[("a", score, error, score is not None and score >= threshold, None, None, threshold),
                                   ("b", rng.random(), False, None, rng.choice(["CANDIDATE", "BASELINE", "TIE"]), None,
                                    None)]]))
+    as_rows = [(i, [[result(*r) for r in results]]) for i, [results] in rows]
     expected = {"a": ScoreMoments(), "b": ScoreMoments()}
     for instance_id, [results] in rows:
         for metric, score, error, passed, choice, _, threshold in results:
@@ -130,7 +159,7 @@ def test_the_batched_slice_accumulator_equals_adding_one_instance_at_a_time():
     parts = []
     for start in range(0, len(rows), 700):
         acc = fn.create_accumulator()
-        for row in rows[start:start + 700]:
+        for row in as_rows[start:start + 700]:
             acc = fn.add_input(acc, row)
         parts.append(acc)
     for order in (parts, parts[::-1]):
@@ -209,7 +238,7 @@ def accumulate(cases, chunk=None, metric="m"):
     for start in range(0, len(cases), chunk):
         acc = fn.create_accumulator()
         for case_id, runs in cases[start:start + chunk]:
-            acc = fn.add_input(acc, (case_id, [[(metric, s, s is None, p, None, None, None)] for s, p in runs]))
+            acc = fn.add_input(acc, (case_id, [[result(metric, s, s is None, p)] for s, p in runs]))
         parts.append(acc)
     return fn.merge_accumulators(parts[::-1]).flush().moments[metric]
 
@@ -282,8 +311,8 @@ def test_position_consistency_is_the_mean_agreement_with_a_case_bootstrap_interv
         cases.append((f"p{i}", None if error else agreement))
     acc = fn.create_accumulator()
     for case_id, agreement in cases:
-        acc = fn.add_input(acc, (case_id, [[("pw", None if agreement is None else 1.0, agreement is None, None,
-                                               "CANDIDATE", agreement, None)]]))
+        acc = fn.add_input(acc, (case_id, [[result("pw", None if agreement is None else 1.0, agreement is None, None,
+                                                  "CANDIDATE", agreement)]]))
     got = acc.flush().moments["pw"].statistics()
     kept = [(c, a) for c, a in cases if a is not None]
     assert got["position_consistency"] == pytest.approx(statistics.fmean(a for _, a in kept), rel=1e-12)
@@ -309,3 +338,175 @@ def test_rows_with_their_own_thresholds_pass_by_them():
         same.add(score, passed=score >= 0.5, threshold=0.5)
     assert same.row_threshold(1.0) == 0.5 and same.statistics(1.0)["pass_rate"] == 0.5
     assert ScoreMoments().row_threshold(0.8) == 0.8
+
+
+def test_add_single_is_add_then_add_single_case():
+    """ScoreMoments.add_single (the summary's common row) leaves every sum exactly as add and
+    add_single_case one after the other do."""
+    rng = random.Random(11)
+    fast, slow = ScoreMoments(), ScoreMoments()
+    for _ in range(2000):
+        score = rng.choice([rng.random(), rng.gauss(0, 1e6), 1, 0, True])
+        threshold = rng.choice([None, 0.5, 0.7])
+        passed = rng.choice([None, True, False]) if threshold is None else score >= threshold
+        fast.add_single(score, passed, threshold)
+        assert slow.add(score, False, passed, None, threshold)
+        slow.add_single_case(score, passed)
+        assert fast == slow
+
+
+def same_moments(a: ScoreMoments, b: ScoreMoments) -> bool:
+    """Every field equal, bit for bit (arrays element by element)."""
+    for field in dataclasses.fields(ScoreMoments):
+        x, y = getattr(a, field.name), getattr(b, field.name)
+        if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+            if x is None or y is None or not np.array_equal(x, y):
+                return False
+        elif x != y or type(x) is not type(y):
+            return False
+    return True
+
+
+def reference_rows(cases, moments=None):
+    """The one-run summary's rows of cases accumulated one by one as its definition has it:
+    ScoreMoments.add, add_single_case and the agreements for each row; and per metric the
+    columns to weigh (row, valid score, count, agreement, count) of its rows with a valid
+    score or an agreement."""
+    from evalbeam.metrics.judge.jury import juror_scores
+
+    moments = {} if moments is None else moments
+    columns: dict[str, tuple] = {}
+    for row, (_, [results]) in enumerate(cases):
+        for r in results:
+            m = moments.setdefault(r["metric"], ScoreMoments())
+            if juror_scores(r):
+                m.add_jurors(juror_scores(r))
+            valid = m.add(r["score"], r["error"] is not None, r["passed"], r["pairwise_choice"], r["threshold"])
+            if valid:
+                m.add_single_case(r["score"], r["passed"])
+            agreement = r["position_agreement"]
+            if agreement is not None:
+                m.add_case([], [], [agreement])
+            if valid or agreement is not None:
+                for column, value in zip(columns.setdefault(r["metric"], ([], [], [], [], [])),
+                                         (row, r["score"] if valid else 0.0, 1 if valid else 0, agreement or 0.0,
+                                          0 if agreement is None else 1)):
+                    column.append(value)
+    return moments, columns
+
+
+def reference_weigh(moments, columns, case_ids):
+    """Add the bootstrap sums of the columns of these cases' rows, over their weights."""
+    from evalbeam.metrics.statistics.summary import bootstrap_weight_matrix
+
+    weights = bootstrap_weight_matrix(case_ids)
+    for metric, (rows, sums, counts, agree_sums, agree_counts) in columns.items():
+        drawn = weights[rows]
+        if any(counts):
+            moments[metric].add_bootstrap(np.asarray(sums) @ drawn, np.asarray(counts, dtype=np.float64) @ drawn)
+        if any(agree_counts):
+            moments[metric].add_agreement_bootstrap(np.asarray(agree_sums) @ drawn,
+                                                    np.asarray(agree_counts, dtype=np.float64) @ drawn)
+    return moments
+
+
+def reference_one_run_moments(cases):
+    """reference_rows and reference_weigh a batch of BOOTSTRAP_BATCH cases at a time."""
+    from evalbeam.transforms.summary import BOOTSTRAP_BATCH
+
+    moments: dict[str, ScoreMoments] = {}
+    for start in range(0, len(cases), BOOTSTRAP_BATCH):
+        batch = cases[start:start + BOOTSTRAP_BATCH]
+        moments, columns = reference_rows(batch, moments)
+        reference_weigh(moments, columns, [case_id for case_id, _ in batch])
+    return moments
+
+
+def test_the_one_run_accumulator_equals_its_definition_bit_for_bit():
+    """The accumulator's common-row path (a valid score alone: one call, its waiting columns
+    kept short until a row needs them all, every case's weights used as they are) leaves
+    every metric's sums as the row-by-row definition does, bit for bit: metrics of plain rows
+    only, of rows missing from some cases, of errors, NaN, None, jurors, pairwise choices and
+    agreements, each arriving first or later in a batch."""
+    import json
+
+    from evalbeam.transforms.summary import BOOTSTRAP_BATCH, SliceMomentsFn
+
+    rng = random.Random(12)
+    cases = []
+    for i in range(3 * BOOTSTRAP_BATCH + 41):
+        results = [result("plain", rng.random(), threshold=0.5), result("gappy", rng.random()),
+                   result("ints", rng.choice([0, 1]))]
+        results[0]["passed"] = results[0]["score"] >= 0.5
+        if rng.random() < 0.3:
+            results.pop(1)  # a metric some cases lack: its rows are not all the cases waiting
+        # invalid, or with an agreement (a row of the waiting columns other than a valid score alone),
+        # late in a batch only, plain before
+        late = i % BOOTSTRAP_BATCH > 300 and rng.random() < 0.1
+        score = rng.choice([None, float("nan"), float("inf"), rng.random()]) if late else rng.random()
+        results.append(result("late", score, error=late and score is None, agreement=rng.random() if late else None))
+        jurors = json.dumps([{"score": rng.random(), "error": None}, {"score": rng.random(), "error": None}])
+        results.append(result("mixed", rng.random(), jurors=jurors if rng.random() < 0.1 else None,
+                              choice=rng.choice([None] * 8 + ["CANDIDATE", "BASELINE"]),
+                              agreement=rng.choice([None] * 8 + [0.5, 1.0])))
+        results.append(result("pairwise", rng.random(), choice="TIE", agreement=rng.choice([None, 0.0, 2 / 3])))
+        results.append(result("early", rng.random(), agreement=1.0 if i in (7, 57) else None))  # in cases < 100 only
+        cases.append((f"case-{i}", [results]))
+    want = reference_one_run_moments(cases)
+    fn = SliceMomentsFn()
+    acc = fn.create_accumulator()
+    for case in cases:
+        acc = fn.add_input(acc, case)
+    got = acc.flush().moments
+    assert got.keys() == want.keys()
+    for metric in want:
+        assert same_moments(got[metric], want[metric]), metric
+    assert not same_moments(got["plain"], want["gappy"])  # the comparison can fail
+    # merged: parts of less than a batch, some of their metrics' columns short and others
+    # not ("late" short in the first part only, "early" in the second), weighed once
+    first, columns = reference_rows(cases[:200])
+    second, their_columns = reference_rows(cases[200:500])
+    merged = {metric: first[metric].merge(second[metric]) for metric in first}
+    for metric, theirs in their_columns.items():
+        mine = columns.setdefault(metric, ([], [], [], [], []))
+        mine[0].extend(row + 200 for row in theirs[0])
+        for column, values in zip(mine[1:], theirs[1:]):
+            column.extend(values)
+    want = reference_weigh(merged, columns, [case_id for case_id, _ in cases[:500]])
+    parts = []
+    for start, end in ((0, 200), (200, 500)):
+        part = fn.create_accumulator()
+        for case in cases[start:end]:
+            part = fn.add_input(part, case)
+        parts.append(part)
+    assert parts[0].pending["late"].counts is None is not parts[1].pending["late"].counts
+    assert parts[1].pending["early"].counts is None is not parts[0].pending["early"].counts
+    got = fn.merge_accumulators(parts).flush().moments
+    for metric in want:
+        assert same_moments(got[metric], want[metric]), metric
+
+
+def test_the_weight_matrix_is_its_definition_in_python_integers():
+    """bootstrap_weight_matrix (its ids hashed as one array, mixed in NumPy, drawn by look-up)
+    equals the definition written out in Python integers: replicate j of an id is SplitMix64's
+    output for its BLAKE2b hash + j * golden gamma, its top 53 bits a uniform number through
+    the inverse of Poisson(1)'s CDF."""
+    import bisect
+    import hashlib
+
+    from evalbeam.metrics.statistics.summary import BOOTSTRAP_REPLICATES, bootstrap_weight_matrix
+
+    cdf, mask = list(np.cumsum([math.exp(-1.0) / math.factorial(k) for k in range(20)])), 2 ** 64 - 1
+
+    def weight(instance_id, j):
+        z = (int.from_bytes(hashlib.blake2b(instance_id.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
+                            "little") + j * 0x9E3779B97F4A7C15) & mask
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        z ^= z >> 31
+        return float(bisect.bisect_right(cdf, (z >> 11) * 2.0 ** -53))
+
+    ids = [f"case-{i}" for i in range(40)] + ["", "é", "lone \ud800 surrogate", "x" * 300]
+    want = np.array([[weight(i, j) for j in range(1, BOOTSTRAP_REPLICATES + 1)] for i in ids])
+    assert np.array_equal(bootstrap_weight_matrix(ids), want)
+    assert bootstrap_weight_matrix([]).shape == (0, BOOTSTRAP_REPLICATES)
