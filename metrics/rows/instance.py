@@ -75,6 +75,22 @@ class RowSpec:
     requirements: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]
     # input.labels: (metric, its label columns)
     label_columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Worked out once from the above, for build_instance (a row's work): each canonical field
+    # with the column it is read from, in CANONICAL_FIELDS' order; and the distinct input
+    # alternatives of the requirements (metrics mostly share theirs: the bench's 11 have 3),
+    # with, per requirement, the index of its alternatives among them.
+    field_columns: tuple[tuple[str, str], ...] = dataclasses.field(init=False, repr=False, compare=False)
+    distinct_alternatives: tuple[tuple[tuple[str, ...], ...], ...] = dataclasses.field(
+        init=False, repr=False, compare=False)
+    alternatives_index: tuple[int, ...] = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        distinct: dict[tuple, int] = {}
+        index = tuple(distinct.setdefault(alternatives, len(distinct)) for _, alternatives in self.requirements)
+        object.__setattr__(self, "field_columns",
+                           tuple((field, self.column_mapping.get(field, field)) for field in CANONICAL_FIELDS))
+        object.__setattr__(self, "distinct_alternatives", tuple(distinct))
+        object.__setattr__(self, "alternatives_index", index)
 
 
 # An instance of a case run num_runs > 1 times has `:run<k>` (k from 1) on its case's id
@@ -222,8 +238,7 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
                    line_count: int = 1) -> Instance:
     fields: dict[str, Any] = {}
     json_texts: dict[str, tuple[Any, str]] = {}
-    for field in CANONICAL_FIELDS:
-        column = spec.column_mapping.get(field, field)
+    for field, column in spec.field_columns:
         if column not in record:
             continue
         value = normalise_field(field, column, record[column], from_csv)
@@ -247,14 +262,14 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
     because = record.get(MISSING_BECAUSE)
     because = because if isinstance(because, dict) else {}
     unmet, unmet_fields = {}, {}
-    lacking: dict[tuple, tuple[str, ...]] = {}  # metrics mostly share their inputs: each alternatives once
-    for label, alternatives in spec.requirements:
-        missing = lacking.get(alternatives)
-        if missing is None:
-            missing = lacking[alternatives] = unmet_inputs(alternatives, fields)
-        if missing:
-            unmet_fields[label] = missing
-            unmet[label] = tuple(f"{m} ({because[m]})" if m in because else m for m in missing)
+    # the inputs each distinct set of alternatives lacks, once; the requirements looked at only if some lack any
+    lacking = [unmet_inputs(alternatives, fields) for alternatives in spec.distinct_alternatives]
+    if any(lacking):
+        for (label, _), i in zip(spec.requirements, spec.alternatives_index):
+            missing = lacking[i]
+            if missing:
+                unmet_fields[label] = missing
+                unmet[label] = tuple(f"{m} ({because[m]})" if m in because else m for m in missing)
     if unmet:
         if len(unmet) == len(spec.requirements):
             label = list(unmet)[0]
