@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import pydantic
 
-from evalbeam.metrics.rows.calls import call_key
+from evalbeam.metrics.rows.calls import json_key
 from evalbeam.metrics.registry import register
 
 BOTH = ("predicted_trajectory", "reference_trajectory")
@@ -71,8 +71,10 @@ def pair_keys(predicted: list, reference: list) -> tuple[list[int], list[int]]:
     if kept is not None and kept[0] is predicted and kept[1] is reference:
         return kept[2]
     numbers: dict[Any, int] = {}
-    keys = ([numbers.setdefault(call_key(c), len(numbers)) for c in predicted],
-            [numbers.setdefault(call_key(c), len(numbers)) for c in reference])
+    number = numbers.setdefault
+    # (c["tool_name"], json_key(c["tool_input"])) is call_key(c), written out: a call less a call
+    keys = ([number((c["tool_name"], json_key(c["tool_input"])), len(numbers)) for c in predicted],
+            [number((c["tool_name"], json_key(c["tool_input"])), len(numbers)) for c in reference])
     _last_pair.pair = (predicted, reference, keys)
     return keys
 
