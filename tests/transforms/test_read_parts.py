@@ -226,3 +226,38 @@ def test_the_id_pass_parse_gives_every_id_and_error_json_gives(tmp_path):
                 for r in parse_file(str(path), "jsonl", **options) if not isinstance(r, SourceLines)]
 
     assert ids_read(loads=loads) == ids_read()
+
+
+def test_the_scoring_pass_parse_is_json_loads():
+    """parsers.json_loads (json.loads's scanner called directly) against json.loads, on
+    many generated lines: records, other values, whitespace before and after, a BOM, extra
+    data, invalid JSON, nesting too deep to read. Each gives the same value or the same error."""
+    from evalbeam.transforms.parsers import json_loads
+
+    rng = random.Random(23)
+    values = ['"a"', '"é\\u00e9"', '"\\ud800"', "1", "-0", "2.50", "123456789012345678901234567890", "1e400", "NaN",
+              "-Infinity", "true", "null", "[1, [2, {}]]", '{"k": 1, "k": 2}', '"a\\"b"', '"tab\\t"', "1.0e-7"]
+    outcomes = set()
+    for _ in range(4000):
+        line = "{" + ", ".join(f'"{rng.choice("abc")}": {rng.choice(values)}' for _ in range(rng.randint(0, 4))) + "}"
+        change = rng.random()
+        if change < 0.1:
+            line = rng.choice(values)
+        elif change < 0.2:
+            line = rng.choice([" ", "\t", "\ufeff", "", "x"]) + line + rng.choice([" ", "\r", "", "}", " 1"])
+        elif change < 0.25:
+            line = line[:rng.randint(0, len(line))]
+        elif change < 0.27:
+            line = "[" * 100_000 + "]" * 100_000
+
+        def outcome(parse):
+            try:
+                value = parse(line)
+            except (ValueError, RecursionError) as e:
+                return "error", type(e).__name__, str(e)
+            return "value", type(value).__name__, repr(value)
+
+        expected = outcome(json.loads)
+        assert outcome(json_loads) == expected, line
+        outcomes.add(expected[:2])
+    assert {("error", "JSONDecodeError"), ("error", "RecursionError"), ("value", "dict"), ("value", "str")} <= outcomes
