@@ -118,6 +118,12 @@ class _Lines:
             start = 0
             while start < len(chunk):
                 nl = chunk.find(b"\n", start)
+                if not pending and 0 <= nl - start <= MAX_RECORD_BYTES:
+                    # a whole line in this chunk, within the limit (most lines): sliced out once,
+                    # where the general case below copies it into buf and out again
+                    yield self._line(chunk[start:nl], nl - start)
+                    start = nl + 1
+                    continue
                 end = len(chunk) if nl < 0 else nl
                 room = MAX_RECORD_BYTES - len(buf)
                 if room > 0:
