@@ -189,9 +189,12 @@ class IdFirstLoads:
     as fast on the bench's rows) where it gives the id json.loads gives, an object
     whose id column holds text (orjson reads text exactly as json does, and refuses
     what json would read otherwise, e.g. a lone surrogate's escape); json.loads for
-    anything else, so every error and every other kind of id are json's own. The
-    record's other values may differ from json's (orjson reads an integer past 64
-    bits as a float, refuses NaN): nothing but the id is read from them. orjson
+    anything else, so every error and every other kind of id are json's own. Such a
+    record is returned as its id column alone ({id_column: id}): orjson's other values
+    may differ from json's (it reads an integer past 64 bits as a float, refuses NaN),
+    nothing but the id is read from them, and a record of one text is no deeper than
+    MAX_NESTING whatever its line held (a deeper one is dead-lettered by the pass that
+    scores, and at most makes its id look repeated: transforms.validate). orjson
     comes with apache-beam[gcp], a core requirement."""
 
     def __init__(self, id_column: str):
@@ -203,7 +206,8 @@ class IdFirstLoads:
         except orjson.JSONDecodeError:
             return json.loads(text)
         if type(value) is dict and type(value.get(self._id_column)) is str:
-            return value
+            # the id alone: nothing else is read, and a record of one text cannot nest
+            return {self._id_column: value[self._id_column]}
         return json.loads(text)
 
 
@@ -327,8 +331,11 @@ def _json_record(source: str, value: Any, raw: str, path: str, line: int, line_c
         return DeadLetter(source, f"{what} must be a JSON object, got {_json_kind(value)}", raw,
                           origin=path, line=line, line_count=line_count)
     # raw is the value's JSON text: with no more brackets than MAX_NESTING in it,
-    # nothing inside can nest deeper (the walk is skipped: it costs more than the parse)
-    if raw.count("[") + raw.count("{") > MAX_NESTING and (column := deepest_column(value)) is not None:
+    # nothing inside can nest deeper (the walk is skipped: it costs more than the parse);
+    # nor can a record of one text (as the id pass's records are, IdFirstLoads), whose
+    # line's brackets are then not even counted (some 1 us a line)
+    if (not (len(value) == 1 and type(next(iter(value.values()))) is str)
+            and raw.count("[") + raw.count("{") > MAX_NESTING and (column := deepest_column(value)) is not None):
         # refused here: a record this deep cannot even be pickled on to the next step
         return DeadLetter(source, f"field '{column}': is nested more than {MAX_NESTING} levels deep", raw, column,
                           origin=path, line=line, line_count=line_count)

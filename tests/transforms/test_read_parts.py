@@ -261,3 +261,21 @@ def test_the_scoring_pass_parse_is_json_loads():
         assert outcome(json_loads) == expected, line
         outcomes.add(expected[:2])
     assert {("error", "JSONDecodeError"), ("error", "RecursionError"), ("value", "dict"), ("value", "str")} <= outcomes
+
+
+def test_the_id_pass_keeps_a_records_id_alone(tmp_path):
+    """The id pass's parse (IdFirstLoads) makes a record of a text id its id column alone,
+    whatever else its line holds, even nesting past MAX_NESTING, which the scoring pass's
+    read dead-letters (such a record at most makes its id look repeated: the ids' decisions
+    are made from the records read again in full, transforms.validate); a record whose id
+    is no text is json's, whole."""
+    from evalbeam.transforms.parsers import IdFirstLoads
+
+    deep = "[" * 150 + "]" * 150
+    path = tmp_path / "d.jsonl"
+    path.write_text(f'{{"id": "x", "notes": {deep}, "n": 1}}\n{{"id": 7, "n": [1]}}\n{{"n": 2, "id": "y"}}\n')
+    first_pass = [r for r in parse_file(str(path), "jsonl", loads=IdFirstLoads("id")) if isinstance(r, Record)]
+    assert [r.data for r in first_pass] == [{"id": "x"}, {"id": 7, "n": [1]}, {"id": "y"}]
+    scoring = [r for r in parse_file(str(path), "jsonl") if not isinstance(r, SourceLines)]
+    assert isinstance(scoring[0], DeadLetter) and "nested more than 100 levels" in scoring[0].reason
+    assert [r.data for r in scoring[1:]] == [{"id": 7, "n": [1]}, {"n": 2, "id": "y"}]
