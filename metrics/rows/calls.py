@@ -82,6 +82,13 @@ def parse_trajectory(value: Any) -> list[dict[str, Any]]:
         raise CallFormatError(f"must be a list of tool calls, got {_type_name(value)}")
     calls = []
     for i, call in enumerate(value):
+        if type(call) is dict:
+            # the usual call, a dict with a non-empty text name and a dict input, taken
+            # with fewer checks; any other item is taken (or refused) by the checks below
+            name, tool_input = call.get("tool_name"), call.get("tool_input")
+            if type(tool_input) is dict and type(name) is str and name:
+                calls.append({"tool_name": name, "tool_input": tool_input})
+                continue
         if not isinstance(call, dict):
             raise CallFormatError(f"item {i} must be an object with tool_name and tool_input, got {_type_name(call)}")
         name = call.get("tool_name")

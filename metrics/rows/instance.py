@@ -76,10 +76,11 @@ class RowSpec:
     # input.labels: (metric, its label columns)
     label_columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # Worked out once from the above, for build_instance (a row's work): each canonical field
-    # with the column it is read from, in CANONICAL_FIELDS' order; and the distinct input
+    # with the column it is read from and whether it is a text field (TEXT_FIELDS: text kept as
+    # given, an empty CSV cell too), in CANONICAL_FIELDS' order; and the distinct input
     # alternatives of the requirements (metrics mostly share theirs: the bench's 11 have 3),
     # with, per requirement, the index of its alternatives among them.
-    field_columns: tuple[tuple[str, str], ...] = dataclasses.field(init=False, repr=False, compare=False)
+    field_columns: tuple[tuple[str, str, bool], ...] = dataclasses.field(init=False, repr=False, compare=False)
     distinct_alternatives: tuple[tuple[tuple[str, ...], ...], ...] = dataclasses.field(
         init=False, repr=False, compare=False)
     alternatives_index: tuple[int, ...] = dataclasses.field(init=False, repr=False, compare=False)
@@ -87,8 +88,9 @@ class RowSpec:
     def __post_init__(self):
         distinct: dict[tuple, int] = {}
         index = tuple(distinct.setdefault(alternatives, len(distinct)) for _, alternatives in self.requirements)
-        object.__setattr__(self, "field_columns",
-                           tuple((field, self.column_mapping.get(field, field)) for field in CANONICAL_FIELDS))
+        object.__setattr__(self, "field_columns", tuple(
+            (field, self.column_mapping.get(field, field), field in TEXT_FIELDS)
+            for field in CANONICAL_FIELDS))
         object.__setattr__(self, "distinct_alternatives", tuple(distinct))
         object.__setattr__(self, "alternatives_index", index)
 
@@ -257,10 +259,14 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
                    line_count: int = 1) -> Instance:
     fields: dict[str, Any] = {}
     json_texts: dict[str, tuple[Any, str]] = {}
-    for field, column in spec.field_columns:
+    for field, column, text_field in spec.field_columns:
         if column not in record:
             continue
-        value = normalise_field(field, column, record[column], from_csv)
+        value = record[column]
+        if text_field and type(value) is str and value.isascii():
+            fields[field] = value  # what normalise_field and the value check make of ASCII text: itself
+            continue
+        value = normalise_field(field, column, value, from_csv)
         if value is not None:
             try:
                 text = checked_json_text(value)
