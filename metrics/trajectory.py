@@ -5,12 +5,13 @@ JSON values).
 """
 from __future__ import annotations
 
+import operator
 import threading
 from typing import Any, Sequence
 
 import pydantic
 
-from evalbeam.metrics.rows.calls import call_key
+from evalbeam.metrics.rows.calls import json_key
 from evalbeam.metrics.registry import register
 
 BOTH = ("predicted_trajectory", "reference_trajectory")
@@ -18,13 +19,18 @@ BOTH = ("predicted_trajectory", "reference_trajectory")
 
 def exact_match(predicted: Sequence[Any], reference: Sequence[Any]) -> float:
     """Keys in, 1.0 if the lists are equal element by element, else 0.0."""
-    return float(len(predicted) == len(reference) and all(p == r for p, r in zip(predicted, reference)))
+    return float(len(predicted) == len(reference) and all(map(operator.eq, predicted, reference)))
 
 
 def in_order_match(predicted: Sequence[Any], reference: Sequence[Any]) -> float:
     """1.0 if ``reference`` is a subsequence of ``predicted`` (extras allowed)."""
+    # `r in it` reads the predicted keys on from where the last match left off, up to the
+    # next equal to r: a loop in C (keys are ints or tuples: `in`'s identity check first is ==)
     it = iter(predicted)
-    return float(all(any(p == r for p in it) for r in reference))
+    for r in reference:
+        if r not in it:
+            return 0.0
+    return 1.0
 
 
 def any_order_match(predicted: Sequence[Any], reference: Sequence[Any]) -> float:
@@ -46,14 +52,14 @@ def precision(predicted: Sequence[Any], reference: Sequence[Any]) -> float:
     if not predicted:
         return 1.0 if not reference else 0.0
     ref = set(reference)
-    return sum(p in ref for p in predicted) / len(predicted)
+    return sum(map(ref.__contains__, predicted)) / len(predicted)
 
 
 def recall(predicted: Sequence[Any], reference: Sequence[Any]) -> float:
     if not reference:
         return 1.0
     pred = set(predicted)
-    return sum(r in pred for r in reference) / len(reference)
+    return sum(map(pred.__contains__, reference)) / len(reference)
 
 
 _last_pair = threading.local()
@@ -71,8 +77,10 @@ def pair_keys(predicted: list, reference: list) -> tuple[list[int], list[int]]:
     if kept is not None and kept[0] is predicted and kept[1] is reference:
         return kept[2]
     numbers: dict[Any, int] = {}
-    keys = ([numbers.setdefault(call_key(c), len(numbers)) for c in predicted],
-            [numbers.setdefault(call_key(c), len(numbers)) for c in reference])
+    number = numbers.setdefault
+    # (c["tool_name"], json_key(c["tool_input"])) is call_key(c), written out: a call less a call
+    keys = ([number((c["tool_name"], json_key(c["tool_input"])), len(numbers)) for c in predicted],
+            [number((c["tool_name"], json_key(c["tool_input"])), len(numbers)) for c in reference])
     _last_pair.pair = (predicted, reference, keys)
     return keys
 
@@ -119,6 +127,9 @@ def _single_tool_use(params: SingleToolUseParams):
     name = params.tool_name
 
     def score(fields):
-        return float(any(c["tool_name"] == name for c in fields["predicted_trajectory"]))
+        for c in fields["predicted_trajectory"]:
+            if c["tool_name"] == name:
+                return 1.0
+        return 0.0
 
     return score

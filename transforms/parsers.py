@@ -74,7 +74,7 @@ class _Transcoded:
         return b""
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)  # one a physical line: slots make it quicker to make
 class _Line:
     number: int
     data: bytes  # without the line break; at most MAX_RECORD_BYTES of it
@@ -118,6 +118,12 @@ class _Lines:
             start = 0
             while start < len(chunk):
                 nl = chunk.find(b"\n", start)
+                if not pending and 0 <= nl - start <= MAX_RECORD_BYTES:
+                    # a whole line in this chunk, within the limit (most lines): sliced out once,
+                    # where the general case below copies it into buf and out again
+                    yield self._line(chunk[start:nl], nl - start)
+                    start = nl + 1
+                    continue
                 end = len(chunk) if nl < 0 else nl
                 room = MAX_RECORD_BYTES - len(buf)
                 if room > 0:
@@ -142,11 +148,10 @@ class _Lines:
         if self.count == 1 and self._decode == UTF8 and data.startswith(b"\xef\xbb\xbf"):  # a byte order mark
             data = data[3:]
             size -= 3
-        line = _Line(self.count, data, size)
         try:
-            line.text = data.decode(self._decode)
+            line = _Line(self.count, data, size, data.decode(self._decode))
         except UnicodeDecodeError as e:
-            line.text = data.decode(self._decode, "replace")
+            line = _Line(self.count, data, size, data.decode(self._decode, "replace"))
             if self._utf8:
                 line.bad = f"line {self.count} is not valid UTF-8 ({e.reason} at byte {e.start}); {ENCODING_HINT}"
             elif self._transcoded:  # the offset would be the transcoded text's
@@ -158,15 +163,37 @@ class _Lines:
         return line
 
 
+_scan_once = json.decoder.JSONDecoder().scan_once  # the C scanner json.loads's decoder runs
+
+
+def json_loads(text: str) -> Any:
+    """json.loads(text), the same value and the same errors, less json.loads's Python
+    around its scanner (a BOM check, and two regular expressions skipping whitespace
+    before and after the value: some 1.5 us a line of the bench's): a text that is one
+    JSON value from its first character to its last (every JSONL record as written) is
+    scanned by the scanner json.loads calls; any other text (leading or trailing
+    whitespace, a BOM, an error of any kind) is given to json.loads itself."""
+    try:
+        value, end = _scan_once(text, 0)
+    except Exception:  # noqa: BLE001 - json.loads says what is wrong, in its own words
+        return json.loads(text)
+    if end != len(text):
+        return json.loads(text)
+    return value
+
+
 class IdFirstLoads:
     """json.loads for a read whose records serve only for their ids (the id check's
     first pass, transforms.validate, with input.id_column): orjson's parse (some 1.6x
     as fast on the bench's rows) where it gives the id json.loads gives, an object
     whose id column holds text (orjson reads text exactly as json does, and refuses
     what json would read otherwise, e.g. a lone surrogate's escape); json.loads for
-    anything else, so every error and every other kind of id are json's own. The
-    record's other values may differ from json's (orjson reads an integer past 64
-    bits as a float, refuses NaN): nothing but the id is read from them. orjson
+    anything else, so every error and every other kind of id are json's own. Such a
+    record is returned as its id column alone ({id_column: id}): orjson's other values
+    may differ from json's (it reads an integer past 64 bits as a float, refuses NaN),
+    nothing but the id is read from them, and a record of one text is no deeper than
+    MAX_NESTING whatever its line held (a deeper one is dead-lettered by the pass that
+    scores, and at most makes its id look repeated: transforms.validate). orjson
     comes with apache-beam[gcp], a core requirement."""
 
     def __init__(self, id_column: str):
@@ -178,12 +205,13 @@ class IdFirstLoads:
         except orjson.JSONDecodeError:
             return json.loads(text)
         if type(value) is dict and type(value.get(self._id_column)) is str:
-            return value
+            # the id alone: nothing else is read, and a record of one text cannot nest
+            return {self._id_column: value[self._id_column]}
         return json.loads(text)
 
 
 def parse_jsonl(path: str, stream, first_line: int = 1, file_start: bool = True,
-                encoding: str = UTF8, loads: Callable[[str], Any] = json.loads) -> Iterator[Record | DeadLetter | SourceLines]:
+                encoding: str = UTF8, loads: Callable[[str], Any] = json_loads) -> Iterator[Record | DeadLetter | SourceLines]:
     """JSON Lines; a file whose first non-blank line opens a JSON array is read
     as one array of records instead (the shape many exporters write).
     first_line, file_start: where `stream` starts, for a part of a file (FilePart).
@@ -302,8 +330,11 @@ def _json_record(source: str, value: Any, raw: str, path: str, line: int, line_c
         return DeadLetter(source, f"{what} must be a JSON object, got {_json_kind(value)}", raw,
                           origin=path, line=line, line_count=line_count)
     # raw is the value's JSON text: with no more brackets than MAX_NESTING in it,
-    # nothing inside can nest deeper (the walk is skipped: it costs more than the parse)
-    if raw.count("[") + raw.count("{") > MAX_NESTING and (column := deepest_column(value)) is not None:
+    # nothing inside can nest deeper (the walk is skipped: it costs more than the parse);
+    # nor can a record of one text (as the id pass's records are, IdFirstLoads), whose
+    # line's brackets are then not even counted (some 1 us a line)
+    if (not (len(value) == 1 and type(next(iter(value.values()))) is str)
+            and raw.count("[") + raw.count("{") > MAX_NESTING and (column := deepest_column(value)) is not None):
         # refused here: a record this deep cannot even be pickled on to the next step
         return DeadLetter(source, f"field '{column}': is nested more than {MAX_NESTING} levels deep", raw, column,
                           origin=path, line=line, line_count=line_count)

@@ -23,7 +23,6 @@ in, with its true line, and reading goes on with the next one.
 from __future__ import annotations
 
 import gzip
-import json
 from typing import Iterator
 
 import apache_beam as beam
@@ -35,7 +34,7 @@ from apache_beam.metrics import Metrics
 from evalbeam.transforms import read_adk
 from evalbeam.transforms.decompress import Decompressed
 from evalbeam.transforms.file_parts import ByteRange, FilePart, file_parts
-from evalbeam.transforms.parsers import parse_csv, parse_jsonl
+from evalbeam.transforms.parsers import json_loads, parse_csv, parse_jsonl
 from evalbeam.transforms.read_otel import parse_otlp
 from evalbeam.transforms.records import DEAD_LETTER, LINES, UTF8, DeadLetter, Record, SourceLines
 from evalbeam.transforms.worker import quiet_interrupts
@@ -61,7 +60,7 @@ def parse_file(path: str, fmt: str, encoding: str = UTF8,
     """Every record, dead letter and the line count of one file (decompressed by its
     extension, as Beam names compressions: .gz, .bz2, .zst/.zstd, .xz/.lzma, .deflate),
     whose text is in `encoding`; `adk`: how an ADK file is read (read_adk.AdkReading);
-    `loads`: how a JSONL line is parsed (None: json.loads; see parsers.IdFirstLoads)."""
+    `loads`: how a JSONL line is parsed (None: json.loads, as parsers.json_loads; see parsers.IdFirstLoads)."""
     options = {"adk": adk} if fmt in ADK_FORMATS else {"loads": loads} if fmt == "jsonl" and loads else {}
     kind = CompressionTypes.detect_compression_type(path)
     with FileSystems.open(path, mime_type="application/octet-stream",
@@ -85,12 +84,12 @@ def parse_part(part: FilePart, fmt: str, encoding: str = UTF8,
                           compression_type=CompressionTypes.UNCOMPRESSED) as stream:
         stream.seek(part.start)
         yield from parse_jsonl(part.path, ByteRange(stream, part.end - part.start), part.first_line, part.start == 0,
-                               encoding, loads or json.loads)
+                               encoding, loads or json_loads)
 
 
 class ParseFileFn(beam.DoFn):
     """counted: False for a second read of the same files (its records are not counted again).
-    loads: how a JSONL line is parsed (None: json.loads; see parsers.IdFirstLoads)."""
+    loads: how a JSONL line is parsed (None: json.loads, as parsers.json_loads; see parsers.IdFirstLoads)."""
 
     def __init__(self, fmt: str, counted: bool = True, encoding: str = UTF8,
                  adk: read_adk.AdkReading | None = None, loads=None):
@@ -133,7 +132,7 @@ class ReadRecords(beam.PTransform):
     'dead_letter') and one SourceLines per file (tag 'lines').
     counted: False for a second read of the same files (see ParseFileFn).
     encoding: the files' text encoding (input.encoding); adk: how ADK files are read (read_adk.AdkReading);
-    loads: how a JSONL line is parsed (None: json.loads; parsers.IdFirstLoads for a read of the ids alone)."""
+    loads: how a JSONL line is parsed (None: json.loads, as parsers.json_loads; parsers.IdFirstLoads for a read of the ids alone)."""
 
     def __init__(self, fmt: str, *, uri: str | None = None, parts=None, counted: bool = True, encoding: str = UTF8,
                  adk: read_adk.AdkReading | None = None, loads=None):

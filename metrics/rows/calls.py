@@ -14,6 +14,10 @@ class CallFormatError(ValueError):
     """A trajectory or tool-call list is not in the expected shape."""
 
 
+# json_key's tag of a value of these exact types, with no string folding (the key is (tag, value))
+_SCALAR_TAGS = {str: "str", int: "num", bool: "bool"}
+
+
 def json_key(value: Any, fold_strings: Callable[[str], str] | None = None) -> Any:
     """A hashable canonical form of a JSON value.
 
@@ -29,6 +33,15 @@ def json_key(value: Any, fold_strings: Callable[[str], str] | None = None) -> An
     if kind is str:
         return ("str", fold_strings(value) if fold_strings else value)
     if kind is dict:
+        if fold_strings is None:
+            # An object of text, integers and booleans alone (a tool call's usual input), its
+            # values' keys made in place rather than by a call each: the same key as below.
+            # A KeyError: some value is of another type, which the general case below keys.
+            try:
+                return ("obj", tuple(sorted([(k if type(k) is str else str(k), (_SCALAR_TAGS[type(v)], v))
+                                             for k, v in value.items()])))
+            except KeyError:
+                pass
         return ("obj", tuple(sorted([(k if type(k) is str else str(k), json_key(v, fold_strings))
                                      for k, v in value.items()])))
     if kind is int:
@@ -69,6 +82,13 @@ def parse_trajectory(value: Any) -> list[dict[str, Any]]:
         raise CallFormatError(f"must be a list of tool calls, got {_type_name(value)}")
     calls = []
     for i, call in enumerate(value):
+        if type(call) is dict:
+            # the usual call, a dict with a non-empty text name and a dict input, taken
+            # with fewer checks; any other item is taken (or refused) by the checks below
+            name, tool_input = call.get("tool_name"), call.get("tool_input")
+            if type(tool_input) is dict and type(name) is str and name:
+                calls.append({"tool_name": name, "tool_input": tool_input})
+                continue
         if not isinstance(call, dict):
             raise CallFormatError(f"item {i} must be an object with tool_name and tool_input, got {_type_name(call)}")
         name = call.get("tool_name")

@@ -75,6 +75,24 @@ class RowSpec:
     requirements: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...]
     # input.labels: (metric, its label columns)
     label_columns: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # Worked out once from the above, for build_instance (a row's work): each canonical field
+    # with the column it is read from and whether it is a text field (TEXT_FIELDS: text kept as
+    # given, an empty CSV cell too), in CANONICAL_FIELDS' order; and the distinct input
+    # alternatives of the requirements (metrics mostly share theirs: the bench's 11 have 3),
+    # with, per requirement, the index of its alternatives among them.
+    field_columns: tuple[tuple[str, str, bool], ...] = dataclasses.field(init=False, repr=False, compare=False)
+    distinct_alternatives: tuple[tuple[tuple[str, ...], ...], ...] = dataclasses.field(
+        init=False, repr=False, compare=False)
+    alternatives_index: tuple[int, ...] = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        distinct: dict[tuple, int] = {}
+        index = tuple(distinct.setdefault(alternatives, len(distinct)) for _, alternatives in self.requirements)
+        object.__setattr__(self, "field_columns", tuple(
+            (field, self.column_mapping.get(field, field), field in TEXT_FIELDS)
+            for field in CANONICAL_FIELDS))
+        object.__setattr__(self, "distinct_alternatives", tuple(distinct))
+        object.__setattr__(self, "alternatives_index", index)
 
 
 # An instance of a case run num_runs > 1 times has `:run<k>` (k from 1) on its case's id
@@ -150,6 +168,23 @@ def check_value(value: Any) -> None:
 _CHECKED_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, check_circular=False, sort_keys=True)
 
 
+def _one_shot_encoder(encoder: json.JSONEncoder):
+    """encoder.encode for a value that is not text, with the C encoder that encode makes
+    anew on every call (json.encoder.JSONEncoder.iterencode, one-shot with no indent) made
+    once: the same C code with the same arguments, so the same text and the same errors, at
+    some 0.8 us less a trajectory. encoder.encode itself where Python has no C encoder."""
+    make = json.encoder.c_make_encoder
+    if make is None or encoder.indent is not None or encoder.check_circular:
+        return encoder.encode
+    c_encode = make(None, encoder.default, json.encoder.encode_basestring_ascii if encoder.ensure_ascii
+                    else json.encoder.encode_basestring, encoder.indent, encoder.key_separator,
+                    encoder.item_separator, encoder.sort_keys, encoder.skipkeys, encoder.allow_nan)
+    return lambda value: "".join(c_encode(value, 0))
+
+
+_checked_json = _one_shot_encoder(_CHECKED_JSON)
+
+
 def checked_json_text(value: Any) -> str | None:
     """check_value; and for a value that is not text, when the check's fast path
     took it, its JSON text as the tables write it (`metrics.rows.tables.to_json_text`:
@@ -166,11 +201,13 @@ def checked_json_text(value: Any) -> str | None:
         # which decides. The keys are sorted so that the text is the one the
         # instances table writes (a check and a row's text: one encoding, not two).
         try:
-            text = _CHECKED_JSON.encode(value)
+            text = _checked_json(value)
         except (TypeError, ValueError, RecursionError):
             pass
         else:
             if text.count("[") + text.count("{") < MAX_NESTING:
+                if text.isascii():  # ASCII (a flag Python keeps) holds no surrogate: no need to encode
+                    return text
                 try:
                     text.encode("utf-8")
                     return text
@@ -222,11 +259,14 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
                    line_count: int = 1) -> Instance:
     fields: dict[str, Any] = {}
     json_texts: dict[str, tuple[Any, str]] = {}
-    for field in CANONICAL_FIELDS:
-        column = spec.column_mapping.get(field, field)
+    for field, column, text_field in spec.field_columns:
         if column not in record:
             continue
-        value = normalise_field(field, column, record[column], from_csv)
+        value = record[column]
+        if text_field and type(value) is str and value.isascii():
+            fields[field] = value  # what normalise_field and the value check make of ASCII text: itself
+            continue
+        value = normalise_field(field, column, value, from_csv)
         if value is not None:
             try:
                 text = checked_json_text(value)
@@ -247,14 +287,14 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
     because = record.get(MISSING_BECAUSE)
     because = because if isinstance(because, dict) else {}
     unmet, unmet_fields = {}, {}
-    lacking: dict[tuple, tuple[str, ...]] = {}  # metrics mostly share their inputs: each alternatives once
-    for label, alternatives in spec.requirements:
-        missing = lacking.get(alternatives)
-        if missing is None:
-            missing = lacking[alternatives] = unmet_inputs(alternatives, fields)
-        if missing:
-            unmet_fields[label] = missing
-            unmet[label] = tuple(f"{m} ({because[m]})" if m in because else m for m in missing)
+    # the inputs each distinct set of alternatives lacks, once; the requirements looked at only if some lack any
+    lacking = [unmet_inputs(alternatives, fields) for alternatives in spec.distinct_alternatives]
+    if any(lacking):
+        for (label, _), i in zip(spec.requirements, spec.alternatives_index):
+            missing = lacking[i]
+            if missing:
+                unmet_fields[label] = missing
+                unmet[label] = tuple(f"{m} ({because[m]})" if m in because else m for m in missing)
     if unmet:
         if len(unmet) == len(spec.requirements):
             label = list(unmet)[0]

@@ -226,3 +226,56 @@ def test_the_id_pass_parse_gives_every_id_and_error_json_gives(tmp_path):
                 for r in parse_file(str(path), "jsonl", **options) if not isinstance(r, SourceLines)]
 
     assert ids_read(loads=loads) == ids_read()
+
+
+def test_the_scoring_pass_parse_is_json_loads():
+    """parsers.json_loads (json.loads's scanner called directly) against json.loads, on
+    many generated lines: records, other values, whitespace before and after, a BOM, extra
+    data, invalid JSON, nesting too deep to read. Each gives the same value or the same error."""
+    from evalbeam.transforms.parsers import json_loads
+
+    rng = random.Random(23)
+    values = ['"a"', '"é\\u00e9"', '"\\ud800"', "1", "-0", "2.50", "123456789012345678901234567890", "1e400", "NaN",
+              "-Infinity", "true", "null", "[1, [2, {}]]", '{"k": 1, "k": 2}', '"a\\"b"', '"tab\\t"', "1.0e-7"]
+    outcomes = set()
+    for _ in range(4000):
+        line = "{" + ", ".join(f'"{rng.choice("abc")}": {rng.choice(values)}' for _ in range(rng.randint(0, 4))) + "}"
+        change = rng.random()
+        if change < 0.1:
+            line = rng.choice(values)
+        elif change < 0.2:
+            line = rng.choice([" ", "\t", "\ufeff", "", "x"]) + line + rng.choice([" ", "\r", "", "}", " 1"])
+        elif change < 0.25:
+            line = line[:rng.randint(0, len(line))]
+        elif change < 0.27:
+            line = "[" * 100_000 + "]" * 100_000
+
+        def outcome(parse):
+            try:
+                value = parse(line)
+            except (ValueError, RecursionError) as e:
+                return "error", type(e).__name__, str(e)
+            return "value", type(value).__name__, repr(value)
+
+        expected = outcome(json.loads)
+        assert outcome(json_loads) == expected, line
+        outcomes.add(expected[:2])
+    assert {("error", "JSONDecodeError"), ("error", "RecursionError"), ("value", "dict"), ("value", "str")} <= outcomes
+
+
+def test_the_id_pass_keeps_a_records_id_alone(tmp_path):
+    """The id pass's parse (IdFirstLoads) makes a record of a text id its id column alone,
+    whatever else its line holds, even nesting past MAX_NESTING, which the scoring pass's
+    read dead-letters (such a record at most makes its id look repeated: the ids' decisions
+    are made from the records read again in full, transforms.validate); a record whose id
+    is no text is json's, whole."""
+    from evalbeam.transforms.parsers import IdFirstLoads
+
+    deep = "[" * 150 + "]" * 150
+    path = tmp_path / "d.jsonl"
+    path.write_text(f'{{"id": "x", "notes": {deep}, "n": 1}}\n{{"id": 7, "n": [1]}}\n{{"n": 2, "id": "y"}}\n')
+    first_pass = [r for r in parse_file(str(path), "jsonl", loads=IdFirstLoads("id")) if isinstance(r, Record)]
+    assert [r.data for r in first_pass] == [{"id": "x"}, {"id": 7, "n": [1]}, {"id": "y"}]
+    scoring = [r for r in parse_file(str(path), "jsonl") if not isinstance(r, SourceLines)]
+    assert isinstance(scoring[0], DeadLetter) and "nested more than 100 levels" in scoring[0].reason
+    assert [r.data for r in scoring[1:]] == [{"id": 7, "n": [1]}, {"n": 2, "id": "y"}]

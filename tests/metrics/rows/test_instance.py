@@ -163,6 +163,27 @@ def test_checked_json_text_is_the_tables_text():
     assert texts > 300
 
 
+def test_the_checks_encoder_made_once_is_json_s_own():
+    """The value check's C encoder, made once (instance._one_shot_encoder), gives the text
+    and the error its JSONEncoder's encode gives, on many generated values."""
+    import random
+
+    from evalbeam.metrics.rows.instance import _CHECKED_JSON, _checked_json
+
+    def outcome(encode, value):
+        try:
+            return encode(value)
+        except (TypeError, ValueError, RecursionError) as e:
+            return type(e), str(e)
+
+    rng = random.Random(12)
+    outcomes = [(outcome(_checked_json, v), outcome(_CHECKED_JSON.encode, v))
+                for v in (_hostile_value(rng) for _ in range(3000)) if not isinstance(v, str)]
+    assert all(mine == json_s for mine, json_s in outcomes)
+    assert sum(isinstance(mine, str) for mine, _ in outcomes) > 300  # texts and errors both met
+    assert sum(isinstance(mine, tuple) for mine, _ in outcomes) > 30
+
+
 def test_an_instance_keeps_its_json_texts_for_its_row_only_while_its_values_are_those():
     """build_instance keeps each structured field's JSON text for the instances table;
     the row is the same with and without them, a field given a new value gets that
