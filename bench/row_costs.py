@@ -17,6 +17,8 @@ process collects it (transforms.worker). Steps:
 - summary: the rows' thresholds and the summary's accumulation (transforms.summary);
 - rows: the instances row (metrics.rows.tables.instance_row) and the Arrow batches of
   both tables (transforms.write._ArrowBatches).
+And, printed after the total of those, the text metrics themselves: rouge (the config's four
+ROUGE metrics, one instance after the other, as a run scores them) and bleu.
 
 Prints microseconds a row per step, best of --rounds; with --ref REF, the same for
 that commit's package tree (in a subprocess), and each step's after / before.
@@ -38,6 +40,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 STEPS = ("id pass", "parse", "build", "trajectory", "score rest", "summary", "rows")
+# the text metrics themselves, printed apart from the total of the steps above
+METRIC_STEPS = ("rouge", "bleu")
 
 
 def measure(rows: int, rounds: int) -> dict[str, float]:
@@ -71,6 +75,8 @@ def measure(rows: int, rounds: int) -> dict[str, float]:
     score.setup()
     scorers, base = score._scorers, score._base
     trajectory = [scorer for plan, scorer, _ in scorers if plan.name.startswith("trajectory_")]
+    text_metrics = {"rouge": [scorer for plan, scorer, _ in scorers if plan.name.startswith("rouge")],
+                    "bleu": [scorer for plan, scorer, _ in scorers if plan.name == "bleu"]}
     # every metric scoring 0.5 at no cost: the rows made around the scores, without the metrics
     constant = [(plan, lambda fields: 0.5, optional) for plan, _, optional in scorers]
     limits = thresholds(config)
@@ -78,9 +84,9 @@ def measure(rows: int, rounds: int) -> dict[str, float]:
     first_pass = {"loads": id_loads(spec.id_column)} if id_loads else {}
     worker.collect_young_less_often()
     clock = time.perf_counter
-    best = dict.fromkeys(STEPS, float("inf"))
+    best = dict.fromkeys(STEPS + METRIC_STEPS, float("inf"))
     for _ in range(rounds):
-        spent = dict.fromkeys(STEPS, 0.0)
+        spent = dict.fromkeys(STEPS + METRIC_STEPS, 0.0)
         moments = summary.SliceMomentsFn()
         accumulator = moments.create_accumulator()
         metric_rows, instance_rows = _ArrowBatches(arrow_schema("metric_results")), _ArrowBatches(arrow_schema("instances"))
@@ -102,6 +108,12 @@ def measure(rows: int, rounds: int) -> dict[str, float]:
                 scorer(instance.fields)
             d = clock()
             spent["trajectory"] += d - c
+            for step, metrics in text_metrics.items():
+                for scorer in metrics:
+                    scorer(instance.fields)
+                d2 = clock()
+                spent[step] += d2 - d
+                d = d2
             scored = score_instance(run, instance, constant, base)
             e = clock()
             spent["score rest"] += e - d
@@ -150,8 +162,8 @@ def main() -> None:
     print(f"{args.rows:,} rows, best of {args.rounds} rounds; microseconds a row" +
           (f" (before = {args.ref}, after = this checkout)" if args.ref else ""))
     print(f"{'step':12}" + "".join(f"{n:>10}" for n in names) + ("  after/before" if args.ref else ""))
-    for step in (*STEPS, "total"):
-        values = [sum(figures[n].values()) if step == "total" else figures[n][step] for n in names]
+    for step in (*STEPS, "total", *METRIC_STEPS):
+        values = [sum(figures[n][s] for s in STEPS) if step == "total" else figures[n][step] for n in names]
         ratio = f"  {values[-1] / values[0]:12.2f}" if args.ref else ""
         print(f"{step:12}" + "".join(f"{v:10.1f}" for v in values) + ratio)
 
