@@ -189,30 +189,20 @@ class ScoreMoments:
         """add(score, False, passed, None, threshold) of a finite score, then
         add_single_case(score, passed): a row with a valid score and no pairwise choice, its
         case of one run (every row of a run without repeated runs or a pairwise judge). The
-        same operations in the same order, in one call, this being the summary's cost a row."""
+        same operations in the same order, add's written out (one call fewer a row, this being
+        the summary's cost a row)."""
         self.rows += 1
         self.n += 1
         delta = score - self.mean
         self.mean += delta / self.n
         self.m2 += delta * (score - self.mean)
+        if passed:
+            self.passed += 1
         if threshold is not None:
             self.thresholded += 1
             self.threshold_low = threshold if self.threshold_low is None else min(self.threshold_low, threshold)
             self.threshold_high = threshold if self.threshold_high is None else max(self.threshold_high, threshold)
-        self.cases += 1
-        self.case_weight += 1.0
-        delta = score - self.case_mean
-        self.case_mean += delta / self.case_weight
-        self.case_m2 += delta * (score - self.case_mean)
-        if passed is None:
-            return
-        if not self.pass_cases:
-            self.pass_at, self.pass_all, self.pass_cases = [0.0], [0.0], [0]
-        if passed:  # pass@1 = pass^1 = c for one run
-            self.passed += 1
-            self.pass_at[0] += 1.0
-            self.pass_all[0] += 1.0
-        self.pass_cases[0] += 1
+        self.add_single_case(score, passed)
 
     def add_bootstrap(self, weighted_scores: np.ndarray, weights: np.ndarray) -> None:
         """Add sums over instances whose valid scores `add` counted: of w * score,
