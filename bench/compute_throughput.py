@@ -79,14 +79,16 @@ def trajectory(rng: random.Random) -> list[dict]:
             for _ in range(rng.randint(1, 6))]
 
 
-def generate(rows: int, seed: int = 0) -> list[dict]:
+def generate(rows: int, seed: int = 0, words: int = 80) -> list[dict]:
+    """Rows whose response and reference are about `words` words each (the same rows
+    as before the argument for 80)."""
     rng = random.Random(seed)
     data = []
     for i in range(rows):
-        reference = text(rng)
+        reference = text(rng, words)
         if rng.random() < 0.7:  # a related response: the reference, edited
-            words = [w for w in reference.split(" ") if rng.random() > 0.25]
-            response = " ".join(words + [rng.choice(WORDS) for _ in range(80 - len(words))])
+            kept = [w for w in reference.split(" ") if rng.random() > 0.25]
+            response = " ".join(kept + [rng.choice(WORDS) for _ in range(words - len(kept))])
         else:
             response = text(rng)
         ref_traj = trajectory(rng)

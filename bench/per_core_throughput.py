@@ -1,7 +1,9 @@
 """Throughput per core: `evalbeam run` on one worker and on two against the peer
 loop, at several row counts, with peak memory, all in one process run.
 
-For each N (default 20,000 and 100,000):
+For each text length W of --words (default 80: the response and the reference
+about W words each, as bench/compute_throughput.py generates them) and each N
+(default 20,000 and 100,000):
 (p) the peer loop of bench/compute_throughput.py (rouge-score-rs x4 with the
     stemmer + sacrebleu's BLEU built once), timed over rows in memory, 20,000
     at a time (each chunk generated apart, with its own seed, and not timed;
@@ -23,7 +25,7 @@ evalbeam's scores and the peer loop's (0: bit-identical), with the number of
 scores missing on either side. The ratios are what to read: the machine is
 shared, its rows/s vary from hour to hour.
 
-    .venv/bin/python bench/per_core_throughput.py [--rows 20000 100000 1000000] [--workers 1 2] [--ref REF] [--after REF]
+    .venv/bin/python bench/per_core_throughput.py [--rows 20000 100000 1000000] [--words 20 80 300] [--workers 1 2] [--ref REF] [--after REF]
 """
 from __future__ import annotations
 
@@ -50,15 +52,15 @@ from bench.scale import run_measured  # noqa: E402
 CHUNK = 20_000
 
 
-def write_input_and_peer(rows: int, data_path: Path, peer_path: Path) -> tuple[float, float]:
-    """Writes N rows (chunks of CHUNK, chunk k generated with seed k, ids row-<i> for all)
+def write_input_and_peer(rows: int, data_path: Path, peer_path: Path, words: int = 80) -> tuple[float, float]:
+    """Writes N rows of texts of about `words` words (chunks of CHUNK, chunk k generated with seed k, ids row-<i> for all)
     and the peer loop's scores (Parquet); returns the peer loop's seconds and CPU seconds (the loops only)."""
     cold_sacrebleu()
     seconds = cpu = 0.0
     schema = pa.schema([("instance_id", pa.string()), ("metric", pa.string()), ("score", pa.float64())])
     with data_path.open("w") as f, pq.ParquetWriter(peer_path, schema) as writer:
         for k, start in enumerate(range(0, rows, CHUNK)):
-            chunk = generate(min(CHUNK, rows - start), seed=k)
+            chunk = generate(min(CHUNK, rows - start), seed=k, words=words)
             for i, row in enumerate(chunk):
                 row["id"] = f"row-{start + i}"
             began, began_cpu = time.perf_counter(), time.process_time()
@@ -96,12 +98,12 @@ def worker_flags(workers: int) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[20_000, 100_000])
+    parser.add_argument("--words", type=int, nargs="+", default=[80], help="words of each response and reference")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--ref", help="a commit to measure too (before), e.g. main")
     parser.add_argument("--after", help="a commit to measure as after (default: this checkout as it is)")
     args = parser.parse_args()
     compile_checkout()
-    evalbeam = [sys.executable, "-m", "evalbeam.pipelines.cli"]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         trees = {"after": tree_of(args.after, tmp / "after") if args.after else checkout_tree(tmp / "after")}
@@ -112,34 +114,40 @@ def main() -> None:
                 subprocess.run([sys.executable, "-m", "compileall", "-q", str(tmp / name)], check=True)
         named = {"before": args.ref, "after": args.after or "this checkout"}
         print(f"trees: {', '.join(f'{n} = {named[n]}' for n in trees)}; cores: {os.cpu_count()}", flush=True)
-        print(f"{'rows':>9}  {'tree':6}  {'workers':>7}  {'rows/s':>8}  {'b/p':>5}  {'CPU b/p':>7}  {'peak MB':>7}  "
-              "scores vs peer", flush=True)
-        for rows in sorted(args.rows):
-            data, peer_scores = tmp / f"bench-{rows}.jsonl", tmp / f"peer-{rows}.parquet"
-            peer_seconds, peer_cpu = write_input_and_peer(rows, data, peer_scores)
-            p = rows / peer_seconds
-            print(f"{rows:>9,}  {'peer':6}  {'-':>7}  {p:8.1f}  {'':5}  {'':7}  {'':7}  "
-                  f"({rows / peer_cpu:.1f} rows per CPU second)", flush=True)
-            for workers in args.workers:
-                for name, tree in trees.items():
-                    out = tmp / f"out-{name}"
-                    config = tmp / "bench.yaml"
-                    config.write_text(CONFIG.format(data=data, out=out))
-                    env = {**os.environ, "PYTHONPATH": str(tree)}
-                    cpu = children_cpu()
-                    seconds, peak, _ = run_measured([*evalbeam, "run", str(config), *worker_flags(workers)], env)
-                    cpu = children_cpu() - cpu
-                    missing, extra, diff = compare(peer_scores, out)
-                    b = rows / seconds
-                    # one worker: the whole run is one process, whose CPU time the bench collects;
-                    # worker processes that the run does not wait for would go uncounted
-                    cpu_ratio = f"{peer_cpu / cpu:7.2f}" if workers == 1 else f"{'-':>7}"
-                    print(f"{rows:>9,}  {name:6}  {workers:>7}  {b:8.1f}  {b / p:5.2f}  {cpu_ratio}  {peak:7.0f}  "
-                          f"largest |difference| {diff:.3g}, missing {missing}, extra {extra}", flush=True)
-                    subprocess.run(["rm", "-rf", str(out)], check=True)
-            data.unlink()
-            peer_scores.unlink()
+        print(f"{'words':>5}  {'rows':>9}  {'tree':6}  {'workers':>7}  {'rows/s':>8}  {'b/p':>5}  {'CPU b/p':>7}  "
+              f"{'peak MB':>7}  scores vs peer", flush=True)
+        for words in args.words:
+            for rows in sorted(args.rows):
+                measure(rows, words, args.workers, trees, tmp)
 
+
+def measure(rows: int, words: int, workers_list: list[int], trees: dict[str, Path], tmp: Path) -> None:
+    """The peer loop on N rows of texts of about `words` words, then evalbeam on each tree and worker count."""
+    evalbeam = [sys.executable, "-m", "evalbeam.pipelines.cli"]
+    data, peer_scores = tmp / f"bench-{rows}.jsonl", tmp / f"peer-{rows}.parquet"
+    peer_seconds, peer_cpu = write_input_and_peer(rows, data, peer_scores, words)
+    p = rows / peer_seconds
+    print(f"{words:>5}  {rows:>9,}  {'peer':6}  {'-':>7}  {p:8.1f}  {'':5}  {'':7}  {'':7}  "
+          f"({rows / peer_cpu:.1f} rows per CPU second)", flush=True)
+    for workers in workers_list:
+        for name, tree in trees.items():
+            out = tmp / f"out-{name}"
+            config = tmp / "bench.yaml"
+            config.write_text(CONFIG.format(data=data, out=out))
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            cpu = children_cpu()
+            seconds, peak, _ = run_measured([*evalbeam, "run", str(config), *worker_flags(workers)], env)
+            cpu = children_cpu() - cpu
+            missing, extra, diff = compare(peer_scores, out)
+            b = rows / seconds
+            # one worker: the whole run is one process, whose CPU time the bench collects;
+            # worker processes that the run does not wait for would go uncounted
+            cpu_ratio = f"{peer_cpu / cpu:7.2f}" if workers == 1 else f"{'-':>7}"
+            print(f"{words:>5}  {rows:>9,}  {name:6}  {workers:>7}  {b:8.1f}  {b / p:5.2f}  {cpu_ratio}  {peak:7.0f}  "
+                  f"largest |difference| {diff:.3g}, missing {missing}, extra {extra}", flush=True)
+            subprocess.run(["rm", "-rf", str(out)], check=True)
+    data.unlink()
+    peer_scores.unlink()
 
 if __name__ == "__main__":
     main()

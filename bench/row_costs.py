@@ -2,7 +2,7 @@
 work of `evalbeam run` on one worker other than Beam's, on the rows of
 bench/compute_throughput.py with its config (id column `id`).
 
-The rows are generated (seed 0), written as JSON Lines to a temporary file, and
+The rows are generated (seed 0; response and reference of about --words words), written as JSON Lines to a temporary file, and
 each step is run on every row in turn as the fused stage of a run does (one row
 through every step, then the next), its time summed with `time.perf_counter`;
 the collector's youngest generation collected as the `evalbeam` command's
@@ -23,7 +23,7 @@ ROUGE metrics, one instance after the other, as a run scores them) and bleu.
 Prints microseconds a row per step, best of --rounds; with --ref REF, the same for
 that commit's package tree (in a subprocess), and each step's after / before.
 
-    .venv/bin/python bench/row_costs.py [--rows 5000] [--rounds 3] [--ref REF]
+    .venv/bin/python bench/row_costs.py [--rows 5000] [--rounds 3] [--words 80] [--ref REF]
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ STEPS = ("id pass", "parse", "build", "trajectory", "score rest", "summary", "ro
 METRIC_STEPS = ("rouge", "bleu")
 
 
-def measure(rows: int, rounds: int) -> dict[str, float]:
+def measure(rows: int, rounds: int, words: int = 80) -> dict[str, float]:
     """This interpreter's evalbeam (as imported): microseconds a row per step, best of rounds."""
     import datetime
 
@@ -60,7 +60,7 @@ def measure(rows: int, rounds: int) -> dict[str, float]:
     from evalbeam.transforms.validate import record_id
     from evalbeam.transforms.write import _ArrowBatches
 
-    data = generate(rows, seed=0)
+    data = generate(rows, seed=0, words=words)
     for i, row in enumerate(data):
         row["id"] = f"row-{i}"
     text = ("\n".join(json.dumps(r) for r in data) + "\n").encode()
@@ -140,11 +140,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=5000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--words", type=int, default=80, help="words of each response and reference")
     parser.add_argument("--ref", help="a commit to measure too (before), e.g. main")
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one tree's figures, for --ref
     args = parser.parse_args()
     if args.json:
-        print(json.dumps(measure(args.rows, args.rounds)))
+        print(json.dumps(measure(args.rows, args.rounds, args.words)))
         return
     figures = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -155,11 +156,11 @@ def main() -> None:
             trees = {"before": tree_of(args.ref, Path(tmp) / "before"), **trees}
         for name, tree in trees.items():  # each tree in its own interpreter, bench/ from this checkout
             out = subprocess.run([sys.executable, __file__, "--json", "--rows", str(args.rows), "--rounds",
-                                  str(args.rounds)], env={**os.environ, "PYTHONPATH": f"{tree}:{ROOT}"},
+                                  str(args.rounds), "--words", str(args.words)], env={**os.environ, "PYTHONPATH": f"{tree}:{ROOT}"},
                                  check=True, capture_output=True, text=True).stdout
             figures[name] = json.loads(out.strip().splitlines()[-1])
     names = list(figures)
-    print(f"{args.rows:,} rows, best of {args.rounds} rounds; microseconds a row" +
+    print(f"{args.rows:,} rows of texts of about {args.words} words, best of {args.rounds} rounds; microseconds a row" +
           (f" (before = {args.ref}, after = this checkout)" if args.ref else ""))
     print(f"{'step':12}" + "".join(f"{n:>10}" for n in names) + ("  after/before" if args.ref else ""))
     for step in (*STEPS, "total", *METRIC_STEPS):
