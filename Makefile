@@ -24,7 +24,7 @@ EMULATORS_STAMP := $(EMULATORS)/.installed
 
 env: $(STAMP)
 
-$(STAMP): requirements.lock setup.py metrics/_bleu13a.c
+$(STAMP): requirements.lock setup.py metrics/_bleu13a.c metrics/_rouge.c
 	@test -x $(BIN)/python || { $(NEED_PYTHON); }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip==25.3
@@ -173,4 +173,4 @@ schedule-nightly: $(STAMP)
 	  --headers=Content-Type=application/json --message-body-from-file=.nightly-launch.json
 
 clean:
-	rm -rf $(VENV) $(EMULATORS) $(AIRFLOW) $(ADK_ENV) $(AGENT_ENV) .browser output .pytest_cache .ruff_cache build dist metrics/_bleu13a.*.so
+	rm -rf $(VENV) $(EMULATORS) $(AIRFLOW) $(ADK_ENV) $(AGENT_ENV) .browser output .pytest_cache .ruff_cache build dist metrics/_bleu13a.*.so metrics/_rouge.*.so

@@ -57,7 +57,10 @@ PACKAGES = [f"evalbeam.{p}" for p in setuptools.find_packages(include=[f for fol
 # BLEU's 13a post-tokenizer and n-gram matching in C (metrics/_bleu13a.c; metrics/sentence_bleu.py
 # says why). Optional: where no C compiler is found the install goes on without it and BLEU runs the
 # same rules in Python: the same scores, at about a sixth of the C path's speed (docs/metrics.md).
-EXTENSIONS = [setuptools.Extension("evalbeam.metrics._bleu13a", ["metrics/_bleu13a.c"], optional=True)]
+# ROUGE-N and ROUGE-L in C (metrics/_rouge.c; its header says why), optional too: without it ROUGE
+# runs rouge-score-rs alone, the same scores.
+EXTENSIONS = [setuptools.Extension("evalbeam.metrics._bleu13a", ["metrics/_bleu13a.c"], optional=True),
+              setuptools.Extension("evalbeam.metrics._rouge", ["metrics/_rouge.c"], optional=True)]
 
 AGENT = ["google-adk[a2a]==2.13.0", "jinja2==3.1.6"]
 

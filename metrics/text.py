@@ -1,12 +1,15 @@
 """Text metrics: exact_match, bleu (sacrebleu's sentence BLEU), rouge (rouge-score's) and its shorthands.
 
 Scores are bit-identical to the reference libraries, computed faster:
-- rouge: `rouge-score-rs`, a Rust implementation of rouge-score (same
-  tokenizer, NLTK's Porter stemmer, same LCS and F-measures; pinned, and
-  compared with rouge-score itself by tests/metrics/test_text.py). One scorer
-  per worker computes every ROUGE type the config asks for in one native call,
-  and keeps the last pair's scores, so rouge_1, rouge_2, rouge_l and
-  rouge_l_sum on one instance tokenize and score it once;
+- rouge: rouge-score's tokenizer, n-gram overlaps, LCS and F-measures in C
+  (metrics/_rouge.c, built at install where a C compiler is found: NATIVE_ROUGE),
+  each distinct token stemmed once by `rouge-score-rs`'s Porter stemmer; else,
+  and for rougeLsum of texts with line breaks, `rouge-score-rs`, a Rust
+  implementation of rouge-score (same tokenizer, NLTK's Porter stemmer, same LCS
+  and F-measures; pinned). Both compared with rouge-score itself by
+  tests/metrics/test_text.py. Every ROUGE type the config asks for is computed in
+  one call per pair, and the last pair's scores kept, so rouge_1, rouge_2,
+  rouge_l and rouge_l_sum on one instance tokenize and score it once;
 - bleu: metrics.sentence_bleu, sacrebleu's sentence BLEU: on its C path the two
   texts tokenized and matched in one call; on its Python path from each text's
   13a tokens and n-gram counts, counted once per text;
@@ -27,6 +30,12 @@ import pydantic
 
 from evalbeam.metrics.registry import register
 from evalbeam.metrics.sentence_bleu import sentence_bleu_of, text_stats
+
+try:
+    from evalbeam.metrics import _rouge as _rouge_native
+except ImportError:  # built without a C compiler: rouge-score-rs alone
+    _rouge_native = None
+NATIVE_ROUGE = _rouge_native is not None
 
 TEXT = ("response", "reference")
 
@@ -125,9 +134,15 @@ def split_sentences_for_rouge(text: str) -> str:
 
 
 class _SharedRouge:
-    """One rouge-score-rs scorer for every ROUGE type asked for in this process
-    with the same options, and the scores of the last pair it scored (per
-    thread), so that the rouge metrics of one instance cost one native call.
+    """One scoring of each pair for every ROUGE type asked for in this process with the
+    same options, and the scores of the last pair it scored (per thread), so that the
+    rouge metrics of one instance tokenize, stem and score it once.
+
+    A pair is scored by metrics/_rouge.c where it was built (NATIVE): rouge-score's
+    tokens, each distinct token stemmed once by rouge-score-rs's stemmer (tokens and
+    stems kept between calls in a table of at most 32,768 tokens, emptied past that), and
+    every type's F-measure in one call. Else, and for rougeLsum of texts with a line
+    break, by rouge-score-rs, as one call for every type.
 
     rougeLsum splits each text into sentences at "\n" (rouge_score's
     RougeScorer.score, without split_summaries). Of two texts with no "\n", each
@@ -135,13 +150,14 @@ class _SharedRouge:
     LCS: the same hits over the same token counts, so rougeLsum's precision,
     recall and F-measure are rougeL's, computed by the same operations
     (tests/metrics/test_text.py checks both against rouge-score). Such a pair is
-    scored without rougeLsum's sentence-level pass (about a quarter of the native
-    call on one-paragraph texts; bench/row_costs.py), its rougeLsum read from rougeL."""
+    scored without rougeLsum's sentence-level pass, its rougeLsum read from rougeL."""
 
     def __init__(self, use_stemmer: bool):
         self._use_stemmer = use_stemmer
         self._types: list[str] = []
-        self._scorers = None  # (every type asked for, the same for texts without "\n")
+        # (every type asked for, rouge-score-rs's scorer of them, the same for texts without
+        # "\n", the C module's order of each type: n of rouge<n>, 0 for rougeL and rougeLsum)
+        self._plan = None
         self._lock = threading.Lock()
         self._last = threading.local()
 
@@ -157,20 +173,44 @@ class _SharedRouge:
                     types = [t for t in self._types if t != "rougeLsum"]
                     one_line = rouge_score_rs.RougeScorer(types + ["rougeL"] * ("rougeL" not in types),
                                                           use_stemmer=self._use_stemmer)
-                self._scorers = (every, one_line)
+                orders = tuple(0 if t in ("rougeL", "rougeLsum") else int(t[len("rouge"):]) for t in self._types)
+                self._plan = (tuple(self._types), every, one_line, orders)
 
     def fmeasure(self, reference: str, response: str, rouge_type: str) -> float:
-        scorers = self._scorers
+        plan = self._plan
         last = getattr(self._last, "pair", None)
-        if last is None or last[0] is not scorers or last[1] != reference or last[2] != response:
-            if "\n" in reference or "\n" in response:
-                last = (scorers, reference, response, scorers[0].score(reference, response), False)
-            else:
-                last = (scorers, reference, response, scorers[1].score(reference, response), True)
+        if last is None or last[0] is not plan or last[1] != reference or last[2] != response:
+            last = (plan, reference, response, self._scores(plan, reference, response))
             self._last.pair = last
-        if last[4] and rouge_type == "rougeLsum":
-            rouge_type = "rougeL"
-        return last[3][rouge_type].fmeasure
+        return last[3][rouge_type]
+
+    def _scores(self, plan, reference: str, response: str) -> dict[str, float]:
+        types, every, one_line, orders = plan
+        if "rougeLsum" in types and ("\n" in reference or "\n" in response):
+            return {t: score.fmeasure for t, score in every.score(reference, response).items()}
+        if _rouge_native is not None:
+            return dict(zip(types, _rouge_native.scores(reference, response, orders,
+                                                        _porter_stem if self._use_stemmer else None)))
+        scores = one_line.score(reference, response)
+        return {t: scores["rougeL" if t == "rougeLsum" else t].fmeasure for t in types}
+
+
+def _porter_stem(token: str) -> str | None:
+    """The stem rouge-score's tokenizer gives a token of [a-z0-9] longer than three
+    characters, by rouge-score-rs's Porter stemmer (NLTK's, as rouge-score uses); None
+    where the tokenizer drops it. What metrics/_rouge.c calls for a token it has not
+    kept."""
+    tokens = _stemming_tokenizer().tokenize(token)
+    if len(tokens) > 1:
+        raise ValueError(f"ROUGE: the stemmer made {len(tokens)} tokens of {token!r}")
+    return tokens[0] if tokens else None
+
+
+@functools.lru_cache(maxsize=1)
+def _stemming_tokenizer():
+    from rouge_score_rs.tokenizers import DefaultTokenizer  # start-up time: only when a ROUGE metric is used
+
+    return DefaultTokenizer(use_stemmer=True)
 
 
 @functools.lru_cache(maxsize=None)

@@ -107,12 +107,14 @@ def test_the_sdist_and_its_wheel_carry_the_apache_licence_and_notice(tmp_path):
     wheels = tmp_path / "wheels"
     run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", wheels, archive],
         cwd=tmp_path)
-    # a wheel for this Python and platform: it holds the compiled C extension (metrics/_bleu13a.c, in the sdist)
+    # a wheel for this Python and platform: it holds the compiled C extensions (metrics/_bleu13a.c and
+    # metrics/_rouge.c, in the sdist)
     [wheel] = wheels.glob("evalbeam-0.1.0-cp3*-cp3*-linux_*.whl")
     with tarfile.open(archive) as sdist:
-        assert f"{top}/metrics/_bleu13a.c" in sdist.getnames()
+        assert {f"{top}/metrics/_bleu13a.c", f"{top}/metrics/_rouge.c"} <= set(sdist.getnames())
     with zipfile.ZipFile(wheel) as built:
-        assert any(n.startswith("evalbeam/metrics/_bleu13a.") and n.endswith(".so") for n in built.namelist())
+        for module in ("_bleu13a", "_rouge"):
+            assert any(n.startswith(f"evalbeam/metrics/{module}.") and n.endswith(".so") for n in built.namelist())
         info = "evalbeam-0.1.0.dist-info"
         assert built.read(f"{info}/LICENSE").decode() == apache and built.read(f"{info}/NOTICE").decode() == notice
         metadata = built.read(f"{info}/METADATA").decode().splitlines()
@@ -150,7 +152,7 @@ def test_the_installed_package_is_what_gets_imported(installed):
         from importlib import import_module
         from importlib.metadata import files
         from evalbeam.metrics.judge.templates import BUILTIN_TEMPLATES, builtin_templates
-        from evalbeam.metrics import all_metrics, sentence_bleu
+        from evalbeam.metrics import all_metrics, sentence_bleu, text
         names = ("configs", "metrics", "metrics.judge", "metrics.judge.client", "pipelines", "pipelines.cli", "transforms")
         print(json.dumps({
             "installed": sorted(str(f) for f in files("evalbeam")),
@@ -159,14 +161,16 @@ def test_the_installed_package_is_what_gets_imported(installed):
             "templates": sorted(builtin_templates()),
             "metrics": sorted(d.name for d in all_metrics()),
             "native_bleu": sentence_bleu.NATIVE and sentence_bleu._native.__file__,
+            "native_rouge": text.NATIVE_ROUGE and text._rouge_native.__file__,
         }))
         """)
     got = json.loads(run([python, "-c", probe], cwd=work, env=outside_env(venv)).stdout)
     for name, file in got["modules"].items():
         assert Path(file).is_relative_to(site_packages), (name, file)
     assert Path(got["templates_file"]).is_relative_to(site_packages) and Path(got["templates_file"]).is_file()
-    # the sdist's C extension (BLEU's tokenizer and n-gram matches) was compiled where it was installed
-    assert got["native_bleu"] and Path(got["native_bleu"]).is_relative_to(site_packages / "evalbeam" / "metrics")
+    # the sdist's C extensions (BLEU's tokenizer and n-gram matches, ROUGE) were compiled where it was installed
+    for native in ("native_bleu", "native_rouge"):
+        assert got[native] and Path(got[native]).is_relative_to(site_packages / "evalbeam" / "metrics"), native
     assert {"fluency", "safety", "coherence"} <= set(got["templates"])
     assert {"fluency", "pairwise_fluency", "exact_match", "rouge_1", "trajectory_exact_match",
             "evalbeam_general_quality", "evalbeam_safety_v1", "evalbeam_grounding"} <= set(got["metrics"])

@@ -131,10 +131,11 @@ def check_the_demo(version: str, venv: Path, demo_summary: list, tmp_path: Path)
     # the run used the installed copy, not the repository's files
     where = run([venv / "bin" / "python", "-c", "import evalbeam.pipelines.cli as m; print(m.__file__)"], cwd=tmp_path, env=env)
     assert Path(where.stdout.strip()).is_relative_to(venv)
-    # BLEU's C extension compiled on this Python (setup.py builds it where a C compiler is found)
-    native = run([venv / "bin" / "python", "-c", "from evalbeam.metrics import sentence_bleu as s; print(s._native.__file__)"],
-                 cwd=tmp_path, env=env)
-    assert Path(native.stdout.strip()).is_relative_to(venv) and f"cpython-{version.replace('.', '')}" in native.stdout
+    # BLEU's and ROUGE's C extensions compiled on this Python (setup.py builds them where a C compiler is found)
+    for probe in ("from evalbeam.metrics import sentence_bleu as s; print(s._native.__file__)",
+                  "from evalbeam.metrics import text as t; print(t._rouge_native.__file__)"):
+        native = run([venv / "bin" / "python", "-c", probe], cwd=tmp_path, env=env)
+        assert Path(native.stdout.strip()).is_relative_to(venv) and f"cpython-{version.replace('.', '')}" in native.stdout
 
 
 def test_setup_py_the_makefile_and_the_readme_name_the_same_pythons():

@@ -28,6 +28,21 @@ def bleu_path(request, monkeypatch):
     text._kept_bleu_stats.cache_clear()
 
 
+@pytest.fixture(params=["native", "rust"])
+def rouge_path(request, monkeypatch):
+    """ROUGE's two paths, each test run on both: the C extension (metrics/_rouge.c, which the test
+    environment must have built) and rouge-score-rs alone (what an install without a compiler runs).
+    The shared scorers are made anew, so that no pair scored on one path is read back on the other."""
+    from evalbeam.metrics import text
+
+    assert text.NATIVE_ROUGE, "the C extension metrics/_rouge.c was not built: pip install -e . with a C compiler"
+    if request.param == "rust":
+        monkeypatch.setattr(text, "_rouge_native", None)
+    text._shared_rouge.cache_clear()
+    yield request.param
+    text._shared_rouge.cache_clear()
+
+
 def test_exact_match_is_character_exact():
     fn = scorer("exact_match")
     assert fn({"response": "Café", "reference": "Café"}) == 1.0
@@ -48,7 +63,7 @@ def test_bleu_equals_sacrebleu_sentence_bleu(effective, bleu_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("use_stemmer", [False, True])
-def test_rouge_equals_rouge_score_every_type(use_stemmer):
+def test_rouge_equals_rouge_score_every_type(use_stemmer, rouge_path):
     pairs = text_pairs(seed=11, count=250)
     reference = rouge_scorer.RougeScorer(list(ROUGE_TYPES), use_stemmer=use_stemmer)
     ours = {t: scorer("rouge", rouge_type=t, use_stemmer=use_stemmer) for t in ROUGE_TYPES}
@@ -62,7 +77,7 @@ def test_rouge_equals_rouge_score_every_type(use_stemmer):
     assert nontrivial > 50
 
 
-def test_rouge_shorthands_match_rouge():
+def test_rouge_shorthands_match_rouge(rouge_path):
     for short, t in (("rouge_1", "rouge1"), ("rouge_2", "rouge2"), ("rouge_l", "rougeL"), ("rouge_l_sum", "rougeLsum")):
         a, b = scorer(short, use_stemmer=True), scorer("rouge", rouge_type=t, use_stemmer=True)
         for ref, hyp in text_pairs(seed=3, count=40):
@@ -165,7 +180,7 @@ def test_bleu_is_bit_identical_to_sacrebleu_on_hard_texts(effective, bleu_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("use_stemmer", [False, True])
-def test_rouge_is_bit_identical_to_rouge_score_on_hard_texts(use_stemmer):
+def test_rouge_is_bit_identical_to_rouge_score_on_hard_texts(use_stemmer, rouge_path):
     # rouge-score-rs against rouge-score itself: precision, recall and F-measure
     # of every type, in one scorer as evalbeam uses it and through the metrics
     import rouge_score_rs
@@ -185,7 +200,7 @@ def test_rouge_is_bit_identical_to_rouge_score_on_hard_texts(use_stemmer):
 
 
 @pytest.mark.parametrize("use_stemmer", [False, True])
-def test_rouge_l_sum_of_texts_without_line_breaks_is_rouge_score_s(use_stemmer):
+def test_rouge_l_sum_of_texts_without_line_breaks_is_rouge_score_s(use_stemmer, rouge_path):
     # _SharedRouge answers rougeLsum from rougeL for a pair with no "\n" in either text;
     # rouge-score is the judge: its rougeLsum (precision, recall and F-measure) is its
     # rougeL on such pairs, and ours is its rougeLsum on every pair, with or without a
@@ -216,7 +231,7 @@ def test_rouge_l_sum_of_texts_without_line_breaks_is_rouge_score_s(use_stemmer):
 
 
 @pytest.mark.slow
-def test_rouge_metrics_of_one_instance_share_a_scoring_and_never_mix_instances():
+def test_rouge_metrics_of_one_instance_share_a_scoring_and_never_mix_instances(rouge_path):
     # rouge_1 .. rouge_l_sum share one native call per pair; scoring other pairs
     # in between, or a metric added later, must never return another pair's scores
     pairs = text_pairs(seed=34, count=60)
@@ -230,6 +245,211 @@ def test_rouge_metrics_of_one_instance_share_a_scoring_and_never_mix_instances()
             other_ref, other_hyp = pairs[(i + 1) % len(pairs)]
             assert metrics[t]({"response": hyp, "reference": ref}) == reference.score(ref, hyp)[t].fmeasure
             assert metrics[t]({"response": other_hyp, "reference": other_ref}) == reference.score(other_ref, other_hyp)[t].fmeasure
+
+
+def instance_pairs(seed: int, count: int, words: int, line_breaks: bool):
+    """Pairs of texts of about `words` words each (the tests' vocabulary and punctuation), half of
+    them a text and an edited copy of it; with line_breaks, a "\\n" between some words (where
+    rougeLsum's sentences end), else none."""
+    import random
+
+    from tests.conftest import random_text
+
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(count):
+        ref = random_text(rng, words * 4 // 5, words * 6 // 5)
+        if rng.random() < 0.5:
+            hyp = " ".join(w for w in ref.split(" ") if rng.random() > 0.2)
+        else:
+            hyp = random_text(rng, words * 4 // 5, words * 6 // 5)
+        if line_breaks:
+            ref, hyp = (" ".join(w + "\n" * (rng.random() < 0.1) for w in t.split(" ")) for t in (ref, hyp))
+        else:
+            ref, hyp = ref.replace("\n", " "), hyp.replace("\n", " ")
+        pairs.append((ref, hyp))
+    return pairs
+
+
+ONE_CONFIG = [("rouge_1", {}), ("rouge_2", {}), ("rouge_l", {}), ("rouge_l_sum", {}), ("rouge", {"rouge_type": "rouge3"})]
+ONE_CONFIG_TYPES = {"rouge_1": "rouge1", "rouge_2": "rouge2", "rouge_l": "rougeL", "rouge_l_sum": "rougeLsum", "rouge": "rouge3"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("use_stemmer", [False, True])
+@pytest.mark.parametrize("words", [20, 80, 300])
+def test_rouge_metrics_of_one_config_equal_rouge_score_on_each_instance(use_stemmer, words, rouge_path):
+    # the ROUGE metrics of one config (four shorthands and a rouge3) share one scoring of each
+    # instance: each of them is rouge-score's, on texts of 20 to 300 words with and without line breaks
+    metrics = {name: scorer(name, use_stemmer=use_stemmer, **params) for name, params in ONE_CONFIG}
+    reference = rouge_scorer.RougeScorer(sorted(set(ONE_CONFIG_TYPES.values())), use_stemmer=use_stemmer)
+    count = 40 if words < 300 else 10  # rouge-score's LCS of two 300-word texts takes some 30 ms
+    pairs = instance_pairs(seed=words, count=count, words=words, line_breaks=False)
+    broken = instance_pairs(seed=words + 1, count=count // 2 + 5, words=words, line_breaks=True)
+    pairs += broken
+    partial = 0
+    for ref, hyp in pairs:
+        expected, fields = reference.score(ref, hyp), {"response": hyp, "reference": ref}
+        for name, metric in metrics.items():
+            assert metric(fields) == expected[ONE_CONFIG_TYPES[name]].fmeasure, (name, ref, hyp)
+        partial += expected["rougeLsum"].fmeasure != expected["rougeL"].fmeasure
+    assert partial >= len(broken) // 3, "the line breaks must make rougeLsum differ from rougeL"
+
+
+def test_rouge_never_reads_another_instances_tokens(rouge_path):
+    # instances whose texts have the same length, the same number of words and the same word
+    # lengths, but other words (one letter changed in each, so that their stems differ too), each
+    # text a new string object, scored one after the other and interleaved metric by metric: a
+    # scoring kept by instance, text or token that answered from another one would give its scores
+    import random
+
+    rng = random.Random(45)
+    base = ["running", "caresses", "ponies", "generously", "evaluation", "agents", "pipeline", "stems", "dogs",
+            "cat", "quickly", "jumped"]
+    letters = "bcdfghklmnprstvw"
+
+    def variant(word):
+        i = rng.randrange(len(word))
+        return word[:i] + rng.choice([c for c in letters if c != word[i]]) + word[i + 1:]
+
+    metrics = {name: scorer(name, use_stemmer=True, **params) for name, params in ONE_CONFIG}
+    reference = rouge_scorer.RougeScorer(sorted(set(ONE_CONFIG_TYPES.values())), use_stemmer=True)
+    ref_words = [rng.choice(base) for _ in range(30)]
+    hyp_words = [w for w in ref_words if rng.random() > 0.3] + [rng.choice(base) for _ in range(5)]
+    instances = []
+    for _ in range(40):
+        # two instances a round: the same shape, the second's words a letter apart from the first's
+        a = ("".join([" ".join(ref_words)]), "".join([" ".join(hyp_words)]))
+        b = (" ".join(variant(w) for w in ref_words), " ".join(variant(w) for w in hyp_words))
+        assert [len(w) for w in a[0].split()] == [len(w) for w in b[0].split()] and a[0] != b[0]
+        instances += [a, b]
+        rng.shuffle(ref_words)
+    differ = 0
+    for i, (ref, hyp) in enumerate(instances):
+        other_ref, other_hyp = instances[i - 1]
+        expected, other = reference.score(ref, hyp), reference.score(other_ref, other_hyp)
+        differ += expected["rouge1"] != other["rouge1"]
+        for name, metric in metrics.items():
+            t = ONE_CONFIG_TYPES[name]
+            assert metric({"response": hyp, "reference": ref}) == expected[t].fmeasure, (name, ref, hyp)
+            assert metric({"response": other_hyp, "reference": other_ref}) == other[t].fmeasure, (name, other_ref)
+    assert differ > 60, "the neighbouring instances' scores must differ"
+
+
+@pytest.mark.slow
+def test_native_rouge_keeps_a_bounded_vocabulary():
+    # more distinct tokens than the C module keeps (32,768): the table is emptied past its bound,
+    # never larger, and the scores stay rouge-score's before and after
+    import random
+
+    from evalbeam.metrics import _rouge, text
+
+    rng = random.Random(46)
+    vocabulary = sorted({"".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(4, 10)))
+                         for _ in range(45000)})
+    rng.shuffle(vocabulary)
+    reference = rouge_scorer.RougeScorer(["rouge1", "rouge2"], use_stemmer=True)
+    kept = []
+    for i in range(44):
+        words = vocabulary[i * 1000:(i + 1) * 1000] + rng.sample(vocabulary[:(i + 1) * 1000], 200)
+        ref = " ".join(words)
+        hyp = " ".join(w for w in words if rng.random() > 0.3)
+        expected = reference.score(ref, hyp)
+        assert _rouge.scores(ref, hyp, (1, 2), text._porter_stem) == (
+            expected["rouge1"].fmeasure, expected["rouge2"].fmeasure)
+        kept.append(_rouge.kept_sizes()[1])
+    tokens = [k[0] for k in kept]
+    assert max(tokens) <= 32768 and max(k[1] for k in kept) <= 32768 and max(k[2] for k in kept) <= 1 << 20
+    assert any(b < a for a, b in zip(tokens, tokens[1:])), "the table must have been emptied on the way"
+
+
+def test_native_rouge_stems_each_token_once_and_drops_what_rouge_score_drops():
+    # the C module's stemmer contract against rouge-score's tokenizer given the same stemmer: a stem
+    # that is empty or not [a-z0-9]+ drops the token (rouge-score's VALID_TOKEN_RE); each distinct
+    # token is stemmed once while kept; a stemmer that raises, or returns no str, is an error
+    from rouge_score import tokenize
+
+    from evalbeam.metrics import _rouge
+
+    stems = {"running": "run", "ponies": "", "caresses": "a-b", "jumped": "JUMP", "walks": "walk",
+             "generously": "gen er", "talking": "talk"}
+
+    class Stemmer:
+        def stem(self, token):
+            return stems.get(token, token)
+
+    class Tokenizer:
+        def tokenize(self, text):
+            return tokenize.tokenize(text, Stemmer())
+
+    calls = []
+
+    def stem(token):
+        calls.append(token)
+        return stems.get(token, token)
+
+    reference = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], tokenizer=Tokenizer())
+    pairs = [("Running ponies, caresses; jumped walks run.", "run ponies walk jumped caresses"),
+             ("generously talking walks", "gen er talk walks"), ("ponies caresses", "ponies"), ("a b c", "a b c")]
+    for ref, hyp in pairs:
+        expected = reference.score(ref, hyp)
+        assert _rouge.scores(ref, hyp, (1, 2, 0), stem) == tuple(expected[t].fmeasure for t in ("rouge1", "rouge2", "rougeL"))
+    assert sorted(calls) == sorted(set(calls)), "each distinct token of more than three characters stemmed once"
+    assert set(calls) == {w for ref, hyp in pairs for w in tokenize.tokenize(ref + " " + hyp, None) if len(w) > 3}
+    # another stemmer: the kept tokens are not its stems
+    assert _rouge.scores("running", "run", (1,), lambda t: "run") == (1.0,)
+    assert _rouge.scores("running", "run", (1,), stem) == (1.0,)
+    assert _rouge.scores("running", "run", (1,), None) == (0.0,)
+
+    def failing(token):
+        raise ValueError(f"no stem for {token}")
+
+    with pytest.raises(ValueError, match="no stem for wholly"):
+        _rouge.scores("wholly", "new", (1,), failing)
+    with pytest.raises(TypeError, match="must return str or None"):
+        _rouge.scores("another", "word", (1,), lambda t: 5)
+    # and the module is usable again after an error
+    assert _rouge.scores("running dogs", "running cats", (1,), stem) == (0.5,)
+
+
+def test_native_rouge_called_from_its_own_stemmer_keeps_each_calls_tokens():
+    # the stemmer runs Python code, which may score another pair (here: itself, as another thread
+    # could while it runs): that call must use tokens of its own, not the busy table
+    from evalbeam.metrics import _rouge, text
+
+    inner = []
+
+    def stem(token):
+        inner.append(_rouge.scores("stemming " + token, "stems " + token, (1, 0), text._porter_stem))
+        return text._porter_stem(token)
+
+    reference = rouge_scorer.RougeScorer(["rouge1", "rougeL"], use_stemmer=True)
+    for ref, hyp in text_pairs(seed=47, count=30):
+        expected = reference.score(ref, hyp)
+        assert _rouge.scores(ref, hyp, (1, 0), stem) == (expected["rouge1"].fmeasure, expected["rougeL"].fmeasure)
+    assert inner and all(got == (1.0, 1.0) for got in inner)
+
+
+@pytest.mark.slow
+def test_native_rouge_l_equals_rouge_scores_lcs_where_tokens_repeat_and_texts_are_long():
+    # few distinct tokens, so that many subsequences compete, in texts of up to 200 tokens (the bit
+    # sets of more than one 64-bit word); and two long pairs, one each side of the size past which the
+    # module runs the plain dynamic programme (more than 2^16 words of bit sets)
+    import random
+
+    from evalbeam.metrics import _rouge
+
+    rng = random.Random(48)
+    reference = rouge_scorer.RougeScorer(["rougeL"])
+    pairs = []
+    for _ in range(500):
+        alphabet = [f"w{k}" for k in range(rng.randint(1, 6))]
+        pairs.append(tuple(" ".join(rng.choice(alphabet) for _ in range(rng.randint(0, 200))) for _ in range(2)))
+    for distinct in (2000, 2100):  # 32 words a bit set x 2000 tokens: bit sets; 33 x 2100: the programme
+        words = [f"t{k}" for k in range(distinct)]
+        pairs.append((" ".join(words), " ".join(w for w in rng.sample(words, len(words)) if rng.random() > 0.3)))
+    for ref, hyp in pairs:
+        assert _rouge.scores(ref, hyp, (0,), None) == (reference.score(ref, hyp)["rougeL"].fmeasure,), (ref[:80], hyp[:80])
 
 
 # The reference for the offline sentence splitter is NLTK's real English Punkt
@@ -336,7 +556,7 @@ def test_sentence_splitter_equals_nltk_sent_tokenize_with_nltks_english_model(nl
 
 @pytest.mark.slow
 @pytest.mark.parametrize("use_stemmer", [False, True])
-def test_rouge_lsum_split_summaries_equals_rouge_score(nltk_english_punkt, use_stemmer):
+def test_rouge_lsum_split_summaries_equals_rouge_score(nltk_english_punkt, use_stemmer, rouge_path):
     reference = rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=use_stemmer, split_summaries=True)
     ours = scorer("rouge", rouge_type="rougeLsum", use_stemmer=use_stemmer, split_summaries=True)
     pairs = text_pairs(seed=21, count=250)
@@ -500,10 +720,14 @@ def test_native_statistics_equal_the_tokens_matches_and_lengths():
         assert native.statistics(line, other, punctuation) == (*native.matches(th, tr), len(th), len(tr))
 
 
-# Run under valgrind by the test below: the C module's three functions on texts of every string kind,
-# dense in what the rules change, short and over its SMALL, each result checked against the others.
+# Run under valgrind by the test below: BLEU's C module's three functions on texts of every string
+# kind, dense in what the rules change, short and over its SMALL, each result checked against the
+# others; ROUGE's on the same pairs, stemmer on and off, against rouge-score-rs, with a pair past its
+# bit sets' bound, a stemmer that scores another pair itself, and one that fails.
 _MEMCHECK_PROBE = """
 import random
+import rouge_score_rs
+from evalbeam.metrics import _rouge, text
 from evalbeam.metrics import sentence_bleu as sb
 from tests.metrics.test_text import hard_texts
 rng = random.Random(5)
@@ -515,11 +739,28 @@ for h, r in zip(texts, texts[1:] + texts[:1]):
     th, tr = sb._native.tokens(a, sb.PUNCTUATION), sb._native.tokens(b, sb.PUNCTUATION)
     assert sb._native.statistics(a, b, sb.PUNCTUATION) == (*sb._native.matches(th, tr), len(th), len(tr))
 print("probed", len(texts))
+types = ["rouge1", "rouge2", "rouge4", "rougeL"]
+words = [f"t{k}" for k in range(2100)]
+pairs = list(zip(texts, texts[1:] + texts[:1])) + [(" ".join(words), " ".join(words[::-1][:1500]))]
+for stem in (None, text._porter_stem):
+    rust = rouge_score_rs.RougeScorer(types, use_stemmer=stem is not None)
+    for r, h in pairs:
+        expected = rust.score(r, h)
+        assert _rouge.scores(r, h, (1, 2, 4, 0), stem) == tuple(expected[t].fmeasure for t in types), (r, h)
+def nested(token):
+    _rouge.scores("stemming " + token, "stems", (1, 0), text._porter_stem)
+    return text._porter_stem(token)
+assert _rouge.scores("walking talks", "walked talking", (1,), nested) == (1.0,)
+try:
+    _rouge.scores("wholly", "new", (1,), lambda token: 5)
+except TypeError:
+    pass
+print("rouge probed", 2 * len(pairs))
 """
 
 
 @pytest.mark.slow
-def test_native_module_reads_and_writes_only_its_own_memory_under_valgrind():
+def test_native_modules_read_and_write_only_their_own_memory_under_valgrind():
     import os
     import re
     import shutil
@@ -535,9 +776,10 @@ def test_native_module_reads_and_writes_only_its_own_memory_under_valgrind():
         ["valgrind", "--tool=memcheck", "--num-callers=40", sys.executable, "-c", _MEMCHECK_PROBE],
         capture_output=True, text=True, cwd=root, timeout=1200,
         env={**os.environ, "PYTHONMALLOC": "malloc", "PYTHONPATH": str(root)})
-    assert result.returncode == 0 and "probed 457" in result.stdout, result.stderr[-3000:]
+    assert result.returncode == 0 and "probed 457" in result.stdout and "rouge probed 916" in result.stdout, \
+        result.stderr[-3000:]
     # memcheck's reports, one per error; CPython's own start-up and shutdown make some (reads of
-    # memory it never initialised by design): only those with the module in their stack count
+    # memory it never initialised by design): only those with a module of ours in their stack count
     reports = re.split(r"\n==\d+== \n", result.stderr)
     assert "ERROR SUMMARY" in result.stderr
-    assert [r for r in reports if "_bleu13a" in r] == []
+    assert [r for r in reports if "_bleu13a" in r or re.search(r"_rouge\.(c|cpython)", r)] == []
