@@ -131,7 +131,10 @@ class InputConfig(_Model):
     column_mapping: dict[str, str] = pydantic.Field(
         default_factory=dict, description="canonical field -> dataset column"
     )
-    id_column: str | None = pydantic.Field(None, description="default: a stable content hash of the row")
+    id_column: str | None = pydantic.Field(
+        None, description="the column of each case's id; default: a hash of the row's input fields (prompt, "
+                          "reference, context, ...: never the response, trajectory or other outputs), so cases "
+                          "whose outputs changed keep their ids")
     allow_empty: bool = pydantic.Field(
         False, description="an input with no record is expected (a quiet night's query): the run passes; "
                            "otherwise a run that reads nothing fails (status 1), naming the input")
@@ -260,6 +263,14 @@ class InputConfig(_Model):
     def bigquery_table(self) -> str:
         """project.dataset.table of a bq:// uri."""
         return self.uri.removeprefix("bq://")  # type: ignore[union-attr]
+
+    def instance_id_column(self) -> str | None:
+        """The column instance ids are read from: id_column; an ADK file's records carry their ADK id
+        (<eval_set_id>:<eval_id>[:<session_id>]) and an OpenTelemetry case its trace or conversation
+        id, both in `instance_id`; None: ids are hashes of each row's inputs (metrics.rows.instance)."""
+        if self.id_column:
+            return self.id_column
+        return "instance_id" if self.is_adk or self.inferred_format() == "otel_traces" else None
 
     def inferred_format(self) -> str | None:
         if self.format in ("adk_agent_events", "otel_traces"):
@@ -739,6 +750,10 @@ class EvalConfig(_Model):
     compare_watch: list[str] | None = pydantic.Field(
         None, description="the metrics the comparison gate flags; default every metric of the config "
                           "(latency_in_seconds and failure, added to agent runs automatically, only when named)")
+    compare_gate_slices: list[str] = pydantic.Field(
+        default_factory=list, description="slice columns (of input.slice_columns) whose rows gate beside the "
+                                          "overall ones, in the gate's Holm family; the other slice rows are "
+                                          "reported, adjusted among themselves, and never flagged")
     # 0.5: past it, the dead letters outnumber the rows scored, and the means describe a
     # minority of the input; that is a wrong file, encoding or mapping, never a few bad
     # lines, so the run fails (status 1) instead of passing a gate. Below it a run
@@ -885,6 +900,10 @@ class EvalConfig(_Model):
             if metric not in known:
                 raise ValueError(f"{field}: {metric!r} is not a metric of this config; its metrics: "
                                  f"{', '.join([*names, *(f for f in PASSTHROUGH_FIELDS if f not in names)])}")
+        for i, column in enumerate(self.compare_gate_slices):
+            if column not in self.input.slice_columns:
+                raise ValueError(f"compare_gate_slices.{i}: {column!r} is not one of input.slice_columns: "
+                                 f"{', '.join(self.input.slice_columns) or 'none'}")
         return self
 
     def gate(self) -> "Gate":
@@ -896,7 +915,7 @@ class EvalConfig(_Model):
         return Gate(parse_tolerance(self.compare_tolerance),
                     tuple((m, parse_tolerance(t)) for m, t in self.compare_tolerances.items()),
                     frozenset(self.compare_watch) if self.compare_watch is not None else None,
-                    frozenset(f for f in PASSTHROUGH_FIELDS if f not in names))
+                    frozenset(f for f in PASSTHROUGH_FIELDS if f not in names), frozenset(self.compare_gate_slices))
 
     @pydantic.model_validator(mode="after")
     def _failure_mode_metrics(self) -> "EvalConfig":

@@ -17,7 +17,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
 from evalbeam.configs import ConfigError, EvalConfig
-from evalbeam.pipelines.compare import CompareError, check_same_eval, run_info
+from evalbeam.pipelines.compare import CompareError, check_same_eval, check_same_identity, run_info
 from evalbeam.pipelines.local import LOCAL_RUNNERS, new_pipeline, stream_judge
 from evalbeam.pipelines.preflight import billing_project, preflight
 from evalbeam.pipelines.results import ResultsError, location_of, previous_run, results_for, runs_row
@@ -29,7 +29,7 @@ from evalbeam.pipelines.stages.failure_modes import FailureModesStage
 from evalbeam.pipelines.stages.inference import InferenceStage
 from evalbeam.pipelines.stages.judge_cache import JudgeCacheStage
 from evalbeam.pipelines.stages.judge import InferredOnlyStage, JudgeStage
-from evalbeam.pipelines.stages.read import ReadStage
+from evalbeam.pipelines.stages.read import ReadStage, row_spec
 from evalbeam.pipelines.stages.rubrics import RubricStage
 from evalbeam.pipelines.stages.score import ScoringStage
 from evalbeam.pipelines.stages.simulator_quality import SimulatorQualityStage
@@ -39,6 +39,7 @@ from evalbeam.transforms import bigquery
 from evalbeam.transforms.judge_checkpoint import checkpoint_folder
 from evalbeam.transforms.progress import ProgressDisplay
 from evalbeam.transforms.run_lock import BigQueryRunLock, RunIdHeld, RunLock
+from evalbeam.metrics.rows.instance import id_scheme
 from evalbeam.metrics.rows.tables import RunKey, utc_now
 from evalbeam.transforms.interrupt import RESUME_HINT
 from evalbeam.transforms.write import ATTEMPTS, remove_attempt, sweep_dead_attempts
@@ -108,10 +109,11 @@ def plan_comparison(config: EvalConfig, run_key: RunKey, started_at, allow_diffe
     if row is None:
         raise ConfigError(f"compare_with: no run {base_id!r} in {results.location if results else config.output.parquet}")
     this = run_info({"run_id": run_key.run_id, "name": config.name, "run_date": run_key.run_date,
-                     "started_at": started_at, "config": config.to_json()})
+                     "started_at": started_at, "config": config.to_json(), "id_scheme": id_scheme(row_spec(config))})
 
     try:
         check_same_eval(run_info(row), this, allow_different_evals)
+        check_same_identity(run_info(row), this)
     except CompareError as e:
         raise ConfigError(f"compare_with: {e}") from None
     return location_of(results), run_info(row), this

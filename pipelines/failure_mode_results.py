@@ -4,6 +4,7 @@ shrank between two runs that used the same taxonomy, with paired statistics over
 instances both runs hold). The CLI calls these with a line or two."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -195,42 +196,52 @@ def mode_gate_failed(rows: list[dict[str, Any]], gated: list[str]) -> list[dict[
     return [r for r in rows if r["grew"] and ("any" in gated or r["mode"] in gated)]
 
 
-def compare_modes_command(results, base_id: str, run_ids: list[str], alpha: float, gated: list[str]) -> int:
-    """`evalbeam compare`'s failure-mode part: prints each run's mode changes (or why its
-    modes are not compared); 1 when a gated mode grew (--fail-on-mode-growth), 2 when a gated
+@dataclasses.dataclass
+class ModeComparison:
+    """`evalbeam compare`'s failure-mode part: what it prints (`lines`, and `errors` for stderr), the
+    rows compared, and its status: 1 when a gated mode grew (--fail-on-mode-growth), 2 when a gated
     mode is no mode of the taxonomies compared (a typo would never fire) or when, with a gate, a
     run's modes could not be compared at all (different or no taxonomies: the gate could not be
     evaluated, and a gate that cannot look must not pass), else 0."""
-    import json
-    import sys
 
+    lines: list[str]
+    errors: list[str]
+    rows: list[dict]
+    status: int
+
+
+def compare_modes(results, base_id: str, run_ids: list[str], alpha: float, gated: list[str]) -> ModeComparison:
+    import json
+
+    lines, errors, all_rows = [], [], []
     failed, known, compared, uncompared = [], set(), False, []
     for run_id in run_ids:
         try:
             rows = compare_failure_modes(results, base_id, run_id, alpha)
         except TaxonomiesDiffer as e:
             if gated or "no failure modes" not in str(e):
-                print(f"\nfailure modes not compared: {e}")
+                lines.append(f"\nfailure modes not compared: {e}")
             uncompared.append(run_id)
             continue
         base_metrics, run_metrics = classified_metrics(results, base_id), classified_metrics(results, run_id)
         for metric in sorted(set(base_metrics) ^ set(run_metrics)):
             only = base_id if metric in base_metrics else run_id
-            print(f"\nfailure modes of {metric} not compared: only run {only} classified its failures")
-        print(format_mode_comparison(rows))
+            lines.append(f"\nfailure modes of {metric} not compared: only run {only} classified its failures")
+        lines.append(format_mode_comparison(rows))
+        all_rows += rows
         failed += mode_gate_failed(rows, gated)
         compared = True
         known |= {r["mode"] for r in rows} | {m["id"] for t in taxonomy_rows(results, run_id)
                                               for m in json.loads(t["modes"] or "[]")}
     unknown = sorted({g for g in gated if g != "any"} - known) if compared else []
     if unknown:
-        print(f"evalbeam: --fail-on-mode-growth {', '.join(unknown)}: not a mode of the taxonomy compared "
-              f"(its modes: {', '.join(sorted(known))})", file=sys.stderr)
+        errors.append(f"evalbeam: --fail-on-mode-growth {', '.join(unknown)}: not a mode of the taxonomy compared "
+                      f"(its modes: {', '.join(sorted(known))})")
     if gated and uncompared:
-        print(f"evalbeam: --fail-on-mode-growth: the failure modes of run(s) {', '.join(uncompared)} could not be "
-              f"compared with {base_id}'s (said above), so the gate could not be evaluated", file=sys.stderr)
+        errors.append(f"evalbeam: --fail-on-mode-growth: the failure modes of run(s) {', '.join(uncompared)} could "
+                      f"not be compared with {base_id}'s (said above), so the gate could not be evaluated")
     if gated:
-        print(f"{len(failed)} gated failure mode growth(s) flagged"
-              + "".join(f"\n  {r['metric']} {r['slice']}: {r['mode']} grew ({r['base_count']} -> {r['count']}, "
-                        f"p {r['p_value']:.4f})" for r in failed))
-    return 2 if unknown or (gated and uncompared) else 1 if failed else 0
+        lines.append(f"{len(failed)} gated failure mode growth(s) flagged"
+                     + "".join(f"\n  {r['metric']} {r['slice']}: {r['mode']} grew ({r['base_count']} -> {r['count']}, "
+                               f"p {r['p_value']:.4f})" for r in failed))
+    return ModeComparison(lines, errors, all_rows, 2 if unknown or (gated and uncompared) else 1 if failed else 0)

@@ -249,7 +249,7 @@ def _comparison_table(rows: list[dict[str, Any]]) -> str:
     out = ['<table class="comparison"><tr><th>metric</th><th>slice</th><th class=num>paired</th>'
            "<th class=num>base mean</th><th class=num>mean</th><th class=num>difference</th><th>95% CI</th>"
            "<th class=num>p (Holm)</th><th class=num>wins/ties/losses</th><th>better</th><th>flag</th>"
-           "<th>estimate</th></tr>"]
+           "<th>estimate</th><th>the gate</th></tr>"]
     for r in rows:
         cls = "regression" if r["regression"] else "improvement" if r["improvement"] else ""
         flag = "REGRESSION" if r["regression"] else "improvement" if r["improvement"] else ""
@@ -262,7 +262,9 @@ def _comparison_table(rows: list[dict[str, Any]]) -> str:
             f'<td class=num>{num(r["wins"])}/{num(r["ties"])}/{num(r["losses"])}</td><td>{e(r["direction"])}</td>'
             f'<td class="flag">{flag}</td>'
             # corrected: the means, difference, CI and p are human-corrected (PPI++; metrics.statistics.compare)
-            f'<td>{"corrected (PPI++)" if r.get("estimate") == "corrected" else "judge"}</td></tr>')
+            f'<td>{"corrected (PPI++)" if r.get("estimate") == "corrected" else e(r.get("estimate") or "-")}</td>'
+            # why the gate flagged the row or did not (metrics.statistics.compare.gate_reason; none on older rows)
+            f'<td>{e(r.get("gate_reason") or "-")}</td></tr>')
     out.append("</table>")
     return "\n".join(out)
 

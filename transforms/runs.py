@@ -128,13 +128,15 @@ class RunRecord(beam.PTransform):
     reached the end, so a record lost anywhere on the way shows as a mismatch."""
 
     def __init__(self, run: RunKey, name: str, config_json: str, version: str, started_at: dt.datetime,
-                 prices: dict | None = None, model: str | None = None, models: dict[str, str] | None = None):
+                 prices: dict | None = None, model: str | None = None, models: dict[str, str] | None = None,
+                 id_scheme: str | None = None):
         super().__init__()
         self._base = {
             **run.columns(),
             "name": name,
             "config": config_json,
             "evalbeam_version": version,
+            "id_scheme": id_scheme,
             "started_at": started_at,
         }
         self._prices = prices or {}

@@ -34,6 +34,10 @@ def gate_args(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     parser.add_argument("--min-paired", type=non_negative, metavar="N",
                         help=prefix + "exit 2 when a metric pairs fewer than N instances of the two runs "
                              "(default: half of the smaller run)")
+    parser.add_argument("--max-missing", type=share, metavar="SHARE",
+                        help=prefix + "exit 2 when a gated metric lost more than this share of the base run's "
+                             "instances: missing from the run, or with no valid score in it (0.05 or 5%%; "
+                             "default 5%%). Instances new in the run are never missing")
     parser.add_argument("--allow-different-evals", action="store_true",
                         help=prefix + "compare runs of different evals (config names), which is refused otherwise")
 
@@ -49,4 +53,15 @@ def positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def share(text: str) -> float:
+    """A share: 0.05 or 5%, from 0 to 1."""
+    try:
+        value = float(text.strip().removesuffix("%")) / (100 if text.strip().endswith("%") else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError("give a share: 0.05 or 5%") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError("must be from 0 to 1 (0% to 100%)")
     return value

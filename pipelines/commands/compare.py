@@ -11,9 +11,11 @@ from evalbeam.pipelines.commands import usage_error
 from evalbeam.pipelines.commands.arguments import gate_args
 from evalbeam.pipelines.commands.beam_flags import check_beam_args, pipeline_options
 from evalbeam.pipelines.commands.results_args import results_args, results_of
-from evalbeam.pipelines.compare import (CompareError, compare, comparison_gate, format_comparison, gate_settings,
-                                        unpaired_note)
-from evalbeam.pipelines.failure_mode_results import compare_modes_command
+from evalbeam.metrics.statistics.compare import parse_tolerance
+from evalbeam.pipelines.compare import (CompareError, compare, comparison_gate, format_comparison, gate_explanations,
+                                        gate_settings, unpaired_note)
+from evalbeam.pipelines.failure_mode_results import compare_modes
+from evalbeam.pipelines.report_data import to_json
 from evalbeam.pipelines.results import ResultsError
 
 
@@ -27,8 +29,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--watch", action="append", default=[], metavar="METRIC[,METRIC...]",
                         help="the metrics the gate flags (default: the run's config's compare_watch, else every "
                              "metric but the automatic latency_in_seconds and failure); repeatable")
+    parser.add_argument("--gate-slices", action="append", default=[], metavar="COLUMN[,COLUMN...]",
+                        help="slice columns whose rows gate beside the overall ones, in the gate's Holm family "
+                             "(default: the run's config's compare_gate_slices, else none: slice rows are reported, "
+                             "adjusted among themselves, never flagged); repeatable")
     parser.add_argument("--alpha", type=float, default=0.05,
                         help="flag only changes whose Holm-adjusted p-value is below this (default 0.05)")
+    parser.add_argument("--detect", metavar="DIFF",
+                        help="say how many paired instances each gated metric needs for a change of DIFF to be "
+                             "flagged 80%% of the time (a number, or N%% of the base mean)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (the comparison rows, the gate's verdict and problems, the "
+                             "failure modes) instead of the tables; the exit status is the same")
     parser.add_argument("--fail-on-mode-growth", action="append", default=[], metavar="MODE",
                         help="exit 1 when this failure mode (or 'any') grew significantly in a slice (repeatable)")
     gate_args(parser)
@@ -40,9 +52,13 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
     if not 0 < args.alpha <= 1:
         usage_error("--alpha must be in (0, 1]")
     try:
-        gate = gate_settings(args.tolerance, args.watch)
+        gate = gate_settings(args.tolerance, args.watch, args.gate_slices)
     except ValueError as e:
         usage_error(str(e))
+    try:
+        detect = parse_tolerance(args.detect) if args.detect is not None else None
+    except ValueError as e:
+        usage_error(f"--detect {args.detect}: {e}")
     logging.getLogger().setLevel(logging.WARNING)
     try:
         results = results_of(args)
@@ -56,22 +72,36 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
     except (ConfigError, ResultsError, CompareError) as e:
         print(f"evalbeam: {e}", file=sys.stderr)
         return 2
-    print(format_comparison(rows))
+    regressed = [r for r in rows if r["regression"]]
+    modes = compare_modes(results, args.base_run_id, args.run_ids, args.alpha, args.fail_on_mode_growth)
+    problems = comparison_gate(results, rows, args.base_run_id, args.run_ids, args.min_paired, args.max_missing)
+    # too little paired to gate on, or a gated mode the gate could not look at: neither a pass nor a regression
+    status = 2 if problems or modes.status == 2 else 1 if regressed or modes.status else 0
+    if args.json:
+        print(to_json({"base_run_id": args.base_run_id, "run_ids": args.run_ids, "status": status,
+                       "regressions": len(regressed), "problems": problems, "unpaired": unpaired_note(rows),
+                       "gate": gate_explanations(rows, detect),
+                       "comparisons": rows, "failure_modes": modes.rows, "failure_mode_errors": modes.errors,
+                       "written_to": results.location}))
+        return status
+    print(format_comparison(rows, detect=detect))
     for note in unpaired_note(rows):
         print(note)
-    regressed = [r for r in rows if r["regression"]]
-    modes_grew = compare_modes_command(results, args.base_run_id, args.run_ids, args.alpha, args.fail_on_mode_growth)
+    for line in modes.lines:
+        print(line)
+    for error in modes.errors:
+        print(error, file=sys.stderr)
     print(f"\n{len(regressed)} regression(s) flagged; comparisons written to {results.location}")
-    if gate_failed(results, rows, args.base_run_id, args.run_ids, args.min_paired):
-        return 2  # too little paired to gate on: neither a pass nor a regression
-    if modes_grew == 2:
-        return 2  # a gated mode the taxonomy does not have, or modes not comparable: the gate could not look
-    return 1 if regressed or modes_grew else 0
+    for problem in problems:
+        print(f"evalbeam: compare: {problem}", file=sys.stderr)
+    return status
 
 
-def gate_failed(results, rows, base_run_id: str, run_ids: list[str], min_paired: int | None) -> bool:
-    """Say (stderr) each metric that pairs too few instances to gate on; whether there was one."""
-    problems = comparison_gate(results, rows, base_run_id, run_ids, min_paired)
+def gate_failed(results, rows, base_run_id: str, run_ids: list[str], min_paired: int | None,
+                max_missing: float | None = None) -> bool:
+    """Say (stderr) each gated metric that lost too many of the base's instances or pairs too few to
+    gate on; whether there was one."""
+    problems = comparison_gate(results, rows, base_run_id, run_ids, min_paired, max_missing)
     for problem in problems:
         print(f"evalbeam: compare: {problem}", file=sys.stderr)
     return bool(problems)

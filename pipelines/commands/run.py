@@ -71,6 +71,6 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
             if regressed and args.fail_on_regression:
                 print(f"evalbeam: run {run_key.run_id} regressed against {rows[0]['base_run_id']}", file=sys.stderr)
                 status = 1
-            if gate_failed(results, rows, rows[0]["base_run_id"], [run_key.run_id], args.min_paired):
+            if gate_failed(results, rows, rows[0]["base_run_id"], [run_key.run_id], args.min_paired, args.max_missing):
                 status = 2
     return status
