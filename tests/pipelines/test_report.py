@@ -165,11 +165,12 @@ MAGENTA = (255, 0, 255)
 
 def bar_bands(pixels) -> list[tuple[int, int]]:
     """The rows of the page (first, last) where MAGENTA is drawn, one (first, last) per run of
-    rows without a gap: one per chart, as the charts stand one below the other."""
+    rows without a gap of more than a grid line's few rows: one per chart, as the charts stand
+    one below the other, hundreds of rows apart."""
     rows = np.flatnonzero((np.abs(pixels.astype(int) - np.array(MAGENTA)).max(axis=2) <= 3).any(axis=1))
     if not len(rows):
         return []
-    breaks = np.flatnonzero(np.diff(rows) > 1)
+    breaks = np.flatnonzero(np.diff(rows) > 4)
     return list(zip(rows[np.r_[0, breaks + 1]], rows[np.r_[breaks, len(rows) - 1]]))
 
 
