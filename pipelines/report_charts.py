@@ -185,7 +185,8 @@ MIN_GAP_SHARE = 1 / 25
 @dataclasses.dataclass
 class Bars:
     """A distribution as drawn: bar i spans [lefts[i], lefts[i] + widths[i]) and is counts[i]
-    high; `ticks` and `labels` name the scores (None: the axis's own ticks)."""
+    high; `ticks` and `labels` name the scores (None: the axis's own ticks), `slanted` where
+    they would overlap level."""
 
     lefts: list[float]
     widths: list[float]
@@ -193,6 +194,7 @@ class Bars:
     xlim: tuple[float, float]
     ticks: list[float] | None = None
     labels: list[str] | None = None
+    slanted: bool = False
 
 
 def distribution_bars(histogram: dict[str, Any]) -> Bars:
@@ -223,9 +225,11 @@ def distribution_bars(histogram: dict[str, Any]) -> Bars:
         gap = min(b - a for a, b in zip(values, values[1:]))
         if math.isfinite(span + gap) and gap >= span * MIN_GAP_SHARE:
             lefts = [v - 0.3 * gap for v in values]
-            ticks = values if len(values) <= 8 and gap >= span / 8 else None
-            return Bars(lefts, [0.6 * gap] * len(values), [n for _, n in merged],
-                        (values[0] - 0.5 * gap, values[-1] + 0.5 * gap), ticks, ticks and _labels(ticks))
+            xlim = (values[0] - 0.5 * gap, values[-1] + 0.5 * gap)
+            labels = _labels(values)
+            if not _labels_fit(values, labels, xlim):  # the axis's own ticks rather than labels over each other
+                values, labels = None, None
+            return Bars(lefts, [0.6 * gap] * len(lefts), [n for _, n in merged], xlim, values, labels)
     return _categories(merged)
 
 
@@ -244,10 +248,22 @@ def _merge_near_equal(scores: list[tuple[float, int]]) -> list[tuple[float, int]
 
 
 def _categories(scores: list[tuple[float, int]]) -> Bars:
-    """One bar per score, side by side, each labelled with its score."""
+    """One bar per score, side by side, each labelled with its score (slanted where they would overlap)."""
     k = len(scores)
+    labels = _labels([v for v, _ in scores])
     return Bars([i - 0.3 for i in range(k)], [0.6] * k, [n for _, n in scores], (-0.6, k - 0.4),
-                list(range(k)), _labels([v for v, _ in scores]))
+                list(range(k)), labels, slanted=not _labels_fit(range(k), labels, (-0.6, k - 0.4)))
+
+
+# The distribution's plot is about 190 points wide (a third of a metric panel) and its tick labels
+# take about 5 points a character: whether labels side by side overlap.
+PLOT_POINTS, LABEL_CHAR_POINTS = 190, 5.2
+
+
+def _labels_fit(positions, labels: list[str], xlim: tuple[float, float]) -> bool:
+    scale = PLOT_POINTS / (xlim[1] - xlim[0])
+    return all((b - a) * scale >= (len(la) + len(lb)) / 2 * LABEL_CHAR_POINTS + 4
+               for a, b, la, lb in zip(positions, list(positions)[1:], labels, labels[1:]))
 
 
 def _labels(values: list[float]) -> list[str]:
@@ -274,7 +290,7 @@ def _distribution(ax, histogram, score_range) -> None:
            **({} if histogram["discrete"] else {"edgecolor": "white", "linewidth": 0.4}), gid="distribution-bars")
     ax.set_xlim(*bars.xlim)
     if bars.ticks is not None:
-        ax.set_xticks(bars.ticks, bars.labels, **({"rotation": 30, "ha": "right"} if len(bars.ticks) > 5 else {}))
+        ax.set_xticks(bars.ticks, bars.labels, **({"rotation": 30, "ha": "right"} if bars.slanted else {}))
     ax.set_ylabel("instances")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(axis="x", visible=False)
