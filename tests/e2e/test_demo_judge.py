@@ -61,9 +61,12 @@ def test_every_judge_of_a_config_is_pointed_at_the_stand_in(tmp_path):
 
 def test_make_demo_judge_passes_config_and_its_arguments():
     """The Makefile's wiring: CONFIG as given (a path with a space kept whole), the default without it."""
+    # as from a shell, not as a sub-make of `make test-fast` (its MAKEFLAGS, "Entering directory" lines)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+
     def command(*args):
-        out = subprocess.run(["make", "-n", "-o", ".venv/.installed", "demo-judge", *args], cwd=ROOT,
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(["make", "-n", "--no-print-directory", "-o", ".venv/.installed", "demo-judge", *args],
+                             cwd=ROOT, env=env, capture_output=True, text=True, check=True).stdout
         return out.strip().splitlines()[-1]
 
     assert command("CONFIG=my evals/x.yaml", "DEMO_JUDGE_ARGS=--set run_id=r") == \
