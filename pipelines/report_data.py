@@ -68,13 +68,18 @@ def input_problems(r: dict[str, Any]) -> list[str]:
 
 
 # Distributions computed where the rows are: a metric with few distinct scores (0/1, a 1..5
-# rubric) is counted per score, any other in 20 equal bins between its min and max.
+# rubric) is counted per score, any other in 20 equal bins between its min and max. Only
+# finite scores count (`score - score = 0` is false for NaN and infinities in DuckDB and
+# BigQuery alike: the pipeline writes none, a table written otherwise may hold them); the bin
+# is computed on halves, so that a range wider than the largest float does not overflow.
+# Scores that differ only by rounding (0.6666666666666665, 0.6666666666666666) are told apart
+# here and drawn as one bar by report_charts.
 HISTOGRAM_SQL = """
-WITH s AS (SELECT metric, score FROM {scores} WHERE score IS NOT NULL),
+WITH s AS (SELECT metric, score FROM {scores} WHERE score - score = 0),
 r AS (SELECT metric, MIN(score) AS lo, MAX(score) AS hi, COUNT(DISTINCT score) AS distinct_scores FROM s GROUP BY metric)
 SELECT s.metric, r.lo, r.hi, r.distinct_scores,
   CASE WHEN r.distinct_scores <= {max_distinct} THEN s.score
-       ELSE LEAST(FLOOR((s.score - r.lo) / (r.hi - r.lo) * {bins}), {bins} - 1) END AS bucket,
+       ELSE LEAST(FLOOR((s.score / 2 - r.lo / 2) / (r.hi / 2 - r.lo / 2) * {bins}), {bins} - 1) END AS bucket,
   COUNT(*) AS n
 FROM s JOIN r ON s.metric = r.metric
 GROUP BY s.metric, r.lo, r.hi, r.distinct_scores, bucket
@@ -171,8 +176,9 @@ def histograms(results, run_id: str) -> dict[str, dict[str, Any]]:
         if discrete:
             h["buckets"].append((float(r["bucket"]), None, r["n"]))
         else:
-            width = (r["hi"] - r["lo"]) / HISTOGRAM_BINS
-            h["buckets"].append((r["lo"] + int(r["bucket"]) * width, width, r["n"]))
+            # on halves, as the bin above: finite for any finite lo and hi
+            width = r["hi"] / HISTOGRAM_BINS - r["lo"] / HISTOGRAM_BINS
+            h["buckets"].append((2 * (r["lo"] / 2 + int(r["bucket"]) * (width / 2)), width, r["n"]))
     return out
 
 

@@ -76,7 +76,8 @@ def num(value: Any, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     if isinstance(value, float):
-        return f"{value:.{digits}f}"
+        # a huge score in full would be hundreds of digits wide, pushing the table's charts off the page
+        return f"{value:.{digits}f}" if abs(value) < 1e12 else f"{value:.{digits}e}"
     return e(value)
 
 
