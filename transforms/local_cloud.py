@@ -29,11 +29,24 @@ def route_beam_to_emulators() -> None:
     """With emulators, Beam's own Google Cloud IO connects anonymously at once,
     instead of looking for Application Default Credentials with retries and
     backoff. Runs on import of `transforms`, so in every process that
-    unpickles pipeline code."""
+    unpickles pipeline code.
+
+    Private to Beam, for want of a public way: Beam's Cloud Storage and BigQuery
+    IO take their credentials from `auth.get_service_credentials`, which caches
+    what google.auth.default() gives in `auth._Credentials` (`--no_auth` reaches
+    only the Dataflow client). Recorded here as answered, with no credentials,
+    that cache is what an anonymous client is built from. A Beam that renames it
+    fails tests/transforms/test_local_cloud.py, and here it stops with a line
+    saying so rather than waiting on retries."""
     if not emulated():
         return
     from apache_beam.internal.gcp import auth  # start-up time: Beam's GCP auth only where used
 
+    cache = getattr(auth, "_Credentials", None)
+    if not all(hasattr(cache, name) for name in ("_credentials_lock", "_credentials", "_credentials_init")):
+        raise RuntimeError("this apache-beam no longer caches its credentials in "
+                           "apache_beam.internal.gcp.auth._Credentials: transforms/local_cloud.py's emulator "
+                           "routing must be revised for it")
     with auth._Credentials._credentials_lock:
         auth._Credentials._credentials = None
         auth._Credentials._credentials_init = True
