@@ -20,10 +20,14 @@ Cloud Storage: the lock object is created with if_generation_match=0 (it fails
 when the object exists), its `lease_until` rewritten every LEASE_SECONDS / 4
 with if_generation_match=<the generation it wrote>; one whose lease has passed
 is stale and taken over by a write conditional on that generation, so two
-retries cannot both take it. (The storage emulator the tests use ignores
-generation preconditions: after writing, the run reads the lock back and
-proceeds only if it is its own, which narrows, without closing, the window in
-which two runs started in the same milliseconds could both pass there.)
+retries cannot both take it. After writing, the run reads the lock back and
+proceeds only if it is its own: on a store that ignores preconditions
+(gcp-storage-emulator, which `make emulators` runs) that narrows, without
+closing, the window in which two runs started in the same milliseconds could
+both pass. Given back, the lock is read back and deleted only if it is still
+the generation its holder wrote (release_gcs_lock), with that generation as the
+delete's precondition. tests/transforms/test_run_lock.py runs these rules on
+fake-gcs-server, which enforces preconditions on uploads (not on deletes).
 
 A killed run's retry: locally the flock went with the dead process, so the retry
 takes the lock at once. On Cloud Storage (and BigQuery) a retry on the same host
@@ -270,14 +274,8 @@ class RunLock:
             self.lost = True  # another run took it over (this one stalled past its lease)
 
     def _release_gcs(self) -> None:
-        from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
-
-        if self.lost:
-            return
-        try:
-            _blob(self.path).delete(if_generation_match=self._generation)
-        except (exceptions.PreconditionFailed, exceptions.NotFound):
-            pass
+        if not self.lost:
+            release_gcs_lock(self.path, self._generation)
 
     # ------------------------------------------------------------------ both
 
@@ -313,9 +311,37 @@ class RunLock:
         self.release()
 
 
-def read_holder_from_blob(blob) -> dict | None:
+def release_gcs_lock(path: str, generation: int | None, attempt: str | None = None) -> bool:
+    """Delete a Cloud Storage lock if it is still the one its holder wrote: its generation (the
+    holder's last write) or, given `attempt`, the attempt it names. Read back first, then deleted
+    with if_generation_match on what was read: on Cloud Storage the precondition alone would keep a
+    newer lock (another run's, taken over after this holder's lease passed); the read-back is what
+    keeps it where deletes are not conditional (fake-gcs-server, which the tests run on, ignores
+    preconditions on delete), leaving only the moment between the read and the delete there.
+    True when this call deleted it."""
+    from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
+
+    blob = _blob(path)
     try:
-        return json.loads(blob.download_as_text())
+        blob.reload()
+    except exceptions.NotFound:
+        return False
+    if attempt is not None:
+        holder = read_holder_from_blob(blob, blob.generation) or {}
+        if holder.get("attempt") != attempt:
+            return False
+    elif blob.generation != generation:
+        return False
+    try:
+        blob.delete(if_generation_match=blob.generation)
+    except (exceptions.PreconditionFailed, exceptions.NotFound):
+        return False
+    return True
+
+
+def read_holder_from_blob(blob, generation: int | None = None) -> dict | None:
+    try:
+        return json.loads(blob.download_as_text(if_generation_match=generation))
     except Exception:  # noqa: BLE001 - only for the message
         return None
 
