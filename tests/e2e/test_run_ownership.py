@@ -305,3 +305,51 @@ def test_gcs_preconditions_one_of_racing_runs_holds_the_run_id_and_a_killed_hold
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.communicate()
+
+
+@pytest.mark.emulators
+def test_a_dataflow_job_holds_its_run_id_after_its_launcher_is_gone_until_it_ends(fake_gcs, tmp_path):
+    """A Dataflow run (submitted to a local stand-in for the Dataflow service, tests/servers/dataflow_server.py,
+    through Beam's own client; its lock on Cloud Storage's preconditions, fake-gcs-server): the launcher
+    takes the lock, submits, hands the lock to the job and exits 0. While the service says the job has not
+    ended, a second Dataflow launcher and a local run of the same run_id are refused (2), each with one line
+    naming the job and its state; once it has failed, the next launcher takes the lock over and its own job
+    holds it."""
+    from evalbeam.transforms.run_lock import lock_path, read_holder
+    from tests.emulators.control import BUCKET, PROJECT
+    from tests.servers.dataflow_server import DataflowServer
+
+    output = f"gs://{BUCKET}/df/out"
+    config = config_file(tmp_path, data_file(tmp_path / "d.jsonl", n=5), output)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def run(*flags):
+        return subprocess.run([EVALBEAM, "run", str(config), *flags], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=600)
+
+    with DataflowServer() as service:
+        dataflow = ["--runner=DataflowRunner", f"--project={PROJECT}", "--region=us-central1",
+                    f"--temp_location=gs://{BUCKET}/tmp", f"--dataflow_endpoint={service.endpoint}"]
+        first = run(*dataflow)
+        assert first.returncode == 0, first.stderr
+        [job_id] = service.jobs
+        assert first.stdout.splitlines() == [f"submitted run x (run date {dt.date.today().isoformat()}) as job {job_id}"]
+        holder = read_holder(output, "x")  # the launcher has exited: the job holds it, with no lease
+        assert (holder["job_id"], holder["project"], holder["region"]) == (job_id, PROJECT, "us-central1")
+        assert "lease_until" not in holder
+        for state in ("JOB_STATE_QUEUED", "JOB_STATE_RUNNING", "JOB_STATE_CANCELLING"):
+            service.state(job_id, state)
+            for flags in (dataflow, [f"--dataflow_endpoint={service.endpoint}"]):  # another launcher; a local run
+                refused = run(*flags)
+                assert refused.returncode == 2, refused.stderr
+                assert refused.stderr.splitlines()[-1] == (
+                    f"evalbeam: run_id 'x' is being written by Dataflow job {job_id} (project {PROJECT}, region "
+                    f"us-central1, {state}; submitted from host {holder['host']}, pid {holder['pid']}, started "
+                    f"{holder['started_at']}, attempt {holder['attempt']}); its lock is {lock_path(output, 'x')}")
+        assert len(service.jobs) == 1
+        service.state(job_id, "JOB_STATE_FAILED")  # its last step never ran: the lock is still there
+        retried = run(*dataflow)
+        assert retried.returncode == 0, retried.stderr
+        [second] = set(service.jobs) - {job_id}
+        taken = read_holder(output, "x")
+        assert taken["job_id"] == second and taken["attempt"] != holder["attempt"]

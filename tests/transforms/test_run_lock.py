@@ -127,3 +127,23 @@ def test_a_release_keeps_another_runs_newer_lock(fake_gcs, monkeypatch):
     newer.release()
     assert read_holder(out, "x") is None
     assert not bucket().blob(lock_path(out, "x").split("/", 3)[3]).exists()
+
+
+def test_a_jobs_last_step_gives_back_its_own_lock_and_no_other(fake_gcs):
+    """ReleaseRunLock, the last step of a Dataflow job holding its run_id (here on DirectRunner, in a real
+    pipeline): the lock naming the job's attempt is deleted; one naming another attempt (a run that took
+    it over after the job was seen to end) is kept."""
+    import apache_beam as beam
+    from apache_beam.testing.test_pipeline import TestPipeline
+
+    from evalbeam.transforms.run_lock import ReleaseRunLock, lock_path, read_holder
+
+    out = output("joblock")
+    path = lock_path(out, "x")
+    blob = bucket().blob(path.split("/", 3)[3])
+    for attempt, kept in (("jobattempt", False), ("another", True)):
+        blob.upload_from_string(json.dumps({"run_id": "x", "attempt": attempt, "job_id": "j-1"}))
+        with TestPipeline(runner="DirectRunner") as p:
+            _ = p | beam.Create(["x"]) | ReleaseRunLock(path, "jobattempt")
+        assert (read_holder(out, "x") is not None) == kept
+        assert not kept or read_holder(out, "x")["attempt"] == "another"
