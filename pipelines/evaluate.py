@@ -134,7 +134,7 @@ def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: boo
     quiet_write_failures()
     try:
         run_key, result = _run(config, options, started_at, run_key, attempt, allow_different_evals, job_lock)
-        job_id = getattr(result, "job_id", lambda: None)() if job_lock else None
+        job_id = submitted_job(result) if job_lock else None
         if job_id and not lock.hand_to_job(job_id):  # submitted: the job holds the run_id from here on
             print(f"evalbeam: the lock of run {run_key.run_id} was taken over while job {job_id} was submitted: "
                   "the job does not hold it", file=sys.stderr)
@@ -154,6 +154,15 @@ def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: boo
     finally:
         if lock is not None:
             lock.release()
+
+
+def submitted_job(result) -> str | None:
+    """The id of the job a remote run submitted; None when none was (a dry run, a template made with
+    --template_location: Beam's result then has no job, and its job_id() raises)."""
+    try:
+        return result.job_id()
+    except AttributeError:
+        return None
 
 
 def resume_hint(config: EvalConfig, run_id: str) -> list[str]:
