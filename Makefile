@@ -51,8 +51,9 @@ demo-judge: $(STAMP)
 demo-labels: $(STAMP)
 	$(BIN)/python -m tests.demo_judge configs/demo_labels.yaml $(DEMO_JUDGE_ARGS)
 
-# The Cloud Storage and BigQuery emulators, each in its own venv (tests/emulators/*.lock).
-$(EMULATORS_STAMP): $(STAMP) tests/emulators/bigquery.lock tests/emulators/storage.lock tests/emulators/control.py
+# The Cloud Storage and BigQuery emulators, each in its own venv (tests/emulators/*.lock), and fake-gcs-server
+# (Cloud Storage with its generation preconditions, for the run lock's tests).
+$(EMULATORS_STAMP): $(STAMP) tests/emulators/bigquery.lock tests/emulators/storage.lock tests/emulators/fakegcs.lock tests/emulators/control.py
 	$(BIN)/python -m tests.emulators install $(EMULATORS)
 	touch $(EMULATORS_STAMP)
 

@@ -762,6 +762,11 @@ class EvalConfig(_Model):
         DEFAULT_MAX_DEAD_LETTER_SHARE, ge=0, le=1,
         description="the largest share of the records read that may be dead-lettered before the run fails "
                     "(status 1)")
+    # BLEU's C extension is built at install where a C compiler is found; elsewhere BLEU runs the same rules
+    # in Python, about 6x slower, which the runs table's bleu_path and `show` say. true: refused instead.
+    require_native_bleu: bool = pydantic.Field(
+        False, description="true: a run with a bleu metric stops in preflight where BLEU's C extension is not "
+                           "built (it would run its Python path, about 6x slower), and a worker without it fails")
     # field path -> (the relative path as the config file gives it, the folder it was taken relative to)
     _relative_paths: dict[str, tuple[str, str]] = pydantic.PrivateAttr(default_factory=dict)
     # set by loading (configs.load, with note_origin): whether the metrics are the ADK files' own, each file

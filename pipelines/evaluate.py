@@ -38,7 +38,7 @@ from evalbeam.pipelines.stages.write import WriteResults
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.judge_checkpoint import checkpoint_folder
 from evalbeam.transforms.progress import ProgressDisplay
-from evalbeam.transforms.run_lock import BigQueryRunLock, RunIdHeld, RunLock
+from evalbeam.transforms.run_lock import BigQueryRunLock, RunIdHeld, RunLock, dataflow_job_state
 from evalbeam.metrics.rows.instance import id_scheme
 from evalbeam.metrics.rows.tables import RunKey, utc_now
 from evalbeam.transforms.interrupt import RESUME_HINT
@@ -130,10 +130,17 @@ def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: boo
     preflight(config, options, run_key.run_id)
     attempt = uuid.uuid4().hex[:12]
     lock = hold_run_id(config, options, run_key.run_id, attempt, started_at)
+    remote = options.view_as(StandardOptions).runner not in LOCAL_RUNNERS
+    job_lock = lock.path if lock is not None and remote else None
 
     quiet_write_failures()
     try:
-        return _run(config, options, started_at, run_key, attempt, allow_different_evals)
+        run_key, result = _run(config, options, started_at, run_key, attempt, allow_different_evals, job_lock)
+        job_id = submitted_job(result) if job_lock else None
+        if job_id and not lock.hand_to_job(job_id):  # submitted: the job holds the run_id from here on
+            print(f"evalbeam: the lock of run {run_key.run_id} was taken over while job {job_id} was submitted: "
+                  "the job does not hold it", file=sys.stderr)
+        return run_key, result
     except BaseException as e:
         if lock is not None and config.output.parquet:  # the attempt is this run's: its partial files go
             try:
@@ -149,6 +156,15 @@ def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: boo
     finally:
         if lock is not None:
             lock.release()
+
+
+def submitted_job(result) -> str | None:
+    """The id of the job a remote run submitted; None when none was (a dry run, a template made with
+    --template_location: Beam's result then has no job, and its job_id() raises)."""
+    try:
+        return result.job_id()
+    except AttributeError:
+        return None
 
 
 def resume_hint(config: EvalConfig, run_id: str) -> list[str]:
@@ -168,13 +184,20 @@ def resume_hint(config: EvalConfig, run_id: str) -> list[str]:
 def hold_run_id(config: EvalConfig, options: PipelineOptions, run_id: str, attempt: str, started_at):
     """The run_id's lock (transforms.run_lock), taken before any work, for a local
     run writing Parquet locally or to gs://, or only to BigQuery (a row of the
-    dataset's lock table): None when the run is not locked (a remote runner, whose
-    launcher does not live as long as the job; Parquet on another filesystem).
-    A held run_id is a ConfigError naming its holder. Once the lock is held, what
-    dead runs of this run_id left (attempt folders, not judge checkpoints) is deleted."""
+    dataset's lock table), and for a Dataflow run writing Parquet to gs:// (its
+    launcher takes it, and hands it to the job once submitted: run()). None when
+    the run is not locked (Parquet on another filesystem; another remote runner,
+    or Dataflow with only a BigQuery output, whose launcher does not live as long
+    as the job). A held run_id is a ConfigError naming its holder. Once the lock
+    is held, what dead runs of this run_id left (attempt folders, not judge
+    checkpoints) is deleted."""
     parquet = config.output.parquet
-    if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS:
+    runner = options.view_as(StandardOptions).runner
+    cloud = options.view_as(GoogleCloudOptions)
+    job_state = dataflow_job_state(cloud.dataflow_endpoint)  # a lock found held by a Dataflow job
+    if runner not in LOCAL_RUNNERS and (runner != "DataflowRunner" or FileSystems.get_scheme(parquet or "") != "gs"):
         return None
+    job = {"runner": runner, "project": cloud.project, "region": cloud.region} if runner not in LOCAL_RUNNERS else None
     if not parquet:  # BigQuery only: a row of the dataset's lock table
         try:
             return BigQueryRunLock(config.output.bigquery, run_id, attempt, started_at,
@@ -184,7 +207,7 @@ def hold_run_id(config: EvalConfig, options: PipelineOptions, run_id: str, attem
     if FileSystems.get_scheme(parquet) not in (None, "gs"):
         return None
     try:
-        lock = RunLock(parquet, run_id, attempt, started_at).acquire()
+        lock = RunLock(parquet, run_id, attempt, started_at, job, job_state).acquire()
     except RunIdHeld as e:
         raise ConfigError(str(e)) from None
     try:
@@ -196,7 +219,7 @@ def hold_run_id(config: EvalConfig, options: PipelineOptions, run_id: str, attem
 
 
 def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunKey, attempt: str,
-         allow_different_evals: bool = False):
+         allow_different_evals: bool = False, job_lock: str | None = None):
     staging = None
     if config.output.bigquery and not config.output.parquet:
         temp = options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir()
@@ -225,7 +248,7 @@ def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunK
         try:
             build_pipeline(pipeline, RunContext(
                 config, run_key, started_at, read_plan, tuple(cache_plans), tuple(rubric_plans), compare_base,
-                attempt, staging, checkpoint, progress))
+                attempt, staging, checkpoint, progress, job_lock))
         except CompareError as e:
             raise ConfigError(f"compare_with: {e}") from None
         print(f"evalbeam: run {run_key.run_id} (run date {run_key.run_date}) started", file=sys.stderr, flush=True)

@@ -142,7 +142,22 @@ def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str 
     _check_inference(config)
     _check_simulator(config)
     _check_taxonomy(config)
+    _check_bleu(config)
     return checked
+
+
+def _check_bleu(config: EvalConfig) -> None:
+    """require_native_bleu: a bleu metric needs BLEU's C extension here (the launcher; each worker checks
+    its own as it starts scoring: transforms.score.ScoreFn)."""
+    from evalbeam.metrics import sentence_bleu  # start-up time: sacrebleu only for a config with BLEU
+
+    if not config.require_native_bleu or sentence_bleu.path() == sentence_bleu.C_PATH:
+        return
+    if any(s.name == "bleu" and not s.is_custom for s in config.computation_specs()):
+        raise ConfigError("require_native_bleu: BLEU's C extension (metrics/_bleu13a.c) is not built in this "
+                          "install of evalbeam (no C compiler was found when it was installed), so BLEU would run "
+                          "its Python path, about 6x slower: reinstall evalbeam where a C compiler is found, or "
+                          "set require_native_bleu: false")
 
 
 def check_imports(config: EvalConfig) -> None:

@@ -43,6 +43,18 @@ def run_problems(tables: dict[str, list[dict[str, Any]]]) -> list[str]:
     return problems
 
 
+def run_notes(r: dict[str, Any]) -> list[str]:
+    """What a reader of a run should know that is not a problem (the run's status stands): BLEU scored on
+    its slow Python path (the runs row's bleu_path)."""
+    notes = []
+    if "python" in (r.get("bleu_path") or ""):
+        some = "every worker" if r["bleu_path"] == "python" else "some workers"
+        notes.append(f"BLEU ran on its Python path on {some} (bleu_path {r['bleu_path']}): its C extension "
+                     "(metrics/_bleu13a.c) was not built there, so BLEU took about 6x as long, with the same "
+                     "scores; require_native_bleu: true refuses such a run")
+    return notes
+
+
 def input_problems(r: dict[str, Any]) -> list[str]:
     """A run that read nothing (unless its config's input.allow_empty), read records but scored
     none, or dead-lettered more of them than its config's max_dead_letter_share allows."""
@@ -276,6 +288,7 @@ def show_data(results, run_id: str, tables: dict | None = None) -> dict[str, Any
         "dead_letters": {"first": tables["dead_letter"], "by_reason": dead_letter_reasons(results, run_id)}
         if run["dead_letter_count"] else {"first": [], "by_reason": []},
         "problems": run_problems(tables),
+        "notes": run_notes(run),
         "results": results.location,
         # failure_modes: the failure_modes rows, each with its examples as a list
         **({"failure_modes": [{**m, "examples": json.loads(m["examples"] or "[]")} for m in modes]} if modes else {}),

@@ -42,6 +42,7 @@ summary { color: #2f6db3; }
 .ok { color: #2e7d32; font-weight: 600; }
 .bad { color: #b3261e; font-weight: 600; }
 .problems { background: #fdecea; border: 1px solid #f3b8b3; padding: 8px 14px; border-radius: 4px; }
+.notes { background: #fff8e1; border: 1px solid #f0dc9c; padding: 8px 14px; border-radius: 4px; }
 .verdict { font-size: 16px; padding: 8px 14px; border-radius: 4px; display: inline-block; margin: 4px 0 8px; }
 .verdict.bad { background: #fdecea; border: 1px solid #f3b8b3; }
 .verdict.ok { background: #e8f5e9; border: 1px solid #b7dfb9; }
@@ -173,6 +174,9 @@ def _header(data) -> str:
     if data["problems"]:
         out.append('<div class="problems"><strong>Problems</strong><ul>'
                    + "".join(f"<li>{e(p)}</li>" for p in data["problems"]) + "</ul></div>")
+    if data.get("notes"):
+        out.append('<div class="notes"><strong>Notes</strong><ul>'
+                   + "".join(f"<li>{e(n)}</li>" for n in data["notes"]) + "</ul></div>")
     out.append("</section>")
     return "\n".join(out)
 

@@ -11,6 +11,7 @@ from evalbeam.pipelines.report_data import (
     comparison_flags,
     judge_accounting,
     overall_means,
+    run_notes,
     run_problems,
     summary_curve,
 )
@@ -186,6 +187,10 @@ def run_report(results, run_id: str, tables: dict | None = None) -> str:
         more = "; the first 20 here, all of them in the run's dead_letter table" if r["dead_letter_count"] > 20 else ""
         lines.append(f"\ndead letters ({r['dead_letter_count']}{more}):")
         lines += [f"  {d['source']}: {d['reason']}" for d in dead]
+    notes = run_notes(r)
+    if notes:
+        lines.append("\nnotes:")
+        lines += [f"  {n}" for n in notes]
     problems = run_problems(tables)
     if problems:
         lines.append("\nPROBLEMS:")

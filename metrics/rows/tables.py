@@ -168,6 +168,9 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("judge_output_tokens", "INT64", True),
         Column("judge_estimated_cost", "FLOAT64", description="USD, from judge.prices; null without a price"),
         Column("judge_usage", "JSON", description="per judge metric: requests, cache hits, calls, 429s, tokens"),
+        Column("bleu_path", "STRING", description="which BLEU implementation scored the instances: c (the C "
+                                                  "extension), python (about 6x slower: workers where it was not "
+                                                  "built), or c+python (some workers each); null without BLEU"),
     ),
     "judge_cache": (
         RUN_ID,

@@ -11,6 +11,7 @@ from evalbeam.pipelines.stages.summary import version
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.calibration import labelled_results
 from evalbeam.transforms.judge_checkpoint import RemoveCheckpoints
+from evalbeam.transforms.run_lock import ReleaseRunLock
 from evalbeam.metrics.rows.tables import instance_row
 from evalbeam.transforms.write import (
     ReplaceRunFolder, WriteEmptyTables, WriteOtelEvents, WriteParquetTable, attempt_folder, run_folder,
@@ -75,7 +76,10 @@ class WriteResults(Stage):
             )
         if config.output.parquet:
             # the judge checkpoints live beside the attempts, and go with them
-            return done | "ReplaceRunFolder" >> ReplaceRunFolder(config.output.parquet, run.run_id, context.attempt)
+            replaced = done | "ReplaceRunFolder" >> ReplaceRunFolder(config.output.parquet, run.run_id, context.attempt)
+            if context.job_lock:  # the job holds the run_id (Dataflow): its last step gives it back
+                return replaced | "ReleaseRunLock" >> ReleaseRunLock(context.job_lock, context.attempt)
+            return replaced
         if context.checkpoint and (config.calls_a_model() or config.deployed_inference()):
             return done | "RemoveJudgeCheckpoints" >> RemoveCheckpoints(context.checkpoint)
         return done

@@ -234,6 +234,19 @@ def test_auth_config():
 
 
 
+def test_gclouds_adc_file_is_where_google_auths_private_helper_says(monkeypatch, tmp_path):
+    """id_token_credentials finds gcloud's ADC file by google-auth's private _cloud_sdk helper (no public
+    function gives the path): a google-auth that renames it or moves the file fails here, not in a run."""
+    from google.auth import _cloud_sdk
+
+    monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+    assert _cloud_sdk.get_application_default_credentials_path() == str(tmp_path / "application_default_credentials.json")
+    monkeypatch.delenv("CLOUDSDK_CONFIG")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert _cloud_sdk.get_application_default_credentials_path() == str(
+        tmp_path / ".config" / "gcloud" / "application_default_credentials.json")
+
+
 @pytest.mark.slow
 def test_an_id_token_from_gclouds_adc_file_is_google_auths_and_verifies(tmp_path, adc, monkeypatch):
     """Without GOOGLE_APPLICATION_CREDENTIALS, gcloud's ADC file (its config folder: CLOUDSDK_CONFIG) is read,
