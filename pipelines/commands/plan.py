@@ -11,6 +11,7 @@ from evalbeam.configs import ConfigError, load_config
 from evalbeam.pipelines.commands import UNWRITTEN_OUTPUT_STATUS, no_beam_flags
 from evalbeam.pipelines.commands.arguments import config_args
 from evalbeam.pipelines.plan import format_labels, format_plan, plan
+from evalbeam.pipelines.preflight import judge_credentials_problem
 from evalbeam.pipelines.results import ResultsError
 from evalbeam.transforms.write_failure import OutputWriteError
 
@@ -27,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, beam_args: list[str]) -> int:
-    no_beam_flags(beam_args)
+    no_beam_flags(beam_args, args)
     try:
         config = load_config(args.config, args.overrides)
         logging.getLogger().setLevel(logging.WARNING)
@@ -36,6 +37,11 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
             print(json.dumps(planned, indent=2))
         else:
             print(format_plan(planned) + (f"\n\n{format_labels(planned['labels'])}" if "labels" in planned else ""))
+        # the plan calls nothing, so it is made without a key; a run would stop for want of one, as validate says
+        missing = judge_credentials_problem(config)
+        if missing:
+            print(f"evalbeam: everything else checked; left: {missing}", file=sys.stderr)
+            return 2
         return 0
     except (ConfigError, ResultsError) as e:
         print(f"evalbeam: {e}", file=sys.stderr)
