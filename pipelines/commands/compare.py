@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, beam_args: list[str]) -> int:
-    check_beam_args(beam_args)
+    check_beam_args(beam_args, args)
     if not 0 < args.alpha <= 1:
         usage_error("--alpha must be in (0, 1]")
     try:

@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, beam_args: list[str]) -> int:
-    no_beam_flags(beam_args)
+    no_beam_flags(beam_args, args)
     try:
         results, eval_name = results_of(args), args.eval
         if args.config and not eval_name:

@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, beam_args: list[str]) -> int:
-    no_beam_flags(beam_args)
+    no_beam_flags(beam_args, args)
     try:
         results = results_of(args)
         tables = results.run_tables(args.run_id)

@@ -1,0 +1,157 @@
+"""`validate`, `plan`, `run`, `show`, `runs`, `compare` and `report` agreeing with each other
+(issue 42, items 3, 5 and 6), through the real `evalbeam` command as a user meets them."""
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import evalbeam
+
+NO_KEY = "judge metrics with backend gemini_api need an API key: set the environment variable GOOGLE_API_KEY"
+
+
+def jsonl(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def config_file(tmp_path, data, metrics, name="agree", **extra) -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "input": {"uri": str(data), "id_column": "id"}, "metrics": metrics,
+                                    "output": {"parquet": str(tmp_path / "out")}, **extra}))
+    return path
+
+
+# ------------------------------------------------ 3. every judge a run calls, checked before anything runs
+
+
+def test_every_caller_of_the_runs_judge_needs_its_key_and_is_named(tmp_path, monkeypatch):
+    """A config whose only model calls are failure classification, model inference, the user
+    simulator or rubric generation needs the judge's key as a judge metric does; the one line
+    names what calls it. A config that calls no model needs none."""
+    from evalbeam.configs import EvalConfig
+    from evalbeam.pipelines.preflight import judge_credentials_problem
+
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    base = {"name": "c", "input": {"uri": "d.jsonl"}, "output": {"parquet": "out"}}
+    cases = {
+        "failure_modes": {"metrics": [{"name": "exact_match", "threshold": 1}],
+                          "failure_modes": {"metrics": ["exact_match"]}},
+        "inference.model": {"metrics": ["exact_match"], "inference": {"model": "gemini-2.5-flash"}},
+        "inference.user_simulator": {"metrics": ["exact_match"],
+                                     "inference": {"function": "tests.inference_app:echo", "user_simulator": {}}},
+        "metric evalbeam_general_quality": {"metrics": ["evalbeam_general_quality"]},
+    }
+    for caller, fields in cases.items():
+        problem = judge_credentials_problem(EvalConfig.model_validate({**base, **fields}))
+        assert problem == f"judge (called by {caller}): {NO_KEY} (or set judge.backend: vertex_ai to use " \
+                          "Application Default Credentials)", caller
+    assert judge_credentials_problem(EvalConfig.model_validate({**base, "metrics": ["exact_match"]})) is None
+    monkeypatch.setenv("GOOGLE_API_KEY", "AIzaSy-a-key")
+    assert judge_credentials_problem(EvalConfig.model_validate({**base, **cases["failure_modes"]})) is None
+
+
+@pytest.mark.slow
+def test_a_failure_modes_config_without_a_key_is_refused_by_validate_plan_and_run_alike(tmp_path, monkeypatch):
+    """validate said `config ok` and plan exited 0; run scored every row, then died in a 160-line
+    Beam traceback (JudgeCredentialsError while running FailureModes/ClassifyFailures), status 1.
+    Now all three exit 2 with the same line naming failure_modes and the variable, and run writes
+    nothing."""
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    out = tmp_path / "out"
+    args = ["configs/failure_modes.yaml", "--set", f"output.parquet={out}"]
+    line = (f"evalbeam: judge (called by failure_modes): {NO_KEY} (or set judge.backend: vertex_ai to use Application "
+            "Default Credentials)")
+    validated = evalbeam("validate", *args, check=False)
+    assert validated.returncode == 2 and validated.stdout.startswith("config ok: 2 metrics")
+    assert validated.stderr.strip() == line.replace("evalbeam: ", "evalbeam: everything else checked; left: ")
+    planned = evalbeam("plan", *args, "--json", check=False)
+    assert planned.returncode == 2 and json.loads(planned.stdout)["instances"] == 15  # the plan, then the key
+    assert planned.stderr.strip() == validated.stderr.strip()
+    ran = evalbeam("run", *args, check=False)
+    assert ran.returncode == 2 and ran.stderr.strip() == line, ran.stderr
+    assert not out.exists()
+
+
+# ------------------------------------------------ validate reaches run's verdict
+
+
+@pytest.mark.slow
+def test_validate_fails_the_inputs_run_would_fail(tmp_path):
+    """validate said `config ok` of an empty input, and of one most of whose rows are dead letters,
+    that run then read, scored and failed (status 1, under PROBLEMS); of a compare_with naming no
+    run, which run refuses before any work. validate now says run's reason and exits 2; what run
+    accepts (input.allow_empty, a share within max_dead_letter_share) it accepts."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    config = config_file(tmp_path, empty, ["exact_match"])
+    reason = (f"no record was read from input.uri {empty}: an empty input fails the run (set input.allow_empty: true "
+              "when it is expected)")
+    ran = evalbeam("run", config, check=False)
+    assert ran.returncode == 1 and f"PROBLEMS:\n  {reason}" in ran.stdout
+    validated = evalbeam("validate", config, check=False)
+    assert validated.returncode == 2 and validated.stdout == ""
+    assert validated.stderr.strip() == f"evalbeam: `run` would fail on this input (1 file(s)): {reason}"
+    assert evalbeam("validate", config, "--set", "input.allow_empty=true").stdout.startswith("config ok")
+
+    # 3 of 5 records dead-lettered (a row no metric can score, two repeated ids), over the default share 0.5
+    rows = [{"id": "a", "response": "x", "reference": "x"}, {"id": "a", "response": "y", "reference": "y"},
+            {"id": "b", "response": "x", "reference": "x"}, {"id": "b", "response": "z", "reference": "z"},
+            {"id": "c", "prompt": "no response"}]
+    data = jsonl(tmp_path / "mostly_bad.jsonl", rows)
+    config = config_file(tmp_path, data, ["exact_match"], name="mostly_bad")
+    ran = evalbeam("run", config, check=False)
+    assert ran.returncode == 1 and "3 of 5 records read were dead-lettered (60%), more than max_dead_letter_share 0.5 " \
+                                   "allows" in ran.stdout
+    validated = evalbeam("validate", config, check=False)
+    assert validated.returncode == 2, validated.stdout
+    assert validated.stderr.startswith("evalbeam: `run` would fail on this input (1 file(s)): 3 of 5 records read were "
+                                       "dead-lettered (60%), more than max_dead_letter_share 0.5 allows; the first "
+                                       f"reasons:\n  {data}:2: duplicate id 'a' in column 'id': first seen at {data}:1")
+    assert evalbeam("validate", config, "--set", "max_dead_letter_share=0.6").returncode == 0
+
+    good = config_file(tmp_path, jsonl(tmp_path / "good.jsonl", rows[:1]), ["exact_match"], name="good")
+    for command in ("run", "validate"):
+        refused = evalbeam(command, good, "--set", "compare_with=no-such-run", check=False)
+        assert refused.returncode == 2 and f"compare_with: no run 'no-such-run' in {tmp_path / 'out'}" in refused.stderr
+
+
+# ------------------------------------------------ 6. a misspelt name gets the nearest valid one
+
+
+@pytest.mark.slow
+def test_a_misspelt_metric_key_flag_or_command_gets_the_nearest_valid_name(tmp_path):
+    data = jsonl(tmp_path / "d.jsonl", [{"id": "a", "response": "x", "reference": "x"}])
+    config = config_file(tmp_path, data, ["tool_trajectory_avg_scor"])
+    result = evalbeam("validate", config, check=False)
+    assert result.returncode == 2
+    assert "metrics.0: unknown metric 'tool_trajectory_avg_scor' (did you mean tool_trajectory_avg_score?)" \
+        in result.stderr
+    config = config_file(tmp_path, data, [{"name": "rouge", "params": {"rouge_type": "rouge1"}, "threshhold": 0.5}],
+                         name="keys")
+    result = evalbeam("validate", config, "--set", "input.colum_mapping={response: answer}", check=False)
+    assert result.returncode == 2
+    assert "input.colum_mapping: Extra inputs are not permitted (did you mean column_mapping?)" in result.stderr
+    assert "metrics.0.threshhold: Extra inputs are not permitted (did you mean threshold?)" in result.stderr
+    config = config_file(tmp_path, data, [{"name": "rouge", "params": {"rouge_typ": "rouge1"}}], name="params")
+    result = evalbeam("validate", config, check=False)
+    assert result.returncode == 2
+    assert "metrics.0: params: rouge_type: Field required; rouge_typ: Extra inputs are not permitted (did you mean " \
+           "rouge_type?)" in result.stderr
+    config = config_file(tmp_path, data, ["exact_match"], name="watch", compare_watch=["exact_matches"])
+    result = evalbeam("validate", config, check=False)
+    assert result.returncode == 2
+    assert "compare_watch.0: 'exact_matches' is not a metric of this config (did you mean exact_match?)" in result.stderr
+
+    for argv, said in ((["shwo", "r1"], "argument COMMAND: invalid choice: 'shwo' (did you mean show?)"),
+                       (["show", "r1", "--jsn"], "unrecognized arguments: --jsn (did you mean --json?)"),
+                       (["runs", "--lats", "3"], "unrecognized arguments: --lats 3 (did you mean --last?)"),
+                       (["run", str(config), "--fail-on-regresion", "--direct_num_worker=2"],
+                        "unrecognized arguments (neither evalbeam's nor Beam's): --fail-on-regresion "
+                        "--direct_num_worker=2 (--fail-on-regresion: did you mean --fail-on-regression?; "
+                        "--direct_num_worker: did you mean --direct_num_workers?)")):
+        result = evalbeam(*argv, check=False)
+        assert result.returncode == 2 and result.stderr.splitlines()[-1] == f"evalbeam: error: {said}", result.stderr
+
+
