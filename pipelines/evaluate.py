@@ -20,6 +20,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 
 from evalbeam.configs import ConfigError, EvalConfig
 from evalbeam.pipelines.compare import CompareError, check_same_eval, run_info
+from evalbeam.pipelines import run_index
 from evalbeam.pipelines.local import LOCAL_RUNNERS, new_pipeline, stream_judge
 from evalbeam.pipelines.preflight import billing_project, preflight
 from evalbeam.pipelines.results import ResultsError, location_of, previous_run, results_for, runs_row
@@ -240,6 +241,8 @@ def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunK
                 attempt, staging, checkpoint, progress))
         except CompareError as e:
             raise ConfigError(f"compare_with: {e}") from None
+        # where the run writes, so that `show RUN_ID` finds it from any folder
+        run_index.record(run_key.run_id, config.name, config.output.parquet, config.output.bigquery, config.config_file)
         print(f"evalbeam: run {run_key.run_id} (run date {run_key.run_date}) started", file=sys.stderr, flush=True)
         if not local:
             return run_key, pipeline.run()

@@ -10,7 +10,7 @@ from evalbeam.configs import ConfigError, load_config
 from evalbeam.pipelines.commands import usage_error
 from evalbeam.pipelines.commands.arguments import gate_args
 from evalbeam.pipelines.commands.beam_flags import check_beam_args, pipeline_options
-from evalbeam.pipelines.commands.results_args import results_args, results_of
+from evalbeam.pipelines.commands.results_args import ELSEWHERE, results_args, results_of
 from evalbeam.pipelines.compare import (CompareError, compare, comparison_gate, format_comparison, gate_settings,
                                         unpaired_note)
 from evalbeam.pipelines.failure_mode_results import compare_modes_command
@@ -45,7 +45,7 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
         usage_error(str(e))
     logging.getLogger().setLevel(logging.WARNING)
     try:
-        results = results_of(args)
+        results = results_of(args, [args.base_run_id, *args.run_ids])
         also_parquet = None
         if args.config:
             config = load_config(args.config)
@@ -54,7 +54,8 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
         rows = compare(results, args.base_run_id, args.run_ids, options, gate, args.alpha, also_parquet,
                        allow_different_evals=args.allow_different_evals)
     except (ConfigError, ResultsError, CompareError) as e:
-        print(f"evalbeam: {e}", file=sys.stderr)
+        # a run not where it was looked for: say which flags look elsewhere
+        print(f"evalbeam: {e}" + (f" ({ELSEWHERE})" if str(e).startswith("no run ") and ELSEWHERE not in str(e) else ""), file=sys.stderr)
         return 2
     print(format_comparison(rows))
     for note in unpaired_note(rows):

@@ -1,6 +1,8 @@
 """`validate`, `plan`, `run`, `show`, `runs`, `compare` and `report` agreeing with each other
 (issue 42, items 3, 5 and 6), through the real `evalbeam` command as a user meets them."""
 import json
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -155,3 +157,51 @@ def test_a_misspelt_metric_key_flag_or_command_gets_the_nearest_valid_name(tmp_p
         assert result.returncode == 2 and result.stderr.splitlines()[-1] == f"evalbeam: error: {said}", result.stderr
 
 
+
+
+# ------------------------------------------------ 5. a run found by its id from any folder
+
+
+@pytest.mark.slow
+def test_show_report_and_compare_find_a_run_by_its_id_from_any_folder(tmp_path):
+    """run wrote relative to the config's folder, and `show RUN_ID` looked in ./output/ ("no results
+    folder 'output/'", no hint). Now every command finds a run where run wrote it on this machine
+    (the state folder's index, tests/conftest.py's for the tests), from any folder; a flag still wins;
+    a run not found is said with the flags that look elsewhere; a folder removed is forgotten."""
+    data = jsonl(tmp_path / "d.jsonl", [{"id": "a", "response": "x", "reference": "x"},
+                                         {"id": "b", "response": "y", "reference": "x"}])
+    for folder in ("proj", "other"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "c.yaml").write_text(yaml.safe_dump({
+            "name": "found", "input": {"uri": str(data), "id_column": "id"}, "metrics": ["exact_match"],
+            "output": {"parquet": "out"}}))  # relative: to the config's folder
+    for folder, run_id in (("proj", "f1"), ("proj", "f2"), ("other", "f3")):
+        evalbeam("run", f"{folder}/c.yaml", "--set", f"run_id={run_id}", cwd=tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shown = evalbeam("show", "f1", cwd=elsewhere)
+    assert shown.stdout.startswith("run f1 (found, ") and f"results: {tmp_path / 'proj' / 'out'}" in shown.stdout
+    as_json = json.loads(evalbeam("show", "f3", "--json", cwd=elsewhere).stdout)
+    assert as_json["run_id"] == "f3"
+    assert evalbeam("report", "f2", "-o", "r.html", cwd=elsewhere).stdout.startswith("wrote r.html")
+    assert (elsewhere / "r.html").exists()
+    compared = evalbeam("compare", "f1", "f2", cwd=elsewhere)
+    assert f"comparisons written to {tmp_path / 'proj' / 'out'}" in compared.stdout
+    apart = evalbeam("compare", "f1", "f3", cwd=elsewhere, check=False)
+    assert apart.returncode == 2 and "the runs were written to different places (f1 in " in apart.stderr
+
+    flags = "--parquet DIR, --bigquery PROJECT.DATASET or --config CONFIG reads elsewhere"
+    missing = evalbeam("show", "nope", cwd=elsewhere, check=False)
+    assert missing.returncode == 1 and missing.stderr.strip() == (
+        f"evalbeam: no run 'nope' recorded on this machine ({os.environ['EVALBEAM_STATE_DIR']}/runs.jsonl) and no "
+        f"results folder 'output/' here: {flags}")
+    # an explicit flag wins over what was recorded
+    wrong = evalbeam("show", "f1", "--parquet", tmp_path / "other" / "out", cwd=elsewhere, check=False)
+    assert wrong.returncode == 1 and wrong.stderr.strip() == (
+        f"evalbeam: no run 'f1' in {tmp_path / 'other' / 'out'} ({flags})")
+    listed = evalbeam("runs", cwd=elsewhere, check=False)
+    assert listed.returncode == 2 and f"runs on this machine were written to {tmp_path / 'other' / 'out'}, " \
+                                      f"{tmp_path / 'proj' / 'out'}" in listed.stderr
+    shutil.rmtree(tmp_path / "other" / "out")  # a removed output is forgotten
+    gone = evalbeam("show", "f3", cwd=elsewhere, check=False)
+    assert gone.returncode == 1 and "no run 'f3' recorded on this machine" in gone.stderr
