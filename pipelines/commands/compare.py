@@ -3,6 +3,7 @@ base run, written to the comparisons table; status 1 when a regression is flagge
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 
@@ -13,8 +14,10 @@ from evalbeam.pipelines.commands.beam_flags import check_beam_args, pipeline_opt
 from evalbeam.pipelines.commands.results_args import ELSEWHERE, results_args, results_of
 from evalbeam.pipelines.compare import (CompareError, compare, comparison_gate, format_comparison, gate_settings,
                                         unpaired_note)
-from evalbeam.pipelines.failure_mode_results import compare_modes_command
+from evalbeam.pipelines.failure_mode_results import (TaxonomiesDiffer, classified_metrics, compare_failure_modes,
+                                                     mode_gate_failed, taxonomy_rows)
 from evalbeam.pipelines.results import ResultsError
+from evalbeam.pipelines.text_tables import format_mode_comparison
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,3 +79,41 @@ def gate_failed(results, rows, base_run_id: str, run_ids: list[str], min_paired:
     for problem in problems:
         print(f"evalbeam: compare: {problem}", file=sys.stderr)
     return bool(problems)
+
+
+def compare_modes_command(results, base_id: str, run_ids: list[str], alpha: float, gated: list[str]) -> int:
+    """`evalbeam compare`'s failure-mode part: prints each run's mode changes (or why its
+    modes are not compared); 1 when a gated mode grew (--fail-on-mode-growth), 2 when a gated
+    mode is no mode of the taxonomies compared (a typo would never fire) or when, with a gate, a
+    run's modes could not be compared at all (different or no taxonomies: the gate could not be
+    evaluated, and a gate that cannot look must not pass), else 0."""
+    failed, known, compared, uncompared = [], set(), False, []
+    for run_id in run_ids:
+        try:
+            rows = compare_failure_modes(results, base_id, run_id, alpha)
+        except TaxonomiesDiffer as e:
+            if gated or "no failure modes" not in str(e):
+                print(f"\nfailure modes not compared: {e}")
+            uncompared.append(run_id)
+            continue
+        base_metrics, run_metrics = classified_metrics(results, base_id), classified_metrics(results, run_id)
+        for metric in sorted(set(base_metrics) ^ set(run_metrics)):
+            only = base_id if metric in base_metrics else run_id
+            print(f"\nfailure modes of {metric} not compared: only run {only} classified its failures")
+        print(format_mode_comparison(rows))
+        failed += mode_gate_failed(rows, gated)
+        compared = True
+        known |= {r["mode"] for r in rows} | {m["id"] for t in taxonomy_rows(results, run_id)
+                                              for m in json.loads(t["modes"] or "[]")}
+    unknown = sorted({g for g in gated if g != "any"} - known) if compared else []
+    if unknown:
+        print(f"evalbeam: --fail-on-mode-growth {', '.join(unknown)}: not a mode of the taxonomy compared "
+              f"(its modes: {', '.join(sorted(known))})", file=sys.stderr)
+    if gated and uncompared:
+        print(f"evalbeam: --fail-on-mode-growth: the failure modes of run(s) {', '.join(uncompared)} could not be "
+              f"compared with {base_id}'s (said above), so the gate could not be evaluated", file=sys.stderr)
+    if gated:
+        print(f"{len(failed)} gated failure mode growth(s) flagged"
+              + "".join(f"\n  {r['metric']} {r['slice']}: {r['mode']} grew ({r['base_count']} -> {r['count']}, "
+                        f"p {r['p_value']:.4f})" for r in failed))
+    return 2 if unknown or (gated and uncompared) else 1 if failed else 0

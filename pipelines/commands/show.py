@@ -7,7 +7,6 @@ import sys
 from evalbeam.configs import ConfigError
 from evalbeam.pipelines.commands import UNWRITTEN_OUTPUT_STATUS, no_beam_flags
 from evalbeam.pipelines.commands.results_args import RunNotFound, not_found, results_args, results_of
-from evalbeam.pipelines.failure_mode_results import failure_mode_rows, format_failure_modes, taxonomy_rows
 from evalbeam.pipelines.report_data import show_data, to_json
 from evalbeam.pipelines.results import ResultsError
 from evalbeam.pipelines.text_tables import run_report
@@ -31,8 +30,7 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
         if args.json:
             print(to_json(show_data(results, args.run_id, tables)))
         else:
-            print(run_report(results, args.run_id, tables) + format_failure_modes(failure_mode_rows(results, args.run_id),
-                                                                       taxonomies=taxonomy_rows(results, args.run_id)))
+            print(run_report(results, args.run_id, tables))
         return 0
     except RunNotFound as e:  # as a run not in the results read: status 1
         print(f"evalbeam: {e}", file=sys.stderr)

@@ -205,3 +205,60 @@ def test_show_report_and_compare_find_a_run_by_its_id_from_any_folder(tmp_path):
     shutil.rmtree(tmp_path / "other" / "out")  # a removed output is forgotten
     gone = evalbeam("show", "f3", cwd=elsewhere, check=False)
     assert gone.returncode == 1 and "no run 'f3' recorded on this machine" in gone.stderr
+
+
+# ------------------------------------------------ 6. commands print the same, and cut no name
+
+
+@pytest.mark.slow
+def test_run_prints_what_show_prints_and_no_table_cuts_a_metric_name(tmp_path, monkeypatch):
+    """run never printed the failure-modes block show prints; show cut `tool_trajectory_avg_score`
+    to 24 characters there, plan a juror's `evalbeam_fluency:gemini_2_5_flash_lite` to 36. Now run
+    and show print one text, and every table is as wide as its longest name. `runs --json` is the
+    list `runs` prints."""
+    from tests.servers.judge_server import JudgeServer
+
+    monkeypatch.setenv("GOOGLE_API_KEY", "AIzaSy-agree-key-0123456789")
+    out = tmp_path / "out"
+    with JudgeServer() as server:
+        ran = evalbeam("run", "configs/failure_modes.yaml", "--set", f"output.parquet={out}", "--set", "run_id=m1",
+                       "--set", f"judge.base_url={server.url}")
+        data = jsonl(tmp_path / "d.jsonl", [{"id": f"c{i}", "prompt": "Greet", "response": f"Hello {i}"}
+                                            for i in range(3)])
+        jury = config_file(tmp_path, data, [{"name": "evalbeam_fluency", "judges": [
+            {"model": "gemini-2.5-flash-lite"}, {"model": "gemini-2.5-pro"}]}], name="jury",
+            judge={"base_url": server.url})
+        planned = evalbeam("plan", jury)
+        evalbeam("run", "configs/failure_modes.yaml", "--set", f"output.parquet={out}", "--set", "run_id=m2",
+                 "--set", f"judge.base_url={server.url}", "--set", "compare_with=m1")
+    shown = evalbeam("show", "m1", "--parquet", out)
+    assert ran.stdout == shown.stdout
+    assert "\nfailure modes (top 3 per metric and slice; failure_modes table):\nmetric  " in ran.stdout
+    modes = [line for line in ran.stdout.splitlines() if line.startswith("tool_trajectory_avg_scor")]
+    assert modes and all(line.startswith("tool_trajectory_avg_score ") for line in modes), ran.stdout
+    assert [line.split()[0] for line in planned.stdout.splitlines() if line.startswith("evalbeam_fluency:")] == [
+        "evalbeam_fluency:gemini_2_5_flash_lite", "evalbeam_fluency:gemini_2_5_pro"], planned.stdout
+
+    listed = evalbeam("runs", "--parquet", out).stdout.splitlines()
+    as_json = json.loads(evalbeam("runs", "--parquet", out, "--json").stdout)
+    assert [r["run_id"] for r in as_json] == [line.split()[0] for line in listed[2:]] == ["m2", "m1"]
+    m2 = as_json[0]
+    assert (m2["eval"], m2["read_count"], m2["scored_count"], m2["dead_letter_count"]) == ("demo-failure-modes", 15, 15, 0)
+    # the config's metrics in its order, then the agent values every agent run has
+    assert list(m2["means"]) == ["tool_trajectory_avg_score", "response_match_score", "failure", "latency_in_seconds"]
+    assert f"tool_trajectory_avg_score {m2['means']['tool_trajectory_avg_score']['mean']:.3f}" in listed[2]
+    assert m2["compared"] == [{"base_run_id": "m1", "regressions": [], "improvements": [], "unpaired": []}]
+    assert as_json[1]["compared"] == [] and listed[3].endswith("  -")
+
+
+def test_the_failure_mode_comparison_cuts_no_name():
+    from evalbeam.pipelines.text_tables import format_mode_comparison
+
+    long = "a_metric_named_at_length_by_its_author_v2"
+    table = format_mode_comparison([{
+        "metric": long, "slice": "dataset=a_slice_with_a_long_name_too", "mode": "a_mode_named_in_full_by_a_taxonomy",
+        "base_count": 1, "count": 9, "base_share": 0.1, "share": 0.9, "share_change": 0.8, "grew_in": 8, "shrank_in": 0,
+        "p_value": 0.0078125, "grew": True, "shrank": False}])
+    row = table.splitlines()[-1].split()
+    assert row[:3] == [long, "dataset=a_slice_with_a_long_name_too", "a_mode_named_in_full_by_a_taxonomy"]
+    assert row[3:] == ["1", "9", "0.10->0.90", "8", "0", "0.0078", "GREW"]
