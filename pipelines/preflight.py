@@ -306,8 +306,19 @@ def uses_run_judge(config: EvalConfig) -> bool:
     (rubric metrics, simulator quality and ADK's criteria always use it), model inference, the user
     simulator or failure classification. When every metric names its own judge (another provider's,
     say), the run's judge needs no credentials."""
-    return config.model_inference() or config.simulates_users() or config.failure_modes is not None or any(
-        s.judge is None and s.judges is None for s in config.judge_specs())
+    return config.model_inference() or config.failure_modes is not None or any(
+        s.judge is None and s.judges is None for s in config.judge_specs()) or simulator_called(config)
+
+
+def simulator_called(config: EvalConfig) -> bool:
+    """Whether the user simulator may be called: it is configured (or, over an ADK eval set, ADK's
+    default) and, over an ADK eval set, one of its cases is a conversation_scenario (one without
+    any needs no simulated user, nor its key)."""
+    if not config.simulates_users():
+        return False
+    if config.input.kind == "files" and config.input.inferred_format() == "adk_eval_set":
+        return _a_scenario_case(config) is not None
+    return True
 
 
 def run_judge_callers(config: EvalConfig) -> list[str]:
@@ -315,7 +326,7 @@ def run_judge_callers(config: EvalConfig) -> list[str]:
     callers = [f"metric {s.output_name}" for s in config.judge_specs() if s.judge is None and s.judges is None]
     if config.model_inference():
         callers.append("inference.model")
-    if config.simulates_users():
+    if simulator_called(config):
         callers.append("inference.user_simulator")
     if config.failure_modes is not None:
         callers.append("failure_modes")

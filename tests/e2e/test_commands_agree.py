@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import evalbeam
+from tests.helpers import ROOT, evalbeam
 
 NO_KEY = "judge metrics with backend gemini_api need an API key: set the environment variable GOOGLE_API_KEY"
 
@@ -50,6 +50,14 @@ def test_every_caller_of_the_runs_judge_needs_its_key_and_is_named(tmp_path, mon
         assert problem == f"judge (called by {caller}): {NO_KEY} (or set judge.backend: vertex_ai to use " \
                           "Application Default Credentials)", caller
     assert judge_credentials_problem(EvalConfig.model_validate({**base, "metrics": ["exact_match"]})) is None
+    # an agent over an ADK eval set gets ADK's default user simulator, which only conversation_scenario
+    # cases call: an eval set without any needs no key, one with them does
+    from evalbeam.configs import load_config
+
+    assert load_config(ROOT / "configs" / "agent_a2a.yaml").simulates_users()
+    assert judge_credentials_problem(load_config(ROOT / "configs" / "agent_a2a.yaml")) is None
+    scenarios = load_config(ROOT / "configs" / "example_scenarios.yaml", ["metrics=[tool_trajectory_avg_score]"])
+    assert judge_credentials_problem(scenarios).startswith("judge (called by inference.user_simulator): ")
     monkeypatch.setenv("GOOGLE_API_KEY", "AIzaSy-a-key")
     assert judge_credentials_problem(EvalConfig.model_validate({**base, **cases["failure_modes"]})) is None
 
