@@ -89,10 +89,11 @@ def test_a_failure_modes_config_without_a_key_is_refused_by_validate_plan_and_ru
 
 @pytest.mark.slow
 def test_validate_fails_the_inputs_run_would_fail(tmp_path):
-    """validate said `config ok` of an empty input, and of one most of whose rows are dead letters,
-    that run then read, scored and failed (status 1, under PROBLEMS); of a compare_with naming no
-    run, which run refuses before any work. validate now says run's reason and exits 2; what run
-    accepts (input.allow_empty, a share within max_dead_letter_share) it accepts."""
+    """validate said `config ok` (and plan exited 0) of an empty input, and of one most of whose rows
+    are dead letters, that run then read, scored and failed (status 1, under PROBLEMS); validate said
+    it of a compare_with naming no run, which run refuses before any work. validate and plan now say
+    run's reason and exit 2; what run accepts (input.allow_empty, a share within
+    max_dead_letter_share) they accept."""
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     config = config_file(tmp_path, empty, ["exact_match"])
@@ -104,6 +105,9 @@ def test_validate_fails_the_inputs_run_would_fail(tmp_path):
     assert validated.returncode == 2 and validated.stdout == ""
     assert validated.stderr.strip() == f"evalbeam: `run` would fail on this input (1 file(s)): {reason}"
     assert evalbeam("validate", config, "--set", "input.allow_empty=true").stdout.startswith("config ok")
+    planned = evalbeam("plan", config, check=False)  # plan reads the whole input as run does, and says the same
+    assert planned.returncode == 2 and planned.stdout.startswith("plan for agree: input 1 file(s)\nread 0 = ")
+    assert planned.stderr.strip() == f"evalbeam: `run` would fail on this input (1 file(s)): {reason}"
 
     # 3 of 5 records dead-lettered (a row no metric can score, two repeated ids), over the default share 0.5
     rows = [{"id": "a", "response": "x", "reference": "x"}, {"id": "a", "response": "y", "reference": "y"},
@@ -120,6 +124,10 @@ def test_validate_fails_the_inputs_run_would_fail(tmp_path):
                                        "dead-lettered (60%), more than max_dead_letter_share 0.5 allows; the first "
                                        f"reasons:\n  {data}:2: duplicate id 'a' in column 'id': first seen at {data}:1")
     assert evalbeam("validate", config, "--set", "max_dead_letter_share=0.6").returncode == 0
+    planned = evalbeam("plan", config, check=False)
+    assert planned.returncode == 2 and planned.stderr.strip() == (
+        "evalbeam: `run` would fail on this input (1 file(s)): 3 of 5 records read were dead-lettered (60%), more than "
+        "max_dead_letter_share 0.5 allows")
 
     good = config_file(tmp_path, jsonl(tmp_path / "good.jsonl", rows[:1]), ["exact_match"], name="good")
     for command in ("run", "validate"):
