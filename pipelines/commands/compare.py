@@ -57,8 +57,10 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
         rows = compare(results, args.base_run_id, args.run_ids, options, gate, args.alpha, also_parquet,
                        allow_different_evals=args.allow_different_evals)
     except (ConfigError, ResultsError, CompareError) as e:
-        # a run not where it was looked for: say which flags look elsewhere
-        print(f"evalbeam: {e}" + (f" ({ELSEWHERE})" if str(e).startswith("no run ") and ELSEWHERE not in str(e) else ""), file=sys.stderr)
+        message = str(e)
+        if message.startswith("no run ") and ELSEWHERE not in message:  # not where it was looked for
+            message += f" ({ELSEWHERE})"
+        print(f"evalbeam: {message}", file=sys.stderr)
         return 2
     print(format_comparison(rows))
     for note in unpaired_note(rows):

@@ -28,17 +28,18 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
         # everything but the judge's credentials first: a config's columns can be checked without a key
         checked = preflight(config, credentials=False)
         if config.input.kind == "files" and config.input.is_adk:
-            print(adk_files_report(config))
+            report = adk_files_report(config)
         else:
             if checked.checked_rows == 0 and checked.unreadable:
                 reasons = "\n".join(f"  {d.source}: {d.reason}" for d in checked.unreadable[:10])
                 raise ConfigError(f"no row of the dataset ({checked.source}) could be read; the first reasons:\n{reasons}")
             refuse_what_run_fails(config, checked)
             rows = "its schema" if checked.checked_rows is None else f"{checked.checked_rows} row(s)"
-            print(f"config ok: {len(config.metrics)} metrics; input {checked.source}; columns checked on {rows}")
+            report = f"config ok: {len(config.metrics)} metrics; input {checked.source}; columns checked on {rows}"
         # compare_with's base run: found, and of the same eval, as `run` requires before any work
         plan_comparison(config, RunKey(config.resolved_run_id(started_at), config.resolved_run_date(started_at)),
                         started_at)
+        print(report)
         missing = judge_credentials_problem(config)
         if missing:
             print(f"evalbeam: everything else checked; left: {missing}", file=sys.stderr)
@@ -54,7 +55,7 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
 
 def refuse_what_run_fails(config: EvalConfig, checked: Preflight) -> None:
     """A file input read whole by preflight's sample (a small one): a ConfigError when `run` would
-    read, score and then fail it (reporting_data.input_problems: no record, none scored, too many
+    read, score and then fail it (report_data.input_problems: no record, none scored, too many
     dead letters), so that validate and run reach the same verdict. A larger input is judged by
     `run` alone."""
     if config.input.kind != "files" or not checked.whole:

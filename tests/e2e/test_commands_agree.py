@@ -133,6 +133,7 @@ def test_validate_fails_the_inputs_run_would_fail(tmp_path):
     for command in ("run", "validate"):
         refused = evalbeam(command, good, "--set", "compare_with=no-such-run", check=False)
         assert refused.returncode == 2 and f"compare_with: no run 'no-such-run' in {tmp_path / 'out'}" in refused.stderr
+        assert "config ok" not in refused.stdout
 
 
 # ------------------------------------------------ 6. a misspelt name gets the nearest valid one
