@@ -13,6 +13,7 @@ import datetime as dt
 import json
 import re
 import secrets
+import types
 import typing
 from typing import Any, Literal
 
@@ -25,7 +26,8 @@ from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.jury import JuryRule, check_partial, juror_name, split_entry
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import JudgeTemplate
-from evalbeam.metrics.names import BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE
+from evalbeam.metrics.names import (BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE,
+                                    did_you_mean)
 from evalbeam.metrics.registry import SIMULATOR_QUALITY, MetricDef, get_metric
 from evalbeam.metrics.rows.trace import get_key
 
@@ -388,9 +390,11 @@ class MetricSpec(_Model):
             try:
                 definition.params.model_validate(self.params)
             except pydantic.ValidationError as e:
-                raise ValueError(
-                    "params: " + "; ".join(f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors())
-                ) from None
+                known = list(definition.params.model_fields)
+                raise ValueError("params: " + "; ".join(
+                    f"{_loc(err['loc'])}: {err['msg']}"
+                    + (did_you_mean(str(err["loc"][-1]), known) if err["type"] == "extra_forbidden" and err["loc"] else "")
+                    for err in e.errors())) from None
 
             from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA  # start-up time: ADK's metrics where validated
 
@@ -773,14 +777,19 @@ class EvalConfig(_Model):
     # judged with its test_config.json (configs.adk_expansion); the config file, for errors found past validation
     _criteria_per_file: bool = pydantic.PrivateAttr(False)
     _config_file: str | None = pydantic.PrivateAttr(None)
+    # the --set overrides laid over the file, as given (KEY.PATH=VALUE): a resumed run repeats them
+    _overrides: tuple[str, ...] = pydantic.PrivateAttr(())
 
     def note_origin(self, *, criteria_per_file: bool | None = None, config_file: str | None = None,
-                    relative_paths: dict[str, tuple[str, str]] | None = None) -> "EvalConfig":
+                    relative_paths: dict[str, tuple[str, str]] | None = None,
+                    overrides: list[str] | None = None) -> "EvalConfig":
         """Records what loading knows of the config and the schema does not (see the attributes above); returns it."""
         if criteria_per_file is not None:
             self._criteria_per_file = criteria_per_file
         if config_file is not None:
             self._config_file = config_file
+        if overrides is not None:
+            self._overrides = tuple(overrides)
         self._relative_paths.update(relative_paths or {})
         return self
 
@@ -788,6 +797,11 @@ class EvalConfig(_Model):
     def config_file(self) -> str | None:
         """The file the config was loaded from (None: validated from a mapping)."""
         return self._config_file
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        """The `--set` overrides the config file was loaded with (KEY.PATH=VALUE, in their order)."""
+        return self._overrides
 
     def path_note(self, field: str) -> str:
         """For an error about a path: where a relative path of the config file was resolved, when it was."""
@@ -869,8 +883,8 @@ class EvalConfig(_Model):
         names = [m.output_name for m in self.metrics]
         for metric in self.input.labels:
             if metric not in names:
-                raise ValueError(f"input.labels: {metric!r} is not a metric of this config; its metrics: "
-                                 f"{', '.join(names)}")
+                raise ValueError(f"input.labels: {metric!r} is not a metric of this config{did_you_mean(metric, names)}; "
+                                 f"its metrics: {', '.join(names)}")
         return self
 
     @pydantic.field_validator("compare_tolerance")
@@ -903,11 +917,12 @@ class EvalConfig(_Model):
         named += [(f"compare_watch.{i}", m) for i, m in enumerate(self.compare_watch or [])]
         for field, metric in named:
             if metric not in known:
-                raise ValueError(f"{field}: {metric!r} is not a metric of this config; its metrics: "
-                                 f"{', '.join([*names, *(f for f in PASSTHROUGH_FIELDS if f not in names)])}")
+                raise ValueError(f"{field}: {metric!r} is not a metric of this config{did_you_mean(metric, known)}; "
+                                 f"its metrics: {', '.join([*names, *(f for f in PASSTHROUGH_FIELDS if f not in names)])}")
         for i, column in enumerate(self.compare_gate_slices):
             if column not in self.input.slice_columns:
-                raise ValueError(f"compare_gate_slices.{i}: {column!r} is not one of input.slice_columns: "
+                raise ValueError(f"compare_gate_slices.{i}: {column!r} is not one of input.slice_columns"
+                                 f"{did_you_mean(column, self.input.slice_columns)}: "
                                  f"{', '.join(self.input.slice_columns) or 'none'}")
         return self
 
@@ -1015,9 +1030,46 @@ def _loc(loc: tuple) -> str:
 
 
 def format_errors(error: pydantic.ValidationError) -> str:
+    """One line per error, naming its field; a key the model does not have (a misspelt one) with
+    the nearest key it has there."""
+    model = EvalConfig if error.title == EvalConfig.__name__ else None
     lines = []
     for err in error.errors():
         msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden" and model is not None and err["loc"]:
+            msg += did_you_mean(str(err["loc"][-1]), keys_at(model, err["loc"][:-1]))
         lines.append(f"  {_loc(err['loc']) or '(top level)'}: {msg}")
     return "\n".join(lines)
+
+
+def keys_at(model: type[pydantic.BaseModel], loc: tuple) -> list[str]:
+    """The keys a config may have at `loc` (a validation error's location: field names, list
+    indexes, mapping keys) under `model`: its fields' names and aliases (both are accepted);
+    [] where `loc` is no model."""
+    node: Any = model
+    for part in loc:
+        node = _model_or_container(node)
+        if isinstance(node, type) and issubclass(node, pydantic.BaseModel):
+            field = next((f for name, f in node.model_fields.items() if part in (name, f.alias)), None)
+            node = field.annotation if field is not None else None
+        elif typing.get_origin(node) in (list, tuple) and isinstance(part, int):
+            node = typing.get_args(node)[0]
+        elif typing.get_origin(node) is dict:
+            node = typing.get_args(node)[1]
+        else:
+            return []
+    node = _model_or_container(node)
+    if not (isinstance(node, type) and issubclass(node, pydantic.BaseModel)):
+        return []
+    return [key for name, f in node.model_fields.items() for key in (name, f.alias) if key]
+
+
+def _model_or_container(annotation: Any) -> Any:
+    """Of an optional or union annotation, its model, list or mapping part (a config's unions hold one)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            if (isinstance(arg, type) and issubclass(arg, pydantic.BaseModel)) or \
+                    typing.get_origin(arg) in (list, tuple, dict):
+                return arg
+    return annotation
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
 import sys
 import tempfile
 import uuid
+from typing import Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
@@ -18,6 +20,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 
 from evalbeam.configs import ConfigError, EvalConfig
 from evalbeam.pipelines.compare import CompareError, check_same_eval, check_same_identity, run_info
+from evalbeam.pipelines import run_index
 from evalbeam.pipelines.local import LOCAL_RUNNERS, new_pipeline, stream_judge
 from evalbeam.pipelines.preflight import billing_project, preflight
 from evalbeam.pipelines.results import ResultsError, location_of, previous_run, results_for, runs_row
@@ -119,10 +122,12 @@ def plan_comparison(config: EvalConfig, run_key: RunKey, started_at, allow_diffe
     return location_of(results), run_info(row), this
 
 
-def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: bool = False):
+def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: bool = False, flags: Sequence[str] = ()):
     """Check the inputs and outputs, prepare the BigQuery dataset, then run the
     pipeline: to the end on a local runner, or until submitted on a remote one.
     An earlier output of the same run_id is replaced only when the run succeeds.
+    `flags`: the command's arguments besides the config and its overrides (evalbeam's and
+    Beam's), which the command printed to resume an interrupted run repeats.
     Returns (RunKey, PipelineResult)."""
     started_at = utc_now()
     run_key = RunKey(config.resolved_run_id(started_at), config.resolved_run_date(started_at))
@@ -147,7 +152,7 @@ def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: boo
                 remove_attempt(config.output.parquet, run_key.run_id, attempt)
             except Exception:  # noqa: BLE001 - the run's own error is the one to say
                 logging.getLogger(__name__).warning("could not remove attempt %s", attempt, exc_info=True)
-            RESUME_HINT[:] = resume_hint(config, run_key.run_id)
+            RESUME_HINT[:] = resume_hint(config, run_key.run_id, flags)
         failure = write_failure(e) if isinstance(e, Exception) else None
         if failure is not None:
             raise OutputWriteError(describe(failure, config.output.parquet or "the staging folder",
@@ -167,7 +172,7 @@ def submitted_job(result) -> str | None:
         return None
 
 
-def resume_hint(config: EvalConfig, run_id: str) -> list[str]:
+def resume_hint(config: EvalConfig, run_id: str, flags: Sequence[str] = ()) -> list[str]:
     """What a run that ended early left for a re-run of its run_id (local output): its
     checkpointed judgments and agent cases, and how to reuse or remove them."""
     folder = os.path.join(config.output.parquet, ATTEMPTS, run_id)
@@ -176,9 +181,19 @@ def resume_hint(config: EvalConfig, run_id: str) -> list[str]:
     files = sum(len(names) for _, _, names in os.walk(folder))
     if not files:
         return []
-    again = (f"evalbeam run {config.config_file or 'CONFIG'}" + ("" if config.run_id else f" --set run_id={run_id}"))
-    return [f"evalbeam: run {run_id} left {files} checkpoint file(s) in {folder}: `{again}` resumes it, reusing them; "
-            f"`evalbeam runs --remove-leftovers {run_id}` removes them"]
+    return [f"evalbeam: run {run_id} left {files} checkpoint file(s) in {folder}: `{resume_command(config, run_id, flags)}` "
+            f"resumes it, reusing them; `evalbeam runs --remove-leftovers {run_id}` removes them"]
+
+
+def resume_command(config: EvalConfig, run_id: str, flags: Sequence[str] = ()) -> str:
+    """The command that runs `run_id` again as it was started, for a shell: the config file, its
+    --set overrides and the other flags as given, and the run_id when it was made up (from the time)
+    rather than given."""
+    overrides = list(config.overrides)
+    if config.run_id != run_id:
+        overrides.append(f"run_id={run_id}")
+    return shlex.join(["evalbeam", "run", config.config_file or "CONFIG",
+                       *(a for o in overrides for a in ("--set", o)), *flags])
 
 
 def hold_run_id(config: EvalConfig, options: PipelineOptions, run_id: str, attempt: str, started_at):
@@ -251,6 +266,8 @@ def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunK
                 attempt, staging, checkpoint, progress, job_lock))
         except CompareError as e:
             raise ConfigError(f"compare_with: {e}") from None
+        # where the run writes, so that `show RUN_ID` finds it from any folder
+        run_index.record(run_key.run_id, config.name, config.output.parquet, config.output.bigquery, config.config_file)
         print(f"evalbeam: run {run_key.run_id} (run date {run_key.run_date}) started", file=sys.stderr, flush=True)
         if not local:
             return run_key, pipeline.run()

@@ -25,6 +25,7 @@ from evalbeam.pipelines.local import new_pipeline
 from evalbeam.pipelines.preflight import billing_project, parquet_glob, preflight
 from evalbeam.pipelines.results import ResultsError, results_for
 from evalbeam.pipelines.stages.read import read_instances
+from evalbeam.pipelines.text_tables import format_table
 from evalbeam.transforms import bigquery, judge
 from evalbeam.transforms.failure_modes import DISCOVERY, taxonomy_of
 from evalbeam.transforms.judge_context import JudgeContext
@@ -266,16 +267,16 @@ def format_plan(plan: dict) -> str:
                  "its rubrics are judged) are not counted" for m in plan.get("uncounted_failure_modes", [])]
     if not plan["metrics"]:
         return "\n".join(lines + ["no judge metric: nothing to call"] + uncounted)
-    head = f"{'metric':36} {'asked':>9} {'distinct':>9} {'cached':>8} {'to call':>9} {'prompt tok':>11} {'output tok':>11} {'online':>11} {'batch':>11}"
-    lines += ["", head]
+    cells = []
     for r in plan["metrics"]:
         mark = "<=" if r["upper_bound"] else ""
-        lines.append(
-            f"{r['metric'][:36]:36} {r['asked']:>9,} {'-' if r['distinct'] is None else format(r['distinct'], ','):>9} "
-            f"{'-' if r['cached'] is None else format(r['cached'], ','):>8} {mark + format(r['to_call'], ','):>9} "
-            f"{'-' if r['prompt_tokens'] is None else format(r['prompt_tokens'], ','):>11} "
-            f"{('<=' if r['output_tokens_from'] == 'max_output_tokens' else '') + format(r['output_tokens'], ','):>11} "
-            f"{_money(r['cost']):>11} {_money(r['cost_batch']):>11}")
+        cells.append((r["metric"], f"{r['asked']:,}", "-" if r["distinct"] is None else f"{r['distinct']:,}",
+                      "-" if r["cached"] is None else f"{r['cached']:,}", mark + f"{r['to_call']:,}",
+                      "-" if r["prompt_tokens"] is None else f"{r['prompt_tokens']:,}",
+                      ("<=" if r["output_tokens_from"] == "max_output_tokens" else "") + f"{r['output_tokens']:,}",
+                      _money(r["cost"]), _money(r["cost_batch"])))
+    lines += ["", format_table(("metric", "asked", "distinct", "cached", "to call", "prompt tok", "output tok", "online",
+                                "batch"), cells, right=tuple(range(1, 9)))]
     minutes = plan["minutes_at_quota"]
     per_provider = plan.get("calls_per_provider") or {}
     lines += ["", f"{plan['calls']:,} judge calls, about {plan['tokens']:,} tokens; "
@@ -320,8 +321,6 @@ def format_labels(labels: dict) -> str:
                       "-" if m["labels_needed"] is None else f"{m['labels_needed']:,}",
                       "-" if m["lambda_at_needed"] is None else f"{m['lambda_at_needed']:.2f}",
                       "-" if m["labels_only_needed"] is None else f"{m['labels_only_needed']:,}"))
-    from evalbeam.pipelines.text_tables import format_table
-
     notes = [f"  {m['metric']}: {m['note']}" for m in labels["metrics"] if m["note"]]
     return "\n".join([head, format_table(("metric", "pilot labels", "labels needed (corrected)", "lambda",
                                           "labels needed (labels alone)"), lines), *notes,

@@ -237,6 +237,47 @@ def comparison_flags(results, name: str | None, run_ids: set[str]) -> dict[str, 
     return out
 
 
+def runs_data(results, eval_name: str | None, last: int | None = None) -> list[dict[str, Any]]:
+    """The runs `evalbeam runs` lists (of an eval; the last `last`), newest first, as `runs --json`
+    prints them: each run's counts, the overall mean of each of its metrics (in its config's order)
+    and, per base run it was compared with, the (metric, slice)s flagged."""
+    rows = results.runs(eval_name)[:last]  # last None: all
+    ids = {r["run_id"] for r in rows}
+    means = overall_means(results, eval_name, ids) if rows else {}
+    flags = comparison_flags(results, eval_name, ids) if rows else {}
+    out = []
+    for r in rows:
+        m = means.get(r["run_id"], {})
+        order = [k for k in dict.fromkeys([*configured_metrics(r.get("config")), *sorted(m)]) if k in m]
+        out.append({
+            "run_id": r["run_id"], "eval": r["name"], "run_date": r["run_date"], "started_at": r["started_at"],
+            "finished_at": r["finished_at"], "read_count": r["read_count"], "scored_count": r["scored_count"],
+            "dead_letter_count": r["dead_letter_count"], "metric_error_count": r["metric_error_count"],
+            "means": {k: {"mean": m[k]["mean"], "ci_low": m[k]["ci_low"], "ci_high": m[k]["ci_high"],
+                          "valid_count": m[k]["valid_count"]} for k in order},
+            "compared": [{"base_run_id": p["base_run_id"],
+                          "regressions": [{"metric": metric, "slice": s} for metric, s in p["regressions"]],
+                          "improvements": [{"metric": metric, "slice": s} for metric, s in p["improvements"]],
+                          "unpaired": p["unpaired"]} for p in flags.get(r["run_id"], [])],
+        })
+    return out
+
+
+def configured_metrics(config_text: str | None) -> list[str]:
+    """The output names of a run's metrics in the order its config lists them (the headline first)."""
+    try:
+        metrics = json.loads(config_text or "{}").get("metrics") or []
+    except (ValueError, AttributeError):
+        return []
+    names = []
+    for m in metrics:
+        if isinstance(m, str):
+            names.append(m)
+        elif isinstance(m, dict) and (m.get("as") or m.get("name")):
+            names.append(m.get("as") or m["name"])
+    return names
+
+
 def worst_instances(results, base_run_id: str, run_id: str, metric: str, direction: str,
                     limit: int = 5) -> list[dict[str, Any]]:
     """The paired instances whose score of `metric` got worse most, with both runs' instance rows."""

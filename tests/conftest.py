@@ -84,11 +84,25 @@ LONG_TIMEOUT = {"packaging": 2400, "pythons": 2400}
 
 
 def pytest_configure(config):
+    # `evalbeam run` records where it writes in the state folder (pipelines/run_index.py): the tests' runs
+    # in a folder of this session's (of each pytest-xdist worker's), never the user's ~/.local/state
+    import os
+    import tempfile
+
+    config.evalbeam_state = tempfile.mkdtemp(prefix="evalbeam-test-state-")
+    os.environ["EVALBEAM_STATE_DIR"] = config.evalbeam_state
     # Beam's TestPipeline is named like a test class; it is not one.
     config.addinivalue_line("filterwarnings", "ignore:cannot collect test class 'TestPipeline':pytest.PytestCollectionWarning")
     for name, needs in TIERS.items():
         config.addinivalue_line("markers", f"{name}: {needs}")
     config.addinivalue_line("markers", TIMING)
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    if getattr(config, "evalbeam_state", None):
+        shutil.rmtree(config.evalbeam_state, ignore_errors=True)
 
 
 def tiers_of(item) -> set:

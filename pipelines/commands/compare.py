@@ -3,6 +3,8 @@ base run, written to the comparisons table; status 1 when a regression is flagge
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import logging
 import sys
 
@@ -10,13 +12,15 @@ from evalbeam.configs import ConfigError, load_config
 from evalbeam.pipelines.commands import usage_error
 from evalbeam.pipelines.commands.arguments import gate_args
 from evalbeam.pipelines.commands.beam_flags import check_beam_args, pipeline_options
-from evalbeam.pipelines.commands.results_args import results_args, results_of
+from evalbeam.pipelines.commands.results_args import ELSEWHERE, results_args, results_of
 from evalbeam.metrics.statistics.compare import parse_tolerance
 from evalbeam.pipelines.compare import (CompareError, compare, comparison_gate, format_comparison, gate_explanations,
                                         gate_settings, unpaired_note)
-from evalbeam.pipelines.failure_mode_results import compare_modes
+from evalbeam.pipelines.failure_mode_results import (TaxonomiesDiffer, classified_metrics, compare_failure_modes,
+                                                     mode_gate_failed, taxonomy_rows)
 from evalbeam.pipelines.report_data import to_json
 from evalbeam.pipelines.results import ResultsError
+from evalbeam.pipelines.text_tables import format_mode_comparison
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, beam_args: list[str]) -> int:
-    check_beam_args(beam_args)
+    check_beam_args(beam_args, args)
     if not 0 < args.alpha <= 1:
         usage_error("--alpha must be in (0, 1]")
     try:
@@ -61,7 +65,7 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
         usage_error(f"--detect {args.detect}: {e}")
     logging.getLogger().setLevel(logging.WARNING)
     try:
-        results = results_of(args)
+        results = results_of(args, [args.base_run_id, *args.run_ids])
         also_parquet = None
         if args.config:
             config = load_config(args.config)
@@ -70,7 +74,10 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
         rows = compare(results, args.base_run_id, args.run_ids, options, gate, args.alpha, also_parquet,
                        allow_different_evals=args.allow_different_evals)
     except (ConfigError, ResultsError, CompareError) as e:
-        print(f"evalbeam: {e}", file=sys.stderr)
+        message = str(e)
+        if message.startswith("no run ") and ELSEWHERE not in message:  # not where it was looked for
+            message += f" ({ELSEWHERE})"
+        print(f"evalbeam: {message}", file=sys.stderr)
         return 2
     regressed = [r for r in rows if r["regression"]]
     modes = compare_modes(results, args.base_run_id, args.run_ids, args.alpha, args.fail_on_mode_growth)
@@ -80,9 +87,8 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
     if args.json:
         print(to_json({"base_run_id": args.base_run_id, "run_ids": args.run_ids, "status": status,
                        "regressions": len(regressed), "problems": problems, "unpaired": unpaired_note(rows),
-                       "gate": gate_explanations(rows, detect),
-                       "comparisons": rows, "failure_modes": modes.rows, "failure_mode_errors": modes.errors,
-                       "written_to": results.location}))
+                       "gate": gate_explanations(rows, detect), "comparisons": rows, "failure_modes": modes.rows,
+                       "failure_mode_errors": modes.errors, "written_to": results.location}))
         return status
     print(format_comparison(rows, detect=detect))
     for note in unpaired_note(rows):
@@ -105,3 +111,52 @@ def gate_failed(results, rows, base_run_id: str, run_ids: list[str], min_paired:
     for problem in problems:
         print(f"evalbeam: compare: {problem}", file=sys.stderr)
     return bool(problems)
+
+
+@dataclasses.dataclass
+class ModeComparison:
+    """`evalbeam compare`'s failure-mode part: what it prints (`lines`, and `errors` for stderr), the
+    rows compared, and its status: 1 when a gated mode grew (--fail-on-mode-growth), 2 when a gated
+    mode is no mode of the taxonomies compared (a typo would never fire) or when, with a gate, a
+    run's modes could not be compared at all (different or no taxonomies: the gate could not be
+    evaluated, and a gate that cannot look must not pass), else 0."""
+
+    lines: list[str]
+    errors: list[str]
+    rows: list[dict]
+    status: int
+
+
+def compare_modes(results, base_id: str, run_ids: list[str], alpha: float, gated: list[str]) -> ModeComparison:
+    lines, errors, all_rows = [], [], []
+    failed, known, compared, uncompared = [], set(), False, []
+    for run_id in run_ids:
+        try:
+            rows = compare_failure_modes(results, base_id, run_id, alpha)
+        except TaxonomiesDiffer as e:
+            if gated or "no failure modes" not in str(e):
+                lines.append(f"\nfailure modes not compared: {e}")
+            uncompared.append(run_id)
+            continue
+        base_metrics, run_metrics = classified_metrics(results, base_id), classified_metrics(results, run_id)
+        for metric in sorted(set(base_metrics) ^ set(run_metrics)):
+            only = base_id if metric in base_metrics else run_id
+            lines.append(f"\nfailure modes of {metric} not compared: only run {only} classified its failures")
+        lines.append(format_mode_comparison(rows))
+        all_rows += rows
+        failed += mode_gate_failed(rows, gated)
+        compared = True
+        known |= {r["mode"] for r in rows} | {m["id"] for t in taxonomy_rows(results, run_id)
+                                              for m in json.loads(t["modes"] or "[]")}
+    unknown = sorted({g for g in gated if g != "any"} - known) if compared else []
+    if unknown:
+        errors.append(f"evalbeam: --fail-on-mode-growth {', '.join(unknown)}: not a mode of the taxonomy compared "
+                      f"(its modes: {', '.join(sorted(known))})")
+    if gated and uncompared:
+        errors.append(f"evalbeam: --fail-on-mode-growth: the failure modes of run(s) {', '.join(uncompared)} could "
+                      f"not be compared with {base_id}'s (said above), so the gate could not be evaluated")
+    if gated:
+        lines.append(f"{len(failed)} gated failure mode growth(s) flagged"
+                     + "".join(f"\n  {r['metric']} {r['slice']}: {r['mode']} grew ({r['base_count']} -> {r['count']}, "
+                               f"p {r['p_value']:.4f})" for r in failed))
+    return ModeComparison(lines, errors, all_rows, 2 if unknown or (gated and uncompared) else 1 if failed else 0)

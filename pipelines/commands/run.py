@@ -30,7 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, beam_args: list[str]) -> int:
-    check_beam_args(beam_args)
+    check_beam_args(beam_args, args)
+    # as given, for the command printed to resume an interrupted run (the local workers added below are not)
+    flags = [*(["--fail-on-regression"] if args.fail_on_regression else []),
+             *(["--min-paired", str(args.min_paired)] if args.min_paired is not None else []),
+             *(["--allow-different-evals"] if args.allow_different_evals else []), *beam_args]
     try:
         config = load_config(args.config, args.overrides)
         logging.getLogger().setLevel(logging.WARNING)
@@ -43,7 +47,7 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
                   "(--direct_num_workers=1 for one)", file=sys.stderr)
             beam_args = [*beam_args, *workers]
         options = pipeline_options(beam_args)
-        run_key, result = evaluate.run(config, options, allow_different_evals=args.allow_different_evals)
+        run_key, result = evaluate.run(config, options, allow_different_evals=args.allow_different_evals, flags=flags)
     except (ConfigError, ResultsError) as e:
         print(f"evalbeam: {e}", file=sys.stderr)
         return 2
