@@ -35,7 +35,7 @@ from typing import Any, Awaitable, Callable
 
 from evalbeam.metrics.agents.inference import InferenceError, describe, user_turns
 from evalbeam.metrics.names import looks_like_a_secret
-from evalbeam.metrics.judge.providers import retry_after  # seconds, an HTTP date or retry-after-ms
+from evalbeam.metrics.judge.providers import remember_tokens, retry_after  # retry_after: seconds, an HTTP date or retry-after-ms
 from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter
 from evalbeam.metrics.rows.trace import turns_from_agent_data
 
@@ -924,7 +924,8 @@ def engine_client(resource: str, base_url: str | None = None):
     endpoint = base_url.rstrip("/") if base_url else f"https://{location}-aiplatform.googleapis.com"
     client = ReasoningEngineExecutionServiceClient(
         credentials=credentials, transport="rest", client_options=ClientOptions(api_endpoint=endpoint))
-    return client, client._transport._credentials  # the credentials it signs with (their token is scrubbed from errors)
+    # the credentials it signs with: every token they hold is scrubbed from errors
+    return client, remember_tokens(client._transport._credentials)
 
 
 # ------------------------------------------------------------------------------ shared by both

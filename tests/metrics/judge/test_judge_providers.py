@@ -399,3 +399,32 @@ def test_batch_jobs_are_held_to_each_providers_batch_limits(key, monkeypatch):
         got = {r.key: r for _, r in judge_batch(settings, requests, lambda r: r, sleep=time.sleep)}
     assert {r.key for r in requests} == set(got) and all(r.error is None for r in got.values())
     assert [j["requests"] for j in server.stats.batch_jobs] == [3, 3, 1]
+
+
+def test_every_token_the_credentials_held_is_scrubbed_not_only_the_current_one():
+    """Two calls at once may each refresh the token, so an error can repeat a token the credentials no
+    longer hold (test_claude_on_vertex_ai_with_application_default_credentials failed so about one run in
+    four, the token in the error): every token held is scrubbed, and anything shaped like a Google token."""
+    from google.auth import credentials as ga_credentials
+
+    from evalbeam.metrics.judge.providers import remember_tokens, scrub_secrets
+
+    class Rotating(ga_credentials.Credentials):
+        def __init__(self):
+            super().__init__()
+            self.n = 0
+
+        def refresh(self, request):
+            self.n += 1
+            self.token = f"tok-secret-{self.n:04d}"
+
+    credentials = remember_tokens(Rotating())
+    credentials.refresh(None)
+    first = credentials.token
+    credentials.before_request(None, "POST", "http://x", {})  # valid: no refresh
+    credentials.refresh(None)
+    assert credentials.token != first
+    text = f"refused {first} and {credentials.token}; also ya29.c.b0AXv0zTOther-_x.y and eyJhbGciOi.eyJzdWIi.c2ln"
+    assert scrub_secrets(text, None, credentials) == "refused [redacted] and [redacted]; also [redacted] and [redacted]"
+    assert remember_tokens(credentials) is credentials  # wrapped once
+    assert scrub_secrets("nothing secret: 10.0.0.1", None, None) == "nothing secret: 10.0.0.1"
