@@ -78,7 +78,7 @@ setuptools.setup(
     # configs/judge_metrics.yaml), and the demo configs with their data.
     package_data={"evalbeam.configs": ["*.yaml", "data/*", "data/adk/*"]},
     install_requires=REQUIRES,
-    # `report`: the charts of `evalbeam report` (static SVG, pipelines/report_charts.py).
+    # `report`: the charts of `evalbeam report` (static SVG, pipelines/reports/charts.py).
     # `test`: rouge-score is the oracle rouge-score-rs is checked against; pytest-timeout fails a hung test (pytest.ini),
     # pytest-xdist runs `make test`'s tests in several processes (Makefile); ruff is the lint step of `make test` and
     # `make test-fast` (ruff.toml); ppi-python is the reference the

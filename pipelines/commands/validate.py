@@ -10,7 +10,7 @@ from evalbeam.pipelines.commands import UNWRITTEN_OUTPUT_STATUS, no_beam_flags
 from evalbeam.pipelines.commands.arguments import config_args
 from evalbeam.pipelines.evaluate import plan_comparison
 from evalbeam.pipelines.preflight import Preflight, RowsCheck, check_rows, judge_credentials_problem, preflight
-from evalbeam.pipelines.report_data import input_problems
+from evalbeam.pipelines.reports.data import input_problems
 from evalbeam.pipelines.results import ResultsError
 from evalbeam.transforms.write_failure import OutputWriteError
 
@@ -55,7 +55,7 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
 
 def refuse_what_run_fails(config: EvalConfig, checked: Preflight) -> None:
     """A file input read whole by preflight's sample (a small one): a ConfigError when `run` would
-    read, score and then fail it (report_data.input_problems: no record, none scored, too many
+    read, score and then fail it (reports.data.input_problems: no record, none scored, too many
     dead letters), so that validate and run reach the same verdict. A larger input is judged by
     `run` alone."""
     if config.input.kind != "files" or not checked.whole:
@@ -73,7 +73,7 @@ def refuse_what_run_fails(config: EvalConfig, checked: Preflight) -> None:
 
 
 def verdict(config: EvalConfig, rows: RowsCheck) -> list[str]:
-    """What `run` would report under PROBLEMS about these rows (report_data.input_problems)."""
+    """What `run` would report under PROBLEMS about these rows (reports.data.input_problems)."""
     return input_problems({"read_count": rows.read, "scored_count": rows.usable, "dead_letter_count": rows.dead_count,
                            "config": config.to_json()})
 

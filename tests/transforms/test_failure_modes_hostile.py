@@ -88,7 +88,8 @@ def test_plan_counts_a_discovery_run_as_upper_bounds_that_the_run_keeps(tmp_path
     discovery and one classification per failure (scored offline), as upper bounds without
     tokens, and the run makes exactly those calls."""
     from evalbeam.configs import load_config
-    from evalbeam.pipelines.plan import format_plan, plan
+    from evalbeam.pipelines.plan import plan
+    from evalbeam.pipelines.reports.plan import format_plan
 
     rows = PASSING[:3] + [dict(r, response="wrong #mode=wrong_tool") for r in PASSING[3:]]
     discover = {"metrics": ["exact_match"], "taxonomy": "discover"}
@@ -189,7 +190,8 @@ def test_plan_says_a_rubric_metrics_classifications_are_not_counted(tmp_path, ap
     """A rubric metric's failures are its failed rubrics, unknown before the run: plan used to
     leave them out without a word; it says they are not counted."""
     from evalbeam.configs import load_config
-    from evalbeam.pipelines.plan import format_plan, plan
+    from evalbeam.pipelines.plan import plan
+    from evalbeam.pipelines.reports.plan import format_plan
 
     rows = [dict(r, prompt="P #rubrics=2") for r in PASSING[:2]]
     with JudgeServer() as server:
