@@ -44,6 +44,7 @@ from evalbeam.metrics.agents.inference import (
     scenario_of,
 )
 from evalbeam.metrics.agents.deployed import Calls, case_key, decode_result, make_deployed_inferrer
+from evalbeam.metrics.retry import RetryPolicy
 from evalbeam.metrics.rows.instance import Instance, run_number
 from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, request_key
 from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
@@ -152,7 +153,8 @@ class DeployedInferFn(beam.DoFn):
         calls: list = []
 
         def make():
-            calls.append(Calls(inference.quota_share(), inference.max_attempts, inference.request_timeout_seconds))
+            calls.append(Calls(inference.quota_share(), RetryPolicy(max_attempts=inference.max_attempts),
+                               inference.request_timeout_seconds))
             inner = make_deployed_inferrer(inference.kind, inference.target, calls[0], inference.base_url,
                                            inference.max_concurrency, deployed_auth(inference))
             return CheckpointedInferrer(inner, by_fields, writer)

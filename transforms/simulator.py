@@ -43,6 +43,7 @@ from evalbeam.metrics.agents.inference import (
 from evalbeam.metrics.judge.client import FREE_TEXT, JudgeClient, JudgeRequest, JudgeResponse, request_key
 from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter
 from evalbeam.metrics.judge.settings import JudgeSettings
+from evalbeam.metrics.retry import RetryPolicy
 from evalbeam.metrics.rows.instance import run_number
 from evalbeam.metrics.rows.trace import add_rubrics
 from evalbeam.metrics.agents.simulator import USAGE_METRIC, LlmBackedUserSimulator, UserSimulatorFailed, parse_scenario
@@ -166,7 +167,7 @@ class SimulateFn(beam.DoFn):
         share = inference.requests_per_minute / self._settings.shards if inference.requests_per_minute else None
 
         def make():
-            calls.append(Calls(share, inference.max_attempts, inference.request_timeout_seconds))
+            calls.append(Calls(share, RetryPolicy(max_attempts=inference.max_attempts), inference.request_timeout_seconds))
             inner = make_deployed_inferrer(inference.kind, inference.target, calls[0], inference.base_url,
                                            inference.max_concurrency, deployed_auth(inference))
             return CheckpointedInferrer(inner, by_fields, writer)

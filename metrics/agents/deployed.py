@@ -13,8 +13,8 @@
 
 Both send every request through `Calls`: the job's quota (the judge layer's one
 rate limiter, metrics.judge.ratelimit.AdaptiveRateLimiter, with this worker's share),
-a per-request timeout, and retries with exponential backoff on 429 (after the server's
-Retry-After), 5xx and timeouts. A retry re-sends only the request that failed: turns
+a per-request timeout, and retries by the one policy (metrics.retry: on 429 after the
+server's Retry-After, 408, 5xx, timeouts and connections refused). A retry re-sends only the request that failed: turns
 already answered are kept, never sent again, and the conversation carries on in the same
 context/session. A turn that timed out or whose stream broke off is not sent again (the agent
 may have run it: its message would be in the conversation twice); it fails the case. Both turn the agent's ADK events into the case's turns as
@@ -28,35 +28,19 @@ import base64
 import dataclasses
 import hashlib
 import json
-import random
 import time
 import uuid
 from typing import Any, Awaitable, Callable
 
 from evalbeam.metrics.agents.inference import InferenceError, describe, user_turns
 from evalbeam.metrics.names import looks_like_a_secret
-from evalbeam.metrics.judge.providers import remember_tokens, retry_after  # retry_after: seconds, an HTTP date or retry-after-ms
+from evalbeam.metrics.judge.providers import remember_tokens
 from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter
+from evalbeam.metrics.retry import RetryPolicy, Transient, transient_for_status
 from evalbeam.metrics.rows.trace import turns_from_agent_data
 
 AGENT_ENGINE_RE = r"^projects/[^/]+/locations/[^/]+/reasoningEngines/[^/]+$"
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
-RETRYABLE_STATUS = {408, 429, 500, 502, 503, 504}
-BACKOFF_BASE = 1.0  # seconds before the first retry; doubles per attempt, with jitter
-BACKOFF_MAX = 60.0
-
-
-class Transient(Exception):
-    """A request that may succeed when sent again (429, 5xx, a timeout)."""
-
-    def __init__(self, message: str, retry_after: float | None = None, rate_limited: bool = False,
-                 maybe_ran: bool = False):
-        super().__init__(message)
-        self.retry_after = retry_after
-        self.rate_limited = rate_limited
-        # the request reached the agent and may have run to the end (a timeout, a stream broken off),
-        # as opposed to refused (429, 5xx) or never sent (connection refused)
-        self.maybe_ran = maybe_ran
 
 
 @dataclasses.dataclass
@@ -70,12 +54,12 @@ class CallStats:
 
 class Calls:
     """Every request to a deployed agent: paced by the job's quota share, timed out,
-    retried on transient failures. One per inferrer (one asyncio loop)."""
+    retried on transient failures by `policy` (metrics.retry). One per inferrer (one asyncio loop)."""
 
-    def __init__(self, requests_per_minute: float | None, max_attempts: int, request_timeout: float,
+    def __init__(self, requests_per_minute: float | None, policy: RetryPolicy, request_timeout: float,
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep):
         self.limiter = AdaptiveRateLimiter(requests_per_minute, sleep=sleep) if requests_per_minute else None
-        self.max_attempts = max_attempts
+        self.policy = policy
         self.request_timeout = request_timeout
         self.stats = CallStats()
         self._sleep = sleep
@@ -87,7 +71,10 @@ class Calls:
         stream broken off) is final, as sending it again would put the message twice into the
         conversation and run its tools twice; only refusals and requests never sent are retried."""
         last = ""
-        for attempt in range(1, self.max_attempts + 1):
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
             if self.limiter is not None:
                 await self.limiter.acquire()
             self.stats.requests += 1
@@ -116,10 +103,11 @@ class Calls:
                 self.stats.rate_limited += 1
                 if self.limiter is not None:
                     self.limiter.on_rate_limited(failure.retry_after)
-            if attempt < self.max_attempts:
-                delay = min(BACKOFF_MAX, BACKOFF_BASE * 2 ** (attempt - 1)) * (0.5 + random.random() / 2)
-                await self._sleep(max(delay, failure.retry_after or 0.0))
-        raise InferenceError(f"{what} failed after {self.max_attempts} attempts; last: {last}")
+            wait = self.policy.wait(attempt, failure.retry_after)
+            if not self.policy.attempts_left(attempt, started, wait):
+                break
+            await self._sleep(wait)
+        raise InferenceError(f"{what} failed after {attempt} attempts; last: {last}")
 
     async def resend(self) -> None:
         """A request sent once more within one send (with a new token, after a 401): it waits for the quota
@@ -128,12 +116,6 @@ class Calls:
             await self.limiter.acquire()
         self.stats.requests += 1
         self.stats.retries += 1
-
-
-def _http_transient(status: int | None, message: str, headers: Any = None) -> Transient | None:
-    if status in RETRYABLE_STATUS:
-        return Transient(f"HTTP {status}: {message}"[:500], retry_after(headers), rate_limited=status == 429)
-    return None
 
 
 def _turn_from_events(prompt: str, events: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
@@ -597,12 +579,12 @@ class A2AInferrer:
                 where = ""
             return Transient(f"{type(error).__name__}: {error}{where}", maybe_ran=not isinstance(error, httpx.ConnectError))
         if isinstance(error, httpx.HTTPStatusError):
-            return _http_transient(error.response.status_code, error.response.reason_phrase, error.response.headers)
+            return transient_for_status(error.response.status_code, error.response.reason_phrase, error.response.headers)
         cause = error.__cause__ or error.__context__
         if isinstance(error, A2AClientError) and cause is not None and cause is not error:
             return A2AInferrer.classify(cause)
         status = getattr(error, "status_code", None)
-        return _http_transient(status, str(error)) if status else None
+        return transient_for_status(status, str(error)) if status else None
 
     async def _open(self):
         """The agent card (read once, as a request: paced and retried), then a client for the
@@ -741,6 +723,7 @@ class AgentEngineInferrer:
         self._calls = calls
         self._base_url = base_url
         self._client = None
+        self._opening: asyncio.Lock | None = None
         # the REST client is synchronous: its calls run in a pool of threads. A call whose case timed out
         # (timeout_seconds) goes on in its thread until the client's own timeout, so the pool has room for
         # one such call per case in flight: the next case's requests do not queue behind it (and time out)
@@ -750,6 +733,18 @@ class AgentEngineInferrer:
         if self._client is None:
             self._client, self._credentials = engine_client(self._resource, self._base_url)
         return self._client
+
+    async def _open(self) -> None:
+        """The REST client, made once (in the pool) before the first request: its imports and the loading
+        of the credentials are no request to the agent, so request_timeout_seconds does not count them
+        (a first create_session would otherwise time out, and its retries with it, on a slow import)."""
+        if self._client is not None:
+            return
+        if self._opening is None:
+            self._opening = asyncio.Lock()
+        async with self._opening:
+            if self._client is None:
+                await self._run(self.client)
 
     def scrub(self, text: str) -> str:
         """An error's text without the access token, should the endpoint repeat it (as the judge's are)."""
@@ -763,7 +758,7 @@ class AgentEngineInferrer:
         if isinstance(error, exceptions.GoogleAPICallError):
             response = getattr(error, "response", None)
             headers = getattr(response, "headers", None)
-            return _http_transient(error.code, self.scrub(str(error.message)), headers)
+            return transient_for_status(error.code, self.scrub(str(error.message)), headers)
         import requests
 
         if isinstance(error, (requests.ConnectionError, requests.Timeout)):
@@ -847,6 +842,7 @@ class AgentEngineInferrer:
         session_input = (case.get("session_input") or {}) if isinstance(case, dict) else {}
         user_id = session_input.get("user_id") or "evalbeam_user"
         state = dict(session_input.get("state") or {})
+        await self._open()
         session_id = await self._calls.call(
             "create_session", lambda: self._run(self._create_session, user_id, state), self.classify)
         return EngineConversation(self, user_id, session_id)

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import email.utils
 import json
 import re
 import os
-import time
 from typing import Any
 
 from evalbeam.metrics.judge.settings import JudgeSettings
+from evalbeam.metrics.retry import retry_after
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 # The tool an Anthropic judge answers through (its input is the answer), and the name
@@ -52,30 +51,6 @@ class ProviderError(Exception):
     def __init__(self, code: int, message: str, retry_after: float | None = None):
         super().__init__(f"HTTP {code}: {message}")
         self.code, self.message, self.retry_after = code, message, retry_after
-
-
-def retry_after(headers) -> float | None:
-    """Seconds to wait from a response's headers: retry-after-ms (OpenAI), Retry-After in
-    seconds or as an HTTP date (RFC 9110), else None."""
-    if not headers:
-        return None
-    value = headers.get("retry-after-ms")
-    try:
-        if value is not None:
-            return max(0.0, float(value) / 1000)
-    except ValueError:
-        pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
 
 
 def json_schema(schema: dict[str, Any]) -> tuple[dict[str, Any], bool]:

@@ -12,6 +12,7 @@ import pytest
 
 from evalbeam.metrics.agents.deployed import A2AInferrer, Calls, events_from_a2a
 from evalbeam.metrics.agents.inference import infer_all
+from evalbeam.metrics.retry import RetryPolicy
 from evalbeam.metrics.rows.instance import RowSpec, build_instance
 from evalbeam.transforms.read import parse_file
 from evalbeam.transforms.records import Record
@@ -45,7 +46,8 @@ def over_a2a(url, cases, **calls):
     made = []
 
     def make():
-        made.append(Calls(settings["requests_per_minute"], settings["max_attempts"], settings["request_timeout"]))
+        made.append(Calls(settings["requests_per_minute"], RetryPolicy(max_attempts=settings["max_attempts"]),
+                          settings["request_timeout"]))
         return A2AInferrer(url, made[-1])
 
     return dict(infer_all(make, cases, 4, 120)), made[0]
@@ -130,7 +132,7 @@ def on_engine(engine, cases, max_attempts=3, requests_per_minute=None, sleep=Non
     made = []
 
     def make():
-        calls = Calls(requests_per_minute, max_attempts, 30, **({"sleep": sleep} if sleep else {}))
+        calls = Calls(requests_per_minute, RetryPolicy(max_attempts=max_attempts), 30, **({"sleep": sleep} if sleep else {}))
         made.append(calls)
         return AgentEngineInferrer(ENGINE, calls, engine.url, 4)
 
@@ -390,7 +392,7 @@ def test_calls_retry_only_transient_failures_and_honour_retry_after():
     timeout) are retried with backoff, up to max_attempts; anything else is raised at once."""
     import asyncio
 
-    from evalbeam.metrics.agents.deployed import Transient, _http_transient
+    from evalbeam.metrics.retry import transient_for_status
 
     def run(outcomes, max_attempts=4, timeout=5.0):
         waits, sent = [], []
@@ -398,7 +400,7 @@ def test_calls_retry_only_transient_failures_and_honour_retry_after():
         async def sleep(seconds):
             waits.append(seconds)
 
-        calls = Calls(600, max_attempts, timeout, sleep=sleep)
+        calls = Calls(600, RetryPolicy(max_attempts=max_attempts), timeout, sleep=sleep)
 
         async def send():
             outcome = outcomes[len(sent)]
@@ -410,7 +412,7 @@ def test_calls_retry_only_transient_failures_and_honour_retry_after():
             return outcome
 
         def classify(e):
-            return _http_transient(getattr(e, "status", None), str(e), getattr(e, "headers", None))
+            return transient_for_status(getattr(e, "status", None), str(e), getattr(e, "headers", None))
 
         async def main():
             return await calls.call("turn 1", send, classify)
@@ -434,16 +436,6 @@ def test_calls_retry_only_transient_failures_and_honour_retry_after():
     assert str(result) == "turn 1 failed after 4 attempts; last: HTTP 500: status 500" and len(sent) == 4
     result, sent, _, _ = run(["hang", "answer"], timeout=0.05)
     assert result == "answer" and len(sent) == 2
-    assert isinstance(Transient("x"), Exception)
-    # Retry-After as an HTTP date, or OpenAI-style retry-after-ms: the judge layer's one parser
-    # (metrics.judge.providers.retry_after)
-    import email.utils
-    import time
-
-    later = email.utils.formatdate(time.time() + 30, usegmt=True)
-    assert 20 < _http_transient(429, "slow down", {"retry-after": later}).retry_after <= 30
-    assert _http_transient(429, "slow down", {"retry-after-ms": "1500"}).retry_after == 1.5
-    assert _http_transient(503, "down", {"retry-after": "soon"}).retry_after is None
 
 
 def test_inference_config_for_deployed_agents():
@@ -576,3 +568,43 @@ def test_a_full_disk_while_inference_checkpoints_ends_the_run_with_120_in_one_li
         assert again.returncode == 0, again.stdout + again.stderr
         assert sum(engine.stats.messages.values()) - asked == n - len(saved)
         assert len([r for r in table(out / "r1", "metric_results") if r["metric"] == "exact_match"]) == n
+
+
+def test_calls_wait_and_give_up_as_the_policy_says():
+    """Calls asks metrics.retry's policy: the first retry waits U(0, base) (the judge's numbers: no longer
+    1 s or more), each later bound doubles; 501 and 505 to 511 are retried now, as the judge retries them;
+    a deadline ends the retries before max_attempts does."""
+    import asyncio
+
+    from evalbeam.metrics.agents.deployed import A2AInferrer
+
+    class Status(Exception):
+        def __init__(self, status):
+            super().__init__(f"status {status}")
+            self.status_code = status
+
+    def run(outcomes, policy):
+        waits, sent = [], []
+
+        async def sleep(seconds):
+            waits.append(seconds)
+
+        async def send():
+            sent.append(outcomes[len(sent)])
+            if isinstance(sent[-1], BaseException):
+                raise sent[-1]
+            return sent[-1]
+
+        calls = Calls(None, policy, 5.0, sleep=sleep)
+        try:
+            return asyncio.run(calls.call("turn 1", send, A2AInferrer.classify)), sent, waits
+        except Exception as e:  # noqa: BLE001
+            return e, sent, waits
+
+    result, sent, waits = run([Status(501), Status(505), Status(511), "answer"], RetryPolicy(max_attempts=4, base=0.5))
+    assert result == "answer" and len(sent) == 4
+    assert 0 <= waits[0] <= 0.5 and 0 <= waits[1] <= 1.0 and 0 <= waits[2] <= 2.0
+    result, sent, waits = run([Status(503)] * 3, RetryPolicy(max_attempts=3, base=0.5))
+    assert str(result) == "turn 1 failed after 3 attempts; last: HTTP 503: status 503" and len(waits) == 2
+    result, sent, waits = run([Status(503)] * 3, RetryPolicy(max_attempts=3, base=5.0, deadline=0.0))
+    assert str(result) == "turn 1 failed after 1 attempts; last: HTTP 503: status 503" and waits == []

@@ -18,6 +18,7 @@ import pytest
 
 from evalbeam.metrics.agents.deployed import A2AAuth, A2AInferrer, Calls, foreign_endpoint, reachable
 from evalbeam.metrics.agents.inference import infer_all
+from evalbeam.metrics.retry import RetryPolicy
 from tests.servers.a2a_agent import A2AServer
 from tests.servers.judge_server import JudgeServer
 from tests.transforms.test_deployed import cases_of
@@ -81,7 +82,7 @@ def over_a2a(url, cases, auth, max_concurrency=4):
     made = []
 
     def make():
-        made.append(Calls(None, 3, 60))
+        made.append(Calls(None, RetryPolicy(max_attempts=3), 60))
         return A2AInferrer(url, made[-1], max_concurrency, auth)
 
     return dict(infer_all(make, cases, max_concurrency, 120)), made[0]
@@ -110,7 +111,7 @@ def test_id_tokens_from_adc_are_verified_by_the_agent_and_refreshed_as_they_expi
             # tokens of 5 s: one case, a pause past the token's expiry, another case in the same run
             tokens.id_token_lifetime = 5
             before = len(auth_log(url))
-            calls = Calls(None, 3, 60)
+            calls = Calls(None, RetryPolicy(max_attempts=3), 60)
             inferrer = A2AInferrer(url, calls, 4, {"google_id_token": {}})
             first_token = {}
 
@@ -457,7 +458,7 @@ def test_concurrent_401s_share_one_new_token_and_each_resend_waits_for_the_quota
 
     tokens = adc
     endpoint = RefusesTheFirstToken(refusals=5)
-    calls = Calls(6000, 3, 60)
+    calls = Calls(6000, RetryPolicy(max_attempts=3), 60)
     acquired = []
     acquire = calls.limiter.acquire
 

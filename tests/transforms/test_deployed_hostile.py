@@ -11,6 +11,7 @@ import pytest
 
 from evalbeam.metrics.agents.deployed import A2AInferrer, Calls, events_from_a2a
 from evalbeam.metrics.agents.inference import InferenceError, infer_all
+from evalbeam.metrics.retry import RetryPolicy
 from tests.servers.a2a_raw import RawA2AServer, agent_message, result
 
 
@@ -19,7 +20,7 @@ def over_raw_a2a(answer, cases=None, max_attempts=2, request_timeout=30.0, url_s
         made = []
 
         def make():
-            made.append(Calls(None, max_attempts, request_timeout))
+            made.append(Calls(None, RetryPolicy(max_attempts=max_attempts), request_timeout))
             return A2AInferrer(server.url + url_suffix, made[-1])
 
         cases = cases or [("c1", {"prompt": "hello"})]
@@ -80,16 +81,10 @@ def test_a2a_final_task_states(state, ok):
 def test_a2a_agent_card_that_cannot_be_read_is_tried_once_per_shard_not_once_per_case():
     """The card answers 503 every time: its read is retried max_attempts times once, then every case of
     the shard fails with that error at once (not max_attempts more reads, with backoff, per case)."""
-    import evalbeam.metrics.agents.deployed as deployed
-
     cases = [(f"c{i}", {"prompt": f"hello {i}"}) for i in range(6)]
-    base, deployed.BACKOFF_BASE = deployed.BACKOFF_BASE, 0.01
-    try:
-        with RawA2AServer(lambda text, body: [], card_status=503) as server:
-            calls = Calls(None, 3, 30.0)
-            done = dict(infer_all(lambda: A2AInferrer(server.url, calls), cases, 2, 60))
-    finally:
-        deployed.BACKOFF_BASE = base
+    with RawA2AServer(lambda text, body: [], card_status=503) as server:
+        calls = Calls(None, RetryPolicy(max_attempts=3, base=0.01), 30.0)
+        done = dict(infer_all(lambda: A2AInferrer(server.url, calls), cases, 2, 60))
     assert server.card_reads == 3 and not server.requests
     assert {k: v["failure"] for k, v in done.items()} == {k: 1 for k, _ in cases}
     assert all("reading the A2A agent card at" in v["inference_error"] and "503" in v["inference_error"]
@@ -164,7 +159,7 @@ def test_a2a_url_forms(card_path, suffix):
     ok = lambda text, body: [result(body["id"], agent_message("hi " + text))]  # noqa: E731
     with RawA2AServer(ok, card_path=card_path) as server:
         assert reachable("a2a", server.url + suffix) is None
-        calls = Calls(None, 2, 30.0)
+        calls = Calls(None, RetryPolicy(max_attempts=2), 30.0)
         done = dict(infer_all(lambda: A2AInferrer(server.url + suffix, calls), [("c1", {"prompt": "x"})], 1, 60))
     assert done["c1"]["failure"] == 0, done["c1"].get("inference_error")
     assert done["c1"]["invocations"][0]["response"] == "hi x" and server.card_reads == 2
@@ -174,20 +169,15 @@ def test_a2a_card_naming_an_unreachable_endpoint_says_so():
     """A card that names the URL the agent was started with (http://0.0.0.0:<port>/ or localhost in a
     container), not the one it is reached at: preflight says the card names an endpoint that cannot be
     reached, and a case's error names that endpoint, not just "ConnectError"."""
-    import evalbeam.metrics.agents.deployed as deployed
     from evalbeam.metrics.agents.deployed import reachable
     from tests.servers.a2a_agent import free_port
 
     elsewhere = f"http://127.0.0.1:{free_port()}/"
-    base, deployed.BACKOFF_BASE = deployed.BACKOFF_BASE, 0.01
-    try:
-        with RawA2AServer(lambda text, body: []) as server:
-            server.card_url = elsewhere
-            problem = reachable("a2a", server.url)
-            calls = Calls(None, 2, 30.0)
-            done = dict(infer_all(lambda: A2AInferrer(server.url, calls), [("c1", {"prompt": "x"})], 1, 60))
-    finally:
-        deployed.BACKOFF_BASE = base
+    with RawA2AServer(lambda text, body: []) as server:
+        server.card_url = elsewhere
+        problem = reachable("a2a", server.url)
+        calls = Calls(None, RetryPolicy(max_attempts=2, base=0.01), 30.0)
+        done = dict(infer_all(lambda: A2AInferrer(server.url, calls), [("c1", {"prompt": "x"})], 1, 60))
     assert problem is not None and problem.startswith(
         f"inference.a2a: the agent card at {server.url}/.well-known/agent-card.json names {elsewhere} as the "
         "agent's endpoint, which is unreachable (ConnectError"), problem
@@ -222,7 +212,7 @@ def test_a2a_turn_that_timed_out_is_not_sent_again():
         return write
 
     with RawA2AServer(slow) as server:
-        calls = Calls(None, 3, 0.3)
+        calls = Calls(None, RetryPolicy(max_attempts=3), 0.3)
         done = dict(infer_all(lambda: A2AInferrer(server.url, calls), [("c1", {"prompt": "x"})], 1, 60))
     error = done["c1"]["inference_error"]
     assert len(server.requests) == 1 and calls.stats.requests == 2  # the card, the one message
@@ -231,8 +221,6 @@ def test_a2a_turn_that_timed_out_is_not_sent_again():
 
 def test_a2a_turn_refused_before_running_is_sent_again():
     """A connection refused (nothing sent) and a 503 (refused) are still retried: the agent did not run them."""
-    import evalbeam.metrics.agents.deployed as deployed
-
     answers = iter(["refuse", "ok"])
 
     def flaky(text, body):
@@ -244,13 +232,9 @@ def test_a2a_turn_refused_before_running_is_sent_again():
             return write
         return [result(body["id"], agent_message("hi"))]
 
-    base, deployed.BACKOFF_BASE = deployed.BACKOFF_BASE, 0.01
-    try:
-        with RawA2AServer(flaky) as server:
-            calls = Calls(None, 3, 30.0)
-            done = dict(infer_all(lambda: A2AInferrer(server.url, calls), [("c1", {"prompt": "x"})], 1, 60))
-    finally:
-        deployed.BACKOFF_BASE = base
+    with RawA2AServer(flaky) as server:
+        calls = Calls(None, RetryPolicy(max_attempts=3, base=0.01), 30.0)
+        done = dict(infer_all(lambda: A2AInferrer(server.url, calls), [("c1", {"prompt": "x"})], 1, 60))
     assert done["c1"]["failure"] == 0 and len(server.requests) == 2 and calls.stats.retries == 1
 
 
@@ -262,7 +246,7 @@ def test_agent_engine_turn_that_timed_out_is_not_sent_again(engine_env):  # noqa
     from tests.transforms.test_deployed import ENGINE
 
     engine_env.hold_after = 0  # every turn waits for release
-    calls = Calls(None, 3, 0.5)
+    calls = Calls(None, RetryPolicy(max_attempts=3), 0.5)
     try:
         done = dict(infer_all(lambda: AgentEngineInferrer(ENGINE, calls, engine_env.url, 2),
                               [("c1", {"prompt": "hello"})], 1, 60))
@@ -282,7 +266,7 @@ def test_agent_engine_a_case_past_its_timeout_does_not_starve_the_next(engine_en
     from tests.transforms.test_deployed import ENGINE
 
     engine_env.hold_text = "#hang"
-    calls = Calls(None, 1, 60.0)
+    calls = Calls(None, RetryPolicy(max_attempts=1), 60.0)
     try:
         done = dict(infer_all(lambda: AgentEngineInferrer(ENGINE, calls, engine_env.url, 1),
                               [("a", {"prompt": "#hang"}), ("b", {"prompt": "hello"})], 1, 2.0))
@@ -300,7 +284,7 @@ def test_agent_engine_turn_whose_connection_dropped_after_running_is_not_sent_ag
     from tests.transforms.test_deployed import ENGINE
 
     engine_env.drop_text = "#drop"
-    calls = Calls(None, 3, 30.0)
+    calls = Calls(None, RetryPolicy(max_attempts=3), 30.0)
     done = dict(infer_all(lambda: AgentEngineInferrer(ENGINE, calls, engine_env.url, 2),
                           [("c1", {"prompt": "#drop"})], 1, 60))
     error = done["c1"]["inference_error"]
@@ -352,7 +336,7 @@ def test_agent_engine_turn_past_its_timeout_closes_its_stream(engine_env):  # no
     from tests.transforms.test_deployed import ENGINE
 
     engine_env.trickle_text = "#trickle"
-    calls = Calls(None, 2, 1.0)
+    calls = Calls(None, RetryPolicy(max_attempts=2), 1.0)
     try:
         done = dict(infer_all(lambda: AgentEngineInferrer(ENGINE, calls, engine_env.url, 2),
                               [("c1", {"prompt": "#trickle"})], 1, 60))
