@@ -32,12 +32,14 @@ import time
 import uuid
 from typing import Any, Awaitable, Callable
 
+from evalbeam.metrics.agents.a2a_card import a2a_card, foreign_endpoint, origin, origin_url, security_schemes
+from evalbeam.metrics.agents.a2a_events import events_from_a2a
 from evalbeam.metrics.agents.inference import InferenceError, describe, user_turns
 from evalbeam.metrics.names import looks_like_a_secret
 from evalbeam.metrics.judge.providers import remember_tokens
 from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter
 from evalbeam.metrics.retry import RetryPolicy, Transient, transient_for_status
-from evalbeam.metrics.rows.trace import turns_from_agent_data
+from evalbeam.metrics.rows.trace import turn_from_events
 
 AGENT_ENGINE_RE = r"^projects/[^/]+/locations/[^/]+/reasoningEngines/[^/]+$"
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
@@ -118,174 +120,9 @@ class Calls:
         self.stats.retries += 1
 
 
-def _turn_from_events(prompt: str, events: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
-    """One turn from the ADK events an agent produced for it, as AgentInferrer makes it."""
-    user = {"author": "user", "content": {"role": "user", "parts": [{"text": prompt}]}}
-    turn = turns_from_agent_data({"turns": [{"events": [user, *events]}]})[0]
-    invocation = next((e.get("invocation_id") for e in events if e.get("invocation_id")), None)
-    if invocation:
-        turn["invocation_id"] = invocation
-    turn["duration"] = {"total": seconds}
-    return turn
-
-
-# ------------------------------------------------------------------------------------------- A2A
-
-ADK_TYPE = "adk_type"  # ADK's A2A converters mark function calls and responses in a part's metadata
-TASK_ERROR_STATES = ("TASK_STATE_FAILED", "TASK_STATE_REJECTED", "TASK_STATE_CANCELED")
-# neither final nor a deliberate pause (input or auth required): a stream that ends there was cut short
-TASK_UNFINISHED_STATES = ("TASK_STATE_UNSPECIFIED", "TASK_STATE_SUBMITTED", "TASK_STATE_WORKING")
-
-
-def _json_numbers(value: Any) -> Any:
-    """A data part's values with integral numbers as ints: the part's data is a protobuf Struct, which holds
-    every number as a double (a tool's 25 arrives as 25.0); the agent's own values were JSON's."""
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2 ** 53:
-        return int(value)
-    if isinstance(value, dict):
-        return {k: _json_numbers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_numbers(v) for v in value]
-    return value
-
-
-def _a2a_part(part: dict[str, Any]) -> dict[str, Any] | None:
-    """An A2A part (as JSON) -> a genai part, as ADK's A2A part converter reads it back."""
-    kind = (part.get("metadata") or {}).get(ADK_TYPE)
-    if "data" in part:
-        if kind in ("function_call", "function_response", "executable_code", "code_execution_result"):
-            return {kind: _json_numbers(part["data"])}
-        return {"text": json.dumps(part["data"], sort_keys=True, ensure_ascii=False)}
-    if "text" in part:
-        return {"text": part["text"]}
-    return None  # files (raw bytes, urls) are not part of a trace
-
-
-def _a2a_event(message: dict[str, Any], metadata: dict[str, Any], default_author: str) -> dict[str, Any] | None:
-    parts = [p for p in (_a2a_part(p) for p in message.get("parts", [])) if p is not None]
-    if not parts:
-        return None
-    event: dict[str, Any] = {"author": metadata.get("adk_author") or default_author,
-                             "content": {"role": "model", "parts": parts}}
-    if metadata.get("adk_invocation_id"):
-        event["invocation_id"] = metadata["adk_invocation_id"]
-    usage = metadata.get("adk_usage_metadata")
-    if isinstance(usage, dict):
-        event["usage_metadata"] = {k: int(v) for k, v in usage.items() if isinstance(v, (int, float))}
-    return event
-
-
-def events_from_a2a(responses: list[dict[str, Any]], agent_name: str) -> tuple[list[dict[str, Any]], str | None]:
-    """The stream of one message (StreamResponse objects as JSON) -> (the ADK events it
-    carries, its context id). The agent's status messages are its events (ADK's A2A
-    executor sends one per ADK event, function calls and responses as data parts); an
-    agent that sends none (a plain A2A agent) answers with a message, or with its
-    task's agent history and artifacts. A failed, rejected or canceled task is an error;
-    so is a stream that ends while its task is unfinished (cut short: ADK's RemoteA2aAgent
-    reads it so, _UNFINISHED_TASK_STATES) or that carries nothing at all."""
-    events: list[dict[str, Any]] = []
-    fallback: list[dict[str, Any]] = []
-    context = None
-    answered = False  # a message: a whole answer by itself
-    state = None  # the task's last state, when the answer is a task
-    for response in responses:
-        if "message" in response:
-            answered = True
-            message = response["message"]
-            context = message.get("contextId") or context
-            event = _a2a_event(message, message.get("metadata") or {}, agent_name)
-            events += [event] if event else []
-        for key in ("statusUpdate", "task"):
-            if key not in response:
-                continue
-            update = response[key]
-            context = update.get("contextId") or context
-            status = update.get("status") or {}
-            state = status.get("state") or "TASK_STATE_UNSPECIFIED"
-            metadata = {**(update.get("metadata") or {}), **((status.get("message") or {}).get("metadata") or {})}
-            if status.get("message") and status["message"].get("role") == "ROLE_AGENT":
-                event = _a2a_event(status["message"], metadata, agent_name)
-                events += [event] if event else []
-            if state in TASK_ERROR_STATES:
-                text = " ".join(p.get("text", "") for p in (status.get("message") or {}).get("parts", []))
-                raise InferenceError(f"the A2A agent's task ended {status['state']}" + (f": {text.strip()}" if text.strip() else ""))
-            if key == "task":
-                for message in update.get("history") or []:
-                    if message.get("role") == "ROLE_AGENT":
-                        event = _a2a_event(message, {**(update.get("metadata") or {}), **(message.get("metadata") or {})}, agent_name)
-                        fallback += [event] if event else []
-                for artifact in update.get("artifacts") or []:
-                    event = _a2a_event(artifact, update.get("metadata") or {}, agent_name)
-                    fallback += [event] if event else []
-        if "artifactUpdate" in response:
-            update = response["artifactUpdate"]
-            context = update.get("contextId") or context
-            event = _a2a_event(update.get("artifact") or {}, update.get("metadata") or {}, agent_name)
-            fallback += [event] if event else []
-    if not answered and state is None:
-        raise InferenceError("the A2A agent's stream ended without an answer (no message, no task)")
-    if not answered and state in TASK_UNFINISHED_STATES:
-        raise InferenceError(f"the A2A agent's stream ended before its task reached a final state ({state})")
-    if not events:
-        events = fallback
-    return events, context
-
-
-CARD_PATH = ".well-known/agent-card.json"  # a2a-sdk's AGENT_CARD_WELL_KNOWN_PATH
 REFUSED_STATUS = (401, 403)
 MIN_SECRET = 8  # a credential shorter than this is refused: scrubbing it would garble every error ("10.0.0.[redacted]")
 ISSUED_KEPT = 256  # the ID tokens of a run kept for scrubbing (one an hour; a refusal may ask for more)
-DEFAULT_PORTS = {"http": 80, "https": 443}
-
-
-def origin(url: Any) -> tuple[str, str, int | None]:
-    """(scheme, host, port) of a URL, the port given even when it is the scheme's default: the origin a
-    credential is sent to (RFC 6454)."""
-    import httpx
-
-    url = httpx.URL(str(url))
-    return url.scheme, url.host, url.port or DEFAULT_PORTS.get(url.scheme)
-
-
-def origin_url(url: str) -> str:
-    """scheme://host[:port] of a URL (its port only when not the scheme's default): a Cloud Run service's URL."""
-    scheme, host, port = origin(url)
-    host = f"[{host}]" if ":" in host else host
-    return f"{scheme}://{host}" + (f":{port}" if port != DEFAULT_PORTS.get(scheme) else "")
-
-
-def card_endpoints(card: Any) -> list[str]:
-    """The http(s) URLs an agent card (JSON) names for the agent's interfaces (A2A 1.0's supportedInterfaces,
-    0.3's url and additionalInterfaces), in the card's order."""
-    if not isinstance(card, dict):
-        return []
-    named = [i.get("url") for key in ("supportedInterfaces", "additionalInterfaces")
-             for i in card.get(key) or [] if isinstance(i, dict)] + [card.get("url")]
-    return list(dict.fromkeys(u for u in named if isinstance(u, str) and u.startswith(("http://", "https://"))))
-
-
-def foreign_endpoint(card: Any, target: str) -> str | None:
-    """With inference.auth: why the agent card cannot be used, in words, when it names an endpoint at another
-    origin than inference.a2a's (the credential is sent to that origin only, so the agent could not be
-    called; and a stale or hostile card must not collect it), else None."""
-    import httpx
-
-    ours = origin(target)
-    for endpoint in card_endpoints(card):
-        try:
-            theirs = origin(endpoint)
-        except httpx.InvalidURL:
-            theirs = None
-        if theirs == ours:
-            continue
-        if theirs and ours[0] == "https" and theirs[0] == "http":
-            why = "over plain http, where inference.a2a is https: inference.auth's credential is never sent over http"
-        else:
-            which = "port" if theirs and theirs[:2] == ours[:2] else "host"
-            why = (f"another {which} than inference.a2a ({origin_url(target)}): inference.auth's credential is sent "
-                   "to inference.a2a's origin only")
-        return f"names {endpoint} as the agent's endpoint, {why}; serve the agent with the URL it is reached at in its card"
-    return None
 
 
 def _variable(name: str) -> str:
@@ -496,27 +333,6 @@ def id_token_credentials(audience: str, request):
     return id_token.fetch_id_token_credentials(audience, request)
 
 
-def security_schemes(card: Any) -> str:
-    """The securitySchemes an agent card (JSON) declares, in words: 'bearer (http bearer JWT)', or ''."""
-    schemes = card.get("securitySchemes") if isinstance(card, dict) else None
-    if not isinstance(schemes, dict) or not schemes:
-        return ""
-    described = []
-    for name, scheme in schemes.items():
-        if not isinstance(scheme, dict):
-            continue
-        if "type" not in scheme and len(scheme) == 1:  # A2A 1.0's JSON: {httpAuthSecurityScheme: {...}}
-            kind, scheme = next(iter(scheme.items()))
-            kind = kind.removesuffix("SecurityScheme")
-            scheme = scheme if isinstance(scheme, dict) else {}
-        else:  # A2A 0.3's (OpenAPI's): {type: http, scheme: bearer}
-            kind = scheme.get("type", "?")
-        details = " ".join(str(scheme[k]) for k in ("scheme", "bearerFormat", "name", "location", "in")
-                           if scheme.get(k))
-        described.append(f"{name} ({kind}{' ' + details if details else ''})")
-    return ", ".join(described)
-
-
 def refused_status(error: BaseException) -> int | None:
     """401 or 403 when the error (or one it was raised from) is the agent refusing the credential."""
     import httpx
@@ -529,21 +345,6 @@ def refused_status(error: BaseException) -> int | None:
             return status
         error, seen = error.__cause__ or error.__context__, seen + 1
     return None
-
-
-def a2a_card(url: str) -> tuple[str, str]:
-    """inference.a2a -> (the agent's base URL, its card's path under it). The agent's URL (with or
-    without a trailing slash, under a path or not): its card at <url>/.well-known/agent-card.json.
-    A URL ending in .json is the card's own (pasted from a browser, or an A2A 0.2 server's
-    /.well-known/agent.json)."""
-    url = url.rstrip("/")
-    if not url.endswith(".json"):
-        return url, CARD_PATH
-    if "/.well-known/" in url:
-        base, _, rest = url.rpartition("/.well-known/")
-        return base, ".well-known/" + rest
-    base, _, name = url.rpartition("/")
-    return base, name
 
 
 class A2AInferrer:
@@ -704,7 +505,7 @@ class A2AConversation:
             refused = inferrer.refusal(e)
             text = refused or (f"{type(e).__name__}: {str(e).splitlines()[0][:500]}" if str(e) else type(e).__name__)
             raise InferenceError(inferrer.scrub(f"turn {number}: {text}")) from None
-        turn = _turn_from_events(prompt, events, time.monotonic() - started)
+        turn = turn_from_events(prompt, events, time.monotonic() - started)
         user = {"author": "user", "content": {"role": "user", "parts": [{"text": prompt}]}}
         return turn, [user, *events] if events else []
 
@@ -879,7 +680,7 @@ class EngineConversation:
             raise InferenceError(inferrer.scrub(f"the agent's turn {number} ended with {errors[-1]['error_code']}: "
                                                 f"{errors[-1].get('error_message', '')}"[:500]))
         events = [e for e in events if isinstance(e, dict) and "author" in e]
-        turn = _turn_from_events(prompt, events, time.monotonic() - started)
+        turn = turn_from_events(prompt, events, time.monotonic() - started)
         user = {"author": "user", "content": {"role": "user", "parts": [{"text": prompt}]}}
         return turn, [user, *events] if events else []
 

@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from evalbeam.metrics.agents.deployed import A2AInferrer, Calls, events_from_a2a
+from evalbeam.metrics.agents.a2a_events import events_from_a2a
+from evalbeam.metrics.agents.deployed import A2AInferrer, Calls
 from evalbeam.metrics.agents.inference import infer_all
 from evalbeam.metrics.retry import RetryPolicy
 from evalbeam.metrics.rows.instance import RowSpec, build_instance

@@ -16,7 +16,8 @@ import urllib.request
 
 import pytest
 
-from evalbeam.metrics.agents.deployed import A2AAuth, A2AInferrer, Calls, foreign_endpoint, reachable
+from evalbeam.metrics.agents.a2a_card import foreign_endpoint
+from evalbeam.metrics.agents.deployed import A2AAuth, A2AInferrer, Calls, reachable
 from evalbeam.metrics.agents.inference import infer_all
 from evalbeam.metrics.retry import RetryPolicy
 from tests.servers.a2a_agent import A2AServer
@@ -288,7 +289,7 @@ def test_an_id_token_from_gclouds_adc_file_is_google_auths_and_verifies(tmp_path
 
 
 def test_security_schemes_of_a2a_1_0_and_0_3_cards_in_words():
-    from evalbeam.metrics.agents.deployed import security_schemes
+    from evalbeam.metrics.agents.a2a_card import security_schemes
 
     v1 = {"securitySchemes": {"bearer": {"httpAuthSecurityScheme": {"scheme": "bearer", "bearerFormat": "JWT"}},
                               "key": {"apiKeySecurityScheme": {"name": "X-Api-Key", "location": "header"}},
