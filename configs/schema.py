@@ -614,7 +614,7 @@ class A2AAuthConfig(_Model):
         return self
 
     def plain(self) -> dict[str, Any]:
-        """As plain data (what metrics.agents.deployed.A2AAuth takes): only the given key."""
+        """As plain data (what metrics.agents.auth.A2AAuth takes): only the given key."""
         return self.model_dump(exclude_none=True)
 
 

@@ -13,7 +13,7 @@
 The loops stay in their clients, which ask the policy whether to retry and how long to wait: the judge
 client (metrics.judge.client.JudgeClient, which holds the quota, token estimates, parsing and hedged
 copies, and through which the user simulator's model calls go), the deployed agents' requests
-(metrics.agents.deployed.Calls, which never sends again a request the agent may have run) and batch mode
+(metrics.agents.calls.Calls, which never sends again a request the agent may have run) and batch mode
 (metrics.judge.batch: google-genai's own retries configured from the policy; the anthropic and openai
 clients' requests through `call_retried`).
 """

@@ -43,7 +43,8 @@ from evalbeam.metrics.agents.inference import (
     render_prompt,
     scenario_of,
 )
-from evalbeam.metrics.agents.deployed import Calls, case_key, decode_result, make_deployed_inferrer
+from evalbeam.metrics.agents.calls import Calls
+from evalbeam.metrics.agents.deployed import case_key, decode_result, make_deployed_inferrer
 from evalbeam.metrics.retry import RetryPolicy
 from evalbeam.metrics.rows.instance import Instance, run_number
 from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, request_key

@@ -2,7 +2,7 @@
 one: inference.a2a, inference.agent_engine) run against ADK's LLM-backed user simulator
 (metrics.agents.simulator), whose model calls go through the one judge layer. A deployed agent's
 conversation is its one A2A context or Agent Engine session, each user message one request
-through metrics.agents.deployed.Calls (the job's quota, split over these shards; retries; a turn never
+through metrics.agents.calls.Calls (the job's quota, split over these shards; retries; a turn never
 sent twice), finished conversations checkpointed as transforms.inference's fixed-turn cases are.
 
     scenario cases -> keyed by shard (judge.shards; the judge's split of the quota)
@@ -30,7 +30,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from evalbeam.metrics.agents.deployed import Calls, case_key, decode_result, make_deployed_inferrer
+from evalbeam.metrics.agents.calls import Calls
+from evalbeam.metrics.agents.deployed import case_key, decode_result, make_deployed_inferrer
 from evalbeam.metrics.agents.inference import (
     AgentInferrer,
     InferenceError,

@@ -187,7 +187,7 @@ def build_genai_client(settings: JudgeSettings, http):
 
 def scrub_secrets(text: str, secret: str | None, credentials, *more: str) -> str:
     """The text with the API key, every token the credentials held (tokens_held) and any `more` secrets
-    (a deployed agent's bearer token or header values: metrics.agents.deployed.A2AAuth) replaced by
+    (a deployed agent's bearer token or header values: metrics.agents.auth.A2AAuth) replaced by
     [redacted], the longest first (a secret containing another is removed whole); then anything
     shaped like a Google bearer token (TOKEN_PATTERN)."""
     for value in sorted({secret, *tokens_held(credentials), *more} - {None}, key=lambda v: -len(v)):

@@ -11,7 +11,8 @@ import subprocess
 import pytest
 
 from evalbeam.metrics.agents.a2a_events import events_from_a2a
-from evalbeam.metrics.agents.deployed import A2AInferrer, Calls
+from evalbeam.metrics.agents.calls import Calls
+from evalbeam.metrics.agents.deployed import A2AInferrer
 from evalbeam.metrics.agents.inference import infer_all
 from evalbeam.metrics.retry import RetryPolicy
 from evalbeam.metrics.rows.instance import RowSpec, build_instance
@@ -389,7 +390,7 @@ def test_a2a_retries_resend_only_the_failed_message(tmp_path):
 
 
 def test_calls_retry_only_transient_failures_and_honour_retry_after():
-    """metrics.agents.deployed.Calls on scripted outcomes: transient failures (429 with Retry-After, 5xx, a
+    """metrics.agents.calls.Calls on scripted outcomes: transient failures (429 with Retry-After, 5xx, a
     timeout) are retried with backoff, up to max_attempts; anything else is raised at once."""
     import asyncio
 

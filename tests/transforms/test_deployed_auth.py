@@ -1,4 +1,4 @@
-"""Authenticated A2A (inference.auth, metrics.agents.deployed.A2AAuth): ADK's own `to_a2a` server
+"""Authenticated A2A (inference.auth, metrics.agents.auth.A2AAuth): ADK's own `to_a2a` server
 (tests/agent_env/serve_a2a.py) behind a check of every request's Authorization header, which verifies
 Google ID tokens with google-auth's own verifier (signature against the local token endpoint's
 certificates, audience, expiry). The ID tokens are minted by google-auth from Application Default
@@ -17,7 +17,9 @@ import urllib.request
 import pytest
 
 from evalbeam.metrics.agents.a2a_card import foreign_endpoint
-from evalbeam.metrics.agents.deployed import A2AAuth, A2AInferrer, Calls, reachable
+from evalbeam.metrics.agents.auth import A2AAuth
+from evalbeam.metrics.agents.calls import Calls
+from evalbeam.metrics.agents.deployed import A2AInferrer, reachable
 from evalbeam.metrics.agents.inference import infer_all
 from evalbeam.metrics.retry import RetryPolicy
 from tests.servers.a2a_agent import A2AServer
@@ -281,7 +283,7 @@ def test_an_id_token_from_gclouds_adc_file_is_google_auths_and_verifies(tmp_path
         "source_credentials": {**key_file}}))
     from google.auth import impersonated_credentials
 
-    from evalbeam.metrics.agents.deployed import id_token_credentials
+    from evalbeam.metrics.agents.auth import id_token_credentials
 
     credentials = id_token_credentials("https://agent.example", google.auth.transport.requests.Request())
     assert isinstance(credentials, impersonated_credentials.IDTokenCredentials)

@@ -10,7 +10,8 @@ import json
 import pytest
 
 from evalbeam.metrics.agents.a2a_events import events_from_a2a
-from evalbeam.metrics.agents.deployed import A2AInferrer, Calls
+from evalbeam.metrics.agents.calls import Calls
+from evalbeam.metrics.agents.deployed import A2AInferrer
 from evalbeam.metrics.agents.inference import InferenceError, infer_all
 from evalbeam.metrics.retry import RetryPolicy
 from tests.servers.a2a_raw import RawA2AServer, agent_message, result
