@@ -5,8 +5,9 @@
                  DoFn call with `max_concurrency` cases in flight
                  (metrics.agents.inference.infer_all), each case filled or failed
               -> a2a | agent_engine: cases split into inference.shards by their content
-                 key, each shard inferred on one worker (metrics.agents.deployed: the job's
-                 quota share, retries, no answered turn sent again), finished cases
+                 key, each shard inferred on one worker (metrics.agents.a2a and agent_engine,
+                 through metrics.agents.calls: the job's quota share, retries, no answered
+                 turn sent again), finished cases
                  checkpointed and reused by a re-run of the run_id
               -> model: one free-text request per case, keyed by the content hash
                  of model, settings and prompt, answered by the judge layer's one

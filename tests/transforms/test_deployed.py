@@ -12,7 +12,7 @@ import pytest
 
 from evalbeam.metrics.agents.a2a_events import events_from_a2a
 from evalbeam.metrics.agents.calls import Calls
-from evalbeam.metrics.agents.deployed import A2AInferrer
+from evalbeam.metrics.agents.a2a import A2AInferrer
 from evalbeam.metrics.agents.inference import infer_all
 from evalbeam.metrics.retry import RetryPolicy
 from evalbeam.metrics.rows.instance import RowSpec, build_instance
@@ -129,7 +129,7 @@ def engine_env(tmp_path, monkeypatch):
 
 
 def on_engine(engine, cases, max_attempts=3, requests_per_minute=None, sleep=None):
-    from evalbeam.metrics.agents.deployed import AgentEngineInferrer
+    from evalbeam.metrics.agents.agent_engine import AgentEngineInferrer
 
     made = []
 
@@ -578,7 +578,7 @@ def test_calls_wait_and_give_up_as_the_policy_says():
     a deadline ends the retries before max_attempts does."""
     import asyncio
 
-    from evalbeam.metrics.agents.deployed import A2AInferrer
+    from evalbeam.metrics.agents.a2a import A2AInferrer
 
     class Status(Exception):
         def __init__(self, status):

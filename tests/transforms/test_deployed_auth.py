@@ -19,7 +19,8 @@ import pytest
 from evalbeam.metrics.agents.a2a_card import foreign_endpoint
 from evalbeam.metrics.agents.auth import A2AAuth
 from evalbeam.metrics.agents.calls import Calls
-from evalbeam.metrics.agents.deployed import A2AInferrer, reachable
+from evalbeam.metrics.agents.a2a import A2AInferrer
+from evalbeam.metrics.agents.probe import reachable
 from evalbeam.metrics.agents.inference import infer_all
 from evalbeam.metrics.retry import RetryPolicy
 from tests.servers.a2a_agent import A2AServer

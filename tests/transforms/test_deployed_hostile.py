@@ -11,7 +11,7 @@ import pytest
 
 from evalbeam.metrics.agents.a2a_events import events_from_a2a
 from evalbeam.metrics.agents.calls import Calls
-from evalbeam.metrics.agents.deployed import A2AInferrer
+from evalbeam.metrics.agents.a2a import A2AInferrer
 from evalbeam.metrics.agents.inference import InferenceError, infer_all
 from evalbeam.metrics.retry import RetryPolicy
 from tests.servers.a2a_raw import RawA2AServer, agent_message, result
@@ -156,7 +156,7 @@ def test_agent_engine_session_refused_fails_every_case_without_the_token(engine_
 ])
 def test_a2a_url_forms(card_path, suffix):
     """The URLs a user pastes: each reaches the card, then the agent; preflight agrees."""
-    from evalbeam.metrics.agents.deployed import reachable
+    from evalbeam.metrics.agents.probe import reachable
 
     ok = lambda text, body: [result(body["id"], agent_message("hi " + text))]  # noqa: E731
     with RawA2AServer(ok, card_path=card_path) as server:
@@ -171,7 +171,7 @@ def test_a2a_card_naming_an_unreachable_endpoint_says_so():
     """A card that names the URL the agent was started with (http://0.0.0.0:<port>/ or localhost in a
     container), not the one it is reached at: preflight says the card names an endpoint that cannot be
     reached, and a case's error names that endpoint, not just "ConnectError"."""
-    from evalbeam.metrics.agents.deployed import reachable
+    from evalbeam.metrics.agents.probe import reachable
     from tests.servers.a2a_agent import free_port
 
     elsewhere = f"http://127.0.0.1:{free_port()}/"
@@ -244,7 +244,7 @@ def test_a2a_turn_refused_before_running_is_sent_again():
 def test_agent_engine_turn_that_timed_out_is_not_sent_again(engine_env):  # noqa: F811
     """The same on Agent Engine: a turn held past request_timeout_seconds is the case's error, sent once;
     create_session (no conversation yet) was answered."""
-    from evalbeam.metrics.agents.deployed import AgentEngineInferrer
+    from evalbeam.metrics.agents.agent_engine import AgentEngineInferrer
     from tests.transforms.test_deployed import ENGINE
 
     engine_env.hold_after = 0  # every turn waits for release
@@ -264,7 +264,7 @@ def test_agent_engine_a_case_past_its_timeout_does_not_starve_the_next(engine_en
     """Case a's turn hangs past timeout_seconds: a is cancelled, but the REST client's call goes on in its
     thread until its own timeout. Case b (one case in flight at a time) must not wait behind it in the
     client's thread pool: it is answered."""
-    from evalbeam.metrics.agents.deployed import AgentEngineInferrer
+    from evalbeam.metrics.agents.agent_engine import AgentEngineInferrer
     from tests.transforms.test_deployed import ENGINE
 
     engine_env.hold_text = "#hang"
@@ -282,7 +282,7 @@ def test_agent_engine_a_case_past_its_timeout_does_not_starve_the_next(engine_en
 def test_agent_engine_turn_whose_connection_dropped_after_running_is_not_sent_again(engine_env):  # noqa: F811
     """The agent ran the turn, then the connection closed without an answer (requests' 'Connection
     aborted', RemoteDisconnected): the turn is not sent again, unlike a connection that was refused."""
-    from evalbeam.metrics.agents.deployed import AgentEngineInferrer
+    from evalbeam.metrics.agents.agent_engine import AgentEngineInferrer
     from tests.transforms.test_deployed import ENGINE
 
     engine_env.drop_text = "#drop"
@@ -298,7 +298,7 @@ def test_agent_engine_refused_connection_is_retried():
     """A closed port (nothing sent) is a failure to retry: requests' ConnectionError of a NewConnectionError."""
     import requests
 
-    from evalbeam.metrics.agents.deployed import AgentEngineInferrer, _never_sent
+    from evalbeam.metrics.agents.agent_engine import AgentEngineInferrer, _never_sent
     from tests.servers.a2a_agent import free_port
 
     try:
@@ -315,7 +315,7 @@ def test_preflight_accepts_an_endpoint_that_leaves_a_get_unanswered():
     """The card's endpoint connects but never answers the preflight's GET (it serves POSTs): reachable."""
     import socket
 
-    from evalbeam.metrics.agents.deployed import reachable
+    from evalbeam.metrics.agents.probe import reachable
 
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
@@ -334,7 +334,7 @@ def test_agent_engine_turn_past_its_timeout_closes_its_stream(engine_env):  # no
     """A turn whose stream never ends (a byte now and then, so the client's read timeout never fires):
     at request_timeout_seconds the case fails and the stream is closed, so the REST client's thread does
     not read on for ever (and keep the process from exiting)."""
-    from evalbeam.metrics.agents.deployed import AgentEngineInferrer
+    from evalbeam.metrics.agents.agent_engine import AgentEngineInferrer
     from tests.transforms.test_deployed import ENGINE
 
     engine_env.trickle_text = "#trickle"
