@@ -201,7 +201,7 @@ def id_token_credentials(audience: str, request):
 
     given = os.environ.get(environment_vars.CREDENTIALS)
     # Private to google-auth, for want of a public way: where gcloud keeps its ADC file (CLOUDSDK_CONFIG or
-    # the platform's default). tests/transforms/test_deployed_auth.py fails when google-auth changes it.
+    # the platform's default). tests/metrics/agents/test_auth.py fails when google-auth changes it.
     path = given or _cloud_sdk.get_application_default_credentials_path()
     try:
         with open(path) as f:

@@ -286,7 +286,7 @@ def test_claude_on_vertex_ai_with_application_default_credentials(tmp_path, monk
     token the endpoint echoes is scrubbed."""
     from cryptography.hazmat.primitives.asymmetric import rsa
 
-    from tests.metrics.judge.test_judge_vertex import CLIENT_EMAIL, service_account_file
+    from tests.credentials import CLIENT_EMAIL, service_account_file
 
     for name in ("GOOGLE_CLOUD_PROJECT", "CLOUD_ML_REGION", "ANTHROPIC_VERTEX_PROJECT_ID", "ANTHROPIC_API_KEY"):
         monkeypatch.delenv(name, raising=False)
