@@ -19,7 +19,7 @@ from google.auth.exceptions import DefaultCredentialsError
 from evalbeam.configs import ConfigError, EvalConfig, MetricSpec
 from evalbeam.metrics.rows.otel import SPAN_COLUMNS
 from evalbeam.metrics.custom import load_function, path_hint
-from evalbeam.metrics.agents.deployed import reachable
+from evalbeam.metrics.agents.probe import reachable
 from evalbeam.metrics.rows.fields import InvalidField
 from evalbeam.metrics.agents.inference import AgentInferrer, load_target
 from evalbeam.metrics.rows.instance import RowSpec, build_instance, present_columns

@@ -2,7 +2,7 @@
 one: inference.a2a, inference.agent_engine) run against ADK's LLM-backed user simulator
 (metrics.agents.simulator), whose model calls go through the one judge layer. A deployed agent's
 conversation is its one A2A context or Agent Engine session, each user message one request
-through metrics.agents.deployed.Calls (the job's quota, split over these shards; retries; a turn never
+through metrics.agents.calls.Calls (the job's quota, split over these shards; retries; a turn never
 sent twice), finished conversations checkpointed as transforms.inference's fixed-turn cases are.
 
     scenario cases -> keyed by shard (judge.shards; the judge's split of the quota)
@@ -30,7 +30,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from evalbeam.metrics.agents.deployed import Calls, case_key, decode_result, make_deployed_inferrer
+from evalbeam.metrics.agents.calls import Calls
+from evalbeam.metrics.agents.deployed import case_key, decode_result, make_deployed_inferrer
 from evalbeam.metrics.agents.inference import (
     AgentInferrer,
     InferenceError,
@@ -43,6 +44,7 @@ from evalbeam.metrics.agents.inference import (
 from evalbeam.metrics.judge.client import FREE_TEXT, JudgeClient, JudgeRequest, JudgeResponse, request_key
 from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter
 from evalbeam.metrics.judge.settings import JudgeSettings
+from evalbeam.metrics.retry import RetryPolicy
 from evalbeam.metrics.rows.instance import run_number
 from evalbeam.metrics.rows.trace import add_rubrics
 from evalbeam.metrics.agents.simulator import USAGE_METRIC, LlmBackedUserSimulator, UserSimulatorFailed, parse_scenario
@@ -166,7 +168,7 @@ class SimulateFn(beam.DoFn):
         share = inference.requests_per_minute / self._settings.shards if inference.requests_per_minute else None
 
         def make():
-            calls.append(Calls(share, inference.max_attempts, inference.request_timeout_seconds))
+            calls.append(Calls(share, RetryPolicy(max_attempts=inference.max_attempts), inference.request_timeout_seconds))
             inner = make_deployed_inferrer(inference.kind, inference.target, calls[0], inference.base_url,
                                            inference.max_concurrency, deployed_auth(inference))
             return CheckpointedInferrer(inner, by_fields, writer)
