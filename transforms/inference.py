@@ -46,7 +46,8 @@ from evalbeam.metrics.agents.inference import (
 from evalbeam.metrics.agents.deployed import Calls, case_key, decode_result, make_deployed_inferrer
 from evalbeam.metrics.rows.instance import Instance, run_number
 from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, request_key
-from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
+from evalbeam.metrics.judge.verdicts import cache_row
+from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn
 from evalbeam.transforms.judge_checkpoint import CheckpointWriter, read_checkpoints, shard_of
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.metrics.rows.tables import RunKey, blank_metric_row
