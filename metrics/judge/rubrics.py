@@ -1,4 +1,4 @@
-"""Rubric-based metrics, in pure Python: the templates (configs/rubric_metrics.yaml),
+"""Rubric-based metrics, in pure Python: the templates (metrics/judge/data/rubric_metrics.yaml),
 the two judge stages' prompts and response schemas, the parsing of their
 answers, and the scoring.
 
@@ -35,7 +35,7 @@ from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.agent_views import AGENT_VARIABLES
 from evalbeam.metrics.registry import MetricError
 
-BUILTIN_RUBRIC_METRICS = Path(__file__).resolve().parent.parent.parent / "configs" / "rubric_metrics.yaml"
+BUILTIN_RUBRIC_METRICS = Path(__file__).with_name("data") / "rubric_metrics.yaml"
 IMPORTANCE_WEIGHT = {"HIGH": 3, "MEDIUM": 2, "LOW": 1}
 DEFAULT_IMPORTANCE = "MEDIUM"  # the weight of a rubric that gives none
 VERDICTS = ("yes", "no")
@@ -169,7 +169,7 @@ class StaticRubric(_Model):
 
 
 class RubricTemplate(_Model):
-    """One version of a rubric metric, as configs/rubric_metrics.yaml defines it."""
+    """One version of a rubric metric, as metrics/judge/data/rubric_metrics.yaml defines it."""
 
     name: str  # the versioned name, e.g. general_quality_v1
     kind: Literal["adaptive", "given", "static", "claims", "criterion", "segmented"]
