@@ -49,7 +49,8 @@ from evalbeam.metrics.agents.deployed import case_key, decode_result, make_deplo
 from evalbeam.metrics.retry import RetryPolicy
 from evalbeam.metrics.rows.instance import Instance, run_number
 from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, request_key
-from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
+from evalbeam.metrics.judge.verdicts import cache_row
+from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn
 from evalbeam.transforms.judge_checkpoint import CheckpointWriter, read_checkpoints, shard_of
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.metrics.rows.tables import RunKey, blank_metric_row

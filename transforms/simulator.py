@@ -51,8 +51,9 @@ from evalbeam.metrics.agents.simulator import USAGE_METRIC, LlmBackedUserSimulat
 from evalbeam.transforms import judge_checkpoint
 from evalbeam.transforms.deployed import CHECKPOINTS, CheckpointedInferrer, deployed_auth
 from evalbeam.transforms.judge_checkpoint import CheckpointWriter, read_checkpoints
-from evalbeam.transforms.judge import UsageFn, _reused, cache_row
-from evalbeam.transforms.progress import CountFn
+from evalbeam.metrics.judge.verdicts import cache_row
+from evalbeam.transforms.judge import UsageFn
+from evalbeam.transforms.progress import CountFn, reused
 from evalbeam.metrics.rows.tables import RunKey
 
 ANSWERS = "answers"
@@ -270,7 +271,7 @@ class Simulate(beam.PTransform):
             called = answered | "Called" >> beam.Filter(lambda a: not a[0].cache_hit)
             called | "ProgressJudgeNeeded" >> beam.ParDo(CountFn(context.progress, "judge_needed"))
             called | "ProgressJudgeDone" >> beam.ParDo(CountFn(context.progress, "judge_done"))
-            called | "ProgressJudgeReused" >> beam.ParDo(CountFn(context.progress, "judge_reused", weight=_reused))
+            called | "ProgressJudgeReused" >> beam.ParDo(CountFn(context.progress, "judge_reused", weight=reused))
         cache_rows = out[ANSWERS] | "CacheRows" >> beam.FlatMap(simulator_cache_rows, self._run, settings)
         usage = answered | "Usage" >> beam.CombineGlobally(UsageFn())
         return out.instances, cache_rows, usage

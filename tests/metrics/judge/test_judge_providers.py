@@ -312,7 +312,7 @@ def test_claude_on_vertex_ai_with_application_default_credentials(tmp_path, monk
 def test_usages_of_several_stages_merge_with_their_models():
     """The run's usage merges each stage's (pipelines.stages.summary), in any grouping: counts
     summed, a metric answered by two models keeps each one's tokens."""
-    from evalbeam.transforms.judge import merge_usage
+    from evalbeam.metrics.judge.usage import merge_usage
 
     a = {"fluency": {"requests": 2, "calls": 2, "prompt_tokens": 10, "output_tokens": 4, "model": "gpt"},
          "safety": {"requests": 1, "calls": 1, "prompt_tokens": 5, "output_tokens": 1, "model": "gpt"}}
