@@ -516,3 +516,7 @@ def grid_size(goals: int, personas: int, difficulties: int, languages: int) -> i
 
 def product_ids(*axes: Sequence[str]) -> list[tuple[str, ...]]:
     return list(itertools.product(*axes))
+
+
+# the reasons of dead letters for which no scenario came back (the rest came back and were refused)
+NOT_GENERATED = ("not generated", "generation failed")

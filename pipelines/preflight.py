@@ -137,7 +137,9 @@ def _cloud_resources(config: EvalConfig) -> str:
 def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str | None,
                credentials: bool) -> Preflight:
     check_imports(config)
-    if config.input.kind == "files":
+    if config.scenarios is not None:  # the input is the scenarios the run makes (or reuses)
+        checked = check_scenarios(config)
+    elif config.input.kind == "files":
         checked = _check_files(config)
     else:
         try:
@@ -153,6 +155,27 @@ def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str 
     _check_taxonomy(config)
     _check_bleu(config)
     return checked
+
+
+def check_scenarios(config: EvalConfig) -> Preflight:
+    """scenarios: google-adk here (ADK's models check each scenario, its personas are ADK's), the agent
+    read (imported, or its A2A card), the personas known, the seed conversations readable, the eval set
+    file's place; or, pinned, the earlier set found. ConfigError in one line; nothing is called."""
+    from evalbeam.pipelines.stages.scenarios import generation_plan, pinned_set  # start-up time: only with scenarios:
+
+    scenarios = config.scenarios
+    eval_set = config.output.eval_set
+    if FileSystems.get_scheme(eval_set) is None and os.path.isdir(eval_set):
+        raise ConfigError(f"output.eval_set: {eval_set!r} is a folder: name the eval set's file, e.g. "
+                          f"{os.path.join(eval_set, config.name + '.evalset.json')!r}")
+    if scenarios.pinned:
+        digest, rows = pinned_set(scenarios)
+        return Preflight(f"scenario set {digest} ({len(rows)} scenarios) of {', '.join(scenarios.pinned_from)}", 0,
+                         set())
+    plan = generation_plan(config)
+    asked = plan.grid.size * plan.grid.per_cell
+    return Preflight(f"scenarios: {plan.grid.size} cells x {plan.grid.per_cell} = {asked} asked of "
+                     f"{plan.settings.model} for agent {plan.agent.name} ({len(plan.agent.tools)} tools)", 0, set())
 
 
 def _check_bleu(config: EvalConfig) -> None:
