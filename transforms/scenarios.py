@@ -109,8 +109,10 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) or value is None else json.dumps(value, ensure_ascii=False)
 
 
-def cell_outcomes(plan: GenerationPlan, cell: Cell, response: JudgeResponse, validate=adk_check) -> list[Outcome]:
-    """The decision on each of the per_cell scenarios asked of a cell, from the generator's answer."""
+def cell_outcomes(plan: GenerationPlan, cell: Cell, response: JudgeResponse, validate=None) -> list[Outcome]:
+    """The decision on each of the per_cell scenarios asked of a cell, from the generator's answer;
+    `validate`: ADK's check of an eval case (metrics.scenarios.adk_check, the default)."""
+    validate = validate or adk_check
     count = plan.grid.per_cell
     if response.error is not None:
         return [Outcome(k, DEAD_LETTER, f"generation failed: {response.error}") for k in range(count)]

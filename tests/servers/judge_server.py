@@ -381,7 +381,8 @@ class JudgeServer(LocalHTTPServer):
         if "modes" in props:  # a taxonomy discovered from a sample of failures
             return self._taxonomy(prompt)
         if "scenarios" in props:  # conversation scenarios generated (metrics.scenarios)
-            return self._scenarios(prompt, props["scenarios"].get("maxItems", 1), seed)
+            items = props["scenarios"]  # google-genai sends snake_case (max_items), the REST API camelCase
+            return self._scenarios(prompt, int(items.get("maxItems", items.get("max_items", 1))), seed)
         stage = "generation" if "rubrics" in props else "claims" if "claims" in props else \
             "segmentation" if "sentences" in props else ("choice" if "choice" in field else field) if field in props else \
             "labels" if any("label" in (p.get("properties") or {}) for p in props.values()) else "validation"
