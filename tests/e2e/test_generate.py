@@ -56,7 +56,8 @@ def test_generate_keeps_checks_and_dead_letters_each_scenario_asked_and_adk_load
              "badplan #badplan", "fewer #fewer=2", "malformed #malformed=1", "fail #fail", "flaky #unavailable_at=1"]
     scenarios = {"description": AGENT, "goals": goals, "personas": ["NOVICE", OWN], "per_cell": 3, "seed": 7}
     with JudgeServer(Behaviour(quota=8, window_seconds=1.0)) as server:
-        config = _write(tmp_path, "grid", scenarios, {"base_url": server.url})
+        # max_attempts 6: a cell may meet the quota's 429s before its scripted failure (each 429 is an attempt)
+        config = _write(tmp_path, "grid", scenarios, {"base_url": server.url, "max_attempts": 6})
         result = evalbeam("generate", config)
         assert server.stats.rate_limited > 0  # the quota answered 429 with Retry-After, and was waited out
     rows = table(tmp_path / "out" / "grid", "scenarios")
@@ -86,7 +87,7 @@ def test_generate_keeps_checks_and_dead_letters_each_scenario_asked_and_adk_load
                                                          (2, "scenarios")]
     assert reasons["fewer-fewer-2"][0][2] == "not generated: the generator returned 1 of the 3 scenarios asked"
     assert len(reasons["fail-fail"]) == 6
-    assert all(x[2].startswith("generation failed: judge failed after 3 attempts; last: HTTP 503") for x in
+    assert all(x[2].startswith("generation failed: judge failed after 6 attempts; last: HTTP 503") for x in
                reasons["fail-fail"])
     assert KEY not in json.dumps([str(v) for r in rows for v in r.values()])
 
@@ -105,7 +106,7 @@ def test_generate_keeps_checks_and_dead_letters_each_scenario_asked_and_adk_load
     [runs] = table(tmp_path / "out" / "grid", "runs")
     usage = json.loads(runs["judge_usage"])["scenarios:generation"]
     assert usage["requests"] == 20 and usage["failures"] == 2 and usage["rate_limited"] > 0
-    assert usage["calls"] >= 20 + 2 * 2 + 2 + 2  # #fail's retries, #malformed's and #unavailable_at's second calls
+    assert usage["calls"] >= 20 + 2 * 5 + 2 + 2  # #fail's retries, #malformed's and #unavailable_at's second calls
     assert (runs["read_count"], runs["scored_count"], runs["dead_letter_count"]) == (len(kept), len(kept), 0)
 
     # evalbeam's own ADK reader reads the file as any eval set: every case a conversation_scenario case
@@ -167,7 +168,7 @@ def test_a_second_generation_with_the_cache_calls_nothing_and_writes_the_same_by
 
 
 @pytest.mark.parametrize("scenarios, message", [
-    ({"personas": ["NOVCE"]}, "evalbeam: scenarios.personas.0: unknown persona 'NOVCE' (did you mean 'NOVICE'?); "
+    ({"personas": ["NOVCE"]}, "evalbeam: scenarios.personas.0: unknown persona 'NOVCE' (did you mean NOVICE?); "
                               "ADK's: EVALUATOR, EXPERT, NOVICE"),
     ({"agent": "no_such_module.agent:root", "description": None},
      "evalbeam: scenarios.agent: cannot load 'no_such_module.agent:root': ModuleNotFoundError"),
