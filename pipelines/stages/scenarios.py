@@ -44,6 +44,7 @@ from evalbeam.transforms.scenarios import (
     record_data,
     scenario_records,
 )
+from evalbeam.transforms.records import SourceLines
 from evalbeam.transforms.validate import ToInstances
 
 
@@ -238,7 +239,9 @@ class ScenariosStage(Stage):
         instances, invalid = records | "Validate" >> ToInstances(row_spec(config))
         unparseable = pipeline | "NoUnparseable" >> beam.Create([])
         out.update({"records": records, "unparseable": unparseable,
-                    "source_lines": pipeline | "NoSourceLines" >> beam.Create([]), "instances": instances,
+                    # each case is one line of the eval set file: the lines reconcile as a file input's do
+                    "source_lines": records | "SourceLines" >> beam.Map(lambda r: SourceLines(r.origin, 1, 0)),
+                    "instances": instances,
                     "invalid": invalid,
                     "dead_letters": (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten(),
                     "scenarios": rows_out, "eval_set": written})
