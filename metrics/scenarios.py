@@ -18,8 +18,8 @@ registry (pre_built_personas.get_default_persona_registry); none of their text i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
-import itertools
 import json
 import re
 from typing import Any, Iterable, Mapping, Sequence
@@ -437,10 +437,10 @@ class Checked:
     field: str | None = None
 
 
-def check_item(item: Any, persona: Persona, agent_tools: Sequence[str], validate=adk_check) -> Checked:
+def check_item(item: Any, persona: Persona, agent_tools: Sequence[str]) -> Checked:
     """A generated item -> the scenario it makes with the cell's persona, or why it cannot be one:
-    not an object, an empty starting_prompt or conversation_plan, a tool the agent does not have, or
-    ADK's refusal (`validate`: adk_check)."""
+    not an object, an empty or missing starting_prompt or conversation_plan, a tool the agent does not
+    have. (ADK's own models check what passes: adk_check, once its eval_id is known.)"""
     if not isinstance(item, Mapping):
         return Checked(None, (), f"the generator's item is not an object: {json.dumps(item)[:200]}", "scenario")
     tools = item.get("tools")
@@ -458,9 +458,6 @@ def check_item(item: Any, persona: Persona, agent_tools: Sequence[str], validate
         have = ", ".join(agent_tools) or "none"
         return Checked(scenario, tools, f"names tool(s) the agent does not have: {', '.join(unknown)} (its tools: "
                                         f"{have})", "tools")
-    refused = validate("check", scenario)
-    if refused:
-        return Checked(scenario, tools, refused, "conversation_scenario")
     return Checked(scenario, tools)
 
 
@@ -472,12 +469,23 @@ def shingles(text: str) -> set[bytes]:
     return {" ".join(words[i:i + SHINGLE_WORDS]).encode("utf-8") for i in range(len(words) - SHINGLE_WORDS + 1)}
 
 
+@functools.lru_cache(maxsize=1)
+def _permutations():
+    """datasketch's permutations (and their scheme) for NUM_PERM and its fixed seed, made once (each MinHash
+    would make them again: most of its cost for a short text)."""
+    from datasketch import MinHash
+
+    m = MinHash(num_perm=NUM_PERM)
+    return m.permutations, m.scheme
+
+
 def minhash(text: str):
     """datasketch's MinHash of the text's word shingles (NUM_PERM permutations, datasketch's fixed seed:
     the same signature in every process)."""
     from datasketch import MinHash
 
-    m = MinHash(num_perm=NUM_PERM)
+    permutations, scheme = _permutations()
+    m = MinHash(num_perm=NUM_PERM, permutations=permutations, scheme=scheme)
     m.update_batch(sorted(shingles(text)))
     return m
 
@@ -489,6 +497,8 @@ def scenario_text(scenario: Mapping[str, Any]) -> str:
 def near_duplicates(texts: Sequence[str], threshold: float) -> list[int | None]:
     """For each text, in order, the index of an earlier kept text it nearly repeats (estimated Jaccard
     similarity of their word shingles >= threshold), else None (kept). The first of a group is kept."""
+    if len(texts) < 2:
+        return [None] * len(texts)
     kept: list[tuple[int, Any]] = []
     out: list[int | None] = []
     for i, text in enumerate(texts):
@@ -512,10 +522,6 @@ def set_digest(digests: Iterable[str]) -> str:
 
 def grid_size(goals: int, personas: int, difficulties: int, languages: int) -> int:
     return goals * personas * difficulties * max(1, languages)
-
-
-def product_ids(*axes: Sequence[str]) -> list[tuple[str, ...]]:
-    return list(itertools.product(*axes))
 
 
 # the reasons of dead letters for which no scenario came back (the rest came back and were refused)

@@ -176,7 +176,7 @@ def plan_scenarios(config: EvalConfig) -> dict:
             with open(counts_path) as f:
                 counts = dict(json.load(f))
     generator = config.model_copy(update={"judge": settings})
-    planned = estimate(generator, checked.source, {"read": 0, "instances": asked, "dead_lettered": 0}, counts,
+    planned = estimate(generator, checked.source, {"read": asked, "instances": asked, "dead_lettered": 0}, counts,
                        earlier_output_tokens(config))
     planned["uncounted_failure_modes"] = []
     planned["scenarios_evaluation"] = bool(config.metrics or config.inference)

@@ -120,7 +120,7 @@ def cell_outcomes(plan: GenerationPlan, cell: Cell, response: JudgeResponse, val
     outcomes: list[Outcome | None] = [None] * count
     candidates: list[tuple[int, dict, tuple, str, str]] = []
     for k, item in enumerate(items):
-        checked = check_item(item, cell.persona, plan.agent.tools, validate=lambda _, s: None)
+        checked = check_item(item, cell.persona, plan.agent.tools)
         if checked.reason is None:
             digest = scenario_digest(checked.scenario)
             eval_id = eval_id_of(cell, digest)

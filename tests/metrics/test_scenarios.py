@@ -98,15 +98,13 @@ def test_an_answer_is_kept_as_its_items_json_each_checked_later():
      "names tool(s) the agent does not have: cancel_order (its tools: search)", "tools"),
 ])
 def test_an_item_that_is_empty_or_names_a_tool_the_agent_lacks_says_why(item, reason, field):
-    checked = check_item(item, NOVICE, ("search",), validate=lambda *_: pytest.fail("not asked"))
+    checked = check_item(item, NOVICE, ("search",))
     assert checked.reason.startswith(reason) and checked.field == field
 
 
-def test_an_item_the_validator_refuses_carries_its_reason_and_one_it_takes_is_a_scenario():
+def test_an_item_that_passes_is_a_scenario_with_the_cells_persona():
     item = {"starting_prompt": "hi", "conversation_plan": "You want a seat.", "tools": ["search"]}
-    refused = check_item(item, NOVICE, ("search",), validate=lambda _, s: "ADK's EvalCase refuses it: x")
-    assert (refused.reason, refused.field) == ("ADK's EvalCase refuses it: x", "conversation_scenario")
-    kept = check_item(item, NOVICE, ("search",), validate=lambda _, s: None)
+    kept = check_item(item, NOVICE, ("search",))
     assert kept.reason is None and kept.tools == ("search",)
     assert kept.scenario == {"starting_prompt": "hi", "conversation_plan": "You want a seat.", "user_persona": "NOVICE"}
 
