@@ -144,7 +144,7 @@ def plan_scenarios(config: EvalConfig) -> dict:
     """A scenarios: config: the generation's requests (one per cell, exactly those the run sends) after
     judge.cache, priced at the generator's settings; the evaluation of what they make is not estimated
     (its prompts depend on the scenarios and the agent's answers)."""
-    from evalbeam.pipelines.stages.scenarios import generation_plan  # start-up time: only with scenarios:
+    from evalbeam.pipelines.scenario_inputs import generation_plan  # start-up time: only with scenarios:
 
     checked = preflight(config, credentials=False)
     counts: dict = {}

@@ -161,7 +161,7 @@ def check_scenarios(config: EvalConfig) -> Preflight:
     """scenarios: google-adk here (ADK's models check each scenario, its personas are ADK's), the agent
     read (imported, or its A2A card), the personas known, the seed conversations readable, the eval set
     file's place; or, pinned, the earlier set found. ConfigError in one line; nothing is called."""
-    from evalbeam.pipelines.stages.scenarios import generation_plan, pinned_set  # start-up time: only with scenarios:
+    from evalbeam.pipelines.scenario_inputs import generation_plan, pinned_set  # start-up time: only with scenarios:
 
     scenarios = config.scenarios
     eval_set = config.output.eval_set

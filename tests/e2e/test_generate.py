@@ -133,6 +133,9 @@ def test_a_second_generation_with_the_cache_calls_nothing_and_writes_the_same_by
                  "per_cell": 2, "seed": 3}
     with JudgeServer() as server:
         first = _write(tmp_path, "pin", scenarios, {"base_url": server.url}, run_id="pin1")
+        [priced] = json.loads(evalbeam("plan", first, "--json").stdout)["metrics"]  # priced first, calling nothing
+        assert (priced["metric"], priced["to_call"], priced["cached"]) == ("scenarios:generation", 8, 0)
+        assert server.stats.requests == 0
         made = evalbeam("generate", first)
         calls = server.stats.requests
         assert calls == 2 * 2 * 2  # a request per cell (goals x ADK's default personas x difficulties)
@@ -145,6 +148,8 @@ def test_a_second_generation_with_the_cache_calls_nothing_and_writes_the_same_by
         cached = _write(tmp_path, "pin", scenarios, {"base_url": server.url, "cache": str(tmp_path / "out" / "pin1" /
                                                                                           "judge_cache")},
                         run_id="pin2")
+        [priced] = json.loads(evalbeam("plan", cached, "--json").stdout)["metrics"]
+        assert (priced["to_call"], priced["cached"]) == (0, 8)  # the plan counts the calls the run then makes
         evalbeam("generate", cached)
         assert server.stats.requests == calls  # no call
         assert (tmp_path / "pin.evalset.json").read_bytes() == eval_set
