@@ -14,6 +14,7 @@ but without a row), and the peak memory of the run's processes (bench/scale.py's
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -64,6 +65,27 @@ def measure(scenarios: int, args, tmp: Path) -> dict:
             "errors": stats.errors, "achieved": achieved, "middle": middle, "rows": rows, "kept": kept}
 
 
+def control(judgments: int, args, tmp: Path) -> float:
+    """The same quota and server behaviour answering `evalbeam run`'s judge metric (bench/judge_throughput.py's
+    setup): the judge path's share of the quota on this machine now, to read the generation's against."""
+    behaviour = Behaviour(quota=args.quota, window_seconds=60.0, latency_median=args.latency_median,
+                          latency_sigma=args.latency_sigma, error_rate=args.error_rate, seed=1)
+    with JudgeServer(behaviour) as server:
+        data = tmp / "control.jsonl"
+        data.write_text("".join(json.dumps({"id": f"case-{i}", "response": f"Response {i}: {i * 7 % 97}."}) + "\n"
+                                for i in range(judgments)))
+        config = tmp / "control.yaml"
+        config.write_text(yaml.safe_dump({
+            "name": "control", "run_id": "control", "input": {"uri": str(data), "id_column": "id"},
+            "metrics": ["evalbeam_fluency"],
+            "judge": {"base_url": server.url, "requests_per_minute": args.quota, "timeout_seconds": 60},
+            "output": {"parquet": str(tmp / "control-out")}}))
+        env = {**os.environ, "GOOGLE_API_KEY": "bench-key", "PYTHONPATH": str(ROOT)}
+        run_measured([str(Path(sys.executable).with_name("evalbeam")), "run", str(config), *args.beam_args], env)
+        times = sorted(server.stats.accepted_times)
+    return (len(times) - 1) / (times[-1] - times[0]) * 60 / args.quota
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenarios", type=int, default=10_000)
@@ -73,6 +95,8 @@ def main() -> None:
     parser.add_argument("--latency-sigma", type=float, default=0.8)
     parser.add_argument("--error-rate", type=float, default=0.03)
     parser.add_argument("--compare", type=int, default=None, help="also measure this many scenarios (memory growth)")
+    parser.add_argument("--control", action="store_true",
+                        help="also run the judge path (a judge metric) at the same quota: the machine's own reach")
     parser.add_argument("beam_args", nargs="*")
     args = parser.parse_args()
     sizes = [args.compare, args.scenarios] if args.compare else [args.scenarios]
@@ -91,6 +115,11 @@ def main() -> None:
                   f"state (middle 80%): {r['middle'] / args.quota:.3f}")
             print(f"  scenarios lost: {r['scenarios'] - r['rows']} (rows {r['rows']:,}, kept {r['kept']:,})")
             print(f"  peak memory {r['peak']:.0f} MB (processes over 50 MB: {r['peaks']})")
+        if args.control:
+            share = control(args.scenarios, args, Path(tmp))
+            generation = results[-1]["achieved"] / args.quota
+            print(f"control: {args.scenarios:,} judgments of a judge metric through `evalbeam run`: {share:.3f} of the "
+                  f"quota; generation / control: {generation / share:.3f}")
     if len(results) == 2:
         print(f"peak memory from {results[0]['scenarios']:,} to {results[1]['scenarios']:,} scenarios: "
               f"{results[1]['peak'] / results[0]['peak']:.2f}x")

@@ -64,7 +64,10 @@ class ScenariosStage(Stage):
             set_id = plan.eval_set_id
         written = kept | "WriteEvalSet" >> WriteEvalSet(config.output.eval_set, set_id, config.name)
         records = kept | "Records" >> beam.Map(scenario_records, config.output.eval_set)
-        instances, invalid = records | "Validate" >> ToInstances(row_spec(config))
+        # ids are unique by construction (a cell's slug and the scenario's digest; a repeat within a cell is a
+        # near-duplicate, never kept twice): no decisions to make, so no shuffle of the instances by id
+        no_repeats = pipeline | "NoRepeatedIds" >> beam.Create([])
+        instances, invalid = records | "Validate" >> ToInstances(row_spec(config), no_repeats)
         unparseable = pipeline | "NoUnparseable" >> beam.Create([])
         out.update({"records": records, "unparseable": unparseable,
                     # each case is one line of the eval set file: the lines reconcile as a file input's do
