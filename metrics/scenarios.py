@@ -22,6 +22,7 @@ import functools
 import hashlib
 import json
 import re
+import unicodedata
 from typing import Any, Iterable, Mapping, Sequence
 
 USAGE = "scenarios:generation"  # the judge_usage entry and judge_cache metric of generation calls
@@ -42,8 +43,9 @@ class ScenarioConfigError(ValueError):
 
 
 def slug(text: str, limit: int = 40) -> str:
-    """Lowercase letters and digits joined by '-', at most `limit` characters: a readable id part."""
-    words = re.findall(r"[a-z0-9]+", text.lower())
+    """The text's words (letters and digits of any script, NFKC, lowercase) joined by '-', at most `limit`
+    characters: a readable id part ("Réserver un vol" -> réserver-un-vol; "天気を聞く" stays)."""
+    words = re.findall(r"[^\W_]+", unicodedata.normalize("NFKC", text).lower())
     out = "-".join(words)[:limit].strip("-")
     return out or "x"
 

@@ -50,6 +50,11 @@ def test_a_cell_is_computed_from_its_number_in_the_grids_order():
     assert _grid().cell(0).slug() == "book-a-flight.novice.easy"
 
 
+def test_ids_keep_the_words_of_any_script():
+    assert [a.id for a in axis_values(["Réserver un vol", "天気を聞く", "Ask: the_weather!"], "goals")] == \
+        ["réserver-un-vol", "天気を聞く", "ask-the-weather"]
+
+
 def test_goals_of_one_id_are_refused_naming_both():
     with pytest.raises(ScenarioConfigError, match=r"entries 0 and 2 have the same id 'book-a-flight'"):
         axis_values(["Book a flight", "Cancel", "book a FLIGHT!"], "goals")
