@@ -306,9 +306,13 @@ def scenario_records(kept, eval_set: str) -> Record:
 # --- the eval set file -------------------------------------------------------------------------------------
 
 
+PART_LINES = 2_000  # kept cases held before they are written as a sorted part
+
+
 class _PartFn(beam.DoFn):
-    """Kept cases -> one part file per bundle under `folder`: `eval_id<TAB>case line` lines sorted by eval_id;
-    yields the part's path."""
+    """Kept cases -> part files under `folder`: `eval_id<TAB>case line` lines sorted by eval_id, a part per
+    PART_LINES cases (and one at the end of a bundle), so that memory holds at most PART_LINES of them;
+    yields each part's path."""
 
     def __init__(self, folder: str):
         self._folder = folder
@@ -318,16 +322,20 @@ class _PartFn(beam.DoFn):
 
     def process(self, kept):
         self._lines.append((kept[0], kept[1]))
+        if len(self._lines) >= PART_LINES:
+            yield self._write()
 
     def finish_bundle(self):
-        if not self._lines:
-            return
+        if self._lines:
+            yield GlobalWindows.windowed_value(self._write())
+
+    def _write(self) -> str:
         path = FileSystems.join(self._folder, f"part-{uuid.uuid4().hex}.tsv")
         with FileSystems.create(path, mime_type="text/plain") as f:
             for eval_id, line in sorted(self._lines):
                 f.write(f"{eval_id}\t{line}\n".encode("utf-8"))
         self._lines = []
-        yield GlobalWindows.windowed_value(path)
+        return path
 
 
 def _part_lines(path: str) -> Iterable[tuple[str, str]]:

@@ -172,6 +172,33 @@ def test_a_second_generation_with_the_cache_calls_nothing_and_writes_the_same_by
         assert server.stats.requests == calls
 
 
+def test_batch_mode_generates_the_same_set_at_the_batch_price(tmp_path, monkeypatch, request):
+    """judge.mode: batch sends the cells' requests as Gemini batch jobs (google-genai's client.batches, against
+    the stand-in): the same scenarios as online (the answers are the same), their tokens priced at the batch
+    price."""
+    if in_agent_env(request):
+        return
+    from tests.servers.judge_server import JudgeServer
+
+    monkeypatch.setenv("GOOGLE_API_KEY", KEY)
+    scenarios = {"description": AGENT, "goals": ["a forecast", "a dup #dup=1"], "per_cell": 3}
+    prices = {"gemini-2.5-flash": {"input_per_million": 1.0, "output_per_million": 2.0}}
+    made = {}
+    with JudgeServer() as server:
+        for mode in ("online", "batch"):
+            judge = {"base_url": server.url, "mode": mode, "batch_poll_seconds": 0.05, "batch_poll_max_seconds": 0.2,
+                     "prices": prices}
+            evalbeam("generate", _write(tmp_path, mode, scenarios, judge, run_id=mode))
+            made[mode] = sorted((r["goal"], r["persona"], r["position"], r["digest"], r["decision"])
+                                for r in table(tmp_path / "out" / mode, "scenarios"))
+            [runs] = table(tmp_path / "out" / mode, "runs")
+            made[mode + "_usage"] = json.loads(runs["judge_usage"])["scenarios:generation"]
+        assert server.stats.batch_items == 4  # the four cells, each a batch request
+    assert made["online"] == made["batch"] and sum(d == "near_duplicate" for *_, d in made["batch"]) == 2
+    batch = made["batch_usage"]
+    assert batch["batch_prompt_tokens"] == batch["prompt_tokens"] > 0 and made["online_usage"]["batch_prompt_tokens"] == 0
+
+
 @pytest.mark.parametrize("scenarios, message", [
     ({"personas": ["NOVCE"]}, "evalbeam: scenarios.personas.0: unknown persona 'NOVCE' (did you mean NOVICE?); "
                               "ADK's: EVALUATOR, EXPERT, NOVICE"),

@@ -86,6 +86,7 @@ def _write(tmp_path, cases, name: str, bundles: int) -> bytes:
 def test_the_eval_set_is_the_kept_cases_in_eval_id_order_the_same_bytes_however_they_come(tmp_path, monkeypatch):
     cases = _cases(300, 1)
     monkeypatch.setattr(ts, "MERGE_FAN_IN", 3)  # more parts than are read at once: merged in groups first
+    monkeypatch.setattr(ts, "PART_LINES", 16)  # parts of a bundle's first cases, before its end
     first = _write(tmp_path, cases, "a", 7)
     second = _write(tmp_path, _cases(300, 2), "b", 2)
     assert first == second
