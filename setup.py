@@ -15,6 +15,8 @@ REQUIRES = [
     # the A2A client of inference.a2a (its dependencies fit requirements.lock's pins)
     "a2a-sdk==1.3.0",
     "apache-beam[gcp]==2.77.0",
+    # near-duplicate scenarios: MinHash over word shingles (metrics/scenarios.py); needs numpy and scipy only
+    "datasketch==2.0.0",
     "duckdb==2.0.0" + PY311,
     "duckdb==1.5.6" + PY310,
     # the two versions the locks pin and the tests run: 3.3.0 (requirements.lock) and 2.34.0

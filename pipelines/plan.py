@@ -28,7 +28,7 @@ from evalbeam.pipelines.results import ResultsError, results_for
 from evalbeam.pipelines.stages.read import read_instances
 from evalbeam.transforms import bigquery, judge
 from evalbeam.transforms.failure_modes import taxonomy_of
-from evalbeam.transforms.plan import PlanFailureModes, PlanJudging
+from evalbeam.transforms.plan import PlanFailureModes, PlanJudging, plan_key, sum_counts
 from evalbeam.transforms.rubrics import ReadPinnedRubrics
 from evalbeam.transforms.runs import judge_cost
 
@@ -89,6 +89,8 @@ def label_plan(config: EvalConfig, pilot: str, width: float, instances: int) -> 
 
 
 def plan_judging(config: EvalConfig) -> dict:
+    if config.scenarios is not None:
+        return plan_scenarios(config)
     if config.inference is not None:
         raise ConfigError("inference: evalbeam plan does not estimate runs with inference yet (the judge prompts "
                           "depend on what inference produces, and inference.model calls are not counted)")
@@ -135,6 +137,49 @@ def plan_judging(config: EvalConfig) -> dict:
     rubric_names = {s.output_name for s in rubric_specs}
     planned["uncounted_failure_modes"] = [m for m in config.failure_modes.metrics if m in rubric_names] \
         if config.failure_modes is not None else []
+    return planned
+
+
+def plan_scenarios(config: EvalConfig) -> dict:
+    """A scenarios: config: the generation's requests (one per cell, exactly those the run sends) after
+    judge.cache, priced at the generator's settings; the evaluation of what they make is not estimated
+    (its prompts depend on the scenarios and the agent's answers)."""
+    from evalbeam.pipelines.scenario_inputs import generation_plan  # start-up time: only with scenarios:
+
+    checked = preflight(config, credentials=False)
+    counts: dict = {}
+    asked = 0
+    settings = config.judge
+    if not config.scenarios.pinned:
+        generation = generation_plan(config)
+        settings = generation.settings
+        asked = generation.grid.size * generation.grid.per_cell
+        try:
+            cache_plans = [bigquery.plan_table_read(c.removeprefix("bq://"), billing_project(config, None))
+                           for c in config.judge.cache if c.startswith("bq://")]
+        except bigquery.BigQueryError as e:
+            raise ConfigError(str(e)) from None
+        with tempfile.TemporaryDirectory(prefix="evalbeam-plan-") as folder:
+            counts_path = os.path.join(folder, "counts.json")
+            with new_pipeline(PipelineOptions(["--runner=DirectRunner"])) as p:
+                asks = (p | "Cells" >> beam.Create(list(range(generation.grid.size)))
+                        | "Asks" >> beam.Map(lambda n, g: (lambda r: (r.key, (r, None)))(g.request(g.grid.cell(n))),
+                                             generation))
+                if config.judge.cache:
+                    parquet = [parquet_glob(c) for c in config.judge.cache if not c.startswith("bq://")]
+                    cached = p | "JudgeCache" >> judge.ReadJudgeCache(parquet, cache_plans)
+                else:
+                    cached = p | "NoCache" >> beam.Create([])
+                (({"asks": asks, "cached": cached} | "JoinCache" >> beam.CoGroupByKey()
+                  | "PerRequest" >> beam.FlatMap(plan_key) | "PerMetric" >> beam.CombinePerKey(sum_counts)
+                  | "Together" >> beam.combiners.ToList() | "WriteCounts" >> beam.Map(_write, counts_path)))
+            with open(counts_path) as f:
+                counts = dict(json.load(f))
+    generator = config.model_copy(update={"judge": settings})
+    planned = estimate(generator, checked.source, {"read": asked, "instances": asked, "dead_lettered": 0}, counts,
+                       earlier_output_tokens(config))
+    planned["uncounted_failure_modes"] = []
+    planned["scenarios_evaluation"] = bool(config.metrics or config.inference)
     return planned
 
 

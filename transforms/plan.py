@@ -25,7 +25,7 @@ from evalbeam.transforms.score import ScoreInstances
 COUNTS = ("asked", "distinct", "cached", "to_call", "prompt_chars", "cached_output_tokens", "upper_bound")
 
 
-def _sum_counts(counts: Iterable[dict]) -> dict:
+def sum_counts(counts: Iterable[dict]) -> dict:
     total: collections.Counter = collections.Counter()
     for c in counts:
         total.update(c)
@@ -152,4 +152,4 @@ class PlanJudging(beam.PTransform):
                 | "PerRequest" >> beam.FlatMap(plan_key)
             )
         merged = tuple(parts) | "AllCounts" >> beam.Flatten() if len(parts) > 1 else parts[0]
-        return merged | "PerMetric" >> beam.CombinePerKey(_sum_counts) | "Together" >> beam.combiners.ToList()
+        return merged | "PerMetric" >> beam.CombinePerKey(sum_counts) | "Together" >> beam.combiners.ToList()

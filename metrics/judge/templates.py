@@ -221,6 +221,13 @@ def parse_answer(text: str | None, field: str, allowed: tuple[str, ...]) -> tupl
             return parse_discovery(text)
         except TaxonomyError as e:
             raise InvalidJudgment(str(e)) from None
+    if field == "scenarios":  # conversation scenarios generated (metrics.scenarios): each item checked on its own later
+        from evalbeam.metrics.scenarios import parse_generation  # imports one way, as the taxonomy's above
+
+        try:
+            return parse_generation(text), None
+        except ValueError as e:
+            raise InvalidJudgment(str(e)) from None
     if field in ("rubrics", "verdicts", "claims", "sentences", "labels"):
         try:
             return parse_stage_answer(text, field, allowed)

@@ -27,7 +27,9 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
         config = config.for_run_date(config.resolved_run_date(started_at))
         # everything but the judge's credentials first: a config's columns can be checked without a key
         checked = preflight(config, credentials=False)
-        if config.input.kind == "files" and config.input.is_adk:
+        if config.scenarios is not None:
+            report = f"config ok: {len(config.metrics)} metrics; input {checked.source}"
+        elif config.input.kind == "files" and config.input.is_adk:
             report = adk_files_report(config)
         else:
             if checked.checked_rows == 0 and checked.unreadable:

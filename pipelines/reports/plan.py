@@ -15,6 +15,11 @@ def format_plan(plan: dict) -> str:
              f"read {plan['read']:,} = {plan['instances']:,} valid + {plan['dead_lettered']:,} dead-lettered",
              f"judge {plan['model']}, quota {plan['requests_per_minute']:,g} requests/min"
              + (f", {plan['tokens_per_minute']:,g} tokens/min" if plan["tokens_per_minute"] else "")]
+    if "scenarios_evaluation" in plan:  # a scenarios: config: its generation (instances: the scenarios asked)
+        lines[1] = f"scenarios asked {plan['instances']:,}: one generation request per grid cell"
+        if plan["scenarios_evaluation"]:
+            lines.append("the evaluation of the generated scenarios (inference, metrics) is not estimated: its "
+                         "prompts depend on the scenarios and the agent's answers")
     uncounted = [f"failure classifications of {m} (a rubric metric: one per failed rubric, not known before "
                  "its rubrics are judged) are not counted" for m in plan.get("uncounted_failure_modes", [])]
     if not plan["metrics"]:
