@@ -38,19 +38,22 @@ demo: $(STAMP)
 	$(BIN)/evalbeam run configs/demo_adk.yaml
 	$(BIN)/evalbeam run configs/demo_adk_infer.yaml
 
-# A judge config (configs/demo_judge.yaml; DEMO_JUDGE_ARGS: more `evalbeam run` arguments) against the
-# local Gemini-protocol stand-in the tests use, started and stopped around it: to see judge metrics
-# work without a key. Its scores mean nothing (it says so). The stand-in stays in tests/.
+# A judge config (CONFIG: your own, relative to the repository or absolute; default
+# configs/demo_judge.yaml; DEMO_JUDGE_ARGS: more `evalbeam run` arguments) against the local stand-in the
+# tests use (Gemini's, OpenAI's and Anthropic's protocols), started and stopped around it, every judge of
+# the config pointed at it: to try judge metrics, juries, failure modes, rubrics and labels without a key.
+# Its scores mean nothing (it says so). The stand-in stays in tests/.
 demo-judge: $(STAMP)
-	$(BIN)/python -m tests.demo_judge configs/demo_judge.yaml $(DEMO_JUDGE_ARGS)
+	$(BIN)/python -m tests.demo_judge '$(or $(CONFIG),configs/demo_judge.yaml)' $(DEMO_JUDGE_ARGS)
 
 # Agreement with human labels (configs/demo_labels.yaml: input.labels, the calibration table) against the
 # same stand-in, without a key; its scores, and so the agreement, mean nothing.
 demo-labels: $(STAMP)
 	$(BIN)/python -m tests.demo_judge configs/demo_labels.yaml $(DEMO_JUDGE_ARGS)
 
-# The Cloud Storage and BigQuery emulators, each in its own venv (tests/emulators/*.lock).
-$(EMULATORS_STAMP): $(STAMP) tests/emulators/bigquery.lock tests/emulators/storage.lock tests/emulators/control.py
+# The Cloud Storage and BigQuery emulators, each in its own venv (tests/emulators/*.lock), and fake-gcs-server
+# (Cloud Storage with its generation preconditions, for the run lock's tests).
+$(EMULATORS_STAMP): $(STAMP) tests/emulators/bigquery.lock tests/emulators/storage.lock tests/emulators/fakegcs.lock tests/emulators/control.py
 	$(BIN)/python -m tests.emulators install $(EMULATORS)
 	touch $(EMULATORS_STAMP)
 

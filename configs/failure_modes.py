@@ -9,6 +9,7 @@ from typing import Any
 import pydantic
 
 from evalbeam.metrics.failure_modes import BUILTIN, DISCOVER
+from evalbeam.metrics.names import did_you_mean
 
 
 class FailureModesConfig(pydantic.BaseModel):
@@ -70,8 +71,8 @@ def check_metrics(config: FailureModesConfig, metrics: dict[str, bool]) -> None:
     """metrics: output name -> whether it can fail (has a pass/fail). Raises ValueError."""
     for name in config.metrics:
         if name not in metrics:
-            raise ValueError(f"failure_modes.metrics: {name!r} is not a metric of this config; its metrics: "
-                             f"{', '.join(metrics)}")
+            raise ValueError(f"failure_modes.metrics: {name!r} is not a metric of this config"
+                             f"{did_you_mean(name, metrics)}; its metrics: {', '.join(metrics)}")
         if not metrics[name]:
             raise ValueError(f"failure_modes.metrics: {name!r} never fails: give it a threshold (or use a rubric "
                              "metric, whose failed rubrics are classified)")

@@ -101,7 +101,8 @@ def _set_path(raw: dict[str, Any], path: str, value: Any) -> None:
 # run from. (judge.cache and judge.rubrics_from hold one location or a list of them.)
 PATH_FIELDS = (("input", "uri"), ("input", "adk_criteria"), ("output", "parquet"), ("output", "adk_eval_history"),
                ("output", "otel_events"), ("judge", "cache"), ("judge", "rubrics_from"), ("failure_modes", "taxonomy"),
-               ("failure_modes", "taxonomies_from"))
+               ("failure_modes", "taxonomies_from"), ("output", "eval_set"), ("scenarios", "seeds"),
+               ("scenarios", "pinned_from"))
 
 
 def _config_folder(path: str) -> str:
@@ -188,7 +189,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> EvalCon
     notes = {".".join(loc): (written, folder or ".") for loc, (written, value) in resolved.items()
              if _value_at(raw, loc) == value}
     try:
-        return validate_config(raw).note_origin(config_file=path, relative_paths=notes)
+        return validate_config(raw).note_origin(config_file=path, relative_paths=notes, overrides=overrides or [])
     except pydantic.ValidationError as e:
         error = e
     # A string field set with --set takes the text as typed (`--set run_id=20261122`
@@ -200,7 +201,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> EvalCon
         for loc in as_text:
             _set_path(raw, ".".join(loc), typed[loc])
         try:
-            return validate_config(raw).note_origin(config_file=path, relative_paths=notes)
+            return validate_config(raw).note_origin(config_file=path, relative_paths=notes, overrides=overrides or [])
         except pydantic.ValidationError as e:
             error = e
     raise ConfigError(f"{path}: invalid config\n{format_errors(error)}") from None

@@ -13,19 +13,22 @@ import datetime as dt
 import json
 import re
 import secrets
+import types
 import typing
 from typing import Any, Literal
 
 import pydantic
 
 from evalbeam.configs.failure_modes import FailureModesConfig, check_metrics
+from evalbeam.configs.scenarios import ScenariosConfig
 from evalbeam.metrics.agents.simulator import SIMULATOR_DEFAULTS
 from evalbeam.metrics.custom import function_path
 from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.jury import JuryRule, check_partial, juror_name, split_entry
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import JudgeTemplate
-from evalbeam.metrics.names import BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE
+from evalbeam.metrics.names import (BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE,
+                                    did_you_mean)
 from evalbeam.metrics.registry import SIMULATOR_QUALITY, MetricDef, get_metric
 from evalbeam.metrics.rows.trace import get_key
 
@@ -131,7 +134,10 @@ class InputConfig(_Model):
     column_mapping: dict[str, str] = pydantic.Field(
         default_factory=dict, description="canonical field -> dataset column"
     )
-    id_column: str | None = pydantic.Field(None, description="default: a stable content hash of the row")
+    id_column: str | None = pydantic.Field(
+        None, description="the column of each case's id; default: a hash of the row's input fields (prompt, "
+                          "reference, context, ...: never the response, trajectory or other outputs), so cases "
+                          "whose outputs changed keep their ids")
     allow_empty: bool = pydantic.Field(
         False, description="an input with no record is expected (a quiet night's query): the run passes; "
                            "otherwise a run that reads nothing fails (status 1), naming the input")
@@ -261,6 +267,14 @@ class InputConfig(_Model):
         """project.dataset.table of a bq:// uri."""
         return self.uri.removeprefix("bq://")  # type: ignore[union-attr]
 
+    def instance_id_column(self) -> str | None:
+        """The column instance ids are read from: id_column; an ADK file's records carry their ADK id
+        (<eval_set_id>:<eval_id>[:<session_id>]) and an OpenTelemetry case its trace or conversation
+        id, both in `instance_id`; None: ids are hashes of each row's inputs (metrics.rows.instance)."""
+        if self.id_column:
+            return self.id_column
+        return "instance_id" if self.is_adk or self.inferred_format() == "otel_traces" else None
+
     def inferred_format(self) -> str | None:
         if self.format in ("adk_agent_events", "otel_traces"):
             return self.format
@@ -377,9 +391,11 @@ class MetricSpec(_Model):
             try:
                 definition.params.model_validate(self.params)
             except pydantic.ValidationError as e:
-                raise ValueError(
-                    "params: " + "; ".join(f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors())
-                ) from None
+                known = list(definition.params.model_fields)
+                raise ValueError("params: " + "; ".join(
+                    f"{_loc(err['loc'])}: {err['msg']}"
+                    + (did_you_mean(str(err["loc"][-1]), known) if err["type"] == "extra_forbidden" and err["loc"] else "")
+                    for err in e.errors())) from None
 
             from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA  # start-up time: ADK's metrics where validated
 
@@ -472,6 +488,10 @@ class OutputConfig(_Model):
         description="input.format otel_traces: a folder (local, relative to the config file's folder, or gs://) "
                     "to write each score to as an OTLP JSON gen_ai.evaluation.result event linked to its trace, "
                     "<run_id>-*.jsonl")
+    eval_set: str | None = pydantic.Field(
+        None, min_length=1,
+        description="scenarios: the ADK eval set file (local, relative to the config file's folder, or gs://) the "
+                    "generated scenarios are written to; `adk eval` and evalbeam both load it")
 
     @pydantic.model_validator(mode="after")
     def _somewhere(self) -> "OutputConfig":
@@ -599,7 +619,7 @@ class A2AAuthConfig(_Model):
         return self
 
     def plain(self) -> dict[str, Any]:
-        """As plain data (what metrics.agents.deployed.A2AAuth takes): only the given key."""
+        """As plain data (what metrics.agents.auth.A2AAuth takes): only the given key."""
         return self.model_dump(exclude_none=True)
 
 
@@ -628,7 +648,7 @@ class InferenceConfig(_Model):
         None, description="function/agent/a2a/agent_engine: the user simulator of conversation_scenario cases (ADK's "
                           "LlmBackedUserSimulatorConfig); default ADK's defaults, or input.adk_criteria's "
                           "user_simulator_config")
-    # deployed agents (metrics/agents/deployed.py)
+    # deployed agents (metrics/agents/a2a.py, metrics/agents/agent_engine.py)
     a2a: str | None = pydantic.Field(
         None, pattern=r"^https?://[^\s/]+(/\S*)?$",
         description="the URL of an agent served over A2A (its card at <url>/.well-known/agent-card.json): each case "
@@ -727,6 +747,9 @@ class EvalConfig(_Model):
     failure_modes: FailureModesConfig | None = pydantic.Field(
         None, description="classify the failures of these metrics into a taxonomy of failure modes "
                           "(configs/failure_modes.py)")
+    scenarios: ScenariosConfig | None = pydantic.Field(
+        None, description="conversation scenarios generated for an agent (configs/scenarios.py): `evalbeam "
+                          "generate` writes them to output.eval_set; they are the input of `evalbeam run`")
     compare_with: str | None = pydantic.Field(
         None, pattern=NAME_RE,
         description="'previous' (this eval's latest earlier run by run date) or a run_id: compared with in the "
@@ -739,6 +762,10 @@ class EvalConfig(_Model):
     compare_watch: list[str] | None = pydantic.Field(
         None, description="the metrics the comparison gate flags; default every metric of the config "
                           "(latency_in_seconds and failure, added to agent runs automatically, only when named)")
+    compare_gate_slices: list[str] = pydantic.Field(
+        default_factory=list, description="slice columns (of input.slice_columns) whose rows gate beside the "
+                                          "overall ones, in the gate's Holm family; the other slice rows are "
+                                          "reported, adjusted among themselves, and never flagged")
     # 0.5: past it, the dead letters outnumber the rows scored, and the means describe a
     # minority of the input; that is a wrong file, encoding or mapping, never a few bad
     # lines, so the run fails (status 1) instead of passing a gate. Below it a run
@@ -747,20 +774,30 @@ class EvalConfig(_Model):
         DEFAULT_MAX_DEAD_LETTER_SHARE, ge=0, le=1,
         description="the largest share of the records read that may be dead-lettered before the run fails "
                     "(status 1)")
+    # BLEU's C extension is built at install where a C compiler is found; elsewhere BLEU runs the same rules
+    # in Python, about 6x slower, which the runs table's bleu_path and `show` say. true: refused instead.
+    require_native_bleu: bool = pydantic.Field(
+        False, description="true: a run with a bleu metric stops in preflight where BLEU's C extension is not "
+                           "built (it would run its Python path, about 6x slower), and a worker without it fails")
     # field path -> (the relative path as the config file gives it, the folder it was taken relative to)
     _relative_paths: dict[str, tuple[str, str]] = pydantic.PrivateAttr(default_factory=dict)
     # set by loading (configs.load, with note_origin): whether the metrics are the ADK files' own, each file
     # judged with its test_config.json (configs.adk_expansion); the config file, for errors found past validation
     _criteria_per_file: bool = pydantic.PrivateAttr(False)
     _config_file: str | None = pydantic.PrivateAttr(None)
+    # the --set overrides laid over the file, as given (KEY.PATH=VALUE): a resumed run repeats them
+    _overrides: tuple[str, ...] = pydantic.PrivateAttr(())
 
     def note_origin(self, *, criteria_per_file: bool | None = None, config_file: str | None = None,
-                    relative_paths: dict[str, tuple[str, str]] | None = None) -> "EvalConfig":
+                    relative_paths: dict[str, tuple[str, str]] | None = None,
+                    overrides: list[str] | None = None) -> "EvalConfig":
         """Records what loading knows of the config and the schema does not (see the attributes above); returns it."""
         if criteria_per_file is not None:
             self._criteria_per_file = criteria_per_file
         if config_file is not None:
             self._config_file = config_file
+        if overrides is not None:
+            self._overrides = tuple(overrides)
         self._relative_paths.update(relative_paths or {})
         return self
 
@@ -768,6 +805,11 @@ class EvalConfig(_Model):
     def config_file(self) -> str | None:
         """The file the config was loaded from (None: validated from a mapping)."""
         return self._config_file
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        """The `--set` overrides the config file was loaded with (KEY.PATH=VALUE, in their order)."""
+        return self._overrides
 
     def path_note(self, field: str) -> str:
         """For an error about a path: where a relative path of the config file was resolved, when it was."""
@@ -787,10 +829,36 @@ class EvalConfig(_Model):
         judged with the criteria (and thresholds) of the test_config.json beside the file."""
         return self._criteria_per_file
 
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _generated_input(cls, data: Any) -> Any:
+        """With scenarios:, the input is the set they make: the ADK eval set output.eval_set, sliced by the
+        grid's axes. An input given beside them would be a second one: refused."""
+        if not isinstance(data, dict) or not isinstance(data.get("scenarios"), dict):
+            return data
+        if data.get("input") is not None:
+            raise ValueError("input: a config with scenarios: evaluates the scenarios it generates (its input is "
+                             "output.eval_set); remove input, or remove scenarios to evaluate an eval set made "
+                             "earlier (input.uri: its file)")
+        output = data.get("output")
+        eval_set = output.get("eval_set") if isinstance(output, dict) else None
+        if not isinstance(eval_set, str) or not eval_set:
+            raise ValueError("output.eval_set: scenarios: are written as an ADK eval set: give its file "
+                             "(e.g. out/scenarios.evalset.json)")
+        languages = data["scenarios"].get("languages")
+        slices = ["goal", "persona", "difficulty"] + (["language"] if languages else [])
+        return {**data, "input": {"uri": eval_set, "format": "adk_eval_set", "slice_columns": slices}}
+
     @pydantic.model_validator(mode="after")
     def _some_metric(self) -> "EvalConfig":
-        if not self.metrics:
+        if not self.metrics and self.scenarios is None:
             raise ValueError("metrics: give at least one metric")
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _eval_set_of_scenarios(self) -> "EvalConfig":
+        if self.output.eval_set and self.scenarios is None:
+            raise ValueError("output.eval_set: the generated scenarios' file: it needs a scenarios: block")
         return self
 
     @pydantic.field_validator("metrics", mode="before")
@@ -849,8 +917,8 @@ class EvalConfig(_Model):
         names = [m.output_name for m in self.metrics]
         for metric in self.input.labels:
             if metric not in names:
-                raise ValueError(f"input.labels: {metric!r} is not a metric of this config; its metrics: "
-                                 f"{', '.join(names)}")
+                raise ValueError(f"input.labels: {metric!r} is not a metric of this config{did_you_mean(metric, names)}; "
+                                 f"its metrics: {', '.join(names)}")
         return self
 
     @pydantic.field_validator("compare_tolerance")
@@ -883,8 +951,13 @@ class EvalConfig(_Model):
         named += [(f"compare_watch.{i}", m) for i, m in enumerate(self.compare_watch or [])]
         for field, metric in named:
             if metric not in known:
-                raise ValueError(f"{field}: {metric!r} is not a metric of this config; its metrics: "
-                                 f"{', '.join([*names, *(f for f in PASSTHROUGH_FIELDS if f not in names)])}")
+                raise ValueError(f"{field}: {metric!r} is not a metric of this config{did_you_mean(metric, known)}; "
+                                 f"its metrics: {', '.join([*names, *(f for f in PASSTHROUGH_FIELDS if f not in names)])}")
+        for i, column in enumerate(self.compare_gate_slices):
+            if column not in self.input.slice_columns:
+                raise ValueError(f"compare_gate_slices.{i}: {column!r} is not one of input.slice_columns"
+                                 f"{did_you_mean(column, self.input.slice_columns)}: "
+                                 f"{', '.join(self.input.slice_columns) or 'none'}")
         return self
 
     def gate(self) -> "Gate":
@@ -896,7 +969,7 @@ class EvalConfig(_Model):
         return Gate(parse_tolerance(self.compare_tolerance),
                     tuple((m, parse_tolerance(t)) for m, t in self.compare_tolerances.items()),
                     frozenset(self.compare_watch) if self.compare_watch is not None else None,
-                    frozenset(f for f in PASSTHROUGH_FIELDS if f not in names))
+                    frozenset(f for f in PASSTHROUGH_FIELDS if f not in names), frozenset(self.compare_gate_slices))
 
     @pydantic.model_validator(mode="after")
     def _failure_mode_metrics(self) -> "EvalConfig":
@@ -944,7 +1017,16 @@ class EvalConfig(_Model):
     def calls_a_model(self) -> bool:
         """Whether the run calls a model: a judge metric or model inference (credentials, checkpoints, judge.cache)."""
         return bool(self.judge_specs()) or self.model_inference() or self.simulates_users() or \
-            self.failure_modes is not None
+            self.failure_modes is not None or self.generates_scenarios()
+
+    def generates_scenarios(self) -> bool:
+        """Whether the run generates conversation scenarios (scenarios:, not pinned to an earlier set)."""
+        return self.scenarios is not None and not self.scenarios.pinned
+
+    def generation_only(self) -> "EvalConfig":
+        """The config `evalbeam generate` runs: its scenarios made and written, nothing evaluated."""
+        return self.model_copy(update={"metrics": [], "inference": None, "failure_modes": None, "compare_with": None,
+                                       "compare_tolerances": {}, "compare_watch": None, "compare_gate_slices": []})
 
     def metric_directions(self) -> dict[str, str]:
         """output name -> which way is better, for every metric the run reports
@@ -991,9 +1073,46 @@ def _loc(loc: tuple) -> str:
 
 
 def format_errors(error: pydantic.ValidationError) -> str:
+    """One line per error, naming its field; a key the model does not have (a misspelt one) with
+    the nearest key it has there."""
+    model = EvalConfig if error.title == EvalConfig.__name__ else None
     lines = []
     for err in error.errors():
         msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden" and model is not None and err["loc"]:
+            msg += did_you_mean(str(err["loc"][-1]), keys_at(model, err["loc"][:-1]))
         lines.append(f"  {_loc(err['loc']) or '(top level)'}: {msg}")
     return "\n".join(lines)
+
+
+def keys_at(model: type[pydantic.BaseModel], loc: tuple) -> list[str]:
+    """The keys a config may have at `loc` (a validation error's location: field names, list
+    indexes, mapping keys) under `model`: its fields' names and aliases (both are accepted);
+    [] where `loc` is no model."""
+    node: Any = model
+    for part in loc:
+        node = _model_or_container(node)
+        if isinstance(node, type) and issubclass(node, pydantic.BaseModel):
+            field = next((f for name, f in node.model_fields.items() if part in (name, f.alias)), None)
+            node = field.annotation if field is not None else None
+        elif typing.get_origin(node) in (list, tuple) and isinstance(part, int):
+            node = typing.get_args(node)[0]
+        elif typing.get_origin(node) is dict:
+            node = typing.get_args(node)[1]
+        else:
+            return []
+    node = _model_or_container(node)
+    if not (isinstance(node, type) and issubclass(node, pydantic.BaseModel)):
+        return []
+    return [key for name, f in node.model_fields.items() for key in (name, f.alias) if key]
+
+
+def _model_or_container(annotation: Any) -> Any:
+    """Of an optional or union annotation, its model, list or mapping part (a config's unions hold one)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            if (isinstance(arg, type) and issubclass(arg, pydantic.BaseModel)) or \
+                    typing.get_origin(arg) in (list, tuple, dict):
+                return arg
+    return annotation
 

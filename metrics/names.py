@@ -1,6 +1,9 @@
 """Names checked before any of them reaches a file name, SQL or an API call: run and eval
 names, column names, and BigQuery projects, datasets and tables; and the names of environment
-variables holding a secret, which must not be a secret pasted in their place."""
+variables holding a secret, which must not be a secret pasted in their place; and the nearest
+valid name to a misspelt one."""
+import difflib
+from typing import Iterable
 
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 COLUMN_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -20,3 +23,19 @@ def looks_like_a_secret(name: str) -> bool:
         return sum(any(test(c) for c in part) for test in (str.islower, str.isupper, str.isdigit)) >= 2
 
     return any(len(part) >= 12 and mixed(part) for part in name.split("_"))
+
+
+def did_you_mean(name: str, choices: Iterable[str], prefix: str = "") -> str:
+    """' (did you mean X?)' naming the valid name nearest a misspelt one (difflib's ratio at
+    least 0.6), or '' when none is near; two names when the second is nearly as near (`modle`:
+    mode or model). `prefix` is put before each name said (`--` of a flag)."""
+    choices = list(dict.fromkeys(str(c) for c in choices))
+    close = difflib.get_close_matches(name, choices, n=2)
+    if not close:
+        return ""
+
+    def ratio(choice: str) -> float:
+        return difflib.SequenceMatcher(None, name, choice).ratio()
+
+    named = close if len(close) == 2 and ratio(close[0]) - ratio(close[1]) < 0.1 else close[:1]
+    return f" (did you mean {' or '.join(prefix + c for c in named)}?)"

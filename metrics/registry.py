@@ -18,6 +18,8 @@ from typing import Any, Callable, Mapping
 
 import pydantic
 
+from evalbeam.metrics.names import did_you_mean
+
 
 class MetricError(Exception):
     """A metric could not score one instance; the message says why."""
@@ -154,7 +156,7 @@ def get_metric(name: str) -> MetricDef:
         if name in _REFUSED:
             raise KeyError(f"{name}: {_REFUSED[name]}") from None
         raise KeyError(
-            f"unknown metric {name!r}; `evalbeam metrics` lists the known ones"
+            f"unknown metric {name!r}{did_you_mean(name, _registry())}; `evalbeam metrics` lists the known ones"
         ) from None
 
 

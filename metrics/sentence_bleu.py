@@ -59,6 +59,15 @@ if MAX_NGRAM_ORDER != 4:  # the C module counts orders 1 to 4, sacrebleu's since
     _native = None
 NATIVE = _native is not None
 
+C_PATH, PYTHON_PATH = "c", "python"
+
+
+def path() -> str:
+    """Which of BLEU's two paths this process runs: C_PATH (the extension) or PYTHON_PATH (the same rules
+    in Python, about a sixth of the C path's speed: an install where no C compiler was found). The runs
+    table's bleu_path and the evalbeam/bleu_*_path counters say which each worker ran."""
+    return C_PATH if _native is not None else PYTHON_PATH
+
 _SPACED_OUT = " \\1 "  # the first rule's template: the matched character with a space on each side
 
 

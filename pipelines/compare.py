@@ -29,10 +29,11 @@ from apache_beam.io.parquetio import ReadFromParquet
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from evalbeam.configs import EvalConfig
-from evalbeam.metrics.statistics.compare import ALPHA, Gate, Tolerance, explain, parse_tolerance
+from evalbeam.metrics.rows.instance import ID_SCHEME_INPUTS, ID_SCHEME_ROW
+from evalbeam.metrics.statistics.compare import (ALPHA, OVERALL, Gate, Tolerance, base_count, lost_count, parse_tolerance,
+                                                 unpaired_counts)
 from evalbeam.pipelines.local import new_pipeline
 from evalbeam.pipelines.results import Location, location_of, read_rows, run_comparisons, runs_row
-from evalbeam.pipelines.text_tables import fmt, format_table
 from evalbeam.transforms.bigquery import BigQueryError, PublishToBigQuery, ReadBigQueryRows, plan_table_read
 from evalbeam.transforms.compare import CompareRuns, PairSpec, result_entry, slice_names
 from evalbeam.metrics.rows.tables import RunKey, utc_now
@@ -48,15 +49,21 @@ class CompareError(RuntimeError):
 @dataclasses.dataclass(frozen=True)
 class GateSettings:
     """The command line's gate settings, over each run's config's: --tolerance T (every metric),
-    --tolerance METRIC=T (one metric), --watch METRIC."""
+    --tolerance METRIC=T (one metric), --watch METRIC, --gate-slices COLUMN."""
 
     tolerance: Tolerance | None = None
     per_metric: dict[str, Tolerance] = dataclasses.field(default_factory=dict)
     watched: tuple[str, ...] | None = None
+    slices: tuple[str, ...] | None = None
 
 
-def gate_settings(tolerances: list[str], watched: list[str]) -> GateSettings:
-    """--tolerance and --watch values -> GateSettings; ValueError naming the bad value."""
+def _names(given: list[str]) -> tuple[str, ...]:
+    """Repeatable, comma-separated flag values -> the names."""
+    return tuple(m.strip() for g in given for m in g.split(",") if m.strip())
+
+
+def gate_settings(tolerances: list[str], watched: list[str], gate_slices: list[str] = ()) -> GateSettings:
+    """--tolerance, --watch and --gate-slices values -> GateSettings; ValueError naming the bad value."""
     everywhere, per_metric = None, {}
     for given in tolerances:
         metric, sep, value = given.rpartition("=")
@@ -70,8 +77,8 @@ def gate_settings(tolerances: list[str], watched: list[str]) -> GateSettings:
             per_metric[metric] = tolerance
         else:
             everywhere = tolerance
-    names = tuple(m.strip() for given in watched for m in given.split(",") if m.strip())
-    return GateSettings(everywhere, per_metric, names if watched else None)
+    return GateSettings(everywhere, per_metric, _names(watched) if watched else None,
+                        _names(gate_slices) if gate_slices else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,8 +91,9 @@ class RunInfo:
     directions: dict[str, str]
     labelled: bool = False  # input.labels: its metric_results have human_label
     num_runs: int = 1  # inference.num_runs: > 1, its instances are runs of cases (compared by case)
-    gate: Gate = Gate()  # the config's compare_tolerance(s) and compare_watch
+    gate: Gate = Gate()  # the config's compare_tolerance(s), compare_watch and compare_gate_slices
     labelled_metrics: frozenset[str] = frozenset()  # the metrics input.labels names
+    id_scheme: str = ID_SCHEME_INPUTS  # how its instances got their ids (the runs table's id_scheme)
 
 
 def run_info(row: dict[str, Any]) -> RunInfo:
@@ -98,8 +106,13 @@ def run_info(row: dict[str, Any]) -> RunInfo:
     labelled_metrics: frozenset[str] = frozenset()
     num_runs = 1
     gate = Gate()
+    # a run from before the runs table said: its id column's, else a hash of the whole row
+    id_scheme = row.get("id_scheme")
+    legacy = ID_SCHEME_ROW
     try:
         config = EvalConfig.model_validate(json.loads(row["config"]))
+        id_column = config.input.instance_id_column()
+        legacy = f"column:{id_column}" if id_column else ID_SCHEME_ROW
         slices, directions = tuple(config.input.slice_columns), config.metric_directions()
         labelled = bool(config.input.labels)
         labelled_metrics = frozenset(config.input.labels)
@@ -111,7 +124,7 @@ def run_info(row: dict[str, Any]) -> RunInfo:
     if isinstance(run_date, str):
         run_date = dt.date.fromisoformat(run_date)
     return RunInfo(row["run_id"], row["name"], run_date, row["started_at"], slices, directions, labelled, num_runs,
-                   gate, labelled_metrics)
+                   gate, labelled_metrics, id_scheme or legacy)
 
 
 # ------------------------------------------------------------- where runs are
@@ -214,15 +227,45 @@ def check_same_eval(base: RunInfo, run: RunInfo, allow_different_evals: bool = F
                            "runs of different evals are not compared (--allow-different-evals to compare them anyway)")
 
 
+def describe_scheme(scheme: str) -> str:
+    if scheme == ID_SCHEME_INPUTS:
+        return "a hash of each case's inputs"
+    if scheme == ID_SCHEME_ROW:
+        return "a hash of the whole row, outputs included (evalbeam before case identity)"
+    return f"the column {scheme.removeprefix('column:')!r}"
+
+
+def check_same_identity(base: RunInfo, run: RunInfo) -> None:
+    """Runs whose instances got their ids differently pair nothing (or by accident): refused, naming
+    the way out, rather than reported as instances only in one run or the other."""
+    if base.id_scheme != run.id_scheme:
+        raise CompareError(
+            f"runs {base.run_id} and {run.run_id} identify their cases differently ({base.run_id}: "
+            f"{describe_scheme(base.id_scheme)}; {run.run_id}: {describe_scheme(run.id_scheme)}), so their instances "
+            "cannot pair: give both runs one input.id_column, or re-run the base run's config with this evalbeam")
+
+
 def check_gate_metrics(run: RunInfo, settings: GateSettings) -> None:
     """Every metric the command line names (--tolerance METRIC=T, --watch) is one of the run's: a
     misspelt name would leave the metric ungated, silently."""
     known = run.directions  # every metric the run reports (empty: its config is not readable here)
     named = [*(f"--tolerance {m}=" for m in settings.per_metric), *(f"--watch {m}" for m in settings.watched or ())]
-    for flag, metric in zip(named, [*settings.per_metric, *(settings.watched or ())]):
+    for option, metric in zip(named, [*settings.per_metric, *(settings.watched or ())]):
         if known and metric not in known:
-            raise CompareError(f"{flag.rstrip('=')}: run {run.run_id} has no metric {metric!r}; its metrics: "
-                               f"{', '.join(sorted(known))}")
+            raise CompareError(f"{option.rstrip('=')}: run {run.run_id} has no metric {metric!r}{did_you_mean(metric, known)}"
+                               f"; its metrics: {', '.join(sorted(known))}")
+    for column in settings.slices or ():
+        if column not in run.slice_columns:
+            raise CompareError(f"--gate-slices {column}: run {run.run_id} has no slice column {column!r}"
+                               f"{did_you_mean(column, run.slice_columns)}; its slice columns: "
+                               f"{', '.join(run.slice_columns) or 'none'}")
+
+
+def did_you_mean(name: str, known) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def default_min_paired(base_row: dict[str, Any], run_row: dict[str, Any]) -> int:
@@ -231,24 +274,42 @@ def default_min_paired(base_row: dict[str, Any], run_row: dict[str, Any]) -> int
     return -(-min(base_row.get("scored_count") or 0, run_row.get("scored_count") or 0) // 2)
 
 
-def pairing_problems(rows: list[dict[str, Any]], min_paired: int) -> list[str]:
-    """The metrics of a comparison (its overall rows) that pair fewer than min_paired instances."""
-    return [f"{r['run_id']} vs {r['base_run_id']}: metric {r['metric']} pairs {r['n_paired']} "
-            f"{'case' if r.get('paired_by') == 'case' else 'instance'}(s), "
-            f"fewer than {min_paired} (--min-paired): {r['only_in_base']} only in base, {r['only_in_run']} only in run, "
-            f"{r['error_in_either']} with an error in either"
-            for r in rows if r["slice"] == "overall" and r["n_paired"] < min_paired]
+MAX_MISSING = 0.05  # --max-missing's default: the share of the base's instances a run may lose
+
+
+def pairing_problems(rows: list[dict[str, Any]], min_paired: int, max_missing: float = MAX_MISSING) -> list[str]:
+    """Why the gate cannot pass on what it saw, one line each: a gated row (a watched metric's overall
+    row, or a gating slice's) that lost more than max_missing of the base's instances, or an overall one
+    that pairs fewer than min_paired (a slice is a part of the run: the run's size says nothing of it). Instances new in the run are normal; a metric new in the run has nothing to lose
+    or pair (unpaired_note says so)."""
+    problems = []
+    for r in rows:
+        if not r.get("gated", r["slice"] == OVERALL) or base_count(r) == 0:
+            continue
+        unit = "case" if r.get("paired_by") == "case" else "instance"
+        where = f"{r['run_id']} vs {r['base_run_id']}: metric {r['metric']}" + (
+            f" ({r['slice']})" if r["slice"] != OVERALL else "")
+        lost, total = lost_count(r), base_count(r)
+        if lost > max_missing * total:
+            problems.append(f"{where}: {lost} of the base's {total} {unit}(s) ({lost / total:.0%}) are missing from "
+                            f"the run ({r['only_in_base']}) or have no valid score in it ({lost - r['only_in_base']}), "
+                            f"more than --max-missing {max_missing:g} allows")
+        elif r["slice"] == OVERALL and r["n_paired"] < min_paired:
+            problems.append(f"{where}: pairs {r['n_paired']} {unit}(s), fewer than {min_paired} (--min-paired): "
+                            f"{unpaired_counts(r)}")
+    return problems
 
 
 def comparison_gate(results, rows: list[dict[str, Any]], base_run_id: str, run_ids: list[str],
-                    min_paired: int | None) -> list[str]:
+                    min_paired: int | None, max_missing: float | None = None) -> list[str]:
     """pairing_problems for each run compared with the base, min_paired defaulting to
-    default_min_paired of the two runs."""
+    default_min_paired of the two runs and max_missing to MAX_MISSING."""
     base_row = runs_row(results, base_run_id) or {}
     problems = []
     for run_id in run_ids:
         wanted = min_paired if min_paired is not None else default_min_paired(base_row, runs_row(results, run_id) or {})
-        problems += pairing_problems([r for r in rows if r["run_id"] == run_id], wanted)
+        problems += pairing_problems([r for r in rows if r["run_id"] == run_id], wanted,
+                                     MAX_MISSING if max_missing is None else max_missing)
     return problems
 
 
@@ -275,6 +336,7 @@ def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOpti
         infos[run_id] = run_info(row)
     for run_id in run_ids:
         check_same_eval(infos[base_run_id], infos[run_id], allow_different_evals)
+        check_same_identity(infos[base_run_id], infos[run_id])
         check_gate_metrics(infos[run_id], gate_settings)
     parquet_out = location.parquet or also_parquet
     for run_id in run_ids:
@@ -296,7 +358,8 @@ def compare(results, base_run_id: str, run_ids: list[str], options: PipelineOpti
         inputs = compare_inputs(pipeline, location, base, run, label)
         inputs["run"] = pipeline | f"{label}Scores" >> ReadRunScores(location, run_id, run.labelled)
         inputs["run_slices"] = pipeline | f"{label}Slices" >> ReadRunSlices(location, run_id, run.slice_columns)
-        gate = run.gate.overridden(gate_settings.tolerance, gate_settings.per_metric, gate_settings.watched)
+        gate = run.gate.overridden(gate_settings.tolerance, gate_settings.per_metric, gate_settings.watched,
+                                   gate_settings.slices)
         rows = inputs | f"{label}Compare" >> CompareRuns(pair_spec(base, run, gate, alpha, compared_at))
         written = rows | f"{label}Write" >> WriteParquetTable(FileSystems.join(staging, run_id), "comparisons")
         if location.bigquery:
@@ -333,87 +396,6 @@ def install_comparison(output: str, run_id: str, base_run_id: str, files: list[s
     FileSystems.rename(files, [FileSystems.join(target, prefix + FileSystems.split(p)[1]) for p in files])
     if stale:
         FileSystems.delete(stale)
-
-
-def format_comparison(rows: list[dict[str, Any]], brief: bool = False) -> str:
-    """The comparison as a table, flagged rows first; `brief`: only the overall
-    rows and the flagged ones."""
-    if brief:
-        rows = [r for r in rows if r["slice"] == "overall" or r["regression"] or r["improvement"]]
-    lines = []
-    for r in flagged_first(rows):
-        ci = "-" if r["ci_low"] is None else f"[{fmt(r['ci_low'], 4)}, {fmt(r['ci_high'], 4)}]"
-        flag = "REGRESSION" if r["regression"] else "improvement" if r["improvement"] else ""
-        corrected = r.get("estimate") == "corrected"
-        lines.append((r["run_id"], r["metric"], r["slice"], str(r["n_paired"]), fmt(r["base_mean"]), fmt(r["mean"]),
-                      fmt(r["mean_difference"]), ci, fmt(r["p_value_adjusted"], 4),
-                      f"{r['wins']}/{r['ties']}/{r['losses']}", "corrected" if corrected else "judge", flag))
-    table = format_table(("run", "metric", "slice", "paired", "base", "run mean", "difference", "95% CI",
-                         "p (Holm)", "W/T/L", "estimate", "flag"), lines)
-    table += corrected_note(rows)
-    agreement = format_agreement(rows if not brief else [r for r in rows if r["slice"] == "overall"])
-    by_case = sorted({r["run_id"] for r in rows if r.get("paired_by") == "case"})
-    if by_case:
-        table += (f"\n{', '.join(by_case)}: paired by case (repeated runs, inference.num_runs > 1): 'paired' counts "
-                  "cases, each case's score the mean of its valid runs")
-    explained = gate_explanations(rows)
-    if explained:
-        table += "\n\nthe gate:\n" + "\n".join(explained)
-    return table + ("\n\nagreement with human labels (input.labels), run against base:\n" + agreement if agreement else "")
-
-
-def corrected_note(rows: list[dict[str, Any]]) -> str:
-    """What `estimate` means, when a row has corrected estimates or a labelled row could not have them."""
-    lines = []
-    if any(r.get("estimate") == "corrected" for r in rows):
-        lines.append("estimate corrected: both runs have human labels of the metric, so the means, the difference, "
-                     "its 95% CI and p are human-corrected (PPI++ over the labelled instances; the judge-only "
-                     "values are in the comparisons table's judge_* columns); W/T/L are the judge's")
-    for r in rows:
-        if r["slice"] == "overall" and r.get("estimate") == "judge" and r.get("corrected_note"):
-            lines.append(f"{r['run_id']} {r['metric']}: {r['corrected_note']}")
-    return "".join("\n" + line for line in lines)
-
-
-def gate_explanations(rows: list[dict[str, Any]]) -> list[str]:
-    """One line per flagged row (and per row the gate would flag but does not watch): why."""
-    several = len({r["run_id"] for r in rows}) > 1
-    return [f"{r['run_id']}: {line}" if several else line
-            for r in flagged_first(rows) if (line := explain(r)) is not None]
-
-
-def format_agreement(rows: list[dict[str, Any]]) -> str:
-    """Which run's judge agrees more with the people, per labelled metric and slice ('' when none is labelled)."""
-    lines = []
-    for r in flagged_first(rows):
-        if not r.get("labelled_paired"):
-            continue
-        ci = "-" if r["agreement_ci_low"] is None else f"[{fmt(r['agreement_ci_low'], 3)}, {fmt(r['agreement_ci_high'], 3)}]"
-        verdict = {"run": f"{r['run_id']} agrees more", "base": f"{r['base_run_id']} agrees more"}.get(
-            r["agrees_more"], "no clear difference")
-        lines.append((r["run_id"], r["metric"], r["slice"], str(r["labelled_paired"]), r["agreement_statistic"] or "-",
-                      fmt(r["base_agreement"], 3), fmt(r["run_agreement"], 3), fmt(r["agreement_difference"], 3), ci,
-                      verdict))
-    if not lines:
-        return ""
-    return format_table(("run", "metric", "slice", "labelled", "statistic", "base", "run", "difference", "95% CI",
-                         "verdict"), lines)
-
-
-def flagged_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Comparison rows per run: regressions first, then improvements, then by metric (overall first)."""
-    return sorted(rows, key=lambda r: (r["run_id"], not r["regression"], not r["improvement"], r["metric"],
-                                       r["slice"] != "overall", r["slice"]))
-
-
-def unpaired_note(rows: list[dict[str, Any]]) -> list[str]:
-    notes = []
-    for r in rows:
-        if r["slice"] == "overall" and (r["only_in_base"] or r["only_in_run"] or r["error_in_either"]):
-            unit = "case(s)" if r.get("paired_by") == "case" else "instance(s)"
-            notes.append(f"{r['run_id']} {r['metric']}: {unit} not paired: {r['only_in_base']} only in base, "
-                         f"{r['only_in_run']} only in run, {r['error_in_either']} with an error in either")
-    return notes
 
 
 def comparison_rows(results, base_run_id: str, run_id: str, options, also_parquet: str | None = None

@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 import shutil
 import sys
 import tempfile
 import uuid
+from typing import Sequence
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions
 
 from evalbeam.configs import ConfigError, EvalConfig
-from evalbeam.pipelines.compare import CompareError, check_same_eval, run_info
+from evalbeam.pipelines.compare import CompareError, check_same_eval, check_same_identity, run_info
+from evalbeam.pipelines import run_index
 from evalbeam.pipelines.local import LOCAL_RUNNERS, new_pipeline, stream_judge
 from evalbeam.pipelines.preflight import billing_project, preflight
 from evalbeam.pipelines.results import ResultsError, location_of, previous_run, results_for, runs_row
@@ -29,8 +32,9 @@ from evalbeam.pipelines.stages.failure_modes import FailureModesStage
 from evalbeam.pipelines.stages.inference import InferenceStage
 from evalbeam.pipelines.stages.judge_cache import JudgeCacheStage
 from evalbeam.pipelines.stages.judge import InferredOnlyStage, JudgeStage
-from evalbeam.pipelines.stages.read import ReadStage
+from evalbeam.pipelines.stages.read import ReadStage, row_spec
 from evalbeam.pipelines.stages.rubrics import RubricStage
+from evalbeam.pipelines.stages.scenarios import ScenariosStage
 from evalbeam.pipelines.stages.score import ScoringStage
 from evalbeam.pipelines.stages.simulator_quality import SimulatorQualityStage
 from evalbeam.pipelines.stages.summary import SummariesStage
@@ -38,7 +42,8 @@ from evalbeam.pipelines.stages.write import WriteResults
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.judge_checkpoint import checkpoint_folder
 from evalbeam.transforms.progress import ProgressDisplay
-from evalbeam.transforms.run_lock import BigQueryRunLock, RunIdHeld, RunLock
+from evalbeam.transforms.run_lock import BigQueryRunLock, RunIdHeld, RunLock, dataflow_job_state
+from evalbeam.metrics.rows.instance import id_scheme
 from evalbeam.metrics.rows.tables import RunKey, utc_now
 from evalbeam.transforms.interrupt import RESUME_HINT
 from evalbeam.transforms.write import ATTEMPTS, remove_attempt, sweep_dead_attempts
@@ -49,7 +54,7 @@ def stages(pipeline: beam.Pipeline, context: RunContext) -> list[tuple[str, beam
     """The named stages between reading and writing, chosen from the config."""
     config = context.config
     chosen = []
-    if config.judge.cache and config.calls_a_model():
+    if config.judge.cache and config.calls_a_model() and config.scenarios is None:  # the scenarios stage reads it
         chosen.append(("JudgeCache", JudgeCacheStage(context)))
     if config.inference:
         chosen.append(("Inference", InferenceStage(context)))
@@ -77,7 +82,8 @@ def stages(pipeline: beam.Pipeline, context: RunContext) -> list[tuple[str, beam
 
 def build_pipeline(pipeline: beam.Pipeline, context: RunContext) -> None:
     """Read, then each stage on the named PCollections made so far, then the one writer."""
-    named = pipeline | "Read" >> ReadStage(context)
+    named = pipeline | ("Scenarios" >> ScenariosStage(context) if context.config.scenarios is not None
+                        else "Read" >> ReadStage(context))
     for name, stage in stages(pipeline, context):
         named = {**named, **(named | name >> stage)}
     named | "Write" >> WriteResults(context)
@@ -108,19 +114,23 @@ def plan_comparison(config: EvalConfig, run_key: RunKey, started_at, allow_diffe
     if row is None:
         raise ConfigError(f"compare_with: no run {base_id!r} in {results.location if results else config.output.parquet}")
     this = run_info({"run_id": run_key.run_id, "name": config.name, "run_date": run_key.run_date,
-                     "started_at": started_at, "config": config.to_json()})
+                     "started_at": started_at, "config": config.to_json(), "id_scheme": id_scheme(row_spec(config))})
 
     try:
         check_same_eval(run_info(row), this, allow_different_evals)
+        check_same_identity(run_info(row), this)
     except CompareError as e:
         raise ConfigError(f"compare_with: {e}") from None
     return location_of(results), run_info(row), this
 
 
-def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: bool = False):
+def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: bool = False, flags: Sequence[str] = (),
+        command: str = "run"):
     """Check the inputs and outputs, prepare the BigQuery dataset, then run the
     pipeline: to the end on a local runner, or until submitted on a remote one.
     An earlier output of the same run_id is replaced only when the run succeeds.
+    `flags`: the command's arguments besides the config and its overrides (evalbeam's and
+    Beam's), which the command printed to resume an interrupted run repeats (`command`: run, or generate).
     Returns (RunKey, PipelineResult)."""
     started_at = utc_now()
     run_key = RunKey(config.resolved_run_id(started_at), config.resolved_run_date(started_at))
@@ -128,17 +138,24 @@ def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: boo
     preflight(config, options, run_key.run_id)
     attempt = uuid.uuid4().hex[:12]
     lock = hold_run_id(config, options, run_key.run_id, attempt, started_at)
+    remote = options.view_as(StandardOptions).runner not in LOCAL_RUNNERS
+    job_lock = lock.path if lock is not None and remote else None
 
     quiet_write_failures()
     try:
-        return _run(config, options, started_at, run_key, attempt, allow_different_evals)
+        run_key, result = _run(config, options, started_at, run_key, attempt, allow_different_evals, job_lock)
+        job_id = submitted_job(result) if job_lock else None
+        if job_id and not lock.hand_to_job(job_id):  # submitted: the job holds the run_id from here on
+            print(f"evalbeam: the lock of run {run_key.run_id} was taken over while job {job_id} was submitted: "
+                  "the job does not hold it", file=sys.stderr)
+        return run_key, result
     except BaseException as e:
         if lock is not None and config.output.parquet:  # the attempt is this run's: its partial files go
             try:
                 remove_attempt(config.output.parquet, run_key.run_id, attempt)
             except Exception:  # noqa: BLE001 - the run's own error is the one to say
                 logging.getLogger(__name__).warning("could not remove attempt %s", attempt, exc_info=True)
-            RESUME_HINT[:] = resume_hint(config, run_key.run_id)
+            RESUME_HINT[:] = resume_hint(config, run_key.run_id, flags, command)
         failure = write_failure(e) if isinstance(e, Exception) else None
         if failure is not None:
             raise OutputWriteError(describe(failure, config.output.parquet or "the staging folder",
@@ -149,7 +166,16 @@ def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: boo
             lock.release()
 
 
-def resume_hint(config: EvalConfig, run_id: str) -> list[str]:
+def submitted_job(result) -> str | None:
+    """The id of the job a remote run submitted; None when none was (a dry run, a template made with
+    --template_location: Beam's result then has no job, and its job_id() raises)."""
+    try:
+        return result.job_id()
+    except AttributeError:
+        return None
+
+
+def resume_hint(config: EvalConfig, run_id: str, flags: Sequence[str] = (), command: str = "run") -> list[str]:
     """What a run that ended early left for a re-run of its run_id (local output): its
     checkpointed judgments and agent cases, and how to reuse or remove them."""
     folder = os.path.join(config.output.parquet, ATTEMPTS, run_id)
@@ -158,21 +184,39 @@ def resume_hint(config: EvalConfig, run_id: str) -> list[str]:
     files = sum(len(names) for _, _, names in os.walk(folder))
     if not files:
         return []
-    again = (f"evalbeam run {config.config_file or 'CONFIG'}" + ("" if config.run_id else f" --set run_id={run_id}"))
-    return [f"evalbeam: run {run_id} left {files} checkpoint file(s) in {folder}: `{again}` resumes it, reusing them; "
-            f"`evalbeam runs --remove-leftovers {run_id}` removes them"]
+    return [f"evalbeam: run {run_id} left {files} checkpoint file(s) in {folder}: "
+            f"`{resume_command(config, run_id, flags, command)}` "
+            f"resumes it, reusing them; `evalbeam runs --remove-leftovers {run_id}` removes them"]
+
+
+def resume_command(config: EvalConfig, run_id: str, flags: Sequence[str] = (), command: str = "run") -> str:
+    """The command that runs `run_id` again as it was started, for a shell: the config file, its
+    --set overrides and the other flags as given, and the run_id when it was made up (from the time)
+    rather than given."""
+    overrides = list(config.overrides)
+    if config.run_id != run_id:
+        overrides.append(f"run_id={run_id}")
+    return shlex.join(["evalbeam", command, config.config_file or "CONFIG",
+                       *(a for o in overrides for a in ("--set", o)), *flags])
 
 
 def hold_run_id(config: EvalConfig, options: PipelineOptions, run_id: str, attempt: str, started_at):
     """The run_id's lock (transforms.run_lock), taken before any work, for a local
     run writing Parquet locally or to gs://, or only to BigQuery (a row of the
-    dataset's lock table): None when the run is not locked (a remote runner, whose
-    launcher does not live as long as the job; Parquet on another filesystem).
-    A held run_id is a ConfigError naming its holder. Once the lock is held, what
-    dead runs of this run_id left (attempt folders, not judge checkpoints) is deleted."""
+    dataset's lock table), and for a Dataflow run writing Parquet to gs:// (its
+    launcher takes it, and hands it to the job once submitted: run()). None when
+    the run is not locked (Parquet on another filesystem; another remote runner,
+    or Dataflow with only a BigQuery output, whose launcher does not live as long
+    as the job). A held run_id is a ConfigError naming its holder. Once the lock
+    is held, what dead runs of this run_id left (attempt folders, not judge
+    checkpoints) is deleted."""
     parquet = config.output.parquet
-    if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS:
+    runner = options.view_as(StandardOptions).runner
+    cloud = options.view_as(GoogleCloudOptions)
+    job_state = dataflow_job_state(cloud.dataflow_endpoint)  # a lock found held by a Dataflow job
+    if runner not in LOCAL_RUNNERS and (runner != "DataflowRunner" or FileSystems.get_scheme(parquet or "") != "gs"):
         return None
+    job = {"runner": runner, "project": cloud.project, "region": cloud.region} if runner not in LOCAL_RUNNERS else None
     if not parquet:  # BigQuery only: a row of the dataset's lock table
         try:
             return BigQueryRunLock(config.output.bigquery, run_id, attempt, started_at,
@@ -182,7 +226,7 @@ def hold_run_id(config: EvalConfig, options: PipelineOptions, run_id: str, attem
     if FileSystems.get_scheme(parquet) not in (None, "gs"):
         return None
     try:
-        lock = RunLock(parquet, run_id, attempt, started_at).acquire()
+        lock = RunLock(parquet, run_id, attempt, started_at, job, job_state).acquire()
     except RunIdHeld as e:
         raise ConfigError(str(e)) from None
     try:
@@ -194,7 +238,7 @@ def hold_run_id(config: EvalConfig, options: PipelineOptions, run_id: str, attem
 
 
 def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunKey, attempt: str,
-         allow_different_evals: bool = False):
+         allow_different_evals: bool = False, job_lock: str | None = None):
     staging = None
     if config.output.bigquery and not config.output.parquet:
         temp = options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir()
@@ -223,14 +267,16 @@ def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunK
         try:
             build_pipeline(pipeline, RunContext(
                 config, run_key, started_at, read_plan, tuple(cache_plans), tuple(rubric_plans), compare_base,
-                attempt, staging, checkpoint, progress))
+                attempt, staging, checkpoint, progress, job_lock))
         except CompareError as e:
             raise ConfigError(f"compare_with: {e}") from None
+        # where the run writes, so that `show RUN_ID` finds it from any folder
+        run_index.record(run_key.run_id, config.name, config.output.parquet, config.output.bigquery, config.config_file)
         print(f"evalbeam: run {run_key.run_id} (run date {run_key.run_date}) started", file=sys.stderr, flush=True)
         if not local:
             return run_key, pipeline.run()
 
-        quota = config.judge.requests_per_minute if config.judge_specs() else None
+        quota = config.judge.requests_per_minute if config.judge_specs() or config.generates_scenarios() else None
         with ProgressDisplay(progress, quota):
             result = pipeline.run()
             result.wait_until_finish()

@@ -1,7 +1,7 @@
 """A run's failure modes read back (pipelines.results), for `show` (the top modes per
 metric and slice, with an example each) and `compare` (which modes grew and which
 shrank between two runs that used the same taxonomy, with paired statistics over the
-instances both runs hold). The CLI calls these with a line or two."""
+instances both runs hold). Printed by pipelines.reports.text."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,6 @@ from typing import Any
 
 from evalbeam.metrics.statistics.summary import OVERALL
 
-TOP = 3
 
 
 class TaxonomiesDiffer(ValueError):
@@ -32,42 +31,6 @@ def failure_mode_rows(results, run_id: str) -> list[dict[str, Any]]:
 
 def assignments(results, run_id: str) -> list[dict[str, Any]]:
     return _rows(results, "SELECT * FROM {fa}", {}, {"fa": ("failure_assignments", run_id)})
-
-
-def _ci(row) -> str:
-    if row.get("share_ci_low") is None:
-        return "-"
-    return f"[{row['share_ci_low']:.2f}, {row['share_ci_high']:.2f}]"
-
-
-def format_failure_modes(rows: list[dict[str, Any]], top: int = TOP,
-                         taxonomies: list[dict[str, Any]] | None = None) -> str:
-    """The `top` modes of each metric and slice (by count), with share, CI and an example;
-    for a run that classified nothing (`taxonomies`: its taxonomies rows), that it had no failure."""
-    if not rows:
-        import json
-
-        return "".join(f"\nfailure modes: no failure of {', '.join(json.loads(t['metrics'] or '[]'))} to classify "
-                       f"(taxonomy {t['name']})" for t in taxonomies or [])
-    import json
-
-    lines = ["\nfailure modes (top {} per metric and slice; failure_modes table):".format(top)]
-    if any(r["count"] for r in rows):  # else every failure went unclassified: no table, the count below
-        lines.append(f"{'metric':24} {'slice':22} {'mode':24} {'count':>6} {'of':>6} {'share':>6} {'95% CI':>13}  example")
-    shown: dict[tuple, int] = {}
-    for r in sorted(rows, key=lambda r: (r["metric"], r["slice"] != OVERALL, r["slice"], -r["count"], r["mode"])):
-        key = (r["metric"], r["slice"])
-        if r["count"] == 0 or shown.get(key, 0) >= top:
-            continue
-        shown[key] = shown.get(key, 0) + 1
-        examples = json.loads(r["examples"] or "[]")
-        lines.append(f"{r['metric'][:24]:24} {r['slice'][:22]:22} {r['mode'][:24]:24} {r['count']:>6} "
-                     f"{r['failures']:>6} {r['share']:>6.2f} {_ci(r):>13}  {examples[0] if examples else '-'}")
-    unclassified = {(r["metric"], r["slice"]): r["unclassified"] for r in rows if r["unclassified"]}
-    for (metric, slice_name), n in sorted(unclassified.items()):
-        if slice_name == OVERALL:
-            lines.append(f"  {metric}: {n} failure(s) not classified (the judge failed; see failure_assignments.error)")
-    return "\n".join(lines)
 
 
 def _mcnemar(b: int, c: int) -> float | None:
@@ -174,63 +137,6 @@ def compare_failure_modes(results, base_id: str, run_id: str, alpha: float = 0.0
     return out
 
 
-def format_mode_comparison(rows: list[dict[str, Any]]) -> str:
-    changed = [r for r in rows if r["count"] != r["base_count"] or r["grew_in"] or r["shrank_in"]]
-    if not changed:
-        return "\nfailure modes: no change in any mode"
-    lines = ["\nfailure modes, run against base (paired over the instances both runs hold):",
-             f"{'metric':22} {'slice':20} {'mode':22} {'base':>5} {'run':>5} {'share':>13} {'grew':>5} {'shrank':>6} "
-             f"{'p':>7}  flag"]
-    for r in changed:
-        share = "-" if r["share_change"] is None else f"{r['base_share'] or 0:.2f}->{r['share'] or 0:.2f}"
-        p = "-" if r["p_value"] is None else f"{r['p_value']:.4f}"
-        flag = "GREW" if r["grew"] else "shrank" if r["shrank"] else ""
-        lines.append(f"{r['metric'][:22]:22} {r['slice'][:20]:20} {r['mode'][:22]:22} {r['base_count']:>5} "
-                     f"{r['count']:>5} {share:>13} {r['grew_in']:>5} {r['shrank_in']:>6} {p:>7}  {flag}")
-    return "\n".join(lines)
-
-
 def mode_gate_failed(rows: list[dict[str, Any]], gated: list[str]) -> list[dict[str, Any]]:
     """The flagged growths of the gated modes ("any": every mode)."""
     return [r for r in rows if r["grew"] and ("any" in gated or r["mode"] in gated)]
-
-
-def compare_modes_command(results, base_id: str, run_ids: list[str], alpha: float, gated: list[str]) -> int:
-    """`evalbeam compare`'s failure-mode part: prints each run's mode changes (or why its
-    modes are not compared); 1 when a gated mode grew (--fail-on-mode-growth), 2 when a gated
-    mode is no mode of the taxonomies compared (a typo would never fire) or when, with a gate, a
-    run's modes could not be compared at all (different or no taxonomies: the gate could not be
-    evaluated, and a gate that cannot look must not pass), else 0."""
-    import json
-    import sys
-
-    failed, known, compared, uncompared = [], set(), False, []
-    for run_id in run_ids:
-        try:
-            rows = compare_failure_modes(results, base_id, run_id, alpha)
-        except TaxonomiesDiffer as e:
-            if gated or "no failure modes" not in str(e):
-                print(f"\nfailure modes not compared: {e}")
-            uncompared.append(run_id)
-            continue
-        base_metrics, run_metrics = classified_metrics(results, base_id), classified_metrics(results, run_id)
-        for metric in sorted(set(base_metrics) ^ set(run_metrics)):
-            only = base_id if metric in base_metrics else run_id
-            print(f"\nfailure modes of {metric} not compared: only run {only} classified its failures")
-        print(format_mode_comparison(rows))
-        failed += mode_gate_failed(rows, gated)
-        compared = True
-        known |= {r["mode"] for r in rows} | {m["id"] for t in taxonomy_rows(results, run_id)
-                                              for m in json.loads(t["modes"] or "[]")}
-    unknown = sorted({g for g in gated if g != "any"} - known) if compared else []
-    if unknown:
-        print(f"evalbeam: --fail-on-mode-growth {', '.join(unknown)}: not a mode of the taxonomy compared "
-              f"(its modes: {', '.join(sorted(known))})", file=sys.stderr)
-    if gated and uncompared:
-        print(f"evalbeam: --fail-on-mode-growth: the failure modes of run(s) {', '.join(uncompared)} could not be "
-              f"compared with {base_id}'s (said above), so the gate could not be evaluated", file=sys.stderr)
-    if gated:
-        print(f"{len(failed)} gated failure mode growth(s) flagged"
-              + "".join(f"\n  {r['metric']} {r['slice']}: {r['mode']} grew ({r['base_count']} -> {r['count']}, "
-                        f"p {r['p_value']:.4f})" for r in failed))
-    return 2 if unknown or (gated and uncompared) else 1 if failed else 0

@@ -19,12 +19,13 @@ from google.auth.exceptions import DefaultCredentialsError
 from evalbeam.configs import ConfigError, EvalConfig, MetricSpec
 from evalbeam.metrics.rows.otel import SPAN_COLUMNS
 from evalbeam.metrics.custom import load_function, path_hint
-from evalbeam.metrics.agents.deployed import reachable
+from evalbeam.metrics.agents.probe import reachable
 from evalbeam.metrics.rows.fields import InvalidField
 from evalbeam.metrics.agents.inference import AgentInferrer, load_target
 from evalbeam.metrics.rows.instance import RowSpec, build_instance, present_columns
 from evalbeam.metrics.judge.adk_judges import AdkJudgesUnavailable, check_evaluators
 from evalbeam.metrics.judge.adk_judges import require_adk as require_adk_judges
+from evalbeam.metrics.judge.asks import QuotaError, plan_judges, share_quotas
 from evalbeam.metrics.judge.client import JudgeCredentialsError, check_credentials
 from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_template
 from evalbeam.metrics.registry import get_metric, unmet_inputs
@@ -45,28 +46,36 @@ class Preflight:
     checked_rows: int | None  # rows sampled for the column check (None: the table schema was used)
     columns: set[str]
     unreadable: list = dataclasses.field(default_factory=list)  # dead letters met while sampling
+    whole: bool = False  # the sample read every file to its end (a small input)
 
 
 @dataclasses.dataclass
-class AdkFilesCheck:
-    """What `run` would make of an ADK file input: its cases to score, and its dead letters."""
+class RowsCheck:
+    """What `run` would make of a file input: its records read, its instances to score, and its
+    dead letters (read = usable + dead_count, as the runs table counts them)."""
     files: int
     usable: int
     dead_count: int
     dead_letters: list  # the first few
 
+    @property
+    def read(self) -> int:
+        return self.usable + self.dead_count
 
-def check_adk_files(config: EvalConfig, limit: int = 10) -> AdkFilesCheck:
-    """Every ADK file of the input parsed and its cases validated as `run` reads them (the
-    same parser, base folder and criteria, the same instance checks and repeated ids):
-    the cases to score, and the dead letters (the first `limit` kept)."""
+
+def check_rows(config: EvalConfig, limit: int = 10) -> RowsCheck:
+    """Every file of the input parsed and its records validated as `run` reads them (the same
+    parser, encoding, ADK base folder and criteria, the same instance checks and repeated ids:
+    with an id column the later ones are dead letters, without one they are renamed and kept):
+    the instances to score, and the dead letters (the first `limit` kept). Reads the whole
+    input: for ADK files, and for inputs preflight's sample read whole."""
     spec = row_spec(config)
     files = match_files(config.input.uri)
     reading = adk_reading(config)
-    check = AdkFilesCheck(len(files), 0, 0, [])
+    check = RowsCheck(len(files), 0, 0, [])
     seen: dict[str, str] = {}
     for path in files:
-        for item in parse_file(path, config.input.inferred_format(), adk=reading):
+        for item in parse_file(path, config.input.inferred_format(), config.input.encoding, adk=reading):
             if isinstance(item, Record):
                 try:
                     instance = build_instance(item.data, spec, item.source, item.from_csv, item.line_count)
@@ -75,12 +84,13 @@ def check_adk_files(config: EvalConfig, limit: int = 10) -> AdkFilesCheck:
                 except Exception as e:  # noqa: BLE001 - as the run's validation: the record is its dead letter
                     item = DeadLetter(item.source, f"cannot be used: {type(e).__name__}: {e}", item.raw)
                 else:
-                    if instance.instance_id not in seen:
-                        seen[instance.instance_id] = item.source
+                    if instance.instance_id not in seen or spec.id_column is None:
+                        seen.setdefault(instance.instance_id, item.source)
                         check.usable += 1
                         continue
-                    item = DeadLetter(item.source, f"duplicate id {instance.instance_id!r} in column 'instance_id': "
-                                                   f"first seen at {seen[instance.instance_id]}", item.raw, "instance_id")
+                    item = DeadLetter(item.source, f"duplicate id {instance.instance_id!r} in column "
+                                                   f"{spec.id_column!r}: first seen at {seen[instance.instance_id]}",
+                                      item.raw, "instance_id")
             if isinstance(item, DeadLetter):
                 check.dead_count += 1
                 if len(check.dead_letters) < limit:
@@ -128,7 +138,9 @@ def _cloud_resources(config: EvalConfig) -> str:
 def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str | None,
                credentials: bool) -> Preflight:
     check_imports(config)
-    if config.input.kind == "files":
+    if config.scenarios is not None:  # the input is the scenarios the run makes (or reuses)
+        checked = check_scenarios(config)
+    elif config.input.kind == "files":
         checked = _check_files(config)
     else:
         try:
@@ -142,7 +154,43 @@ def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str 
     _check_inference(config)
     _check_simulator(config)
     _check_taxonomy(config)
+    _check_bleu(config)
     return checked
+
+
+def check_scenarios(config: EvalConfig) -> Preflight:
+    """scenarios: google-adk here (ADK's models check each scenario, its personas are ADK's), the agent
+    read (imported, or its A2A card), the personas known, the seed conversations readable, the eval set
+    file's place; or, pinned, the earlier set found. ConfigError in one line; nothing is called."""
+    from evalbeam.pipelines.scenario_inputs import generation_plan, pinned_set  # start-up time: only with scenarios:
+
+    scenarios = config.scenarios
+    eval_set = config.output.eval_set
+    if eval_set.endswith("/") or (FileSystems.get_scheme(eval_set) is None and os.path.isdir(eval_set)):
+        raise ConfigError(f"output.eval_set: {eval_set!r} is a folder: name the eval set's file, e.g. "
+                          f"{eval_set.rstrip('/') + '/' + config.name + '.evalset.json'!r}")
+    if scenarios.pinned:
+        digest, rows = pinned_set(scenarios)
+        return Preflight(f"scenario set {digest} ({len(rows)} scenarios) of {', '.join(scenarios.pinned_from)}", 0,
+                         set())
+    plan = generation_plan(config)
+    asked = plan.grid.size * plan.grid.per_cell
+    return Preflight(f"scenarios: {plan.grid.size} cells x {plan.grid.per_cell} = {asked} asked of "
+                     f"{plan.settings.model} for agent {plan.agent.name} ({len(plan.agent.tools)} tools)", 0, set())
+
+
+def _check_bleu(config: EvalConfig) -> None:
+    """require_native_bleu: a bleu metric needs BLEU's C extension here (the launcher; each worker checks
+    its own as it starts scoring: transforms.score.ScoreFn)."""
+    from evalbeam.metrics import sentence_bleu  # start-up time: sacrebleu only for a config with BLEU
+
+    if not config.require_native_bleu or sentence_bleu.path() == sentence_bleu.C_PATH:
+        return
+    if any(s.name == "bleu" and not s.is_custom for s in config.computation_specs()):
+        raise ConfigError("require_native_bleu: BLEU's C extension (metrics/_bleu13a.c) is not built in this "
+                          "install of evalbeam (no C compiler was found when it was installed), so BLEU would run "
+                          "its Python path, about 6x slower: reinstall evalbeam where a C compiler is found, or "
+                          "set require_native_bleu: false")
 
 
 def check_imports(config: EvalConfig) -> None:
@@ -265,9 +313,9 @@ def parquet_glob(location: str) -> str:
 
 
 def judge_credentials_problem(config: EvalConfig) -> str | None:
-    """What the judge (or model inference) lacks to authenticate, or None: for `validate`, which
-    checks everything else without it and reports this as the one thing left."""
-    if not config.judge_specs() and not config.model_inference():
+    """What a judge the run calls lacks to authenticate, or None: for `validate` and `plan`, which
+    check everything else without it and report this as the one thing left."""
+    if not config.calls_a_model():
         return None
     try:
         check_judges_credentials(config)
@@ -283,13 +331,14 @@ def check_judges_credentials(config: EvalConfig) -> None:
         if uses_run_judge(config):
             check_credentials(config.judge)
     except JudgeCredentialsError as e:
-        raise ConfigError(str(e)) from None
+        raise ConfigError(f"judge (called by {', '.join(run_judge_callers(config))}): {e}") from None
     for i, spec in enumerate(config.metrics):
         for (where, _), (_, settings) in zip(spec.judge_partials(), spec.jurors(config.judge)):
             try:
                 check_credentials(settings)
             except JudgeCredentialsError as e:
                 raise ConfigError(f"metrics.{i}.{where} ({spec.output_name}): {e}") from None
+    _check_generator_credentials(config)
 
 
 def uses_run_judge(config: EvalConfig) -> bool:
@@ -297,12 +346,51 @@ def uses_run_judge(config: EvalConfig) -> bool:
     (rubric metrics, simulator quality and ADK's criteria always use it), model inference, the user
     simulator or failure classification. When every metric names its own judge (another provider's,
     say), the run's judge needs no credentials."""
-    return config.model_inference() or config.simulates_users() or config.failure_modes is not None or any(
-        s.judge is None and s.judges is None for s in config.judge_specs())
+    return config.model_inference() or config.failure_modes is not None or any(
+        s.judge is None and s.judges is None for s in config.judge_specs()) or simulator_called(config)
+
+
+def simulator_called(config: EvalConfig) -> bool:
+    """Whether the user simulator may be called: it is configured (or, over an ADK eval set, ADK's
+    default) and, over an ADK eval set, one of its cases is a conversation_scenario (one without
+    any needs no simulated user, nor its key)."""
+    if not config.simulates_users():
+        return False
+    if config.scenarios is not None:  # generated scenarios: every case is a conversation_scenario
+        return True
+    if config.input.kind == "files" and config.input.inferred_format() == "adk_eval_set":
+        return _a_scenario_case(config) is not None
+    return True
+
+
+def run_judge_callers(config: EvalConfig) -> list[str]:
+    """What calls the run's own `judge:` (uses_run_judge), as a credentials error names it."""
+    callers = [f"metric {s.output_name}" for s in config.judge_specs() if s.judge is None and s.judges is None]
+    if config.model_inference():
+        callers.append("inference.model")
+    if simulator_called(config):
+        callers.append("inference.user_simulator")
+    if config.failure_modes is not None:
+        callers.append("failure_modes")
+    return callers
+
+
+def _check_generator_credentials(config: EvalConfig) -> None:
+    """The scenario generator's settings (judge: with scenarios.judge over it) can authenticate."""
+    if not config.generates_scenarios():
+        return
+    from evalbeam.pipelines.scenario_inputs import generator_settings  # start-up time: only with scenarios:
+
+    try:
+        check_credentials(generator_settings(config))
+    except JudgeCredentialsError as e:
+        raise ConfigError(f"judge (called by the scenario generator, scenarios.judge over it): {e}") from None
 
 
 def _check_judge(config: EvalConfig, options: PipelineOptions | None, credentials: bool = True) -> None:
-    if not config.judge_specs() and not config.model_inference():
+    # every model the run calls goes through the judge layer: judge metrics (rubric generation
+    # included), model inference, the user simulator, failure classification (EvalConfig.calls_a_model)
+    if not config.calls_a_model():
         return
     try:  # ADK's own judge criteria render and score with google-adk: it must be here (and on the workers)
         check_evaluators([s.name for s in config.judge_specs() if not s.is_custom and s.user_template is None])
@@ -311,11 +399,10 @@ def _check_judge(config: EvalConfig, options: PipelineOptions | None, credential
     if credentials:
         check_judges_credentials(config)
     if config.template_judge_specs():  # quotas a metric's judge or juror names must leave the others some
-        from evalbeam.transforms.judge import plan_judges, share_quotas
-        from evalbeam.transforms.judge_context import JudgeContext
-
-        context = JudgeContext(config.judge)
-        share_quotas(plan_judges(config.template_judge_specs(), context), context)
+        try:
+            share_quotas(plan_judges(config.template_judge_specs(), config.judge), config.judge)
+        except QuotaError as e:
+            raise ConfigError(str(e)) from None
     tables = [("cache", "judge_cache", loc) for loc in config.judge.cache]
     if config.rubric_specs():
         tables += [("rubrics_from", "rubrics", loc) for loc in config.judge.rubrics_from]
@@ -354,7 +441,7 @@ def _check_files(config: EvalConfig) -> Preflight:
             and sample.dead_letters:
         _refuse_json_document(config, sample.dead_letters[0].origin or files[0])
     return Preflight(f"{len(files)} file(s)", len(sample.records), present_columns(map(_with_trace_fields, sample.records)),
-                     sample.dead_letters)
+                     sample.dead_letters, sample.whole)
 
 
 # A whole file read to tell a JSON document from JSON Lines: ADK writes one file per eval set

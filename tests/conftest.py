@@ -69,6 +69,7 @@ TIMING = "timing: asserts what a clock or the scheduler decides: run alone after
 # does not set them.
 NEEDS = {
     "cloud": "emulators",
+    "fake_gcs": "emulators",
     "adk_reference": "adk",        # tests/transforms/test_adk_files.py
     "adk_names": "adk",            # tests/metrics/test_borrowed_names.py
     "adk_simulator": "adk",        # tests/metrics/agents/test_simulator.py
@@ -83,11 +84,32 @@ LONG_TIMEOUT = {"packaging": 2400, "pythons": 2400}
 
 
 def pytest_configure(config):
+    # `evalbeam run` records where it writes in the state folder (pipelines/run_index.py): the tests' runs
+    # in a folder of this session's (of each pytest-xdist worker's), never the user's ~/.local/state
+    import os
+    import tempfile
+
+    config.evalbeam_state = tempfile.mkdtemp(prefix="evalbeam-test-state-")
+    os.environ["EVALBEAM_STATE_DIR"] = config.evalbeam_state
     # Beam's TestPipeline is named like a test class; it is not one.
     config.addinivalue_line("filterwarnings", "ignore:cannot collect test class 'TestPipeline':pytest.PytestCollectionWarning")
     for name, needs in TIERS.items():
         config.addinivalue_line("markers", f"{name}: {needs}")
     config.addinivalue_line("markers", TIMING)
+
+
+@pytest.fixture(autouse=True)
+def own_state_folder(tmp_path_factory, monkeypatch):
+    """Each test its own run index: two tests on one worker that both name a run `f1` must not find
+    each other's (run ids are the user's to pick, and tests pick short ones)."""
+    monkeypatch.setenv("EVALBEAM_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    if getattr(config, "evalbeam_state", None):
+        shutil.rmtree(config.evalbeam_state, ignore_errors=True)
 
 
 def tiers_of(item) -> set:
@@ -162,6 +184,40 @@ def cloud(tmp_path_factory):
         pytest.fail("the emulators are not installed: run `make emulators-env` (or `make test`)")
     ports = {"storage": control.free_port(), "bigquery": control.free_port(), "bigquery_grpc": control.free_port()}
     running = control.start(root, tmp_path_factory.mktemp("emulators"), ports)
+    saved = {k: os.environ.get(k) for k in running.env}
+    os.environ.update(running.env)
+    try:
+        yield running
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        for p in running.processes:
+            p.terminate()
+        for p in running.processes:
+            p.wait(timeout=30)
+
+
+@pytest.fixture
+def fake_gcs(tmp_path_factory):
+    """fake-gcs-server (installed by `make test` beside the other emulators), started on a free loopback
+    port for one test (it starts in well under a second), with STORAGE_EMULATOR_HOST pointing at it in
+    this process (and so in every `evalbeam` subprocess) while the test runs: Cloud Storage with its
+    generation preconditions on uploads, which the `cloud` fixture's storage emulator ignores. Its bucket
+    has the same name (tests.emulators.control.BUCKET). Put back as it was after the test, so the `cloud`
+    fixture's emulator serves the tests after it. Run `evalbeam` in a subprocess under it: a Beam
+    pipeline run in this process may keep the Cloud Storage client it made."""
+    import os
+    from pathlib import Path
+
+    from tests.emulators import control
+
+    root = Path(__file__).resolve().parent.parent / ".emulators"
+    if not (root / ".installed").exists() or not (root / "fakegcs").exists():
+        pytest.fail("fake-gcs-server is not installed: run `make emulators-env` (or `make test`)")
+    running = control.start_fake_gcs(root, tmp_path_factory.mktemp("fake-gcs"), control.free_port())
     saved = {k: os.environ.get(k) for k in running.env}
     os.environ.update(running.env)
     try:

@@ -70,3 +70,39 @@ def swallows_interrupts(instance):
         return {"swallows_interrupts": slow_scoring(instance)["slow_scoring"]}
     except KeyboardInterrupt:
         return {"swallows_interrupts": 0.0}
+
+
+def _chosen(instance, name):
+    """The score a test chose for metric `name`: the value of that key in the response (a JSON
+    object); none there, an error on the row (no score: left out of the distributions)."""
+    import json
+
+    value = json.loads(instance["response"]).get(name)
+    if value is None:
+        raise ValueError(f"no {name} on this row")
+    return {name: value}
+
+
+# distributions the report must draw (tests/pipelines/test_report.py)
+def near_equal(instance):
+    return _chosen(instance, "near_equal")
+
+
+def one_score(instance):
+    return _chosen(instance, "one_score")
+
+
+def far_and_near(instance):
+    return _chosen(instance, "far_and_near")
+
+
+def verbosity(instance):
+    return _chosen(instance, "verbosity")
+
+
+def continuous(instance):
+    return _chosen(instance, "continuous")
+
+
+def huge_range(instance):
+    return _chosen(instance, "huge_range")

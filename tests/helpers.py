@@ -17,7 +17,7 @@ EVALBEAM = str(Path(sys.executable).with_name("evalbeam"))
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def evalbeam(*args, check=True, path_first=(), env=None, command=EVALBEAM, process=False):
+def evalbeam(*args, check=True, path_first=(), env=None, command=EVALBEAM, process=False, cwd=ROOT):
     # Custom metric modules must be importable, as for any user: tests/ is put on the path
     # (after `path_first`, folders to import from first). The environment (emulator
     # variables included) is inherited, with `env` added. `command`: another venv's
@@ -26,18 +26,19 @@ def evalbeam(*args, check=True, path_first=(), env=None, command=EVALBEAM, proce
     # call than a new interpreter importing Beam again) unless the call needs a process of its own: `process`
     # (the test is about the process: it dies, is killed, or its exit is the point), another venv's command,
     # an environment or import path of its own, or a call from another thread than the main one.
+    # `cwd`: the folder it runs in (default the repository's).
     if process or env or path_first or str(command) != EVALBEAM or threading.current_thread() is not threading.main_thread():
         env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([*map(str, path_first), str(ROOT)])}
         result = subprocess.run(["timeout", "600", str(command), *map(str, args)], capture_output=True, text=True,
-                                cwd=ROOT, env=env)
+                                cwd=cwd, env=env)
     else:
-        result = _in_process([str(a) for a in args])
+        result = _in_process([str(a) for a in args], cwd)
     if check and result.returncode != 0:
         raise AssertionError(f"evalbeam {args} failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
 
 
-def _in_process(argv: list) -> subprocess.CompletedProcess:
+def _in_process(argv: list, cwd=ROOT) -> subprocess.CompletedProcess:
     """`evalbeam ARGV` run by pipelines.cli.main in this process, ending as pipelines.cli.entry ends the console
     script (an exception's traceback and status 1; missing Google credentials in one line and status 2), its
     output captured; what a run changes in the process (environment, current folder, import path, signal
@@ -60,12 +61,12 @@ def _in_process(argv: list) -> subprocess.CompletedProcess:
     handlers, level = root.handlers[:], root.level
     out, err = io.StringIO(), io.StringIO()
     # as in the command's process: no handler on the root logger (logging's last resort prints warnings on
-    # stderr), tests/ importable, here and in DirectRunner worker processes, from the repository's folder
+    # stderr), tests/ importable, here and in DirectRunner worker processes, from the repository's folder (or cwd)
     root.handlers = []
     os.environ["PYTHONPATH"] = str(ROOT)
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    os.chdir(ROOT)
+    os.chdir(cwd)
     sys.argv[:] = [EVALBEAM, *argv]  # as the console script has it (Beam reads it where no flags are given)
     interrupt.INTERRUPTED.clear()
     interrupt.RESUME_HINT.clear()

@@ -32,4 +32,4 @@ def add_case_status(scored: ScoredInstance, run: RunKey, criteria: dict[str, str
         "extra": None,
         **JUDGE_COLUMNS_ABSENT,
     }
-    return ScoredInstance(scored.instance, [*scored.results, row])
+    return ScoredInstance(scored.instance, [*scored.results, row], scored.bleu_path)

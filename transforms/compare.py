@@ -33,8 +33,8 @@ from typing import Any, Iterable
 
 import apache_beam as beam
 
-from evalbeam.metrics.statistics.compare import (ERROR, ONLY_BASE, ONLY_RUN, PAIRED, Gate, PairedMoments, better_sign, compared_value,
-                                      finish)
+from evalbeam.metrics.statistics.compare import (ERROR, ONLY_BASE, ONLY_RUN, PAIRED, RUN_ERROR, Gate, PairedMoments,
+                                                 better_sign, compared_value, finish)
 from evalbeam.metrics.statistics.summary import bootstrap_weights
 from evalbeam.metrics.rows.instance import case_id
 from evalbeam.transforms.summary import OVERALL
@@ -128,7 +128,9 @@ def paired_values(element, spec: PairSpec):
             value = (ONLY_RUN, None, None, None, None, None)
         else:
             base_value, run_value = _case_value(base[metric], direction), _case_value(run[metric], direction)
-            if base_value is None or run_value is None:
+            if run_value is None:  # lost tonight, whatever the base had
+                value = (RUN_ERROR, None, None, None, None, None)
+            elif base_value is None:
                 value = (ERROR, None, None, None, None, None)
             else:
                 if weights is None:

@@ -4,7 +4,8 @@ one SourceLines, accounting for every physical line.
 Both read the stream as physical lines (Lines: numbered, decoded one by one,
 transcoded from UTF-16/32, bounded by MAX_RECORD_BYTES), so a bad byte or an
 oversized line damages only the record it is in. A JSONL file whose first
-non-blank line opens a JSON array is read as one array of records; a CSV
+non-blank line opens a JSON array is read as one array of records, a window
+of lines at a time (_ArrayWindow: memory follows its largest element); a CSV
 record that fails to parse costs its first line, and the lines after it are
 read again.
 """
@@ -247,23 +248,116 @@ def parse_jsonl(path: str, stream, first_line: int = 1, file_start: bool = True,
     yield SourceLines(path, lines.count - (first_line - 1), skipped)
 
 
+READ_AHEAD = 1 << 16  # characters of a JSON array's lines read in at a time, at least
+
+
+class _ArrayWindow:
+    """The text of a file holding one JSON array, held a window of lines at a time: the lines from
+    the element being read on (joined by "\n", as the file's text would be), read in as the parse
+    needs them and dropped once read past, so memory follows the largest element, not the file.
+    The standard library's json decoder parses each element (raw_decode, at an offset of the
+    window): the same values and errors as json.loads of the whole text, with the element's text
+    and its line for its record or dead letter. (A streaming parser such as ijson gives values
+    without their text or position, which the dead letters and the line accounting need.)"""
+
+    def __init__(self, first: _Line, rest: Iterator[_Line]):
+        self._rest = rest
+        self.text = first.text
+        self.starts = [0]  # the offset of each held line in text
+        self.first_line = first.number  # the number of text's first line
+        self.bad = {first.number: first.bad} if first.bad else {}
+        self.ended = False
+        self._passed = 0  # lines read through by rest(), not held
+
+    @property
+    def last_line(self) -> int:
+        return self.first_line + len(self.starts) - 1 + self._passed
+
+    def line_at(self, offset: int) -> int:
+        return self.first_line + bisect.bisect_right(self.starts, offset) - 1
+
+    def more(self, chars: int) -> bool:
+        """Read on until `chars` more characters are held (at least one line) or the input ends; False
+        when it had ended. Growing by as much as is held keeps an element's repeated parses linear."""
+        parts, added, at = [], 0, len(self.text)
+        for line in self._rest:
+            at += 1
+            self.starts.append(at)
+            parts.append(line.text)
+            at += len(line.text)
+            added += len(line.text) + 1
+            if line.bad:
+                self.bad[line.number] = line.bad
+            if added >= chars:
+                break
+        else:
+            self.ended = True
+        if parts:
+            self.text = "\n".join([self.text, *parts])
+        return bool(parts)
+
+    def drop_before(self, offset: int) -> int:
+        """Forget the lines wholly before `offset` when they are most of what is held; the offset after."""
+        index = bisect.bisect_right(self.starts, offset) - 1
+        cut = self.starts[index]
+        if cut < len(self.text) // 2:
+            return offset
+        self.text = self.text[cut:]
+        self.starts = [start - cut for start in self.starts[index:]]
+        self.first_line += index
+        self.bad = {number: reason for number, reason in self.bad.items() if number >= self.first_line}
+        return offset - cut
+
+    def skip_space(self, offset: int) -> int:
+        """The offset of the next character that is not JSON whitespace, reading on as needed;
+        len(text) when the input ends first."""
+        while True:
+            while offset < len(self.text) and self.text[offset] in " \t\r\n":
+                offset += 1
+            if offset < len(self.text) or not self.more(READ_AHEAD):
+                return offset
+            offset += 1  # the line break before the line read
+
+    def decode(self, decoder: json.JSONDecoder, offset: int) -> tuple[Any, int]:
+        """The JSON value starting at `offset` and where it ends, reading on while the text held ends
+        inside it (up to MAX_RECORD_BYTES of it: _ElementTooLarge past that)."""
+        while True:
+            try:
+                return decoder.raw_decode(self.text, offset)
+            except json.JSONDecodeError as e:
+                # the text held ends inside the value: the error is at its end, or is a string the
+                # end cut (in the whole text it would meet a line break and fail there, if anywhere)
+                cut = e.pos >= len(self.text.rstrip()) or e.msg.startswith("Unterminated string")
+                if not cut or self.ended:
+                    raise
+                if len(self.text) - offset > MAX_RECORD_BYTES:
+                    raise _ElementTooLarge() from None
+                if not self.more(max(len(self.text) - offset, READ_AHEAD)):
+                    raise
+
+    def rest(self, offset: int) -> str:
+        """Up to MAX_RAW_CHARS of the text from `offset`, reading the rest of the input through (to count
+        its lines) without holding it."""
+        while len(self.text) - offset < MAX_RAW_CHARS and self.more(MAX_RAW_CHARS):
+            pass
+        raw = self.text[offset:offset + MAX_RAW_CHARS]
+        for _ in self._rest:
+            self._passed += 1
+        self.ended = True
+        return raw
+
+
+class _ElementTooLarge(Exception):
+    pass
+
+
 def _json_array(path: str, first: _Line, rest: Iterable[_Line], lines: _Lines):
-    """The records of a file holding one JSON array. Each element is a record
-    whose line is where it starts; lines holding only punctuation are skipped."""
-    all_lines = [first, *rest]
-    text = "\n".join(line.text for line in all_lines)
-    bad = {line.number: line.bad for line in all_lines if line.bad}
-    starts = [0]  # offset of each line in text
-    for line in all_lines[:-1]:
-        starts.append(starts[-1] + len(line.text) + 1)
-    base = first.number - 1
-
-    def line_at(offset: int) -> int:
-        return base + bisect.bisect_right(starts, offset)
-
+    """The records of a file holding one JSON array, read a window of lines at a time
+    (_ArrayWindow). Each element is a record whose line is where it starts; lines holding only
+    punctuation are skipped."""
+    window = _ArrayWindow(first, iter(rest))
     decoder = json.JSONDecoder()
-    pos = text.index("[") + 1
-    last_line = base + len(all_lines)
+    base = first.number - 1
     covered = base  # the last line attributed to a record
     accounted = 0  # lines attributed to records (lines between them, e.g. "[", are skipped)
     n = 0
@@ -277,46 +371,54 @@ def _json_array(path: str, first: _Line, rest: Iterable[_Line], lines: _Lines):
         return count
 
     def rest_of_file(at: int, reason: str) -> DeadLetter:
-        line = line_at(at)
-        return DeadLetter(f"{path}:{line}", reason, text[at:at + MAX_RAW_CHARS], origin=path, line=line,
-                          line_count=span(line, last_line))
+        line = window.line_at(at)
+        raw = window.rest(at)
+        return DeadLetter(f"{path}:{line}", reason, raw, origin=path, line=line,
+                          line_count=span(line, window.last_line))
 
-    def skip_space(p: int) -> int:
-        while p < len(text) and text[p] in " \t\r\n":
-            p += 1
-        return p
-
-    pos = skip_space(pos)
-    if pos < len(text) and text[pos] == "]":
-        pos = len(text)
-    while pos < len(text):
+    pos = window.skip_space(window.text.index("[") + 1)
+    if pos < len(window.text) and window.text[pos] == "]":
+        pos = window.skip_space(pos + 1)
+        if pos < len(window.text):
+            yield rest_of_file(pos, "unexpected text after the end of the JSON array")
+        pos = len(window.text)
+    while pos < len(window.text):
         n += 1
-        start_line = line_at(pos)
+        pos = window.drop_before(pos)
+        start_line = window.line_at(pos)
         source = f"{path}:{start_line}"
         try:
-            value, end = decoder.raw_decode(text, pos)
-        except (json.JSONDecodeError, RecursionError) as e:
-            reason = (f"invalid JSON: {e.msg}: line {line_at(e.pos)} column {e.colno}"
-                      if isinstance(e, json.JSONDecodeError) else "invalid JSON: nested too deeply to read")
-            yield rest_of_file(pos, f"{reason}; element {n} of the JSON array and the rest of the file cannot be read")
+            value, end = window.decode(decoder, pos)
+        except (json.JSONDecodeError, RecursionError, _ElementTooLarge) as e:
+            if isinstance(e, json.JSONDecodeError):
+                reason = f"invalid JSON: {e.msg}: line {window.line_at(e.pos)} column {e.colno}"
+            elif isinstance(e, RecursionError):
+                reason = "invalid JSON: nested too deeply to read"
+            else:
+                reason = f"element {n} of the JSON array runs over {MAX_RECORD_BYTES:,} bytes, the limit for one record"
+            if not isinstance(e, _ElementTooLarge):
+                reason += f"; element {n} of the JSON array and the rest of the file cannot be read"
+            else:
+                reason += "; the rest of the file cannot be read"
+            yield rest_of_file(pos, reason)
             break
-        end_line = line_at(end - 1)
-        raw = text[pos:end]
+        end_line = window.line_at(end - 1)
+        raw = window.text[pos:end]
         count = span(start_line, end_line)
-        damaged = [bad[number] for number in range(start_line, end_line + 1) if number in bad]
+        damaged = [window.bad[number] for number in range(start_line, end_line + 1) if number in window.bad]
         if damaged:
             yield DeadLetter(source, damaged[0], raw, origin=path, line=start_line, line_count=count)
         else:
             yield _json_record(source, value, raw, path, start_line, count, f"element {n} of the JSON array")
-        pos = skip_space(end)
-        if pos < len(text) and text[pos] == ",":
-            pos = skip_space(pos + 1)
-        elif pos < len(text) and text[pos] == "]":
-            pos = skip_space(pos + 1)
-            if pos < len(text):
+        pos = window.skip_space(end)
+        if pos < len(window.text) and window.text[pos] == ",":
+            pos = window.skip_space(pos + 1)
+        elif pos < len(window.text) and window.text[pos] == "]":
+            pos = window.skip_space(pos + 1)
+            if pos < len(window.text):
                 yield rest_of_file(pos, "unexpected text after the end of the JSON array")
             break
-        elif pos < len(text):
+        elif pos < len(window.text):
             yield rest_of_file(pos, f"invalid JSON array: expected ',' or ']' after element {n}; "
                                     "the rest of the file cannot be read")
             break

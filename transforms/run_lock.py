@@ -20,10 +20,14 @@ Cloud Storage: the lock object is created with if_generation_match=0 (it fails
 when the object exists), its `lease_until` rewritten every LEASE_SECONDS / 4
 with if_generation_match=<the generation it wrote>; one whose lease has passed
 is stale and taken over by a write conditional on that generation, so two
-retries cannot both take it. (The storage emulator the tests use ignores
-generation preconditions: after writing, the run reads the lock back and
-proceeds only if it is its own, which narrows, without closing, the window in
-which two runs started in the same milliseconds could both pass there.)
+retries cannot both take it. After writing, the run reads the lock back and
+proceeds only if it is its own: on a store that ignores preconditions
+(gcp-storage-emulator, which `make emulators` runs) that narrows, without
+closing, the window in which two runs started in the same milliseconds could
+both pass. Given back, the lock is read back and deleted only if it is still
+the generation its holder wrote (release_gcs_lock), with that generation as the
+delete's precondition. tests/transforms/test_run_lock.py runs these rules on
+fake-gcs-server, which enforces preconditions on uploads (not on deletes).
 
 A killed run's retry: locally the flock went with the dead process, so the retry
 takes the lock at once. On Cloud Storage (and BigQuery) a retry on the same host
@@ -32,8 +36,19 @@ runs a process started at another time); a retry elsewhere (another Airflow
 worker, a CI machine) is refused until the dead run's lease passes (LEASE_SECONDS
 after its last refresh), then takes it.
 
-A remote runner (Dataflow) is not locked: its launcher returns once the job is
-submitted, and nothing would refresh the lease while the job runs.
+Dataflow (Parquet on gs://): the job owns the run_id. Its launcher takes the lock
+as above, recording the job's project and region, and holds it (its lease
+refreshed) while it submits; once the service has the job, it rewrites the lock
+with the job's id and no lease, and leaves it (hand_to_job): the job keeps it
+after its launcher is gone. The job's last step gives it back (ReleaseRunLock,
+after its folder is put in place), deleting it only if it still names the job's
+attempt. A lock naming a job is held while Dataflow says the job has not ended
+(its state read through google-cloud-dataflow-client, which Beam's runner uses,
+from the endpoint the run's --dataflow_endpoint names); a job that failed or was
+cancelled never reaches its last step, and its lock is taken over by the next run
+(a write conditional on the lock's generation, as for a passed lease). A state
+that cannot be read (no permission, no network) counts as held, saying so. Other
+remote runners are not locked: nothing would hold the lock while their job runs.
 """
 from __future__ import annotations
 
@@ -44,9 +59,10 @@ import socket
 import tempfile
 import threading
 
+import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
-from evalbeam.transforms.local_cloud import bigquery_client, storage_client
+from evalbeam.transforms.local_cloud import bigquery_client, dataflow_jobs_client, storage_client
 
 LOCK_SUFFIX = ".lock"
 ATTEMPTS = "_evalbeam_attempts"
@@ -100,6 +116,37 @@ def _holder_text(holder: dict, path: str) -> str:
             f"its lock is {path}")
 
 
+# The states of a Dataflow job that has ended: its lock is taken over. Any other state (queued,
+# pending, running, cancelling, draining, cleaning up its resources) holds the run_id.
+JOB_ENDED = frozenset({"JOB_STATE_DONE", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_DRAINED"})
+JOB_NOT_FOUND = "JOB_STATE_NOT_FOUND"  # not a state of Dataflow's: the service knows no such job there
+
+
+def dataflow_job_state(endpoint: str | None = None):
+    """holder -> the state of the Dataflow job a lock names (JOB_STATE_RUNNING, ...; JOB_NOT_FOUND when the
+    service has no such job in its project and region), asked of the service at `endpoint` (a run's
+    --dataflow_endpoint; Dataflow's own when None). Raises what the client raises otherwise."""
+    def state(holder: dict) -> str:
+        from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
+        from google.cloud import dataflow_v1beta3  # start-up time: Google Cloud clients only where used
+
+        request = dataflow_v1beta3.GetJobRequest(project_id=holder["project"], location=holder["region"],
+                                                 job_id=holder["job_id"], view=dataflow_v1beta3.JobView.JOB_VIEW_SUMMARY)
+        try:
+            job = dataflow_jobs_client(endpoint).get_job(request=request, timeout=60)
+        except exceptions.NotFound:
+            return JOB_NOT_FOUND
+        return dataflow_v1beta3.JobState(job.current_state).name
+    return state
+
+
+def _job_holder_text(holder: dict, state: str, path: str) -> str:
+    return (f"run_id {holder.get('run_id')!r} is being written by Dataflow job {holder.get('job_id')} (project "
+            f"{holder.get('project')}, region {holder.get('region')}, {state}; submitted from host "
+            f"{holder.get('host')}, pid {holder.get('pid')}, started {holder.get('started_at')}, attempt "
+            f"{holder.get('attempt')}); its lock is {path}")
+
+
 def read_holder(output: str, run_id: str) -> dict | None:
     """Who holds the run_id's lock (its JSON), or None when there is none."""
     path = lock_path(output, run_id)
@@ -122,12 +169,17 @@ def read_holder(output: str, run_id: str) -> dict | None:
 class RunLock:
     """The lock of one run_id, taken by acquire() and given back by release()."""
 
-    def __init__(self, output: str, run_id: str, attempt: str, started_at: dt.datetime):
+    def __init__(self, output: str, run_id: str, attempt: str, started_at: dt.datetime,
+                 job: dict | None = None, job_state=None):
+        """job: for a launcher whose job will hold the lock (Dataflow), {"runner", "project", "region"},
+        recorded in the lock; job_state: holder -> the state of the job a lock names
+        (dataflow_job_state), for a lock found naming one."""
         self.path = lock_path(output, run_id)
         self.run_id = run_id
         self.holder = {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(),
                        "pid_start": _process_start(os.getpid()), "started_at": started_at.isoformat(),
-                       "attempt": attempt}
+                       "attempt": attempt, **(job or {})}
+        self._job_state = job_state
         self._local = FileSystems.get_scheme(self.path) is None
         self._fd = None
         self._generation = None
@@ -234,9 +286,12 @@ class RunLock:
                     old = json.loads(blob.download_as_text(if_generation_match=blob.generation))
                 except (ValueError, exceptions.PreconditionFailed, exceptions.NotFound):
                     continue
-                lease = old.get("lease_until")
-                if lease and dt.datetime.fromisoformat(lease) > _now() and not holder_gone(old):
-                    raise RunIdHeld(_holder_text(old, self.path))
+                if old.get("job_id"):  # held by a Dataflow job: the service says whether it has ended
+                    self._check_job(old)
+                else:
+                    lease = old.get("lease_until")
+                    if lease and dt.datetime.fromisoformat(lease) > _now() and not holder_gone(old):
+                        raise RunIdHeld(_holder_text(old, self.path))
                 precondition = blob.generation  # a stale lease: taken over only if still that one
             else:
                 precondition = 0
@@ -258,6 +313,35 @@ class RunLock:
             return
         raise RunIdHeld(f"run_id {self.run_id!r}: cannot take its lock {self.path}")
 
+    def _check_job(self, holder: dict) -> None:
+        """Raise RunIdHeld unless the Dataflow job holding the lock has ended."""
+        try:
+            state = self._job_state(holder) if self._job_state else "its state not asked"
+        except Exception as e:  # noqa: BLE001 - any failure to learn the state leaves the lock held, said so
+            state = f"its state could not be read: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        if state not in JOB_ENDED and state != JOB_NOT_FOUND:
+            raise RunIdHeld(_job_holder_text(holder, state, self.path))
+
+    def hand_to_job(self, job_id: str) -> bool:
+        """The launcher's lock becomes the submitted job's: rewritten with its id and no lease (conditional on
+        the launcher's generation), no longer refreshed nor given back by this process. False when the lock
+        was no longer the launcher's (taken over after its lease passed): the job holds nothing."""
+        from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
+
+        self._stop.set()
+        if self._refresher is not None:
+            self._refresher.join(timeout=30)
+        self.holder = {**self.holder, "job_id": job_id}
+        try:
+            _blob(self.path).upload_from_string(json.dumps(self.holder), content_type="application/json",
+                                                if_generation_match=self._generation)
+        except exceptions.PreconditionFailed:
+            self.lost = True
+            return False
+        finally:
+            self._generation = None  # the job's now, or another run's: not this process's to give back
+        return True
+
     def _refresh_gcs(self) -> None:
         from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
 
@@ -270,14 +354,8 @@ class RunLock:
             self.lost = True  # another run took it over (this one stalled past its lease)
 
     def _release_gcs(self) -> None:
-        from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
-
-        if self.lost:
-            return
-        try:
-            _blob(self.path).delete(if_generation_match=self._generation)
-        except (exceptions.PreconditionFailed, exceptions.NotFound):
-            pass
+        if not self.lost:
+            release_gcs_lock(self.path, self._generation)
 
     # ------------------------------------------------------------------ both
 
@@ -313,9 +391,60 @@ class RunLock:
         self.release()
 
 
-def read_holder_from_blob(blob) -> dict | None:
+class _ReleaseRunLockFn(beam.DoFn):
+    def __init__(self, path: str, attempt: str):
+        self._path, self._attempt = path, attempt
+        self._released = beam.metrics.Metrics.counter("evalbeam", "run_lock_released")
+
+    def process(self, _):
+        if release_gcs_lock(self._path, None, attempt=self._attempt):
+            self._released.inc()
+        yield self._path
+
+
+class ReleaseRunLock(beam.PTransform):
+    """A job's last step: once `done` (a PCollection: the run's folder put in place) has an element,
+    give back the run lock the job holds (RunLock.hand_to_job), if it still names the job's attempt."""
+
+    def __init__(self, path: str, attempt: str):
+        super().__init__()
+        self._fn = _ReleaseRunLockFn(path, attempt)
+
+    def expand(self, done):
+        return done | "Release" >> beam.ParDo(self._fn)
+
+
+def release_gcs_lock(path: str, generation: int | None, attempt: str | None = None) -> bool:
+    """Delete a Cloud Storage lock if it is still the one its holder wrote: its generation (the
+    holder's last write) or, given `attempt`, the attempt it names. Read back first, then deleted
+    with if_generation_match on what was read: on Cloud Storage the precondition alone would keep a
+    newer lock (another run's, taken over after this holder's lease passed); the read-back is what
+    keeps it where deletes are not conditional (fake-gcs-server, which the tests run on, ignores
+    preconditions on delete), leaving only the moment between the read and the delete there.
+    True when this call deleted it."""
+    from google.api_core import exceptions  # start-up time: Google Cloud clients only where used
+
+    blob = _blob(path)
     try:
-        return json.loads(blob.download_as_text())
+        blob.reload()
+    except exceptions.NotFound:
+        return False
+    if attempt is not None:
+        holder = read_holder_from_blob(blob, blob.generation) or {}
+        if holder.get("attempt") != attempt:
+            return False
+    elif blob.generation != generation:
+        return False
+    try:
+        blob.delete(if_generation_match=blob.generation)
+    except (exceptions.PreconditionFailed, exceptions.NotFound):
+        return False
+    return True
+
+
+def read_holder_from_blob(blob, generation: int | None = None) -> dict | None:
+    try:
+        return json.loads(blob.download_as_text(if_generation_match=generation))
     except Exception:  # noqa: BLE001 - only for the message
         return None
 

@@ -41,7 +41,7 @@ def usage_cost(u: dict, prices: dict[str, dict[str, float]], model: str) -> floa
 def judge_totals(usage: dict[str, dict[str, int]], prices: dict[str, dict[str, float]], model: str,
                  models: dict[str, str] | None = None) -> dict:
     """The runs row's judge columns. An entry names the model(s) that answered it (`model`, or `models`
-    with the tokens of each); `models` (transforms.judge.usage_models) names the model of an entry judged
+    with the tokens of each); `models` (metrics.judge.asks.usage_models) names the model of an entry judged
     by another model than the run's `model` (a metric's own judge, a juror), for an entry whose answers
     did not say (all from judge.cache, say). Each entry is priced at its model's price."""
     if models and any(m in models for m in usage):
@@ -71,7 +71,13 @@ def judge_totals(usage: dict[str, dict[str, int]], prices: dict[str, dict[str, f
 
 # The run's counts, as one tuple: each input is tallied where it is made, one
 # partial tuple per bundle, and the partials are summed in one combine.
-COUNTS = ("read", "scored", "dead", "metric_errors", "lines_read", "lines_skipped", "lines_scored", "lines_dead")
+COUNTS = ("read", "scored", "dead", "metric_errors", "lines_read", "lines_skipped", "lines_scored", "lines_dead",
+          "bleu_c", "bleu_python")
+
+
+def bleu_path(c: int, python: int) -> str | None:
+    """The runs row's bleu_path from the instances BLEU scored on each path (ScoredInstance.bleu_path)."""
+    return "+".join(name for name, n in (("c", c), ("python", python)) if n) or None
 
 
 def _runs_row(_, *, base, prices, model, counts, usage, models=None):
@@ -88,6 +94,7 @@ def _runs_row(_, *, base, prices, model, counts, usage, models=None):
         "lines_scored": c["lines_scored"],
         "lines_dead_lettered": c["lines_dead"],
         **judge_totals(usage, prices, model, models),
+        "bleu_path": bleu_path(c["bleu_c"], c["bleu_python"]),
     }
 
 
@@ -128,13 +135,15 @@ class RunRecord(beam.PTransform):
     reached the end, so a record lost anywhere on the way shows as a mismatch."""
 
     def __init__(self, run: RunKey, name: str, config_json: str, version: str, started_at: dt.datetime,
-                 prices: dict | None = None, model: str | None = None, models: dict[str, str] | None = None):
+                 prices: dict | None = None, model: str | None = None, models: dict[str, str] | None = None,
+                 id_scheme: str | None = None):
         super().__init__()
         self._base = {
             **run.columns(),
             "name": name,
             "config": config_json,
             "evalbeam_version": version,
+            "id_scheme": id_scheme,
             "started_at": started_at,
         }
         self._prices = prices or {}
@@ -148,7 +157,9 @@ class RunRecord(beam.PTransform):
         counts = (
             (
                 *(part | f"TallyRead{i}" >> beam.ParDo(_TallyFn(read=one)) for i, part in enumerate(reads)),
-                computed | "TallyScored" >> beam.ParDo(_TallyFn(scored=one, lines_scored=lambda s: s.instance.line_count)),
+                computed | "TallyScored" >> beam.ParDo(_TallyFn(
+                    scored=one, lines_scored=lambda s: s.instance.line_count,
+                    bleu_c=lambda s: s.bleu_path == "c", bleu_python=lambda s: s.bleu_path == "python")),
                 dead | "TallyDead" >> beam.ParDo(_TallyFn(dead=one, lines_dead=lambda d: d.line_count)),
                 scored | "TallyMetricErrors" >> beam.ParDo(_TallyFn(
                     metric_errors=lambda s: sum(r["error"] is not None for r in s.results))),

@@ -12,6 +12,7 @@ from evalbeam.transforms.records import UTF8, DeadLetter, Record
 class Sample:
     records: list[dict[str, Any]]
     dead_letters: list[DeadLetter]
+    whole: bool = False  # every file was read to its end: the sample is the whole input
 
 
 def sample_records(paths: list[str], fmt: str, limit: int = 200, encoding: str = UTF8) -> Sample:
@@ -26,4 +27,5 @@ def sample_records(paths: list[str], fmt: str, limit: int = 200, encoding: str =
                     return sample
             elif isinstance(item, DeadLetter) and len(sample.dead_letters) < limit:
                 sample.dead_letters.append(item)
+    sample.whole = True
     return sample

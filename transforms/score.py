@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from math import isfinite
 from typing import Any, Callable
 
@@ -22,6 +23,7 @@ from evalbeam.metrics.custom import custom_scorer
 from evalbeam.metrics.rows.instance import Instance
 from evalbeam.metrics.registry import as_metric_value, get_metric
 from evalbeam.metrics.rows.tables import RunKey
+from evalbeam.metrics import sentence_bleu
 from evalbeam.transforms.worker import (
     collect_young_less_often,
     freeze_start_up_objects,
@@ -70,6 +72,8 @@ JUDGE_COLUMNS_ABSENT = dict.fromkeys(
 class ScoredInstance:
     instance: Instance
     results: list[dict[str, Any]]  # metric_results rows
+    # which BLEU path scored it (metrics.sentence_bleu.path()), when a BLEU metric did: the runs row's bleu_path
+    bleu_path: str | None = None
 
 
 def score_instance(run: RunKey, instance: Instance, scorers, base: dict[str, Any] | None = None) -> ScoredInstance:
@@ -178,11 +182,21 @@ def result_base(run: RunKey) -> dict[str, Any]:
     }
 
 
+def bleu_planned(plans: list[MetricPlan]) -> bool:
+    return any(p.name == "bleu" and not p.function for p in plans)
+
+
+class SlowBleuRefused(RuntimeError):
+    """require_native_bleu, on a worker where BLEU's C extension is not built."""
+
+
 class ScoreFn(beam.DoFn):
-    def __init__(self, run: RunKey, plans: list[MetricPlan], automatic: frozenset[str]):
+    def __init__(self, run: RunKey, plans: list[MetricPlan], automatic: frozenset[str],
+                 require_native_bleu: bool = False):
         self._run = run
         self._plans = plans
         self._automatic = automatic
+        self._require_native_bleu = require_native_bleu
         self._errors = Metrics.counter("evalbeam", "metric_errors")
         self._scored = Metrics.counter("evalbeam", "instances_scored")
 
@@ -196,10 +210,27 @@ class ScoreFn(beam.DoFn):
             (plan, plan.build(), plan.name if plan.output_name in self._automatic else None)
             for plan in self._plans
         ]
+        # BLEU's path on this worker, said where it is the slow one: counted per instance (evalbeam/bleu_c_path,
+        # evalbeam/bleu_python_path), carried to the runs row (bleu_path), and logged once per worker
+        self._bleu_path = sentence_bleu.path() if bleu_planned(self._plans) else None
+        self._bleu_counter = self._bleu_path and Metrics.counter("evalbeam", f"bleu_{self._bleu_path}_path")
+        if self._bleu_path == sentence_bleu.PYTHON_PATH:
+            import logging
+            import socket
+
+            slow = (f"BLEU runs on its Python path on this worker ({socket.gethostname()}, pid {os.getpid()}): "
+                    "the C extension metrics/_bleu13a.c was not built where evalbeam was installed (no C compiler); "
+                    "the same scores, about 6x slower")
+            if self._require_native_bleu:
+                raise SlowBleuRefused(f"require_native_bleu: {slow}")
+            logging.getLogger(__name__).warning(slow)
 
     def process(self, instance: Instance):
         scored = score_instance(self._run, instance, self._scorers, self._base)
         self._scored.inc()
+        if self._bleu_path:
+            scored.bleu_path = self._bleu_path
+            self._bleu_counter.inc()
         errors = sum(r["error"] is not None for r in scored.results)
         if errors:
             self._errors.inc(errors)
@@ -209,11 +240,13 @@ class ScoreFn(beam.DoFn):
 class ScoreInstances(beam.PTransform):
     """Instances -> ScoredInstances, one per instance, carrying a result row per metric."""
 
-    def __init__(self, run: RunKey, specs):
+    def __init__(self, run: RunKey, specs, require_native_bleu: bool = False):
         super().__init__()
         self._run = run
         self._plans = plan_metrics(specs)
         self._automatic = frozenset(p.output_name for p in self._plans[len(specs):])
+        self._require_native_bleu = require_native_bleu
 
     def expand(self, instances):
-        return instances | "ScoreMetrics" >> beam.ParDo(ScoreFn(self._run, self._plans, self._automatic))
+        return instances | "ScoreMetrics" >> beam.ParDo(ScoreFn(self._run, self._plans, self._automatic,
+                                                                self._require_native_bleu))

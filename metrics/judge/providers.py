@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import email.utils
 import json
+import re
 import os
-import time
 from typing import Any
 
 from evalbeam.metrics.judge.settings import JudgeSettings
+from evalbeam.metrics.retry import retry_after
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 # The tool an Anthropic judge answers through (its input is the answer), and the name
@@ -51,30 +51,6 @@ class ProviderError(Exception):
     def __init__(self, code: int, message: str, retry_after: float | None = None):
         super().__init__(f"HTTP {code}: {message}")
         self.code, self.message, self.retry_after = code, message, retry_after
-
-
-def retry_after(headers) -> float | None:
-    """Seconds to wait from a response's headers: retry-after-ms (OpenAI), Retry-After in
-    seconds or as an HTTP date (RFC 9110), else None."""
-    if not headers:
-        return None
-    value = headers.get("retry-after-ms")
-    try:
-        if value is not None:
-            return max(0.0, float(value) / 1000)
-    except ValueError:
-        pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
 
 
 def json_schema(schema: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -148,11 +124,51 @@ def check_credentials(settings: JudgeSettings) -> None:
 
 
 def vertex_credentials():
-    """Application Default Credentials, held by the caller so that scrub knows the bearer token sent."""
+    """Application Default Credentials, held by the caller so that scrub knows the bearer tokens sent."""
     import google.auth  # start-up time: google-auth only when a judge runs
 
     credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
+    return remember_tokens(credentials)
+
+
+_HELD = "_evalbeam_tokens_held"
+
+
+def remember_tokens(credentials):
+    """The credentials, keeping every token they hold from now on (on themselves, for tokens_held): a
+    response may repeat the token of its request after another call at once refreshed it, so scrub
+    removes each token sent, not only the current one. Credentials whose refresh cannot be wrapped
+    keep the current token and the patterns of scrub_secrets."""
+    if credentials is None or hasattr(credentials, _HELD):
+        return credentials
+    held: set[str] = set()
+    refresh = credentials.refresh
+
+    def refresh_and_remember(request):
+        refresh(request)
+        if credentials.token:
+            held.add(credentials.token)
+
+    try:
+        setattr(credentials, _HELD, held)
+        credentials.refresh = refresh_and_remember
+    except AttributeError:  # a credentials class with __slots__
+        return credentials
+    if getattr(credentials, "token", None):
+        held.add(credentials.token)
     return credentials
+
+
+def tokens_held(credentials) -> tuple[str, ...]:
+    """The credentials' current token and every one remember_tokens kept."""
+    if credentials is None:
+        return ()
+    return (getattr(credentials, "token", None) or "", *getattr(credentials, _HELD, ()))
+
+
+# What a Google bearer token looks like, should one not be known here (a token minted by a library's
+# own refresh): an OAuth access token (ya29.), an ID token or any JWT (three base64url parts, eyJ...).
+TOKEN_PATTERN = re.compile(r"\bya29\.[0-9A-Za-z_.\-]+|\beyJ[0-9A-Za-z_\-]+\.[0-9A-Za-z_\-]+\.[0-9A-Za-z_\-]*")
 
 
 def build_genai_client(settings: JudgeSettings, http):
@@ -170,13 +186,14 @@ def build_genai_client(settings: JudgeSettings, http):
 
 
 def scrub_secrets(text: str, secret: str | None, credentials, *more: str) -> str:
-    """The text with the API key, the credentials' current token and any `more` secrets (a deployed
-    agent's bearer token or header values: metrics.agents.deployed.A2AAuth) replaced by [redacted],
-    the longest first (a secret containing another is removed whole)."""
-    for value in sorted((secret, getattr(credentials, "token", None), *more), key=lambda v: -len(v or "")):
+    """The text with the API key, every token the credentials held (tokens_held) and any `more` secrets
+    (a deployed agent's bearer token or header values: metrics.agents.auth.A2AAuth) replaced by
+    [redacted], the longest first (a secret containing another is removed whole); then anything
+    shaped like a Google bearer token (TOKEN_PATTERN)."""
+    for value in sorted({secret, *tokens_held(credentials), *more} - {None}, key=lambda v: -len(v)):
         if value and value != NO_KEY:
             text = text.replace(value, "[redacted]")
-    return text
+    return TOKEN_PATTERN.sub("[redacted]", text)
 
 
 class Provider:

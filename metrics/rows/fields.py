@@ -29,6 +29,21 @@ INFERENCE_FIELDS = ("inference_error",)
 CANONICAL_FIELDS = TEXT_FIELDS + TRAJECTORY_FIELDS + STRUCTURED_FIELDS + NUMBER_FIELDS + FLAG_FIELDS + INFERENCE_FIELDS
 
 
+# A case's identity (metrics.rows.instance.case_identity): the fields that say what was asked of the system
+# under test, never what it produced. A row's id hashes these, so two nights of the same cases pair in
+# `evalbeam compare` however their outputs changed. Every canonical field is one or the other (tested).
+IDENTITY_FIELDS = ("prompt", "reference", "baseline_model_response", "context", "instruction",
+                   "developer_instruction", "reference_trajectory", "history", "rubric_groups", "tool_declarations")
+# What the system under test produced or what running it recorded. Of `invocations` (a case of turns),
+# each turn's asked side counts in the identity (IDENTITY_TURN_KEYS); ADK's and OpenTelemetry's cases
+# (adk_case, otel_case) have ids of their own.
+OUTPUT_FIELDS = ("response", "predicted_trajectory", "intermediate_events", "invocations", "agent_data", "adk_case",
+                 "otel_case", "latency_in_seconds", "failure", "inference_error")
+# The keys of an invocation's turn (metrics.rows.trace, and its older flat form) that say what was asked:
+# the user's message and what was expected of the answer.
+IDENTITY_TURN_KEYS = ("prompt", "prompt_parts", "expected", "rubrics", "reference", "reference_trajectory")
+
+
 # Keys of the older, flat form of an invocation (still accepted; see metrics.rows.trace).
 INVOCATION_KEYS = ("prompt", "response", "reference", "predicted_trajectory", "reference_trajectory")
 

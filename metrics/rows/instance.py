@@ -17,6 +17,8 @@ from evalbeam.metrics.rows.calls import CallFormatError, parse_trajectory
 from evalbeam.metrics.rows.fields import (
     CANONICAL_FIELDS,
     FLAG_FIELDS,
+    IDENTITY_FIELDS,
+    IDENTITY_TURN_KEYS,
     INFERENCE_FIELDS,
     NUMBER_FIELDS,
     TEXT_FIELDS,
@@ -127,6 +129,41 @@ def content_id(record: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:20]
 
 
+# How a run's instances got their ids (the runs table's id_scheme): two runs pair their instances in
+# `evalbeam compare` only when they share one. `column:<name>` is input.id_column's (ADK's and
+# OpenTelemetry's inputs: `column:instance_id`, their own ids).
+ID_SCHEME_INPUTS = "inputs"  # case_identity's hash: what was asked, not what was answered
+ID_SCHEME_ROW = "row"  # a hash of the whole row: evalbeam's default before id_scheme was recorded
+
+
+def id_scheme(spec: RowSpec) -> str:
+    return f"column:{spec.id_column}" if spec.id_column else ID_SCHEME_INPUTS
+
+
+def case_identity(record: Mapping[str, Any], column_mapping: Mapping[str, str]) -> dict[str, Any] | None:
+    """What identifies a row's case: its IDENTITY_FIELDS by canonical name (a column renamed by the
+    mapping keeps its cases), and of `invocations` each turn's asked side (IDENTITY_TURN_KEYS). Never
+    what the system under test produced (OUTPUT_FIELDS), nor any column that is no canonical field.
+    None when the row holds none of them (say, a response alone): then nothing but the whole row
+    tells it apart."""
+    identity: dict[str, Any] = {}
+    for field in IDENTITY_FIELDS:
+        value = record.get(column_mapping.get(field, field))
+        if value is not None:
+            identity[field] = value
+    turns = structured_value(record.get(column_mapping.get("invocations", "invocations")))
+    if isinstance(turns, list) and turns:
+        identity["invocations"] = [{k: turn[k] for k in IDENTITY_TURN_KEYS if k in turn} if isinstance(turn, dict)
+                                   else turn for turn in turns]
+    return identity or None
+
+
+def inputs_id(record: Mapping[str, Any], column_mapping: Mapping[str, str]) -> str:
+    """A row's default id: the content hash of its case_identity, or of the whole row when it has none."""
+    identity = case_identity(record, column_mapping)
+    return content_id(record if identity is None else identity)
+
+
 def _nodes(value: Any, limit: int) -> Iterator[tuple[Any, int]]:
     """Every value inside `value` (mapping keys too) with its depth, the
     containers at depth `limit` not entered. Iterative: a value nested past any
@@ -235,7 +272,7 @@ def check_by_walk(value: Any) -> None:
 
 def instance_id_of(record: Mapping[str, Any], spec: RowSpec) -> str:
     """The id build_instance gives a row that is an instance: its id column's value as text, or
-    its content_id. Raises InvalidField when that column makes the row no instance. A row
+    its inputs_id. Raises InvalidField when that column makes the row no instance. A row
     refused for any other reason would have had this id (the id check's first pass,
     transforms.validate, relies on it)."""
     if spec.id_column:
@@ -250,7 +287,7 @@ def instance_id_of(record: Mapping[str, Any], spec: RowSpec) -> str:
             raise InvalidField("instance_id", f"id {e}", spec.id_column) from None
         return str(raw_id)
     try:
-        return content_id(record)
+        return inputs_id(record, spec.column_mapping)
     except (RecursionError, ValueError) as e:
         raise InvalidField("instance_id", f"cannot hash the row for its id ({type(e).__name__})") from None
 

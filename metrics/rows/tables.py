@@ -66,7 +66,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "instances": (
         RUN_ID,
         RUN_DATE,
-        Column("instance_id", "STRING", True, "id column value, or a content hash of the row"),
+        Column("instance_id", "STRING", True, "id column value, or a hash of the row's input fields (runs.id_scheme)"),
         Column("source", "STRING", True, "file and line (or CSV row) the instance came from"),
         *(_canonical_column(f) for f in CANONICAL_FIELDS),
     ),
@@ -144,6 +144,10 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("name", "STRING", True),
         Column("config", "JSON", True),
         Column("evalbeam_version", "STRING", True),
+        Column("id_scheme", "STRING", description="how instance ids were made: inputs (a hash of the case's input "
+                                                  "fields, never its outputs), column:<name> (input.id_column; ADK "
+                                                  "and trace inputs: their own ids); null: a run from before the "
+                                                  "column, whose default hashed the whole row"),
         Column("started_at", "TIMESTAMP", True),
         Column("finished_at", "TIMESTAMP", True, "when scoring finished"),
         Column("read_count", "INT64", True, "records read"),
@@ -164,6 +168,9 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("judge_output_tokens", "INT64", True),
         Column("judge_estimated_cost", "FLOAT64", description="USD, from judge.prices; null without a price"),
         Column("judge_usage", "JSON", description="per judge metric: requests, cache hits, calls, 429s, tokens"),
+        Column("bleu_path", "STRING", description="which BLEU implementation scored the instances: c (the C "
+                                                  "extension), python (about 6x slower: workers where it was not "
+                                                  "built), or c+python (some workers each); null without BLEU"),
     ),
     "judge_cache": (
         RUN_ID,
@@ -209,6 +216,8 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("only_in_base", "INT64", True, "instances scored in the base run only"),
         Column("only_in_run", "INT64", True, "instances scored in run_id only"),
         Column("error_in_either", "INT64", True, "instances in both runs with an error (or no score) in either"),
+        Column("error_in_run", "INT64", description="of error_in_either, those with no valid score in run_id: "
+                                                    "with only_in_base, the base's instances lost (--max-missing)"),
         Column("base_mean", "FLOAT64", description="mean over the paired instances, base run"),
         Column("mean", "FLOAT64", description="mean over the paired instances, run_id"),
         Column("mean_difference", "FLOAT64", description="mean of the paired differences, run_id minus base"),
@@ -216,7 +225,9 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("ci_high", "FLOAT64"),
         Column("test", "STRING", description="mcnemar (0/1 scores) | wilcoxon"),
         Column("p_value", "FLOAT64"),
-        Column("p_value_adjusted", "FLOAT64", description="Holm-adjusted across the metrics and slices compared"),
+        Column("p_value_adjusted", "FLOAT64", description="Holm-adjusted within the row's family: the gated rows "
+                                                          "(gated), the watched metrics' other slice rows, or the "
+                                                          "metrics not watched"),
         Column("wins", "INT64", True, "paired instances where run_id is better"),
         Column("ties", "INT64", True),
         Column("losses", "INT64", True, "paired instances where run_id is worse"),
@@ -247,9 +258,10 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("tolerance_relative", "FLOAT64", description="a relative tolerance (0.1: 10% of the base mean); "
                                                             "null when the tolerance is absolute"),
         Column("alpha", "FLOAT64", description="the alpha of the flags"),
-        Column("estimate", "STRING", description="corrected: base_mean, mean, mean_difference, ci_low, ci_high and "
-                                                 "p_value are human-corrected (PPI++, both runs labelled); judge: "
-                                                 "the judge's scores alone"),
+        Column("estimate", "STRING", description="what base_mean, mean, mean_difference, ci_low, ci_high and p_value "
+                                                 "estimate: scores, the means of the metric's own scores (a judge's "
+                                                 "or any metric's); corrected, human-corrected (PPI++, both runs "
+                                                 "labelled)"),
         Column("corrected_labelled", "INT64", description="paired instances labelled in both runs (the corrected "
                                                           "difference's n)"),
         Column("corrected_lambda", "FLOAT64", description="PPI++'s power-tuning parameter of the difference"),
@@ -261,6 +273,15 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("judge_ci_high", "FLOAT64"),
         Column("judge_test", "STRING", description="the judge-only test: mcnemar | wilcoxon"),
         Column("judge_p_value", "FLOAT64"),
+        Column("difference_std", "FLOAT64", description="sample standard deviation of the paired differences"),
+        Column("gated", "BOOL", description="the row is in the gate's family: a watched metric's overall row, or its "
+                                            "row of a slice column named in compare_gate_slices / --gate-slices"),
+        Column("family_size", "INT64", description="the tests Holm adjusted this row's p-value over"),
+        Column("detectable_difference", "FLOAT64",
+               description="gated rows: the smallest change (beyond the tolerance) flagged with 80% power at this "
+                           "n_paired and alpha over family_size (normal approximation, difference_std)"),
+        Column("gate_reason", "STRING", description="why the gate flagged the row, or why not (within tolerance, "
+                                                    "the CI spans 0, the adjusted p-value, a row that does not gate)"),
     ),
     "calibration": (
         RUN_ID,
@@ -360,6 +381,35 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("sample_size", "INT64", description="discovered in this run: the failures the judge was shown"),
         Column("seed", "INT64", description="discovered in this run: the seed of the sample"),
     ),
+    "scenarios": (
+        RUN_ID,
+        RUN_DATE,
+        Column("eval_set_id", "STRING", True, "the eval set the kept scenarios are written to (output.eval_set)"),
+        Column("eval_id", "STRING", description="the scenario's eval case id: <goal>.<persona>.<difficulty>"
+                                                "[.<language>].<first 10 hex digits of digest>; null when no scenario "
+                                                "was generated for the row"),
+        Column("cell", "INT64", True, "the grid cell's number (goal-major: goals, personas, difficulties, languages)"),
+        Column("goal", "STRING", True, "the goal's id"),
+        Column("persona", "STRING", True, "the persona's id (ADK's, or the config's own)"),
+        Column("difficulty", "STRING", True, "the difficulty's id"),
+        Column("language", "STRING", description="the language the user writes in; null when the grid names none"),
+        Column("position", "INT64", True, "the scenario's place among those asked of its cell (from 0)"),
+        Column("model", "STRING", True, "the generator's model"),
+        Column("request_key", "STRING", description="the generation request's content key (judge_cache's); null "
+                                                    "for a set reused through scenarios.pinned_from"),
+        Column("digest", "STRING", description="content hash of the conversation_scenario (prompt, plan, persona)"),
+        Column("decision", "STRING", True, "kept | near_duplicate | dead_letter"),
+        Column("reason", "STRING", description="dead_letter: why (generation failed, empty, not generated, a tool the "
+                                               "agent lacks, ADK's refusal); near_duplicate: the similarity"),
+        Column("field", "STRING", description="dead_letter: the field at fault, when one is"),
+        Column("duplicate_of", "STRING", description="near_duplicate: the eval_id of the kept scenario it repeats"),
+        Column("starting_prompt", "STRING"),
+        Column("conversation_plan", "STRING"),
+        Column("tools", "JSON", description="the agent's tools the generator says the scenario needs"),
+        Column("conversation_scenario", "JSON", description="the ADK conversation_scenario as the eval set holds it "
+                                                            "(kept rows); scenarios.pinned_from rebuilds a set from it"),
+        Column("cache_hit", "BOOL", description="the generation came from judge.cache (or a pinned set)"),
+    ),
     "dead_letter": (
         RUN_ID,
         RUN_DATE,
@@ -406,6 +456,7 @@ CLUSTERING = {
     "failure_assignments": ["metric", "run_id"],
     "failure_modes": ["metric", "slice"],
     "taxonomies": ["digest"],
+    "scenarios": ["run_id", "decision"],
 }
 
 

@@ -17,6 +17,8 @@ from typing import NoReturn
 # name: (its line in `evalbeam --help`, whether its options may be abbreviated), in that order
 COMMANDS = {
     "run": ("run an evaluation (extra arguments go to Beam)", False),
+    "generate": ("generate conversation scenarios for an agent (the config's scenarios:) as an ADK eval set "
+                 "(extra arguments go to Beam)", False),
     "validate": ("check a config and its dataset's columns; runs nothing", False),
     "plan": ("the judgments a run needs after dedup and the cache, their tokens, cost and time; calls nothing", False),
     "metrics": ("list every metric", True),
@@ -44,6 +46,15 @@ def parser(argv: list[str] | tuple[str, ...] = ()) -> argparse.ArgumentParser:
         command_parser = sub.add_parser(name, help=help_line, allow_abbrev=abbreviated)
         if name == chosen:
             command(name).add_arguments(command_parser)
+            # the command's own flags, which an unknown argument is compared with (unknown_flags_hint)
+            command_parser.set_defaults(known_flags=tuple(
+                flag for action in command_parser._actions for flag in action.option_strings))
+    if chosen is not None and chosen not in COMMANDS:
+        from evalbeam.metrics.names import did_you_mean  # only for a misspelt command
+
+        hint = did_you_mean(chosen, COMMANDS)
+        if hint:
+            top.error(f"argument COMMAND: invalid choice: {chosen!r}{hint}")
     return top
 
 
@@ -57,12 +68,14 @@ def usage_error(message: str) -> NoReturn:
     parser().error(message)
 
 
-def no_beam_flags(beam_args: list[str]) -> None:
-    """Only `run`, `compare` and `report` take Beam flags: another command's unknown argument is an error."""
+def no_beam_flags(beam_args: list[str], args: argparse.Namespace | None = None) -> None:
+    """Only `run`, `compare` and `report` take Beam flags: another command's unknown argument is an
+    error, naming the nearest flag of the command (`args`: the command's parsed arguments)."""
     if beam_args:
-        from evalbeam.pipelines.commands.arguments import set_hint  # the command modules import this one
+        from evalbeam.pipelines.commands.arguments import set_hint, unknown_flags_hint  # they import this module
 
-        usage_error(f"unrecognized arguments: {' '.join(beam_args)}{set_hint(beam_args)}")
+        usage_error(f"unrecognized arguments: {' '.join(beam_args)}"
+                    f"{unknown_flags_hint(beam_args, getattr(args, 'known_flags', ()))}{set_hint(beam_args)}")
 
 
 def version() -> str:

@@ -30,10 +30,29 @@ def set_hint(unknown: list[str]) -> str:
     return f" (a config value is set with --set: {' '.join(meant)})" if meant else ""
 
 
+def unknown_flags_hint(unknown: list[str], known) -> str:
+    """For each unrecognized flag (`--fail-on-regresion`, `--last=3`'s `--last`) near a known one
+    (the command's own, and for `run`, `compare` and `report` Beam's), the nearest, as
+    ' (did you mean --x?)'; with several such flags, each named; '' when none is near."""
+    from evalbeam.metrics.names import did_you_mean  # only when an argument is unknown
+
+    known = [k for k in known if k.startswith("--")]
+    flags = [t.partition("=")[0] for t in unknown if t.startswith("--") and t.partition("=")[0] not in known]
+    hints = [(flag, did_you_mean(flag, known)) for flag in flags]
+    hints = [(flag, hint) for flag, hint in hints if hint]
+    if len(hints) == 1:
+        return hints[0][1]
+    return f" ({'; '.join(f'{flag}: ' + hint.strip(' ()') for flag, hint in hints)})" if hints else ""
+
+
 def gate_args(parser: argparse.ArgumentParser, prefix: str = "") -> None:
     parser.add_argument("--min-paired", type=non_negative, metavar="N",
                         help=prefix + "exit 2 when a metric pairs fewer than N instances of the two runs "
                              "(default: half of the smaller run)")
+    parser.add_argument("--max-missing", type=share, metavar="SHARE",
+                        help=prefix + "exit 2 when a gated metric lost more than this share of the base run's "
+                             "instances: missing from the run, or with no valid score in it (0.05 or 5%%; "
+                             "default 5%%). Instances new in the run are never missing")
     parser.add_argument("--allow-different-evals", action="store_true",
                         help=prefix + "compare runs of different evals (config names), which is refused otherwise")
 
@@ -49,4 +68,15 @@ def positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def share(text: str) -> float:
+    """A share: 0.05 or 5%, from 0 to 1."""
+    try:
+        value = float(text.strip().removesuffix("%")) / (100 if text.strip().endswith("%") else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError("give a share: 0.05 or 5%") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError("must be from 0 to 1 (0% to 100%)")
     return value

@@ -2,6 +2,7 @@
 made into the pipeline options, with evalbeam's setup.py for remote workers."""
 from __future__ import annotations
 
+import argparse
 import logging
 from pathlib import Path
 
@@ -10,11 +11,11 @@ from apache_beam.runners.runner import create_runner
 
 from evalbeam.configs import ConfigError
 from evalbeam.pipelines.commands import usage_error
-from evalbeam.pipelines.commands.arguments import set_hint
+from evalbeam.pipelines.commands.arguments import set_hint, unknown_flags_hint
 from evalbeam.pipelines.local import LOCAL_RUNNERS
 
 
-def check_beam_args(beam_args: list[str]) -> None:
+def check_beam_args(beam_args: list[str], args: argparse.Namespace | None = None) -> None:
     """A usage error (status 2) for an argument no Beam option knows (Beam would
     drop it with a warning, and a mistyped flag, `--sett run_id=x`, would silently
     not apply), or a numeric Beam option out of its range (Beam passes
@@ -36,7 +37,9 @@ def check_beam_args(beam_args: list[str]) -> None:
         beam_log.setLevel(level)
     given, unknown = parsers[0].parse_known_args(beam_args)
     if unknown:
-        usage_error(f"unrecognized arguments (neither evalbeam's nor Beam's): {' '.join(unknown)}{set_hint(unknown)}")
+        known = [*getattr(args, "known_flags", ()), *(f for action in parsers[0]._actions for f in action.option_strings)]
+        usage_error(f"unrecognized arguments (neither evalbeam's nor Beam's): {' '.join(unknown)}"
+                    f"{unknown_flags_hint(unknown, known)}{set_hint(unknown)}")
     for action in parsers[0]._actions:
         value = getattr(given, action.dest, None)
         if action.type in (int, float) and value is not None and value != action.default:

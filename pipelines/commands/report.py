@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 from evalbeam.configs import ConfigError, load_config
-from evalbeam.pipelines import report_charts
+from evalbeam.pipelines.reports import charts
 from evalbeam.pipelines.commands.beam_flags import check_beam_args, pipeline_options
-from evalbeam.pipelines.commands.results_args import results_args, results_of
+from evalbeam.pipelines.commands.results_args import RunNotFound, not_found, results_args, results_of
 from evalbeam.pipelines.compare import CompareError, comparison_rows
-from evalbeam.pipelines.report_data import report_data
-from evalbeam.pipelines.report_html import render
+from evalbeam.pipelines.reports.data import report_data
+from evalbeam.pipelines.reports.html import render
 from evalbeam.pipelines.results import ResultsError
 
 
@@ -27,17 +27,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, beam_args: list[str]) -> int:
-    check_beam_args(beam_args)
+    check_beam_args(beam_args, args)
     try:
-        report_charts.require()  # before reading anything: say what to install
-    except report_charts.ChartsUnavailable as e:
+        charts.require()  # before reading anything: say what to install
+    except charts.ChartsUnavailable as e:
         print(f"evalbeam: {e}", file=sys.stderr)
         return 2
     logging.getLogger().setLevel(logging.WARNING)
     try:
-        results = results_of(args)
+        results = results_of(args, [args.run_id, *([args.compare] if args.compare else [])])
         if not results.run_tables(args.run_id)["runs"]:
-            print(f"evalbeam: no run {args.run_id!r} in {results.location}", file=sys.stderr)
+            print(f"evalbeam: {not_found(args.run_id, results)}", file=sys.stderr)
             return 1
         comparisons = None
         if args.compare:
@@ -50,6 +50,9 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
             if computed:
                 print(f"compared {args.run_id} with {args.compare}; comparisons written to {results.location}")
         page = render(report_data(results, args.run_id, args.compare, comparisons))
+    except RunNotFound as e:  # as a run not in the results read: status 1
+        print(f"evalbeam: {e}", file=sys.stderr)
+        return 1
     except (ConfigError, ResultsError, CompareError) as e:
         print(f"evalbeam: {e}", file=sys.stderr)
         return 2

@@ -14,11 +14,11 @@ from evalbeam.pipelines.commands import UNWRITTEN_OUTPUT_STATUS
 from evalbeam.pipelines.commands.arguments import config_args, gate_args
 from evalbeam.pipelines.commands.beam_flags import check_beam_args, pipeline_options
 from evalbeam.pipelines.commands.compare import gate_failed
-from evalbeam.pipelines.compare import format_comparison
+from evalbeam.pipelines.reports.compare import format_comparison
 from evalbeam.pipelines.local import LOCAL_RUNNERS, local_worker_args
-from evalbeam.pipelines.report_data import run_problems
+from evalbeam.pipelines.reports.data import run_problems
 from evalbeam.pipelines.results import ResultsError, results_for, run_comparisons
-from evalbeam.pipelines.text_tables import run_report
+from evalbeam.pipelines.reports.text import run_report
 from evalbeam.transforms.write_failure import OutputWriteError
 
 
@@ -30,7 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, beam_args: list[str]) -> int:
-    check_beam_args(beam_args)
+    check_beam_args(beam_args, args)
+    # as given, for the command printed to resume an interrupted run (the local workers added below are not)
+    flags = [*(["--fail-on-regression"] if args.fail_on_regression else []),
+             *(["--min-paired", str(args.min_paired)] if args.min_paired is not None else []),
+             *(["--allow-different-evals"] if args.allow_different_evals else []), *beam_args]
     try:
         config = load_config(args.config, args.overrides)
         logging.getLogger().setLevel(logging.WARNING)
@@ -43,7 +47,7 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
                   "(--direct_num_workers=1 for one)", file=sys.stderr)
             beam_args = [*beam_args, *workers]
         options = pipeline_options(beam_args)
-        run_key, result = evaluate.run(config, options, allow_different_evals=args.allow_different_evals)
+        run_key, result = evaluate.run(config, options, allow_different_evals=args.allow_different_evals, flags=flags)
     except (ConfigError, ResultsError) as e:
         print(f"evalbeam: {e}", file=sys.stderr)
         return 2
@@ -71,6 +75,6 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
             if regressed and args.fail_on_regression:
                 print(f"evalbeam: run {run_key.run_id} regressed against {rows[0]['base_run_id']}", file=sys.stderr)
                 status = 1
-            if gate_failed(results, rows, rows[0]["base_run_id"], [run_key.run_id], args.min_paired):
+            if gate_failed(results, rows, rows[0]["base_run_id"], [run_key.run_id], args.min_paired, args.max_missing):
                 status = 2
     return status

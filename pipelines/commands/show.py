@@ -6,11 +6,10 @@ import sys
 
 from evalbeam.configs import ConfigError
 from evalbeam.pipelines.commands import UNWRITTEN_OUTPUT_STATUS, no_beam_flags
-from evalbeam.pipelines.commands.results_args import results_args, results_of
-from evalbeam.pipelines.failure_mode_results import failure_mode_rows, format_failure_modes, taxonomy_rows
-from evalbeam.pipelines.report_data import show_data, to_json
+from evalbeam.pipelines.commands.results_args import RunNotFound, not_found, results_args, results_of
+from evalbeam.pipelines.reports.data import show_data, to_json
 from evalbeam.pipelines.results import ResultsError
-from evalbeam.pipelines.text_tables import run_report
+from evalbeam.pipelines.reports.text import run_report
 from evalbeam.transforms.write_failure import OutputWriteError
 
 
@@ -21,19 +20,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, beam_args: list[str]) -> int:
-    no_beam_flags(beam_args)
+    no_beam_flags(beam_args, args)
     try:
-        results = results_of(args)
+        results = results_of(args, [args.run_id])
         tables = results.run_tables(args.run_id)
         if not tables["runs"]:
-            print(f"evalbeam: no run {args.run_id!r} in {results.location}", file=sys.stderr)
+            print(f"evalbeam: {not_found(args.run_id, results)}", file=sys.stderr)
             return 1
         if args.json:
             print(to_json(show_data(results, args.run_id, tables)))
         else:
-            print(run_report(results, args.run_id, tables) + format_failure_modes(failure_mode_rows(results, args.run_id),
-                                                                       taxonomies=taxonomy_rows(results, args.run_id)))
+            print(run_report(results, args.run_id, tables))
         return 0
+    except RunNotFound as e:  # as a run not in the results read: status 1
+        print(f"evalbeam: {e}", file=sys.stderr)
+        return 1
     except (ConfigError, ResultsError) as e:
         print(f"evalbeam: {e}", file=sys.stderr)
         return 2

@@ -39,7 +39,9 @@ class RunContext:
     attempt: this attempt's id (its Parquet folder is swapped in at the end);
     staging: where Parquet goes before BigQuery loads it, without output.parquet;
     checkpoint: the run's judge checkpoint folder, or None;
-    progress: the local folder workers write live counts to, or None."""
+    progress: the local folder workers write live counts to, or None;
+    job_lock: the run lock the job itself holds and gives back at its end (a Dataflow
+    job, transforms.run_lock.ReleaseRunLock), or None."""
     config: EvalConfig
     run: RunKey
     started_at: dt.datetime
@@ -51,6 +53,7 @@ class RunContext:
     staging: str | None = None
     checkpoint: str | None = None
     progress: str | None = None
+    job_lock: str | None = None
 
     def judge_context(self, named: dict, share: float = 1.0) -> JudgeContext:
         """The JudgeContext of a stage that calls the judge layer, over judge.cache when

@@ -31,10 +31,7 @@ class ReadStage(Stage):
 def row_spec(config: EvalConfig) -> RowSpec:
     return RowSpec(
         column_mapping=dict(config.input.column_mapping),
-        # an ADK file's records carry their ADK id (<eval_set_id>:<eval_id>[:<session_id>])
-        # (and an OpenTelemetry case its trace or conversation id)
-        id_column=config.input.id_column or ("instance_id" if config.input.is_adk
-                                             or config.input.inferred_format() == "otel_traces" else None),
+        id_column=config.input.instance_id_column(),
         slice_columns=tuple(config.input.slice_columns),
         # a metric whose inputs a row lacks gets an error on its own row (transforms.score,
         # transforms.judge, transforms.rubrics); a row no metric can score is dead-lettered

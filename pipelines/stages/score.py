@@ -28,7 +28,8 @@ class ScoringStage(Stage):
 
     def expand(self, named):
         config, run = self._context.config, self._context.run
-        computed = named["instances"] | "Score" >> ScoreInstances(run, config.computation_specs())
+        computed = named["instances"] | "Score" >> ScoreInstances(run, config.computation_specs(),
+                                                                  config.require_native_bleu)
         if adk_verdicts(config):
             computed = computed | "AdkCaseStatus" >> beam.Map(add_case_status, run, adk_criteria(config))
         return {"computed": computed, "scores/computed": computed}

@@ -11,6 +11,7 @@ from evalbeam.pipelines.stages.summary import version
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.calibration import labelled_results
 from evalbeam.transforms.judge_checkpoint import RemoveCheckpoints
+from evalbeam.transforms.run_lock import ReleaseRunLock
 from evalbeam.metrics.rows.tables import instance_row
 from evalbeam.transforms.write import (
     ReplaceRunFolder, WriteEmptyTables, WriteOtelEvents, WriteParquetTable, attempt_folder, run_folder,
@@ -49,6 +50,8 @@ class WriteResults(Stage):
                 pipeline | "NoFailureModes" >> beam.Create([])),
             "taxonomies": named["taxonomies"] if "taxonomies" in named else (
                 pipeline | "NoTaxonomies" >> beam.Create([])),
+            "scenarios": named["scenarios"] if "scenarios" in named else (
+                pipeline | "NoScenarios" >> beam.Create([])),
         }
         direct = direct_runner(pipeline)
         # Parquet is always written: it is the output (written beside the run's
@@ -63,6 +66,8 @@ class WriteResults(Stage):
             for table, rows in tables.items()
         }
         done = dict(written)
+        if "eval_set" in named:  # the generated scenarios' eval set file, written before the run is put in place
+            done["eval_set"] = named["eval_set"]
         if direct and config.output.parquet:
             done["empty_tables"] = written | "EmptyTables" >> WriteEmptyTables(folder, slices)
         if config.output.otel_events:  # the scores as OTLP gen_ai.evaluation.result events, beside the traces
@@ -75,7 +80,10 @@ class WriteResults(Stage):
             )
         if config.output.parquet:
             # the judge checkpoints live beside the attempts, and go with them
-            return done | "ReplaceRunFolder" >> ReplaceRunFolder(config.output.parquet, run.run_id, context.attempt)
+            replaced = done | "ReplaceRunFolder" >> ReplaceRunFolder(config.output.parquet, run.run_id, context.attempt)
+            if context.job_lock:  # the job holds the run_id (Dataflow): its last step gives it back
+                return replaced | "ReleaseRunLock" >> ReleaseRunLock(context.job_lock, context.attempt)
+            return replaced
         if context.checkpoint and (config.calls_a_model() or config.deployed_inference()):
             return done | "RemoveJudgeCheckpoints" >> RemoveCheckpoints(context.checkpoint)
         return done

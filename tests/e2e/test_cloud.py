@@ -306,6 +306,11 @@ def test_dataflow_dry_run_builds_the_whole_job(cloud, monkeypatch):
             if payload.do_fn.urn == python_urns.PICKLED_DOFN_INFO:
                 dofns.add(type(pickler.loads(payload.do_fn.payload)[0]).__name__)
     assert {"ParseFileFn", "ToInstanceFn", "ScoreFn"} <= dofns
+    # the job holds the run_id: its last step, after the folder is put in place, gives the lock back
+    by_name = {t.unique_name: t for t in proto.components.transforms.values()}
+    [replaced] = by_name["Write/ReplaceRunFolder/Replace"].outputs.values()
+    assert list(by_name["Write/ReleaseRunLock/Release"].inputs.values()) == [replaced]
+    assert not gcs().blob("dry/out/_evalbeam_attempts/dry.lock").exists()  # a dry run submits no job: given back
     assert job.options.view_as(__import__("apache_beam").options.pipeline_options.SetupOptions).setup_file.endswith("setup.py")
     assert secret not in job.json()
     assert secret.encode() not in proto.SerializeToString()

@@ -48,7 +48,8 @@ def write_run(tmp_path, name, rows, out, extra=None):
     # the gate watches the automatic latency_in_seconds too (by default it would not)
     config = {"name": "cmp-eval", "input": {"uri": str(data), "id_column": "id", "slice_columns": ["grp"]},
               "metrics": ["exact_match", "rouge_1"], "output": {"parquet": str(out)},
-              "compare_watch": ["exact_match", "rouge_1", "latency_in_seconds"], **(extra or {})}
+              "compare_watch": ["exact_match", "rouge_1", "latency_in_seconds"], "compare_gate_slices": ["grp"],
+              **(extra or {})}
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
     return path
@@ -127,8 +128,9 @@ def test_compare_flags_the_regressed_slice_and_is_a_ci_gate(tmp_path):
                                                                         ("latency_in_seconds", "grp=b")}
     assert not rows[("latency_in_seconds", "overall")]["watched"] and rows[("rouge_1", "overall")]["watched"]
     gate = result.stdout.split("the gate:\n")[1].splitlines()
-    assert gate[0].startswith("exact_match: REGRESSION: mean ") and "lies below 0 (no tolerance)" in gate[0]
-    assert any(line.startswith("latency_in_seconds: not flagged, the gate does not watch it (would be a REGRESSION")
+    assert gate[0] == "6 gated test(s) (Holm over them, alpha 0.05):"  # exact_match, rouge_1: overall, grp=a, grp=b
+    assert gate[1].startswith("exact_match: REGRESSION: mean ") and "lies below 0 (no tolerance)" in gate[1]
+    assert any(line.startswith("latency_in_seconds: not flagged: the gate does not watch it (would be a REGRESSION")
                for line in gate), gate
     # tolerances wider than the changes, relative for latency (each T the share of its base mean): nothing flagged
     result = evalbeam("compare", "base", "cand", "--parquet", out, "--tolerance", "latency_in_seconds=150%",

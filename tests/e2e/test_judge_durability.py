@@ -250,3 +250,55 @@ def test_a_full_disk_while_judging_ends_the_run_with_120_in_one_line(tmp_path, a
         left = sorted(p.name for p in folder.iterdir())
         assert not [name for name in left if name.startswith(".")], left
         assert 0 < len(saved) <= len(checkpointed_keys(folder)) < JUDGMENTS
+
+
+@pytest.mark.slow
+def test_the_command_printed_after_ctrl_c_resumes_the_run_as_printed(tmp_path, api_key):
+    """Issue 42, item 4: a run started with `--set run_id=X` printed "`evalbeam run CONFIG` resumes
+    it", which started a new run_id and reused nothing. Ctrl-C (to the process group, as a terminal
+    sends it) mid-judging; the command printed, run as printed in a shell from the same folder, keeps
+    the run_id and every override (a path with a space, quoted) and flag, and reuses the checkpoints:
+    it asks the server only what they do not hold."""
+    import re
+    import shlex
+
+    (tmp_path / "my data").mkdir()
+    rows = [{"id": f"i{i:03d}", "response": f"answer {i} #score={i % 5 + 1}"} for i in range(80)]
+    (tmp_path / "my data" / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({
+        "name": "resumable", "input": {"uri": "elsewhere.jsonl", "id_column": "id"}, "metrics": ["evalbeam_fluency"],
+        "judge": {"requests_per_minute": 900, "max_attempts": 3, "timeout_seconds": 10, "checkpoint_seconds": 0.5},
+        "output": {"parquet": "out"}}))
+    checkpoints = tmp_path / "out" / "_evalbeam_attempts" / "resume-1" / "judge_checkpoints"
+    # `evalbeam` as a shell finds it; SIGINT at its default, as a terminal starts a command
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{os.path.dirname(EVALBEAM)}{os.pathsep}{os.environ['PATH']}"}
+    with JudgeServer(Behaviour(latency_median=0.02)) as server:
+        argv = ["run", "c.yaml", "--set", "run_id=resume-1", "--set", "input.uri=my data/d.jsonl",
+                "--set", f"judge.base_url={server.url}", "--direct_num_workers=1"]
+        proc = subprocess.Popen(["evalbeam", *argv], cwd=tmp_path, env=env, start_new_session=True, text=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        try:
+            deadline = time.monotonic() + 300
+            while not list(checkpoints.glob("*.parquet")) and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert proc.poll() is None, "the run ended before it was interrupted"
+            os.killpg(proc.pid, signal.SIGINT)
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.returncode == 130, err
+        [printed] = re.findall(r"`(evalbeam run [^`]*)` resumes it", err)
+        assert shlex.split(printed) == ["evalbeam", *argv]
+        saved = set(checkpointed_keys(checkpoints))
+        assert 0 < len(saved) < len(rows)
+        asked_before = collections.Counter(server.stats.prompts)
+        again = subprocess.run(printed, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        asked_again = {p for p, n in server.stats.prompts.items() if n > asked_before[p]}
+    assert again.returncode == 0, again.stderr
+    assert "run resume-1 (resumable" in again.stdout
+    assert len(asked_again) == len(rows) - len(saved)
+    [runs] = table(tmp_path / "out" / "resume-1", "runs")
+    assert json.loads(runs["judge_usage"])["evalbeam_fluency"]["checkpoint_reused"] == len(saved)
+    assert sorted(os.listdir(tmp_path / "out")) == ["resume-1"]  # no other run_id, no leftovers

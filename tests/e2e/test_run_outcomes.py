@@ -118,9 +118,15 @@ def test_compare_refuses_what_pairs_too_little_or_another_eval(tmp_path):
     none = evalbeam("compare", "base", "disjoint", "--parquet", out, check=False)
     assert none.returncode == 2, none.stderr
     assert none.stderr.splitlines() == [
-        "evalbeam: compare: disjoint vs base: metric exact_match pairs 0 instance(s), fewer than 2 (--min-paired): "
+        "evalbeam: compare: disjoint vs base: metric exact_match: 4 of the base's 4 instance(s) (100%) are missing "
+        "from the run (4) or have no valid score in it (0), more than --max-missing 0.05 allows"]
+    # the base's cases all gone: allowing them to be still leaves nothing paired
+    few = evalbeam("compare", "base", "disjoint", "--max-missing", "100%", "--parquet", out, check=False)
+    assert few.returncode == 2 and few.stderr.splitlines() == [
+        "evalbeam: compare: disjoint vs base: metric exact_match: pairs 0 instance(s), fewer than 2 (--min-paired): "
         "4 only in base, 4 only in run, 0 with an error in either"]
-    assert evalbeam("compare", "base", "disjoint", "--min-paired", "0", "--parquet", out).returncode == 0
+    assert evalbeam("compare", "base", "disjoint", "--min-paired", "0", "--max-missing", "1", "--parquet",
+                    out).returncode == 0
     listed = evalbeam("runs", "--parquet", out).stdout
     assert "vs base: NOTHING PAIRED for exact_match" in listed and "no change flagged" not in listed
 
@@ -139,8 +145,8 @@ def test_compare_with_in_a_run_gates_the_same_way(tmp_path):
     disjoint = evalbeam("run", scored_run(tmp_path, ["b0", "b1", "b2"], "r2", compare_with="base"), check=False)
     assert disjoint.returncode == 2
     assert disjoint.stderr.splitlines()[-1] == (
-        "evalbeam: compare: r2 vs base: metric exact_match pairs 0 instance(s), fewer than 2 (--min-paired): "
-        "4 only in base, 3 only in run, 0 with an error in either")
+        "evalbeam: compare: r2 vs base: metric exact_match: 4 of the base's 4 instance(s) (100%) are missing from "
+        "the run (4) or have no valid score in it (0), more than --max-missing 0.05 allows")
     other = evalbeam("run", scored_run(tmp_path, ["a0", "a1"], "r3", compare_with="other_eval"), check=False)
     assert other.returncode == 2 and not (tmp_path / "out" / "r3").exists()
     assert other.stderr.splitlines() == [

@@ -1,12 +1,15 @@
 """A run owns its run_id while it writes (issue 21, item 1): real `evalbeam run`
 processes started at the same moment (they wait on a barrier file), the final
-tables checked row by row, locally and on Cloud Storage (the emulator)."""
+tables checked row by row, locally and on Cloud Storage (the emulator); and on Cloud Storage's
+own preconditions (fake-gcs-server), racing runs and a holder killed mid-run."""
 import pytest
 import datetime as dt
 import json
 import os
+import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import yaml
@@ -224,3 +227,129 @@ def test_bigquery_only_a_held_run_id_is_refused_and_a_passed_lease_taken_over(cl
     ids = sorted(r["instance_id"] for r in bq.query(f"SELECT instance_id FROM `{dataset}.instances`").result())
     assert ids == sorted(f"c{i}" for i in range(5))
     assert list(bq.query(f"SELECT * FROM {locks}").result()) == []
+
+
+# ------------------------------------------------ Cloud Storage's preconditions (fake-gcs-server)
+
+
+def start_runs(tmp_path: Path, config: Path, count: int, scoring: Path) -> list[subprocess.Popen]:
+    """`evalbeam run CONFIG` in `count` processes released at once (a barrier file), each the leader of
+    its own process group (to be killed whole, with its DirectRunner workers)."""
+    barrier = tmp_path / f"go{len(list(tmp_path.glob('go*')))}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "EVALBEAM_TEST_SCORING": str(scoring)}
+    wait = f'while [ ! -e "{barrier}" ]; do sleep 0.005; done; exec "$0" "$@"'
+    procs = [subprocess.Popen(["sh", "-c", wait, EVALBEAM, "run", str(config)], cwd=ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+             for _ in range(count)]
+    barrier.touch()
+    return procs
+
+
+def wait_for(what, seconds=300):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if what():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not seen in {seconds} s: {what.__doc__}")
+
+
+@pytest.mark.emulators
+def test_gcs_preconditions_one_of_racing_runs_holds_the_run_id_and_a_killed_holders_lock_is_taken_over(
+        fake_gcs, tmp_path):
+    """On Cloud Storage's preconditions (fake-gcs-server), three `evalbeam run`s of one gs:// run id
+    started together: exactly one goes on (its rows are being scored), the two others exit 2 before any
+    work with the one line naming it (its pid). It is killed mid-run (SIGKILL, its workers with it): a
+    new run takes its lock over at once, as locally (this host, the holder's process gone), and goes on.
+    (fake-gcs-server answers no batch requests, which a run sends to put its folder in place, so no run
+    finishes here: each is killed while it scores.)"""
+    from evalbeam.transforms.run_lock import lock_path, read_holder
+    from tests.emulators.control import BUCKET
+
+    output = f"gs://{BUCKET}/held/out"
+    data = data_file(tmp_path / "d.jsonl", n=3000)
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "own", "run_id": "x", "input": {"uri": str(data), "id_column": "id"},
+        "metrics": [{"name": "slow_scoring", "function": "tests.custom_metrics:slow_scoring", "inputs": ["response"]}],
+        "output": {"parquet": output}}))
+    running = []
+    try:
+        scoring = tmp_path / "scoring1"
+        scoring.mkdir()
+        running = start_runs(tmp_path, config, 3, scoring)
+        wait_for(lambda: sum(p.poll() is not None for p in running) >= 2 and any(scoring.iterdir()))
+        [winner] = [p for p in running if p.poll() is None]
+        holder = read_holder(output, "x")
+        assert holder["pid"] == winner.pid and holder["host"] == socket.gethostname()
+        for p in running:
+            if p is not winner:
+                out, err = p.communicate()
+                assert p.returncode == 2, err
+                assert err.splitlines() == [
+                    f"evalbeam: run_id 'x' is being written by another run (host {socket.gethostname()}, pid "
+                    f"{winner.pid}, started {holder['started_at']}, attempt {holder['attempt']}); its lock is "
+                    f"{lock_path(output, 'x')}"]
+        os.killpg(winner.pid, signal.SIGKILL)  # killed mid-run: its lock stays, its process is gone
+        winner.communicate()
+        assert read_holder(output, "x")["pid"] == winner.pid
+        scoring = tmp_path / "scoring2"
+        scoring.mkdir()
+        [retry] = running = start_runs(tmp_path, config, 1, scoring)
+        wait_for(lambda: any(scoring.iterdir()) or retry.poll() is not None)
+        assert retry.poll() is None, retry.communicate()
+        taken = read_holder(output, "x")
+        assert taken["pid"] == retry.pid and taken["attempt"] != holder["attempt"]
+    finally:
+        for p in running:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+
+
+@pytest.mark.emulators
+def test_a_dataflow_job_holds_its_run_id_after_its_launcher_is_gone_until_it_ends(fake_gcs, tmp_path):
+    """A Dataflow run (submitted to a local stand-in for the Dataflow service, tests/servers/dataflow_server.py,
+    through Beam's own client; its lock on Cloud Storage's preconditions, fake-gcs-server): the launcher
+    takes the lock, submits, hands the lock to the job and exits 0. While the service says the job has not
+    ended, a second Dataflow launcher and a local run of the same run_id are refused (2), each with one line
+    naming the job and its state; once it has failed, the next launcher takes the lock over and its own job
+    holds it."""
+    from evalbeam.transforms.run_lock import lock_path, read_holder
+    from tests.emulators.control import BUCKET, PROJECT
+    from tests.servers.dataflow_server import DataflowServer
+
+    output = f"gs://{BUCKET}/df/out"
+    config = config_file(tmp_path, data_file(tmp_path / "d.jsonl", n=5), output)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def run(*flags):
+        return subprocess.run([EVALBEAM, "run", str(config), *flags], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=600)
+
+    with DataflowServer() as service:
+        dataflow = ["--runner=DataflowRunner", f"--project={PROJECT}", "--region=us-central1",
+                    f"--temp_location=gs://{BUCKET}/tmp", f"--dataflow_endpoint={service.endpoint}"]
+        first = run(*dataflow)
+        assert first.returncode == 0, first.stderr
+        [job_id] = service.jobs
+        assert first.stdout.splitlines() == [f"submitted run x (run date {dt.date.today().isoformat()}) as job {job_id}"]
+        holder = read_holder(output, "x")  # the launcher has exited: the job holds it, with no lease
+        assert (holder["job_id"], holder["project"], holder["region"]) == (job_id, PROJECT, "us-central1")
+        assert "lease_until" not in holder
+        for state in ("JOB_STATE_QUEUED", "JOB_STATE_RUNNING", "JOB_STATE_CANCELLING"):
+            service.state(job_id, state)
+            for flags in (dataflow, [f"--dataflow_endpoint={service.endpoint}"]):  # another launcher; a local run
+                refused = run(*flags)
+                assert refused.returncode == 2, refused.stderr
+                assert refused.stderr.splitlines()[-1] == (
+                    f"evalbeam: run_id 'x' is being written by Dataflow job {job_id} (project {PROJECT}, region "
+                    f"us-central1, {state}; submitted from host {holder['host']}, pid {holder['pid']}, started "
+                    f"{holder['started_at']}, attempt {holder['attempt']}); its lock is {lock_path(output, 'x')}")
+        assert len(service.jobs) == 1
+        service.state(job_id, "JOB_STATE_FAILED")  # its last step never ran: the lock is still there
+        retried = run(*dataflow)
+        assert retried.returncode == 0, retried.stderr
+        [second] = set(service.jobs) - {job_id}
+        taken = read_holder(output, "x")
+        assert taken["job_id"] == second and taken["attempt"] != holder["attempt"]

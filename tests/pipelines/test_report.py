@@ -149,6 +149,82 @@ def test_report_with_a_planted_regression_renders_in_chromium(tmp_path):
     assert evalbeam("runs", "--parquet", out, "--last", "0", check=False).returncode == 2
 
 
+# A score distribution per metric, each awkward to draw (tests/custom_metrics.py: each metric is
+# the value of its key in the response; a row without it an error, left out of the distribution):
+# metric -> (the score of row k, the bars its chart should show; None: bins, as many as the data fill)
+DISTRIBUTIONS = {
+    "near_equal": (lambda k, rng: None if k % 10 == 9 else (0.6666666666666665, 0.6666666666666666)[k % 2], 1),
+    "one_score": (lambda k, rng: -0.25, 1),
+    "far_and_near": (lambda k, rng: (0.0, 0.001, 1000.0)[k % 3], 3),
+    "verbosity": (lambda k, rng: (-2, -1, 0, 1, 2)[k % 5] if k % 7 else None, 5),
+    "continuous": (lambda k, rng: rng.gauss(0.5, 0.15), None),
+    "huge_range": (lambda k, rng: (-1.5e308, 1.5e308)[k] if k < 2 else rng.uniform(-1e307, 1e307), None),
+}
+MAGENTA = (255, 0, 255)
+
+
+def bar_bands(pixels) -> list[tuple[int, int]]:
+    """The rows of the page (first, last) where MAGENTA is drawn, one (first, last) per run of
+    rows without a gap of more than a grid line's few rows: one per chart, as the charts stand
+    one below the other, hundreds of rows apart."""
+    rows = np.flatnonzero((np.abs(pixels.astype(int) - np.array(MAGENTA)).max(axis=2) <= 3).any(axis=1))
+    if not len(rows):
+        return []
+    breaks = np.flatnonzero(np.diff(rows) > 4)
+    return list(zip(rows[np.r_[0, breaks + 1]], rows[np.r_[breaks, len(rows) - 1]]))
+
+
+@pytest.mark.browser
+def test_every_score_distribution_draws_in_chromium(tmp_path):
+    """Scores equal but for rounding (0.6666666666666665 and ...6), one score, two close beside
+    a far one, -2..2, 2,000 distinct scores, a range wider than the largest float: each metric's
+    distribution, as Chromium draws the report, has bars one can see (the bar colour over an area
+    of the page), as many as the scores it has. Before, a bar was 0.6 of the smallest gap between
+    distinct scores: none drawn for the first, slivers for the third, a crash for the last."""
+    import random
+
+    rng = random.Random(11)
+    rows = [{"id": f"c{k:04d}", "response": json.dumps({m: f(k, rng) for m, (f, _) in DISTRIBUTIONS.items()})}
+            for k in range(2000)]
+    data = tmp_path / "scores.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = {"name": "distributions", "run_id": "d", "input": {"uri": str(data), "id_column": "id"},
+              "metrics": [{"name": m, "function": f"tests.custom_metrics:{m}", "inputs": ["response"]}
+                          for m in DISTRIBUTIONS],
+              "output": {"parquet": str(tmp_path / "out")}}
+    path = tmp_path / "distributions.yaml"
+    path.write_text(yaml.safe_dump(config))
+    evalbeam("run", path)
+    page = tmp_path / "distributions.html"
+    evalbeam("report", "d", "--parquet", tmp_path / "out", "-o", page)
+    text = page.read_text(encoding="utf-8")
+    assert_self_contained(text)
+
+    dom, pixels = render(tmp_path, page, height=3400)
+    assert_not_blank(pixels)
+    panels = [h.split(" (")[0] for h in texts(dom, "//section[@id='metrics']/h3")]
+    assert sorted(panels) == sorted(DISTRIBUTIONS)
+    shown = dom.xpath("string(//section[@id='metrics'])")
+    assert "0.666667" in shown and "0.001" in shown  # the scores named under their bars
+
+    # The same page with the distributions' bars (the blue shapes of each panel's middle plot,
+    # as Matplotlib writes them: <g id="axes_2">) filled magenta, a colour nothing else has
+    marked = tmp_path / "marked.html"
+    marked.write_text(text.replace("</head>", '<style>g[id="axes_2"] path[style*="fill: #2f6db3"] '
+                                              "{ fill: #ff00ff !important }</style></head>", 1), encoding="utf-8")
+    _, pixels = render(tmp_path, marked, height=3400)
+    bands = bar_bands(pixels)
+    assert len(bands) == len(panels), (bands, panels)  # one chart with bars per metric, in page order
+    for metric, (top, bottom) in zip(panels, bands):
+        band = (np.abs(pixels[top:bottom + 1].astype(int) - np.array(MAGENTA)).max(axis=2) <= 3)
+        assert band.sum() >= 400, (metric, band.sum())  # an area one can see, not a hairline
+        expected = DISTRIBUTIONS[metric][1]
+        if expected:  # a score's bar each, apart: the runs of bar colour along the chart's floor
+            floor = band[-2]
+            runs = int(floor[0]) + int((np.diff(floor.astype(int)) == 1).sum())
+            assert runs == expected, (metric, runs)
+
+
 HOSTILE_SLICE = "<script>alert(1)</script>"
 
 
@@ -316,7 +392,7 @@ def test_report_runs_and_show_from_bigquery(cloud, tmp_path):
 def test_dead_letter_reasons_are_grouped_by_kind_keeping_words_with_digits():
     """by_reason: the particulars of a reason go (values, repeated ids, line and
     column numbers), what names the kind stays (UTF-8, an escape like \\ud83d)."""
-    from evalbeam.pipelines.report_data import reason_kind
+    from evalbeam.pipelines.reports.data import reason_kind
 
     assert reason_kind("line 12 is not valid UTF-8 (invalid start byte at byte 3)") == \
         "line N is not valid UTF-8 (invalid start byte at byte N)"

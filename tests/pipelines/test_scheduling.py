@@ -66,6 +66,23 @@ def test_launch_body_for_cloud_scheduler():
         launch_body("templates/evalbeam.json", "gs://b/c.yaml")
 
 
+def test_every_image_the_flex_template_builds_from_is_pinned_by_version():
+    """No base image or build step image moves under a rebuild: each names a version (a tag that is not
+    `latest`, or a digest), in the Dockerfile's FROM and COPY --from lines and in Cloud Build's steps."""
+    dockerfile = (ROOT / "pipelines/flex_template/Dockerfile").read_text()
+    stages = set(re.findall(r"^FROM \S+ AS (\w+)$", dockerfile, re.M | re.I))
+    images = re.findall(r"^FROM (\S+)", dockerfile, re.M | re.I)
+    images += [i for i in re.findall(r"--from=(\S+)", dockerfile) if i not in stages]
+    build = yaml.safe_load((ROOT / "pipelines/flex_template/cloudbuild.yaml").read_text())
+    images += [step["name"] for step in build["steps"]]
+    assert len(images) >= 3, images
+    for image in images:
+        if "@sha256:" in image:
+            continue
+        name, _, tag = image.rpartition(":")
+        assert name and tag and "/" not in tag and tag != "latest", f"{image} is not pinned by version"
+
+
 def test_dockerfile_matches_the_project():
     dockerfile = (ROOT / "pipelines/flex_template/Dockerfile").read_text()
     env = dict(re.findall(r"^ENV (\w+)=(\S+)$", dockerfile, re.M))

@@ -13,7 +13,7 @@ from apache_beam.testing.util import assert_that
 from scipy import stats
 
 from evalbeam.metrics.statistics.compare import Gate
-from evalbeam.pipelines.compare import format_comparison
+from evalbeam.pipelines.reports.compare import format_comparison
 from evalbeam.transforms.compare import CompareRuns, PairSpec, result_entry
 
 ppi_py = pytest.importorskip("ppi_py")
@@ -98,7 +98,7 @@ def check(rows, hb, fb, lb, hr, fr, lr):
         f"difference {overall['mean_difference']:+.4g}" in printed
 
     b = rows["grp=b"]  # 3 labelled in both runs: too few
-    assert b["estimate"] == "judge" and b["test"] in ("wilcoxon", "mcnemar")
+    assert b["estimate"] == "scores" and b["test"] in ("wilcoxon", "mcnemar")
     assert b["mean_difference"] == b["judge_mean_difference"] and "fewer than 10" in b["corrected_note"]
 
 
@@ -109,7 +109,7 @@ def test_metrics_one_run_does_not_label_and_repeated_runs_stay_the_judges():
 
     def judge_only(rows):
         unlabelled = rows["overall"]
-        assert unlabelled["estimate"] == "judge" and unlabelled["corrected_note"] is None
+        assert unlabelled["estimate"] == "scores" and unlabelled["corrected_note"] is None
         assert unlabelled["mean_difference"] == unlabelled["judge_mean_difference"]
 
     run_compare(base_rows, run_rows, spec(labelled=frozenset()), judge_only)

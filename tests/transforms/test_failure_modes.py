@@ -4,6 +4,7 @@ markers script (#mode=ID), counted per mode and slice and checked against a dire
 computation; a judge answering an unknown mode, junk, or failing; a re-run from the
 judge cache making no classification call."""
 import json
+import re
 import random
 
 import pytest
@@ -263,8 +264,8 @@ def shifted_rows(rows, share=0.6, seed=11):
 def test_compare_says_which_modes_grew_per_slice_and_refuses_other_taxonomies(tmp_path, api_key):
     from scipy.stats import binomtest
 
-    from evalbeam.pipelines.failure_mode_results import TaxonomiesDiffer, compare_failure_modes, failure_mode_rows, \
-        format_failure_modes
+    from evalbeam.pipelines.failure_mode_results import TaxonomiesDiffer, compare_failure_modes, failure_mode_rows
+    from evalbeam.pipelines.reports.text import format_failure_modes
     from evalbeam.pipelines.results import ParquetResults
     from tests.helpers import evalbeam
 
@@ -300,7 +301,7 @@ def test_compare_says_which_modes_grew_per_slice_and_refuses_other_taxonomies(tm
     with pytest.raises(TaxonomiesDiffer, match="different taxonomies .* Pin one taxonomy"):
         compare_failure_modes(results, "c1", "c3")
     shown = format_failure_modes(failure_mode_rows(results, "c2"))
-    assert "exact_match              team=billing           bad_arguments" in shown
+    assert re.search(r"\nexact_match +team=billing +bad_arguments +\d+ +\d+ +0\.\d\d +\[", shown), shown
 
     # the command: the growth is flagged, and gates when asked
     gated = evalbeam("compare", "c1", "c2", "--parquet", out, "--fail-on-mode-growth", "bad_arguments", check=False)
@@ -319,8 +320,8 @@ def test_compare_says_which_modes_grew_per_slice_and_refuses_other_taxonomies(tm
 def test_the_report_charts_modes_per_slice_linked_to_example_instances(tmp_path, api_key):
     import re
 
-    from evalbeam.pipelines.report_data import report_data
-    from evalbeam.pipelines.report_html import render
+    from evalbeam.pipelines.reports.data import report_data
+    from evalbeam.pipelines.reports.html import render
     from evalbeam.pipelines.results import ParquetResults
 
     rows = [r for r in planted_rows(30, seed=4) if r["id"] not in ("junk", "down")]

@@ -184,11 +184,12 @@ def test_to_instances_makes_ids_unique_in_source_order(lean):
             ("g:1", "instance_id", "duplicate id 'a' in column 'id': first seen at f:2"),
             ("f:8", "instance_id", f"duplicate id {odd!r} in column 'id': first seen at f:6"),
             ("f:10", "reference", "field 'reference': missing or null; needed by metric 'exact_match'")]), label="later dead")
-        # content-hash ids: identical rows are all kept, numbered by occurrence
-        hashed = unique(p, "ByContent", [rec(7, same), rec(3, same), rec(4, {**same, "response": "y"})],
-                        RowSpec({}, None, (), ()))[0]
+        # ids from the inputs: rows of the same inputs are all kept, numbered by occurrence in source order,
+        # whatever their outputs; other inputs, another id
+        hashed = unique(p, "ByContent", [rec(7, same), rec(3, same), rec(4, {**same, "response": "y"}),
+                                         rec(5, {**same, "reference": "y"})], RowSpec({}, None, (), ()))[0]
         assert_that(hashed | beam.Map(lambda i: (i.source, i.instance_id.split("-")[1:])),
-                    equal_to([("f:3", []), ("f:7", ["2"]), ("f:4", [])]), label="numbered")
+                    equal_to([("f:3", []), ("f:4", ["2"]), ("f:7", ["3"]), ("f:5", [])]), label="numbered")
 
 
 @pytest.mark.slow

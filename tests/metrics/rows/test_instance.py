@@ -233,3 +233,50 @@ def test_content_id_is_the_hash_of_the_records_canonical_json():
         assert content_id(record) == hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()[:20]
         made.add(content_id(record))
     assert len(made) > 300
+
+
+def test_a_cases_id_comes_from_its_inputs_never_its_outputs():
+    """Issue 42: with the whole row hashed, a case whose trajectory changed got a new id and dropped out of
+    the comparison. The id is now the hash of the case's inputs (IDENTITY_FIELDS): every output field may
+    change, every input field changes it, a column renamed by the mapping keeps it."""
+    from evalbeam.metrics.rows.fields import CANONICAL_FIELDS, IDENTITY_FIELDS, OUTPUT_FIELDS
+
+    # every canonical field is one or the other, so a new field must be classified
+    assert set(IDENTITY_FIELDS) | set(OUTPUT_FIELDS) == set(CANONICAL_FIELDS)
+    assert not set(IDENTITY_FIELDS) & set(OUTPUT_FIELDS)
+    s = spec(requirements=(("exact_match", (("response", "reference"),)),))
+    row = {"prompt": "p", "reference": "r", "context": "c", "history": [{"role": "user", "text": "hi"}],
+           "reference_trajectory": TRAJ, "response": "a", "predicted_trajectory": TRAJ, "latency_in_seconds": 1.5,
+           "failure": 0, "intermediate_events": [], "dataset": "x", "logged_at": "2026-12-06T01:02:03Z"}
+    first = build_instance(row, s, "f:1").instance_id
+    changed_outputs = {**row, "response": "b", "predicted_trajectory": [{"tool_name": "other"}],
+                       "latency_in_seconds": 9.0, "failure": 1, "intermediate_events": [{"x": 1}],
+                       "logged_at": "2026-12-07T01:02:03Z", "dataset": "y"}
+    assert build_instance(changed_outputs, s, "g:7").instance_id == first
+    for field, value in (("prompt", "p2"), ("reference", "r2"), ("context", "c2"), ("history", []),
+                         ("reference_trajectory", [{"tool_name": "b"}]), ("instruction", "be brief")):
+        assert build_instance({**row, field: value}, s, "f:1").instance_id != first, field
+    renamed = spec(column_mapping={"prompt": "question", "reference": "gold"},
+                   requirements=(("exact_match", (("response", "reference"),)),))
+    moved = {k: v for k, v in row.items() if k not in ("prompt", "reference")} | {"question": "p", "gold": "r"}
+    assert build_instance(moved, renamed, "f:1").instance_id == first
+    # a null input is no input
+    assert build_instance({**row, "instruction": None}, s, "f:1").instance_id == first
+
+
+def test_a_row_with_no_input_is_known_by_the_whole_row():
+    s = spec(requirements=(("fluency", (("response",),)),))
+    a = build_instance({"response": "one"}, s, "f:1").instance_id
+    assert a == content_id({"response": "one"}) != build_instance({"response": "two"}, s, "f:2").instance_id
+
+
+def test_the_turns_of_a_case_count_by_what_was_asked():
+    from evalbeam.metrics.rows.instance import case_identity
+
+    turns = [{"invocation_id": "x1", "prompt": "hi", "response": "hello", "tool_calls": [{"tool_name": "a"}],
+              "expected": {"response": "hello"}, "duration": {"total": 1.0}}]
+    later = [{**turns[0], "invocation_id": "x2", "response": "hey", "tool_calls": [], "duration": {"total": 3.0}}]
+    assert case_identity({"invocations": turns}, {}) == case_identity({"invocations": json.dumps(later)}, {}) == {
+        "invocations": [{"prompt": "hi", "expected": {"response": "hello"}}]}
+    assert case_identity({"invocations": [{**turns[0], "prompt": "bye"}]}, {}) != case_identity(
+        {"invocations": turns}, {})

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from evalbeam.metrics.statistics.compare import Gate, PairedMoments, Tolerance, better_sign, explain, finish, holm, parse_tolerance
+from evalbeam.metrics.statistics.compare import (Gate, PairedMoments, Tolerance, better_sign, detectable_difference,
+                                                 explain, finish, holm, paired_needed, parse_tolerance)
 from evalbeam.metrics.statistics.summary import bootstrap_weights
 
 
@@ -99,10 +100,11 @@ def test_tolerances_per_metric_absolute_or_relative_and_the_watched_metrics():
     r = rows["rouge_1"]
     assert explain(r) == (
         f"rouge_1: REGRESSION: mean 0.8 -> 0.69 (-0.11, higher is better); 95% CI [{r['ci_low']:.4g}, "
-        f"{r['ci_high']:.4g}] lies below 0 (no tolerance) and p (Holm) {r['p_value_adjusted']:.4g} < alpha 0.05")
+        f"{r['ci_high']:.4g}] lies below 0 (no tolerance) and p (Holm over 1 test) {r['p_value_adjusted']:.4g} < "
+        "alpha 0.05")
     assert explain(rows["latency_in_seconds"]).startswith(
-        "latency_in_seconds: not flagged, the gate does not watch it (would be a REGRESSION: mean 2 -> 2.00021 (+0.00021, "
-        "lower is better); 95% CI [")
+        "latency_in_seconds: not flagged: the gate does not watch it (would be a REGRESSION: mean 2 -> 2.00021 "
+        "(+0.00021, lower is better); 95% CI [")
     assert explain(rows["latency_in_seconds"]).endswith("name it in compare_watch or --watch to gate on it")
 
     # watched, with a tolerance of 1% of the base mean (0.02 s): the 0.2 ms is within it
@@ -112,7 +114,9 @@ def test_tolerances_per_metric_absolute_or_relative_and_the_watched_metrics():
     assert rows["latency_in_seconds"]["watched"] and not rows["latency_in_seconds"]["regression"]
     assert rows["latency_in_seconds"]["tolerance"] == pytest.approx(0.02)
     assert rows["latency_in_seconds"]["tolerance_relative"] == pytest.approx(0.01)
-    assert explain(rows["latency_in_seconds"]) is None
+    low, high = rows["latency_in_seconds"]["ci_low"], rows["latency_in_seconds"]["ci_high"]
+    assert explain(rows["latency_in_seconds"]) == (
+        f"latency_in_seconds: not flagged: within tolerance: 95% CI [{low:.4g}, {high:.4g}] lies within +-0.02")
     assert rows["rouge_1"]["regression"] and rows["rouge_1"]["tolerance"] == 0.01
     # a relative tolerance below the change flags it, and says what T it used
     gate = Gate(per_metric=(("latency_in_seconds", parse_tolerance("0.001%")),), watched=frozenset({"latency_in_seconds"}))
@@ -138,3 +142,88 @@ def test_holm_adjustment():
     adjusted = holm([0.01, 0.04, 0.03, 0.005, None])
     assert adjusted[:4] == pytest.approx([0.03, 0.06, 0.06, 0.02]) and adjusted[4] is None
     assert holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+
+
+def row_of(pairs, metric, slice_name="overall", direction="higher"):
+    return {**moments(pairs, direction).statistics(), "metric": metric, "slice": slice_name, "direction": direction}
+
+
+def test_the_gate_is_the_watched_metrics_overall_rows_and_slices_gate_only_when_named():
+    """Issue 42: Holm over every metric x slice (20 tests) could flag nothing at n = 20. The gate's family
+    is the watched metrics' overall rows; slice rows are adjusted among themselves and never flagged, unless
+    their column is named (Gate.slices), when they join the family."""
+    rng = random.Random(5)
+    worse = [(f"i{k}", 1.0, 0.3 if k < 8 else 1.0) for k in range(20)]  # 8 of 20 answers gone wrong
+    same = [(f"i{k}", s, s) for k in range(20) for s in [round(rng.random(), 2)]]
+    rows = [row_of(worse, "response_match_score"), row_of(same, "rouge_1"), row_of(same, "bleu")]
+    for metric, pairs in (("response_match_score", worse), ("rouge_1", same), ("bleu", same)):
+        for g in "abcd":
+            rows.append(row_of([p for k, p in enumerate(pairs) if "abcd"[k % 4] == g], metric, f"dataset={g}"))
+    p = rows[0]["p_value"]
+    assert p == pytest.approx(stats.wilcoxon([-0.7] * 8).pvalue)
+
+    out = {(r["metric"], r["slice"]): r for r in finish([dict(r) for r in rows], Gate())}
+    gated = [k for k, r in out.items() if r["gated"]]
+    assert sorted(gated) == [("bleu", "overall"), ("response_match_score", "overall"), ("rouge_1", "overall")]
+    top = out[("response_match_score", "overall")]
+    assert top["family_size"] == 3 and top["p_value_adjusted"] == pytest.approx(3 * p) and top["regression"]
+    # over all 15 rows it would be 15 * p > 0.05: no flag
+    assert 15 * p > 0.05
+    assert out[("response_match_score", "dataset=a")]["family_size"] == 12
+    assert not any(r["regression"] for k, r in out.items() if k[1] != "overall")
+    assert out[("response_match_score", "dataset=a")]["gate_reason"].startswith(
+        "not flagged: slice rows gate only when their column is named")
+
+    named = {(r["metric"], r["slice"]): r for r in finish([dict(r) for r in rows], Gate(slices=frozenset({"dataset"})))}
+    assert all(r["gated"] and r["family_size"] == 15 for r in named.values())
+    assert named[("response_match_score", "overall")]["p_value_adjusted"] == pytest.approx(15 * p)
+    assert not named[("response_match_score", "overall")]["regression"]
+    assert "p (Holm over 15 tests)" in named[("response_match_score", "overall")]["gate_reason"]
+
+
+def test_every_gated_row_says_why_it_is_not_flagged():
+    gate = Gate(per_metric=(("tol", Tolerance(0.5)),))
+    spans = [(f"i{k}", 0.5, 0.5 + (0.1 if k % 2 else -0.1)) for k in range(40)]
+    inside = [(f"i{k}", 0.5, 0.6 + (k % 3) / 100) for k in range(40)]  # +0.1, well within T 0.5
+    weak = [(f"i{k}", 0.5, 0.5 + (0.1 if k % 4 else -0.02)) for k in range(6)]  # a CI off 0 on 6 pairs, p large
+    rows = {r["metric"]: r for r in finish([row_of(spans, "spans"), row_of(inside, "tol"), row_of(weak, "weak"),
+                                            row_of([("i0", 0.5, 0.7)], "one"),
+                                            {**row_of([], "none"), "only_in_base": 3}], gate)}
+    assert rows["spans"]["gate_reason"].startswith(f"not flagged: 95% CI [{rows['spans']['ci_low']:.4g}, ")
+    assert "spans 0" in rows["spans"]["gate_reason"]
+    assert rows["tol"]["gate_reason"].startswith("not flagged: within tolerance: 95% CI [")
+    assert rows["tol"]["gate_reason"].endswith("lies within +-0.5")
+    weak_row = rows["weak"]
+    assert weak_row["ci_low"] > 0 and weak_row["p_value_adjusted"] >= 0.05
+    assert weak_row["gate_reason"] == (f"not flagged: p (Holm over 4 tests) {weak_row['p_value_adjusted']:.4g} "
+                                       ">= alpha 0.05")
+    assert rows["one"]["gate_reason"] == "not flagged: 1 paired instance give no CI"
+    assert rows["none"]["gate_reason"] == ("not flagged: no instance is paired (3 only in base, 0 only in run, 0 with "
+                                           "an error in either)")
+    assert all(r["gated"] for r in rows.values())
+
+
+def test_detectable_difference_is_the_change_a_z_test_finds_80_percent_of_the_time():
+    """The power line against its definition: at the detectable difference d, a two-sided z-test at
+    alpha / family (Bonferroni, Holm's strictest step) rejects with probability 0.8; paired_needed is its
+    inverse (the smallest n whose detectable difference is at most the change)."""
+    for sd, n, family, t in ((0.4, 20, 3, 0.0), (1.3, 500, 12, 0.1), (0.05, 7, 1, 0.0)):
+        d = detectable_difference(sd, n, 0.05, family, t)
+        z = (d - t) * n ** 0.5 / sd
+        assert stats.norm.sf(stats.norm.isf(0.05 / (2 * family)) - z) == pytest.approx(0.8, abs=1e-9)
+        needed = paired_needed(d, sd, 0.05, family, t)
+        assert needed in (n, n + 1)  # ceil of the same float
+        assert detectable_difference(sd, needed, 0.05, family, t) <= d + 1e-12
+        assert detectable_difference(sd, needed - 1, 0.05, family, t) > d - 1e-12
+    assert detectable_difference(0.0, 20, 0.05, 3) is None and detectable_difference(None, 20, 0.05, 3) is None
+    assert paired_needed(0.05, 0.4, 0.05, 3, tolerance=0.1) is None
+
+
+def test_the_lost_instances_are_counted_apart_from_the_bases_own_errors():
+    m = PairedMoments()
+    for kind in ("paired", "error", "run_error", "run_error", "only_base", "only_run"):
+        m.add(kind, 1.0, 1.0, None) if kind == "paired" else m.add(kind)
+    s = m.statistics()
+    assert (s["error_in_either"], s["error_in_run"], s["only_in_base"], s["only_in_run"]) == (3, 2, 1, 1)
+    merged = m.merge(m).statistics()
+    assert (merged["error_in_either"], merged["error_in_run"]) == (6, 4)

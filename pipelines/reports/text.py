@@ -7,13 +7,9 @@ import math
 from typing import Any
 
 
-from evalbeam.pipelines.report_data import (
-    comparison_flags,
-    judge_accounting,
-    overall_means,
-    run_problems,
-    summary_curve,
-)
+from evalbeam.metrics.statistics.summary import OVERALL
+from evalbeam.pipelines.failure_mode_results import failure_mode_rows, taxonomy_rows
+from evalbeam.pipelines.reports.data import judge_accounting, run_notes, run_problems, runs_data, summary_curve
 
 def fmt(value: Any, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -23,11 +19,15 @@ def fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def format_table(header: tuple[str, ...], lines: list[tuple[str, ...]]) -> str:
+def format_table(header: tuple[str, ...], lines: list[tuple[str, ...]], right: tuple[int, ...] = ()) -> str:
+    """Columns as wide as their widest cell, so that no name is ever cut (the columns `right`
+    aligned right, as numbers are); every table the command prints is made here."""
     widths = [max([len(h)] + [len(line[i]) for line in lines]) for i, h in enumerate(header)]
-    out = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(), "  ".join("-" * w for w in widths)]
-    out += ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
-    return "\n".join(out)
+
+    def row(cells) -> str:
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return "\n".join([row(header), "  ".join("-" * w for w in widths), *map(row, lines)])
 
 
 # The most slices the terminal shows per metric (besides overall): the largest ones.
@@ -146,6 +146,8 @@ def _num_runs(run: dict[str, Any]) -> int:
 
 
 def run_report(results, run_id: str, tables: dict | None = None) -> str:
+    """A run as `run` prints it when it ends and `show` prints it (one text for both): counts, judge
+    accounting, summary, calibration, metric errors, dead letters, failure modes, problems, where."""
     tables = tables or results.run_tables(run_id)
     if not tables["runs"]:
         return f"no run {run_id!r} in {results.location}"
@@ -186,6 +188,13 @@ def run_report(results, run_id: str, tables: dict | None = None) -> str:
         more = "; the first 20 here, all of them in the run's dead_letter table" if r["dead_letter_count"] > 20 else ""
         lines.append(f"\ndead letters ({r['dead_letter_count']}{more}):")
         lines += [f"  {d['source']}: {d['reason']}" for d in dead]
+    notes = run_notes(r)
+    if notes:
+        lines.append("\nnotes:")
+        lines += [f"  {n}" for n in notes]
+    modes = format_failure_modes(failure_mode_rows(results, run_id), taxonomies=taxonomy_rows(results, run_id))
+    if modes:
+        lines.append(modes)
     problems = run_problems(tables)
     if problems:
         lines.append("\nPROBLEMS:")
@@ -204,38 +213,22 @@ HEADLINE_METRICS = 3
 
 def runs_report(results, eval_name: str | None, last: int | None = None) -> str:
     """The last runs (of an eval), newest first, with the overall means of their first
-    metrics (in the config's order) and the flags of their comparisons (when they were compared)."""
-    rows = results.runs(eval_name)[:last]  # last None: all
-    if not rows:
+    metrics (in the config's order) and the flags of their comparisons (when they were compared):
+    reports.data.runs_data, which `runs --json` prints, as a table."""
+    runs = runs_data(results, eval_name, last)
+    if not runs:
         return f"no runs{f' of eval {eval_name!r}' if eval_name else ''} in {results.location}"
-    ids = {r["run_id"] for r in rows}
-    means = overall_means(results, eval_name, ids)
-    flags = comparison_flags(results, eval_name, ids)
     lines = []
-    for r in rows:
-        m = means.get(r["run_id"], {})
-        shown = [k for k in dict.fromkeys([*configured_metrics(r.get("config")), *sorted(m)]) if k in m][:HEADLINE_METRICS]
-        headline = ", ".join(f"{k} {fmt(m[k]['mean'], 3)}" for k in shown) + (f" (+{len(m) - len(shown)})" if len(m) > len(shown) else "")
-        lines.append((r["run_id"], r["name"], str(r["run_date"]), f"{r['started_at']:%Y-%m-%d %H:%M:%S}", str(r["read_count"]),
-                      str(r["scored_count"]), str(r["dead_letter_count"]), str(r["metric_error_count"]),
-                      headline or "-", format_flags(flags.get(r["run_id"], []))))
+    for r in runs:
+        means = r["means"]
+        shown = list(means)[:HEADLINE_METRICS]
+        headline = ", ".join(f"{k} {fmt(means[k]['mean'], 3)}" for k in shown) + \
+            (f" (+{len(means) - len(shown)})" if len(means) > len(shown) else "")
+        lines.append((r["run_id"], r["eval"], str(r["run_date"]), f"{r['started_at']:%Y-%m-%d %H:%M:%S}",
+                      str(r["read_count"]), str(r["scored_count"]), str(r["dead_letter_count"]),
+                      str(r["metric_error_count"]), headline or "-", format_flags(r["compared"])))
     return format_table(("run_id", "eval", "run date", "started (UTC)", "read", "scored", "dead-lettered", "metric errors",
                          "means (overall)", "compared"), lines)
-
-
-def configured_metrics(config_text: str | None) -> list[str]:
-    """The output names of a run's metrics in the order its config lists them (the headline first)."""
-    try:
-        metrics = json.loads(config_text or "{}").get("metrics") or []
-    except (ValueError, AttributeError):
-        return []
-    names = []
-    for m in metrics:
-        if isinstance(m, str):
-            names.append(m)
-        elif isinstance(m, dict) and (m.get("as") or m.get("name")):
-            names.append(m.get("as") or m["name"])
-    return names
 
 
 def format_flags(pairs: list[dict[str, Any]]) -> str:
@@ -244,9 +237,9 @@ def format_flags(pairs: list[dict[str, Any]]) -> str:
     for p in pairs:
         parts = []
         if p["regressions"]:
-            parts.append("REGRESSED " + ", ".join(sorted({m for m, _ in p["regressions"]})))
+            parts.append("REGRESSED " + ", ".join(sorted({f["metric"] for f in p["regressions"]})))
         if p["improvements"]:
-            parts.append("improved " + ", ".join(sorted({m for m, _ in p["improvements"]})))
+            parts.append("improved " + ", ".join(sorted({f["metric"] for f in p["improvements"]})))
         if p.get("unpaired"):  # a comparison that paired nothing shows no change, and is no pass
             parts.append("NOTHING PAIRED for " + ", ".join(sorted(set(p["unpaired"]))))
         out.append(f"vs {p['base_run_id']}: {'; '.join(parts) or 'no change flagged'}")
@@ -324,3 +317,53 @@ def format_corrected(rows: list[dict[str, Any]]) -> str:
             "instances are a random sample):\n"
             + format_table(("metric", "slice", "labelled", "unlabelled", "judge only [95% CI]",
                             "labels only [95% CI]", "corrected [95% CI]", "lambda"), lines))
+
+
+# The failure modes `show` prints per metric and slice: the largest ones.
+TOP_MODES = 3
+
+
+def format_failure_modes(rows: list[dict[str, Any]], top: int = TOP_MODES,
+                         taxonomies: list[dict[str, Any]] | None = None) -> str:
+    """The `top` modes of each metric and slice (by count), with share, CI and an example;
+    for a run that classified nothing (`taxonomies`: its taxonomies rows), that it had no failure."""
+    if not rows:
+        return "".join(f"\nfailure modes: no failure of {', '.join(json.loads(t['metrics'] or '[]'))} to classify "
+                       f"(taxonomy {t['name']})" for t in taxonomies or [])
+    lines = [f"\nfailure modes (top {top} per metric and slice; failure_modes table):"]
+    cells: list[tuple[str, ...]] = []
+    shown: dict[tuple, int] = {}
+    for r in sorted(rows, key=lambda r: (r["metric"], r["slice"] != OVERALL, r["slice"], -r["count"], r["mode"])):
+        key = (r["metric"], r["slice"])
+        if r["count"] == 0 or shown.get(key, 0) >= top:
+            continue
+        shown[key] = shown.get(key, 0) + 1
+        examples = json.loads(r["examples"] or "[]")
+        ci = "-" if r.get("share_ci_low") is None else f"[{r['share_ci_low']:.2f}, {r['share_ci_high']:.2f}]"
+        cells.append((r["metric"], r["slice"], r["mode"], str(r["count"]), str(r["failures"]), f"{r['share']:.2f}", ci,
+                      str(examples[0]) if examples else "-"))
+    if cells:  # else every failure went unclassified: no table, the count below
+        lines.append(format_table(("metric", "slice", "mode", "count", "of", "share", "95% CI", "example"), cells,
+                                  right=(3, 4, 5, 6)))
+    unclassified = {(r["metric"], r["slice"]): r["unclassified"] for r in rows if r["unclassified"]}
+    for (metric, slice_name), n in sorted(unclassified.items()):
+        if slice_name == OVERALL:
+            lines.append(f"  {metric}: {n} failure(s) not classified (the judge failed; see failure_assignments.error)")
+    return "\n".join(lines)
+
+
+def format_mode_comparison(rows: list[dict[str, Any]]) -> str:
+    """Which failure modes grew and which shrank, run against base, per metric and slice."""
+    changed = [r for r in rows if r["count"] != r["base_count"] or r["grew_in"] or r["shrank_in"]]
+    if not changed:
+        return "\nfailure modes: no change in any mode"
+    cells = []
+    for r in changed:
+        share = "-" if r["share_change"] is None else f"{r['base_share'] or 0:.2f}->{r['share'] or 0:.2f}"
+        p = "-" if r["p_value"] is None else f"{r['p_value']:.4f}"
+        flag = "GREW" if r["grew"] else "shrank" if r["shrank"] else ""
+        cells.append((r["metric"], r["slice"], r["mode"], str(r["base_count"]), str(r["count"]), share,
+                      str(r["grew_in"]), str(r["shrank_in"]), p, flag))
+    return ("\nfailure modes, run against base (paired over the instances both runs hold):\n"
+            + format_table(("metric", "slice", "mode", "base", "run", "share", "grew", "shrank", "p", "flag"), cells,
+                           right=(3, 4, 5, 6, 7, 8)))

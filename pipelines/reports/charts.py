@@ -16,9 +16,11 @@ Matplotlib is the optional extra `report` (pip install 'evalbeam[report]'); with
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import math
 import re
+import sys
 from typing import Any
 
 EXTRA_MESSAGE = ("evalbeam report draws its charts with Matplotlib, which is not installed: "
@@ -101,8 +103,14 @@ def _limits(score_range, values: list[float]) -> tuple[float, float] | None:
         lo, hi = min(0.0, min(values)), max(values)
     else:
         return None
-    pad = (hi - lo) * 0.04 or 0.5
-    return lo - pad, hi + pad
+    # on halves: finite for any finite lo and hi; one value: a margin it does not swallow (1e300 + 0.5 == 1e300)
+    pad = (hi / 2 - lo / 2) * 0.08 or max(abs(lo) * 0.04, 0.5)
+    lo, hi = lo - pad, hi + pad
+    if not math.isfinite(hi - lo):
+        # a range no float holds (means of -1e308 and 1e308): its middle, where Matplotlib's
+        # axis and ticks still compute without overflowing
+        lo, hi = max(lo, -sys.float_info.max / 16), min(hi, sys.float_info.max / 16)
+    return lo, hi
 
 
 def whisker(mean, ci_low, ci_high, score_range) -> str:
@@ -165,6 +173,108 @@ def _by_slice(ax, slices, score_range, threshold) -> None:
         ax.legend(loc="lower right", fontsize=7, frameon=False)
 
 
+# Scores within this share of the largest one's magnitude are one bar: 0.6666666666666665 and
+# 0.6666666666666666 are the same score rounded two ways, not two bars 1e-16 apart.
+NEAR_EQUAL = 1e-9
+# Distinct scores drawn where they lie on the axis while the closest two are at least this share
+# of the range apart (a bar is 0.6 of that gap, a few pixels at least); closer, or a range that
+# no float holds, as a row of equal bars, one per score, each labelled.
+MIN_GAP_SHARE = 1 / 25
+
+
+@dataclasses.dataclass
+class Bars:
+    """A distribution as drawn: bar i spans [lefts[i], lefts[i] + widths[i]) and is counts[i]
+    high; `ticks` and `labels` name the scores (None: the axis's own ticks), `slanted` where
+    they would overlap level."""
+
+    lefts: list[float]
+    widths: list[float]
+    counts: list[int]
+    xlim: tuple[float, float]
+    ticks: list[float] | None = None
+    labels: list[str] | None = None
+    slanted: bool = False
+
+
+def distribution_bars(histogram: dict[str, Any]) -> Bars:
+    """Where the bars of a histogram (reports.data.histograms: distinct scores, or equal bins)
+    go, so that every one is drawn whatever the scores: one score, scores equal but for
+    rounding (one bar), scores a hair apart beside far ones, a range wider than the largest
+    float, thousands of distinct scores (bins), negative scores."""
+    buckets = histogram["buckets"]
+    if not histogram["discrete"]:
+        lo, hi = histogram["lo"], histogram["hi"]
+        if hi - lo <= NEAR_EQUAL * max(abs(lo), abs(hi)):  # many scores, all one but for rounding
+            return _categories([(lo, sum(b[2] for b in buckets))])
+        pad = (hi - lo) * 0.03
+        if math.isfinite(lo - pad) and math.isfinite(hi + pad):
+            return Bars([b[0] for b in buckets], [b[1] for b in buckets], [b[2] for b in buckets], (lo - pad, hi + pad))
+        # wider than the largest float: no linear axis holds it; the bins by number, their edges
+        # labelled (on halves, as reports.data computes them)
+        half = buckets[0][1] / 2
+        index = [round((b[0] / 2 - lo / 2) / half) for b in buckets]
+        bins = round((hi / 2 - lo / 2) / half)
+        ticks = sorted({0, round(bins / 2), bins})  # few labels: each is wide (-1.5e+308)
+        return Bars(index, [1.0] * len(buckets), [b[2] for b in buckets], (-0.6, bins + 0.6), ticks,
+                    [f"{2 * (lo / 2 + t * half):.3g}" for t in ticks])
+    merged = _merge_near_equal([(float(b[0]), b[2]) for b in buckets])
+    values = [v for v, _ in merged]
+    if len(values) >= 2:
+        span = values[-1] - values[0]
+        gap = min(b - a for a, b in zip(values, values[1:]))
+        if math.isfinite(span + gap) and gap >= span * MIN_GAP_SHARE:
+            lefts = [v - 0.3 * gap for v in values]
+            xlim = (values[0] - 0.5 * gap, values[-1] + 0.5 * gap)
+            labels = _labels(values)
+            if not _labels_fit(values, labels, xlim):  # the axis's own ticks rather than labels over each other
+                values, labels = None, None
+            return Bars(lefts, [0.6 * gap] * len(lefts), [n for _, n in merged], xlim, values, labels)
+    return _categories(merged)
+
+
+def _merge_near_equal(scores: list[tuple[float, int]]) -> list[tuple[float, int]]:
+    """(score, count)s, ascending, with the scores within NEAR_EQUAL of the first of their run
+    counted as one, named by the most frequent of them."""
+    scores = sorted(scores)
+    tolerance = NEAR_EQUAL * max(abs(v) for v, _ in scores)
+    runs: list[list[tuple[float, int]]] = []
+    for value, count in scores:
+        if runs and value - runs[-1][0][0] <= tolerance:
+            runs[-1].append((value, count))
+        else:
+            runs.append([(value, count)])
+    return [(max(run, key=lambda s: s[1])[0], sum(n for _, n in run)) for run in runs]
+
+
+def _categories(scores: list[tuple[float, int]]) -> Bars:
+    """One bar per score, side by side, each labelled with its score (slanted where they would overlap)."""
+    k = len(scores)
+    labels = _labels([v for v, _ in scores])
+    return Bars([i - 0.3 for i in range(k)], [0.6] * k, [n for _, n in scores], (-0.6, k - 0.4),
+                list(range(k)), labels, slanted=not _labels_fit(range(k), labels, (-0.6, k - 0.4)))
+
+
+# The distribution's plot is about 190 points wide (a third of a metric panel) and its tick labels
+# take about 5 points a character: whether labels side by side overlap.
+PLOT_POINTS, LABEL_CHAR_POINTS = 190, 5.2
+
+
+def _labels_fit(positions, labels: list[str], xlim: tuple[float, float]) -> bool:
+    scale = PLOT_POINTS / (xlim[1] - xlim[0])
+    return all((b - a) * scale >= (len(la) + len(lb)) / 2 * LABEL_CHAR_POINTS + 4
+               for a, b, la, lb in zip(positions, list(positions)[1:], labels, labels[1:]))
+
+
+def _labels(values: list[float]) -> list[str]:
+    """The scores with as many significant digits as tell them apart (6 at least, as %g)."""
+    for digits in range(6, 18):
+        labels = [f"{v:.{digits}g}" for v in values]
+        if len(set(labels)) == len(labels):
+            return labels
+    return labels
+
+
 def _distribution(ax, histogram, score_range) -> None:
     ax.set_title("score distribution", loc="left")
     if not histogram or not histogram["buckets"]:
@@ -174,17 +284,13 @@ def _distribution(ax, histogram, score_range) -> None:
         return
     from matplotlib.ticker import MaxNLocator  # start-up time: Matplotlib only for a report's charts
 
-    buckets = histogram["buckets"]
-    if histogram["discrete"]:
-        values = [b[0] for b in buckets]
-        gaps = [b - a for a, b in zip(values, values[1:])]
-        width = 0.6 * min(gaps) if gaps else 0.6 * (abs(values[0]) or 1.0)
-        ax.bar(values, [b[2] for b in buckets], width=width, color=BLUE)
-        if len(values) <= 8:
-            ax.set_xticks(values, [f"{v:g}" for v in values])
-    else:
-        ax.bar([b[0] for b in buckets], [b[2] for b in buckets], width=[b[1] for b in buckets], align="edge",
-               color=BLUE, edgecolor="white", linewidth=0.4)
+    bars = distribution_bars(histogram)
+    ax.set_axisbelow(True)  # the grid behind the bars, not across them
+    ax.bar(bars.lefts, bars.counts, width=bars.widths, align="edge", color=BLUE,
+           **({} if histogram["discrete"] else {"edgecolor": "white", "linewidth": 0.4}), gid="distribution-bars")
+    ax.set_xlim(*bars.xlim)
+    if bars.ticks is not None:
+        ax.set_xticks(bars.ticks, bars.labels, **({"rotation": 30, "ha": "right"} if bars.slanted else {}))
     ax.set_ylabel("instances")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(axis="x", visible=False)

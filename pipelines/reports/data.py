@@ -1,7 +1,7 @@
 """What `show --json` and the HTML report show of a run, read from its results:
 counts and their problems, judge accounting, dead letters by reason, score
 histograms, the trend of overall means, comparison flags and the instances that
-got worse most. Rendering (pipelines.report_html, report_charts) reads nothing."""
+got worse most. Rendering (pipelines.reports.html, reports.charts) reads nothing."""
 from __future__ import annotations
 
 import datetime as dt
@@ -43,6 +43,18 @@ def run_problems(tables: dict[str, list[dict[str, Any]]]) -> list[str]:
     return problems
 
 
+def run_notes(r: dict[str, Any]) -> list[str]:
+    """What a reader of a run should know that is not a problem (the run's status stands): BLEU scored on
+    its slow Python path (the runs row's bleu_path)."""
+    notes = []
+    if "python" in (r.get("bleu_path") or ""):
+        some = "every worker" if r["bleu_path"] == "python" else "some workers"
+        notes.append(f"BLEU ran on its Python path on {some} (bleu_path {r['bleu_path']}): its C extension "
+                     "(metrics/_bleu13a.c) was not built there, so BLEU took about 6x as long, with the same "
+                     "scores; require_native_bleu: true refuses such a run")
+    return notes
+
+
 def input_problems(r: dict[str, Any]) -> list[str]:
     """A run that read nothing (unless its config's input.allow_empty), read records but scored
     none, or dead-lettered more of them than its config's max_dead_letter_share allows."""
@@ -68,13 +80,18 @@ def input_problems(r: dict[str, Any]) -> list[str]:
 
 
 # Distributions computed where the rows are: a metric with few distinct scores (0/1, a 1..5
-# rubric) is counted per score, any other in 20 equal bins between its min and max.
+# rubric) is counted per score, any other in 20 equal bins between its min and max. Only
+# finite scores count (`score - score = 0` is false for NaN and infinities in DuckDB and
+# BigQuery alike: the pipeline writes none, a table written otherwise may hold them); the bin
+# is computed on halves, so that a range wider than the largest float does not overflow.
+# Scores that differ only by rounding (0.6666666666666665, 0.6666666666666666) are told apart
+# here and drawn as one bar by reports.charts.
 HISTOGRAM_SQL = """
-WITH s AS (SELECT metric, score FROM {scores} WHERE score IS NOT NULL),
+WITH s AS (SELECT metric, score FROM {scores} WHERE score - score = 0),
 r AS (SELECT metric, MIN(score) AS lo, MAX(score) AS hi, COUNT(DISTINCT score) AS distinct_scores FROM s GROUP BY metric)
 SELECT s.metric, r.lo, r.hi, r.distinct_scores,
   CASE WHEN r.distinct_scores <= {max_distinct} THEN s.score
-       ELSE LEAST(FLOOR((s.score - r.lo) / (r.hi - r.lo) * {bins}), {bins} - 1) END AS bucket,
+       ELSE LEAST(FLOOR((s.score / 2 - r.lo / 2) / (r.hi / 2 - r.lo / 2) * {bins}), {bins} - 1) END AS bucket,
   COUNT(*) AS n
 FROM s JOIN r ON s.metric = r.metric
 GROUP BY s.metric, r.lo, r.hi, r.distinct_scores, bucket
@@ -171,8 +188,9 @@ def histograms(results, run_id: str) -> dict[str, dict[str, Any]]:
         if discrete:
             h["buckets"].append((float(r["bucket"]), None, r["n"]))
         else:
-            width = (r["hi"] - r["lo"]) / HISTOGRAM_BINS
-            h["buckets"].append((r["lo"] + int(r["bucket"]) * width, width, r["n"]))
+            # on halves, as the bin above: finite for any finite lo and hi
+            width = r["hi"] / HISTOGRAM_BINS - r["lo"] / HISTOGRAM_BINS
+            h["buckets"].append((2 * (r["lo"] / 2 + int(r["bucket"]) * (width / 2)), width, r["n"]))
     return out
 
 
@@ -217,6 +235,47 @@ def comparison_flags(results, name: str | None, run_ids: set[str]) -> dict[str, 
     for (run_id, _), p in sorted(pairs.items()):
         out.setdefault(run_id, []).append(p)
     return out
+
+
+def runs_data(results, eval_name: str | None, last: int | None = None) -> list[dict[str, Any]]:
+    """The runs `evalbeam runs` lists (of an eval; the last `last`), newest first, as `runs --json`
+    prints them: each run's counts, the overall mean of each of its metrics (in its config's order)
+    and, per base run it was compared with, the (metric, slice)s flagged."""
+    rows = results.runs(eval_name)[:last]  # last None: all
+    ids = {r["run_id"] for r in rows}
+    means = overall_means(results, eval_name, ids) if rows else {}
+    flags = comparison_flags(results, eval_name, ids) if rows else {}
+    out = []
+    for r in rows:
+        m = means.get(r["run_id"], {})
+        order = [k for k in dict.fromkeys([*configured_metrics(r.get("config")), *sorted(m)]) if k in m]
+        out.append({
+            "run_id": r["run_id"], "eval": r["name"], "run_date": r["run_date"], "started_at": r["started_at"],
+            "finished_at": r["finished_at"], "read_count": r["read_count"], "scored_count": r["scored_count"],
+            "dead_letter_count": r["dead_letter_count"], "metric_error_count": r["metric_error_count"],
+            "means": {k: {"mean": m[k]["mean"], "ci_low": m[k]["ci_low"], "ci_high": m[k]["ci_high"],
+                          "valid_count": m[k]["valid_count"]} for k in order},
+            "compared": [{"base_run_id": p["base_run_id"],
+                          "regressions": [{"metric": metric, "slice": s} for metric, s in p["regressions"]],
+                          "improvements": [{"metric": metric, "slice": s} for metric, s in p["improvements"]],
+                          "unpaired": p["unpaired"]} for p in flags.get(r["run_id"], [])],
+        })
+    return out
+
+
+def configured_metrics(config_text: str | None) -> list[str]:
+    """The output names of a run's metrics in the order its config lists them (the headline first)."""
+    try:
+        metrics = json.loads(config_text or "{}").get("metrics") or []
+    except (ValueError, AttributeError):
+        return []
+    names = []
+    for m in metrics:
+        if isinstance(m, str):
+            names.append(m)
+        elif isinstance(m, dict) and (m.get("as") or m.get("name")):
+            names.append(m.get("as") or m["name"])
+    return names
 
 
 def worst_instances(results, base_run_id: str, run_id: str, metric: str, direction: str,
@@ -270,6 +329,7 @@ def show_data(results, run_id: str, tables: dict | None = None) -> dict[str, Any
         "dead_letters": {"first": tables["dead_letter"], "by_reason": dead_letter_reasons(results, run_id)}
         if run["dead_letter_count"] else {"first": [], "by_reason": []},
         "problems": run_problems(tables),
+        "notes": run_notes(run),
         "results": results.location,
         # failure_modes: the failure_modes rows, each with its examples as a list
         **({"failure_modes": [{**m, "examples": json.loads(m["examples"] or "[]")} for m in modes]} if modes else {}),
@@ -323,7 +383,7 @@ def score_range(text: str) -> tuple[float, float] | None:
 def report_data(results, run_id: str, base_run_id: str | None = None,
                 comparisons: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Everything `evalbeam report` shows, read from where the run's tables are; rendering
-    (pipelines.report_html, report_charts) reads nothing."""
+    (pipelines.reports.html, reports.charts) reads nothing."""
     tables = results.run_tables(run_id)
     data = show_data(results, run_id, tables)
     run = tables["runs"][0]

@@ -1,6 +1,6 @@
-"""`evalbeam report`: one self-contained HTML file from the data pipelines.report_data reads.
+"""`evalbeam report`: one self-contained HTML file from the data pipelines.reports.data reads.
 
-Self-contained: the styles are inline, the charts inline SVG (pipelines.report_charts), and
+Self-contained: the styles are inline, the charts inline SVG (pipelines.reports.charts), and
 nothing is fetched from anywhere. A Content-Security-Policy meta tag makes that a rule the
 browser enforces: no script, no connection, no image, font or stylesheet from outside. Every
 string from the results (names, slices, reasons, instance fields) is HTML-escaped.
@@ -13,9 +13,9 @@ import re
 from typing import Any
 
 from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
-from evalbeam.pipelines import report_charts as charts
-from evalbeam.pipelines.compare import flagged_first
-from evalbeam.pipelines.report_data import SHOWN_FIELDS
+from evalbeam.pipelines.reports import charts
+from evalbeam.pipelines.reports.compare import flagged_first
+from evalbeam.pipelines.reports.data import SHOWN_FIELDS
 
 # Inline styles only (Matplotlib's SVG carries style attributes); nothing else from anywhere.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
@@ -42,6 +42,7 @@ summary { color: #2f6db3; }
 .ok { color: #2e7d32; font-weight: 600; }
 .bad { color: #b3261e; font-weight: 600; }
 .problems { background: #fdecea; border: 1px solid #f3b8b3; padding: 8px 14px; border-radius: 4px; }
+.notes { background: #fff8e1; border: 1px solid #f0dc9c; padding: 8px 14px; border-radius: 4px; }
 .verdict { font-size: 16px; padding: 8px 14px; border-radius: 4px; display: inline-block; margin: 4px 0 8px; }
 .verdict.bad { background: #fdecea; border: 1px solid #f3b8b3; }
 .verdict.ok { background: #e8f5e9; border: 1px solid #b7dfb9; }
@@ -76,7 +77,8 @@ def num(value: Any, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     if isinstance(value, float):
-        return f"{value:.{digits}f}"
+        # a huge score in full would be hundreds of digits wide, pushing the table's charts off the page
+        return f"{value:.{digits}f}" if abs(value) < 1e12 else f"{value:.{digits}e}"
     return e(value)
 
 
@@ -172,6 +174,9 @@ def _header(data) -> str:
     if data["problems"]:
         out.append('<div class="problems"><strong>Problems</strong><ul>'
                    + "".join(f"<li>{e(p)}</li>" for p in data["problems"]) + "</ul></div>")
+    if data.get("notes"):
+        out.append('<div class="notes"><strong>Notes</strong><ul>'
+                   + "".join(f"<li>{e(n)}</li>" for n in data["notes"]) + "</ul></div>")
     out.append("</section>")
     return "\n".join(out)
 
@@ -249,7 +254,7 @@ def _comparison_table(rows: list[dict[str, Any]]) -> str:
     out = ['<table class="comparison"><tr><th>metric</th><th>slice</th><th class=num>paired</th>'
            "<th class=num>base mean</th><th class=num>mean</th><th class=num>difference</th><th>95% CI</th>"
            "<th class=num>p (Holm)</th><th class=num>wins/ties/losses</th><th>better</th><th>flag</th>"
-           "<th>estimate</th></tr>"]
+           "<th>estimate</th><th>the gate</th></tr>"]
     for r in rows:
         cls = "regression" if r["regression"] else "improvement" if r["improvement"] else ""
         flag = "REGRESSION" if r["regression"] else "improvement" if r["improvement"] else ""
@@ -262,7 +267,9 @@ def _comparison_table(rows: list[dict[str, Any]]) -> str:
             f'<td class=num>{num(r["wins"])}/{num(r["ties"])}/{num(r["losses"])}</td><td>{e(r["direction"])}</td>'
             f'<td class="flag">{flag}</td>'
             # corrected: the means, difference, CI and p are human-corrected (PPI++; metrics.statistics.compare)
-            f'<td>{"corrected (PPI++)" if r.get("estimate") == "corrected" else "judge"}</td></tr>')
+            f'<td>{"corrected (PPI++)" if r.get("estimate") == "corrected" else e(r.get("estimate") or "-")}</td>'
+            # why the gate flagged the row or did not (metrics.statistics.compare.gate_reason; none on older rows)
+            f'<td>{e(r.get("gate_reason") or "-")}</td></tr>')
     out.append("</table>")
     return "\n".join(out)
 
@@ -377,7 +384,7 @@ def _repeats(data) -> str:
     rows = [s for s in data["summary"] if s.get("pass_at_k")]
     if not rows:
         return ""
-    from evalbeam.pipelines.text_tables import shown_ks
+    from evalbeam.pipelines.reports.text import shown_ks
 
     ks = shown_ks(max(len(s["pass_at_k"]) for s in rows))  # the chart has every k; the table a few, as `show`
 
