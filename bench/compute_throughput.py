@@ -90,7 +90,7 @@ def generate(rows: int, seed: int = 0, words: int = 80) -> list[dict]:
             kept = [w for w in reference.split(" ") if rng.random() > 0.25]
             response = " ".join(kept + [rng.choice(WORDS) for _ in range(words - len(kept))])
         else:
-            response = text(rng)
+            response = text(rng, words)
         ref_traj = trajectory(rng)
         pred_traj = ref_traj[: rng.randint(0, len(ref_traj))] + trajectory(rng)[: rng.randint(0, 2)]
         data.append({"id": f"row-{i}", "response": response, "reference": reference,

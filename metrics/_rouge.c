@@ -1,15 +1,21 @@
 /* ROUGE-N and ROUGE-L of a pair of texts in C, for metrics/text.py: rouge-score's
  * tokenizer (the text lower-cased, every run of [a-z0-9] one token, tokens of more
  * than three characters stemmed), its n-gram overlaps and its longest common
- * subsequence, with its F-measures. Written by hand for the cost of the tokens:
- * rouge-score-rs, which evalbeam runs otherwise (and for rougeLsum of texts with
- * line breaks), stems every token of every text again (some two thirds of its call on
- * the benchmark's texts), and handing it tokens stemmed once costs as much as its own
- * call (each token becomes a Python string, then a Rust one: docs/performance.md). Here
- * a token is never a Python string: each distinct token is stemmed once, by the
- * stemmer the caller passes (rouge-score-rs's Porter stemmer), and kept in a bounded
- * table of the process. tests/metrics/test_text.py checks every score against
- * rouge-score itself on many generated texts.
+ * subsequence, with its F-measures.
+ *
+ * Why by hand: no library keeps a text's tokens and stems between ROUGE types and
+ * between rows. rouge-score (pure Python) and rouge-score-rs (Rust; evalbeam runs it
+ * where this module was not built, and for rougeLsum of texts with line breaks) score
+ * every type asked for in one call, but each call tokenizes both texts and stems every
+ * token again, and that is most of the call (docs/performance.md, the fourth
+ * step). rouge-score-rs's score_documents takes tokens already stemmed, but they cross
+ * as Python strings, a list of them per text per row, made and converted each call.
+ * Here a token is never a Python string: each distinct token is stemmed once, by the
+ * stemmer the caller passes (rouge-score-rs's Porter stemmer, NLTK's, which
+ * rouge-score uses), and kept in a bounded table of the process; rouge1, rouge2,
+ * rougeL and rougeLsum of one pair share those tokens. tests/metrics/test_text.py
+ * checks every score against rouge-score itself on many generated texts, and this
+ * module's memory under valgrind.
  *
  * scores(target, prediction, orders, stem) -> tuple[float, ...]
  *     for each n of `orders` (a tuple of ints), the F-measure of rouge-score's
