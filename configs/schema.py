@@ -20,6 +20,7 @@ from typing import Any, Literal
 import pydantic
 
 from evalbeam.configs.failure_modes import FailureModesConfig, check_metrics
+from evalbeam.configs.red_team import RedTeamConfig, check_inference
 from evalbeam.metrics.agents.simulator import SIMULATOR_DEFAULTS
 from evalbeam.metrics.custom import function_path
 from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
@@ -742,6 +743,8 @@ class EvalConfig(_Model):
     failure_modes: FailureModesConfig | None = pydantic.Field(
         None, description="classify the failures of these metrics into a taxonomy of failure modes "
                           "(configs/failure_modes.py)")
+    red_team: RedTeamConfig | None = pydantic.Field(
+        None, description="run each case also under attack, beside its unattacked twin (configs/red_team.py)")
     compare_with: str | None = pydantic.Field(
         None, pattern=NAME_RE,
         description="'previous' (this eval's latest earlier run by run date) or a run_id: compared with in the "
@@ -820,6 +823,12 @@ class EvalConfig(_Model):
         """An ADK file input with neither input.adk_criteria nor metrics: each file's cases are
         judged with the criteria (and thresholds) of the test_config.json beside the file."""
         return self._criteria_per_file
+
+    @pydantic.model_validator(mode="after")
+    def _red_team_reaches(self) -> "EvalConfig":
+        if self.red_team is not None:
+            check_inference(self.red_team, self.inference)
+        return self
 
     @pydantic.model_validator(mode="after")
     def _some_metric(self) -> "EvalConfig":
@@ -983,7 +992,7 @@ class EvalConfig(_Model):
     def calls_a_model(self) -> bool:
         """Whether the run calls a model: a judge metric or model inference (credentials, checkpoints, judge.cache)."""
         return bool(self.judge_specs()) or self.model_inference() or self.simulates_users() or \
-            self.failure_modes is not None
+            self.failure_modes is not None or (self.red_team is not None and self.red_team.generates)
 
     def metric_directions(self) -> dict[str, str]:
         """output name -> which way is better, for every metric the run reports

@@ -31,6 +31,7 @@ from evalbeam.metrics.registry import get_metric, unmet_inputs
 from evalbeam.metrics.agents.simulator import QUALITY_METRIC, SimulatorUnavailable, check_custom_instructions, require_adk
 from evalbeam.pipelines.local import LOCAL_RUNNERS
 from evalbeam.pipelines.stages.read import adk_reading, inputs_left, row_spec
+from evalbeam.pipelines.stages.red_team import check_red_team
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.local_cloud import no_credentials, storage_client
 from evalbeam.transforms.read import match_files, parse_file
@@ -151,6 +152,7 @@ def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str 
     _check_inference(config)
     _check_simulator(config)
     _check_taxonomy(config)
+    check_red_team(config)
     _check_bleu(config)
     return checked
 

@@ -50,6 +50,9 @@ class WriteResults(Stage):
                 pipeline | "NoFailureModes" >> beam.Create([])),
             "taxonomies": named["taxonomies"] if "taxonomies" in named else (
                 pipeline | "NoTaxonomies" >> beam.Create([])),
+            "attacks": named["attacks"] if "attacks" in named else pipeline | "NoAttacks" >> beam.Create([]),
+            "attack_summary": named["attack_summary"] if "attack_summary" in named else (
+                pipeline | "NoAttackSummary" >> beam.Create([])),
         }
         direct = direct_runner(pipeline)
         # Parquet is always written: it is the output (written beside the run's
