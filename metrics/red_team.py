@@ -387,7 +387,7 @@ def plant(response: Any, path: str, text: str) -> Any:
         try:
             decoded = json.loads(response)
         except json.JSONDecodeError:
-            raise Unplantable(f"the response is text that is not JSON ({response[:60]!r}): nothing at {path}") from None
+            raise Unplantable(f"it is text that is not JSON ({response[:60]!r})") from None
         return json.dumps(_plant(decoded, steps, (), text)[0], ensure_ascii=False)
     return _plant(response, steps, (), text)[0]
 

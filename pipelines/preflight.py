@@ -324,7 +324,8 @@ def uses_run_judge(config: EvalConfig) -> bool:
     simulator or failure classification. When every metric names its own judge (another provider's,
     say), the run's judge needs no credentials."""
     return config.model_inference() or config.failure_modes is not None or any(
-        s.judge is None and s.judges is None for s in config.judge_specs()) or simulator_called(config)
+        s.judge is None and s.judges is None for s in config.judge_specs()) or simulator_called(config) or \
+        (config.red_team is not None and config.red_team.generates)
 
 
 def simulator_called(config: EvalConfig) -> bool:
@@ -347,6 +348,8 @@ def run_judge_callers(config: EvalConfig) -> list[str]:
         callers.append("inference.user_simulator")
     if config.failure_modes is not None:
         callers.append("failure_modes")
+    if config.red_team is not None and config.red_team.generates:
+        callers.append("red_team.attacks.generate")
     return callers
 
 
