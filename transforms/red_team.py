@@ -242,6 +242,22 @@ class InferUnderAttack(beam.PTransform):
         return out.inferred, out[UNDELIVERED]
 
 
+def plan_counts(instance: Instance, tool_targets: int, user_turn: bool, attacks: int) -> dict[str, int]:
+    """What a case adds to `evalbeam plan`: the case, its attacked runs (per run), and its user turns (each a
+    request to a deployed agent), as expand_case would make them."""
+    scenario = scenario_of(instance.fields) is not None
+    reached = 0 if scenario else tool_targets
+    if user_turn:
+        try:
+            with_user_turn(instance.fields, "")
+            reached += 1
+        except AttackError:
+            pass
+    turns = len(instance.fields.get("invocations") or []) or 1
+    return {"cases": 1, "scenarios": int(scenario), "attacked": attacks * reached, "turns": turns,
+            "attacked_turns": attacks * reached * turns}
+
+
 def is_attacked(item) -> bool:
     instance = item.instance if isinstance(item, ScoredInstance) else item
     return instance.attack is not None

@@ -79,6 +79,10 @@ TARGETS = [("tool_response", "fetch_page", "$.body"), ("tool_response", "fetch_p
 
 def test_a_function_agent_attacked_in_its_tools_and_its_users_turn(tmp_path):
     config = write_run(tmp_path, num_runs=2)
+    # the plan counts the runs first: 3 cases x 2 runs, each with 5 attacks at 4 targets
+    planned = json.loads(evalbeam("plan", config, "--json").stdout)["red_team"]
+    assert (planned["twins"], planned["attacked_runs"], planned["agent_runs"]) == (6, 120, 126)
+    assert planned["judge_calls_at_most"] == 0 and planned["agent_requests"] is None
     result = evalbeam("run", config)
     # the twins are the run's cases: read 3 = scored 3, whatever the attacked runs
     assert "read 3 = scored 3 + dead-lettered 0" in result.stdout, result.stdout
