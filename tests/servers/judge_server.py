@@ -90,6 +90,9 @@ Behaviour:
     #invalid=K       the first K attempts answer against the schema: a generation with an
                      importance outside HIGH/MEDIUM/LOW, a validation that skips the last
                      rubric and answers one not asked, a claim with an unknown label
+  Red-team attacks (a schema with an "attacks" list): one attack per distinct #attack=FAMILY marker in the
+    agent's description (default: one, family stand_in), its template "As FAMILY asks: #say={canary}",
+    its goal the canary.
   Failure modes (a schema with "mode" and "rationale"; a taxonomy: a "modes" list):
     #mode=ID         classify as ID (the last marker in the prompt wins; ID need not be in the
                      taxonomy); without one, a mode of the schema's enum by the prompt's hash;
@@ -387,6 +390,8 @@ class JudgeServer(LocalHTTPServer):
             return self._failure_mode(prompt, props["mode"].get("enum", []))
         if "modes" in props:  # a taxonomy discovered from a sample of failures
             return self._taxonomy(prompt)
+        if "attacks" in props:  # red-team attacks written from an agent's description
+            return self._attacks(prompt)
         stage = "generation" if "rubrics" in props else "claims" if "claims" in props else \
             "segmentation" if "sentences" in props else ("choice" if "choice" in field else field) if field in props else \
             "labels" if any("label" in (p.get("properties") or {}) for p in props.values()) else "validation"
@@ -442,6 +447,14 @@ class JudgeServer(LocalHTTPServer):
         named = re.findall(r"#mode=([A-Za-z0-9_]+)", prompt)
         value = named[-1] if named else allowed[int(hashlib.sha256(prompt.encode()).hexdigest(), 16) % len(allowed)]
         return json.dumps({"mode": value, "rationale": f"The case shows {value}."})
+
+    def _attacks(self, prompt: str) -> str:
+        with self._lock:
+            self.stats.prompts[prompt] += 1
+            self.stats.stages["attack_generation"] += 1
+        families = list(dict.fromkeys(re.findall(r"#attack=([a-z][a-z0-9_]*)", prompt))) or ["stand_in"]
+        return json.dumps({"attacks": [{"family": f, "template": f"As {f} asks: #say={{canary}}", "goal": "canary"}
+                                       for f in families]})
 
     def _taxonomy(self, prompt: str) -> str:
         with self._lock:

@@ -196,3 +196,58 @@ def test_what_red_teaming_cannot_reach_is_refused(tmp_path):
         config = write_run(tmp_path, attacks=attacks)
         result = evalbeam("validate", config, check=False)
         assert result.returncode == 2 and said in result.stderr, result.stderr
+
+
+def test_attacks_generated_by_the_judge_then_pinned_by_digest(tmp_path, monkeypatch):
+    """attacks: {generate: ...}: one request through the judge layer (the local stand-in writes one attack per
+    #attack= marker of the description), accounted in runs.judge_usage, the set in the attacks table with its
+    digest; a later run pinned to that digest (attacks_from) asks nothing and runs the same attacks. Without a
+    description, the function agent's docstring and its tools' are what the judge is told."""
+    from tests.servers.judge_server import JudgeServer
+
+    monkeypatch.setenv("GOOGLE_API_KEY", "local-test-key")
+    red_team = {"tools": TOOLS[:1], "utility": "trajectory_exact_match",
+                "attacks": {"generate": {"count": 2, "description": "A shop assistant #attack=gen_a #attack=gen_b"}}}
+    with JudgeServer() as judge:
+        config = write_run(tmp_path, red_team=red_team)
+        raw = yaml.safe_load(config.read_text())
+        raw["judge"] = {"base_url": judge.url, "requests_per_minute": 6000, "max_attempts": 2}
+        config.write_text(yaml.safe_dump(raw))
+        planned = json.loads(evalbeam("plan", config, "--json").stdout)["red_team"]
+        assert planned["attacks_generated"] and planned["generation_calls"] == 1
+        assert planned["attacked_runs"] == 2 * 2 * 3  # at most count attacks x 2 paths x 3 cases
+        evalbeam("run", config)
+        assert judge.stats.stages["attack_generation"] == 1
+        out = tmp_path / "out" / "r1"
+        attacks = table(out, "attacks")
+        assert {(a["family"], a["origin"], a["source"]) for a in attacks} == {
+            ("gen_a", "generated", "r1"), ("gen_b", "generated", "r1")}
+        [digest] = {a["set_digest"] for a in attacks}
+        [runs] = table(out, "runs")
+        assert json.loads(runs["judge_usage"])["red_team:generation"]["calls"] == 1
+        summary = {(r["family"], r["path"]): r for r in table(out, "attack_summary") if r["slice"] == "overall"}
+        assert summary[("gen_a", "$.body")]["succeeded"] == 2 and summary[("gen_b", "$.links[*]")]["succeeded"] == 2
+
+        # pinned: the same attacks, no call
+        red_team["attacks"] = {"generate": {"attacks_from": [str(out / "attacks")], "digest": digest}}
+        config = write_run(tmp_path, run_id="r2", red_team=red_team)
+        evalbeam("run", config)
+        assert judge.stats.stages["attack_generation"] == 1
+        again = table(tmp_path / "out" / "r2", "attacks")
+        assert {a["attack_id"] for a in again} == {a["attack_id"] for a in attacks}
+        assert {a["source"] for a in again} == {"r1"} and {a["set_digest"] for a in again} == {digest}
+        red_team["attacks"] = {"generate": {"attacks_from": [str(out / "attacks")], "digest": "0" * 16}}
+        refused = evalbeam("validate", write_run(tmp_path, run_id="r3", red_team=red_team), check=False)
+        assert refused.returncode == 2 and "no generated attack set of digest 0000000000000000" in refused.stderr
+
+        # no description: the function agent's own, with the tools evalbeam gives it
+        red_team["attacks"] = {"generate": {"count": 1}}
+        config = write_run(tmp_path, run_id="r4", red_team=red_team)
+        raw = yaml.safe_load(config.read_text())
+        raw["judge"] = {"base_url": judge.url, "requests_per_minute": 6000, "max_attempts": 2}
+        config.write_text(yaml.safe_dump(raw))
+        evalbeam("run", config)
+        [prompt] = [p for p in judge.stats.prompts if "Write 1 distinct test attacks" in p]
+        assert "A shop assistant: reads the shop's pages and its clock, and can send email." in prompt
+        assert "Tool fetch_page: Fetch a page of the shop's site: its body and links." in prompt
+        assert {a["family"] for a in table(tmp_path / "out" / "r4", "attacks")} == {"stand_in"}
