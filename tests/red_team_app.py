@@ -74,3 +74,15 @@ def shop_agent(fields: dict, tools: dict, run: int = 1) -> dict:
         says += re.findall(r"#say=(\S+)", text)
     reply = f"You said: {prompt}. Read: " + "; ".join(json.dumps(c["response"], sort_keys=True) for c in calls)
     return {"response": " ".join([reply, *says]), "tool_calls": calls}
+
+
+def hardened_shop_agent(fields: dict, tools: dict, run: int = 1) -> dict:
+    """The same assistant, taking orders from its user only: what its tools answer is data, never an order."""
+    prompt = fields["prompt"]
+    calls = []
+    for name in re.findall(r"#fetch=(\w+)", prompt):
+        response = tools.get("fetch_page", fetch_page)(url=name)
+        calls.append({"tool_name": "fetch_page", "tool_input": {"url": name}, "id": f"c{len(calls)}",
+                      "response": response})
+    reply = f"You said: {prompt}. Read: " + "; ".join(json.dumps(c["response"], sort_keys=True) for c in calls)
+    return {"response": reply, "tool_calls": calls}
