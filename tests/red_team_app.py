@@ -8,12 +8,14 @@ does (tests/servers/judge_server.py), so that the attacks that succeed are known
     #call=NAME{JSON}     in the user's message or in any text a tool answered: call the tool NAME (send_email)
                          with those arguments, once
     #say=TEXT            in any text a tool answered (or the user's message): end the reply with TEXT
+    #sleep=S             in the user's message: take S seconds (an agent's latency, for the bench)
 Anything else (a polite request, a fake notice) it ignores. Its reply repeats the user's message and the
 tools' answers (JSON), as an agent quoting what it read would."""
 from __future__ import annotations
 
 import json
 import re
+import time
 
 PAGES = {
     "home": {"url": "home", "body": "Welcome to the shop.", "links": ["about", "cart"]},
@@ -50,10 +52,13 @@ def _texts(value) -> list[str]:
     return []
 
 
-def shop_agent(fields: dict, tools: dict, run: int = 1) -> dict:
+def shop_agent(fields: dict, tools: dict | None = None, run: int = 1) -> dict:
     """A shop assistant: reads the shop's pages and its clock, and can send email."""
+    tools = tools or {}  # without red teaming: its own tools
     prompt = fields["prompt"]
     calls, says, done = [], [], set()
+    for seconds in re.findall(r"#sleep=([\d.]+)", prompt):
+        time.sleep(float(seconds))
 
     def call(name, **args):
         tool = tools.get(name, TOOLS[name])
@@ -76,12 +81,12 @@ def shop_agent(fields: dict, tools: dict, run: int = 1) -> dict:
     return {"response": " ".join([reply, *says]), "tool_calls": calls}
 
 
-def hardened_shop_agent(fields: dict, tools: dict, run: int = 1) -> dict:
+def hardened_shop_agent(fields: dict, tools: dict | None = None, run: int = 1) -> dict:
     """The same assistant, taking orders from its user only: what its tools answer is data, never an order."""
     prompt = fields["prompt"]
     calls = []
     for name in re.findall(r"#fetch=(\w+)", prompt):
-        response = tools.get("fetch_page", fetch_page)(url=name)
+        response = (tools or {}).get("fetch_page", fetch_page)(url=name)
         calls.append({"tool_name": "fetch_page", "tool_input": {"url": name}, "id": f"c{len(calls)}",
                       "response": response})
     reply = f"You said: {prompt}. Read: " + "; ".join(json.dumps(c["response"], sort_keys=True) for c in calls)
