@@ -1,7 +1,7 @@
 """A run's red teaming read back (pipelines.results), for `show` and the report (attack success per family,
 tool and path, the worst attacked runs beside their twins) and `compare` (which attacks got through more
 often between two runs: the attacked runs both hold, paired by id, with McNemar's exact test). Printed by
-pipelines.reports.red_team."""
+pipelines.reports.text and pipelines.reports.html."""
 from __future__ import annotations
 
 import json
