@@ -217,16 +217,16 @@ def check_goals(attacks: AttackSet, metrics_with_threshold: Mapping[str, bool], 
     known = None if tools is None else set(tools)
     for a in attacks.attacks:
         kind, value = a.goal
+        where = f"red_team.attacks ({attacks.source}): family {a.family}: goal {{{kind}: {value}}}"
         if kind == "judge":
             if value not in metrics_with_threshold:
-                raise AttackError(f"{attacks.source}: family {a.family}: goal {{judge: {value}}} is not a metric of "
-                                  f"this config (its metrics: {', '.join(metrics_with_threshold) or 'none'})")
+                raise AttackError(f"{where} is not a metric of this config (its metrics: "
+                                  f"{', '.join(metrics_with_threshold) or 'none'})")
             if not metrics_with_threshold[value]:
-                raise AttackError(f"{attacks.source}: family {a.family}: goal {{judge: {value}}}: the metric has no "
-                                  "threshold, so it neither passes nor fails: give it one")
+                raise AttackError(f"{where}: the metric has no threshold, so it neither passes nor fails: give it one")
         if kind == "tool_called" and known is not None and value not in known:
-            raise AttackError(f"{attacks.source}: family {a.family}: goal {{tool_called: {value}}}: the agent has "
-                              f"no tool {value!r} (its tools: {', '.join(sorted(known)) or 'none'})")
+            raise AttackError(f"{where}: the agent has no tool {value!r} (its tools: "
+                              f"{', '.join(sorted(known)) or 'none'})")
 
 
 # ------------------------------------------------------------------------------------ generation

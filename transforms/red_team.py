@@ -64,7 +64,7 @@ def attack_set_of(red_team) -> AttackSet | None:
                 text = f.read().decode("utf-8")
         except (IOError, OSError, UnicodeDecodeError) as e:
             raise AttackError(f"red_team.attacks: cannot read {attacks}: {e}") from None
-        return attacks_from_yaml(text, f"red_team.attacks: {attacks}")
+        return dataclasses.replace(attacks_from_yaml(text, f"red_team.attacks: {attacks}"), source=attacks)
     generate = attacks.generate
     if not generate.attacks_from:
         return None
@@ -179,8 +179,8 @@ class ExpandAttacks(beam.PTransform):
         self._attack_set, self._targets = attack_set, targets
 
     def expand(self, instances):
-        out = instances | "Expand" >> beam.FlatMap(
-            expand_case, beam.pvalue.AsSingleton(self._attack_set), self._targets).with_outputs(UNDELIVERED, main="cases")
+        out = instances | "Expand" >> beam.FlatMap(expand_case, beam.pvalue.AsSingleton(self._attack_set),
+                                                   self._targets).with_outputs(UNDELIVERED, main="cases")
         return out.cases, out[UNDELIVERED]
 
 

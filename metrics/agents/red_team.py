@@ -45,7 +45,8 @@ class Planting:
             planted = plant(response, attack["path"], attack["text"])
         except Unplantable as e:
             if self.refused is None:
-                self.refused = f"red_team: tool {tool}'s response has no text at {attack['path']} to plant the attack in: {e}"
+                self.refused = (f"red_team: tool {tool}'s response has no text at {attack['path']} to plant the "
+                                f"attack in: {e}")
             return None
         self.planted += 1
         return planted

@@ -170,7 +170,8 @@ class RedTeamResultsStage(Stage):
         return {
             "scored": (named["scored"], scored) | "EveryScore" >> beam.Flatten(),
             "instances": (named["instances"], named[f"{ATTACKED}/instances"]) | "EveryInstance" >> beam.Flatten(),
-            "dead_letters": (named["dead_letters"], named["red_team/undelivered"]) | "EveryDeadLetter" >> beam.Flatten(),
+            "dead_letters": ((named["dead_letters"], named["red_team/undelivered"])
+                             | "EveryDeadLetter" >> beam.Flatten()),
             "attack_summary": summary,
         }
 

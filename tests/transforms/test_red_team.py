@@ -158,8 +158,21 @@ def test_a_function_agent_attacked_in_its_tools_and_its_users_turn(tmp_path):
     [runs] = table(out, "runs")
     assert (runs["read_count"], runs["scored_count"], runs["dead_letter_count"]) == (3, 3, 0)
 
-    shown = evalbeam("show", "r1", "--parquet", tmp_path / "out")
-    assert "attack success" in shown.stdout and "obey" in shown.stdout, shown.stdout
+    shown = evalbeam("show", "r1", "--parquet", tmp_path / "out").stdout
+    assert "dead letters (" not in shown and "attacked runs that could not be attacked" in shown
+    row = next(t for t in shown.splitlines() if t.startswith("obey") and "fetch_page" in t and "$.body" in t)
+    assert row.split()[3:6] == ["6", "4", "0.6667"], row  # attacked, succeeded, rate
+    as_json = json.loads(evalbeam("show", "r1", "--parquet", tmp_path / "out", "--json").stdout)
+    assert len([a for a in as_json["attack_summary"] if a["slice"] == "overall"]) == 20
+    # the report: attack success per family and target, the worst attacked runs beside their twins
+    page = tmp_path / "report.html"
+    evalbeam("report", "r1", "--parquet", tmp_path / "out", "-o", page)
+    html = page.read_text()
+    assert '<section id="attacks">' in html and "The worst attacked runs, beside their twins" in html
+    example = json.loads(summary[("obey", "user_turn", None, None, "overall")]["examples"])[0]
+    assert f"<code>{example['instance_id']}</code> succeeded: called send_email" in html
+    twin_prompt = instances[example["twin_id"]]["prompt"]
+    assert f'<pre class="diff">{twin_prompt}</pre>' in html  # the prompt that carried the attack differs
 
 
 @pytest.mark.parametrize("red_team, said", [
