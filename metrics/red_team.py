@@ -197,7 +197,10 @@ def attacks_from_yaml(text: str, source: str) -> AttackSet:
     try:
         entries = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise AttackError(f"{source}: not YAML: {str(e).splitlines()[0]}") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise AttackError(f"{source}: not YAML{where}: {problem}") from None
     return attacks_from_entries(entries, source, "file")
 
 

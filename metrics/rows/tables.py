@@ -546,8 +546,8 @@ def instance_row(run: "RunKey", instance: Instance) -> dict[str, Any]:
             row[name] = made[1] if made is not None and made[0] is value else to_json_text(value)
         else:
             row[name] = value
-    if instance.attack is not None:
-        row.update(attack_id=instance.attack["id"], attack_family=instance.attack["family"])
+    attack = instance.attack
+    row["attack_id"], row["attack_family"] = (attack["id"], attack["family"]) if attack is not None else (None, None)
     row.update(instance.slices)
     return row
 
