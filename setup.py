@@ -74,9 +74,9 @@ setuptools.setup(
     packages=PACKAGES,
     package_dir=PACKAGE_DIR,
     ext_modules=EXTENSIONS,
-    # Files the code opens beside its modules (metrics/judge/templates.py reads
-    # configs/judge_metrics.yaml), and the demo configs with their data.
-    package_data={"evalbeam.configs": ["*.yaml", "data/*", "data/adk/*"]},
+    # The demo configs with their data, and files the code opens beside its modules (metrics/judge/templates.py
+    # and rubrics.py read the prompts in metrics/judge/data/).
+    package_data={"evalbeam.configs": ["*.yaml", "data/*", "data/adk/*"], "evalbeam.metrics.judge": ["data/*.yaml"]},
     install_requires=REQUIRES,
     # `report`: the charts of `evalbeam report` (static SVG, pipelines/reports/charts.py).
     # `test`: rouge-score is the oracle rouge-score-rs is checked against; pytest-timeout fails a hung test (pytest.ini),

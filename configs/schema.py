@@ -615,7 +615,7 @@ class A2AAuthConfig(_Model):
         return self
 
     def plain(self) -> dict[str, Any]:
-        """As plain data (what metrics.agents.deployed.A2AAuth takes): only the given key."""
+        """As plain data (what metrics.agents.auth.A2AAuth takes): only the given key."""
         return self.model_dump(exclude_none=True)
 
 
@@ -644,7 +644,7 @@ class InferenceConfig(_Model):
         None, description="function/agent/a2a/agent_engine: the user simulator of conversation_scenario cases (ADK's "
                           "LlmBackedUserSimulatorConfig); default ADK's defaults, or input.adk_criteria's "
                           "user_simulator_config")
-    # deployed agents (metrics/agents/deployed.py)
+    # deployed agents (metrics/agents/a2a.py, metrics/agents/agent_engine.py)
     a2a: str | None = pydantic.Field(
         None, pattern=r"^https?://[^\s/]+(/\S*)?$",
         description="the URL of an agent served over A2A (its card at <url>/.well-known/agent-card.json): each case "

@@ -19,6 +19,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from evalbeam.configs import ConfigError, EvalConfig
 from evalbeam.metrics.failure_modes import TaxonomyError
+from evalbeam.metrics.judge.asks import plan_judges, share_quotas
 from evalbeam.metrics.red_team import TOOL_RESPONSE, AttackError
 from evalbeam.metrics.judge.client import CHARS_PER_TOKEN
 from evalbeam.metrics.statistics.ppi import MIN_LABELS, PilotVariances, labels_for_width
@@ -28,7 +29,6 @@ from evalbeam.pipelines.results import ResultsError, results_for
 from evalbeam.pipelines.stages.read import read_instances
 from evalbeam.transforms import bigquery, judge
 from evalbeam.transforms.failure_modes import taxonomy_of
-from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.plan import PlanFailureModes, PlanJudging
 from evalbeam.transforms.red_team import attack_set_of, plan_counts, targets_of
 from evalbeam.transforms.rubrics import ReadPinnedRubrics
@@ -254,7 +254,7 @@ def estimate(config: EvalConfig, source: str, totals: dict, counts: dict,
     judge_config = config.judge
     earlier = earlier or {}
     # each entry's settings: a metric's own judge or a juror's, the template judges' stage's (its quota shared
-    # with the jurors calling the same model: transforms.judge.share_quotas), else the run's judge
+    # with the jurors calling the same model: metrics.judge.asks.share_quotas), else the run's judge
     own = judge_settings_of(config)
     rows = []
     for metric, c in sorted(counts.items()):
@@ -313,10 +313,9 @@ def estimate(config: EvalConfig, source: str, totals: dict, counts: dict,
 def judge_settings_of(config: EvalConfig) -> dict:
     """judge_usage entry -> JudgeSettings, for every template judge metric: a metric's own judge,
     a juror, or the run's judge, each with its share of a quota several of them draw on
-    (transforms.judge.share_quotas), as the run calls them."""
+    (metrics.judge.asks.share_quotas), as the run calls them."""
     specs = config.template_judge_specs()
     if not specs:
         return {}
-    context = JudgeContext(config.judge)
-    plans, context = judge.share_quotas(judge.plan_judges(specs, context), context)
-    return {j.label: j.settings for p in plans for j in p.judges(context.settings)}
+    plans, settings = share_quotas(plan_judges(specs, config.judge), config.judge)
+    return {j.label: j.settings for p in plans for j in p.judges(settings)}

@@ -19,12 +19,13 @@ from google.auth.exceptions import DefaultCredentialsError
 from evalbeam.configs import ConfigError, EvalConfig, MetricSpec
 from evalbeam.metrics.rows.otel import SPAN_COLUMNS
 from evalbeam.metrics.custom import load_function, path_hint
-from evalbeam.metrics.agents.deployed import reachable
+from evalbeam.metrics.agents.probe import reachable
 from evalbeam.metrics.rows.fields import InvalidField
 from evalbeam.metrics.agents.inference import AgentInferrer, load_target
 from evalbeam.metrics.rows.instance import RowSpec, build_instance, present_columns
 from evalbeam.metrics.judge.adk_judges import AdkJudgesUnavailable, check_evaluators
 from evalbeam.metrics.judge.adk_judges import require_adk as require_adk_judges
+from evalbeam.metrics.judge.asks import QuotaError, plan_judges, share_quotas
 from evalbeam.metrics.judge.client import JudgeCredentialsError, check_credentials
 from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_template
 from evalbeam.metrics.registry import get_metric, unmet_inputs
@@ -365,11 +366,10 @@ def _check_judge(config: EvalConfig, options: PipelineOptions | None, credential
     if credentials:
         check_judges_credentials(config)
     if config.template_judge_specs():  # quotas a metric's judge or juror names must leave the others some
-        from evalbeam.transforms.judge import plan_judges, share_quotas
-        from evalbeam.transforms.judge_context import JudgeContext
-
-        context = JudgeContext(config.judge)
-        share_quotas(plan_judges(config.template_judge_specs(), context), context)
+        try:
+            share_quotas(plan_judges(config.template_judge_specs(), config.judge), config.judge)
+        except QuotaError as e:
+            raise ConfigError(str(e)) from None
     tables = [("cache", "judge_cache", loc) for loc in config.judge.cache]
     if config.rubric_specs():
         tables += [("rubrics_from", "rubrics", loc) for loc in config.judge.rubrics_from]

@@ -24,6 +24,7 @@ from apache_beam.metrics import Metrics
 from evalbeam.metrics.agents.inference import infer_all, scenario_of
 from evalbeam.metrics.agents.red_team import AttackingInferrer, function_agent
 from evalbeam.metrics.judge.client import JudgeRequest, request_key
+from evalbeam.metrics.judge.verdicts import cache_row
 from evalbeam.metrics.red_team import (
     BUILTIN, GENERATION, GENERATION_FIELD, TOOL_RESPONSE, USER_TURN, AttackError, AttackSet, Target, attacked_id,
     attacks_from_rows, attacks_from_yaml, builtin_attacks, delivered, deterministic_success, generated_attacks,
@@ -35,7 +36,7 @@ from evalbeam.metrics.statistics.red_team import AttackMoments, CaseOutcome, exa
 from evalbeam.metrics.statistics.summary import OVERALL
 from evalbeam.transforms.failure_modes import earlier_table_rows
 from evalbeam.transforms.inference import run_copies
-from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
+from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.records import DeadLetter
 from evalbeam.transforms.score import ScoredInstance

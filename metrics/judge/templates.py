@@ -25,7 +25,7 @@ from evalbeam.metrics.judge.rubrics import InvalidRubricAnswer, parse_stage_answ
 from evalbeam.metrics.registry import MetricError
 from evalbeam.metrics.red_team import AttackError, parse_generation
 
-BUILTIN_TEMPLATES = Path(__file__).resolve().parent.parent.parent / "configs" / "judge_metrics.yaml"
+BUILTIN_TEMPLATES = Path(__file__).with_name("data") / "judge_metrics.yaml"
 PAIRWISE_CHOICES = ("A", "B", "SAME")
 # a {variable} of a fixed template text: Vertex's syntax (vertexai.evaluation.prompt_template)
 TEMPLATE_VARIABLE = re.compile(r"\{([_a-zA-Z][_a-zA-Z0-9]*)\}")

@@ -15,7 +15,7 @@ import yaml
 
 from tests.helpers import evalbeam, table
 from tests.servers.judge_server import JudgeServer
-from tests.transforms.test_inference import KEY, agent_env
+from tests.agent_cases import KEY, agent_env
 from tests.transforms.test_red_team import ADDS_A_CALL, ATTACKS, FAMILIES, FOLLOWS, TARGETS
 
 CASES = [
