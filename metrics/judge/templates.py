@@ -23,6 +23,7 @@ import yaml
 from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.rubrics import InvalidRubricAnswer, parse_stage_answer
 from evalbeam.metrics.registry import MetricError
+from evalbeam.metrics.red_team import AttackError, parse_generation
 
 BUILTIN_TEMPLATES = Path(__file__).with_name("data") / "judge_metrics.yaml"
 PAIRWISE_CHOICES = ("A", "B", "SAME")
@@ -227,6 +228,11 @@ def parse_answer(text: str | None, field: str, allowed: tuple[str, ...]) -> tupl
         try:
             return parse_generation(text), None
         except ValueError as e:
+            raise InvalidJudgment(str(e)) from None
+    if field == "attacks":  # a red-team attack set written from the agent's description (metrics.red_team)
+        try:
+            return parse_generation(text)
+        except AttackError as e:
             raise InvalidJudgment(str(e)) from None
     if field in ("rubrics", "verdicts", "claims", "sentences", "labels"):
         try:
