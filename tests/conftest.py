@@ -80,6 +80,7 @@ NEEDS = {
     "agent_evalbeam": "agent",     # tests/metrics/judge/test_agent_judges.py
     "pythons_installed": "pythons",
     "installed": "packaging",      # tests/e2e/test_packaging.py
+    "sdist": "packaging",          # tests/e2e/test_packaging.py
 }
 
 # pytest.ini's timeout (900 s) is per test; the tiers that install whole environments (their pip installs
