@@ -223,10 +223,10 @@ def parse_answer(text: str | None, field: str, allowed: tuple[str, ...]) -> tupl
         except TaxonomyError as e:
             raise InvalidJudgment(str(e)) from None
     if field == "scenarios":  # conversation scenarios generated (metrics.scenarios): each item checked on its own later
-        from evalbeam.metrics.scenarios import parse_generation  # imports one way, as the taxonomy's above
+        from evalbeam.metrics.scenarios import parse_generation as parse_scenarios  # imports one way, as above
 
         try:
-            return parse_generation(text), None
+            return parse_scenarios(text), None
         except ValueError as e:
             raise InvalidJudgment(str(e)) from None
     if field == "attacks":  # a red-team attack set written from the agent's description (metrics.red_team)
