@@ -4,8 +4,8 @@ The spans are a real ADK agent run's (tests/data/otel/adk_weather.jsonl), cloned
 trace and span ids (and conversation ids: two traces a conversation) until there are N,
 shuffled, and written as gzipped OTLP JSON Lines files (500 spans a request line, 8 files).
 
-(a) the plain loop: every line json.loads'ed, metrics.rows.otel.spans_of_request, a dict of lists by
-    trace id, each trace checked and made a case (metrics.rows.otel), all in one process;
+(a) the plain loop: every line json.loads'ed, metrics.rows.otlp.spans_of_request, a dict of lists by
+    trace id, each trace checked (metrics.rows.otlp) and made a case (metrics.rows.otel), all in one process;
 (b) the pipeline: transforms.read.ReadRecords("otel_traces") + transforms.read_otel.GroupSpans
     (group_by conversation) on the local runner evalbeam uses (pipelines.local.new_pipeline),
     counting the cases.
@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 
-from evalbeam.metrics.rows.otel import case_record, check_trace, conversation_of, dedup, spans_of_request  # noqa: E402
+from evalbeam.metrics.rows.otel import case_record, conversation_of  # noqa: E402
+from evalbeam.metrics.rows.otlp import check_trace, dedup, spans_of_request  # noqa: E402
 from evalbeam.pipelines.local import new_pipeline  # noqa: E402
 from evalbeam.transforms.read import ReadRecords  # noqa: E402
 from evalbeam.transforms.read_otel import GroupSpans  # noqa: E402

@@ -29,9 +29,9 @@ from typing import Any, Iterator
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from evalbeam.metrics.rows.otel import (
-    CONVERSATION_KEYS, SpanError, case_record, check_trace, conversation_of, dedup, skewed_spans, span_of_row, span_size,
-    spans_of_request,
+from evalbeam.metrics.rows.otel import CONVERSATION_KEYS, case_record, conversation_of
+from evalbeam.metrics.rows.otlp import (
+    SpanError, check_trace, dedup, skewed_spans, span_of_row, span_size, spans_of_request,
 )
 from evalbeam.transforms import read_adk
 from evalbeam.transforms.parsers import CHUNK, parse_jsonl

@@ -127,7 +127,7 @@ def test_spans_in_any_order_and_file_group_into_cases_and_reconcile(tmp_path, gr
 def test_a_conversation_that_lost_a_turn_is_dead_lettered_whole():
     """One of a conversation's two traces dead-lettered (its root never arrived): the other is not
     scored as a one-turn conversation; its spans are dead-lettered with the reason."""
-    from evalbeam.metrics.rows.otel import spans_of_request
+    from evalbeam.metrics.rows.otlp import spans_of_request
     from evalbeam.transforms.read_otel import CheckTraceFn, case_of
 
     traces: dict[str, list] = {}
@@ -172,7 +172,7 @@ def test_a_pretty_printed_file_that_is_not_a_request_counts_as_one_span_and_reco
 
 
 def _weather_traces() -> dict[str, list[dict]]:
-    from evalbeam.metrics.rows.otel import spans_of_request
+    from evalbeam.metrics.rows.otlp import spans_of_request
 
     traces: dict[str, list] = {}
     for line in (DATA / "adk_weather.jsonl").read_text().splitlines():
@@ -213,7 +213,7 @@ def test_a_conversation_over_the_limits_is_counted_not_held():
     max_trace_bytes, none is held, and the conversation is dead-lettered with all its spans counted."""
     import weakref
 
-    from evalbeam.metrics.rows.otel import span_size
+    from evalbeam.metrics.rows.otlp import span_size
     from evalbeam.transforms.read_otel import case_of
 
     traces = list(_weather_traces().values())
@@ -421,7 +421,7 @@ def _row(resource, scope, span, shift_ns: int = 0) -> dict:
     """An OTLP JSON span as a row of the span table."""
     import datetime as dt
 
-    from evalbeam.metrics.rows.otel import attribute_map
+    from evalbeam.metrics.rows.otlp import attribute_map
 
     def ts(nanos):
         moment = dt.datetime.fromtimestamp((int(nanos) + shift_ns) // 1000 / 1e6, dt.timezone.utc)
@@ -449,7 +449,8 @@ def test_a_cloud_trace_span_table_read_for_one_day(cloud, tmp_path, source):
 
     from google.cloud import bigquery
 
-    from evalbeam.metrics.rows.otel import conversation_of, spans_of_request
+    from evalbeam.metrics.rows.otel import conversation_of
+    from evalbeam.metrics.rows.otlp import spans_of_request
     from evalbeam.transforms.local_cloud import bigquery_client
     from tests.emulators.control import PROJECT
 

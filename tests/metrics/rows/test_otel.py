@@ -18,9 +18,8 @@ import pytest
 from evalbeam.metrics import get_metric
 from evalbeam.metrics.rows.fields import InvalidField
 from evalbeam.metrics.rows.instance import RowSpec, build_instance
-from evalbeam.metrics.rows.otel import (
-    NO_CONTENT, SpanError, case_record, check_trace, conversation_of, dedup, skewed_spans, spans_of_request,
-)
+from evalbeam.metrics.rows.otel import NO_CONTENT, case_record, conversation_of
+from evalbeam.metrics.rows.otlp import SpanError, check_trace, dedup, skewed_spans, spans_of_request
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "otel"
 
