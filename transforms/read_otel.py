@@ -6,11 +6,11 @@ or one pretty-printed request per file. `GroupSpans` then:
 
 1. flattens each request into its spans, keyed by trace id (a span that cannot be read is
    dead-lettered);
-2. groups them by trace (GroupByKey: spans arrive in any order, from any file), drops
-   copies of a span exported twice (dead-lettered, one row per trace, `line_count` the copies),
-   and dead-letters a trace with no root span, one whose spans' parents never arrived, one
-   with a span that ends before it starts, and one over `max_spans` spans or `max_bytes` bytes
-   (counted without being held: memory per case stays bounded);
+2. groups them by trace (GroupByKey: spans arrive in any order, from any file), drops identical
+   copies of a span exported twice (counted: a retried export), dead-letters a copy whose content differs from the span kept
+   (naming where each was read), and dead-letters a trace with no root span, one whose spans'
+   parents never arrived, one with a span that ends before it starts, and one over `max_spans`
+   spans or `max_bytes` bytes (counted without being held: memory per case stays bounded);
 3. by `group_by: conversation`, groups the traces again by their conversation id
    (`gen_ai.conversation.id`, or ADK's `gcp.vertex.agent.session_id`): a multi-turn
    conversation spread over several traces is one case, a turn per trace;
@@ -18,8 +18,9 @@ or one pretty-printed request per file. `GroupSpans` then:
 
 Accounting is in spans: the SourceLines of an OTLP input count spans (a line that cannot be
 read as JSON counts as one), each case's `line_count` is its spans and each dead letter's the
-spans it holds, so the runs row's lines_read = lines_scored + lines_dead_lettered is
-spans read = spans used + spans dead-lettered.
+spans it holds, and identical copies are skipped lines (the runs row's lines_duplicate), so the
+runs row's lines_read = lines_skipped + lines_scored + lines_dead_lettered is spans read = copies
+dropped + spans used + spans dead-lettered.
 """
 from __future__ import annotations
 
@@ -129,8 +130,14 @@ class RowSpanFn(beam.DoFn):
         yield span["trace_id"], span
 
 
-def _dead(source: str, reason: str, spans: list[dict[str, Any]], count: int, field: str = "trace") -> DeadLetter:
-    first = spans[0] if spans else {}
+def _place(span: dict[str, Any]) -> str:
+    return f"{span.get('origin', '')}:{span.get('line', 0)}"
+
+
+def _dead(source: str, reason: str, spans: list[dict[str, Any]], count: int, field: str = "trace",
+          at: dict[str, Any] | None = None) -> DeadLetter:
+    """A dead letter of `count` spans, showing the first of `spans`, placed where `at` (else the first) was read."""
+    first = at or (spans[0] if spans else {})
     raw = "\n".join(_raw_span(s) for s in spans[:50])[:_RAW]
     return DeadLetter(source, reason, raw, field, first.get("origin", ""), first.get("line", 0), count)
 
@@ -142,6 +149,7 @@ class CheckTraceFn(beam.DoFn):
     def __init__(self, max_spans: int, max_bytes: int, group_by: str):
         self._max_spans, self._max_bytes, self._group_by = max_spans, max_bytes, group_by
         self._duplicates = Metrics.counter("evalbeam", "otel_spans_duplicate")
+        self._conflicts = Metrics.counter("evalbeam", "otel_spans_conflicting")
         self._skewed = Metrics.counter("evalbeam", "otel_spans_clock_skewed")
         self._dead = Metrics.counter("evalbeam", "otel_traces_dead_lettered")
 
@@ -170,15 +178,18 @@ class CheckTraceFn(beam.DoFn):
             if conversation is not None and conversation.id:
                 yield conversation.id, {"lost": trace_id, "reason": reason}
             return
-        spans, copies = dedup(held)
-        if copies:
-            self._duplicates.inc(copies)
-            kept = {id(s) for s in spans}
-            dropped = [s for s in held if id(s) not in kept]
+        spans, duplicates, conflicts = dedup(held)
+        if duplicates:  # a retried export: the copies hold nothing new, and are counted as such
+            self._duplicates.inc(duplicates)
+            yield beam.pvalue.TaggedOutput(LINES, SourceLines(spans[0]["origin"], 0, duplicates, duplicates))
+        for kept, others in conflicts:
+            self._conflicts.inc(len(others))
             yield beam.pvalue.TaggedOutput(DEAD_LETTER, _dead(
-                source, f"trace {trace_id}: {copies} span(s) exported more than once "
-                        f"({', '.join(sorted({s['span_id'] for s in dropped})[:3])}): the copies are dropped, one of "
-                        "each kept", dropped[:5], copies, "span_id"))
+                f"{source} span {kept['span_id']}",
+                f"trace {trace_id}: span {kept['span_id']} ({kept['name']}) arrived {'twice' if len(others) == 1 else 'again'} "
+                f"with different content: at {_place(kept)} (kept) and at {', '.join(_place(o) for o in others[:3])}"
+                + (f" and {len(others) - 3} more" if len(others) > 3 else "") + " (dropped)",
+                [kept, *others[:4]], len(others), "span_id", others[0]))
         reason = check_trace(spans)
         if reason:
             self._dead.inc()
@@ -265,7 +276,8 @@ def case_of(element, max_spans: int, max_bytes: int = MAX_TRACE_BYTES):
 
 class GroupSpans(beam.PTransform):
     """Records of OTLP requests (or, rows=True, of a span table's rows) -> (Records of cases,
-    DeadLetters, SourceLines counting spans: none for rows, which the BigQuery reader counts)."""
+    DeadLetters, SourceLines counting spans: for rows, which the BigQuery reader counts, only the
+    duplicates among them)."""
 
     def __init__(self, group_by: str = "trace", max_spans: int = MAX_TRACE_SPANS, max_bytes: int = MAX_TRACE_BYTES,
                  rows: bool = False):
@@ -278,11 +290,12 @@ class GroupSpans(beam.PTransform):
         traces = (spans.spans
                   | "GroupByTrace" >> beam.GroupByKey()
                   | "CheckTraces" >> beam.ParDo(CheckTraceFn(self._max_spans, self._max_bytes, self._group_by))
-                  .with_outputs(DEAD_LETTER, main="traces"))
+                  .with_outputs(DEAD_LETTER, LINES, main="traces"))
         if self._group_by == "conversation":
             grouped = traces.traces | "GroupByConversation" >> beam.GroupByKey()
         else:
             grouped = traces.traces | "OneTraceACase" >> beam.Map(lambda kv: (kv[0], [kv[1]]))
         cases = grouped | "Cases" >> beam.FlatMap(case_of, self._max_spans, self._max_bytes).with_outputs(DEAD_LETTER, main="cases")
         dead = (spans[DEAD_LETTER], traces[DEAD_LETTER], cases[DEAD_LETTER]) | "OtelDeadLetters" >> beam.Flatten()
-        return cases.cases, dead, spans[LINES]
+        lines = (spans[LINES], traces[LINES]) | "OtelLines" >> beam.Flatten()
+        return cases.cases, dead, lines

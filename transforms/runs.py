@@ -72,7 +72,7 @@ def judge_totals(usage: dict[str, dict[str, int]], prices: dict[str, dict[str, f
 # The run's counts, as one tuple: each input is tallied where it is made, one
 # partial tuple per bundle, and the partials are summed in one combine.
 COUNTS = ("read", "scored", "dead", "metric_errors", "lines_read", "lines_skipped", "lines_scored", "lines_dead",
-          "bleu_c", "bleu_python")
+          "bleu_c", "bleu_python", "lines_duplicate")
 
 
 def bleu_path(c: int, python: int) -> str | None:
@@ -93,6 +93,7 @@ def _runs_row(_, *, base, prices, model, counts, usage, models=None):
         "lines_skipped": c["lines_skipped"],
         "lines_scored": c["lines_scored"],
         "lines_dead_lettered": c["lines_dead"],
+        "lines_duplicate": c["lines_duplicate"],
         **judge_totals(usage, prices, model, models),
         "bleu_path": bleu_path(c["bleu_c"], c["bleu_python"]),
     }
@@ -164,7 +165,8 @@ class RunRecord(beam.PTransform):
                 scored | "TallyMetricErrors" >> beam.ParDo(_TallyFn(
                     metric_errors=lambda s: sum(r["error"] is not None for r in s.results))),
                 source_lines | "TallyLines" >> beam.ParDo(_TallyFn(lines_read=lambda s: s.lines,
-                                                                   lines_skipped=lambda s: s.skipped)),
+                                                                   lines_skipped=lambda s: s.skipped,
+                                                                   lines_duplicate=lambda s: s.duplicates)),
             )
             | "AllCounts" >> beam.Flatten()
             | "SumCounts" >> beam.CombineGlobally(_sum_tuples)

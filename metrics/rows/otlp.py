@@ -275,15 +275,48 @@ def span_size(span: Mapping[str, Any]) -> int:
 # ------------------------------------------------------------------ checking a trace
 
 
-def dedup(spans: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """The spans with each span id once (of copies, the one whose JSON sorts first: the same
-    whatever order they came in), and how many copies were dropped."""
-    by_id: dict[str, dict[str, Any]] = {}
+# a span's place in the input (set by the reader): not its content
+PLACE_KEYS = ("origin", "line")
+
+
+def _content(span: Mapping[str, Any]) -> str:
+    return json.dumps({k: v for k, v in span.items() if k not in PLACE_KEYS}, sort_keys=True, default=str)
+
+
+def _place(span: Mapping[str, Any]) -> tuple[str, int]:
+    return str(span.get("origin", "")), int(span.get("line") or 0)
+
+
+def dedup(spans: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int, list[tuple[dict[str, Any], list[dict[str, Any]]]]]:
+    """The spans with each span id once, and what else came with that id:
+    (kept, identical copies dropped, [(kept span, the copies of one other content)]).
+
+    Identical copies (the same content wherever they were read: an exporter or collector
+    that retried sent the span again) are dropped and only counted; of them the one read
+    first (by file, then line) is kept. A span id that came with different contents is a
+    conflict: the content whose JSON sorts first is kept (the same whatever order they
+    came in), and each other content's copies are returned for a dead letter naming both."""
+    by_id: dict[str, list[dict[str, Any]]] = {}
     for span in spans:
-        kept = by_id.get(span["span_id"])
-        if kept is None or json.dumps(span, sort_keys=True, default=str) < json.dumps(kept, sort_keys=True, default=str):
-            by_id[span["span_id"]] = span
-    return list(by_id.values()), len(spans) - len(by_id)
+        copies = by_id.get(span["span_id"])
+        if copies is None:
+            by_id[span["span_id"]] = [span]
+        else:
+            copies.append(span)
+    kept, duplicates, conflicts = [], 0, []
+    for copies in by_id.values():
+        if len(copies) == 1:
+            kept.append(copies[0])
+            continue
+        contents: dict[str, list[dict[str, Any]]] = {}
+        for span in copies:
+            contents.setdefault(_content(span), []).append(span)
+        first, *others = sorted(contents)
+        span = min(contents[first], key=_place)
+        kept.append(span)
+        duplicates += len(contents[first]) - 1
+        conflicts += [(span, sorted(contents[other], key=_place)) for other in others]
+    return kept, duplicates, conflicts
 
 
 def check_trace(spans: list[dict[str, Any]]) -> str | None:

@@ -159,6 +159,9 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("lines_skipped", "INT64", description="lines that hold no record: blank, CSV header, JSON array punctuation"),
         Column("lines_scored", "INT64", description="lines of the records that were scored"),
         Column("lines_dead_lettered", "INT64", description="lines of the records that were dead-lettered"),
+        Column("lines_duplicate", "INT64", description="of lines_skipped, input.format otel_traces: spans that "
+                                                       "repeat one read before, identical (an exporter's retry): "
+                                                       "dropped, not dead-lettered"),
         Column("judge_requests", "INT64", True, "distinct judgments the run needed"),
         Column("judge_cache_hits", "INT64", True, "judgments reused from judge.cache"),
         Column("judge_calls", "INT64", True, "calls made to the judge model, retries included"),

@@ -100,8 +100,9 @@ def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
             records, unparseable = records | "AgentSessions" >> GroupAgentEvents(config.input.granularity, read_plan.label)
         elif config.input.format == "otel_traces":  # a span table: Cloud Trace's _AllSpans, a row a span
             otel = config.input.otel
-            records, unparseable, _ = records | "OtelCases" >> GroupSpans(otel.group_by, otel.max_trace_spans,
-                                                                        otel.max_trace_bytes, rows=True)
+            records, unparseable, duplicates = records | "OtelCases" >> GroupSpans(
+                otel.group_by, otel.max_trace_spans, otel.max_trace_bytes, rows=True)
+            source_lines = (source_lines, duplicates) | "OtelSourceLines" >> beam.Flatten()
     instances, invalid = records | "Validate" >> ToInstances(row_spec(config), decisions)
     return records, unparseable, source_lines, instances, invalid
 

@@ -22,7 +22,7 @@ from evalbeam.configs import load_config
 from evalbeam.pipelines.evaluate import run
 from evalbeam.transforms.read import ReadRecords
 from evalbeam.transforms.read_otel import GroupSpans
-from tests.helpers import table
+from tests.helpers import evalbeam, table
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "otel"
 
@@ -63,7 +63,7 @@ def awkward_files(folder: Path, seed: int) -> dict:
     # another: a middle span (invoke_agent) dropped: its children's parent never arrives
     middle = next(i for i in traces[orphan_id] if i[2]["name"].startswith("invoke_agent"))
     orphaned = [i for i in traces[orphan_id] if i is not middle]
-    # a span exported twice (a retried export): one copy is dropped and counted
+    # a span exported twice (a retried export): the identical copy is dropped and counted
     twice = copy.deepcopy(rng.choice(spans))
     # a trace of more spans than the limit (max_trace_spans = 40): made of a real trace's spans, renumbered
     base = by_trace[max(by_trace, key=lambda t: len(by_trace[t]))]
@@ -98,19 +98,21 @@ def test_spans_in_any_order_and_file_group_into_cases_and_reconcile(tmp_path, gr
             cases, dead, lines, unparseable = results
             reasons = Counter()
             for d in dead:
-                for what in ("has no root span", "which never arrived", "exported more than once",
-                             "more than 40 spans"):
+                for what in ("has no root span", "which never arrived", "more than 40 spans"):
                     if what in d.reason:
                         reasons[what] += d.line_count
             assert reasons == {"has no root span": expected["no_root"], "which never arrived": expected["orphaned"],
-                               "exported more than once": 1, "more than 40 spans": expected["big"]}, reasons
+                               "more than 40 spans": expected["big"]}, reasons
+            assert sum(d.line_count for d in dead) == sum(reasons.values())  # no other dead letter
+            # the span exported twice: its copy dropped and counted, not a dead letter
+            assert sum(s.duplicates for s in lines) == 1 == sum(s.skipped for s in lines)
             # the damaged file: its lines are dead-lettered, as any unreadable line is
             assert unparseable and all(u.origin.endswith("d.jsonl") for u in unparseable)
             spans_read = sum(s.lines for s in lines)
             assert spans_read == expected["read"]
             used = sum(c.line_count for c in cases)
             assert used == expected["spans"]  # every span of the real run, once
-            assert spans_read == used + sum(d.line_count for d in dead)
+            assert spans_read == used + sum(d.line_count for d in dead) + 1
             if group_by == "conversation":
                 by_id = {c.data["instance_id"]: c.data for c in cases}
                 assert sorted(by_id) == ["s_none", "s_raise", "s_two"]
@@ -521,3 +523,55 @@ def test_otlp_files_on_cloud_storage_gzipped(cloud):
                     or pytest.fail(str(got)))
         assert_that(lines | beam.Map(lambda s: s.lines) | beam.CombineGlobally(sum),
                     lambda got: got == [len(spans)] or pytest.fail(str(got)), label="AllSpans")
+
+
+@pytest.mark.slow
+def test_spans_exported_twice_are_dropped_and_counted_and_a_changed_copy_is_a_dead_letter(tmp_path):
+    """OpenTelemetry exporters and collectors retry: half the requests of a real ADK run sent again.
+    The copies are dropped and counted (the runs row's lines_duplicate), never dead letters: the run
+    passes with the scores of a run without them (it exited 1 before, most of its records dead letters).
+    A span sent again with different content is a dead letter naming where each copy was read."""
+    spans = _spans(DATA / "adk_weather.jsonl")
+    random.Random(3).shuffle(spans)
+    requests = [json.dumps(_request(spans[i:i + 3])) for i in range(0, len(spans), 3)]
+    retried = requests[::2]
+    copies = sum(len(json.loads(r)["resourceSpans"]) for r in retried)
+
+    def run_on(name: str, files: dict[str, list[str]]):
+        folder = tmp_path / name
+        folder.mkdir()
+        for file, lines in files.items():
+            (folder / file).write_text("\n".join(lines) + "\n")
+        config = {"name": "otel", "run_id": name,
+                  "input": {"uri": str(folder / "*.jsonl"), "format": "otel_traces", "otel": {"group_by": "conversation"}},
+                  "metrics": ["failure", "latency_in_seconds", "tool_call_count_v1"],
+                  "output": {"parquet": str(tmp_path / "out")}}
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        result = evalbeam("run", str(path), check=False)
+        out = tmp_path / "out" / name
+        [runs] = table(out, "runs")
+        scores = sorted((r["instance_id"], r["metric"], r["score"]) for r in table(out, "metric_results"))
+        return result, runs, scores, table(out, "dead_letter")
+
+    _, once, scores, _ = run_on("once", {"spans.jsonl": requests})
+    result, twice, twice_scores, dead = run_on("twice", {"spans.jsonl": requests, "retry.jsonl": retried})
+    assert result.returncode == 0, result.stderr
+    assert twice_scores == scores and not dead
+    assert (twice["read_count"], twice["scored_count"], twice["dead_letter_count"]) == (3, 3, 0)
+    assert twice["lines_read"] == len(spans) + copies
+    assert twice["lines_duplicate"] == copies == twice["lines_skipped"]
+    assert twice["lines_scored"] == len(spans) == once["lines_scored"] and once["lines_duplicate"] == 0
+    # one span of the retry changed on the way (a collector added an attribute): a dead letter naming both places
+    changed = json.loads(retried[1])
+    span = changed["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    span["attributes"].append({"key": "collector.retry", "value": {"boolValue": True}})
+    result, runs, _, dead = run_on("changed", {"spans.jsonl": requests, "retry.jsonl": [retried[0], json.dumps(changed)]})
+    assert result.returncode == 0, result.stderr
+    [letter] = dead
+    assert f"span {span['spanId']}" in letter["reason"] and "arrived twice with different content" in letter["reason"]
+    assert f"{tmp_path / 'changed' / 'spans.jsonl'}:3" in letter["reason"]
+    assert f"{tmp_path / 'changed' / 'retry.jsonl'}:2" in letter["reason"]
+    assert letter["field"] == "span_id" and letter["line_count"] == 1
+    assert runs["lines_read"] == runs["lines_skipped"] + runs["lines_scored"] + runs["lines_dead_lettered"]
+    assert runs["scored_count"] == 3
