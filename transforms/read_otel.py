@@ -35,7 +35,7 @@ from evalbeam.metrics.rows.otlp import (
     SpanError, check_trace, dedup, skewed_spans, span_of_row, span_size, spans_of_request,
 )
 from evalbeam.transforms import read_adk
-from evalbeam.transforms.parsers import CHUNK, parse_jsonl
+from evalbeam.transforms.parsers import CHUNK, one_document, parse_jsonl
 from evalbeam.transforms.records import DEAD_LETTER, LINES, UTF8, DeadLetter, Record, SourceLines
 
 MAX_TRACE_SPANS = 10_000
@@ -60,8 +60,9 @@ class _Prefixed:
 
 
 def parse_otlp(path: str, stream, encoding: str = UTF8) -> Iterator[Record | DeadLetter | SourceLines]:
-    """One OTLP JSON ExportTraceServiceRequest per line; or a file whose first line opens a
-    JSON object it does not close (one pretty-printed request): read whole."""
+    """One OTLP JSON ExportTraceServiceRequest per line (a large uncompressed file read in parts,
+    transforms.file_parts, as JSONL is); or a file whose first line opens a JSON object it does
+    not close (one pretty-printed request): read whole."""
     try:
         head = stream.read(CHUNK)
     except Exception as e:  # noqa: BLE001 - a corrupt or truncated stream (a .gz cut short) at its start
@@ -70,10 +71,7 @@ def parse_otlp(path: str, stream, encoding: str = UTF8) -> Iterator[Record | Dea
                          origin=path, line=1, line_count=0)
         yield SourceLines(path, 0, 0)
         return
-    lead = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    first = lead.split(b"\n", 1)[0].strip()
-    # a first line longer than the head read is a long request line: JSON Lines
-    if b"\n" in lead and first.startswith(b"{") and not first.endswith(b"}"):
+    if one_document(head):
         yield from read_adk.whole_json_file(path, _Prefixed(head, stream))
         return
     yield from parse_jsonl(path, _Prefixed(head, stream), encoding=encoding)

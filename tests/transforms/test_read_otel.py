@@ -401,6 +401,75 @@ def test_a_gzipped_file_cut_short_at_its_start_is_a_dead_letter_not_a_crash(tmp_
     assert any(isinstance(r, Record) for r in parse_file(str(whole), "otel_traces"))
 
 
+def test_a_large_otlp_json_lines_file_is_read_in_parts_and_a_pretty_printed_one_whole(tmp_path):
+    """An OTLP JSON Lines file larger than a part is read in line-aligned parts, as JSONL rows are
+    (each part on whichever worker gets it): the parts give the requests, line numbers and counts
+    the whole file gives. A pretty-printed request as large stays one part: its lines are no records."""
+    from evalbeam.transforms.file_parts import FilePart, file_parts
+    from evalbeam.transforms.read import parse_file, parse_part
+    from evalbeam.transforms.records import DeadLetter, Record, SourceLines
+
+    spans = _spans(DATA / "adk_weather.jsonl")
+    rng = random.Random(7)
+    lines = []
+    for n in range(120):
+        lines.append(json.dumps(_request(rng.sample(spans, rng.randint(1, 6)))))
+        if n % 40 == 7:
+            lines.append("{broken")  # a line that is no JSON: dead-lettered where it is, in any part
+    path = tmp_path / "spans.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    part_bytes = path.stat().st_size // 5
+    parts = file_parts(str(path), "otel_traces", path.stat().st_size, part_bytes)
+    assert len(parts) >= 4
+
+    def summary(items):
+        return (sorted((r.line, json.dumps(r.data, sort_keys=True)) for r in items if isinstance(r, Record)),
+                sorted((d.line, d.reason) for d in items if isinstance(d, DeadLetter)),
+                sum(s.lines for s in items if isinstance(s, SourceLines)))
+
+    whole = summary(list(parse_file(str(path), "otel_traces")))
+    split = summary([item for part in parts for item in parse_part(part, "otel_traces")])
+    assert split == whole and len(whole[0]) == 120 and len(whole[1]) == 3
+    pretty = tmp_path / "one.json"
+    pretty.write_text(json.dumps(_request(spans * 3), indent=2))
+    assert pretty.stat().st_size > part_bytes
+    assert file_parts(str(pretty), "otel_traces", pretty.stat().st_size, part_bytes) == [FilePart(str(pretty))]
+    [request] = [r for r in parse_file(str(pretty), "otel_traces") if isinstance(r, Record)]
+    assert len(request.data["resourceSpans"]) == 3 * len(spans)
+
+
+@pytest.mark.slow
+def test_a_run_with_two_workers_reads_a_large_otlp_file_in_parts_and_scores_as_one_worker(tmp_path):
+    """`evalbeam run` over one large OTLP JSON Lines file, read in parts by two worker processes,
+    writes the cases and scores a run in one process reading it whole writes."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    spans = _spans(DATA / "adk_weather.jsonl")
+    random.Random(11).shuffle(spans)
+    (folder / "spans.jsonl").write_text("\n".join(json.dumps(_request(spans[i:i + 2]))
+                                                  for i in range(0, len(spans), 2)) + "\n")
+    size = (folder / "spans.jsonl").stat().st_size
+    out = {}
+    for name, flags, env in (("whole", ["--direct_num_workers=1"], {}),
+                             ("parts", ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+                              {"EVALBEAM_PART_BYTES": str(size // 4)})):
+        config = {"name": "otel", "run_id": name,
+                  "input": {"uri": str(folder / "*"), "format": "otel_traces", "otel": {"group_by": "conversation"}},
+                  "metrics": ["failure", "latency_in_seconds", "tool_call_count_v1"],
+                  "output": {"parquet": str(tmp_path / "out")}}
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        evalbeam("run", str(path), *flags, env=env or None)
+        run_folder = tmp_path / "out" / name
+        [runs] = table(run_folder, "runs")
+        out[name] = (sorted((r["instance_id"], r["metric"], r["score"]) for r in table(run_folder, "metric_results")),
+                     runs["read_count"], runs["scored_count"], runs["lines_read"], runs["lines_scored"])
+    assert out["parts"] == out["whole"]
+    assert out["whole"][1:] == (3, 3, len(spans), len(spans))
+
+
+
+
 # Cloud Trace's span storage schema, as its "Storage schema for trace data" page names the fields
 # (the _AllSpans view of a linked dataset); the types past `name` are OTLP's, not verified on a live view
 ALL_SPANS_SCHEMA = [
