@@ -259,11 +259,12 @@ def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunK
     checkpoint = checkpoint_folder(config.output.parquet, options.view_as(GoogleCloudOptions).temp_location,
                                    run_key.run_id) if config.calls_a_model() or config.deployed_inference() else None
     progress = tempfile.mkdtemp(prefix="evalbeam-progress-") if local else None
+    scratch = tempfile.mkdtemp(prefix="evalbeam-scratch-") if local else None
     try:
         try:
             build_pipeline(pipeline, RunContext(
                 config, run_key, started_at, read_plan, tuple(cache_plans), tuple(rubric_plans), compare_base,
-                attempt, staging, checkpoint, progress, job_lock))
+                attempt, staging, checkpoint, progress, job_lock, scratch))
         except CompareError as e:
             raise ConfigError(f"compare_with: {e}") from None
         # where the run writes, so that `show RUN_ID` finds it from any folder
@@ -278,5 +279,6 @@ def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunK
             result.wait_until_finish()
         return run_key, result
     finally:
-        if progress:
-            shutil.rmtree(progress, ignore_errors=True)
+        for folder in (progress, scratch):
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)

@@ -108,7 +108,7 @@ def plan_judging(config: EvalConfig) -> dict:
     with tempfile.TemporaryDirectory(prefix="evalbeam-plan-") as folder:
         counts_path, totals_path = os.path.join(folder, "counts.json"), os.path.join(folder, "totals.json")
         with new_pipeline(PipelineOptions(["--runner=DirectRunner"])) as p:
-            instances, read, dead = read_instances(p, config, read_plan)
+            instances, read, dead = read_instances(p, config, read_plan, scratch=folder)
             cached = pinned = None
             if config.judge.cache and config.calls_a_model():
                 parquet = [parquet_glob(c) for c in config.judge.cache if not c.startswith("bq://")]

@@ -6,8 +6,9 @@ or one pretty-printed request per file. `GroupSpans` then:
 
 1. flattens each request into its spans, keyed by trace id (a span that cannot be read is
    dead-lettered);
-2. groups them by trace (GroupByKey: spans arrive in any order, from any file), drops identical
-   copies of a span exported twice (counted: a retried export), dead-letters a copy whose content differs from the span kept
+2. groups them by trace (spans arrive in any order, from any file: a GroupByKey, or on a local
+   runner transforms.spill's grouping on disk), drops identical copies of a span exported twice
+   (counted: a retried export), dead-letters a copy whose content differs from the span kept
    (naming where each was read), and dead-letters a trace with no root span, one whose spans'
    parents never arrived, one with a span that ends before it starts, and one over `max_spans`
    spans or `max_bytes` bytes (counted without being held: memory per case stays bounded);
@@ -37,6 +38,7 @@ from evalbeam.metrics.rows.otlp import (
 from evalbeam.transforms import read_adk
 from evalbeam.transforms.parsers import CHUNK, one_document, parse_jsonl
 from evalbeam.transforms.records import DEAD_LETTER, LINES, UTF8, DeadLetter, Record, SourceLines
+from evalbeam.transforms.spill import SpillGroupByKey, spill_folder
 
 MAX_TRACE_SPANS = 10_000
 MAX_TRACE_BYTES = 64 * 1024 * 1024
@@ -275,22 +277,32 @@ def case_of(element, max_spans: int, max_bytes: int = MAX_TRACE_BYTES):
 class GroupSpans(beam.PTransform):
     """Records of OTLP requests (or, rows=True, of a span table's rows) -> (Records of cases,
     DeadLetters, SourceLines counting spans: for rows, which the BigQuery reader counts, only the
-    duplicates among them)."""
+    duplicates among them).
+
+    spill: None to group with the runner's GroupByKey (a distributed runner's shuffle); or a
+    local folder, to group on disk there one shard of keys at a time (transforms.spill: the
+    local runner holds a GroupByKey's elements in memory)."""
 
     def __init__(self, group_by: str = "trace", max_spans: int = MAX_TRACE_SPANS, max_bytes: int = MAX_TRACE_BYTES,
-                 rows: bool = False):
+                 rows: bool = False, spill: str | None = None):
         super().__init__()
         self._group_by, self._max_spans, self._max_bytes, self._rows = group_by, max_spans, max_bytes, rows
+        self._spill = spill
+
+    def _group(self, name: str):
+        if self._spill is None:
+            return beam.GroupByKey()
+        return SpillGroupByKey(spill_folder(self._spill, name))
 
     def expand(self, requests):
         fn = RowSpanFn() if self._rows else RequestSpansFn()
         spans = requests | "Spans" >> beam.ParDo(fn).with_outputs(DEAD_LETTER, LINES, main="spans")
         traces = (spans.spans
-                  | "GroupByTrace" >> beam.GroupByKey()
+                  | "GroupByTrace" >> self._group("traces")
                   | "CheckTraces" >> beam.ParDo(CheckTraceFn(self._max_spans, self._max_bytes, self._group_by))
                   .with_outputs(DEAD_LETTER, LINES, main="traces"))
         if self._group_by == "conversation":
-            grouped = traces.traces | "GroupByConversation" >> beam.GroupByKey()
+            grouped = traces.traces | "GroupByConversation" >> self._group("conversations")
         else:
             grouped = traces.traces | "OneTraceACase" >> beam.Map(lambda kv: (kv[0], [kv[1]]))
         cases = grouped | "Cases" >> beam.FlatMap(case_of, self._max_spans, self._max_bytes).with_outputs(DEAD_LETTER, main="cases")

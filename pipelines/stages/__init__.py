@@ -40,6 +40,7 @@ class RunContext:
     staging: where Parquet goes before BigQuery loads it, without output.parquet;
     checkpoint: the run's judge checkpoint folder, or None;
     progress: the local folder workers write live counts to, or None;
+    scratch: a local run's folder for what it groups on disk (transforms.spill), removed when the run ends; or None;
     job_lock: the run lock the job itself holds and gives back at its end (a Dataflow
     job, transforms.run_lock.ReleaseRunLock), or None."""
     config: EvalConfig
@@ -54,6 +55,7 @@ class RunContext:
     checkpoint: str | None = None
     progress: str | None = None
     job_lock: str | None = None
+    scratch: str | None = None
 
     def judge_context(self, named: dict, share: float = 1.0) -> JudgeContext:
         """The JudgeContext of a stage that calls the judge layer, over judge.cache when

@@ -6,7 +6,7 @@ import apache_beam as beam
 
 from evalbeam.configs import EvalConfig
 from evalbeam.metrics.rows.instance import RowSpec
-from evalbeam.pipelines.local import lean_local, part_bytes
+from evalbeam.pipelines.local import lean_local, local_runner, part_bytes
 from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.parsers import IdFirstLoads
@@ -22,7 +22,8 @@ class ReadStage(Stage):
 
     def expand(self, pbegin):
         context = self._context
-        records, unparseable, source_lines, instances, invalid = read(pbegin, context.config, context.read_plan)
+        records, unparseable, source_lines, instances, invalid = read(pbegin, context.config, context.read_plan,
+                                                                      context.scratch)
         return {"records": records, "unparseable": unparseable, "source_lines": source_lines,
                 "instances": instances, "invalid": invalid,
                 "dead_letters": (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()}
@@ -58,11 +59,13 @@ def adk_reading(config: EvalConfig) -> AdkReading | None:
     return AdkReading(adk_base(config.input.uri), config.criteria_per_file)
 
 
-def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
+def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None, scratch: str | None = None):
     """The input read and validated -> records, unparseable, source lines, instances, invalid.
-    `pipeline`: the pipeline, or the PBegin a composite is applied to."""
+    `pipeline`: the pipeline, or the PBegin a composite is applied to; `scratch`: a local run's
+    folder for what it groups on disk (None: grouped by the runner)."""
     decisions = None
     owner = getattr(pipeline, "pipeline", pipeline)  # a PBegin's pipeline, or the pipeline
+    spill = scratch if scratch and local_runner(owner) else None
     if read_plan is None:
         fmt = config.input.inferred_format()
         encoding = config.input.encoding
@@ -74,7 +77,7 @@ def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
             # spans grouped into cases; the accounting is in spans (transforms.read_otel)
             otel = config.input.otel
             records, dead, span_lines = records | "OtelCases" >> GroupSpans(otel.group_by, otel.max_trace_spans,
-                                                                           otel.max_trace_bytes)
+                                                                           otel.max_trace_bytes, spill=spill)
             unread_lines = unparseable | "UnparseableLines" >> beam.Map(
                 lambda d: SourceLines(d.origin, d.line_count, 0))
             unparseable = (unparseable, dead) | "OtelUnparseable" >> beam.Flatten()
@@ -101,8 +104,12 @@ def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
         elif config.input.format == "otel_traces":  # a span table: Cloud Trace's _AllSpans, a row a span
             otel = config.input.otel
             records, unparseable, duplicates = records | "OtelCases" >> GroupSpans(
-                otel.group_by, otel.max_trace_spans, otel.max_trace_bytes, rows=True)
+                otel.group_by, otel.max_trace_spans, otel.max_trace_bytes, rows=True, spill=spill)
             source_lines = (source_lines, duplicates) | "OtelSourceLines" >> beam.Flatten()
+    if spill and config.input.inferred_format() == "otel_traces" and not config.input.id_column:
+        # a case per key of the grouping: ids unique as made, nothing to group by id (which the
+        # local runner would hold in memory)
+        decisions = pipeline | "NoRepeatedIds" >> beam.Create([])
     instances, invalid = records | "Validate" >> ToInstances(row_spec(config), decisions)
     return records, unparseable, source_lines, instances, invalid
 
@@ -114,9 +121,10 @@ def read_marks(records, unparseable):
             | "AllRead" >> beam.Flatten())
 
 
-def read_instances(pipeline: beam.Pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None = None):
+def read_instances(pipeline: beam.Pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None = None,
+                   scratch: str | None = None):
     """The input read and validated as a run reads it -> (instances, records read, dead letters)."""
-    records, unparseable, _, instances, invalid = read(pipeline, config, read_plan)
+    records, unparseable, _, instances, invalid = read(pipeline, config, read_plan, scratch)
     marks = read_marks(records, unparseable)
     dead = (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()
     return instances, marks, dead

@@ -87,12 +87,20 @@ def awkward_files(folder: Path, seed: int) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("grouping", ["shuffle", "spill"])
 @pytest.mark.parametrize("group_by", ["trace", "conversation"])
-def test_spans_in_any_order_and_file_group_into_cases_and_reconcile(tmp_path, group_by):
-    expected = awkward_files(tmp_path, seed=3)
+def test_spans_in_any_order_and_file_group_into_cases_and_reconcile(tmp_path, group_by, grouping):
+    """Grouped by the runner's shuffle (a distributed runner) or on local disk (a local run): the same."""
+    data = tmp_path / "data"
+    data.mkdir()
+    expected = awkward_files(data, seed=3)
+    spill = None
+    if grouping == "spill":
+        spill = tmp_path / "scratch"
+        spill.mkdir()
     with TestPipeline() as p:
-        records, unparseable, _ = p | ReadRecords("otel_traces", uri=str(tmp_path / "*"))
-        cases, dead, lines = records | GroupSpans(group_by, max_spans=40)
+        records, unparseable, _ = p | ReadRecords("otel_traces", uri=str(data / "*"))
+        cases, dead, lines = records | GroupSpans(group_by, max_spans=40, spill=spill and str(spill))
 
         def check(results):
             cases, dead, lines, unparseable = results
@@ -466,8 +474,6 @@ def test_a_run_with_two_workers_reads_a_large_otlp_file_in_parts_and_scores_as_o
                      runs["read_count"], runs["scored_count"], runs["lines_read"], runs["lines_scored"])
     assert out["parts"] == out["whole"]
     assert out["whole"][1:] == (3, 3, len(spans), len(spans))
-
-
 
 
 # Cloud Trace's span storage schema, as its "Storage schema for trace data" page names the fields
