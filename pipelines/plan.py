@@ -24,6 +24,7 @@ from evalbeam.metrics.statistics.ppi import MIN_LABELS, PilotVariances, labels_f
 from evalbeam.pipelines.local import new_pipeline
 from evalbeam.pipelines.preflight import billing_project, parquet_glob, preflight
 from evalbeam.pipelines.results import ResultsError, results_for
+from evalbeam.pipelines.since import plan_window
 from evalbeam.pipelines.stages.read import read_instances
 from evalbeam.pipelines.text_tables import format_table
 from evalbeam.transforms import bigquery, judge
@@ -31,6 +32,7 @@ from evalbeam.transforms.failure_modes import DISCOVERY, taxonomy_of
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.plan import PlanFailureModes, PlanJudging
 from evalbeam.transforms.rubrics import ReadPinnedRubrics
+from evalbeam.metrics.rows.tables import utc_now
 from evalbeam.transforms.runs import judge_cost
 
 
@@ -97,8 +99,9 @@ def plan_judging(config: EvalConfig) -> dict:
     rubric_specs = config.rubric_specs()
     judge_specs = config.template_judge_specs()
     project = billing_project(config, None)
+    window = plan_window(config, "", utc_now())  # input.since: what a run started now would read
     try:
-        read_plan = bigquery.plan_read(config.input, project) if config.input.kind != "files" else None
+        read_plan = bigquery.plan_read(config.input, project, window) if config.input.kind != "files" else None
         cache_plans = [bigquery.plan_table_read(c.removeprefix("bq://"), project)
                        for c in config.judge.cache if c.startswith("bq://")] if config.calls_a_model() else []
         rubric_plans = [bigquery.plan_table_read(c.removeprefix("bq://"), project)
@@ -108,7 +111,7 @@ def plan_judging(config: EvalConfig) -> dict:
     with tempfile.TemporaryDirectory(prefix="evalbeam-plan-") as folder:
         counts_path, totals_path = os.path.join(folder, "counts.json"), os.path.join(folder, "totals.json")
         with new_pipeline(PipelineOptions(["--runner=DirectRunner"])) as p:
-            instances, read, dead = read_instances(p, config, read_plan, scratch=folder)
+            instances, read, dead = read_instances(p, config, read_plan, scratch=folder, window=window)
             cached = pinned = None
             if config.judge.cache and config.calls_a_model():
                 parquet = [parquet_glob(c) for c in config.judge.cache if not c.startswith("bq://")]
@@ -132,6 +135,7 @@ def plan_judging(config: EvalConfig) -> dict:
         with open(totals_path) as f:
             totals = json.load(f)
     planned = estimate(config, checked.source, totals, counts, earlier_output_tokens(config))
+    planned["window"] = window.describe() if window is not None else None
     # a rubric metric's classifications (one per failed rubric) are not known before its rubrics are judged
     rubric_names = {s.output_name for s in rubric_specs}
     planned["uncounted_failure_modes"] = [m for m in config.failure_modes.metrics if m in rubric_names] \
@@ -259,7 +263,8 @@ def _money(value) -> str:
 
 
 def format_plan(plan: dict) -> str:
-    lines = [f"plan for {plan['name']}: input {plan['source']}",
+    lines = [f"plan for {plan['name']}: input {plan['source']}"
+             + (f", input.since: last_run: the cases that ended in {plan['window']}" if plan.get("window") else ""),
              f"read {plan['read']:,} = {plan['instances']:,} valid + {plan['dead_lettered']:,} dead-lettered",
              f"judge {plan['model']}, quota {plan['requests_per_minute']:,g} requests/min"
              + (f", {plan['tokens_per_minute']:,g} tokens/min" if plan["tokens_per_minute"] else "")]

@@ -118,6 +118,10 @@ def format_jury_agreement(rows: list[dict[str, Any]]) -> str:
             "two answers or more):\n" + format_table(("metric", "slice", "alpha", "units"), lines))
 
 
+def _moment(value: Any) -> str:
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
 def _lines_note(run: dict[str, Any]) -> str:
     fmt = _input_format(run)
     if fmt == "otel_traces":
@@ -164,7 +168,12 @@ def run_report(results, run_id: str, tables: dict | None = None) -> str:
     if r.get("lines_read") is not None:
         lines.append(f"source lines {r['lines_read']} = {r['lines_scored']} scored + {r['lines_dead_lettered']} "
                      f"dead-lettered + {r['lines_skipped']} holding no record"
+                     + (f" (of them {r['lines_duplicate']} identical copies, dropped)" if r.get("lines_duplicate") else "")
                      + _lines_note(r))
+    if r.get("window_end") is not None:
+        start = _moment(r["window_start"]) if r.get("window_start") is not None else "the beginning"
+        lines.append(f"input.since: last_run: the cases that ended in [{start}, {_moment(r['window_end'])}); "
+                     "what was read of others is counted as holding no record")
     judge = judge_accounting(r)
     if judge:
         lines += format_judge(judge)

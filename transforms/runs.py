@@ -137,7 +137,8 @@ class RunRecord(beam.PTransform):
 
     def __init__(self, run: RunKey, name: str, config_json: str, version: str, started_at: dt.datetime,
                  prices: dict | None = None, model: str | None = None, models: dict[str, str] | None = None,
-                 id_scheme: str | None = None):
+                 id_scheme: str | None = None, window=None):
+        """window: input.since's (transforms.since.ReadWindow): its start and end, the next run's start."""
         super().__init__()
         self._base = {
             **run.columns(),
@@ -146,6 +147,8 @@ class RunRecord(beam.PTransform):
             "evalbeam_version": version,
             "id_scheme": id_scheme,
             "started_at": started_at,
+            "window_start": window.start if window is not None else None,
+            "window_end": window.end if window is not None else None,
         }
         self._prices = prices or {}
         self._model = model

@@ -339,6 +339,14 @@ def check_trace(spans: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def awaiting(spans: list[dict[str, Any]]) -> bool:
+    """Whether spans yet to arrive could make the trace whole: it has no root yet, or a span's
+    parent has not arrived (a span is exported when it ends: a root ends last)."""
+    ids = {s["span_id"] for s in spans}
+    return all(s["parent_id"] is not None for s in spans) or any(
+        s["parent_id"] is not None and s["parent_id"] not in ids for s in spans)
+
+
 def skewed_spans(spans: list[dict[str, Any]]) -> int:
     """Spans that start before their parent or end after it: clocks of different hosts
     disagree. Counted, not refused: the turn orders its steps by start time all the same."""

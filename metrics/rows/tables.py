@@ -171,6 +171,11 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("judge_output_tokens", "INT64", True),
         Column("judge_estimated_cost", "FLOAT64", description="USD, from judge.prices; null without a price"),
         Column("judge_usage", "JSON", description="per judge metric: requests, cache hits, calls, 429s, tokens"),
+        Column("window_start", "TIMESTAMP", description="input.since: the start of the window of cases this run "
+                                                        "read (the window_end of the eval's run before; null: from "
+                                                        "the beginning)"),
+        Column("window_end", "TIMESTAMP", description="input.since: the end of its window (the run's start less "
+                                                      "input.lateness): where the eval's next run starts"),
         Column("bleu_path", "STRING", description="which BLEU implementation scored the instances: c (the C "
                                                   "extension), python (about 6x slower: workers where it was not "
                                                   "built), or c+python (some workers each); null without BLEU"),

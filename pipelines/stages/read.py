@@ -13,6 +13,7 @@ from evalbeam.transforms.parsers import IdFirstLoads
 from evalbeam.transforms.read import FileParts, ReadRecords
 from evalbeam.transforms.read_otel import GroupSpans
 from evalbeam.transforms.records import SourceLines
+from evalbeam.transforms.since import ReadWindow
 from evalbeam.transforms.read_adk import AdkReading, GroupAgentEvents, adk_base
 from evalbeam.transforms.validate import RepeatedIds, ToInstances, UniqueIdDecisions
 
@@ -23,7 +24,7 @@ class ReadStage(Stage):
     def expand(self, pbegin):
         context = self._context
         records, unparseable, source_lines, instances, invalid = read(pbegin, context.config, context.read_plan,
-                                                                      context.scratch)
+                                                                      context.scratch, context.window)
         return {"records": records, "unparseable": unparseable, "source_lines": source_lines,
                 "instances": instances, "invalid": invalid,
                 "dead_letters": (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()}
@@ -59,17 +60,21 @@ def adk_reading(config: EvalConfig) -> AdkReading | None:
     return AdkReading(adk_base(config.input.uri), config.criteria_per_file)
 
 
-def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None, scratch: str | None = None):
+def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None, scratch: str | None = None,
+         window: ReadWindow | None = None):
     """The input read and validated -> records, unparseable, source lines, instances, invalid.
     `pipeline`: the pipeline, or the PBegin a composite is applied to; `scratch`: a local run's
-    folder for what it groups on disk (None: grouped by the runner)."""
+    folder for what it groups on disk (None: grouped by the runner); `window`: input.since's
+    (pipelines.since; a BigQuery read_plan was planned with it too)."""
     decisions = None
     owner = getattr(pipeline, "pipeline", pipeline)  # a PBegin's pipeline, or the pipeline
     spill = scratch if scratch and local_runner(owner) else None
     if read_plan is None:
         fmt = config.input.inferred_format()
         encoding = config.input.encoding
-        parts = pipeline | "FileParts" >> FileParts(config.input.uri, fmt, part_bytes(owner, config), encoding)
+        modified_from = window.read_from.timestamp() if window is not None and window.read_from is not None else None
+        parts = pipeline | "FileParts" >> FileParts(config.input.uri, fmt, part_bytes(owner, config), encoding,
+                                                    modified_from)
         adk = adk_reading(config)
         records, unparseable, source_lines = pipeline | "Read" >> ReadRecords(fmt, parts=parts, encoding=encoding,
                                                                               adk=adk)
@@ -77,7 +82,8 @@ def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None, scra
             # spans grouped into cases; the accounting is in spans (transforms.read_otel)
             otel = config.input.otel
             records, dead, span_lines = records | "OtelCases" >> GroupSpans(otel.group_by, otel.max_trace_spans,
-                                                                           otel.max_trace_bytes, spill=spill)
+                                                                           otel.max_trace_bytes, spill=spill,
+                                                                           window=window)
             unread_lines = unparseable | "UnparseableLines" >> beam.Map(
                 lambda d: SourceLines(d.origin, d.line_count, 0))
             unparseable = (unparseable, dead) | "OtelUnparseable" >> beam.Flatten()
@@ -100,11 +106,13 @@ def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None, scra
         records, source_lines = pipeline | "ReadBigQuery" >> bigquery.ReadBigQueryRows(read_plan)
         unparseable = pipeline | "NoUnparseableRows" >> beam.Create([])
         if config.input.format == "adk_agent_events":
-            records, unparseable = records | "AgentSessions" >> GroupAgentEvents(config.input.granularity, read_plan.label)
+            records, unparseable, outside = records | "AgentSessions" >> GroupAgentEvents(
+                config.input.granularity, read_plan.label, window)
+            source_lines = (source_lines, outside) | "AgentSourceLines" >> beam.Flatten()
         elif config.input.format == "otel_traces":  # a span table: Cloud Trace's _AllSpans, a row a span
             otel = config.input.otel
             records, unparseable, duplicates = records | "OtelCases" >> GroupSpans(
-                otel.group_by, otel.max_trace_spans, otel.max_trace_bytes, rows=True, spill=spill)
+                otel.group_by, otel.max_trace_spans, otel.max_trace_bytes, rows=True, spill=spill, window=window)
             source_lines = (source_lines, duplicates) | "OtelSourceLines" >> beam.Flatten()
     if spill and config.input.inferred_format() == "otel_traces" and not config.input.id_column:
         # a case per key of the grouping: ids unique as made, nothing to group by id (which the
@@ -122,9 +130,9 @@ def read_marks(records, unparseable):
 
 
 def read_instances(pipeline: beam.Pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None = None,
-                   scratch: str | None = None):
+                   scratch: str | None = None, window: ReadWindow | None = None):
     """The input read and validated as a run reads it -> (instances, records read, dead letters)."""
-    records, unparseable, _, instances, invalid = read(pipeline, config, read_plan, scratch)
+    records, unparseable, _, instances, invalid = read(pipeline, config, read_plan, scratch, window)
     marks = read_marks(records, unparseable)
     dead = (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()
     return instances, marks, dead

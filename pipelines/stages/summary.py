@@ -79,5 +79,5 @@ class SummariesStage(Stage):
             | "RunRecord" >> RunRecord(run, config.name, config.to_json(), version(), context.started_at,
                                        config.judge.prices, config.judge.model,
                                        usage_models(plan_judges(config.template_judge_specs(), context.judge_context({}))),
-                                       id_scheme(row_spec(config)))
+                                       id_scheme(row_spec(config)), context.window)
         return {"scored": scored, "judge_cache": cache_rows, "summary": summary, "runs": runs}
