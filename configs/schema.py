@@ -108,6 +108,26 @@ def duration(value: Any) -> Any:
     return value
 
 
+class SampleInput(_Model):
+    """input.sample: a seeded, stable sample of the cases: a case is in or out by its identity (its
+    instance id) and the seed alone, so a recurring case is in every night or none, and runs pair."""
+
+    rate: float | None = pydantic.Field(
+        None, gt=0, le=1, description="the share of cases evaluated: a case is in when a hash of the seed and its id, "
+                                      "read as a number in [0, 1), is below it")
+    per_slice: int | None = pydantic.Field(
+        None, ge=1, description="instead of a rate: this many cases of each slice (each combination of the "
+                                "input.slice_columns' values; the whole input without any): those whose hashes are "
+                                "smallest")
+    seed: int = pydantic.Field(0, description="the sample's seed: another seed, another sample")
+
+    @pydantic.model_validator(mode="after")
+    def _one_rule(self) -> "SampleInput":
+        if self.rate is not None and self.per_slice is not None:
+            raise ValueError("give rate or per_slice, not both")
+        return self
+
+
 class InputConfig(_Model):
     uri: str | None = pydantic.Field(
         None, min_length=1,
@@ -164,6 +184,9 @@ class InputConfig(_Model):
     timestamp_column: str | None = pydantic.Field(
         None, pattern=f"^{COLUMN_RE}$",
         description="with since, a BigQuery input of rows: the TIMESTAMP column telling when each row arrived")
+    sample: SampleInput | None = pydantic.Field(
+        None, description="evaluate a seeded, stable sample of the cases: {rate: 0.1, seed: 7}, {per_slice: 200, "
+                          "seed: 7}, or {seed: 7} with judge.max_calls picking the rate")
     allow_empty: bool = pydantic.Field(
         False, description="an input with no record is expected (a quiet night's query): the run passes; "
                            "otherwise a run that reads nothing fails (status 1), naming the input")
@@ -932,6 +955,20 @@ class EvalConfig(_Model):
             if len(set(generations)) != len(generations):
                 raise ValueError(f"metrics.{i}.judges: two jurors judge with the same model and generation settings "
                                  "(their judgments would be one); give each a different model, provider or temperature")
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _sample_budget(self) -> "EvalConfig":
+        sample, budget = self.input.sample, self.judge.max_calls
+        if budget is not None and sample is None:
+            raise ValueError("judge.max_calls picks input.sample's rate: add input.sample: {seed: N} (or drop the budget)")
+        if sample is not None and sample.rate is None and sample.per_slice is None and budget is None:
+            raise ValueError("input.sample: give rate, per_slice, or a judge budget (judge.max_calls) that picks the rate")
+        if budget is not None and (sample.rate is not None or sample.per_slice is not None):
+            raise ValueError("judge.max_calls picks input.sample's rate: give the budget or input.sample's "
+                             f"{'rate' if sample.rate is not None else 'per_slice'}, not both")
+        if budget is not None and not self.judge_specs():
+            raise ValueError("judge.max_calls: this config has no judge metric: nothing to budget")
         return self
 
     @pydantic.model_validator(mode="after")

@@ -26,7 +26,7 @@ from evalbeam.pipelines.preflight import billing_project, parquet_glob, prefligh
 from evalbeam.pipelines.results import ResultsError, results_for
 from evalbeam.pipelines.since import plan_window
 from evalbeam.pipelines.stages.read import read_instances
-from evalbeam.pipelines.text_tables import format_table
+from evalbeam.pipelines.text_tables import format_sample, format_table
 from evalbeam.transforms import bigquery, judge
 from evalbeam.transforms.failure_modes import DISCOVERY, taxonomy_of
 from evalbeam.transforms.judge_context import JudgeContext
@@ -111,7 +111,7 @@ def plan_judging(config: EvalConfig) -> dict:
     with tempfile.TemporaryDirectory(prefix="evalbeam-plan-") as folder:
         counts_path, totals_path = os.path.join(folder, "counts.json"), os.path.join(folder, "totals.json")
         with new_pipeline(PipelineOptions(["--runner=DirectRunner"])) as p:
-            instances, read, dead = read_instances(p, config, read_plan, scratch=folder, window=window)
+            instances, read, dead, sample = read_instances(p, config, read_plan, scratch=folder, window=window)
             cached = pinned = None
             if config.judge.cache and config.calls_a_model():
                 parquet = [parquet_glob(c) for c in config.judge.cache if not c.startswith("bq://")]
@@ -127,6 +127,8 @@ def plan_judging(config: EvalConfig) -> dict:
                 "instances": instances | "CountInstances" >> beam.combiners.Count.Globally(),
                 "dead_lettered": dead | "CountDead" >> beam.combiners.Count.Globally(),
             }
+            if sample is not None:
+                totals["sample"] = sample
             (p | "Once" >> beam.Create([None])
              | "Totals" >> beam.Map(lambda _, **t: t, **{k: beam.pvalue.AsSingleton(v) for k, v in totals.items()})
              | "WriteTotals" >> beam.Map(_write, totals_path))
@@ -265,6 +267,7 @@ def _money(value) -> str:
 def format_plan(plan: dict) -> str:
     lines = [f"plan for {plan['name']}: input {plan['source']}"
              + (f", input.since: last_run: the cases that ended in {plan['window']}" if plan.get("window") else ""),
+             *([format_sample(plan["sample"])] if plan.get("sample") else []),
              f"read {plan['read']:,} = {plan['instances']:,} valid + {plan['dead_lettered']:,} dead-lettered",
              f"judge {plan['model']}, quota {plan['requests_per_minute']:,g} requests/min"
              + (f", {plan['tokens_per_minute']:,g} tokens/min" if plan["tokens_per_minute"] else "")]

@@ -122,6 +122,18 @@ def _moment(value: Any) -> str:
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
+def format_sample(sample: dict) -> str:
+    """What input.sample evaluated: the cases of the population it kept, and by what rule."""
+    if "max_calls" in sample:
+        rule = f"judge.max_calls {sample['max_calls']:,} picks rate {sample['rate']:.4g}"
+    elif "per_slice" in sample:
+        rule = f"{sample['per_slice']:,} per slice"
+    else:
+        rule = f"rate {sample['rate']:g}"
+    return (f"input.sample ({rule}, seed {sample['seed']}): {sample['sampled']:,} of {sample['population']:,} cases "
+            "evaluated; the summary's estimates are over them (population_count: each slice's cases)")
+
+
 def _lines_note(run: dict[str, Any]) -> str:
     fmt = _input_format(run)
     if fmt == "otel_traces":
@@ -174,6 +186,8 @@ def run_report(results, run_id: str, tables: dict | None = None) -> str:
         start = _moment(r["window_start"]) if r.get("window_start") is not None else "the beginning"
         lines.append(f"input.since: last_run: the cases that ended in [{start}, {_moment(r['window_end'])}); "
                      "what was read of others is counted as holding no record")
+    if r.get("sample"):
+        lines.append(format_sample(json.loads(r["sample"])))
     judge = judge_accounting(r)
     if judge:
         lines += format_judge(judge)

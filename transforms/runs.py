@@ -80,10 +80,11 @@ def bleu_path(c: int, python: int) -> str | None:
     return "+".join(name for name, n in (("c", c), ("python", python)) if n) or None
 
 
-def _runs_row(_, *, base, prices, model, counts, usage, models=None):
+def _runs_row(_, *, base, prices, model, counts, usage, models=None, sample=None):
     c = dict(zip(COUNTS, counts))
     return {
         **base,
+        "sample": json.dumps(sample, sort_keys=True) if sample is not None else None,
         "finished_at": utc_now(),
         "read_count": c["read"],
         "scored_count": c["scored"],
@@ -155,7 +156,9 @@ class RunRecord(beam.PTransform):
         self._models = models or {}
 
     def expand(self, inputs):
-        read, computed, scored, dead, usage, source_lines = inputs
+        """inputs: (read, computed, scored, dead, usage, source_lines[, sample]): sample, input.sample's
+        account (transforms.sampling, one element), for the row's `sample`."""
+        read, computed, scored, dead, usage, source_lines, *sample = inputs
         one = lambda _: 1  # noqa: E731
         reads = read if isinstance(read, (tuple, list)) else (read,)  # every part counts one per record
         counts = (
@@ -186,5 +189,6 @@ class RunRecord(beam.PTransform):
                 models=self._models,
                 counts=side(counts),
                 usage=side(usage),
+                **({"sample": side(sample[0])} if sample else {}),
             )
         )

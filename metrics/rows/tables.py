@@ -137,6 +137,9 @@ TABLES: dict[str, tuple[Column, ...]] = {
                                                     "scores; null when no instance has two answers or every "
                                                     "answer is the same"),
         Column("jury_alpha_units", "INT64", description="a jury: instances with two jurors' scores or more"),
+        Column("population_count", "INT64", description="input.sample: the cases of the slice read before sampling "
+                                                        "(row_count and the estimates are over the sample beside it); "
+                                                        "null without a sample, and for a slice of (other) values"),
     ),
     "runs": (
         RUN_ID,
@@ -176,6 +179,8 @@ TABLES: dict[str, tuple[Column, ...]] = {
                                                         "the beginning)"),
         Column("window_end", "TIMESTAMP", description="input.since: the end of its window (the run's start less "
                                                       "input.lateness): where the eval's next run starts"),
+        Column("sample", "JSON", description="input.sample: {rate or per_slice, seed, max_calls, population, sampled}: "
+                                             "the cases read and those evaluated; the summary is over the sample"),
         Column("bleu_path", "STRING", description="which BLEU implementation scored the instances: c (the C "
                                                   "extension), python (about 6x slower: workers where it was not "
                                                   "built), or c+python (some workers each); null without BLEU"),

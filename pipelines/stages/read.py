@@ -13,21 +13,20 @@ from evalbeam.transforms.parsers import IdFirstLoads
 from evalbeam.transforms.read import FileParts, ReadRecords
 from evalbeam.transforms.read_otel import GroupSpans
 from evalbeam.transforms.records import SourceLines
+from evalbeam.transforms.sampling import Judgments, SampleRecords
 from evalbeam.transforms.since import ReadWindow
 from evalbeam.transforms.read_adk import AdkReading, GroupAgentEvents, adk_base
 from evalbeam.transforms.validate import RepeatedIds, ToInstances, UniqueIdDecisions
 
 
 class ReadStage(Stage):
-    """PBegin -> records, unparseable, source_lines, instances, invalid, dead_letters."""
+    """PBegin -> records, unparseable, source_lines, instances, invalid, dead_letters; with input.sample,
+    sample (its account, one element) and population ((summary slice, cases in it) before sampling)."""
 
     def expand(self, pbegin):
         context = self._context
-        records, unparseable, source_lines, instances, invalid = read(pbegin, context.config, context.read_plan,
-                                                                      context.scratch, context.window)
-        return {"records": records, "unparseable": unparseable, "source_lines": source_lines,
-                "instances": instances, "invalid": invalid,
-                "dead_letters": (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()}
+        named = read(pbegin, context.config, context.read_plan, context.scratch, context.window)
+        return {**named, "dead_letters": (named["unparseable"], named["invalid"]) | "AllDeadLetters" >> beam.Flatten()}
 
 
 def row_spec(config: EvalConfig) -> RowSpec:
@@ -62,7 +61,8 @@ def adk_reading(config: EvalConfig) -> AdkReading | None:
 
 def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None, scratch: str | None = None,
          window: ReadWindow | None = None):
-    """The input read and validated -> records, unparseable, source lines, instances, invalid.
+    """The input read, sampled (input.sample) and validated -> {records, unparseable, source_lines,
+    instances, invalid; with input.sample, sample and population (transforms.sampling)}.
     `pipeline`: the pipeline, or the PBegin a composite is applied to; `scratch`: a local run's
     folder for what it groups on disk (None: grouped by the runner); `window`: input.since's
     (pipelines.since; a BigQuery read_plan was planned with it too)."""
@@ -114,12 +114,21 @@ def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None, scra
             records, unparseable, duplicates = records | "OtelCases" >> GroupSpans(
                 otel.group_by, otel.max_trace_spans, otel.max_trace_bytes, rows=True, spill=spill, window=window)
             source_lines = (source_lines, duplicates) | "OtelSourceLines" >> beam.Flatten()
+    named = {}
+    sample = config.input.sample
+    if sample is not None:
+        budget = config.judge.max_calls
+        judgments = Judgments(config.template_judge_specs(), config.rubric_specs(), config.judge) if budget else None
+        records, left_out, named["sample"], named["population"] = records | "Sample" >> SampleRecords(
+            sample, row_spec(config), judgments, budget, spill)
+        source_lines = (source_lines, left_out) | "SampleSourceLines" >> beam.Flatten()
     if spill and config.input.inferred_format() == "otel_traces" and not config.input.id_column:
         # a case per key of the grouping: ids unique as made, nothing to group by id (which the
         # local runner would hold in memory)
         decisions = pipeline | "NoRepeatedIds" >> beam.Create([])
     instances, invalid = records | "Validate" >> ToInstances(row_spec(config), decisions)
-    return records, unparseable, source_lines, instances, invalid
+    return {"records": records, "unparseable": unparseable, "source_lines": source_lines, "instances": instances,
+            "invalid": invalid, **named}
 
 
 def read_marks(records, unparseable):
@@ -131,8 +140,9 @@ def read_marks(records, unparseable):
 
 def read_instances(pipeline: beam.Pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None = None,
                    scratch: str | None = None, window: ReadWindow | None = None):
-    """The input read and validated as a run reads it -> (instances, records read, dead letters)."""
-    records, unparseable, _, instances, invalid = read(pipeline, config, read_plan, scratch, window)
-    marks = read_marks(records, unparseable)
-    dead = (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()
-    return instances, marks, dead
+    """The input read and validated as a run reads it -> (instances, records read, dead letters, the
+    sample's account (input.sample; else None))."""
+    named = read(pipeline, config, read_plan, scratch, window)
+    marks = read_marks(named["records"], named["unparseable"])
+    dead = (named["unparseable"], named["invalid"]) | "AllDeadLetters" >> beam.Flatten()
+    return named["instances"], marks, dead, named.get("sample")
