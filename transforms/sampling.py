@@ -10,7 +10,7 @@ else the input holds, and two runs of one sample pair their cases.
 - `per_slice: N`: the N cases of smallest hash of each slice (the combination of the input's
   slice columns' values; the whole input without any).
 - judge.max_calls B (with `{seed}` alone): the cases of smallest hash whose judgments, counted as
-  the run would ask them (metric, juror, sample: transforms.judge.judge_requests; a rubric metric's
+  the run would ask them (metric, juror, sample: metrics.judge.asks.judge_requests; a rubric metric's
   generation and its validations per unit), fit in B. The rate is the hash below which they lie.
 
 The last two need every case's hash before any case is let through: the cases wait, on a
@@ -69,12 +69,11 @@ class Judgments:
 
     def _setup(self):
         # what plans the judging, imported where a budget is counted
-        from evalbeam.transforms.judge import judge_requests, plan_judges
-        from evalbeam.transforms.judge_context import JudgeContext
+        from evalbeam.metrics.judge.asks import Unasked, judge_requests, plan_judges
         from evalbeam.transforms.rubrics import plan_rubric_metrics, plan_units
 
-        self._requests, self._units = judge_requests, plan_units
-        self._plans = plan_judges(self._judge_specs, JudgeContext(self._settings))
+        self._requests, self._units, self._unasked = judge_requests, plan_units, Unasked
+        self._plans = plan_judges(self._judge_specs, self._settings)
         self._rubrics = plan_rubric_metrics(self._rubric_specs)
         self._ready = True
 
@@ -85,7 +84,8 @@ class Judgments:
             instance = build_instance(record.data, spec, record.source, record.from_csv, record.line_count)
         except Exception:  # noqa: BLE001 - a record that is no instance asks nothing (it is dead-lettered later)
             return 0
-        count = sum(1 for _ in self._requests(instance, self._plans, self._settings, self._settings.sampling_count))
+        count = sum(1 for asked in self._requests(instance, self._plans, self._settings, self._settings.sampling_count)
+                    if not isinstance(asked, self._unasked))  # what cannot be asked is no call
         for plan in self._rubrics:
             if plan.output_name not in instance.missing_inputs:
                 count += 1 + len(self._units(instance, plan.template)) * plan.template.samples(self._settings.sampling_count)
