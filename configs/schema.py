@@ -109,6 +109,11 @@ def duration(value: Any) -> Any:
     return value
 
 
+# input.lateness when input.since is given without it (the field stays null, so a config's JSON, as
+# the runs table keeps it, validates again)
+DEFAULT_LATENESS = dt.timedelta(hours=1)
+
+
 class SampleInput(_Model):
     """input.sample: a seeded, stable sample of the cases: a case is in or out by its identity (its
     instance id) and the seed alone, so a recurring case is in every night or none, and runs pair."""
@@ -177,11 +182,11 @@ class InputConfig(_Model):
                           "window, kept in the runs table; a run that failed moves nothing): OpenTelemetry traces "
                           "(files by their modification time, span tables by start_time), ADK agent events, or a "
                           "BigQuery input of rows with input.timestamp_column")
-    lateness: dt.timedelta = pydantic.Field(
-        dt.timedelta(hours=1),
+    lateness: dt.timedelta | None = pydantic.Field(
+        None,
         description="with since: how late a case's last span (or event, or row) may arrive, and how long a case may "
                     "reach back across the window's start; a run evaluates what ended between the last run's window "
-                    "end and its own start less this. 90, 90s, 30m, 1h, 2d; 0 allowed. Default 1h")
+                    "end and its own start less this. 90, 90s, 30m, 1h, 2d; 0 allowed. Default (null): 1h")
     timestamp_column: str | None = pydantic.Field(
         None, pattern=f"^{COLUMN_RE}$",
         description="with since, a BigQuery input of rows: the TIMESTAMP column telling when each row arrived")
@@ -210,15 +215,15 @@ class InputConfig(_Model):
 
     @pydantic.field_validator("lateness")
     @classmethod
-    def _not_negative(cls, value: dt.timedelta) -> dt.timedelta:
-        if value < dt.timedelta(0):
+    def _not_negative(cls, value: dt.timedelta | None) -> dt.timedelta | None:
+        if value is not None and value < dt.timedelta(0):
             raise ValueError("a lateness is not negative (0: none)")
         return value
 
     @pydantic.model_validator(mode="after")
     def _since(self) -> "InputConfig":
         if self.since is None:
-            given = [f"input.{f}" for f in ("lateness", "timestamp_column") if f in self.model_fields_set]
+            given = [f"input.{f}" for f in ("lateness", "timestamp_column") if getattr(self, f) is not None]
             if given:
                 raise ValueError(f"{' and '.join(given)}: apply with input.since: last_run")
             return self

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 
 from evalbeam.configs import EvalConfig
+from evalbeam.configs.schema import DEFAULT_LATENESS
 from evalbeam.pipelines.results import ResultsError, results_for
 from evalbeam.transforms.since import ReadWindow
 
@@ -49,7 +50,7 @@ def plan_window(config: EvalConfig, run_id: str, started_at: dt.datetime) -> Rea
     """The window this run reads (None without input.since)."""
     if config.input.since is None:
         return None
-    lateness = config.input.lateness
+    lateness = config.input.lateness if config.input.lateness is not None else DEFAULT_LATENESS
     windows = earlier_windows(config)
     own = next((w for w in windows if w["run_id"] == run_id), None)
     if own is not None:  # a re-run of a completed run: the same window again
