@@ -25,6 +25,7 @@ population beside the sample's estimates.
 """
 from __future__ import annotations
 
+import bisect
 import hashlib
 import heapq
 import json
@@ -113,41 +114,58 @@ class _KeyFn(beam.DoFn):
 
 class BudgetFn(beam.CombineFn):
     """(hash, judgments) of every case -> the hash threshold: the cases of smallest hash whose judgments
-    fit in the budget are at or below it (1.0: all fit). The accumulator keeps only those that fit."""
+    fit in the budget are at or below it (1.0: all fit).
+
+    The accumulator is [kept, total, cut]: the cases seen that fit, sorted (the longest run of the
+    smallest hashes seen whose judgments sum to at most the budget), their judgments, and the hash of
+    the first case seen that does not fit (None: none yet). A case at or past `cut` can never be in
+    (a smaller one already does not fit), whichever worker sees it: merging keeps the smallest cut."""
 
     def __init__(self, budget: int):
         self._budget = budget
 
     def create_accumulator(self):
-        return [], False  # (hash, judgments) that fit, sorted; whether any was left out
+        return [[], 0, None]
 
-    def _fit(self, items, cut: bool):
-        kept, total = [], 0
-        for u, n in sorted(items):
-            if total + n > self._budget:
-                return kept, True
-            kept.append((u, n))
-            total += n
-        return kept, cut
+    def _shrink(self, accumulator):
+        kept, total, cut = accumulator
+        while total > self._budget:
+            u, n = kept.pop()
+            total -= n
+            cut = u if cut is None else min(cut, u)
+        return [kept, total, cut]
 
     def add_input(self, accumulator, item):
-        kept, cut = accumulator
-        if cut and kept and item[0] > kept[-1][0]:
+        kept, total, cut = accumulator
+        if cut is not None and item[0] >= cut:
             return accumulator
-        return self._fit(kept + [item], cut)
+        bisect.insort(kept, tuple(item))
+        return self._shrink([kept, total + item[1], cut])
 
     def merge_accumulators(self, accumulators):
         accumulators = list(accumulators)
-        return self._fit(list(heapq.merge(*(a[0] for a in accumulators))), any(a[1] for a in accumulators))
+        cuts = [a[2] for a in accumulators if a[2] is not None]
+        cut = min(cuts) if cuts else None
+        kept, total = [], 0
+        for u, n in heapq.merge(*(a[0] for a in accumulators)):
+            if cut is not None and u >= cut:
+                break
+            if total + n > self._budget:
+                cut = u
+                break
+            kept.append((u, n))
+            total += n
+        return [kept, total, cut]
 
     def extract_output(self, accumulator):
-        kept, cut = accumulator
-        return (kept[-1][0] if kept else 0.0) if cut else 1.0
+        kept, _, cut = accumulator
+        return 1.0 if cut is None else (kept[-1][0] if kept else 0.0)
 
 
-def _nth_smallest(hashes, n: int) -> float:
-    """The largest of the n smallest hashes (all of them when fewer): per_slice's threshold."""
-    return max(heapq.nsmallest(n, hashes))
+def _per_slice_threshold(kv):
+    """(slice, its n smallest hashes) -> (slice, the largest of them): per_slice's threshold."""
+    stratum, smallest = kv
+    return stratum, max(smallest)
 
 
 class _DecideFn(beam.DoFn):
@@ -223,8 +241,8 @@ class SampleRecords(beam.PTransform):
             if sample.per_slice is not None:
                 thresholds = (cases
                               | "Hashes" >> beam.Map(lambda kv: (kv[0], kv[1][0]))
-                              | "PerSlice" >> beam.CombinePerKey(
-                                  lambda hashes, n: _nth_smallest(hashes, n), sample.per_slice))
+                              | "PerSlice" >> beam.combiners.Top.SmallestPerKey(sample.per_slice)
+                              | "Threshold" >> beam.Map(_per_slice_threshold))
             else:
                 thresholds = (cases
                               | "Costs" >> beam.Values()

@@ -81,10 +81,11 @@ def test_a_rate_samples_the_same_cases_every_night_and_compare_pairs_them(tmp_pa
 
 @pytest.mark.slow
 def test_per_slice_takes_the_cases_of_smallest_place_in_each_slice(tmp_path):
-    """per_slice 3 over slices of 10, 5 and 2 cases (a local run: the cases wait for the thresholds on
-    disk): 3, 3 and 2 of them, those of smallest place."""
+    """per_slice 3 over slices of 30, 14 and 4 cases (a local run: the cases wait for the thresholds on
+    disk): 3 of each, those of smallest place (past 10 a slice, a callable CombinePerKey compacting its
+    buffer took more); per_slice 10: 10, 10 and all 4."""
     data = tmp_path / "data.jsonl"
-    items = rows(17, 1)
+    items = rows(48, 1)
     write(data, items)
     evalbeam("run", config(tmp_path, "p1", data, {"per_slice": 3, "seed": 11}, input={"id_column": "id"}))
     got = {r["instance_id"] for r in table(tmp_path / "out" / "p1", "instances")}
@@ -92,9 +93,12 @@ def test_per_slice_takes_the_cases_of_smallest_place_in_each_slice(tmp_path):
     for topic in ("billing", "login", "other"):
         ids = sorted((place(11, r["id"]), r["id"]) for r in items if r["topic"] == topic)
         want |= {i for _, i in ids[:3]}
-    assert got == want and len(got) == 8
+    assert got == want and len(got) == 9
     run = table(tmp_path / "out" / "p1", "runs")[0]
-    assert json.loads(run["sample"]) == {"per_slice": 3, "seed": 11, "population": 17, "sampled": 8}
+    assert json.loads(run["sample"]) == {"per_slice": 3, "seed": 11, "population": 48, "sampled": 9}
+    evalbeam("run", config(tmp_path, "p2", data, {"per_slice": 10, "seed": 11}, input={"id_column": "id"}))
+    per_topic = {r["slice"]: (r["row_count"], r["population_count"]) for r in table(tmp_path / "out" / "p2", "summary")}
+    assert (per_topic["topic=billing"], per_topic["topic=login"], per_topic["topic=other"]) == ((10, 30), (10, 14), (4, 4))
 
 
 @pytest.mark.slow
