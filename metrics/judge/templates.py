@@ -23,6 +23,7 @@ import yaml
 from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.rubrics import InvalidRubricAnswer, parse_stage_answer
 from evalbeam.metrics.registry import MetricError
+from evalbeam.metrics.red_team import AttackError, parse_generation
 
 BUILTIN_TEMPLATES = Path(__file__).with_name("data") / "judge_metrics.yaml"
 PAIRWISE_CHOICES = ("A", "B", "SAME")
@@ -222,11 +223,16 @@ def parse_answer(text: str | None, field: str, allowed: tuple[str, ...]) -> tupl
         except TaxonomyError as e:
             raise InvalidJudgment(str(e)) from None
     if field == "scenarios":  # conversation scenarios generated (metrics.scenarios): each item checked on its own later
-        from evalbeam.metrics.scenarios import parse_generation  # imports one way, as the taxonomy's above
+        from evalbeam.metrics.scenarios import parse_generation as parse_scenarios  # imports one way, as above
 
         try:
-            return parse_generation(text), None
+            return parse_scenarios(text), None
         except ValueError as e:
+            raise InvalidJudgment(str(e)) from None
+    if field == "attacks":  # a red-team attack set written from the agent's description (metrics.red_team)
+        try:
+            return parse_generation(text)
+        except AttackError as e:
             raise InvalidJudgment(str(e)) from None
     if field in ("rubrics", "verdicts", "claims", "sentences", "labels"):
         try:

@@ -48,6 +48,8 @@ class Instance:
     # and the reasons of the labels refused (metrics.statistics.calibration.parse_label)
     labels: Mapping[str, tuple[float | None, ...]] = dataclasses.field(default_factory=dict)
     label_errors: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # red_team: the attack this run carries (metrics.red_team.PlannedAttack.for_case); None on a twin
+    attack: Mapping[str, Any] | None = None
     # field -> (its value, that value's JSON text as the instances table writes it): made
     # by the value check (checked_json_text) and reused for the row (tables.instance_row)
     # while the field still holds that very object. Values are never changed in place once
@@ -355,7 +357,7 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
             check_value(record.get(col))
         except ValueError as e:
             raise InvalidField(col, f"slice column {e}", col) from None
-        slices[col] = _slice_value(record.get(col))
+        slices[col] = slice_value(record.get(col))
     labels, label_errors = read_labels(record, spec.label_columns, source)
     return Instance(instance_id=instance_id, fields=fields, slices=slices, source=source, line_count=line_count,
                     missing_inputs=unmet, labels=labels, label_errors=label_errors, json_texts=json_texts)
@@ -380,7 +382,8 @@ def read_labels(record: Mapping[str, Any], label_columns, source: str):
     return labels, errors
 
 
-def _slice_value(value: Any) -> str | None:
+def slice_value(value: Any) -> str | None:
+    """A slice column's value as the summary names it (None: missing)."""
     if value is None or value == "":
         return None
     if isinstance(value, str):

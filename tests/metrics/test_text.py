@@ -720,66 +720,145 @@ def test_native_statistics_equal_the_tokens_matches_and_lengths():
         assert native.statistics(line, other, punctuation) == (*native.matches(th, tr), len(th), len(tr))
 
 
-# Run under valgrind by the test below: BLEU's C module's three functions on texts of every string
-# kind, dense in what the rules change, short and over its SMALL, each result checked against the
-# others; ROUGE's on the same pairs, stemmer on and off, against rouge-score-rs, with a pair past its
-# bit sets' bound, a stemmer that scores another pair itself, and one that fails.
+# Run under valgrind by the test below: the C module's three functions on texts of every string kind,
+# dense in what the rules change, short and over its SMALL, each result checked against the others. The texts
+# and their language-independent 13a preparation (pure Python) are made here and handed over in a file: under
+# valgrind run only an interpreter, the module loaded from its file, and its calls (importing evalbeam and
+# sacrebleu there took most of the test's time).
+def _memcheck_pairs() -> list:
+    import random
+
+    from evalbeam.metrics import sentence_bleu as sb
+
+    rng = random.Random(5)
+    texts = hard_texts(seed=44, count=150, long_every=50, long_words=300)
+    texts += ["".join(rng.choice("a1 .,-\n٣/!(😀é") for _ in range(rng.randint(0, 30))) for _ in range(300)]
+    texts.append(" " + ".,-!1a " * 12000 + " ")
+    return [(sb._tokenize_13a(sb._PREPARE, h), sb._tokenize_13a(sb._PREPARE, r)) for h, r in zip(texts, texts[1:] + texts[:1])]
+
+
 _MEMCHECK_PROBE = """
-import random
-import rouge_score_rs
-from evalbeam.metrics import _rouge, text
-from evalbeam.metrics import sentence_bleu as sb
-from tests.metrics.test_text import hard_texts
-rng = random.Random(5)
-texts = hard_texts(seed=44, count=150, long_every=50, long_words=300)
-texts += ["".join(rng.choice("a1 .,-\\n٣/!(😀é") for _ in range(rng.randint(0, 30))) for _ in range(300)]
-texts.append(" " + ".,-!1a " * 12000 + " ")
-for h, r in zip(texts, texts[1:] + texts[:1]):
-    a, b = sb._tokenize_13a(sb._PREPARE, h), sb._tokenize_13a(sb._PREPARE, r)
-    th, tr = sb._native.tokens(a, sb.PUNCTUATION), sb._native.tokens(b, sb.PUNCTUATION)
-    assert sb._native.statistics(a, b, sb.PUNCTUATION) == (*sb._native.matches(th, tr), len(th), len(tr))
-print("probed", len(texts))
-types = ["rouge1", "rouge2", "rouge4", "rougeL"]
-words = [f"t{k}" for k in range(2100)]
-pairs = list(zip(texts, texts[1:] + texts[:1])) + [(" ".join(words), " ".join(words[::-1][:1500]))]
-for stem in (None, text._porter_stem):
-    rust = rouge_score_rs.RougeScorer(types, use_stemmer=stem is not None)
-    for r, h in pairs:
-        expected = rust.score(r, h)
-        assert _rouge.scores(r, h, (1, 2, 4, 0), stem) == tuple(expected[t].fmeasure for t in types), (r, h)
-def nested(token):
-    _rouge.scores("stemming " + token, "stems", (1, 0), text._porter_stem)
-    return text._porter_stem(token)
-assert _rouge.scores("walking talks", "walked talking", (1,), nested) == (1.0,)
-try:
-    _rouge.scores("wholly", "new", (1,), lambda token: 5)
-except TypeError:
-    pass
-print("rouge probed", 2 * len(pairs))
+import importlib.util, json, os, sys
+path = os.environ["NATIVE_MODULE"]
+spec = importlib.util.spec_from_file_location(os.path.basename(path).split(".")[0], path)
+native = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(native)
+with open(sys.argv[1], encoding="utf-8") as f:
+    punctuation, pairs = json.load(f)
+for a, b in pairs:
+    th, tr = native.tokens(a, punctuation), native.tokens(b, punctuation)
+    assert native.statistics(a, b, punctuation) == (*native.matches(th, tr), len(th), len(tr))
+print("probed", len(pairs))
 """
 
 
 @pytest.mark.slow
-def test_native_modules_read_and_write_only_their_own_memory_under_valgrind():
+def test_native_module_reads_and_writes_only_its_own_memory_under_valgrind(tmp_path):
+    import json
     import os
     import re
     import shutil
     import subprocess
     import sys
-    from pathlib import Path
 
     from evalbeam.metrics import sentence_bleu
 
     assert sentence_bleu.NATIVE and shutil.which("valgrind"), "valgrind is on every machine here (env: machines)"
-    root = Path(__file__).resolve().parents[2]
+    texts, pairs = tmp_path / "pairs.json", _memcheck_pairs()
+    texts.write_text(json.dumps([sentence_bleu.PUNCTUATION, pairs]), encoding="utf-8")
+    assert json.loads(texts.read_text(encoding="utf-8"))[1] == [list(pair) for pair in pairs]  # every text as it was
+    # -S: no site-packages (the probe needs none). The module's path in the environment, not on the command
+    # line: memcheck prints the command, and a report naming the module is an error of the module's.
     result = subprocess.run(
-        ["valgrind", "--tool=memcheck", "--num-callers=40", sys.executable, "-c", _MEMCHECK_PROBE],
-        capture_output=True, text=True, cwd=root, timeout=1200,
-        env={**os.environ, "PYTHONMALLOC": "malloc", "PYTHONPATH": str(root)})
-    assert result.returncode == 0 and "probed 457" in result.stdout and "rouge probed 916" in result.stdout, \
-        result.stderr[-3000:]
+        ["valgrind", "--tool=memcheck", "--num-callers=40", sys.executable, "-S", "-c", _MEMCHECK_PROBE, texts],
+        capture_output=True, text=True, cwd=tmp_path, timeout=1200,
+        env={**os.environ, "PYTHONMALLOC": "malloc", "NATIVE_MODULE": sentence_bleu._native.__file__})
+    assert result.returncode == 0 and "probed 457" in result.stdout, result.stderr[-3000:]
     # memcheck's reports, one per error; CPython's own start-up and shutdown make some (reads of
-    # memory it never initialised by design): only those with a module of ours in their stack count
+    # memory it never initialised by design): only those with the module in their stack count
     reports = re.split(r"\n==\d+== \n", result.stderr)
     assert "ERROR SUMMARY" in result.stderr
-    assert [r for r in reports if "_bleu13a" in r or re.search(r"_rouge\.(c|cpython)", r)] == []
+    assert [r for r in reports if "_bleu13a" in r] == []
+
+
+# ROUGE's C module under valgrind, as BLEU's above: only an interpreter (-S) and the module loaded from its
+# file. Its pairs: the texts above (every string kind, some over 65,536 characters) each against the next,
+# and a pair past the bit sets' bound (the plain programme); stemmer on and off. What it cannot import there
+# is handed over: each token's stem (rouge-score-rs's, made here; a token missing from them is a KeyError)
+# and rouge-score-rs's F-measures. Then a stemmer that scores another pair itself, and one that fails.
+def _rouge_memcheck_cases() -> tuple[dict, list]:
+    import random
+    import re
+
+    import rouge_score_rs
+
+    from evalbeam.metrics import text
+
+    rng = random.Random(5)
+    texts = hard_texts(seed=44, count=150, long_every=50, long_words=300)
+    texts += ["".join(rng.choice("a1 .,-\n٣/!(😀é") for _ in range(rng.randint(0, 30))) for _ in range(300)]
+    texts.append(" " + ".,-!1a " * 12000 + " ")
+    words = [f"t{k}" for k in range(2100)]
+    pairs = list(zip(texts, texts[1:] + texts[:1])) + [(" ".join(words), " ".join(words[::-1][:1500]))]
+    extra = "walking talks walked talking stemming stems wholly"
+    tokens = {t for pair in pairs for s in pair for t in re.findall(r"[a-z0-9]+", s.lower())} | set(extra.split())
+    stems = {t: text._porter_stem(t) for t in tokens if len(t) > 3}
+    types = ["rouge1", "rouge2", "rouge4", "rougeL"]
+    cases = []
+    for use_stemmer in (False, True):
+        rust = rouge_score_rs.RougeScorer(types, use_stemmer=use_stemmer)
+        for r, h in pairs:
+            expected = rust.score(r, h)
+            cases.append([r, h, use_stemmer, [expected[t].fmeasure for t in types]])
+    return stems, cases
+
+
+_ROUGE_MEMCHECK_PROBE = """
+import importlib.util, json, os, sys
+path = os.environ["NATIVE_MODULE"]
+spec = importlib.util.spec_from_file_location(os.path.basename(path).split(".")[0], path)
+native = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(native)
+with open(sys.argv[1], encoding="utf-8") as f:
+    stems, cases = json.load(f)
+def stem(token):
+    return stems[token]
+for r, h, use_stemmer, expected in cases:
+    assert native.scores(r, h, (1, 2, 4, 0), stem if use_stemmer else None) == tuple(expected), (r[:80], h[:80])
+def nested(token):
+    native.scores("stemming " + token, "stems", (1, 0), stem)
+    return stem(token)
+assert native.scores("walking talks", "walked talking", (1,), nested) == (1.0,)
+try:
+    native.scores("wholly", "new", (1,), lambda token: 5)
+    raise SystemExit("no TypeError")
+except TypeError:
+    pass
+print("rouge probed", len(cases))
+"""
+
+
+@pytest.mark.slow
+def test_native_rouge_reads_and_writes_only_its_own_memory_under_valgrind(tmp_path):
+    import json
+    import os
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    from evalbeam.metrics import text
+
+    assert text.NATIVE_ROUGE and shutil.which("valgrind"), "valgrind is on every machine here (env: machines)"
+    data, (stems, cases) = tmp_path / "cases.json", _rouge_memcheck_cases()
+    data.write_text(json.dumps([stems, cases]), encoding="utf-8")
+    assert json.loads(data.read_text(encoding="utf-8"))[1] == cases  # every text and score as it was
+    result = subprocess.run(
+        ["valgrind", "--tool=memcheck", "--num-callers=40", sys.executable, "-S", "-c", _ROUGE_MEMCHECK_PROBE, data],
+        capture_output=True, text=True, cwd=tmp_path, timeout=1200,
+        env={**os.environ, "PYTHONMALLOC": "malloc", "NATIVE_MODULE": text._rouge_native.__file__})
+    assert result.returncode == 0 and f"rouge probed {len(cases)}" in result.stdout, result.stderr[-3000:]
+    assert len(cases) == 916
+    reports = re.split(r"\n==\d+== \n", result.stderr)
+    assert "ERROR SUMMARY" in result.stderr
+    assert [r for r in reports if "_rouge" in r] == []
