@@ -861,4 +861,6 @@ def test_native_rouge_reads_and_writes_only_its_own_memory_under_valgrind(tmp_pa
     assert len(cases) == 916
     reports = re.split(r"\n==\d+== \n", result.stderr)
     assert "ERROR SUMMARY" in result.stderr
-    assert [r for r in reports if "_rouge" in r] == []
+    # the module's frames name its file (_rouge.c, _rouge.cpython-...so); the command line, in the first
+    # report, names the probe and this test's folder, not the module
+    assert [r for r in reports if re.search(r"_rouge\.(c|cpython)", r)] == []
