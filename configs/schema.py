@@ -22,7 +22,7 @@ import pydantic
 from evalbeam.configs.failure_modes import FailureModesConfig, check_metrics
 from evalbeam.metrics.agents.simulator import SIMULATOR_DEFAULTS
 from evalbeam.metrics.custom import function_path
-from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
+from evalbeam.metrics.rows.fields import CANONICAL_FIELDS, PASSTHROUGH_FIELDS
 from evalbeam.metrics.judge.jury import JuryRule, check_partial, juror_name, split_entry
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import JudgeTemplate
@@ -909,8 +909,6 @@ class EvalConfig(_Model):
 
     @pydantic.model_validator(mode="after")
     def _gate_metrics_known(self) -> "EvalConfig":
-        from evalbeam.metrics.agent import PASSTHROUGH_FIELDS  # start-up time: the agent metrics where asked
-
         names = [m.output_name for m in self.metrics]
         known = set(names) | set(PASSTHROUGH_FIELDS)
         named = [(f"compare_tolerances.{m}", m) for m in self.compare_tolerances]
@@ -928,7 +926,6 @@ class EvalConfig(_Model):
 
     def gate(self) -> "Gate":
         """The comparison gate of this config: tolerances and watched metrics (metrics.statistics.compare.Gate)."""
-        from evalbeam.metrics.agent import PASSTHROUGH_FIELDS  # start-up time: where a comparison is made
         from evalbeam.metrics.statistics.compare import Gate, parse_tolerance
 
         names = {m.output_name for m in self.metrics}
@@ -988,8 +985,6 @@ class EvalConfig(_Model):
     def metric_directions(self) -> dict[str, str]:
         """output name -> which way is better, for every metric the run reports
         (the passed-through agent values included)."""
-        from evalbeam.metrics.agent import PASSTHROUGH_FIELDS  # start-up time: the agent metrics where asked
-
         directions = {f: get_metric(f).direction for f in PASSTHROUGH_FIELDS}
         directions.update({m.output_name: m.effective_direction() for m in self.metrics})
         return directions

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 from evalbeam.metrics.registry import register
 
-PASSTHROUGH_FIELDS = ("latency_in_seconds", "failure")
-
 
 @register(
     "latency_in_seconds",

@@ -13,7 +13,7 @@ from typing import Any
 
 
 from evalbeam.configs import DEFAULT_MAX_DEAD_LETTER_SHARE, EvalConfig
-from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
+from evalbeam.metrics.rows.fields import PASSTHROUGH_FIELDS
 from evalbeam.metrics.registry import get_metric
 from evalbeam.pipelines.results import ResultsError, as_date
 
