@@ -22,7 +22,7 @@ STRUCTURED_FIELDS = ("history", "rubric_groups", "tool_declarations", "intermedi
                      "adk_case", "otel_case")
 NUMBER_FIELDS = ("latency_in_seconds",)
 FLAG_FIELDS = ("failure",)
-# The agent values a service always reports: each is passed through as the metric of its name (metrics/agent.py)
+# The agent values a service always reports: each is passed through as the metric of its name (metrics/passthrough.py)
 PASSTHROUGH_FIELDS = ("latency_in_seconds", "failure")
 
 

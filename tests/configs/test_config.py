@@ -229,7 +229,7 @@ def test_importing_the_config_model_loads_no_beam_transform_or_metric():
     import subprocess
     import sys
 
-    metric_modules = ("evalbeam.metrics.builtin", "evalbeam.metrics.adk", "evalbeam.metrics.agent",
+    metric_modules = ("evalbeam.metrics.builtin", "evalbeam.metrics.adk", "evalbeam.metrics.passthrough",
                       "evalbeam.metrics.text", "evalbeam.metrics.tool_call", "evalbeam.metrics.trajectory",
                       "evalbeam.metrics.judge.adk_judges", "evalbeam.metrics.judge.library",
                       "evalbeam.metrics.judge.rubric_library")
