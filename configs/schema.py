@@ -28,7 +28,7 @@ from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import JudgeTemplate
 from evalbeam.metrics.names import (BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE,
                                     did_you_mean)
-from evalbeam.metrics.registry import SIMULATOR_QUALITY, MetricDef, get_metric
+from evalbeam.metrics.registry import SIMULATOR_QUALITY, MetricDef
 from evalbeam.metrics.rows.trace import get_key
 
 if typing.TYPE_CHECKING:
@@ -45,6 +45,13 @@ def reserved_columns() -> dict[str, str]:
         for c in TABLES[t]:
             reserved.setdefault(c.name, t)
     return reserved
+
+
+def _metric(name: str) -> MetricDef:
+    """The metric `name` (metrics.catalog.get_metric: KeyError saying why when there is none)."""
+    from evalbeam.metrics.catalog import get_metric  # start-up time: importing the config model loads no metric
+
+    return get_metric(name)
 
 
 class ConfigError(ValueError):
@@ -384,7 +391,7 @@ class MetricSpec(_Model):
             if self.inputs is not None:
                 raise ValueError("'inputs' applies to custom metrics (with 'function') only")
             try:
-                definition = get_metric(self.name)
+                definition = _metric(self.name)
             except KeyError as e:
                 raise ValueError(str(e.args[0])) from None
             try:
@@ -426,7 +433,7 @@ class MetricSpec(_Model):
         return self.pointwise or self.pairwise
 
     def definition(self) -> MetricDef | None:
-        return None if self.is_custom or self.user_template else get_metric(self.name)
+        return None if self.is_custom or self.user_template else _metric(self.name)
 
     def judge_kind(self) -> str | None:
         """pointwise | pairwise for a model-based metric, else None."""
@@ -985,7 +992,7 @@ class EvalConfig(_Model):
     def metric_directions(self) -> dict[str, str]:
         """output name -> which way is better, for every metric the run reports
         (the passed-through agent values included)."""
-        directions = {f: get_metric(f).direction for f in PASSTHROUGH_FIELDS}
+        directions = {f: _metric(f).direction for f in PASSTHROUGH_FIELDS}
         directions.update({m.output_name: m.effective_direction() for m in self.metrics})
         return directions
 

@@ -27,7 +27,8 @@ from evalbeam.metrics.judge.adk_judges import AdkJudgesUnavailable, check_evalua
 from evalbeam.metrics.judge.adk_judges import require_adk as require_adk_judges
 from evalbeam.metrics.judge.client import JudgeCredentialsError, check_credentials
 from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_template
-from evalbeam.metrics.registry import get_metric, unmet_inputs
+from evalbeam.metrics.catalog import get_metric
+from evalbeam.metrics.registry import unmet_inputs
 from evalbeam.metrics.agents.simulator import QUALITY_METRIC, SimulatorUnavailable, check_custom_instructions, require_adk
 from evalbeam.pipelines.local import LOCAL_RUNNERS
 from evalbeam.pipelines.stages.read import adk_reading, inputs_left, row_spec

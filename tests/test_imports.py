@@ -114,7 +114,7 @@ def test_the_graph_is_read():
     # a top-level import, a function-level one, and a module imported by `from package import module`
     assert "evalbeam.metrics.registry" in edges["evalbeam.metrics.adk"]
     assert "evalbeam.metrics.rows.tables" in edges["evalbeam.configs.schema"]  # inside reserved_columns()
-    assert "evalbeam.metrics.judge.adk_judges" in edges["evalbeam.metrics.builtin"]
+    assert "evalbeam.metrics.judge.adk_judges" in edges["evalbeam.metrics.catalog"]
 
 
 def test_cycles_and_upward_imports_are_found():
