@@ -15,6 +15,8 @@ REQUIRES = [
     # the A2A client of inference.a2a (its dependencies fit requirements.lock's pins)
     "a2a-sdk==1.3.0",
     "apache-beam[gcp]==2.77.0",
+    # near-duplicate scenarios: MinHash over word shingles (metrics/scenarios.py); needs numpy and scipy only
+    "datasketch==2.0.0",
     "duckdb==2.0.0" + PY311,
     "duckdb==1.5.6" + PY310,
     # the two versions the locks pin and the tests run: 3.3.0 (requirements.lock) and 2.34.0
@@ -74,11 +76,11 @@ setuptools.setup(
     packages=PACKAGES,
     package_dir=PACKAGE_DIR,
     ext_modules=EXTENSIONS,
-    # Files the code opens beside its modules (metrics/judge/templates.py reads
-    # configs/judge_metrics.yaml), and the demo configs with their data.
-    package_data={"evalbeam.configs": ["*.yaml", "data/*", "data/adk/*"]},
+    # The demo configs with their data, and files the code opens beside its modules (metrics/judge/templates.py
+    # and rubrics.py read the prompts in metrics/judge/data/).
+    package_data={"evalbeam.configs": ["*.yaml", "data/*", "data/adk/*"], "evalbeam.metrics.judge": ["data/*.yaml"]},
     install_requires=REQUIRES,
-    # `report`: the charts of `evalbeam report` (static SVG, pipelines/report_charts.py).
+    # `report`: the charts of `evalbeam report` (static SVG, pipelines/reports/charts.py).
     # `test`: rouge-score is the oracle rouge-score-rs is checked against; pytest-timeout fails a hung test (pytest.ini),
     # pytest-xdist runs `make test`'s tests in several processes (Makefile); ruff is the lint step of `make test` and
     # `make test-fast` (ruff.toml); ppi-python is the reference the

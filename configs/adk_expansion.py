@@ -36,6 +36,10 @@ def expand_adk(data: Any) -> tuple[Any, bool]:
     judged with its own test_config.json (criteria_per_file). Raises ValueError naming the field
     (`input.adk_criteria: ...`, `input: ...`). A mapping whose input is not valid is returned as it
     is: the schema names its errors."""
+    if isinstance(data, dict) and isinstance(data.get("scenarios"), dict) and data.get("input") is None:
+        # the input is the generated eval set (configs.scenarios): conversation_scenario cases only, run with
+        # ADK's default simulator unless the config sets one
+        return _with_user_simulator(data, InputConfig(uri="scenarios", format="adk_eval_set")), False
     if not isinstance(data, dict) or not isinstance(data.get("input"), dict):
         return data, False
     try:

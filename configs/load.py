@@ -101,7 +101,8 @@ def _set_path(raw: dict[str, Any], path: str, value: Any) -> None:
 # run from. (judge.cache and judge.rubrics_from hold one location or a list of them.)
 PATH_FIELDS = (("input", "uri"), ("input", "adk_criteria"), ("output", "parquet"), ("output", "adk_eval_history"),
                ("output", "otel_events"), ("judge", "cache"), ("judge", "rubrics_from"), ("failure_modes", "taxonomy"),
-               ("failure_modes", "taxonomies_from"))
+               ("failure_modes", "taxonomies_from"), ("output", "eval_set"), ("scenarios", "seeds"),
+               ("scenarios", "pinned_from"))
 
 
 def _config_folder(path: str) -> str:

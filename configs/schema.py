@@ -20,6 +20,7 @@ from typing import Any, Literal
 import pydantic
 
 from evalbeam.configs.failure_modes import FailureModesConfig, check_metrics
+from evalbeam.configs.scenarios import ScenariosConfig
 from evalbeam.metrics.agents.simulator import SIMULATOR_DEFAULTS
 from evalbeam.metrics.custom import function_path
 from evalbeam.metrics.rows.fields import CANONICAL_FIELDS, PASSTHROUGH_FIELDS
@@ -494,6 +495,10 @@ class OutputConfig(_Model):
         description="input.format otel_traces: a folder (local, relative to the config file's folder, or gs://) "
                     "to write each score to as an OTLP JSON gen_ai.evaluation.result event linked to its trace, "
                     "<run_id>-*.jsonl")
+    eval_set: str | None = pydantic.Field(
+        None, min_length=1,
+        description="scenarios: the ADK eval set file (local, relative to the config file's folder, or gs://) the "
+                    "generated scenarios are written to; `adk eval` and evalbeam both load it")
 
     @pydantic.model_validator(mode="after")
     def _somewhere(self) -> "OutputConfig":
@@ -621,7 +626,7 @@ class A2AAuthConfig(_Model):
         return self
 
     def plain(self) -> dict[str, Any]:
-        """As plain data (what metrics.agents.deployed.A2AAuth takes): only the given key."""
+        """As plain data (what metrics.agents.auth.A2AAuth takes): only the given key."""
         return self.model_dump(exclude_none=True)
 
 
@@ -650,7 +655,7 @@ class InferenceConfig(_Model):
         None, description="function/agent/a2a/agent_engine: the user simulator of conversation_scenario cases (ADK's "
                           "LlmBackedUserSimulatorConfig); default ADK's defaults, or input.adk_criteria's "
                           "user_simulator_config")
-    # deployed agents (metrics/agents/deployed.py)
+    # deployed agents (metrics/agents/a2a.py, metrics/agents/agent_engine.py)
     a2a: str | None = pydantic.Field(
         None, pattern=r"^https?://[^\s/]+(/\S*)?$",
         description="the URL of an agent served over A2A (its card at <url>/.well-known/agent-card.json): each case "
@@ -749,6 +754,9 @@ class EvalConfig(_Model):
     failure_modes: FailureModesConfig | None = pydantic.Field(
         None, description="classify the failures of these metrics into a taxonomy of failure modes "
                           "(configs/failure_modes.py)")
+    scenarios: ScenariosConfig | None = pydantic.Field(
+        None, description="conversation scenarios generated for an agent (configs/scenarios.py): `evalbeam "
+                          "generate` writes them to output.eval_set; they are the input of `evalbeam run`")
     compare_with: str | None = pydantic.Field(
         None, pattern=NAME_RE,
         description="'previous' (this eval's latest earlier run by run date) or a run_id: compared with in the "
@@ -828,10 +836,36 @@ class EvalConfig(_Model):
         judged with the criteria (and thresholds) of the test_config.json beside the file."""
         return self._criteria_per_file
 
+    @pydantic.model_validator(mode="before")
+    @classmethod
+    def _generated_input(cls, data: Any) -> Any:
+        """With scenarios:, the input is the set they make: the ADK eval set output.eval_set, sliced by the
+        grid's axes. An input given beside them would be a second one: refused."""
+        if not isinstance(data, dict) or not isinstance(data.get("scenarios"), dict):
+            return data
+        if data.get("input") is not None:
+            raise ValueError("input: a config with scenarios: evaluates the scenarios it generates (its input is "
+                             "output.eval_set); remove input, or remove scenarios to evaluate an eval set made "
+                             "earlier (input.uri: its file)")
+        output = data.get("output")
+        eval_set = output.get("eval_set") if isinstance(output, dict) else None
+        if not isinstance(eval_set, str) or not eval_set:
+            raise ValueError("output.eval_set: scenarios: are written as an ADK eval set: give its file "
+                             "(e.g. out/scenarios.evalset.json)")
+        languages = data["scenarios"].get("languages")
+        slices = ["goal", "persona", "difficulty"] + (["language"] if languages else [])
+        return {**data, "input": {"uri": eval_set, "format": "adk_eval_set", "slice_columns": slices}}
+
     @pydantic.model_validator(mode="after")
     def _some_metric(self) -> "EvalConfig":
-        if not self.metrics:
+        if not self.metrics and self.scenarios is None:
             raise ValueError("metrics: give at least one metric")
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _eval_set_of_scenarios(self) -> "EvalConfig":
+        if self.output.eval_set and self.scenarios is None:
+            raise ValueError("output.eval_set: the generated scenarios' file: it needs a scenarios: block")
         return self
 
     @pydantic.field_validator("metrics", mode="before")
@@ -987,7 +1021,16 @@ class EvalConfig(_Model):
     def calls_a_model(self) -> bool:
         """Whether the run calls a model: a judge metric or model inference (credentials, checkpoints, judge.cache)."""
         return bool(self.judge_specs()) or self.model_inference() or self.simulates_users() or \
-            self.failure_modes is not None
+            self.failure_modes is not None or self.generates_scenarios()
+
+    def generates_scenarios(self) -> bool:
+        """Whether the run generates conversation scenarios (scenarios:, not pinned to an earlier set)."""
+        return self.scenarios is not None and not self.scenarios.pinned
+
+    def generation_only(self) -> "EvalConfig":
+        """The config `evalbeam generate` runs: its scenarios made and written, nothing evaluated."""
+        return self.model_copy(update={"metrics": [], "inference": None, "failure_modes": None, "compare_with": None,
+                                       "compare_tolerances": {}, "compare_watch": None, "compare_gate_slices": []})
 
     def metric_directions(self) -> dict[str, str]:
         """output name -> which way is better, for every metric the run reports

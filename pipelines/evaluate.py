@@ -34,6 +34,7 @@ from evalbeam.pipelines.stages.judge_cache import JudgeCacheStage
 from evalbeam.pipelines.stages.judge import InferredOnlyStage, JudgeStage
 from evalbeam.pipelines.stages.read import ReadStage, row_spec
 from evalbeam.pipelines.stages.rubrics import RubricStage
+from evalbeam.pipelines.stages.scenarios import ScenariosStage
 from evalbeam.pipelines.stages.score import ScoringStage
 from evalbeam.pipelines.stages.simulator_quality import SimulatorQualityStage
 from evalbeam.pipelines.stages.summary import SummariesStage
@@ -53,7 +54,7 @@ def stages(pipeline: beam.Pipeline, context: RunContext) -> list[tuple[str, beam
     """The named stages between reading and writing, chosen from the config."""
     config = context.config
     chosen = []
-    if config.judge.cache and config.calls_a_model():
+    if config.judge.cache and config.calls_a_model() and config.scenarios is None:  # the scenarios stage reads it
         chosen.append(("JudgeCache", JudgeCacheStage(context)))
     if config.inference:
         chosen.append(("Inference", InferenceStage(context)))
@@ -81,7 +82,8 @@ def stages(pipeline: beam.Pipeline, context: RunContext) -> list[tuple[str, beam
 
 def build_pipeline(pipeline: beam.Pipeline, context: RunContext) -> None:
     """Read, then each stage on the named PCollections made so far, then the one writer."""
-    named = pipeline | "Read" >> ReadStage(context)
+    named = pipeline | ("Scenarios" >> ScenariosStage(context) if context.config.scenarios is not None
+                        else "Read" >> ReadStage(context))
     for name, stage in stages(pipeline, context):
         named = {**named, **(named | name >> stage)}
     named | "Write" >> WriteResults(context)
@@ -122,12 +124,13 @@ def plan_comparison(config: EvalConfig, run_key: RunKey, started_at, allow_diffe
     return location_of(results), run_info(row), this
 
 
-def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: bool = False, flags: Sequence[str] = ()):
+def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: bool = False, flags: Sequence[str] = (),
+        command: str = "run"):
     """Check the inputs and outputs, prepare the BigQuery dataset, then run the
     pipeline: to the end on a local runner, or until submitted on a remote one.
     An earlier output of the same run_id is replaced only when the run succeeds.
     `flags`: the command's arguments besides the config and its overrides (evalbeam's and
-    Beam's), which the command printed to resume an interrupted run repeats.
+    Beam's), which the command printed to resume an interrupted run repeats (`command`: run, or generate).
     Returns (RunKey, PipelineResult)."""
     started_at = utc_now()
     run_key = RunKey(config.resolved_run_id(started_at), config.resolved_run_date(started_at))
@@ -152,7 +155,7 @@ def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: boo
                 remove_attempt(config.output.parquet, run_key.run_id, attempt)
             except Exception:  # noqa: BLE001 - the run's own error is the one to say
                 logging.getLogger(__name__).warning("could not remove attempt %s", attempt, exc_info=True)
-            RESUME_HINT[:] = resume_hint(config, run_key.run_id, flags)
+            RESUME_HINT[:] = resume_hint(config, run_key.run_id, flags, command)
         failure = write_failure(e) if isinstance(e, Exception) else None
         if failure is not None:
             raise OutputWriteError(describe(failure, config.output.parquet or "the staging folder",
@@ -172,7 +175,7 @@ def submitted_job(result) -> str | None:
         return None
 
 
-def resume_hint(config: EvalConfig, run_id: str, flags: Sequence[str] = ()) -> list[str]:
+def resume_hint(config: EvalConfig, run_id: str, flags: Sequence[str] = (), command: str = "run") -> list[str]:
     """What a run that ended early left for a re-run of its run_id (local output): its
     checkpointed judgments and agent cases, and how to reuse or remove them."""
     folder = os.path.join(config.output.parquet, ATTEMPTS, run_id)
@@ -181,18 +184,19 @@ def resume_hint(config: EvalConfig, run_id: str, flags: Sequence[str] = ()) -> l
     files = sum(len(names) for _, _, names in os.walk(folder))
     if not files:
         return []
-    return [f"evalbeam: run {run_id} left {files} checkpoint file(s) in {folder}: `{resume_command(config, run_id, flags)}` "
+    return [f"evalbeam: run {run_id} left {files} checkpoint file(s) in {folder}: "
+            f"`{resume_command(config, run_id, flags, command)}` "
             f"resumes it, reusing them; `evalbeam runs --remove-leftovers {run_id}` removes them"]
 
 
-def resume_command(config: EvalConfig, run_id: str, flags: Sequence[str] = ()) -> str:
+def resume_command(config: EvalConfig, run_id: str, flags: Sequence[str] = (), command: str = "run") -> str:
     """The command that runs `run_id` again as it was started, for a shell: the config file, its
     --set overrides and the other flags as given, and the run_id when it was made up (from the time)
     rather than given."""
     overrides = list(config.overrides)
     if config.run_id != run_id:
         overrides.append(f"run_id={run_id}")
-    return shlex.join(["evalbeam", "run", config.config_file or "CONFIG",
+    return shlex.join(["evalbeam", command, config.config_file or "CONFIG",
                        *(a for o in overrides for a in ("--set", o)), *flags])
 
 
@@ -272,7 +276,7 @@ def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunK
         if not local:
             return run_key, pipeline.run()
 
-        quota = config.judge.requests_per_minute if config.judge_specs() else None
+        quota = config.judge.requests_per_minute if config.judge_specs() or config.generates_scenarios() else None
         with ProgressDisplay(progress, quota):
             result = pipeline.run()
             result.wait_until_finish()

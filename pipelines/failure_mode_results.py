@@ -1,7 +1,7 @@
 """A run's failure modes read back (pipelines.results), for `show` (the top modes per
 metric and slice, with an example each) and `compare` (which modes grew and which
 shrank between two runs that used the same taxonomy, with paired statistics over the
-instances both runs hold). Printed by pipelines.text_tables."""
+instances both runs hold). Printed by pipelines.reports.text."""
 from __future__ import annotations
 
 import math

@@ -119,7 +119,7 @@ def direct_runner(pipeline: beam.Pipeline) -> bool:
 
 def stream_judge(pipeline: beam.Pipeline, config: EvalConfig) -> bool:
     """Whether template judge metrics are answered as the rows stream by
-    (transforms.judge.StreamJudgeFn): on the DirectRunner with one worker
+    (transforms.judge_stream.StreamJudgeFn): on the DirectRunner with one worker
     process, which then keeps the whole quota, judging online, and with no
     inference or rubric metric (whose stages join on shuffles)."""
     options = pipeline.options

@@ -19,17 +19,16 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from evalbeam.configs import ConfigError, EvalConfig
 from evalbeam.metrics.failure_modes import TaxonomyError
+from evalbeam.metrics.judge.asks import plan_judges, share_quotas
 from evalbeam.metrics.judge.client import CHARS_PER_TOKEN
 from evalbeam.metrics.statistics.ppi import MIN_LABELS, PilotVariances, labels_for_width
 from evalbeam.pipelines.local import new_pipeline
 from evalbeam.pipelines.preflight import billing_project, parquet_glob, preflight
 from evalbeam.pipelines.results import ResultsError, results_for
 from evalbeam.pipelines.stages.read import read_instances
-from evalbeam.pipelines.text_tables import format_table
 from evalbeam.transforms import bigquery, judge
-from evalbeam.transforms.failure_modes import DISCOVERY, taxonomy_of
-from evalbeam.transforms.judge_context import JudgeContext
-from evalbeam.transforms.plan import PlanFailureModes, PlanJudging
+from evalbeam.transforms.failure_modes import taxonomy_of
+from evalbeam.transforms.plan import PlanFailureModes, PlanJudging, plan_key, sum_counts
 from evalbeam.transforms.rubrics import ReadPinnedRubrics
 from evalbeam.transforms.runs import judge_cost
 
@@ -90,6 +89,8 @@ def label_plan(config: EvalConfig, pilot: str, width: float, instances: int) -> 
 
 
 def plan_judging(config: EvalConfig) -> dict:
+    if config.scenarios is not None:
+        return plan_scenarios(config)
     if config.inference is not None:
         raise ConfigError("inference: evalbeam plan does not estimate runs with inference yet (the judge prompts "
                           "depend on what inference produces, and inference.model calls are not counted)")
@@ -136,6 +137,49 @@ def plan_judging(config: EvalConfig) -> dict:
     rubric_names = {s.output_name for s in rubric_specs}
     planned["uncounted_failure_modes"] = [m for m in config.failure_modes.metrics if m in rubric_names] \
         if config.failure_modes is not None else []
+    return planned
+
+
+def plan_scenarios(config: EvalConfig) -> dict:
+    """A scenarios: config: the generation's requests (one per cell, exactly those the run sends) after
+    judge.cache, priced at the generator's settings; the evaluation of what they make is not estimated
+    (its prompts depend on the scenarios and the agent's answers)."""
+    from evalbeam.pipelines.scenario_inputs import generation_plan  # start-up time: only with scenarios:
+
+    checked = preflight(config, credentials=False)
+    counts: dict = {}
+    asked = 0
+    settings = config.judge
+    if not config.scenarios.pinned:
+        generation = generation_plan(config)
+        settings = generation.settings
+        asked = generation.grid.size * generation.grid.per_cell
+        try:
+            cache_plans = [bigquery.plan_table_read(c.removeprefix("bq://"), billing_project(config, None))
+                           for c in config.judge.cache if c.startswith("bq://")]
+        except bigquery.BigQueryError as e:
+            raise ConfigError(str(e)) from None
+        with tempfile.TemporaryDirectory(prefix="evalbeam-plan-") as folder:
+            counts_path = os.path.join(folder, "counts.json")
+            with new_pipeline(PipelineOptions(["--runner=DirectRunner"])) as p:
+                asks = (p | "Cells" >> beam.Create(list(range(generation.grid.size)))
+                        | "Asks" >> beam.Map(lambda n, g: (lambda r: (r.key, (r, None)))(g.request(g.grid.cell(n))),
+                                             generation))
+                if config.judge.cache:
+                    parquet = [parquet_glob(c) for c in config.judge.cache if not c.startswith("bq://")]
+                    cached = p | "JudgeCache" >> judge.ReadJudgeCache(parquet, cache_plans)
+                else:
+                    cached = p | "NoCache" >> beam.Create([])
+                (({"asks": asks, "cached": cached} | "JoinCache" >> beam.CoGroupByKey()
+                  | "PerRequest" >> beam.FlatMap(plan_key) | "PerMetric" >> beam.CombinePerKey(sum_counts)
+                  | "Together" >> beam.combiners.ToList() | "WriteCounts" >> beam.Map(_write, counts_path)))
+            with open(counts_path) as f:
+                counts = dict(json.load(f))
+    generator = config.model_copy(update={"judge": settings})
+    planned = estimate(generator, checked.source, {"read": asked, "instances": asked, "dead_lettered": 0}, counts,
+                       earlier_output_tokens(config))
+    planned["uncounted_failure_modes"] = []
+    planned["scenarios_evaluation"] = bool(config.metrics or config.inference)
     return planned
 
 
@@ -186,7 +230,7 @@ def estimate(config: EvalConfig, source: str, totals: dict, counts: dict,
     judge_config = config.judge
     earlier = earlier or {}
     # each entry's settings: a metric's own judge or a juror's, the template judges' stage's (its quota shared
-    # with the jurors calling the same model: transforms.judge.share_quotas), else the run's judge
+    # with the jurors calling the same model: metrics.judge.asks.share_quotas), else the run's judge
     own = judge_settings_of(config)
     rows = []
     for metric, c in sorted(counts.items()):
@@ -245,84 +289,9 @@ def estimate(config: EvalConfig, source: str, totals: dict, counts: dict,
 def judge_settings_of(config: EvalConfig) -> dict:
     """judge_usage entry -> JudgeSettings, for every template judge metric: a metric's own judge,
     a juror, or the run's judge, each with its share of a quota several of them draw on
-    (transforms.judge.share_quotas), as the run calls them."""
+    (metrics.judge.asks.share_quotas), as the run calls them."""
     specs = config.template_judge_specs()
     if not specs:
         return {}
-    context = JudgeContext(config.judge)
-    plans, context = judge.share_quotas(judge.plan_judges(specs, context), context)
-    return {j.label: j.settings for p in plans for j in p.judges(context.settings)}
-
-
-def _money(value) -> str:
-    return "-" if value is None else f"${value:,.4f}"
-
-
-def format_plan(plan: dict) -> str:
-    lines = [f"plan for {plan['name']}: input {plan['source']}",
-             f"read {plan['read']:,} = {plan['instances']:,} valid + {plan['dead_lettered']:,} dead-lettered",
-             f"judge {plan['model']}, quota {plan['requests_per_minute']:,g} requests/min"
-             + (f", {plan['tokens_per_minute']:,g} tokens/min" if plan["tokens_per_minute"] else "")]
-    uncounted = [f"failure classifications of {m} (a rubric metric: one per failed rubric, not known before "
-                 "its rubrics are judged) are not counted" for m in plan.get("uncounted_failure_modes", [])]
-    if not plan["metrics"]:
-        return "\n".join(lines + ["no judge metric: nothing to call"] + uncounted)
-    cells = []
-    for r in plan["metrics"]:
-        mark = "<=" if r["upper_bound"] else ""
-        cells.append((r["metric"], f"{r['asked']:,}", "-" if r["distinct"] is None else f"{r['distinct']:,}",
-                      "-" if r["cached"] is None else f"{r['cached']:,}", mark + f"{r['to_call']:,}",
-                      "-" if r["prompt_tokens"] is None else f"{r['prompt_tokens']:,}",
-                      ("<=" if r["output_tokens_from"] == "max_output_tokens" else "") + f"{r['output_tokens']:,}",
-                      _money(r["cost"]), _money(r["cost_batch"])))
-    lines += ["", format_table(("metric", "asked", "distinct", "cached", "to call", "prompt tok", "output tok", "online",
-                                "batch"), cells, right=tuple(range(1, 9)))]
-    minutes = plan["minutes_at_quota"]
-    per_provider = plan.get("calls_per_provider") or {}
-    lines += ["", f"{plan['calls']:,} judge calls, about {plan['tokens']:,} tokens; "
-                  f"{minutes:,.1f} min at the quota ({minutes / 60:,.2f} h)"
-              + (f"; calls per provider: {', '.join(f'{p} {n:,}' for p, n in sorted(per_provider.items()))}"
-                 if len(per_provider) > 1 else ""),
-              f"estimated cost: online {_money(plan['cost'])}, batch {_money(plan['cost_batch'])}"
-              + ("" if plan["priced"] else
-                 f" (no judge.prices for {', '.join(plan.get('unpriced_models') or [plan['model']])})")]
-    discovers = any(r["metric"] == DISCOVERY for r in plan["metrics"])
-    if discovers:
-        lines.append("failure_modes: discover: the taxonomy is not proposed yet, so each failure's classification "
-                     "(<=) is counted without its tokens or the cache (a judge metric's: one per instance; a "
-                     "rubric metric's, one per failed rubric, not counted)")
-    elif any(r["metric"].endswith(":failure_modes") and r["upper_bound"] for r in plan["metrics"]):
-        lines.append("failure classifications of judge metrics (<=) are counted one per instance and metric: "
-                     "which instances fail is the judge's to say; a rubric metric's (one per failed rubric) "
-                     "are not counted")
-    lines += uncounted
-    if any(r["metric"].endswith(":validation") for r in plan["metrics"]):
-        lines.append("rubric validations (<=) are counted one per instance, metric and sample: their prompts and "
-                     "cache keys depend on the rubrics generated, so their tokens and cost are not estimated")
-    learnt = sorted({r["output_tokens_from"] for r in plan["metrics"] if r["output_tokens_from"] != "max_output_tokens"})
-    if learnt:
-        lines.append(f"output tokens learnt from real answers: {', '.join(learnt)} (the mean answer of each metric)")
-    if any(r["output_tokens_from"] == "max_output_tokens" for r in plan["metrics"]):
-        lines.append("output tokens marked <= (and so the tokens, the time and the costs) are UPPER BOUNDS, not "
-                     "estimates: judge.max_output_tokens per call (neither the judge cache nor an earlier run of "
-                     "this eval has answers of the metric to learn from); a real run uses far fewer")
-    return "\n".join(lines)
-
-
-def format_labels(labels: dict) -> str:
-    """The labels part of a plan (--labels-for-width)."""
-    head = (f"labels for a 95% CI at most {labels['width']:g} wide, over the {labels['instances']:,} instances, "
-            f"from pilot run {labels['pilot']} (its labels' variances; the judge scores every instance):")
-    if labels["unlabelled_in_pilot"]:
-        return head + "\n  the pilot run has no calibration rows: it had no input.labels"
-    lines = []
-    for m in labels["metrics"]:
-        lines.append((m["metric"], str(m["pilot_labelled"]),
-                      "-" if m["labels_needed"] is None else f"{m['labels_needed']:,}",
-                      "-" if m["lambda_at_needed"] is None else f"{m['lambda_at_needed']:.2f}",
-                      "-" if m["labels_only_needed"] is None else f"{m['labels_only_needed']:,}"))
-    notes = [f"  {m['metric']}: {m['note']}" for m in labels["metrics"] if m["note"]]
-    return "\n".join([head, format_table(("metric", "pilot labels", "labels needed (corrected)", "lambda",
-                                          "labels needed (labels alone)"), lines), *notes,
-                      "the labelled instances must be a uniform random sample of the run (docs/judges.md, "
-                      "Corrected estimates)"])
+    plans, settings = share_quotas(plan_judges(specs, config.judge), config.judge)
+    return {j.label: j.settings for p in plans for j in p.judges(settings)}

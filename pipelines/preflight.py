@@ -19,12 +19,13 @@ from google.auth.exceptions import DefaultCredentialsError
 from evalbeam.configs import ConfigError, EvalConfig, MetricSpec
 from evalbeam.metrics.rows.otel import SPAN_COLUMNS
 from evalbeam.metrics.custom import load_function, path_hint
-from evalbeam.metrics.agents.deployed import reachable
+from evalbeam.metrics.agents.probe import reachable
 from evalbeam.metrics.rows.fields import InvalidField
 from evalbeam.metrics.agents.inference import AgentInferrer, load_target
 from evalbeam.metrics.rows.instance import RowSpec, build_instance, present_columns
 from evalbeam.metrics.judge.adk_judges import AdkJudgesUnavailable, check_evaluators
 from evalbeam.metrics.judge.adk_judges import require_adk as require_adk_judges
+from evalbeam.metrics.judge.asks import QuotaError, plan_judges, share_quotas
 from evalbeam.metrics.judge.client import JudgeCredentialsError, check_credentials
 from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_template
 from evalbeam.metrics.catalog import get_metric
@@ -138,7 +139,9 @@ def _cloud_resources(config: EvalConfig) -> str:
 def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str | None,
                credentials: bool) -> Preflight:
     check_imports(config)
-    if config.input.kind == "files":
+    if config.scenarios is not None:  # the input is the scenarios the run makes (or reuses)
+        checked = check_scenarios(config)
+    elif config.input.kind == "files":
         checked = _check_files(config)
     else:
         try:
@@ -154,6 +157,27 @@ def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str 
     _check_taxonomy(config)
     _check_bleu(config)
     return checked
+
+
+def check_scenarios(config: EvalConfig) -> Preflight:
+    """scenarios: google-adk here (ADK's models check each scenario, its personas are ADK's), the agent
+    read (imported, or its A2A card), the personas known, the seed conversations readable, the eval set
+    file's place; or, pinned, the earlier set found. ConfigError in one line; nothing is called."""
+    from evalbeam.pipelines.scenario_inputs import generation_plan, pinned_set  # start-up time: only with scenarios:
+
+    scenarios = config.scenarios
+    eval_set = config.output.eval_set
+    if eval_set.endswith("/") or (FileSystems.get_scheme(eval_set) is None and os.path.isdir(eval_set)):
+        raise ConfigError(f"output.eval_set: {eval_set!r} is a folder: name the eval set's file, e.g. "
+                          f"{eval_set.rstrip('/') + '/' + config.name + '.evalset.json'!r}")
+    if scenarios.pinned:
+        digest, rows = pinned_set(scenarios)
+        return Preflight(f"scenario set {digest} ({len(rows)} scenarios) of {', '.join(scenarios.pinned_from)}", 0,
+                         set())
+    plan = generation_plan(config)
+    asked = plan.grid.size * plan.grid.per_cell
+    return Preflight(f"scenarios: {plan.grid.size} cells x {plan.grid.per_cell} = {asked} asked of "
+                     f"{plan.settings.model} for agent {plan.agent.name} ({len(plan.agent.tools)} tools)", 0, set())
 
 
 def _check_bleu(config: EvalConfig) -> None:
@@ -315,6 +339,7 @@ def check_judges_credentials(config: EvalConfig) -> None:
                 check_credentials(settings)
             except JudgeCredentialsError as e:
                 raise ConfigError(f"metrics.{i}.{where} ({spec.output_name}): {e}") from None
+    _check_generator_credentials(config)
 
 
 def uses_run_judge(config: EvalConfig) -> bool:
@@ -332,6 +357,8 @@ def simulator_called(config: EvalConfig) -> bool:
     any needs no simulated user, nor its key)."""
     if not config.simulates_users():
         return False
+    if config.scenarios is not None:  # generated scenarios: every case is a conversation_scenario
+        return True
     if config.input.kind == "files" and config.input.inferred_format() == "adk_eval_set":
         return _a_scenario_case(config) is not None
     return True
@@ -349,6 +376,18 @@ def run_judge_callers(config: EvalConfig) -> list[str]:
     return callers
 
 
+def _check_generator_credentials(config: EvalConfig) -> None:
+    """The scenario generator's settings (judge: with scenarios.judge over it) can authenticate."""
+    if not config.generates_scenarios():
+        return
+    from evalbeam.pipelines.scenario_inputs import generator_settings  # start-up time: only with scenarios:
+
+    try:
+        check_credentials(generator_settings(config))
+    except JudgeCredentialsError as e:
+        raise ConfigError(f"judge (called by the scenario generator, scenarios.judge over it): {e}") from None
+
+
 def _check_judge(config: EvalConfig, options: PipelineOptions | None, credentials: bool = True) -> None:
     # every model the run calls goes through the judge layer: judge metrics (rubric generation
     # included), model inference, the user simulator, failure classification (EvalConfig.calls_a_model)
@@ -361,11 +400,10 @@ def _check_judge(config: EvalConfig, options: PipelineOptions | None, credential
     if credentials:
         check_judges_credentials(config)
     if config.template_judge_specs():  # quotas a metric's judge or juror names must leave the others some
-        from evalbeam.transforms.judge import plan_judges, share_quotas
-        from evalbeam.transforms.judge_context import JudgeContext
-
-        context = JudgeContext(config.judge)
-        share_quotas(plan_judges(config.template_judge_specs(), context), context)
+        try:
+            share_quotas(plan_judges(config.template_judge_specs(), config.judge), config.judge)
+        except QuotaError as e:
+            raise ConfigError(str(e)) from None
     tables = [("cache", "judge_cache", loc) for loc in config.judge.cache]
     if config.rubric_specs():
         tables += [("rubrics_from", "rubrics", loc) for loc in config.judge.rubrics_from]

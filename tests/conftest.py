@@ -98,6 +98,13 @@ def pytest_configure(config):
     config.addinivalue_line("markers", TIMING)
 
 
+@pytest.fixture(autouse=True)
+def own_state_folder(tmp_path_factory, monkeypatch):
+    """Each test its own run index: two tests on one worker that both name a run `f1` must not find
+    each other's (run ids are the user's to pick, and tests pick short ones)."""
+    monkeypatch.setenv("EVALBEAM_STATE_DIR", str(tmp_path_factory.mktemp("state")))
+
+
 def pytest_unconfigure(config):
     import shutil
 

@@ -44,5 +44,5 @@ class CheckpointedInferrer:
 
 
 def deployed_auth(inference) -> dict | None:
-    """inference.auth as plain data for metrics.agents.deployed (the names of its variables, never their values)."""
+    """inference.auth as plain data for metrics.agents.auth (the names of its variables, never their values)."""
     return inference.auth.plain() if inference.auth is not None else None

@@ -53,7 +53,8 @@ from evalbeam.metrics.failure_modes import (
 from evalbeam.metrics.rows.instance import Instance
 from evalbeam.metrics.judge.client import JudgeRequest, JudgeResponse, request_key
 from evalbeam.metrics.judge.settings import JudgeSettings
-from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
+from evalbeam.metrics.judge.verdicts import cache_row
+from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.metrics.rows.tables import RunKey, to_json_text
 from evalbeam.transforms.score import ScoredInstance

@@ -5,8 +5,9 @@
                  DoFn call with `max_concurrency` cases in flight
                  (metrics.agents.inference.infer_all), each case filled or failed
               -> a2a | agent_engine: cases split into inference.shards by their content
-                 key, each shard inferred on one worker (metrics.agents.deployed: the job's
-                 quota share, retries, no answered turn sent again), finished cases
+                 key, each shard inferred on one worker (metrics.agents.a2a and agent_engine,
+                 through metrics.agents.calls: the job's quota share, retries, no answered
+                 turn sent again), finished cases
                  checkpointed and reused by a re-run of the run_id
               -> model: one free-text request per case, keyed by the content hash
                  of model, settings and prompt, answered by the judge layer's one
@@ -43,10 +44,13 @@ from evalbeam.metrics.agents.inference import (
     render_prompt,
     scenario_of,
 )
-from evalbeam.metrics.agents.deployed import Calls, case_key, decode_result, make_deployed_inferrer
+from evalbeam.metrics.agents.calls import Calls
+from evalbeam.metrics.agents.deployed import case_key, decode_result, make_deployed_inferrer
+from evalbeam.metrics.retry import RetryPolicy
 from evalbeam.metrics.rows.instance import Instance, run_number
 from evalbeam.metrics.judge.client import FREE_TEXT, JudgeRequest, request_key
-from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
+from evalbeam.metrics.judge.verdicts import cache_row
+from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn
 from evalbeam.transforms.judge_checkpoint import CheckpointWriter, read_checkpoints, shard_of
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.metrics.rows.tables import RunKey, blank_metric_row
@@ -152,7 +156,8 @@ class DeployedInferFn(beam.DoFn):
         calls: list = []
 
         def make():
-            calls.append(Calls(inference.quota_share(), inference.max_attempts, inference.request_timeout_seconds))
+            calls.append(Calls(inference.quota_share(), RetryPolicy(max_attempts=inference.max_attempts),
+                               inference.request_timeout_seconds))
             inner = make_deployed_inferrer(inference.kind, inference.target, calls[0], inference.base_url,
                                            inference.max_concurrency, deployed_auth(inference))
             return CheckpointedInferrer(inner, by_fields, writer)

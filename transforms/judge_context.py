@@ -24,7 +24,7 @@ class JudgeContext:
     quota_share: float = 1.0  # the share of the job's quotas `settings` holds (share)
     # the other settings this stage judges with (metrics' own judges, jurors): (digest, settings), each
     # with the stage's share of its quotas (juror_settings), split between the settings calling one
-    # provider quota (transforms.judge.share_quotas); requests name theirs (JudgeRequest.judge)
+    # provider quota (metrics.judge.asks.share_quotas); requests name theirs (JudgeRequest.judge)
     judges: tuple = ()
 
     @property

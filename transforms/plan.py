@@ -1,6 +1,6 @@
 """What a run's judging would cost, counted without calling the judge.
 
-The same requests the run would make (transforms.judge.judge_requests, and the
+The same requests the run would make (metrics.judge.asks.judge_requests, and the
 rubric metrics' generation requests after judge.rubrics_from), joined with
 judge.cache by the same content key, so what is counted as "to call" is
 exactly what the run would send. Rubric validations depend on the rubrics a
@@ -15,10 +15,9 @@ from typing import Iterable
 
 import apache_beam as beam
 
+from evalbeam.metrics.judge.asks import Unasked, judge_requests, plan_judges
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.transforms.failure_modes import DISCOVERY, instance_asks, instance_failures, usage_name
-from evalbeam.transforms.judge import judge_requests, plan_judges
-from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.transforms.rubrics import READY, RubricNeedsFn, plan_rubric_metrics, plan_units, use_pinned
 from evalbeam.metrics.rows.tables import RunKey
 from evalbeam.transforms.score import ScoreInstances
@@ -26,7 +25,7 @@ from evalbeam.transforms.score import ScoreInstances
 COUNTS = ("asked", "distinct", "cached", "to_call", "prompt_chars", "cached_output_tokens", "upper_bound")
 
 
-def _sum_counts(counts: Iterable[dict]) -> dict:
+def sum_counts(counts: Iterable[dict]) -> dict:
     total: collections.Counter = collections.Counter()
     for c in counts:
         total.update(c)
@@ -47,6 +46,12 @@ def plan_key(element) -> Iterable:
         "cached_output_tokens": cached.output_tokens if cached is not None else 0,
     }
 
+
+
+def _asked(instance, plans, settings: JudgeSettings, sampling_count: int) -> list:
+    """The judge requests an instance asks, as the run asks them; a unit with an input missing
+    (Unasked) asks nothing, so costs nothing."""
+    return [a for a in judge_requests(instance, plans, settings, sampling_count) if not isinstance(a, Unasked)]
 
 
 def _validations(instance, plans, sampling_count: int):
@@ -116,8 +121,7 @@ class PlanJudging(beam.PTransform):
         asks = []
         if self._judge_specs:
             asks.append(instances | "JudgeRequests" >> beam.FlatMap(
-                judge_requests, plan_judges(self._judge_specs, JudgeContext(settings)), settings,
-                settings.sampling_count))
+                _asked, plan_judges(self._judge_specs, settings), settings, settings.sampling_count))
         validations = []
         if self._rubric_specs:
             plans = plan_rubric_metrics(self._rubric_specs)
@@ -148,4 +152,4 @@ class PlanJudging(beam.PTransform):
                 | "PerRequest" >> beam.FlatMap(plan_key)
             )
         merged = tuple(parts) | "AllCounts" >> beam.Flatten() if len(parts) > 1 else parts[0]
-        return merged | "PerMetric" >> beam.CombinePerKey(_sum_counts) | "Together" >> beam.combiners.ToList()
+        return merged | "PerMetric" >> beam.CombinePerKey(sum_counts) | "Together" >> beam.combiners.ToList()

@@ -20,7 +20,9 @@ import time
 import uuid
 
 import apache_beam as beam
+from apache_beam.metrics import Metrics
 
+from evalbeam.metrics.judge.client import JudgeResponse
 from evalbeam.transforms.interrupt import INTERRUPTED
 
 FLUSH_SECONDS = 1.0
@@ -114,6 +116,35 @@ class JudgeShardLog:
         return (f"{self._label}: {self.done:,} judgments done ({self.failed:,} failed, {self.rate_limited:,} "
                 f"rate-limited answers) in {_duration(elapsed)}, {rate:,.0f}/min against this shard's "
                 f"quota of {self._quota:,.0f}/min")
+
+
+class CallCounters:
+    """The counters of answers from calls (Beam metrics), and their logging and
+    checkpointing: one place for both judge paths (transforms.judge.CallJudgeFn,
+    transforms.judge_stream.StreamJudgeFn)."""
+
+    def __init__(self):
+        self._counters = {name: Metrics.counter("evalbeam", f"judge_{name}") for name in (
+            "calls", "rate_limited", "hedged", "failures", "prompt_tokens", "output_tokens")}
+
+    def add(self, response: JudgeResponse, log: JudgeShardLog, writer=None) -> None:
+        if writer:
+            writer.add(response)
+        log.add(bool(response.error), response.rate_limited)
+        c = self._counters
+        c["calls"].inc(response.attempts)
+        c["rate_limited"].inc(response.rate_limited)
+        c["hedged"].inc(response.hedged)
+        c["prompt_tokens"].inc(response.prompt_tokens)
+        c["output_tokens"].inc(response.output_tokens)
+        if response.error:
+            c["failures"].inc()
+
+
+def reused(answer) -> int:
+    """CountFn's weight for "judge_reused": 1 for an answer (response, links) reused from this
+    run_id's checkpoints (paid for by an attempt that died)."""
+    return int(answer[0].checkpointed)
 
 
 def read_counts(folder: str) -> dict[str, int]:

@@ -59,8 +59,8 @@ from evalbeam.metrics.judge.rubrics import (
     score_verdicts,
 )
 from evalbeam.metrics.registry import MetricError
-from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
-from evalbeam.transforms.judge import merge_usage as merge_judge_usage
+from evalbeam.metrics.judge.verdicts import cache_row
+from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn
 from evalbeam.transforms.judge_context import JudgeContext
 from evalbeam.metrics.rows.tables import RunKey, blank_metric_row
 from evalbeam.transforms.tables import ReadTableRows
@@ -518,10 +518,6 @@ class ReadPinnedRubrics(beam.PTransform):
             | "ByGenerationKey" >> beam.GroupByKey()
             | "EarliestRun" >> beam.FlatMap(pinned_rubrics)
         )
-
-
-def merge_usage(usages: Iterable[dict]) -> dict:
-    return merge_judge_usage(usages)
 
 
 class RubricJudge(beam.PTransform):

@@ -41,7 +41,7 @@ def usage_cost(u: dict, prices: dict[str, dict[str, float]], model: str) -> floa
 def judge_totals(usage: dict[str, dict[str, int]], prices: dict[str, dict[str, float]], model: str,
                  models: dict[str, str] | None = None) -> dict:
     """The runs row's judge columns. An entry names the model(s) that answered it (`model`, or `models`
-    with the tokens of each); `models` (transforms.judge.usage_models) names the model of an entry judged
+    with the tokens of each); `models` (metrics.judge.asks.usage_models) names the model of an entry judged
     by another model than the run's `model` (a metric's own judge, a juror), for an entry whose answers
     did not say (all from judge.cache, say). Each entry is priced at its model's price."""
     if models and any(m in models for m in usage):

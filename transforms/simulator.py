@@ -2,7 +2,7 @@
 one: inference.a2a, inference.agent_engine) run against ADK's LLM-backed user simulator
 (metrics.agents.simulator), whose model calls go through the one judge layer. A deployed agent's
 conversation is its one A2A context or Agent Engine session, each user message one request
-through metrics.agents.deployed.Calls (the job's quota, split over these shards; retries; a turn never
+through metrics.agents.calls.Calls (the job's quota, split over these shards; retries; a turn never
 sent twice), finished conversations checkpointed as transforms.inference's fixed-turn cases are.
 
     scenario cases -> keyed by shard (judge.shards; the judge's split of the quota)
@@ -30,7 +30,8 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from evalbeam.metrics.agents.deployed import Calls, case_key, decode_result, make_deployed_inferrer
+from evalbeam.metrics.agents.calls import Calls
+from evalbeam.metrics.agents.deployed import case_key, decode_result, make_deployed_inferrer
 from evalbeam.metrics.agents.inference import (
     AgentInferrer,
     InferenceError,
@@ -43,14 +44,16 @@ from evalbeam.metrics.agents.inference import (
 from evalbeam.metrics.judge.client import FREE_TEXT, JudgeClient, JudgeRequest, JudgeResponse, request_key
 from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter
 from evalbeam.metrics.judge.settings import JudgeSettings
+from evalbeam.metrics.retry import RetryPolicy
 from evalbeam.metrics.rows.instance import run_number
 from evalbeam.metrics.rows.trace import add_rubrics
 from evalbeam.metrics.agents.simulator import USAGE_METRIC, LlmBackedUserSimulator, UserSimulatorFailed, parse_scenario
 from evalbeam.transforms import judge_checkpoint
 from evalbeam.transforms.deployed import CHECKPOINTS, CheckpointedInferrer, deployed_auth
 from evalbeam.transforms.judge_checkpoint import CheckpointWriter, read_checkpoints
-from evalbeam.transforms.judge import UsageFn, _reused, cache_row
-from evalbeam.transforms.progress import CountFn
+from evalbeam.metrics.judge.verdicts import cache_row
+from evalbeam.transforms.judge import UsageFn
+from evalbeam.transforms.progress import CountFn, reused
 from evalbeam.metrics.rows.tables import RunKey
 
 ANSWERS = "answers"
@@ -166,7 +169,7 @@ class SimulateFn(beam.DoFn):
         share = inference.requests_per_minute / self._settings.shards if inference.requests_per_minute else None
 
         def make():
-            calls.append(Calls(share, inference.max_attempts, inference.request_timeout_seconds))
+            calls.append(Calls(share, RetryPolicy(max_attempts=inference.max_attempts), inference.request_timeout_seconds))
             inner = make_deployed_inferrer(inference.kind, inference.target, calls[0], inference.base_url,
                                            inference.max_concurrency, deployed_auth(inference))
             return CheckpointedInferrer(inner, by_fields, writer)
@@ -268,7 +271,7 @@ class Simulate(beam.PTransform):
             called = answered | "Called" >> beam.Filter(lambda a: not a[0].cache_hit)
             called | "ProgressJudgeNeeded" >> beam.ParDo(CountFn(context.progress, "judge_needed"))
             called | "ProgressJudgeDone" >> beam.ParDo(CountFn(context.progress, "judge_done"))
-            called | "ProgressJudgeReused" >> beam.ParDo(CountFn(context.progress, "judge_reused", weight=_reused))
+            called | "ProgressJudgeReused" >> beam.ParDo(CountFn(context.progress, "judge_reused", weight=reused))
         cache_rows = out[ANSWERS] | "CacheRows" >> beam.FlatMap(simulator_cache_rows, self._run, settings)
         usage = answered | "Usage" >> beam.CombineGlobally(UsageFn())
         return out.instances, cache_rows, usage

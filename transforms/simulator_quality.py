@@ -30,7 +30,8 @@ from evalbeam.metrics.agents.simulator import (
     quality_result,
     quality_score,
 )
-from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn, cache_row
+from evalbeam.metrics.judge.verdicts import cache_row
+from evalbeam.transforms.judge import AnswerJudgeRequests, UsageFn
 from evalbeam.metrics.rows.tables import RunKey, blank_metric_row, to_json_text
 from evalbeam.transforms.score import ScoredInstance
 

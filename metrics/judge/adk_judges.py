@@ -126,7 +126,7 @@ class AdkJudge:
     def evaluator(self):
         """ADK's evaluator, one per thread: a rubric evaluator keeps the effective rubrics of the turn it
         last rendered, and reads every answer against them (as ADK does within one evaluation), so a
-        case's turns are rendered, then its answers read, in one thread (transforms.judge.adk_row)."""
+        case's turns are rendered, then its answers read, in one thread (metrics.judge.verdicts.adk_row)."""
         cache = _PER_THREAD.__dict__.setdefault("evaluators", {})
         key = (self.name, self.include_intermediate_responses_in_final, self.rubrics)
         if key not in cache:

@@ -1,6 +1,6 @@
 """Answers a run has already had, kept on disk so that memory does not grow with them.
 
-A run that judges its rows as they stream by (transforms.judge.StreamJudgeFn)
+A run that judges its rows as they stream by (transforms.judge_stream.StreamJudgeFn)
 must know, for every request key, whether it was already answered: by this
 run (a repeated prompt is asked once), by judge.cache, or by this run_id's
 checkpoints. A dict of a million answers would hold about a gigabyte of Python

@@ -23,7 +23,9 @@ client's files and batches; each request's custom_id is its key.)
                  batch), up to max_attempts in all.
 
 Everything goes through google-genai's own `client.batches` and `client.files`
-(with its HTTP retries for the API calls); the same JudgeResponse comes out,
+(with its HTTP retries for the API calls, configured from metrics.retry's policy; the
+anthropic and openai clients' own retries are off, their API calls retried by the
+policy through metrics.retry.call_retried); the same JudgeResponse comes out,
 with the tokens of batch answers in batch_prompt_tokens/batch_output_tokens so
 that the run's cost takes the batch price. (Vertex AI batch prediction from
 and to BigQuery is not used: Cloud Storage only.)
@@ -50,6 +52,7 @@ from evalbeam.metrics.judge.client import (
 )
 from evalbeam.metrics.judge.providers import NO_KEY, Reply, anthropic_params, anthropic_reply, openai_params, openai_reply
 from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
+from evalbeam.metrics.retry import RETRYABLE_STATUSES, RetryPolicy, Transient, call_retried, transient_for_status
 
 T = TypeVar("T")
 POLL_GROWTH = 1.5
@@ -93,6 +96,29 @@ class _Job:
     submitted: float
     next_poll: float
     delay: float
+
+
+def api_policy(settings: JudgeSettings) -> RetryPolicy:
+    """The retry policy of a batch job's API calls (create, get, upload, download): max_attempts, and at
+    least one retry whatever max_attempts says, as one call carries a whole job's judgments."""
+    return RetryPolicy(max_attempts=max(2, settings.max_attempts))
+
+
+def sdk_transient(sdk) -> Callable[[BaseException], Transient | None]:
+    """How a failure of the anthropic or openai client (`sdk`: the module) is retried: an HTTP status the
+    policy retries (with its Retry-After), a timeout or a lost connection (maybe_ran: the request may have
+    been run, unless no connection was made)."""
+    import httpx
+
+    def classify(error: BaseException) -> Transient | None:
+        if isinstance(error, sdk.APIStatusError):
+            return transient_for_status(error.status_code, str(error.message), error.response.headers)
+        if isinstance(error, sdk.APIConnectionError):  # APITimeoutError included; the cause is httpx's
+            never_sent = isinstance(error.__cause__, (httpx.ConnectError, httpx.ConnectTimeout))
+            return Transient(f"{type(error).__name__}: {error}", maybe_ran=not never_sent)
+        return None
+
+    return classify
 
 
 def _submitted(name: str, items: list["_Pending"], settings: JudgeSettings) -> "_Job":
@@ -143,10 +169,14 @@ class BatchJudge:
         self.settings = settings
         self._types = types
         self._sleep = sleep
+        policy = api_policy(settings)
         http = types.HttpOptions(
             base_url=settings.base_url, timeout=int(settings.timeout_seconds * 1000),
-            # the API calls (create, get, upload, download) are retried by the SDK
-            retry_options=types.HttpRetryOptions(attempts=max(2, settings.max_attempts)),
+            # the API calls (create, get, upload, download) are retried by the SDK, with the policy's
+            # attempts, statuses and delays; its jitter is tenacity's, added to the delay (up to `base`)
+            retry_options=types.HttpRetryOptions(
+                attempts=policy.max_attempts, initial_delay=policy.base, max_delay=policy.cap, exp_base=2,
+                jitter=policy.base, http_status_codes=list(RETRYABLE_STATUSES)),
         )
         self._client, self._secret, self._credentials = build_genai_client(settings, http)
         self._vertex = settings.backend == "vertex_ai"
@@ -264,7 +294,8 @@ def _gemini_reply(answer) -> Reply:
 
 class AnthropicBatchJudge:
     """Submits, polls and reads Anthropic Message Batches through the `anthropic` client
-    (messages.batches: create, retrieve, results, cancel; its own retries for these calls).
+    (messages.batches: create, retrieve, results, cancel; the client's own retries off, each call
+    retried by the policy: `_call`).
     Each request's custom_id is its request key (64 hex digits: the API's limit), its params
     those of an online call (providers.anthropic_params)."""
 
@@ -275,8 +306,14 @@ class AnthropicBatchJudge:
         self.settings, self._sleep = settings, sleep
         self._secret = os.environ[settings.api_key_env]
         self._client = anthropic.Anthropic(api_key=self._secret, base_url=settings.base_url,
-                                           timeout=settings.timeout_seconds, max_retries=max(2, settings.max_attempts))
+                                           timeout=settings.timeout_seconds, max_retries=0)
+        self._policy, self._classify = api_policy(settings), sdk_transient(anthropic)
         self.jobs_created = 0
+
+    def _call(self, fn: Callable[[], T], resend: bool = True) -> T:
+        """An API call, retried by the policy; resend=False (a create) is not sent again after a failure
+        that may have created the batch: a batch created twice is paid for twice."""
+        return call_retried(fn, self._classify, self._policy, self._sleep, resend)
 
     def scrub(self, text: str) -> str:
         return scrub_secrets(text, self._secret, None)
@@ -286,13 +323,13 @@ class AnthropicBatchJudge:
                            ensure_ascii=False, sort_keys=True) + "\n").encode()
 
     def submit(self, items: list[_Pending]) -> _Job:
-        batch = self._client.messages.batches.create(requests=[
-            {"custom_id": p.request.key, "params": anthropic_params(self.settings, p.request)} for p in items])
+        requests = [{"custom_id": p.request.key, "params": anthropic_params(self.settings, p.request)} for p in items]
+        batch = self._call(lambda: self._client.messages.batches.create(requests=requests), resend=False)
         self.jobs_created += 1
         return _submitted(batch.id, items, self.settings)
 
     def poll(self, job: _Job) -> tuple[str, Any]:
-        got = self._client.messages.batches.retrieve(job.name)
+        got = self._call(lambda: self._client.messages.batches.retrieve(job.name))
         # ended: every request succeeded, errored, was canceled or expired (each result says which)
         return ("JOB_STATE_SUCCEEDED" if got.processing_status == "ended" else "JOB_STATE_RUNNING"), got
 
@@ -304,19 +341,23 @@ class AnthropicBatchJudge:
 
     def results(self, job: _Job, got) -> dict[str, tuple[Any, str | None]]:
         requests = {p.request.key: p.request for p in job.items}
-        out: dict[str, tuple[Any, str | None]] = {}
-        for entry in self._client.messages.batches.results(job.name):
-            request = requests.get(entry.custom_id)
-            if request is None:
-                continue
-            result = entry.result
-            if result.type == "succeeded":
-                out[entry.custom_id] = (anthropic_reply(result.message, request), None)
-            else:
-                error = getattr(getattr(result, "error", None), "error", None)
-                detail = f": {getattr(error, 'type', '')}: {getattr(error, 'message', '')}" if error else ""
-                out[entry.custom_id] = (None, f"batch item {result.type}{detail}")
-        return out
+
+        def read() -> dict[str, tuple[Any, str | None]]:  # the whole stream again, should it break off
+            out: dict[str, tuple[Any, str | None]] = {}
+            for entry in self._client.messages.batches.results(job.name):
+                request = requests.get(entry.custom_id)
+                if request is None:
+                    continue
+                result = entry.result
+                if result.type == "succeeded":
+                    out[entry.custom_id] = (anthropic_reply(result.message, request), None)
+                else:
+                    error = getattr(getattr(result, "error", None), "error", None)
+                    detail = f": {getattr(error, 'type', '')}: {getattr(error, 'message', '')}" if error else ""
+                    out[entry.custom_id] = (None, f"batch item {result.type}{detail}")
+            return out
+
+        return self._call(read)
 
 
 # an OpenAI batch's status -> the states judge_batch reads (expired and cancelled batches keep
@@ -338,9 +379,15 @@ class OpenAIBatchJudge:
         self.settings, self._sleep, self._openai = settings, sleep, openai
         self._secret = os.environ.get(settings.api_key_env) or None
         self._client = openai.OpenAI(api_key=self._secret or NO_KEY, base_url=settings.base_url,
-                                     timeout=settings.timeout_seconds, max_retries=max(2, settings.max_attempts))
+                                     timeout=settings.timeout_seconds, max_retries=0)
+        self._policy, self._classify = api_policy(settings), sdk_transient(openai)
         self.jobs_created = 0
         self.files_uploaded = 0
+
+    def _call(self, fn: Callable[[], T], resend: bool = True) -> T:
+        """An API call, retried by the policy; resend=False (a batch's create) is not sent again after a
+        failure that may have created the batch: a batch created twice is paid for twice."""
+        return call_retried(fn, self._classify, self._policy, self._sleep, resend)
 
     def scrub(self, text: str) -> str:
         return scrub_secrets(text, self._secret, None)
@@ -352,15 +399,17 @@ class OpenAIBatchJudge:
 
     def submit(self, items: list[_Pending]) -> _Job:
         display = f"evalbeam-{items[0].request.key[:12]}-{len(items)}.jsonl"
-        uploaded = self._client.files.create(file=(display, b"".join(p.line for p in items)), purpose="batch")
+        data = b"".join(p.line for p in items)
+        # an upload sent twice leaves one unused file behind, not a job: sent again like any call
+        uploaded = self._call(lambda: self._client.files.create(file=(display, data), purpose="batch"))
         self.files_uploaded += 1
-        batch = self._client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions",
-                                            completion_window="24h")
+        batch = self._call(lambda: self._client.batches.create(
+            input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"), resend=False)
         self.jobs_created += 1
         return _submitted(batch.id, items, self.settings)
 
     def poll(self, job: _Job) -> tuple[str, Any]:
-        got = self._client.batches.retrieve(job.name)
+        got = self._call(lambda: self._client.batches.retrieve(job.name))
         return OPENAI_STATES.get(got.status, "JOB_STATE_RUNNING"), got
 
     def cancel(self, job: _Job) -> None:
@@ -377,7 +426,8 @@ class OpenAIBatchJudge:
         for file_id in (got.output_file_id, got.error_file_id):
             if not file_id:
                 continue
-            for line in self._client.files.content(file_id).text.splitlines():
+            text = self._call(lambda: self._client.files.content(file_id).text)
+            for line in text.splitlines():
                 if not line.strip():
                     continue
                 entry = json.loads(line)
@@ -493,7 +543,7 @@ def judge_batch(settings: JudgeSettings, items: Iterable[T], request_of: Callabl
             sleep(wait)
         try:
             state, got = judge.poll(job)
-        except Exception as e:  # noqa: BLE001 - after the SDK's own retries: poll again later
+        except Exception as e:  # noqa: BLE001 - after the policy's retries: poll again later
             state, got = "POLL_FAILED", None
             if 404 in (getattr(e, "code", None), getattr(e, "status_code", None)):  # a recorded job the API no longer knows
                 state = "JOB_STATE_GONE"

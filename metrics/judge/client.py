@@ -19,7 +19,6 @@ import dataclasses
 import hashlib
 import json
 import queue
-import random
 import threading
 import time
 from typing import Any, Callable, Iterable, Iterator, TypeVar
@@ -36,13 +35,9 @@ from evalbeam.metrics.judge.providers import (  # noqa: F401 - re-exported: the 
 from evalbeam.metrics.judge.ratelimit import AdaptiveRateLimiter, InFlightWindow, TailHedge
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
+from evalbeam.metrics.retry import RetryPolicy
 
 T = TypeVar("T")
-# Every retry also waits for its place with the limiter (paced within the quota, paused
-# by a 429's Retry-After), so the backoff only spreads retries after transient errors;
-# a long first wait idles the quota at the end of a run, where the last retries are.
-BACKOFF_BASE = 0.25
-BACKOFF_CAP = 60.0
 CHARS_PER_TOKEN = 4  # for reserving tokens before a call; settled with the real count after
 
 
@@ -95,11 +90,13 @@ def request_key(settings: JudgeSettings, prompt: str, schema_json: str, sample_i
 
 class JudgeClient:
     """One judge's calls (settings.provider's API, metrics.judge.providers) within its
-    limiter: retries, timeouts, hedged copies and accounting, the same for every provider."""
+    limiter: retries, timeouts, hedged copies and accounting, the same for every provider.
+    Its retries follow metrics.retry's policy with the settings' max_attempts."""
 
     def __init__(self, settings: JudgeSettings, limiter: AdaptiveRateLimiter,
                  observe_latency: Callable[[float], None] | None = None, hedge: TailHedge | None = None):
         self.settings = settings
+        self.policy = RetryPolicy(max_attempts=settings.max_attempts)
         self.limiter = limiter
         self.hedge = hedge
         self._observe = observe_latency or (lambda seconds: None)
@@ -112,7 +109,10 @@ class JudgeClient:
         response = JudgeResponse(key=request.key, metric=request.metric, model=self.settings.model)
         estimated = len(request.prompt) // CHARS_PER_TOKEN + (self.settings.max_output_tokens or 1024)
         last_error = "no attempt made"
-        for attempt in range(1, self.settings.max_attempts + 1):
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
             await self.limiter.acquire(estimated)
             answer, error, retry_after = await self._attempt(request, estimated, response)
             if answer is not None:
@@ -124,18 +124,20 @@ class JudgeClient:
                     last_error = f"invalid judge output: {e}"
             elif isinstance(error, ProviderError):
                 last_error = str(error)
-                if not (error.code == 429 or error.code >= 500 or error.code == 408):
+                if not self.policy.retryable(error.code):
                     response.error = self.scrub(f"{last_error} (not retried)")
                     return response
             elif isinstance(error, (asyncio.TimeoutError, TimeoutError)):
                 last_error = f"timed out after {self.settings.timeout_seconds:g}s ({type(error).__name__})"
             else:  # transport errors (httpx) are retried like 5xx
                 last_error = f"{type(error).__name__}: {error}"
-            if attempt < self.settings.max_attempts:
-                await asyncio.sleep(max(retry_after or 0.0, backoff(attempt)))
+            wait = self.policy.wait(attempt, retry_after)
+            if not self.policy.attempts_left(attempt, started, wait):
+                break
+            await asyncio.sleep(wait)
         hedged = f" ({response.attempts} calls, {response.hedged} of them copies of a slow call)" \
             if response.hedged else ""
-        response.error = self.scrub(f"judge failed after {self.settings.max_attempts} attempts{hedged}; last: {last_error}")
+        response.error = self.scrub(f"judge failed after {attempt} attempts{hedged}; last: {last_error}")
         return response
 
     async def _attempt(self, request: JudgeRequest, estimated: int, response: JudgeResponse):
@@ -221,11 +223,6 @@ class JudgeClient:
             await self._provider.close()
         except Exception:  # noqa: BLE001 - closing is best effort
             pass
-
-
-def backoff(attempt: int) -> float:
-    """Exponential backoff with full jitter."""
-    return random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempt - 1)))
 
 
 _DONE = object()

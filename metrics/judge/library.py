@@ -1,5 +1,5 @@
 """The built-in model-based metrics, registered in the one metric registry:
-every template of configs/judge_metrics.yaml (evalbeam's own prompts) as
+every template of metrics/judge/data/judge_metrics.yaml (evalbeam's own prompts) as
 evalbeam_<name> (pointwise) and pairwise_evalbeam_<name>. Where Vertex AI
 publishes a template of the same name, <name> renders Vertex's
 (metrics.judge.vertex_templates); where Vertex's service scores the name with

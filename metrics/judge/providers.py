@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import email.utils
 import json
 import re
 import os
-import time
 from typing import Any
 
 from evalbeam.metrics.judge.settings import JudgeSettings
+from evalbeam.metrics.retry import retry_after
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 # The tool an Anthropic judge answers through (its input is the answer), and the name
@@ -52,30 +51,6 @@ class ProviderError(Exception):
     def __init__(self, code: int, message: str, retry_after: float | None = None):
         super().__init__(f"HTTP {code}: {message}")
         self.code, self.message, self.retry_after = code, message, retry_after
-
-
-def retry_after(headers) -> float | None:
-    """Seconds to wait from a response's headers: retry-after-ms (OpenAI), Retry-After in
-    seconds or as an HTTP date (RFC 9110), else None."""
-    if not headers:
-        return None
-    value = headers.get("retry-after-ms")
-    try:
-        if value is not None:
-            return max(0.0, float(value) / 1000)
-    except ValueError:
-        pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
 
 
 def json_schema(schema: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -212,7 +187,7 @@ def build_genai_client(settings: JudgeSettings, http):
 
 def scrub_secrets(text: str, secret: str | None, credentials, *more: str) -> str:
     """The text with the API key, every token the credentials held (tokens_held) and any `more` secrets
-    (a deployed agent's bearer token or header values: metrics.agents.deployed.A2AAuth) replaced by
+    (a deployed agent's bearer token or header values: metrics.agents.auth.A2AAuth) replaced by
     [redacted], the longest first (a secret containing another is removed whole); then anything
     shaped like a Google bearer token (TOKEN_PATTERN)."""
     for value in sorted({secret, *tokens_held(credentials), *more} - {None}, key=lambda v: -len(v)):

@@ -1,6 +1,6 @@
 """The built-in rubric-based metrics, registered in the one metric registry.
 
-Every prompt of configs/rubric_metrics.yaml is evalbeam's own, so every one is
+Every prompt of metrics/judge/data/rubric_metrics.yaml is evalbeam's own, so every one is
 registered as evalbeam_<name>: each version under its versioned name
 (`evalbeam_general_quality_v1`), and the latest version under the unversioned
 name (`evalbeam_general_quality`), except where that name already belongs to
@@ -70,7 +70,7 @@ class HallucinationParams(pydantic.BaseModel):
                            "context before it (default: the final response only)")
 
 
-# Vertex's predefined rubric metrics that configs/rubric_metrics.yaml has prompts of the same name for:
+# Vertex's predefined rubric metrics that metrics/judge/data/rubric_metrics.yaml has prompts of the same name for:
 # google-cloud-aiplatform 2.7's agentplatform._genai._evals_constant (SUPPORTED_PREDEFINED_METRICS, and the
 # unversioned names RubricMetric resolves to one of them), scored by Vertex's hosted evaluation service with
 # its own prompts. ADK's multi_turn_*_v1 are ADK's too: refused in metrics.judge.adk_judges.HOSTED_CRITERIA

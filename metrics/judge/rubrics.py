@@ -1,4 +1,4 @@
-"""Rubric-based metrics, in pure Python: the templates (configs/rubric_metrics.yaml),
+"""Rubric-based metrics, in pure Python: the templates (metrics/judge/data/rubric_metrics.yaml),
 the two judge stages' prompts and response schemas, the parsing of their
 answers, and the scoring.
 
@@ -35,7 +35,7 @@ from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.agent_views import AGENT_VARIABLES
 from evalbeam.metrics.registry import MetricError
 
-BUILTIN_RUBRIC_METRICS = Path(__file__).resolve().parent.parent.parent / "configs" / "rubric_metrics.yaml"
+BUILTIN_RUBRIC_METRICS = Path(__file__).with_name("data") / "rubric_metrics.yaml"
 IMPORTANCE_WEIGHT = {"HIGH": 3, "MEDIUM": 2, "LOW": 1}
 DEFAULT_IMPORTANCE = "MEDIUM"  # the weight of a rubric that gives none
 VERDICTS = ("yes", "no")
@@ -169,7 +169,7 @@ class StaticRubric(_Model):
 
 
 class RubricTemplate(_Model):
-    """One version of a rubric metric, as configs/rubric_metrics.yaml defines it."""
+    """One version of a rubric metric, as metrics/judge/data/rubric_metrics.yaml defines it."""
 
     name: str  # the versioned name, e.g. general_quality_v1
     kind: Literal["adaptive", "given", "static", "claims", "criterion", "segmented"]
@@ -339,9 +339,28 @@ def _inputs(values: dict[str, Any]) -> str:
     return "# Inputs\n" + ("\n\n".join(sections) if sections else "(none besides the response)")
 
 
+def resolve_aliases(raw: dict[str, dict]) -> dict[str, dict]:
+    """The entries of a rubric metrics file with each `alias_of: NAME` written out: NAME's entry
+    with the alias's own keys laid over it (one metric's prompts, written once, under a second
+    name). ValueError, naming the entry, for an alias of an alias or of a name the file lacks."""
+    out = {}
+    for name, body in raw.items():
+        target = body.get("alias_of")
+        if target is None:
+            out[name] = body
+            continue
+        if target not in raw:
+            raise ValueError(f"{name}: alias_of {target!r}: no entry of that name")
+        if "alias_of" in raw[target]:
+            raise ValueError(f"{name}: alias_of {target!r}, itself an alias of {raw[target]['alias_of']!r}: "
+                             "name the entry that holds the prompts")
+        out[name] = {**raw[target], **{k: v for k, v in body.items() if k != "alias_of"}}
+    return out
+
+
 @functools.lru_cache(maxsize=1)
 def builtin_rubric_templates() -> dict[str, RubricTemplate]:
-    raw = yaml.safe_load(BUILTIN_RUBRIC_METRICS.read_text(encoding="utf-8"))
+    raw = resolve_aliases(yaml.safe_load(BUILTIN_RUBRIC_METRICS.read_text(encoding="utf-8")))
     return {name: RubricTemplate.model_validate({"name": name, **body}) for name, body in raw.items()}
 
 

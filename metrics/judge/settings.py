@@ -229,7 +229,7 @@ class JudgeSettings(pydantic.BaseModel):
     def quota_key(self) -> tuple:
         """Which settings draw on one provider quota: the same provider, backend, endpoint
         (base_url; project and location on Vertex AI) and model. Settings differing only in how
-        they ask (temperature, sampling, max_output_tokens) share it: transforms.judge.share_quotas."""
+        they ask (temperature, sampling, max_output_tokens) share it: metrics.judge.asks.share_quotas."""
         return (self.provider, self.backend, self.base_url, self.project, self.location, self.model)
 
     def for_model(self, model: str) -> "JudgeSettings":

@@ -24,7 +24,7 @@ from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.rubrics import InvalidRubricAnswer, parse_stage_answer
 from evalbeam.metrics.registry import MetricError
 
-BUILTIN_TEMPLATES = Path(__file__).resolve().parent.parent.parent / "configs" / "judge_metrics.yaml"
+BUILTIN_TEMPLATES = Path(__file__).with_name("data") / "judge_metrics.yaml"
 PAIRWISE_CHOICES = ("A", "B", "SAME")
 # a {variable} of a fixed template text: Vertex's syntax (vertexai.evaluation.prompt_template)
 TEMPLATE_VARIABLE = re.compile(r"\{([_a-zA-Z][_a-zA-Z0-9]*)\}")
@@ -220,6 +220,13 @@ def parse_answer(text: str | None, field: str, allowed: tuple[str, ...]) -> tupl
         try:
             return parse_discovery(text)
         except TaxonomyError as e:
+            raise InvalidJudgment(str(e)) from None
+    if field == "scenarios":  # conversation scenarios generated (metrics.scenarios): each item checked on its own later
+        from evalbeam.metrics.scenarios import parse_generation  # imports one way, as the taxonomy's above
+
+        try:
+            return parse_generation(text), None
+        except ValueError as e:
             raise InvalidJudgment(str(e)) from None
     if field in ("rubrics", "verdicts", "claims", "sentences", "labels"):
         try:

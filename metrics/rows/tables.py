@@ -381,6 +381,35 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("sample_size", "INT64", description="discovered in this run: the failures the judge was shown"),
         Column("seed", "INT64", description="discovered in this run: the seed of the sample"),
     ),
+    "scenarios": (
+        RUN_ID,
+        RUN_DATE,
+        Column("eval_set_id", "STRING", True, "the eval set the kept scenarios are written to (output.eval_set)"),
+        Column("eval_id", "STRING", description="the scenario's eval case id: <goal>.<persona>.<difficulty>"
+                                                "[.<language>].<first 10 hex digits of digest>; null when no scenario "
+                                                "was generated for the row"),
+        Column("cell", "INT64", True, "the grid cell's number (goal-major: goals, personas, difficulties, languages)"),
+        Column("goal", "STRING", True, "the goal's id"),
+        Column("persona", "STRING", True, "the persona's id (ADK's, or the config's own)"),
+        Column("difficulty", "STRING", True, "the difficulty's id"),
+        Column("language", "STRING", description="the language the user writes in; null when the grid names none"),
+        Column("position", "INT64", True, "the scenario's place among those asked of its cell (from 0)"),
+        Column("model", "STRING", True, "the generator's model"),
+        Column("request_key", "STRING", description="the generation request's content key (judge_cache's); null "
+                                                    "for a set reused through scenarios.pinned_from"),
+        Column("digest", "STRING", description="content hash of the conversation_scenario (prompt, plan, persona)"),
+        Column("decision", "STRING", True, "kept | near_duplicate | dead_letter"),
+        Column("reason", "STRING", description="dead_letter: why (generation failed, empty, not generated, a tool the "
+                                               "agent lacks, ADK's refusal); near_duplicate: the similarity"),
+        Column("field", "STRING", description="dead_letter: the field at fault, when one is"),
+        Column("duplicate_of", "STRING", description="near_duplicate: the eval_id of the kept scenario it repeats"),
+        Column("starting_prompt", "STRING"),
+        Column("conversation_plan", "STRING"),
+        Column("tools", "JSON", description="the agent's tools the generator says the scenario needs"),
+        Column("conversation_scenario", "JSON", description="the ADK conversation_scenario as the eval set holds it "
+                                                            "(kept rows); scenarios.pinned_from rebuilds a set from it"),
+        Column("cache_hit", "BOOL", description="the generation came from judge.cache (or a pinned set)"),
+    ),
     "dead_letter": (
         RUN_ID,
         RUN_DATE,
@@ -427,6 +456,7 @@ CLUSTERING = {
     "failure_assignments": ["metric", "run_id"],
     "failure_modes": ["metric", "slice"],
     "taxonomies": ["digest"],
+    "scenarios": ["run_id", "decision"],
 }
 
 

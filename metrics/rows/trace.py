@@ -496,6 +496,18 @@ def turns_from_agent_data(value: Any) -> list[dict[str, Any]]:
     return turns
 
 
+def turn_from_events(prompt: str, events: list[dict[str, Any]], seconds: float) -> dict[str, Any]:
+    """One turn from the ADK events an agent produced for its prompt, taking `seconds`, as
+    metrics.agents.inference.AgentInferrer makes it (the deployed agents' clients give the same)."""
+    user = {"author": "user", "content": {"role": "user", "parts": [{"text": prompt}]}}
+    turn = turns_from_agent_data({"turns": [{"events": [user, *events]}]})[0]
+    invocation = next((e.get("invocation_id") for e in events if e.get("invocation_id")), None)
+    if invocation:
+        turn["invocation_id"] = invocation
+    turn["duration"] = {"total": seconds}
+    return turn
+
+
 def _flat_expected(fields: Mapping[str, Any]) -> dict[str, Any] | None:
     if fields.get("reference") is None and fields.get("reference_trajectory") is None:
         return None

@@ -474,6 +474,18 @@ def gate_reason(row: dict[str, Any]) -> str:
     return "not flagged: " + "; ".join(why or ["no change"])
 
 
+def base_count(row: dict[str, Any]) -> int:
+    """The base run's instances of a comparison row's metric and slice: paired, only in base, or errored."""
+    return row["n_paired"] + row["only_in_base"] + row["error_in_either"]
+
+
+def lost_count(row: dict[str, Any]) -> int:
+    """The base's instances missing from the run or with no valid score in it (a row from before
+    error_in_run counts every error)."""
+    errors = row.get("error_in_run")
+    return row["only_in_base"] + (row["error_in_either"] if errors is None else errors)
+
+
 def unpaired_counts(row: dict[str, Any]) -> str:
     return (f"{row['only_in_base']} only in base, {row['only_in_run']} only in run, "
             f"{row['error_in_either']} with an error in either")

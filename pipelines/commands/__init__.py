@@ -17,6 +17,8 @@ from typing import NoReturn
 # name: (its line in `evalbeam --help`, whether its options may be abbreviated), in that order
 COMMANDS = {
     "run": ("run an evaluation (extra arguments go to Beam)", False),
+    "generate": ("generate conversation scenarios for an agent (the config's scenarios:) as an ADK eval set "
+                 "(extra arguments go to Beam)", False),
     "validate": ("check a config and its dataset's columns; runs nothing", False),
     "plan": ("the judgments a run needs after dedup and the cache, their tokens, cost and time; calls nothing", False),
     "metrics": ("list every metric", True),

@@ -14,13 +14,13 @@ from evalbeam.pipelines.commands.arguments import gate_args
 from evalbeam.pipelines.commands.beam_flags import check_beam_args, pipeline_options
 from evalbeam.pipelines.commands.results_args import ELSEWHERE, results_args, results_of
 from evalbeam.metrics.statistics.compare import parse_tolerance
-from evalbeam.pipelines.compare import (CompareError, compare, comparison_gate, format_comparison, gate_explanations,
-                                        gate_settings, unpaired_note)
+from evalbeam.pipelines.compare import CompareError, compare, comparison_gate, gate_settings
+from evalbeam.pipelines.reports.compare import format_comparison, gate_explanations, unpaired_note
 from evalbeam.pipelines.failure_mode_results import (TaxonomiesDiffer, classified_metrics, compare_failure_modes,
                                                      mode_gate_failed, taxonomy_rows)
-from evalbeam.pipelines.report_data import to_json
+from evalbeam.pipelines.reports.data import to_json
 from evalbeam.pipelines.results import ResultsError
-from evalbeam.pipelines.text_tables import format_mode_comparison
+from evalbeam.pipelines.reports.text import format_mode_comparison
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,9 +10,10 @@ import sys
 from evalbeam.configs import ConfigError, load_config
 from evalbeam.pipelines.commands import UNWRITTEN_OUTPUT_STATUS, no_beam_flags
 from evalbeam.pipelines.commands.arguments import config_args
-from evalbeam.pipelines.plan import format_labels, format_plan, plan
+from evalbeam.pipelines.plan import plan
+from evalbeam.pipelines.reports.plan import format_labels, format_plan
 from evalbeam.pipelines.preflight import judge_credentials_problem
-from evalbeam.pipelines.report_data import input_problems
+from evalbeam.pipelines.reports.data import input_problems
 from evalbeam.pipelines.results import ResultsError
 from evalbeam.transforms.write_failure import OutputWriteError
 

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 from evalbeam.configs import ConfigError, load_config
-from evalbeam.pipelines import report_charts
+from evalbeam.pipelines.reports import charts
 from evalbeam.pipelines.commands.beam_flags import check_beam_args, pipeline_options
 from evalbeam.pipelines.commands.results_args import RunNotFound, not_found, results_args, results_of
 from evalbeam.pipelines.compare import CompareError, comparison_rows
-from evalbeam.pipelines.report_data import report_data
-from evalbeam.pipelines.report_html import render
+from evalbeam.pipelines.reports.data import report_data
+from evalbeam.pipelines.reports.html import render
 from evalbeam.pipelines.results import ResultsError
 
 
@@ -29,8 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace, beam_args: list[str]) -> int:
     check_beam_args(beam_args, args)
     try:
-        report_charts.require()  # before reading anything: say what to install
-    except report_charts.ChartsUnavailable as e:
+        charts.require()  # before reading anything: say what to install
+    except charts.ChartsUnavailable as e:
         print(f"evalbeam: {e}", file=sys.stderr)
         return 2
     logging.getLogger().setLevel(logging.WARNING)

@@ -14,11 +14,11 @@ from evalbeam.pipelines.commands import UNWRITTEN_OUTPUT_STATUS
 from evalbeam.pipelines.commands.arguments import config_args, gate_args
 from evalbeam.pipelines.commands.beam_flags import check_beam_args, pipeline_options
 from evalbeam.pipelines.commands.compare import gate_failed
-from evalbeam.pipelines.compare import format_comparison
+from evalbeam.pipelines.reports.compare import format_comparison
 from evalbeam.pipelines.local import LOCAL_RUNNERS, local_worker_args
-from evalbeam.pipelines.report_data import run_problems
+from evalbeam.pipelines.reports.data import run_problems
 from evalbeam.pipelines.results import ResultsError, results_for, run_comparisons
-from evalbeam.pipelines.text_tables import run_report
+from evalbeam.pipelines.reports.text import run_report
 from evalbeam.transforms.write_failure import OutputWriteError
 
 

@@ -8,9 +8,9 @@ from evalbeam.configs import ConfigError, load_config
 from evalbeam.pipelines.commands import UNWRITTEN_OUTPUT_STATUS, no_beam_flags
 from evalbeam.pipelines.commands.arguments import positive
 from evalbeam.pipelines.commands.results_args import results_args, results_of
-from evalbeam.pipelines.report_data import runs_data, to_json
+from evalbeam.pipelines.reports.data import runs_data, to_json
 from evalbeam.pipelines.results import ResultsError, format_leftovers, is_url, leftovers
-from evalbeam.pipelines.text_tables import runs_report
+from evalbeam.pipelines.reports.text import runs_report
 from evalbeam.transforms.write_failure import OutputWriteError
 
 

@@ -7,9 +7,9 @@ import sys
 from evalbeam.configs import ConfigError
 from evalbeam.pipelines.commands import UNWRITTEN_OUTPUT_STATUS, no_beam_flags
 from evalbeam.pipelines.commands.results_args import RunNotFound, not_found, results_args, results_of
-from evalbeam.pipelines.report_data import show_data, to_json
+from evalbeam.pipelines.reports.data import show_data, to_json
 from evalbeam.pipelines.results import ResultsError
-from evalbeam.pipelines.text_tables import run_report
+from evalbeam.pipelines.reports.text import run_report
 from evalbeam.transforms.write_failure import OutputWriteError
 
 

@@ -10,7 +10,7 @@ from evalbeam.pipelines.commands import UNWRITTEN_OUTPUT_STATUS, no_beam_flags
 from evalbeam.pipelines.commands.arguments import config_args
 from evalbeam.pipelines.evaluate import plan_comparison
 from evalbeam.pipelines.preflight import Preflight, RowsCheck, check_rows, judge_credentials_problem, preflight
-from evalbeam.pipelines.report_data import input_problems
+from evalbeam.pipelines.reports.data import input_problems
 from evalbeam.pipelines.results import ResultsError
 from evalbeam.transforms.write_failure import OutputWriteError
 
@@ -27,7 +27,9 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
         config = config.for_run_date(config.resolved_run_date(started_at))
         # everything but the judge's credentials first: a config's columns can be checked without a key
         checked = preflight(config, credentials=False)
-        if config.input.kind == "files" and config.input.is_adk:
+        if config.scenarios is not None:
+            report = f"config ok: {len(config.metrics)} metrics; input {checked.source}"
+        elif config.input.kind == "files" and config.input.is_adk:
             report = adk_files_report(config)
         else:
             if checked.checked_rows == 0 and checked.unreadable:
@@ -55,7 +57,7 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
 
 def refuse_what_run_fails(config: EvalConfig, checked: Preflight) -> None:
     """A file input read whole by preflight's sample (a small one): a ConfigError when `run` would
-    read, score and then fail it (report_data.input_problems: no record, none scored, too many
+    read, score and then fail it (reports.data.input_problems: no record, none scored, too many
     dead letters), so that validate and run reach the same verdict. A larger input is judged by
     `run` alone."""
     if config.input.kind != "files" or not checked.whole:
@@ -73,7 +75,7 @@ def refuse_what_run_fails(config: EvalConfig, checked: Preflight) -> None:
 
 
 def verdict(config: EvalConfig, rows: RowsCheck) -> list[str]:
-    """What `run` would report under PROBLEMS about these rows (report_data.input_problems)."""
+    """What `run` would report under PROBLEMS about these rows (reports.data.input_problems)."""
     return input_problems({"read_count": rows.read, "scored_count": rows.usable, "dead_letter_count": rows.dead_count,
                            "config": config.to_json()})
 

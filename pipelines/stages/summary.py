@@ -11,11 +11,12 @@ from evalbeam.configs import EvalConfig
 from evalbeam.pipelines.stages import Stage, parts
 from evalbeam.pipelines.stages.score import adk_verdicts
 from evalbeam.transforms.adk_status import THRESHOLD
+from evalbeam.metrics.judge.asks import plan_judges, usage_models
+from evalbeam.metrics.judge.usage import merge_usage
 from evalbeam.metrics.rows.instance import first_run, id_scheme
 from evalbeam.pipelines.stages.read import row_spec
-from evalbeam.transforms.judge import plan_judges, usage_models
 from evalbeam.transforms.progress import CountFn
-from evalbeam.transforms.rubrics import merge_usage, plan_rubric_metrics
+from evalbeam.transforms.rubrics import plan_rubric_metrics
 from evalbeam.transforms.runs import RunRecord
 from evalbeam.transforms.score import plan_metrics, with_thresholds
 from evalbeam.transforms.summary import SummarizeScores
@@ -78,6 +79,6 @@ class SummariesStage(Stage):
         runs = ((records, unparseable), counted, scored, named["dead_letters"], usage, named["source_lines"]) \
             | "RunRecord" >> RunRecord(run, config.name, config.to_json(), version(), context.started_at,
                                        config.judge.prices, config.judge.model,
-                                       usage_models(plan_judges(config.template_judge_specs(), context.judge_context({}))),
+                                       usage_models(plan_judges(config.template_judge_specs(), config.judge)),
                                        id_scheme(row_spec(config)))
         return {"scored": scored, "judge_cache": cache_rows, "summary": summary, "runs": runs}

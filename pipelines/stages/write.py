@@ -50,6 +50,8 @@ class WriteResults(Stage):
                 pipeline | "NoFailureModes" >> beam.Create([])),
             "taxonomies": named["taxonomies"] if "taxonomies" in named else (
                 pipeline | "NoTaxonomies" >> beam.Create([])),
+            "scenarios": named["scenarios"] if "scenarios" in named else (
+                pipeline | "NoScenarios" >> beam.Create([])),
         }
         direct = direct_runner(pipeline)
         # Parquet is always written: it is the output (written beside the run's
@@ -64,6 +66,8 @@ class WriteResults(Stage):
             for table, rows in tables.items()
         }
         done = dict(written)
+        if "eval_set" in named:  # the generated scenarios' eval set file, written before the run is put in place
+            done["eval_set"] = named["eval_set"]
         if direct and config.output.parquet:
             done["empty_tables"] = written | "EmptyTables" >> WriteEmptyTables(folder, slices)
         if config.output.otel_events:  # the scores as OTLP gen_ai.evaluation.result events, beside the traces

@@ -269,7 +269,7 @@ def test_run_prints_what_show_prints_and_no_table_cuts_a_metric_name(tmp_path, m
 
 
 def test_the_failure_mode_comparison_cuts_no_name():
-    from evalbeam.pipelines.text_tables import format_mode_comparison
+    from evalbeam.pipelines.reports.text import format_mode_comparison
 
     long = "a_metric_named_at_length_by_its_author_v2"
     table = format_mode_comparison([{

@@ -149,6 +149,7 @@ def test_the_installed_package_is_what_gets_imported(installed):
         import json
         from importlib import import_module
         from importlib.metadata import files
+        from evalbeam.metrics.judge.rubrics import BUILTIN_RUBRIC_METRICS
         from evalbeam.metrics.judge.templates import BUILTIN_TEMPLATES, builtin_templates
         from evalbeam.metrics import sentence_bleu
         from evalbeam.metrics.catalog import all_metrics
@@ -157,6 +158,7 @@ def test_the_installed_package_is_what_gets_imported(installed):
             "installed": sorted(str(f) for f in files("evalbeam")),
             "modules": {n: import_module(f"evalbeam.{n}").__file__ for n in names},
             "templates_file": str(BUILTIN_TEMPLATES),
+            "rubrics_file": str(BUILTIN_RUBRIC_METRICS),
             "templates": sorted(builtin_templates()),
             "metrics": sorted(d.name for d in all_metrics()),
             "native_bleu": sentence_bleu.NATIVE and sentence_bleu._native.__file__,
@@ -165,7 +167,10 @@ def test_the_installed_package_is_what_gets_imported(installed):
     got = json.loads(run([python, "-c", probe], cwd=work, env=outside_env(venv)).stdout)
     for name, file in got["modules"].items():
         assert Path(file).is_relative_to(site_packages), (name, file)
-    assert Path(got["templates_file"]).is_relative_to(site_packages) and Path(got["templates_file"]).is_file()
+    # the prompts are package data beside their readers, opened where the package was installed
+    for data in ("templates_file", "rubrics_file"):
+        assert Path(got[data]).is_relative_to(site_packages / "evalbeam" / "metrics" / "judge" / "data"), got[data]
+        assert Path(got[data]).is_file()
     # the sdist's C extension (BLEU's tokenizer and n-gram matches) was compiled where it was installed
     assert got["native_bleu"] and Path(got["native_bleu"]).is_relative_to(site_packages / "evalbeam" / "metrics")
     assert {"fluency", "safety", "coherence"} <= set(got["templates"])
@@ -178,9 +183,11 @@ def test_the_installed_package_is_what_gets_imported(installed):
     assert {t for t in top_level if not t.endswith(".dist-info")} == {"evalbeam"}
     assert {f.split("/")[1] for f in installed_files if f.startswith("evalbeam/")} == {
         "configs", "metrics", "pipelines", "transforms"}
-    assert {f"evalbeam/{f}" for f in ("metrics/judge/__init__.py", "metrics/judge/templates.py", "configs/judge_metrics.yaml",
-                                      "metrics/judge/rubrics.py", "configs/rubric_metrics.yaml", "transforms/rubrics.py",
+    assert {f"evalbeam/{f}" for f in ("metrics/judge/__init__.py", "metrics/judge/templates.py",
+                                      "metrics/judge/data/judge_metrics.yaml", "metrics/judge/rubrics.py",
+                                      "metrics/judge/data/rubric_metrics.yaml", "transforms/rubrics.py",
                                       "configs/data/agents.jsonl", "configs/demo.yaml")} <= installed_files
+    assert not {"evalbeam/configs/judge_metrics.yaml", "evalbeam/configs/rubric_metrics.yaml"} & installed_files
 
 
 def user_packages(root: Path) -> Path:

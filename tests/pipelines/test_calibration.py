@@ -285,7 +285,7 @@ def test_a_labelled_metric_compared_with_no_label_is_a_run_problem():
     calibration table was all nulls with a note, and the run finished as fine. It is a problem
     (as a metric with no valid score is), naming the metric and the counts; a metric that
     failed on every labelled row is already one, and is not named twice."""
-    from evalbeam.pipelines.report_data import run_problems
+    from evalbeam.pipelines.reports.data import run_problems
 
     run = {"read_count": 4, "scored_count": 4, "dead_letter_count": 0}
     summary = [{"metric": m, "slice": "overall", "valid_count": 4, "error_count": 0} for m in ("f", "g")]

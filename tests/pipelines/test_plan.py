@@ -142,7 +142,8 @@ def test_plan_prices_each_judge_at_its_model_and_counts_calls_per_provider(tmp_p
     Gemini jurors of one model (sharing its quota) and a Claude juror: each entry at its model's
     price, the calls per provider, and the time at the quotas as the run shares them."""
     from evalbeam.configs import EvalConfig
-    from evalbeam.pipelines.plan import format_plan, plan as plan_of
+    from evalbeam.pipelines.plan import plan as plan_of
+    from evalbeam.pipelines.reports.plan import format_plan
 
     data = write_data(tmp_path, ROWS)
     prices = {"gemini-2.5-flash": (0.3, 2.5), "gemini-2.5-pro": (1.25, 10.0), "gpt-judge": (2.0, 8.0),

@@ -140,7 +140,7 @@ def test_the_report_shows_the_pass_curves(repeated_run):
 def test_show_with_many_runs_prints_a_few_k_not_all_of_them():
     """num_runs 100: `show` prints pass@k and pass^k at k = 1, 2, 3, 5, 10, 20, 50, 100 (named in the
     heading), not 100 numbers per column; the values are the curve's at those k."""
-    from evalbeam.pipelines.text_tables import format_repeats
+    from evalbeam.pipelines.reports.text import format_repeats
 
     curve = [{"k": k, "value": 1 - 0.5 ** k, "cases": 2} for k in range(1, 101)]
     every = [{"k": k, "value": 0.5 ** k, "cases": 2} for k in range(1, 101)]
@@ -163,7 +163,7 @@ def test_the_report_table_with_many_runs_has_the_same_few_k():
     the whole curve), not 200 columns."""
     import lxml.html
 
-    from evalbeam.pipelines.report_html import _repeats
+    from evalbeam.pipelines.reports.html import _repeats
 
     curve = [{"k": k, "value": 1 - 0.5 ** k, "cases": 2} for k in range(1, 101)]
     every = [{"k": k, "value": 0.5 ** k, "cases": 2} for k in range(1, 101)]

@@ -392,7 +392,7 @@ def test_report_runs_and_show_from_bigquery(cloud, tmp_path):
 def test_dead_letter_reasons_are_grouped_by_kind_keeping_words_with_digits():
     """by_reason: the particulars of a reason go (values, repeated ids, line and
     column numbers), what names the kind stays (UTF-8, an escape like \\ud83d)."""
-    from evalbeam.pipelines.report_data import reason_kind
+    from evalbeam.pipelines.reports.data import reason_kind
 
     assert reason_kind("line 12 is not valid UTF-8 (invalid start byte at byte 3)") == \
         "line N is not valid UTF-8 (invalid start byte at byte N)"

@@ -1,5 +1,5 @@
 """The report's score distributions: every one drawn, with bars wide enough to see, whatever the
-scores (pipelines/report_charts.py, the histograms of pipelines/report_data.py). The charts are
+scores (pipelines/reports/charts.py, the histograms of pipelines/reports/data.py). The charts are
 the SVG Matplotlib writes; the report rendered in Chromium is in test_report.py."""
 import math
 import random
@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from evalbeam.pipelines import report_charts
-from evalbeam.pipelines.report_data import histograms
+from evalbeam.pipelines.reports import charts
+from evalbeam.pipelines.reports.data import histograms
 from evalbeam.pipelines.results import ParquetResults
 
 SVG = "{http://www.w3.org/2000/svg}"
@@ -38,11 +38,11 @@ def binned(scores):
 
 def drawn_bars(histogram):
     """The bars of a distribution as Matplotlib writes them to SVG, drawn as in a metric panel
-    (report_charts.metric_panel: a third of its width): each (left, right, top, bottom) in SVG
+    (charts.metric_panel: a third of its width): each (left, right, top, bottom) in SVG
     points, and the plotting area's (left, right)."""
-    with report_charts._figure(3.5, 2.7) as (fig, [ax]):
-        report_charts._distribution(ax, histogram, None)
-        svg = report_charts._svg(fig)
+    with charts._figure(3.5, 2.7) as (fig, [ax]):
+        charts._distribution(ax, histogram, None)
+        svg = charts._svg(fig)
     axes = next(g for g in lxml.etree.fromstring(svg.encode()).iter(f"{SVG}g") if g.get("id") == "axes_1")
     paths = list(axes.iter(f"{SVG}path"))
 
@@ -52,7 +52,7 @@ def drawn_bars(histogram):
         return min(xs), max(xs), min(ys), max(ys)
 
     area = box(paths[0])  # the plotting area's white background comes first
-    return [box(p) for p in paths if f"fill: {report_charts.BLUE}" in (p.get("style") or "")], (area[0], area[1])
+    return [box(p) for p in paths if f"fill: {charts.BLUE}" in (p.get("style") or "")], (area[0], area[1])
 
 
 RNG = random.Random(1)
@@ -102,16 +102,16 @@ def test_distribution_bars_keep_every_count_and_label_each_score_apart():
         counts = {}
         for v in values:
             counts[v] = counts.get(v, 0) + rng.randint(1, 9)
-        bars = report_charts.distribution_bars(discrete(*counts.items()))
+        bars = charts.distribution_bars(discrete(*counts.items()))
         assert sum(bars.counts) == sum(counts.values())
         span = bars.xlim[1] - bars.xlim[0]
         assert all(w >= span / 60 for w in bars.widths), (values, bars)
         assert all(bars.xlim[0] <= x and x + w <= bars.xlim[1] for x, w in zip(bars.lefts, bars.widths))
         if bars.labels:
             assert len(set(bars.labels)) == len(bars.labels), bars.labels
-    near = report_charts.distribution_bars(discrete((NEAR[0], 1), (NEAR[1], 3)))
+    near = charts.distribution_bars(discrete((NEAR[0], 1), (NEAR[1], 3)))
     assert (near.counts, near.labels) == ([4], ["0.666667"])
-    apart = report_charts.distribution_bars(discrete((1.0, 1), (1.0 + 1e-8, 1)))
+    apart = charts.distribution_bars(discrete((1.0, 1), (1.0 + 1e-8, 1)))
     assert apart.labels == ["1", "1.00000001"]
 
 

@@ -1,10 +1,10 @@
-"""What the terminal shows of a run (pipelines.text_tables): numbers that agree on one screen
+"""What the terminal shows of a run (pipelines.reports.text): numbers that agree on one screen
 (issue 32, item 5)."""
 import pytest
 import json
 
-from evalbeam.pipelines.report_data import judge_accounting
-from evalbeam.pipelines.text_tables import format_corrected, format_judge, format_summary
+from evalbeam.pipelines.reports.data import judge_accounting
+from evalbeam.pipelines.reports.text import format_corrected, format_judge, format_summary
 
 
 def test_the_summary_ci_has_the_means_decimals():
@@ -35,7 +35,7 @@ def test_the_judge_line_counts_the_judgments_taken_from_checkpoints():
 
 
 def test_calibration_notes_of_slices_are_printed_not_only_the_overall_rows():
-    from evalbeam.pipelines.text_tables import format_calibration
+    from evalbeam.pipelines.reports.text import format_calibration
 
     base = {"metric": "fluency", "n": 2, "bias": None, "mae": None, "spearman": None, "kendall_tau": None,
             "kappa": None, "weighted_kappa": None, "ci_low": None, "ci_high": None, "f1": None,

@@ -1,5 +1,5 @@
 """A real ADK agent served over A2A by ADK's own `to_a2a` (google-adk 2.13.0 with its a2a extra, the .agent
-venv), its model the local Gemini-protocol server (tests/servers/judge_server.py): for tests/transforms/test_deployed.py
+venv), its model the local Gemini-protocol server (tests/servers/judge_server.py): for tests/metrics/agents/test_a2a.py
 and bench/agent_throughput.py. The server runs as a subprocess on a free port; `A2AServer` starts it and waits
 for its agent card. `AdkAppServer`: the same agent as a real ADK app behind the Agent Engine stand-in
 (tests/agent_env/adk_app.py)."""

@@ -1,7 +1,7 @@
 """A scripted A2A server speaking the JSON-RPC binding over HTTP (the agent card, then
 `SendStreamingMessage` answered with Server-Sent Events), written by hand so tests can make it
 misbehave in ways a real A2A server will not on request: malformed JSON-RPC, a task with no
-message, non-UTF-8 bytes, a connection closed mid-stream, a hang. For tests/transforms/test_deployed_hostile.py.
+message, non-UTF-8 bytes, a connection closed mid-stream, a hang. For tests/metrics/agents/test_a2a.py.
 
 `RawA2AServer(answer)`: `answer(text, request)` returns what to send for one user message:
 a list of SSE data payloads (str or bytes, each sent as one `data:` event), or a callable

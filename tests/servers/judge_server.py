@@ -90,6 +90,15 @@ Behaviour:
     #invalid=K       the first K attempts answer against the schema: a generation with an
                      importance outside HIGH/MEDIUM/LOW, a validation that skips the last
                      rubric and answers one not asked, a claim with an unknown label
+  Conversation scenarios (a schema with a "scenarios" list, of at most maxItems): that many scenarios
+  of random words (seeded by the prompt and the seed), tools [], unless:
+    #fewer=K         K fewer scenarios than asked
+    #dup=K           the last K are copies of the first (exact duplicates)
+    #near=K          the last K are the first with one word of its plan changed (near-duplicates)
+    #empty           the first has an empty conversation_plan
+    #badplan         the first's conversation_plan is a list (ADK's ConversationScenario refuses it)
+    #tool=NAME       the first names the tool NAME
+    #malformed=K and #fail as above
   Failure modes (a schema with "mode" and "rationale"; a taxonomy: a "modes" list):
     #mode=ID         classify as ID (the last marker in the prompt wins; ID need not be in the
                      taxonomy); without one, a mode of the schema's enum by the prompt's hash;
@@ -137,6 +146,11 @@ from http.server import BaseHTTPRequestHandler
 
 from tests.servers.local import LocalHTTPServer
 
+# the words of generated scenarios (#dup / #near aside, two scenarios share few word triples)
+_VOCABULARY = tuple(f"{a}{b}" for a in ("sun", "rain", "wind", "snow", "fog", "storm", "cloud", "frost", "heat", "hail",
+                                           "mist", "gale", "dew", "ice", "thaw", "dusk")
+                    for b in ("", "y", "ier", "iest", "fall", "front", "line", "cap", "watch", "shift", "break",
+                          "spell", "burst", "drift", "tide", "mark"))
 BATCH_CREATE_ROUTE = re.compile(r"/v1(?:beta)?/models/(?P<model>[^/:]+):batchGenerateContent")
 BATCH_ROUTE = re.compile(r"/v1(?:beta)?/batches/(?P<id>[^/:]+)(?P<cancel>:cancel)?")
 UPLOAD_ROUTE = re.compile(r"/upload/v1(?:beta)?/files")
@@ -366,6 +380,9 @@ class JudgeServer(LocalHTTPServer):
             return self._failure_mode(prompt, props["mode"].get("enum", []))
         if "modes" in props:  # a taxonomy discovered from a sample of failures
             return self._taxonomy(prompt)
+        if "scenarios" in props:  # conversation scenarios generated (metrics.scenarios)
+            items = props["scenarios"]  # google-genai sends snake_case (max_items), the REST API camelCase
+            return self._scenarios(prompt, int(items.get("maxItems", items.get("max_items", 1))), seed)
         stage = "generation" if "rubrics" in props else "claims" if "claims" in props else \
             "segmentation" if "sentences" in props else ("choice" if "choice" in field else field) if field in props else \
             "labels" if any("label" in (p.get("properties") or {}) for p in props.values()) else "validation"
@@ -429,6 +446,36 @@ class JudgeServer(LocalHTTPServer):
         seen = list(dict.fromkeys(re.findall(r"#mode=([a-z][a-z0-9_]*)", prompt)))
         return json.dumps({"modes": [{"id": m, "name": m.replace("_", " ").capitalize(),
                                       "description": f"Failures the sample shows as {m}."} for m in seen]})
+
+    def _scenarios(self, prompt: str, count: int, seed: int | None) -> str:
+        with self._lock:
+            self.stats.prompts[prompt] += 1
+            self.stats.stages["scenarios"] += 1
+            attempt = self.stats.prompts[prompt]
+        malformed = re.search(r"#malformed=(\d+)", prompt)
+        if malformed and attempt <= int(malformed.group(1)):
+            return "Here are some scenarios: 1. a user asks about the weather"
+        count -= int((re.findall(r"#fewer=(\d+)", prompt) or ["0"])[-1])
+        rng = random.Random(f"{hashlib.sha256(prompt.encode()).hexdigest()}:{seed}")
+        items = []
+        for i in range(max(count, 0)):
+            words = " ".join(rng.choice(_VOCABULARY) for _ in range(24))
+            items.append({"starting_prompt": f"Hello, I need help: {' '.join(rng.choice(_VOCABULARY) for _ in range(6))}",
+                          "conversation_plan": f"You want {words}.", "tools": []})
+        for k in range(min(int((re.findall(r"#dup=(\d+)", prompt) or ["0"])[-1]), len(items) - 1)):
+            items[-1 - k] = dict(items[0])  # the same scenario again
+        for k in range(min(int((re.findall(r"#near=(\d+)", prompt) or ["0"])[-1]), len(items) - 1)):
+            near = dict(items[0])  # the first with one word of its plan changed
+            near["conversation_plan"] = near["conversation_plan"].replace("You want", "You would like", 1)
+            items[-1 - k] = near
+        if items and "#empty" in prompt:
+            items[0] = {**items[0], "conversation_plan": "  "}
+        if items and "#badplan" in prompt:  # not text: ADK's ConversationScenario refuses it
+            items[0] = {**items[0], "conversation_plan": ["step one", "step two"]}
+        tool = re.findall(r"#tool=([A-Za-z0-9_]+)", prompt)
+        if items and tool:
+            items[0] = {**items[0], "tools": [tool[-1]]}
+        return json.dumps({"scenarios": items})
 
     @staticmethod
     def _rubrics(prompt: str, invalid: bool) -> str:

@@ -40,6 +40,12 @@ and the same markers in the prompt: #score=, #malformed=, #invalid=, #fail, #slo
 
 A malformed answer (#malformed=K) comes back as text where JSON was asked: OpenAI's content
 is not JSON, Anthropic's model answers in a text block instead of calling the tool.
+
+Failures of the batch APIs' own requests, to test their retries: `batch_faults` is a list of
+(method, path pattern, fault), each used once by the first request it matches (re.fullmatch), in
+order: fault (status, retry_after or None) answers that error; "drop" serves the request (a batch
+is created) and closes the connection without an answer. `batch_calls` lists (method, path) of
+every request to the batch and file routes.
 """
 from __future__ import annotations
 
@@ -77,14 +83,53 @@ class ProviderServer(JudgeServer):
         self._message_batches: dict = {}  # id -> {"created", "requests", "cancelled", "results"}
         self._openai_files: dict = {}  # id -> bytes
         self._openai_batches: dict = {}  # id -> {"created", "input_file_id", "lines", "cancelled", "output"}
+        self.batch_faults: list = []  # (method, path pattern, (status, retry_after) or "drop"), each used once
+        self.batch_calls: list = []  # (method, path) of every batch API request
+
+    def _batch_fault(self, method: str, path: str):
+        """Record a batch API request; the first scripted fault it matches (taken off the list), or None."""
+        with self._lock:
+            self.batch_calls.append((method, path))
+            for i, (m, pattern, fault) in enumerate(self.batch_faults):
+                if m == method and re.fullmatch(pattern, path):
+                    del self.batch_faults[i]
+                    return fault
+        return None
 
     def _handler(self):
         server = self
         base = super()._handler()
 
         class Handler(base):
+            dropping = False  # serve the request, then close the connection without the answer
+
+            def _scripted(self, method: str, path: str) -> bool:
+                """A scripted fault of a batch API request: True when answered (an error) here."""
+                if not (OPENAI_FILES_ROUTE.fullmatch(path) or OPENAI_BATCHES_ROUTE.fullmatch(path)
+                        or ANTHROPIC_BATCHES_ROUTE.fullmatch(path)):
+                    return False
+                fault = server._batch_fault(method, path)
+                if fault == "drop":
+                    self.dropping = True
+                elif fault is not None:
+                    status, retry_after = fault
+                    self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                    protocol = "anthropic" if ANTHROPIC_BATCHES_ROUTE.fullmatch(path) else "openai"
+                    self._fail(protocol, status, "scripted failure",
+                               {"Retry-After": str(retry_after)} if retry_after is not None else None)
+                    return True
+                return False
+
+            def _send(self, status: int, body: dict, headers: dict | None = None):
+                if self.dropping:
+                    self.close_connection = True
+                    return
+                super()._send(status, body, headers)
+
             def do_GET(self):
                 path = self.path.split("?", 1)[0]
+                if self._scripted("GET", path):
+                    return None
                 files, openai_batches = OPENAI_FILES_ROUTE.fullmatch(path), OPENAI_BATCHES_ROUTE.fullmatch(path)
                 if files and files.group("id"):
                     self._batch_credential()
@@ -126,6 +171,8 @@ class ProviderServer(JudgeServer):
 
             def do_POST(self):
                 path = self.path.split("?", 1)[0]
+                if self._scripted("POST", path):
+                    return None
                 if OPENAI_FILES_ROUTE.fullmatch(path) or OPENAI_BATCHES_ROUTE.fullmatch(path):
                     self._batch_credential()
                     raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))

@@ -13,7 +13,7 @@ from apache_beam.testing.util import assert_that
 from scipy import stats
 
 from evalbeam.metrics.statistics.compare import Gate
-from evalbeam.pipelines.compare import format_comparison
+from evalbeam.pipelines.reports.compare import format_comparison
 from evalbeam.transforms.compare import CompareRuns, PairSpec, result_entry
 
 ppi_py = pytest.importorskip("ppi_py")

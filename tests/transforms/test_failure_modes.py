@@ -265,7 +265,7 @@ def test_compare_says_which_modes_grew_per_slice_and_refuses_other_taxonomies(tm
     from scipy.stats import binomtest
 
     from evalbeam.pipelines.failure_mode_results import TaxonomiesDiffer, compare_failure_modes, failure_mode_rows
-    from evalbeam.pipelines.text_tables import format_failure_modes
+    from evalbeam.pipelines.reports.text import format_failure_modes
     from evalbeam.pipelines.results import ParquetResults
     from tests.helpers import evalbeam
 
@@ -320,8 +320,8 @@ def test_compare_says_which_modes_grew_per_slice_and_refuses_other_taxonomies(tm
 def test_the_report_charts_modes_per_slice_linked_to_example_instances(tmp_path, api_key):
     import re
 
-    from evalbeam.pipelines.report_data import report_data
-    from evalbeam.pipelines.report_html import render
+    from evalbeam.pipelines.reports.data import report_data
+    from evalbeam.pipelines.reports.html import render
     from evalbeam.pipelines.results import ParquetResults
 
     rows = [r for r in planted_rows(30, seed=4) if r["id"] not in ("junk", "down")]

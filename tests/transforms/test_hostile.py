@@ -545,7 +545,7 @@ def test_text_after_a_closing_quote_is_malformed_and_costs_its_first_line_only(q
 
 
 def test_run_problems_flag_lost_records_and_dead_metrics():
-    from evalbeam.pipelines.report_data import run_problems
+    from evalbeam.pipelines.reports.data import run_problems
 
     run = {"read_count": 5, "scored_count": 4, "dead_letter_count": 1, "lines_read": 6, "lines_skipped": 1,
            "lines_scored": 4, "lines_dead_lettered": 1}

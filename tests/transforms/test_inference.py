@@ -11,6 +11,7 @@ import yaml
 
 from evalbeam.configs import load_config
 from evalbeam.metrics.agents.inference import apply_result, failed, render_prompt, InferenceError
+from tests.agent_cases import AGENT_SET, KEY, agent_env
 from tests.helpers import ROOT, evalbeam, table
 
 
@@ -209,9 +210,6 @@ def test_an_inference_function_in_the_current_folder_is_named_with_the_pythonpat
         in result.stderr, result.stderr
 
 
-KEY = "AIzaSy-inference-test-key-0123456789"
-
-
 @pytest.mark.slow
 def test_model_inference_through_the_judge_layer_and_its_cache(tmp_path, monkeypatch):
     from tests.servers.judge_server import JudgeServer
@@ -275,40 +273,6 @@ def test_model_inference_through_the_judge_layer_and_its_cache(tmp_path, monkeyp
     assert instances2["four"]["response"] == "4" and instances2["free"]["response"] == expected
     [runs2] = table(out2, "runs")
     assert runs2["judge_cache_hits"] == runs2["judge_requests"] == 2 + 2 and runs2["judge_calls"] == 0
-
-
-AGENT_SET = {
-    "eval_set_id": "agent",
-    "eval_cases": [
-        {"eval_id": "two_turns", "session_input": {"app_name": "weather_app", "user_id": "u7", "state": {"unit": "C"}},
-         "conversation": [
-             {"user_content": {"parts": [{"text": 'Paris? #call=get_weather{"city": "Paris"}'}]},
-              "final_response": {"parts": [{"text": 'Done: {"celsius": 25, "city": "Paris"}'}]},
-              "intermediate_data": {"tool_uses": [{"name": "get_weather", "args": {"city": "Paris"}}]}},
-             {"user_content": {"parts": [{"text": 'Keep Oslo #call=remember_city{"city": "Oslo"} '
-                                                  '#call=convert{"celsius": 25}'}]},
-              "final_response": {"parts": [{"text": "whatever"}]},
-              "intermediate_data": {"tool_uses": [{"name": "remember_city", "args": {"city": "Oslo"}},
-                                                  {"name": "convert", "args": {"celsius": 25}}]}}]},
-        {"eval_id": "no_tool", "conversation": [
-            {"user_content": {"parts": [{"text": "Hello there"}]},
-             "final_response": {"parts": [{"text": "No tool needed: Hello there"}]},
-             "intermediate_data": {"tool_uses": []}}]},
-        {"eval_id": "bad_tool", "conversation": [
-            {"user_content": {"parts": [{"text": 'Do it #call=no_such_tool{"x": 1}'}]},
-             "final_response": {"parts": [{"text": "x"}]}}]},
-        {"eval_id": "raises", "conversation": [
-            {"user_content": {"parts": [{"text": 'Go #call=explode{"reason": "disk full"}'}]}}]},
-    ],
-}
-
-
-def agent_env():
-    """The venv of evalbeam with its `agent` extra (make agent-env)."""
-    venv = ROOT / ".agent"
-    if not (venv / ".installed").exists():
-        pytest.fail("the agent environment is missing: run `make agent-env` (or `make test`): evalbeam[agent] in .agent/")
-    return venv
 
 
 @pytest.mark.agent

@@ -381,7 +381,7 @@ def test_a_jurors_own_credentials_are_checked_before_anything_runs(tmp_path, api
 
 
 def test_settings_calling_one_model_share_its_quota_unless_they_name_their_own():
-    from evalbeam.transforms.judge import plan_judges, share_quotas
+    from evalbeam.metrics.judge.asks import plan_judges, share_quotas
 
     config = config_of([
         "evalbeam_coherence",  # the run's judge (FLASH)
@@ -393,28 +393,26 @@ def test_settings_calling_one_model_share_its_quota_unless_they_name_their_own()
             {"provider": "anthropic", "model": PRO, "name": "claude"}]}],  # another provider, one name
         requests_per_minute=600, tokens_per_minute=90000)
     context = JudgeContext(config.judge).share(0.5)  # a stage beside another: half the job's quotas
-    plans, shared = share_quotas(plan_judges(config.template_judge_specs(), context), context)
+    plans, shared = share_quotas(plan_judges(config.template_judge_specs(), context.settings, context.juror_settings),
+                                 context.settings)
     got = {j.label: (j.settings.requests_per_minute, j.settings.tokens_per_minute) for p in plans for j in p.jurors}
-    assert shared.settings.requests_per_minute == 150 and shared.settings.tokens_per_minute == 22500
+    assert shared.requests_per_minute == 150 and shared.tokens_per_minute == 22500
     # "own" names its requests_per_minute (the stage's half of 50): taken out of the 300 cold and warm
     # split; it names no tokens_per_minute, so it splits that one with them
     assert got == {"evalbeam_fluency": (150, 22500), "jury:cold": (137.5, 15000), "jury:warm": (137.5, 15000),
                    "jury:own": (25, 15000), "jury:flash": (300, 45000), "jury:claude": (300, 45000)}
     # no metric on the run's judge: its share is not held back from the others
     alone = config_of([{"name": "evalbeam_fluency", "judge": {"temperature": 0.5}}], requests_per_minute=600)
-    plans, shared = share_quotas(plan_judges(alone.template_judge_specs(), JudgeContext(alone.judge)),
-                                 JudgeContext(alone.judge))
+    plans, shared = share_quotas(plan_judges(alone.template_judge_specs(), alone.judge), alone.judge)
     assert plans[0].jurors[0].settings.requests_per_minute == 600
 
 
 def test_quotas_named_on_a_shared_quota_are_taken_out_of_it_and_may_not_exhaust_it():
-    from evalbeam.configs.schema import ConfigError
-    from evalbeam.transforms.judge import plan_judges, share_quotas
+    from evalbeam.metrics.judge.asks import QuotaError, plan_judges, share_quotas
 
     def shared(jurors, **judge):
         config = config_of([{"name": "evalbeam_fluency", "as": "jury", "judges": jurors}], **judge)
-        context = JudgeContext(config.judge)
-        plans, _ = share_quotas(plan_judges(config.template_judge_specs(), context), context)
+        plans, _ = share_quotas(plan_judges(config.template_judge_specs(), config.judge), config.judge)
         return {j.label: (j.settings.requests_per_minute, j.settings.tokens_per_minute) for j in plans[0].jurors}
 
     got = shared([{"model": PRO, "name": "a", "requests_per_minute": 100, "tokens_per_minute": 1000},
@@ -422,7 +420,7 @@ def test_quotas_named_on_a_shared_quota_are_taken_out_of_it_and_may_not_exhaust_
                  requests_per_minute=600, tokens_per_minute=9000)
     assert got == {"jury:a": (100, 1000), "jury:b": (250, 4000), "jury:c": (250, 4000)}
     assert sum(rpm for rpm, _ in got.values()) == 600 and sum(tpm for _, tpm in got.values()) == 9000
-    with pytest.raises(ConfigError, match=r"requests_per_minute: the quotas named by jury:a, jury:b \(400 \+ 200\) "
+    with pytest.raises(QuotaError, match=r"requests_per_minute: the quotas named by jury:a, jury:b \(400 \+ 200\) "
                                           r"leave none of the 600 of model .*pro"):
         shared([{"model": PRO, "name": "a", "requests_per_minute": 400},
                 {"model": PRO, "name": "b", "temperature": 0.5, "requests_per_minute": 200},
@@ -432,6 +430,23 @@ def test_quotas_named_on_a_shared_quota_are_taken_out_of_it_and_may_not_exhaust_
                    {"model": PRO, "name": "b", "temperature": 0.5, "requests_per_minute": 400}],
                   requests_per_minute=600) == {"jury:a": (400, None), "jury:b": (400, None)}
 
+
+
+def test_quotas_that_leave_the_others_none_are_a_config_error_before_anything_runs(tmp_path, api_key):
+    from evalbeam.configs import ConfigError
+    from evalbeam.pipelines.preflight import preflight
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"id": "a", "prompt": "Greet", "response": "Hi"}) + "\n")
+    config = EvalConfig.model_validate({
+        "name": "quota", "input": {"uri": str(data), "id_column": "id"}, "output": {"parquet": str(tmp_path / "o")},
+        "metrics": [{"name": "evalbeam_fluency", "as": "jury", "judges": [
+            {"model": PRO, "name": "a", "requests_per_minute": 700}, {"model": PRO, "name": "b", "temperature": 0.5}]}],
+        "judge": {"requests_per_minute": 600}})
+    with pytest.raises(ConfigError, match=r"^judge\.requests_per_minute: the quotas named by jury:a \(700\) leave none "
+                                          r"of the 600 of model gemini-2\.5-pro"):
+        preflight(config)
+    assert not (tmp_path / "o").exists()
 
 @pytest.mark.timing
 @pytest.mark.slow

@@ -153,7 +153,7 @@ def test_simulated_conversations_equal_adks_evaluation_generator(tmp_path):
     import subprocess
 
     from tests.servers.judge_server import JudgeServer
-    from tests.transforms.test_inference import agent_env
+    from tests.agent_cases import agent_env
 
     agent_bin = agent_env() / "bin"
     eval_set = tmp_path / "fid.evalset.json"

@@ -305,7 +305,7 @@ def test_adks_own_prompts_answers_and_aggregation(cases, name, monkeypatch):
 
 def _plan(name="final_response_match_v2", params=None, threshold=0.5):
     from evalbeam.configs import MetricSpec
-    from evalbeam.transforms.judge import plan_judges
+    from evalbeam.metrics.judge.asks import plan_judges
 
     return plan_judges([MetricSpec.model_validate({"name": name, "params": params or {}, "threshold": threshold})])[0]
 
@@ -329,7 +329,7 @@ def in_agent_env(request) -> bool:
 
 
 def test_a_turn_whose_judge_failed_is_not_evaluated_and_a_case_adk_refuses_is_a_row_error(request):
-    """The judge stage's rows of an ADK criterion (transforms.judge.adk_row), from its requests and answers:
+    """The judge stage's rows of an ADK criterion (metrics.judge.verdicts.adk_row), from its requests and answers:
     a turn with a sample that failed after retries is left out as ADK leaves out an invocation whose sample
     raised; no turn evaluated, or a case ADK's evaluator refuses, is an error on the row, never a lost row."""
     if in_agent_env(request):
@@ -339,7 +339,8 @@ def test_a_turn_whose_judge_failed_is_not_evaluated_and_a_case_adk_refuses_is_a_
     from evalbeam.metrics.rows.instance import Instance
     from evalbeam.metrics.judge.client import JudgeResponse
     from evalbeam.metrics.judge.settings import JudgeSettings
-    from evalbeam.transforms.judge import judge_requests, judge_rows
+    from evalbeam.metrics.judge.asks import Unasked, judge_requests
+    from evalbeam.metrics.judge.verdicts import judge_rows
     from evalbeam.metrics.rows.tables import RunKey
 
     run, plan = RunKey("r", dt.date(2026, 11, 25)), _plan()
@@ -370,9 +371,10 @@ def test_a_turn_whose_judge_failed_is_not_evaluated_and_a_case_adk_refuses_is_a_
     assert row["score"] is None and "ADK read no score" in row["error"]
     # no expected response: ADK refuses the criterion for the case; nothing is asked, the row says why
     bare = Instance("b", {"invocations": [{"prompt": "Paris?", "response": "Sunny.", "tool_calls": []}]}, {}, "s")
-    [(tag, (instance_id, (link, response)))] = [(a.tag, a.value) for a in judge_requests(bare, [plan], settings, 3)]
-    assert tag == "unasked" and "needs the expected response of every turn" in response.error
-    [row] = judge_rows(run, [plan], bare, "m", [(link, response)], 3)
+    [unasked] = judge_requests(bare, [plan], settings, 3)
+    assert isinstance(unasked, Unasked) and unasked.instance_id == unasked.link.instance_id == "b"
+    assert "needs the expected response of every turn" in unasked.response.error
+    [row] = judge_rows(run, [plan], bare, "m", [(unasked.link, unasked.response)], 3)
     assert row["score"] is None and "needs the expected response of every turn" in row["error"]
 
 

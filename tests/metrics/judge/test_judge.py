@@ -440,16 +440,6 @@ def test_a_judge_shard_logs_its_progress_from_the_worker(api_key, caplog, monkey
     assert lines[0].startswith("judge shard 2/4: 1 judgments done")
 
 
-def test_retries_after_transient_errors_start_short_and_grow():
-    from evalbeam.metrics.judge.client import BACKOFF_CAP, backoff as _backoff
-
-    first = [_backoff(1) for _ in range(2000)]
-    assert max(first) <= 0.25  # a transient 503 is retried within a quarter second
-    fifth = [_backoff(5) for _ in range(2000)]
-    assert 2.0 < max(fifth) <= 4.0 and min(fifth) < 1.0  # exponential, with full jitter
-    assert max(_backoff(20) for _ in range(200)) <= BACKOFF_CAP
-
-
 def test_latency_quantile_and_the_tail_hedge_turn_and_budget():
     import asyncio
 

@@ -146,7 +146,8 @@ def test_vertex_ai_batch_prediction_through_cloud_storage(cloud, tmp_path, key, 
     """backend vertex_ai: batch prediction jobs whose input and output files are in
     Cloud Storage (the storage emulator), with Application Default Credentials."""
     from tests.emulators.control import BUCKET
-    from tests.metrics.judge.test_judge_vertex import CLIENT_EMAIL, service_account_file, vertex_judge
+    from tests.credentials import CLIENT_EMAIL, service_account_file
+    from tests.metrics.judge.test_judge_vertex import vertex_judge
     from evalbeam.transforms.local_cloud import storage_client
 
     data = write_data(tmp_path, [r for r in ROWS if r["id"] != "c"])

@@ -15,7 +15,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from evalbeam.configs import MetricSpec
 from evalbeam.metrics.rows.instance import Instance
 from evalbeam.metrics.judge.client import JudgeRequest, judge_stream, request_key
-from evalbeam.metrics.judge.providers import json_schema, retry_after
+from evalbeam.metrics.judge.providers import json_schema
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import builtin_templates
 from evalbeam.transforms.judge import JudgeInstances
@@ -113,14 +113,6 @@ def test_response_schemas_become_json_schema():
                                  "required": ["a"]})
     assert not strict and "additionalProperties" not in loose
     assert loose["properties"] == {"a": {"type": ["string", "null"]}, "b": {"type": "array", "items": {"type": "integer"}}}
-
-
-def test_retry_after_in_seconds_milliseconds_or_a_date():
-    assert retry_after({"retry-after": "7"}) == 7.0
-    assert retry_after({"retry-after-ms": "1500", "retry-after": "9"}) == 1.5
-    later = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
-    assert 25 < retry_after({"retry-after": later}) <= 30
-    assert retry_after({"retry-after": "soon"}) is None and retry_after({}) is None
 
 
 # ---------------------------------------------------------------- the client layer, per provider
@@ -294,7 +286,7 @@ def test_claude_on_vertex_ai_with_application_default_credentials(tmp_path, monk
     token the endpoint echoes is scrubbed."""
     from cryptography.hazmat.primitives.asymmetric import rsa
 
-    from tests.metrics.judge.test_judge_vertex import CLIENT_EMAIL, service_account_file
+    from tests.credentials import CLIENT_EMAIL, service_account_file
 
     for name in ("GOOGLE_CLOUD_PROJECT", "CLOUD_ML_REGION", "ANTHROPIC_VERTEX_PROJECT_ID", "ANTHROPIC_API_KEY"):
         monkeypatch.delenv(name, raising=False)
@@ -320,7 +312,7 @@ def test_claude_on_vertex_ai_with_application_default_credentials(tmp_path, monk
 def test_usages_of_several_stages_merge_with_their_models():
     """The run's usage merges each stage's (pipelines.stages.summary), in any grouping: counts
     summed, a metric answered by two models keeps each one's tokens."""
-    from evalbeam.transforms.judge import merge_usage
+    from evalbeam.metrics.judge.usage import merge_usage
 
     a = {"fluency": {"requests": 2, "calls": 2, "prompt_tokens": 10, "output_tokens": 4, "model": "gpt"},
          "safety": {"requests": 1, "calls": 1, "prompt_tokens": 5, "output_tokens": 1, "model": "gpt"}}
@@ -366,6 +358,47 @@ def test_batch_mode_through_each_providers_batch_api(key, provider):
                                  "last: HTTP 503")
     assert server.protocols == {protocol: 1} and server.stats.requests == 1 + 2  # online: the retries only
     assert server.credentials == {SECRET}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_the_batch_apis_calls_are_retried_by_the_policy_and_a_create_is_never_sent_twice(key, provider):
+    """The anthropic and openai clients' own retries are off in batch mode; their API calls are retried by
+    metrics.retry's policy: a create refused with 503, a poll answered 429 (Retry-After 1) and a read of
+    the results answered 500 are each sent again (the poll after at least its Retry-After), and the run
+    loses nothing. A create whose connection closed after the batch was made is not sent again (it would
+    be paid for twice): its error is raised, one batch made."""
+    import re
+
+    from evalbeam.metrics.judge.batch import judge_batch
+
+    protocol = provider.split("_")[0]
+    create = "/v1/messages/batches" if protocol == "anthropic" else "/v1/batches"
+    results = "/v1/messages/batches/[^/]+/results" if protocol == "anthropic" else "/v1/files/[^/]+/content"
+    waits = []
+
+    def sleep(seconds):
+        waits.append(seconds)
+        time.sleep(min(seconds, 0.05))
+
+    with ProviderServer(Behaviour(batch_seconds=0.1)) as server:
+        server.batch_faults = [("POST", create, (503, None)), ("GET", create + "/[^/]+", (429, 1)),
+                               ("GET", results, (500, None))]
+        settings = settings_for(provider, server, mode="batch", batch_poll_seconds=0.05, max_attempts=3)
+        requests = requests_for([f"q{i} #score={i + 1}" for i in range(3)], settings)
+        got = {r.key: r for _, r in judge_batch(settings, requests, lambda r: r, sleep=sleep)}
+        assert server.batch_faults == []  # each fault met its request
+        assert [(r.verdict, r.attempts, r.error) for r in (got[q.key] for q in requests)] == [
+            ("1", 1, None), ("2", 1, None), ("3", 1, None)]
+        assert len(server.stats.batch_jobs) == 1
+        assert [c for c in server.batch_calls if c[0] == "POST" and re.fullmatch(create, c[1])] == [("POST", create)] * 2
+        assert max(waits) >= 1.0  # the 429's Retry-After
+
+        server.batch_faults = [("POST", create, "drop")]
+        with pytest.raises(Exception) as lost:
+            list(judge_batch(settings, requests_for(["lost #score=1"], settings), lambda r: r, sleep=sleep))
+        assert type(lost.value).__name__ == "APIConnectionError", lost.value
+        assert len(server.stats.batch_jobs) == 2  # made once, and not sent again
 
 
 @pytest.mark.slow

@@ -8,30 +8,16 @@ import urllib.error
 import urllib.request
 
 import pytest
-from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from evalbeam.metrics.judge.client import JudgeSettings, judge_stream
+from tests.credentials import CLIENT_EMAIL, service_account_file
 from tests.helpers import evalbeam, table
 from tests.servers.judge_server import JudgeServer
 from tests.metrics.judge.test_judge import KEY, ROWS, judge_config, requests_for, write_data
 
 PROJECT, LOCATION, MODEL = "evalbeam-vertex-test", "europe-west4", "gemini-2.5-flash"
-CLIENT_EMAIL = "judge@adc-file-project.iam.gserviceaccount.com"
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
-
-
-def service_account_file(tmp_path, token_uri, key):
-    """An ADC service account file as the Cloud console issues one, its token_uri the stand-in's."""
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    path = tmp_path / "adc.json"
-    path.write_text(json.dumps({
-        "type": "service_account", "project_id": "adc-file-project",  # not the config's: the config's must win
-        "private_key_id": "0123456789abcdef", "private_key": pem.decode(), "client_email": CLIENT_EMAIL,
-        "client_id": "123456789012345678901", "token_uri": token_uri,
-        "auth_uri": "https://accounts.google.com/o/oauth2/auth",
-    }))
-    return path, pem.decode()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import yaml
 
 from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.rubrics import (
+    BUILTIN_RUBRIC_METRICS,
     IMPORTANCE_WEIGHT,
     Rubric,
     RubricVerdict,
@@ -17,6 +18,7 @@ from evalbeam.metrics.judge.rubrics import (
     given_rubrics,
     majority_verdicts,
     parse_stage_answer,
+    resolve_aliases,
     score_verdicts,
 )
 from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
@@ -105,6 +107,37 @@ def test_registered_names_versions_and_the_names_taken_by_template_judges():
     group = get_metric("evalbeam_general_quality").params(rubric_group="mine")
     assert get_metric("evalbeam_general_quality").factory(group).group == "mine"
 
+
+def test_hallucinations_v1_is_hallucination_v1s_prompts_under_adks_name():
+    """One prompt written once (alias_of): ADK's name renders the same two stages, keeps its own
+    inputs' order, description and ADK flag, and every name stays registered."""
+    alias, base = TEMPLATES["hallucinations_v1"], TEMPLATES["hallucination_v1"]
+    raw = yaml.safe_load(BUILTIN_RUBRIC_METRICS.read_text(encoding="utf-8"))
+    assert raw["hallucinations_v1"]["alias_of"] == "hallucination_v1" and "generation" not in raw["hallucinations_v1"]
+    assert alias.generation == base.generation and alias.validation == base.validation
+    fields = {**FIELDS, "step_context": "<the step's context>"}
+    sentences = (Rubric("s1", "It is sunny.", "sentence"), Rubric("s2", "Bring a hat.", "sentence"))
+    assert alias.render_generation(fields) == base.render_generation(fields)
+    assert alias.render_validation(fields, sentences) == base.render_validation(fields, sentences)
+    assert "<the step's context>" in alias.render_validation(fields, sentences)
+    assert (alias.kind, alias.unit, alias.aggregate, alias.single_sample) == (
+        base.kind, base.unit, base.aggregate, base.single_sample)
+    assert (alias.adk, base.adk) == (True, False) and alias.description != base.description
+    assert alias.input_alternatives() == (("invocations",), ("response",))
+    assert base.input_alternatives() == (("response",), ("invocations",))
+    for name in ("evalbeam_hallucination", "evalbeam_hallucination_v1", "evalbeam_hallucinations_v1", "hallucinations_v1"):
+        assert get_metric(name).kind == "rubric", name
+    assert get_metric("evalbeam_hallucinations_v1").inputs == alias.input_alternatives()
+
+
+def test_an_alias_names_an_entry_that_holds_its_prompts():
+    raw = {"a_v1": {"kind": "static", "description": "A"},
+           "b_v1": {"alias_of": "a_v1", "description": "B"}}
+    assert resolve_aliases(raw) == {"a_v1": raw["a_v1"], "b_v1": {"kind": "static", "description": "B"}}
+    with pytest.raises(ValueError, match=r"^c_v1: alias_of 'b_v1', itself an alias of 'a_v1': name the entry"):
+        resolve_aliases({**raw, "c_v1": {"alias_of": "b_v1"}})
+    with pytest.raises(ValueError, match=r"^d_v1: alias_of 'nothing_v1': no entry of that name"):
+        resolve_aliases({**raw, "d_v1": {"alias_of": "nothing_v1"}})
 
 def test_stage_answers_that_do_not_fit_are_invalid():
     cases = [

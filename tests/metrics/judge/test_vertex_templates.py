@@ -191,7 +191,7 @@ def test_the_plan_carries_the_text_to_workers_that_cannot_import_vertexai(tmp_pa
     import sys
 
     from evalbeam.configs import MetricSpec
-    from evalbeam.transforms.judge import plan_judges
+    from evalbeam.metrics.judge.asks import plan_judges
 
     plans = plan_judges([MetricSpec.model_validate({"name": "pairwise_multi_turn_chat_quality"})])
     (tmp_path / "plans.pkl").write_bytes(pickle.dumps(plans))

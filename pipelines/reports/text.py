@@ -9,7 +9,7 @@ from typing import Any
 
 from evalbeam.metrics.statistics.summary import OVERALL
 from evalbeam.pipelines.failure_mode_results import failure_mode_rows, taxonomy_rows
-from evalbeam.pipelines.report_data import judge_accounting, run_notes, run_problems, runs_data, summary_curve
+from evalbeam.pipelines.reports.data import judge_accounting, run_notes, run_problems, runs_data, summary_curve
 
 def fmt(value: Any, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -214,7 +214,7 @@ HEADLINE_METRICS = 3
 def runs_report(results, eval_name: str | None, last: int | None = None) -> str:
     """The last runs (of an eval), newest first, with the overall means of their first
     metrics (in the config's order) and the flags of their comparisons (when they were compared):
-    report_data.runs_data, which `runs --json` prints, as a table."""
+    reports.data.runs_data, which `runs --json` prints, as a table."""
     runs = runs_data(results, eval_name, last)
     if not runs:
         return f"no runs{f' of eval {eval_name!r}' if eval_name else ''} in {results.location}"

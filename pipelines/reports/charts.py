@@ -198,7 +198,7 @@ class Bars:
 
 
 def distribution_bars(histogram: dict[str, Any]) -> Bars:
-    """Where the bars of a histogram (report_data.histograms: distinct scores, or equal bins)
+    """Where the bars of a histogram (reports.data.histograms: distinct scores, or equal bins)
     go, so that every one is drawn whatever the scores: one score, scores equal but for
     rounding (one bar), scores a hair apart beside far ones, a range wider than the largest
     float, thousands of distinct scores (bins), negative scores."""
@@ -211,7 +211,7 @@ def distribution_bars(histogram: dict[str, Any]) -> Bars:
         if math.isfinite(lo - pad) and math.isfinite(hi + pad):
             return Bars([b[0] for b in buckets], [b[1] for b in buckets], [b[2] for b in buckets], (lo - pad, hi + pad))
         # wider than the largest float: no linear axis holds it; the bins by number, their edges
-        # labelled (on halves, as report_data computes them)
+        # labelled (on halves, as reports.data computes them)
         half = buckets[0][1] / 2
         index = [round((b[0] / 2 - lo / 2) / half) for b in buckets]
         bins = round((hi / 2 - lo / 2) / half)

@@ -1,7 +1,7 @@
 """What `show --json` and the HTML report show of a run, read from its results:
 counts and their problems, judge accounting, dead letters by reason, score
 histograms, the trend of overall means, comparison flags and the instances that
-got worse most. Rendering (pipelines.report_html, report_charts) reads nothing."""
+got worse most. Rendering (pipelines.reports.html, reports.charts) reads nothing."""
 from __future__ import annotations
 
 import datetime as dt
@@ -84,7 +84,7 @@ def input_problems(r: dict[str, Any]) -> list[str]:
 # BigQuery alike: the pipeline writes none, a table written otherwise may hold them); the bin
 # is computed on halves, so that a range wider than the largest float does not overflow.
 # Scores that differ only by rounding (0.6666666666666665, 0.6666666666666666) are told apart
-# here and drawn as one bar by report_charts.
+# here and drawn as one bar by reports.charts.
 HISTOGRAM_SQL = """
 WITH s AS (SELECT metric, score FROM {scores} WHERE score - score = 0),
 r AS (SELECT metric, MIN(score) AS lo, MAX(score) AS hi, COUNT(DISTINCT score) AS distinct_scores FROM s GROUP BY metric)
@@ -384,7 +384,7 @@ def score_range(text: str) -> tuple[float, float] | None:
 def report_data(results, run_id: str, base_run_id: str | None = None,
                 comparisons: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Everything `evalbeam report` shows, read from where the run's tables are; rendering
-    (pipelines.report_html, report_charts) reads nothing."""
+    (pipelines.reports.html, reports.charts) reads nothing."""
     tables = results.run_tables(run_id)
     data = show_data(results, run_id, tables)
     run = tables["runs"][0]

@@ -1,4 +1,4 @@
-"""User simulation against deployed agents (transforms/simulator.py with metrics.agents.deployed): the same real
+"""User simulation against deployed agents (transforms/simulator.py with the clients of metrics/agents/): the same real
 LlmAgent (tests/inference_agent.py) run against ADK's user simulator by ADK 2.13's own EvaluationGenerator
 in-process, and by `evalbeam run` (in .agent) over A2A (ADK's to_a2a, behind an ID-token check, through a
 proxy that refuses a message once) and on the Agent Engine stand-in in front of a real ADK app: the same
@@ -17,10 +17,9 @@ import pytest
 import yaml
 
 from tests.helpers import ROOT, evalbeam, table
-from tests.transforms.test_deployed import ENGINE, FaultyProxy
-from tests.transforms.test_deployed_auth import auth_log, guarded, id_token_check, service_account_adc
-from tests.transforms.test_inference import agent_env
-from tests.transforms.test_simulator import KEY
+from tests.agent_cases import ENGINE, KEY, agent_env, cases_of
+from tests.credentials import auth_log, guarded, id_token_check, service_account_adc
+from tests.servers.faulty_proxy import FaultyProxy
 
 pytestmark = pytest.mark.agent
 
@@ -180,7 +179,6 @@ def test_finished_simulated_conversations_are_checkpointed_and_not_held_again(tm
     from evalbeam.metrics.judge.settings import JudgeSettings
     from evalbeam.transforms.simulator import SimulateFn
     from tests.servers.judge_server import JudgeServer
-    from tests.transforms.test_deployed import cases_of
 
     monkeypatch.setenv("GOOGLE_API_KEY", KEY)
     eval_set = {**SCENARIOS, "eval_cases": SCENARIOS["eval_cases"][:3]}

@@ -1,6 +1,6 @@
-"""`evalbeam report`: one self-contained HTML file from the data pipelines.report_data reads.
+"""`evalbeam report`: one self-contained HTML file from the data pipelines.reports.data reads.
 
-Self-contained: the styles are inline, the charts inline SVG (pipelines.report_charts), and
+Self-contained: the styles are inline, the charts inline SVG (pipelines.reports.charts), and
 nothing is fetched from anywhere. A Content-Security-Policy meta tag makes that a rule the
 browser enforces: no script, no connection, no image, font or stylesheet from outside. Every
 string from the results (names, slices, reasons, instance fields) is HTML-escaped.
@@ -13,9 +13,9 @@ import re
 from typing import Any
 
 from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
-from evalbeam.pipelines import report_charts as charts
-from evalbeam.pipelines.compare import flagged_first
-from evalbeam.pipelines.report_data import SHOWN_FIELDS
+from evalbeam.pipelines.reports import charts
+from evalbeam.pipelines.reports.compare import flagged_first
+from evalbeam.pipelines.reports.data import SHOWN_FIELDS
 
 # Inline styles only (Matplotlib's SVG carries style attributes); nothing else from anywhere.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
@@ -384,7 +384,7 @@ def _repeats(data) -> str:
     rows = [s for s in data["summary"] if s.get("pass_at_k")]
     if not rows:
         return ""
-    from evalbeam.pipelines.text_tables import shown_ks
+    from evalbeam.pipelines.reports.text import shown_ks
 
     ks = shown_ks(max(len(s["pass_at_k"]) for s in rows))  # the chart has every k; the table a few, as `show`
 
