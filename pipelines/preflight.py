@@ -241,7 +241,7 @@ def _check_taxonomy(config: EvalConfig) -> None:
     if config.failure_modes is None:
         return
     from evalbeam.transforms.failure_modes import taxonomy_of  # start-up time: only with failure_modes
-    from evalbeam.metrics.failure_modes import TaxonomyError
+    from evalbeam.metrics.taxonomy import TaxonomyError
 
     try:
         taxonomy_of(config.failure_modes)

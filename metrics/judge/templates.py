@@ -23,6 +23,7 @@ import yaml
 from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.rubrics import InvalidRubricAnswer, parse_stage_answer
 from evalbeam.metrics.registry import MetricError
+from evalbeam.metrics.taxonomy import TaxonomyError, parse_discovery
 
 BUILTIN_TEMPLATES = Path(__file__).with_name("data") / "judge_metrics.yaml"
 PAIRWISE_CHOICES = ("A", "B", "SAME")
@@ -214,15 +215,13 @@ def parse_answer(text: str | None, field: str, allowed: tuple[str, ...]) -> tupl
         if not isinstance(rationale, str) or not rationale.strip():
             raise InvalidJudgment("the judge's answer has no rationale")
         return mode.strip(), rationale
-    if field == "modes":  # a taxonomy of failure modes proposed from a sample (metrics.failure_modes)
-        from evalbeam.metrics.failure_modes import TaxonomyError, parse_discovery  # imports one way: it imports judge views
-
+    if field == "modes":  # a taxonomy of failure modes proposed from a sample (metrics.taxonomy)
         try:
             return parse_discovery(text)
         except TaxonomyError as e:
             raise InvalidJudgment(str(e)) from None
     if field == "scenarios":  # conversation scenarios generated (metrics.scenarios): each item checked on its own later
-        from evalbeam.metrics.scenarios import parse_generation  # imports one way, as the taxonomy's above
+        from evalbeam.metrics.scenarios import parse_generation  # only where a generation is read
 
         try:
             return parse_generation(text), None
