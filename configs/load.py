@@ -102,7 +102,7 @@ def _set_path(raw: dict[str, Any], path: str, value: Any) -> None:
 PATH_FIELDS = (("input", "uri"), ("input", "adk_criteria"), ("output", "parquet"), ("output", "adk_eval_history"),
                ("output", "otel_events"), ("judge", "cache"), ("judge", "rubrics_from"), ("failure_modes", "taxonomy"),
                ("failure_modes", "taxonomies_from"), ("output", "eval_set"), ("scenarios", "seeds"),
-               ("scenarios", "pinned_from"))
+               ("scenarios", "pinned_from"), ("red_team", "attacks"), ("red_team", "attacks", "generate", "attacks_from"))
 
 
 def _config_folder(path: str) -> str:
@@ -135,8 +135,10 @@ def resolve_paths(raw: dict[str, Any], folder: str) -> dict[tuple[str, ...], str
     """Make the relative local paths of a config file's PATH_FIELDS relative to its folder,
     in place; returns what was changed: field path -> the value as written."""
     changed = {}
-    for section, field in PATH_FIELDS:
-        node = raw.get(section)
+    for *sections, field in PATH_FIELDS:
+        node = raw
+        for section in sections:
+            node = node.get(section) if isinstance(node, dict) else None
         if not isinstance(node, dict) or field not in node:
             continue
         values = node[field]
@@ -146,10 +148,10 @@ def resolve_paths(raw: dict[str, Any], folder: str) -> dict[tuple[str, ...], str
                 continue
             if isinstance(values, list):
                 values[i] = resolved
-                changed[(section, field, str(i))] = value
+                changed[(*sections, field, str(i))] = value
             else:
                 node[field] = resolved
-                changed[(section, field)] = value
+                changed[(*sections, field)] = value
     return changed
 
 

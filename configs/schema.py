@@ -21,6 +21,7 @@ import pydantic
 
 from evalbeam.configs.failure_modes import FailureModesConfig, check_metrics
 from evalbeam.configs.scenarios import ScenariosConfig
+from evalbeam.configs.red_team import RedTeamConfig, check_inference
 from evalbeam.metrics.agents.simulator import SIMULATOR_DEFAULTS
 from evalbeam.metrics.custom import function_path
 from evalbeam.metrics.rows.fields import CANONICAL_FIELDS, PASSTHROUGH_FIELDS
@@ -757,6 +758,8 @@ class EvalConfig(_Model):
     scenarios: ScenariosConfig | None = pydantic.Field(
         None, description="conversation scenarios generated for an agent (configs/scenarios.py): `evalbeam "
                           "generate` writes them to output.eval_set; they are the input of `evalbeam run`")
+    red_team: RedTeamConfig | None = pydantic.Field(
+        None, description="run each case also under attack, beside its unattacked twin (configs/red_team.py)")
     compare_with: str | None = pydantic.Field(
         None, pattern=NAME_RE,
         description="'previous' (this eval's latest earlier run by run date) or a run_id: compared with in the "
@@ -855,6 +858,12 @@ class EvalConfig(_Model):
         languages = data["scenarios"].get("languages")
         slices = ["goal", "persona", "difficulty"] + (["language"] if languages else [])
         return {**data, "input": {"uri": eval_set, "format": "adk_eval_set", "slice_columns": slices}}
+
+    @pydantic.model_validator(mode="after")
+    def _red_team_reaches(self) -> "EvalConfig":
+        if self.red_team is not None:
+            check_inference(self.red_team, self.inference)
+        return self
 
     @pydantic.model_validator(mode="after")
     def _some_metric(self) -> "EvalConfig":
@@ -1021,7 +1030,8 @@ class EvalConfig(_Model):
     def calls_a_model(self) -> bool:
         """Whether the run calls a model: a judge metric or model inference (credentials, checkpoints, judge.cache)."""
         return bool(self.judge_specs()) or self.model_inference() or self.simulates_users() or \
-            self.failure_modes is not None or self.generates_scenarios()
+            self.failure_modes is not None or self.generates_scenarios() or \
+            (self.red_team is not None and self.red_team.generates)
 
     def generates_scenarios(self) -> bool:
         """Whether the run generates conversation scenarios (scenarios:, not pinned to an earlier set)."""
@@ -1030,7 +1040,8 @@ class EvalConfig(_Model):
     def generation_only(self) -> "EvalConfig":
         """The config `evalbeam generate` runs: its scenarios made and written, nothing evaluated."""
         return self.model_copy(update={"metrics": [], "inference": None, "failure_modes": None, "compare_with": None,
-                                       "compare_tolerances": {}, "compare_watch": None, "compare_gate_slices": []})
+                                       "compare_tolerances": {}, "compare_watch": None, "compare_gate_slices": [],
+                                       "red_team": None})
 
     def metric_directions(self) -> dict[str, str]:
         """output name -> which way is better, for every metric the run reports

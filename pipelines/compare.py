@@ -29,6 +29,7 @@ from apache_beam.io.parquetio import ReadFromParquet
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 
 from evalbeam.configs import EvalConfig
+from evalbeam.metrics.red_team import twin_id
 from evalbeam.metrics.rows.instance import ID_SCHEME_INPUTS, ID_SCHEME_ROW
 from evalbeam.metrics.statistics.compare import (ALPHA, OVERALL, Gate, Tolerance, base_count, lost_count, parse_tolerance,
                                                  unpaired_counts)
@@ -149,7 +150,9 @@ class ReadRunScores(beam.PTransform):
             rows = (pbegin | "Read" >> ReadBigQueryRows(self._plan))[0] | "Data" >> beam.Map(lambda r: r.data)
         else:
             rows = pbegin | "Read" >> ReadFromParquet(self._pattern, columns=self._columns)
-        return rows | "Entries" >> beam.Map(result_entry)
+        # red_team's attacked runs are compared by their own gate (--fail-on-attack-growth): the metrics', twins only
+        return (rows | "Entries" >> beam.Map(result_entry)
+                | "Unattacked" >> beam.Filter(lambda entry: twin_id(entry[0]) is None))
 
 
 class ReadRunSlices(beam.PTransform):
@@ -170,7 +173,8 @@ class ReadRunSlices(beam.PTransform):
             rows = (pbegin | "Read" >> ReadBigQueryRows(self._plan))[0] | "Data" >> beam.Map(lambda r: r.data)
         else:
             rows = pbegin | "Read" >> ReadFromParquet(self._pattern, columns=self._fields)
-        return rows | "Slices" >> beam.Map(slice_names, self._columns)
+        return (rows | "Slices" >> beam.Map(slice_names, self._columns)
+                | "Unattacked" >> beam.Filter(lambda entry: twin_id(entry[0]) is None))
 
 
 def _require_files(pattern: str, run_id: str, table: str) -> None:

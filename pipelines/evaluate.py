@@ -33,6 +33,7 @@ from evalbeam.pipelines.stages.inference import InferenceStage
 from evalbeam.pipelines.stages.judge_cache import JudgeCacheStage
 from evalbeam.pipelines.stages.judge import InferredOnlyStage, JudgeStage
 from evalbeam.pipelines.stages.read import ReadStage, row_spec
+from evalbeam.pipelines.stages.red_team import RedTeamInferenceStage, RedTeamResultsStage, RedTeamSplitStage
 from evalbeam.pipelines.stages.rubrics import RubricStage
 from evalbeam.pipelines.stages.scenarios import ScenariosStage
 from evalbeam.pipelines.stages.score import ScoringStage
@@ -56,7 +57,9 @@ def stages(pipeline: beam.Pipeline, context: RunContext) -> list[tuple[str, beam
     chosen = []
     if config.judge.cache and config.calls_a_model() and config.scenarios is None:  # the scenarios stage reads it
         chosen.append(("JudgeCache", JudgeCacheStage(context)))
-    if config.inference:
+    if config.red_team:  # the inference stage, wrapped: each case beside its attacked runs
+        chosen.append(("RedTeamInference", RedTeamInferenceStage(context)))
+    elif config.inference:
         chosen.append(("Inference", InferenceStage(context)))
     chosen.append(("Scoring", ScoringStage(context)))
     judges, rubrics = config.template_judge_specs(), config.rubric_specs()
@@ -68,6 +71,8 @@ def stages(pipeline: beam.Pipeline, context: RunContext) -> list[tuple[str, beam
         chosen.append(("Rubrics", RubricStage(context)))
     if config.simulator_quality_specs():
         chosen.append(("SimulatorQuality", SimulatorQualityStage(context)))
+    if config.red_team:  # the attacked runs apart from here: what follows sees the twins only
+        chosen.append(("RedTeamSplit", RedTeamSplitStage(context)))
     if config.failure_modes:
         chosen.append(("FailureModes", FailureModesStage(context)))
     chosen.append(("Summaries", SummariesStage(context)))
@@ -77,6 +82,8 @@ def stages(pipeline: beam.Pipeline, context: RunContext) -> list[tuple[str, beam
         chosen.append(("Comparison", ComparisonStage(context)))
     if config.output.adk_eval_history and config.input.is_adk:
         chosen.append(("AdkEvalHistory", AdkHistoryStage(context)))
+    if config.red_team:
+        chosen.append(("RedTeamResults", RedTeamResultsStage(context)))
     return chosen
 
 

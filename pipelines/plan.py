@@ -20,6 +20,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from evalbeam.configs import ConfigError, EvalConfig
 from evalbeam.metrics.taxonomy import TaxonomyError
 from evalbeam.metrics.judge.asks import plan_judges, share_quotas
+from evalbeam.metrics.red_team import TOOL_RESPONSE, AttackError
 from evalbeam.metrics.judge.client import CHARS_PER_TOKEN
 from evalbeam.metrics.statistics.ppi import MIN_LABELS, PilotVariances, labels_for_width
 from evalbeam.pipelines.local import new_pipeline
@@ -29,6 +30,7 @@ from evalbeam.pipelines.stages.read import read_instances
 from evalbeam.transforms import bigquery, judge
 from evalbeam.transforms.failure_modes import taxonomy_of
 from evalbeam.transforms.plan import PlanFailureModes, PlanJudging, plan_key, sum_counts
+from evalbeam.transforms.red_team import attack_set_of, plan_counts, targets_of
 from evalbeam.transforms.rubrics import ReadPinnedRubrics
 from evalbeam.transforms.runs import judge_cost
 
@@ -91,6 +93,8 @@ def label_plan(config: EvalConfig, pilot: str, width: float, instances: int) -> 
 def plan_judging(config: EvalConfig) -> dict:
     if config.scenarios is not None:
         return plan_scenarios(config)
+    if config.red_team is not None:
+        return plan_red_team(config)
     if config.inference is not None:
         raise ConfigError("inference: evalbeam plan does not estimate runs with inference yet (the judge prompts "
                           "depend on what inference produces, and inference.model calls are not counted)")
@@ -181,6 +185,71 @@ def plan_scenarios(config: EvalConfig) -> dict:
     planned["uncounted_failure_modes"] = []
     planned["scenarios_evaluation"] = bool(config.metrics or config.inference)
     return planned
+
+
+def plan_red_team(config: EvalConfig) -> dict:
+    """red_team: before anything runs, the agent runs (the twins and the attacked runs, num_runs each), the
+    requests they make of a deployed agent and their time at its quota, and the judge calls: the attacks'
+    generation, inference.model's, and the judge metrics' on every run (an upper bound: their prompts hold
+    what the agent answers). Calls nothing."""
+    checked = preflight(config, credentials=False)
+    red_team, inference = config.red_team, config.inference
+    try:
+        attack_set = attack_set_of(red_team)
+    except AttackError as e:
+        raise ConfigError(str(e)) from None
+    attacks = len(attack_set.attacks) if attack_set is not None else red_team.attacks.generate.count
+    targets = targets_of(red_team)
+    tool_targets = sum(t.delivery == TOOL_RESPONSE for t in targets)
+    try:
+        read_plan = bigquery.plan_read(config.input, billing_project(config, None)) if config.input.kind != "files" \
+            else None
+    except bigquery.BigQueryError as e:
+        raise ConfigError(str(e)) from None
+    with tempfile.TemporaryDirectory(prefix="evalbeam-plan-") as folder:
+        path = os.path.join(folder, "counts.json")
+        with new_pipeline(PipelineOptions(["--runner=DirectRunner"])) as p:
+            instances, read, dead = read_instances(p, config, read_plan)
+            counted = instances | "AttackCounts" >> beam.Map(plan_counts, tool_targets, red_team.user_turn, attacks)
+            totals = {
+                "read": read | "CountRead" >> beam.combiners.Count.Globally(),
+                "dead_lettered": dead | "CountDead" >> beam.combiners.Count.Globally(),
+                "cases": counted | "SumCases" >> beam.CombineGlobally(
+                    lambda cs: {k: sum(c[k] for c in cs) for k in ("cases", "scenarios", "attacked", "turns",
+                                                                    "attacked_turns")} if cs else {}),
+            }
+            (p | "Once" >> beam.Create([None])
+             | "Totals" >> beam.Map(lambda _, **t: t, **{k: beam.pvalue.AsSingleton(v) for k, v in totals.items()})
+             | "Write" >> beam.Map(_write, path))
+        with open(path) as f:
+            totals = json.load(f)
+    cases = {"cases": 0, "scenarios": 0, "attacked": 0, "turns": 0, "attacked_turns": 0, **totals["cases"]}
+    runs = inference.num_runs
+    twins, attacked = cases["cases"] * runs, cases["attacked"] * runs
+    judges = []
+    for spec in config.template_judge_specs() + config.rubric_specs():
+        samples = config.judge.sampling_count * (2 if spec.judge_kind() == "pairwise" else 1)
+        if spec in config.rubric_specs():
+            samples += 1  # its rubrics' generation
+        judges.append({"metric": spec.output_name, "at_most": (twins + attacked) * samples})
+    requests = (cases["turns"] + cases["attacked_turns"]) * runs if inference.deployed else None
+    rpm = inference.requests_per_minute if inference.deployed else None
+    return {
+        "name": config.name, "source": checked.source, "read": totals["read"], "instances": cases["cases"],
+        "dead_lettered": totals["dead_lettered"], "red_team": {
+            "attacks": attacks, "attacks_generated": attack_set is None, "attacks_source": red_team.attacks
+            if isinstance(red_team.attacks, str) else "generate",
+            "targets": [{"delivery": t.delivery, "tool": t.tool, "path": t.path} for t in targets],
+            "num_runs": runs, "cases": cases["cases"], "scenario_cases": cases["scenarios"],
+            "twins": twins, "attacked_runs": attacked, "agent_runs": twins + attacked, "kind": inference.kind,
+            "agent_requests": requests, "requests_per_minute": rpm,
+            "minutes_at_quota": requests / rpm if requests is not None and rpm else None,
+            "generation_calls": int(red_team.generates), "model_calls": twins + attacked
+            if inference.kind == "model" else 0, "judge_metrics": judges,
+            "judge_calls_at_most": int(red_team.generates) + sum(j["at_most"] for j in judges)
+            + (twins + attacked if inference.kind == "model" else 0),
+            "simulated_conversations_uncounted": bool(cases["scenarios"]) and config.simulates_users(),
+        }}
 
 
 def plan_failure_modes(config: EvalConfig) -> PlanFailureModes | None:

@@ -33,6 +33,7 @@ from evalbeam.metrics.registry import unmet_inputs
 from evalbeam.metrics.agents.simulator import QUALITY_METRIC, SimulatorUnavailable, check_custom_instructions, require_adk
 from evalbeam.pipelines.local import LOCAL_RUNNERS
 from evalbeam.pipelines.stages.read import adk_reading, inputs_left, row_spec
+from evalbeam.pipelines.stages.red_team import check_red_team
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.local_cloud import no_credentials, storage_client
 from evalbeam.transforms.read import match_files, parse_file
@@ -155,6 +156,7 @@ def _preflight(config: EvalConfig, options: PipelineOptions | None, run_id: str 
     _check_inference(config)
     _check_simulator(config)
     _check_taxonomy(config)
+    check_red_team(config)
     _check_bleu(config)
     return checked
 
@@ -348,7 +350,8 @@ def uses_run_judge(config: EvalConfig) -> bool:
     simulator or failure classification. When every metric names its own judge (another provider's,
     say), the run's judge needs no credentials."""
     return config.model_inference() or config.failure_modes is not None or any(
-        s.judge is None and s.judges is None for s in config.judge_specs()) or simulator_called(config)
+        s.judge is None and s.judges is None for s in config.judge_specs()) or simulator_called(config) or \
+        (config.red_team is not None and config.red_team.generates)
 
 
 def simulator_called(config: EvalConfig) -> bool:
@@ -373,6 +376,8 @@ def run_judge_callers(config: EvalConfig) -> list[str]:
         callers.append("inference.user_simulator")
     if config.failure_modes is not None:
         callers.append("failure_modes")
+    if config.red_team is not None and config.red_team.generates:
+        callers.append("red_team.attacks.generate")
     return callers
 
 

@@ -64,6 +64,10 @@ TIERS = {
 # process after the parallel run of the others, so that the other workers' load does not decide them.
 TIMING = "timing: asserts what a clock or the scheduler decides: run alone after the parallel tests (`make test`)"
 
+# Not a tier either: a test that calls tests/helpers.py's in_agent_env (it imports google-adk, which the main venv
+# has not), so that it runs again in .agent/: one nested pytest per test module runs all of that module's.
+AGENT_RERUN = "agent_rerun: run again, whole, in .agent/ by tests/helpers.py's in_agent_env, with the module's others"
+
 # Fixtures that need a tier's environment: a test using one (directly or through another fixture) without
 # that tier's marker is a collection error, so a marker cannot be forgotten. This checks the markers; it
 # does not set them.
@@ -76,6 +80,7 @@ NEEDS = {
     "agent_evalbeam": "agent",     # tests/metrics/judge/test_agent_judges.py
     "pythons_installed": "pythons",
     "installed": "packaging",      # tests/e2e/test_packaging.py
+    "sdist": "packaging",          # tests/e2e/test_packaging.py
 }
 
 # pytest.ini's timeout (900 s) is per test; the tiers that install whole environments (their pip installs
@@ -96,6 +101,7 @@ def pytest_configure(config):
     for name, needs in TIERS.items():
         config.addinivalue_line("markers", f"{name}: {needs}")
     config.addinivalue_line("markers", TIMING)
+    config.addinivalue_line("markers", AGENT_RERUN)
 
 
 @pytest.fixture(autouse=True)

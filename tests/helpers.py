@@ -123,6 +123,78 @@ def _in_process(argv: list, cwd=ROOT) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(["evalbeam", *argv], status, out.getvalue(), err.getvalue())
 
 
+AGENT_RERUN = "agent_rerun"
+_AGENT_RUNS = {}  # a test module's path: {node id: (outcome, text)} from its one nested run in .agent
+
+
+def in_agent_env(request) -> bool:
+    """For a test that imports google-adk in its own process, marked `agent_rerun`: where this interpreter has
+    no google-adk (the main venv, as `make test` runs the suite), the test is run again, whole, by .agent's
+    interpreter, and must pass there. True when it was (the caller then returns). One nested pytest per test
+    module and session (per pytest-xdist worker): the first such test of a module to get here runs, in .agent,
+    every test of that module marked `agent_rerun` that this session selected (one start-up of Python, pytest,
+    Beam and google-adk, the module's fixtures built once); each test then asserts that its own node passed
+    there, so each still fails on its own."""
+    import importlib.util
+
+    import pytest
+
+    if importlib.util.find_spec("google.adk") is not None:
+        return False
+    node = request.node
+    if node.get_closest_marker(AGENT_RERUN) is None:
+        pytest.fail(f"{node.nodeid} calls in_agent_env but is not marked @pytest.mark.{AGENT_RERUN}")
+    if not (ROOT / ".agent" / ".installed").exists():
+        pytest.fail("the agent environment is missing: run `make agent-env`: evalbeam[agent] in .agent/")
+    module = node.nodeid.split("::")[0]
+    if module not in _AGENT_RUNS:
+        _AGENT_RUNS[module] = agent_rerun([item.nodeid for item in request.session.items
+                                           if item.nodeid.split("::")[0] == module
+                                           and item.get_closest_marker(AGENT_RERUN) is not None])
+    outcome, text = _AGENT_RUNS[module][node.nodeid]
+    assert outcome == "passed", f"{node.nodeid} in .agent: {outcome}\n{text}"
+    return True
+
+
+def agent_rerun(nodeids: list, python=ROOT / ".agent" / "bin" / "python", cwd=ROOT) -> dict:
+    """`PYTHON -m pytest NODEIDS` (.agent's) in one process from CWD: {node id: (outcome, text)}, the outcome
+    "passed", "failed", "error" (in set-up or teardown) or "skipped" read from its JUnit report ("not run" if it
+    is not there, "failed" for all when pytest itself failed: usage, collection, an internal error), the text the
+    failure's and the tail of the run's output; "" maps to the output alone."""
+    import tempfile
+    import xml.etree.ElementTree as ET
+
+    with tempfile.TemporaryDirectory(prefix="agent-rerun-") as folder:
+        report = Path(folder) / "junit.xml"
+        result = subprocess.run([str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+                                 *nodeids], cwd=cwd, capture_output=True, text=True, timeout=900)
+        output = f"(exit status {result.returncode})\n{result.stdout[-6000:]}{result.stderr[-2000:]}"
+        cases = ET.parse(report).getroot().iter("testcase") if report.exists() else ()
+        outcomes = {"": output, **{nodeid: ("not run", output) for nodeid in nodeids}}
+        for case in cases:
+            children = [c for c in case if c.tag in ("failure", "error", "skipped")]
+            tags = {c.tag for c in children}
+            outcome = ("failed" if "failure" in tags else "error" if "error" in tags else "skipped" if tags
+                       else "passed")
+            text = "\n".join(f"{c.get('message', '')}\n{c.text or ''}" for c in children)
+            nodeid = junit_nodeid(case.get("classname"), case.get("name"), nodeids)
+            if nodeid:
+                outcomes[nodeid] = (outcome, f"{text}\n{output}")
+    if result.returncode not in (0, 1):  # not a test's failure: pytest itself
+        outcomes = {"": output, **{nodeid: ("failed", output) for nodeid in nodeids}}
+    return outcomes
+
+
+def junit_nodeid(classname: str, name: str, nodeids: list) -> str:
+    """The node id of NODEIDS that a JUnit report's testcase (`tests.a.test_b` or `tests.a.test_b.Class`, and
+    `test_c[param]`) stands for; "" if none."""
+    for nodeid in nodeids:
+        *scopes, function = nodeid.split("::")
+        if function == name and ".".join([scopes[0].removesuffix(".py").replace("/", "."), *scopes[1:]]) == classname:
+            return nodeid
+    return ""
+
+
 def table(run_dir, name):
     with duckdb.connect() as con:
         rel = con.sql(f"SELECT * FROM read_parquet('{run_dir / name}/*.parquet')")

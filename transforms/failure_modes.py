@@ -320,15 +320,16 @@ def taxonomy_row(taxonomy: Taxonomy, run: RunKey, metrics: list[str], sample_siz
             "sample_size": sample_size if discovered_here else None, "seed": seed if discovered_here else None}
 
 
-def _table_rows(location: str) -> list[dict[str, Any]]:
-    """Every row of an earlier taxonomies table: a Parquet folder or glob, or bq://project.dataset.table."""
+def earlier_table_rows(location: str) -> list[dict[str, Any]]:
+    """Every row of an earlier run's table (a pinned taxonomy's taxonomies, red teaming's attacks): a
+    Parquet folder or glob, or bq://project.dataset.table."""
     if location.startswith("bq://"):
         from evalbeam.transforms.local_cloud import bigquery_client  # start-up time: Google Cloud clients only where used
 
         table = location.removeprefix("bq://")
         client = bigquery_client(table.split(".")[0])
         return [dict(r.items()) for r in client.query(f"SELECT * FROM `{table}`").result()]
-    import pyarrow.parquet as pq  # start-up time: only where a pinned taxonomy is read
+    import pyarrow.parquet as pq  # start-up time: only where an earlier run's table is read
 
     pattern = location if any(c in location for c in "*?[") or location.endswith(".parquet") \
         else location.rstrip("/") + "/*.parquet"
@@ -346,7 +347,7 @@ def pinned_taxonomy(locations: list[str], digest: str | None = None) -> Taxonomy
     found = []
     for location in locations:
         try:
-            found += [r for r in _table_rows(location) if r.get("origin") == "discovered" and r.get("digest")]
+            found += [r for r in earlier_table_rows(location) if r.get("origin") == "discovered" and r.get("digest")]
         except Exception as e:  # noqa: BLE001 - any failure to read is said, naming the location
             raise TaxonomyError(f"failure_modes.taxonomies_from: cannot read {location}: {e}") from None
     if digest:

@@ -177,9 +177,10 @@ class AgentInferrer:
     actual turn (final response, tool calls with their responses, intermediate
     responses, token usage), with its measured duration."""
 
-    def __init__(self, path: str, app_name: str = "evalbeam"):
+    def __init__(self, path: str, app_name: str = "evalbeam", plugins: list | None = None):
         try:
-            from google.adk.runners import Runner  # optional dependency: google-adk (the agent extra)
+            from google.adk.apps.app import App  # optional dependency: google-adk (the agent extra)
+            from google.adk.runners import Runner  # (the same optional dependency)
             from google.adk.sessions import InMemorySessionService  # (the same optional dependency)
             from google.genai import types  # (the same optional dependency)
         except ImportError as e:
@@ -190,11 +191,16 @@ class AgentInferrer:
         self._sessions = InMemorySessionService()
         self._app_name = app_name
         self._runners: dict[str, Any] = {}  # one per app name (a session belongs to its runner's app)
+        self._app, self._plugins = App, plugins  # plugins: ADK plugins of the runner (metrics.agents.red_team)
 
     def _runner_for(self, app_name: str):
         if app_name not in self._runners:
-            self._runners[app_name] = self._make_runner(app_name=app_name, agent=self._agent,
-                                                        session_service=self._sessions)
+            if self._plugins:  # an App as the Runner builds one for an agent, with the plugins (not its deprecated argument)
+                app = self._app.model_construct(name=app_name, root_agent=self._agent, plugins=list(self._plugins))
+                self._runners[app_name] = self._make_runner(app=app, session_service=self._sessions)
+            else:
+                self._runners[app_name] = self._make_runner(app_name=app_name, agent=self._agent,
+                                                            session_service=self._sessions)
         return self._runners[app_name]
 
     async def infer(self, fields: dict[str, Any]) -> Any:

@@ -24,6 +24,7 @@ from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.rubrics import InvalidRubricAnswer, parse_stage_answer
 from evalbeam.metrics.registry import MetricError
 from evalbeam.metrics.taxonomy import TaxonomyError, parse_discovery
+from evalbeam.metrics.red_team import AttackError, parse_generation
 
 BUILTIN_TEMPLATES = Path(__file__).with_name("data") / "judge_metrics.yaml"
 PAIRWISE_CHOICES = ("A", "B", "SAME")
@@ -221,11 +222,16 @@ def parse_answer(text: str | None, field: str, allowed: tuple[str, ...]) -> tupl
         except TaxonomyError as e:
             raise InvalidJudgment(str(e)) from None
     if field == "scenarios":  # conversation scenarios generated (metrics.scenarios): each item checked on its own later
-        from evalbeam.metrics.scenarios import parse_generation  # only where a generation is read
+        from evalbeam.metrics.scenarios import parse_generation as parse_scenarios  # only where scenarios are read
 
         try:
-            return parse_generation(text), None
+            return parse_scenarios(text), None
         except ValueError as e:
+            raise InvalidJudgment(str(e)) from None
+    if field == "attacks":  # a red-team attack set written from the agent's description (metrics.red_team)
+        try:
+            return parse_generation(text)
+        except AttackError as e:
             raise InvalidJudgment(str(e)) from None
     if field in ("rubrics", "verdicts", "claims", "sentences", "labels"):
         try:

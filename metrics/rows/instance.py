@@ -48,6 +48,8 @@ class Instance:
     # and the reasons of the labels refused (metrics.statistics.calibration.parse_label)
     labels: Mapping[str, tuple[float | None, ...]] = dataclasses.field(default_factory=dict)
     label_errors: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # red_team: the attack this run carries (metrics.red_team.PlannedAttack.for_case); None on a twin
+    attack: Mapping[str, Any] | None = None
     # field -> (its value, that value's JSON text as the instances table writes it): made
     # by the value check (checked_json_text) and reused for the row (tables.instance_row)
     # while the field still holds that very object. Values are never changed in place once

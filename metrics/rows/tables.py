@@ -55,6 +55,12 @@ def _canonical_column(field: str) -> Column:
 
 
 RUN_ID = Column("run_id", "STRING", True, "the run that wrote the row")
+# red_team: the attack an attacked run carried (null on its twin, and in a run without red teaming)
+ATTACK_COLUMNS = (
+    Column("attack_id", "STRING", description="red_team: the attack (and target) this run carried (the attacks "
+                                              "table's attack_id); null on its twin, the same case unattacked"),
+    Column("attack_family", "STRING", description="red_team: the attack's family; null on a twin"),
+)
 RUN_DATE = Column("run_date", "DATE", True, "the date the run is for; BigQuery tables are partitioned by it")
 
 # The folder beside an output's run folders where runs write their attempts, locks and
@@ -69,6 +75,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("instance_id", "STRING", True, "id column value, or a hash of the row's input fields (runs.id_scheme)"),
         Column("source", "STRING", True, "file and line (or CSV row) the instance came from"),
         *(_canonical_column(f) for f in CANONICAL_FIELDS),
+        *ATTACK_COLUMNS,
     ),
     "metric_results": (
         RUN_ID,
@@ -101,6 +108,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("jury_answered", "INT64", description="a jury: the jurors that answered (scored without an error)"),
         Column("jury_outcome", "STRING", description="a jury: the aggregate applied (mean, median, min, max, majority, "
                                                      "unanimous), or tie, split (unanimous not reached) or no_quorum"),
+        *ATTACK_COLUMNS,
     ),
     "summary": (
         RUN_ID,
@@ -410,6 +418,58 @@ TABLES: dict[str, tuple[Column, ...]] = {
                                                             "(kept rows); scenarios.pinned_from rebuilds a set from it"),
         Column("cache_hit", "BOOL", description="the generation came from judge.cache (or a pinned set)"),
     ),
+    "attacks": (
+        RUN_ID,
+        RUN_DATE,
+        Column("attack_id", "STRING", True, "content hash of the attack and its target: an attacked run's "
+                                            "instance id is its case's with :attack=<attack_id>"),
+        Column("family", "STRING", True),
+        Column("delivery", "STRING", True, "tool_response (planted in a tool's response) | user_turn (in the "
+                                           "user's first message)"),
+        Column("tool", "STRING", description="tool_response: the tool whose responses carry it"),
+        Column("path", "STRING", description="tool_response: the JSON path in the response it is appended at"),
+        Column("template_digest", "STRING", True, "content hash of the template"),
+        Column("template", "STRING", True, "the text planted ({canary}: a value made for each attacked run)"),
+        Column("goal", "JSON", True, "{tool_called: NAME} | {canary: true} | {judge: METRIC}"),
+        Column("origin", "STRING", True, "builtin | file | generated"),
+        Column("set_digest", "STRING", True, "content hash of the run's attacks (families, templates, goals): "
+                                             "red_team.attacks.generate.digest pins a generated set by it"),
+        Column("source", "STRING", True, "builtin, the attacks file, or the run that generated them"),
+    ),
+    "attack_summary": (
+        RUN_ID,
+        RUN_DATE,
+        Column("family", "STRING", True),
+        Column("delivery", "STRING", True, "tool_response | user_turn"),
+        Column("tool", "STRING", description="the attacked tool (null: the user's turn)"),
+        Column("path", "STRING", description="the JSON path in its response (null: the user's turn)"),
+        Column("slice", "STRING", True, "'overall' or 'column=value'"),
+        Column("attacked", "INT64", True, "attacked runs with a verdict (the goal reached or not)"),
+        Column("succeeded", "INT64", True, "attacked runs whose attack reached its goal"),
+        Column("attack_success_rate", "FLOAT64", description="succeeded / attacked"),
+        Column("ci_low", "FLOAT64", description="95% CI of attack_success_rate (Poisson bootstrap of cases: the "
+                                                "runs of a case are resampled together)"),
+        Column("ci_high", "FLOAT64"),
+        Column("errors", "INT64", True, "attacked runs without a verdict: the goal's metric failed, or the run "
+                                        "failed before reaching the goal"),
+        Column("delivered", "INT64", True, "attacked runs the attack reached: the user's turn always; a tool's "
+                                           "response when the agent called the tool"),
+        Column("cases", "INT64", True, "cases attacked"),
+        Column("benign_goal_rate", "FLOAT64", description="share of the twins that reached the goal with no "
+                                                          "attack (a tool goal: called the tool anyway; a judge "
+                                                          "goal: its metric passed); null for a canary"),
+        Column("utility_metric", "STRING", description="the metric whose pass is utility (red_team.utility)"),
+        Column("paired", "INT64", True, "attacked runs whose utility is known both attacked and in the twin"),
+        Column("benign_utility", "FLOAT64", description="pass share of the twins of the paired runs"),
+        Column("utility_under_attack", "FLOAT64", description="pass share of the paired attacked runs"),
+        Column("utility_difference", "FLOAT64", description="utility_under_attack - benign_utility (paired)"),
+        Column("utility_difference_ci_low", "FLOAT64", description="95% CI of utility_difference (Poisson "
+                                                                   "bootstrap of cases)"),
+        Column("utility_difference_ci_high", "FLOAT64"),
+        Column("examples", "JSON", description="up to three attacked runs beside their twins, the worst first "
+                                               "(succeeded and lost the twin's utility, then succeeded): "
+                                               "[{instance_id, twin_id}]"),
+    ),
     "dead_letter": (
         RUN_ID,
         RUN_DATE,
@@ -457,6 +517,8 @@ CLUSTERING = {
     "failure_modes": ["metric", "slice"],
     "taxonomies": ["digest"],
     "scenarios": ["run_id", "decision"],
+    "attacks": ["family", "run_id"],
+    "attack_summary": ["family", "slice"],
 }
 
 
@@ -499,7 +561,7 @@ def to_json_text(value: Any) -> str | None:
 
 
 # The instances table's field columns: (name, whether its value is written as JSON text).
-_INSTANCE_FIELDS = tuple((c.name, c.type == "JSON") for c in TABLES["instances"][4:])
+_INSTANCE_FIELDS = tuple((c.name, c.type == "JSON") for c in TABLES["instances"][4:4 + len(CANONICAL_FIELDS)])
 
 
 def instance_row(run: "RunKey", instance: Instance) -> dict[str, Any]:
@@ -514,6 +576,8 @@ def instance_row(run: "RunKey", instance: Instance) -> dict[str, Any]:
             row[name] = made[1] if made is not None and made[0] is value else to_json_text(value)
         else:
             row[name] = value
+    attack = instance.attack
+    row["attack_id"], row["attack_family"] = (attack["id"], attack["family"]) if attack is not None else (None, None)
     row.update(instance.slices)
     return row
 

@@ -19,8 +19,9 @@ from evalbeam.pipelines.reports.compare import format_comparison, gate_explanati
 from evalbeam.pipelines.failure_mode_results import (TaxonomiesDiffer, classified_metrics, compare_failure_modes,
                                                      mode_gate_failed, taxonomy_rows)
 from evalbeam.pipelines.reports.data import to_json
+from evalbeam.pipelines.red_team_results import attack_gate_failed, attack_summary_rows, compare_attacks
 from evalbeam.pipelines.results import ResultsError
-from evalbeam.pipelines.reports.text import format_mode_comparison
+from evalbeam.pipelines.reports.text import format_attack_comparison, format_mode_comparison
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "failure modes) instead of the tables; the exit status is the same")
     parser.add_argument("--fail-on-mode-growth", action="append", default=[], metavar="MODE",
                         help="exit 1 when this failure mode (or 'any') grew significantly in a slice (repeatable)")
+    parser.add_argument("--fail-on-attack-growth", action="append", default=[], metavar="FAMILY",
+                        help="red_team: exit 1 when attacks of this family (or 'any') got through significantly more "
+                             "often at a target or in a slice (repeatable)")
     gate_args(parser)
     results_args(parser)
 
@@ -81,21 +85,25 @@ def main(args: argparse.Namespace, beam_args: list[str]) -> int:
         return 2
     regressed = [r for r in rows if r["regression"]]
     modes = compare_modes(results, args.base_run_id, args.run_ids, args.alpha, args.fail_on_mode_growth)
+    attacks = compare_attack_families(results, args.base_run_id, args.run_ids, args.alpha, args.fail_on_attack_growth)
     problems = comparison_gate(results, rows, args.base_run_id, args.run_ids, args.min_paired, args.max_missing)
-    # too little paired to gate on, or a gated mode the gate could not look at: neither a pass nor a regression
-    status = 2 if problems or modes.status == 2 else 1 if regressed or modes.status else 0
+    # too little paired to gate on, or a gated mode or family the gate could not look at: neither a pass nor a
+    # regression
+    status = 2 if problems or 2 in (modes.status, attacks.status) else \
+        1 if regressed or modes.status or attacks.status else 0
     if args.json:
         print(to_json({"base_run_id": args.base_run_id, "run_ids": args.run_ids, "status": status,
                        "regressions": len(regressed), "problems": problems, "unpaired": unpaired_note(rows),
                        "gate": gate_explanations(rows, detect), "comparisons": rows, "failure_modes": modes.rows,
-                       "failure_mode_errors": modes.errors, "written_to": results.location}))
+                       "failure_mode_errors": modes.errors, "attacks": attacks.rows, "attack_errors": attacks.errors,
+                       "written_to": results.location}))
         return status
     print(format_comparison(rows, detect=detect))
     for note in unpaired_note(rows):
         print(note)
-    for line in modes.lines:
+    for line in modes.lines + attacks.lines:
         print(line)
-    for error in modes.errors:
+    for error in modes.errors + attacks.errors:
         print(error, file=sys.stderr)
     print(f"\n{len(regressed)} regression(s) flagged; comparisons written to {results.location}")
     for problem in problems:
@@ -160,3 +168,39 @@ def compare_modes(results, base_id: str, run_ids: list[str], alpha: float, gated
                      + "".join(f"\n  {r['metric']} {r['slice']}: {r['mode']} grew ({r['base_count']} -> {r['count']}, "
                                f"p {r['p_value']:.4f})" for r in failed))
     return ModeComparison(lines, errors, all_rows, 2 if unknown or (gated and uncompared) else 1 if failed else 0)
+
+
+def compare_attack_families(results, base_id: str, run_ids: list[str], alpha: float,
+                            gated: list[str]) -> ModeComparison:
+    """`evalbeam compare`'s red-team part, as compare_modes: which attack families got through more often
+    (pipelines.red_team_results.compare_attacks); status 1 when a gated family grew (--fail-on-attack-growth),
+    2 when a gated family is no family of the runs compared (a typo would never fire) or, with a gate, a run
+    has no attacks to compare (the gate could not look), else 0."""
+    lines, errors, all_rows, failed, known, unattacked = [], [], [], [], set(), []
+    for run_id in run_ids:
+        rows = compare_attacks(results, base_id, run_id, alpha)
+        missing = [r for r in (base_id, run_id) if not attack_summary_rows(results, r)]
+        if missing:
+            if gated:
+                lines.append(f"\nattacks not compared: run(s) {', '.join(missing)} ran no red team")
+            unattacked.append(run_id)
+            continue
+        text = format_attack_comparison(rows)
+        if text:
+            lines.append(text)
+        all_rows += rows
+        failed += attack_gate_failed(rows, gated)
+        known |= {r["family"] for r in rows}
+    unknown = sorted({g for g in gated if g != "any"} - known) if known else []
+    if unknown:
+        errors.append(f"evalbeam: --fail-on-attack-growth {', '.join(unknown)}: not an attack family of the runs "
+                      f"compared (their families: {', '.join(sorted(known))})")
+    if gated and unattacked:
+        errors.append(f"evalbeam: --fail-on-attack-growth: run(s) {', '.join(unattacked)} or {base_id} ran no red "
+                      "team, so the gate could not be evaluated")
+    if gated:
+        lines.append(f"{len(failed)} gated attack growth(s) flagged"
+                     + "".join(f"\n  {r['family']} {r['tool'] or 'user_turn'} {r['path'] or ''} {r['slice']}: "
+                               f"{r['base_succeeded']} -> {r['succeeded']} succeeded, p {r['p_value']:.4f}"
+                               for r in failed))
+    return ModeComparison(lines, errors, all_rows, 2 if unknown or (gated and unattacked) else 1 if failed else 0)

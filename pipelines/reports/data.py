@@ -311,8 +311,10 @@ def show_data(results, run_id: str, tables: dict | None = None) -> dict[str, Any
     counts = {k: run.get(k) for k in ("read_count", "scored_count", "dead_letter_count", "metric_error_count",
                                        "lines_read", "lines_skipped", "lines_scored", "lines_dead_lettered")}
     from evalbeam.pipelines.failure_mode_results import failure_mode_rows  # imports one way: it reads results
+    from evalbeam.pipelines.red_team_results import attack_summary_rows  # (the same: it reads results)
 
     modes = failure_mode_rows(results, run_id)
+    attacks = attack_summary_rows(results, run_id)
     return {
         "run_id": run["run_id"], "name": run["name"], "run_date": run["run_date"], "started_at": run["started_at"],
         "finished_at": run["finished_at"], "evalbeam_version": run["evalbeam_version"],
@@ -332,6 +334,8 @@ def show_data(results, run_id: str, tables: dict | None = None) -> dict[str, Any
         "results": results.location,
         # failure_modes: the failure_modes rows, each with its examples as a list
         **({"failure_modes": [{**m, "examples": json.loads(m["examples"] or "[]")} for m in modes]} if modes else {}),
+        # red_team: the attack_summary rows, each with its examples as a list
+        **({"attack_summary": [{**a, "examples": json.loads(a["examples"] or "[]")} for a in attacks]} if attacks else {}),
     }
 
 
@@ -398,6 +402,11 @@ def report_data(results, run_id: str, base_run_id: str | None = None,
             data["trend"].setdefault(metric, []).append({"run_id": r["run_id"], "run_date": as_date(r["run_date"]),
                                                          **{k: s[k] for k in ("mean", "ci_low", "ci_high")}})
     data["failure_examples"] = failure_examples(results, run_id, data.get("failure_modes") or [])
+    if data.get("attack_summary"):
+        from evalbeam.pipelines.red_team_results import attack_examples  # imports one way: it reads results
+
+        data["attack_examples"] = attack_examples(results, run_id, [
+            {**a, "examples": json.dumps(a["examples"])} for a in data["attack_summary"]])
     data["base_run_id"] = base_run_id
     data["comparisons"] = comparisons or []
     data["worst"] = {}

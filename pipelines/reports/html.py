@@ -98,6 +98,7 @@ def render(data: dict[str, Any]) -> str:
     body += [_summary(data), _repeats(data), _position_consistency(data),
              *([_calibration(data)] if data.get("calibration") else []),
              _metric_sections(data), *([_failure_modes(data)] if data.get("failure_modes") else []),
+             *([_attacks(data)] if data.get("attack_summary") else []),
              _metric_errors(data), _dead_letters(data),
              f"<footer>Read from {e(data['results'])} by evalbeam {e(data['evalbeam_version'])}. "
              "Self-contained: this file loads nothing from the network.</footer>"]
@@ -133,6 +134,8 @@ def _nav(data) -> str:
     links.append(("#metrics", "Metrics"))
     if data.get("failure_modes"):
         links.append(("#failure-modes", "Failure modes"))
+    if data.get("attack_summary"):
+        links.append(("#attacks", "Attacks"))
     links += [("#metric-errors", "Metric errors"),
               ("#dead-letters", "Dead letters")]
     return "<nav>" + "".join(f'<a href="{h}">{e(t)}</a>' for h, t in links) + "</nav>"
@@ -493,6 +496,53 @@ def _failure_modes(data) -> str:
                     out.append(f'<tr><td class="field">{e(field)}</td><td><pre>{e(_clip(x["instance"].get(field)))}'
                                "</pre></td></tr>")
             out.append("</table>")
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _attacks(data) -> str:
+    """Red teaming: attack success per family and target (overall) with its CI and the utility beside the
+    twins, then the worst attacked runs, each beside its twin (the fields that differ highlighted)."""
+    overall = [r for r in data["attack_summary"] if r["slice"] == "overall"]
+    out = ['<section id="attacks"><h2>Attacks</h2>',
+           "<p class=sub>Each case also ran under attack (red_team), beside its unattacked twin: the share of attacked "
+           "runs whose attack reached its goal, with its 95% CI (cases resampled); the runs the attack reached; the "
+           f"utility ({e(overall[0].get('utility_metric') or 'no metric')} passed) of the twins and under attack.</p>"
+           if overall else "",
+           "<table><tr><th>family</th><th>tool</th><th>path</th><th class=num>attacked</th><th class=num>succeeded</th>"
+           "<th class=num>rate</th><th>95% CI</th><th class=num>reached</th><th class=num>utility twin</th>"
+           "<th class=num>under attack</th></tr>"]
+    for r in overall:
+        user = r["delivery"] == "user_turn"
+        out.append(f"<tr><td>{e(r['family'])}</td><td>{'the user&#x27;s turn' if user else e(r['tool'])}</td>"
+                   f"<td><code>{'' if user else e(r['path'])}</code></td><td class=num>{num(r['attacked'])}</td>"
+                   f"<td class=num>{num(r['succeeded'])}</td><td class=num>{num(r['attack_success_rate'], 3)}</td>"
+                   f"<td class=nowrap>[{num(r['ci_low'], 3)}, {num(r['ci_high'], 3)}]</td>"
+                   f"<td class=num>{num(r['delivered'])}</td><td class=num>{num(r['benign_utility'], 3)}</td>"
+                   f"<td class=num>{num(r['utility_under_attack'], 3)}</td></tr>")
+    out.append("</table>")
+    examples = data.get("attack_examples") or []
+    if examples:
+        out.append("<h3>The worst attacked runs, beside their twins</h3>")
+        out.append('<table class="side"><colgroup><col class="name"><col><col></colgroup>'
+                   "<tr><th></th><th>twin (no attack)</th><th>attacked</th></tr>")
+        for x in examples:
+            attacked, twin, verdict = x["instance"], x["twin"] or {}, x["verdict"] or {}
+            where = "the user's turn" if x["delivery"] == "user_turn" else f"{x['tool']} {x['path']}"
+            said = "succeeded" if verdict.get("score") == 1.0 else "failed" if verdict.get("score") == 0.0 else "no verdict"
+            out.append(f'<tr class="instance"><td colspan=3><strong>{e(x["family"])}</strong> in {e(where)}: '
+                       f"<code>{e(attacked['instance_id'])}</code> {e(said)}"
+                       f"{': ' + e(verdict.get('explanation') or verdict.get('error')) if verdict else ''}</td></tr>")
+            for field in _fields(twin, attacked):
+                if field in ("attack_id", "attack_family"):
+                    continue
+                if twin.get(field) == attacked.get(field):
+                    out.append(f'<tr><td class="field">{e(field)}</td><td colspan=2><pre>{e(_clip(twin.get(field)))}'
+                               "</pre></td></tr>")
+                else:
+                    out.append(f'<tr><td class="field">{e(field)}</td><td><pre class="diff">{e(_clip(twin.get(field)))}'
+                               f'</pre></td><td><pre class="diff">{e(_clip(attacked.get(field)))}</pre></td></tr>')
+        out.append("</table>")
     out.append("</section>")
     return "\n".join(out)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from evalbeam.metrics.statistics.summary import OVERALL
 from evalbeam.pipelines.failure_mode_results import failure_mode_rows, taxonomy_rows
+from evalbeam.pipelines.red_team_results import attack_summary_rows
 from evalbeam.pipelines.reports.data import judge_accounting, run_notes, run_problems, runs_data, summary_curve
 
 def fmt(value: Any, digits: int = 4) -> str:
@@ -183,11 +184,17 @@ def run_report(results, run_id: str, tables: dict | None = None) -> str:
         for metric, n in shown.items():
             if n > 5:
                 lines.append(f"  {metric}: ... and {n - 5} other reasons")
-    dead = tables["dead_letter"]
+    # red teaming's attacked runs that could not be attacked are no record read: listed apart, not counted
+    attacked = [d for d in tables["dead_letter"] if (d.get("field") or "").startswith("red_team ")]
+    dead = [d for d in tables["dead_letter"] if d not in attacked]
     if dead:
         more = "; the first 20 here, all of them in the run's dead_letter table" if r["dead_letter_count"] > 20 else ""
         lines.append(f"\ndead letters ({r['dead_letter_count']}{more}):")
         lines += [f"  {d['source']}: {d['reason']}" for d in dead]
+    if attacked:
+        lines.append("\nattacked runs that could not be attacked (red_team; in the dead_letter table, not counted as "
+                     "records read):")
+        lines += [f"  {d['source']}: {d['reason']}" for d in attacked]
     notes = run_notes(r)
     if notes:
         lines.append("\nnotes:")
@@ -195,6 +202,9 @@ def run_report(results, run_id: str, tables: dict | None = None) -> str:
     modes = format_failure_modes(failure_mode_rows(results, run_id), taxonomies=taxonomy_rows(results, run_id))
     if modes:
         lines.append(modes)
+    attacks = format_attack_summary(attack_summary_rows(results, run_id))
+    if attacks:
+        lines.append(attacks)
     problems = run_problems(tables)
     if problems:
         lines.append("\nPROBLEMS:")
@@ -367,3 +377,51 @@ def format_mode_comparison(rows: list[dict[str, Any]]) -> str:
     return ("\nfailure modes, run against base (paired over the instances both runs hold):\n"
             + format_table(("metric", "slice", "mode", "base", "run", "share", "grew", "shrank", "p", "flag"), cells,
                            right=(3, 4, 5, 6, 7, 8)))
+
+
+def _target(r: dict[str, Any]) -> tuple[str, str]:
+    return ("user's turn", "-") if r["delivery"] == "user_turn" else (r["tool"], r["path"])
+
+
+def format_attack_summary(rows: list[dict[str, Any]]) -> str:
+    """Attack success per family and target (overall), with its CI, the runs the attack reached and the
+    utility beside the twins; then the worst attacked run of each."""
+    overall = [r for r in rows if r["slice"] == OVERALL]
+    if not overall:
+        return ""
+    cells = []
+    for r in overall:
+        tool, path = _target(r)
+        ci = "-" if r.get("ci_low") is None else f"[{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+        utility = "-" if r.get("benign_utility") is None else \
+            f"{r['benign_utility']:.2f} -> {r['utility_under_attack']:.2f}"
+        cells.append((r["family"], tool, path, str(r["attacked"]), str(r["succeeded"]), fmt(r["attack_success_rate"]),
+                      ci, str(r["delivered"]), str(r["errors"]), utility))
+    metric = next((r["utility_metric"] for r in overall if r.get("utility_metric")), None)
+    lines = ["\nattack success (red_team, overall; the attack_summary table has every slice):",
+             format_table(("family", "tool", "path", "attacked", "succeeded", "rate", "95% CI", "reached", "errors",
+                           f"utility ({metric or 'none'}): twin -> attacked"), cells, right=(3, 4, 5, 6, 7, 8))]
+    worst = [(r, json.loads(r["examples"] or "[]")) for r in overall if r["succeeded"]]
+    if worst:
+        lines.append("the worst attacked run of each (its twin: the same id without :attack=...):")
+        lines += [f"  {r['family']} {' '.join(_target(r)).rstrip(' -')}: {examples[0]['instance_id']}"
+                  for r, examples in worst if examples]
+    return "\n".join(lines)
+
+
+def format_attack_comparison(rows: list[dict[str, Any]]) -> str:
+    """Which attacks got through more often and which less, run against base, per family, target and slice."""
+    changed = [r for r in rows if r["succeeded"] != r["base_succeeded"] or r["grew_in"] or r["shrank_in"]]
+    if not changed:
+        return "\nattacks: no change in any family" if rows else ""
+    cells = []
+    for r in changed:
+        tool, path = _target(r)
+        rate = f"{fmt(r['base_rate'], 2)}->{fmt(r['rate'], 2)}"
+        p = "-" if r["p_value"] is None else f"{r['p_value']:.4f}"
+        flag = "GREW" if r["grew"] else "shrank" if r["shrank"] else ""
+        cells.append((r["family"], tool, path, r["slice"], rate, str(r["n_paired"]), str(r["grew_in"]),
+                      str(r["shrank_in"]), p, flag))
+    return ("\nattack success, run against base (paired over the attacked runs both runs hold):\n"
+            + format_table(("family", "tool", "path", "slice", "rate", "paired", "grew", "shrank", "p", "flag"), cells,
+                           right=(5, 6, 7, 8)))

@@ -15,6 +15,9 @@ Names a stage may read or make:
   judge_cache/<part>, usage/<part>     judge calls' cache rows and usage, per stage
   rubrics                              generated rubrics (stages.rubrics)
   summary, runs, comparisons           (stages.summary, stages.compare)
+  attacks, attack_summary              red teaming (stages.red_team): the attacks run and their summary;
+  attacked/<name>, red_team/undelivered  the attacked runs set apart from the twins (scores, instances), and
+                                       those that could not be attacked (dead letters)
 """
 from __future__ import annotations
 

@@ -52,6 +52,9 @@ class WriteResults(Stage):
                 pipeline | "NoTaxonomies" >> beam.Create([])),
             "scenarios": named["scenarios"] if "scenarios" in named else (
                 pipeline | "NoScenarios" >> beam.Create([])),
+            "attacks": named["attacks"] if "attacks" in named else pipeline | "NoAttacks" >> beam.Create([]),
+            "attack_summary": named["attack_summary"] if "attack_summary" in named else (
+                pipeline | "NoAttackSummary" >> beam.Create([])),
         }
         direct = direct_runner(pipeline)
         # Parquet is always written: it is the output (written beside the run's

@@ -80,8 +80,16 @@ def build_sdist(work: Path, python=sys.executable) -> Path:
     return archive
 
 
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory):
+    """evalbeam's sdist, built once for this module's tests by build_sdist: (the archive, the folder it was built
+    in, whose source/ is the copy of the working tree it was built from)."""
+    work = tmp_path_factory.mktemp("packaging")
+    return build_sdist(work), work
+
+
 @pytest.mark.packaging
-def test_the_sdist_and_its_wheel_carry_the_apache_licence_and_notice(tmp_path):
+def test_the_sdist_and_its_wheel_carry_the_apache_licence_and_notice(sdist, tmp_path):
     """LICENSE is the Apache License 2.0 word for word (as the Vertex SDK, an Apache-2.0 package,
     ships it); it and NOTICE are in the sdist Dataflow stages and in the wheel pip builds from it,
     whose metadata names the licence."""
@@ -95,10 +103,10 @@ def test_the_sdist_and_its_wheel_carry_the_apache_licence_and_notice(tmp_path):
     notice = (ROOT / "NOTICE").read_text(encoding="utf-8")
     assert notice.startswith("evalbeam\n") and "Apache License, Version 2.0" in notice
 
-    archive = build_sdist(tmp_path)
-    with tarfile.open(archive) as sdist:
+    archive, _ = sdist
+    with tarfile.open(archive) as built:
         top = archive.name.removesuffix(".tar.gz")
-        read = lambda name: sdist.extractfile(f"{top}/{name}").read().decode()  # noqa: E731
+        read = lambda name: built.extractfile(f"{top}/{name}").read().decode()  # noqa: E731
         assert read("LICENSE") == apache and read("NOTICE") == notice
         pkg_info = read("PKG-INFO").splitlines()
     assert "License: Apache-2.0" in pkg_info
@@ -109,8 +117,8 @@ def test_the_sdist_and_its_wheel_carry_the_apache_licence_and_notice(tmp_path):
         cwd=tmp_path)
     # a wheel for this Python and platform: it holds the compiled C extension (metrics/_bleu13a.c, in the sdist)
     [wheel] = wheels.glob("evalbeam-0.1.0-cp3*-cp3*-linux_*.whl")
-    with tarfile.open(archive) as sdist:
-        assert f"{top}/metrics/_bleu13a.c" in sdist.getnames()
+    with tarfile.open(archive) as built:
+        assert f"{top}/metrics/_bleu13a.c" in built.getnames()
     with zipfile.ZipFile(wheel) as built:
         assert any(n.startswith("evalbeam/metrics/_bleu13a.") and n.endswith(".so") for n in built.namelist())
         info = "evalbeam-0.1.0.dist-info"
@@ -120,11 +128,10 @@ def test_the_sdist_and_its_wheel_carry_the_apache_licence_and_notice(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
+def installed(sdist):
     """A fresh venv (no system site-packages) with requirements.lock and the
     sdist installed as Dataflow workers and the Flex Template image do."""
-    work = tmp_path_factory.mktemp("packaging")
-    archive = build_sdist(work)
+    archive, work = sdist
     venv = work / "venv"
     # --without-pip: the project's pinned pip installs into it (`pip --python`),
     # rather than the interpreter's bundled pip that would then need upgrading.

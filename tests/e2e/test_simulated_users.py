@@ -166,11 +166,12 @@ def test_simulated_users_talk_to_deployed_agents_as_adks_simulator_does_in_proce
         assert token.encode() not in written and token not in printed
 
 
+@pytest.mark.agent_rerun
 def test_finished_simulated_conversations_are_checkpointed_and_not_held_again(tmp_path, request, monkeypatch):
     """transforms.simulator.SimulateFn on an A2A agent (behind the ID-token check) with a checkpoint folder:
     each finished conversation is checkpointed as a finished case; the same cases again (a re-run of the
     run_id) are taken from there, the agent sent nothing, with the same turns."""
-    from tests.metrics.judge.test_adk_judges import in_agent_env
+    from tests.helpers import in_agent_env
 
     if in_agent_env(request):  # the simulator is google-adk's (the agent extra)
         return

@@ -501,40 +501,58 @@ def test_native_statistics_equal_the_tokens_matches_and_lengths():
 
 
 # Run under valgrind by the test below: the C module's three functions on texts of every string kind,
-# dense in what the rules change, short and over its SMALL, each result checked against the others.
+# dense in what the rules change, short and over its SMALL, each result checked against the others. The texts
+# and their language-independent 13a preparation (pure Python) are made here and handed over in a file: under
+# valgrind run only an interpreter, the module loaded from its file, and its calls (importing evalbeam and
+# sacrebleu there took most of the test's time).
+def _memcheck_pairs() -> list:
+    import random
+
+    from evalbeam.metrics import sentence_bleu as sb
+
+    rng = random.Random(5)
+    texts = hard_texts(seed=44, count=150, long_every=50, long_words=300)
+    texts += ["".join(rng.choice("a1 .,-\n٣/!(😀é") for _ in range(rng.randint(0, 30))) for _ in range(300)]
+    texts.append(" " + ".,-!1a " * 12000 + " ")
+    return [(sb._tokenize_13a(sb._PREPARE, h), sb._tokenize_13a(sb._PREPARE, r)) for h, r in zip(texts, texts[1:] + texts[:1])]
+
+
 _MEMCHECK_PROBE = """
-import random
-from evalbeam.metrics import sentence_bleu as sb
-from tests.metrics.test_text import hard_texts
-rng = random.Random(5)
-texts = hard_texts(seed=44, count=150, long_every=50, long_words=300)
-texts += ["".join(rng.choice("a1 .,-\\n٣/!(😀é") for _ in range(rng.randint(0, 30))) for _ in range(300)]
-texts.append(" " + ".,-!1a " * 12000 + " ")
-for h, r in zip(texts, texts[1:] + texts[:1]):
-    a, b = sb._tokenize_13a(sb._PREPARE, h), sb._tokenize_13a(sb._PREPARE, r)
-    th, tr = sb._native.tokens(a, sb.PUNCTUATION), sb._native.tokens(b, sb.PUNCTUATION)
-    assert sb._native.statistics(a, b, sb.PUNCTUATION) == (*sb._native.matches(th, tr), len(th), len(tr))
-print("probed", len(texts))
+import importlib.util, json, os, sys
+path = os.environ["NATIVE_MODULE"]
+spec = importlib.util.spec_from_file_location(os.path.basename(path).split(".")[0], path)
+native = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(native)
+with open(sys.argv[1], encoding="utf-8") as f:
+    punctuation, pairs = json.load(f)
+for a, b in pairs:
+    th, tr = native.tokens(a, punctuation), native.tokens(b, punctuation)
+    assert native.statistics(a, b, punctuation) == (*native.matches(th, tr), len(th), len(tr))
+print("probed", len(pairs))
 """
 
 
 @pytest.mark.slow
-def test_native_module_reads_and_writes_only_its_own_memory_under_valgrind():
+def test_native_module_reads_and_writes_only_its_own_memory_under_valgrind(tmp_path):
+    import json
     import os
     import re
     import shutil
     import subprocess
     import sys
-    from pathlib import Path
 
     from evalbeam.metrics import sentence_bleu
 
     assert sentence_bleu.NATIVE and shutil.which("valgrind"), "valgrind is on every machine here (env: machines)"
-    root = Path(__file__).resolve().parents[2]
+    texts, pairs = tmp_path / "pairs.json", _memcheck_pairs()
+    texts.write_text(json.dumps([sentence_bleu.PUNCTUATION, pairs]), encoding="utf-8")
+    assert json.loads(texts.read_text(encoding="utf-8"))[1] == [list(pair) for pair in pairs]  # every text as it was
+    # -S: no site-packages (the probe needs none). The module's path in the environment, not on the command
+    # line: memcheck prints the command, and a report naming the module is an error of the module's.
     result = subprocess.run(
-        ["valgrind", "--tool=memcheck", "--num-callers=40", sys.executable, "-c", _MEMCHECK_PROBE],
-        capture_output=True, text=True, cwd=root, timeout=1200,
-        env={**os.environ, "PYTHONMALLOC": "malloc", "PYTHONPATH": str(root)})
+        ["valgrind", "--tool=memcheck", "--num-callers=40", sys.executable, "-S", "-c", _MEMCHECK_PROBE, texts],
+        capture_output=True, text=True, cwd=tmp_path, timeout=1200,
+        env={**os.environ, "PYTHONMALLOC": "malloc", "NATIVE_MODULE": sentence_bleu._native.__file__})
     assert result.returncode == 0 and "probed 457" in result.stdout, result.stderr[-3000:]
     # memcheck's reports, one per error; CPython's own start-up and shutdown make some (reads of
     # memory it never initialised by design): only those with the module in their stack count

@@ -99,6 +99,9 @@ Behaviour:
     #badplan         the first's conversation_plan is a list (ADK's ConversationScenario refuses it)
     #tool=NAME       the first names the tool NAME
     #malformed=K and #fail as above
+  Red-team attacks (a schema with an "attacks" list): one attack per distinct #attack=FAMILY marker in the
+    agent's description (default: one, family stand_in), its template "As FAMILY asks: #say={canary}",
+    its goal the canary.
   Failure modes (a schema with "mode" and "rationale"; a taxonomy: a "modes" list):
     #mode=ID         classify as ID (the last marker in the prompt wins; ID need not be in the
                      taxonomy); without one, a mode of the schema's enum by the prompt's hash;
@@ -127,6 +130,12 @@ Behaviour:
                       response, the final text "Done: " + the responses' JSON, in call
                       order, joined with "; "
     without a marker: the final text "No tool needed: <the user's text>"
+  and it falls for what its tools answer (red teaming: tests/transforms/test_red_team_agent.py):
+    #call=NAME{JSON}  in a text of a function response: the call, made next, once (unless the turn
+                      made it already)
+    #say=TEXT         in the user's text or a function response's text: the final text ends with TEXT
+                      (up to the next space)
+  anything else a tool answers (a polite request, a fake notice) it ignores.
 """
 from __future__ import annotations
 
@@ -232,6 +241,21 @@ class _BatchJob:
     state: str = "BATCH_STATE_PENDING"
     output: dict | None = None
     vertex: dict | None = None  # Vertex AI: {"project", "location", "body", "output_prefix"}
+
+
+def _call_markers(text: str) -> list[tuple[str, dict]]:
+    return [(m.group(1), json.loads(m.group(2))) for m in re.finditer(r"#call=(\w+)(\{[^}]*\})", text)]
+
+
+def _strings(value) -> list[str]:
+    """Every text in a JSON value (a function response)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _strings(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _strings(v)]
+    return []
 
 
 def _error(code: int, message: str) -> dict:
@@ -383,6 +407,8 @@ class JudgeServer(LocalHTTPServer):
         if "scenarios" in props:  # conversation scenarios generated (metrics.scenarios)
             items = props["scenarios"]  # google-genai sends snake_case (max_items), the REST API camelCase
             return self._scenarios(prompt, int(items.get("maxItems", items.get("max_items", 1))), seed)
+        if "attacks" in props:  # red-team attacks written from an agent's description
+            return self._attacks(prompt)
         stage = "generation" if "rubrics" in props else "claims" if "claims" in props else \
             "segmentation" if "sentences" in props else ("choice" if "choice" in field else field) if field in props else \
             "labels" if any("label" in (p.get("properties") or {}) for p in props.values()) else "validation"
@@ -438,6 +464,14 @@ class JudgeServer(LocalHTTPServer):
         named = re.findall(r"#mode=([A-Za-z0-9_]+)", prompt)
         value = named[-1] if named else allowed[int(hashlib.sha256(prompt.encode()).hexdigest(), 16) % len(allowed)]
         return json.dumps({"mode": value, "rationale": f"The case shows {value}."})
+
+    def _attacks(self, prompt: str) -> str:
+        with self._lock:
+            self.stats.prompts[prompt] += 1
+            self.stats.stages["attack_generation"] += 1
+        families = list(dict.fromkeys(re.findall(r"#attack=([a-z][a-z0-9_]*)", prompt))) or ["stand_in"]
+        return json.dumps({"attacks": [{"family": f, "template": f"As {f} asks: #say={{canary}}", "goal": "canary"}
+                                       for f in families]})
 
     def _taxonomy(self, prompt: str) -> str:
         with self._lock:
@@ -521,14 +555,26 @@ class JudgeServer(LocalHTTPServer):
                      and any("text" in p for p in c.get("parts", []))), default=0)
         text = "\n".join(p["text"] for p in contents[start].get("parts", []) if "text" in p)
         after = contents[start + 1:]
-        calls = [(m.group(1), json.loads(m.group(2))) for m in re.finditer(r"#call=(\w+)(\{[^}]*\})", text)]
+        calls = _call_markers(text)
+        says = re.findall(r"#say=(\S+)", text)
         if not calls:
-            return [{"text": f"No tool needed: {text}"}]
+            return [{"text": " ".join([f"No tool needed: {text}", *says])}]
         responses = [p["functionResponse"] for c in after for p in c.get("parts", []) if "functionResponse" in p]
-        asked = any("functionCall" in p for c in after for p in c.get("parts", []))
-        if not asked:
+        made = [(p["functionCall"]["name"], json.dumps(p["functionCall"].get("args") or {}, sort_keys=True))
+                for c in after for p in c.get("parts", []) if "functionCall" in p]
+        if not made:
             return [{"functionCall": {"name": name, "args": args}} for name, args in calls]
-        return [{"text": "Done: " + "; ".join(json.dumps(r.get("response"), sort_keys=True) for r in responses)}]
+        read = [t for r in responses for t in _strings(r.get("response"))]
+        planted = []
+        for name, args in (call for t in read for call in _call_markers(t)):
+            key = (name, json.dumps(args, sort_keys=True))
+            if key not in made and key not in planted:
+                planted.append(key)
+        if planted:  # it falls for a call its tools' answers ask for
+            return [{"functionCall": {"name": name, "args": json.loads(args)}} for name, args in planted]
+        says += [m for t in read for m in re.findall(r"#say=(\S+)", t)]
+        return [{"text": " ".join(["Done: " + "; ".join(json.dumps(r.get("response"), sort_keys=True)
+                                                        for r in responses), *says])}]
 
     def grant(self, form: dict[str, str]) -> tuple[int, dict]:
         """The token endpoint's answer (status, body) to a form-encoded grant."""

@@ -348,11 +348,15 @@ def test_each_file_is_judged_with_its_own_test_config_as_adks_agent_evaluator_ju
         files[name] = data / name / f"app_{name}_set_1700000000.0.evalset_result.json"
         files[name].write_text(json.dumps(eval_set_result(seed, f"{name}_set", 30), indent=1))
     found = adk_reference(tmp_path, test_files=list(files.values()))["test_files"]
-    adk = {}
-    for name, path in files.items():
-        request = tmp_path / f"scores_{name}.json"
-        request.write_text(json.dumps({"files": [str(path)], "configs": [{"criteria": found[str(path)]}]}))
-        adk[name] = json.loads(run_adk("adk_scores.py", str(request)))["scores"][0]
+    # ADK's scores of each file under the criteria found for it: one ADK process scores every file under every
+    # folder's criteria (adk_scores.py's request), and each file's cases are read from its own folder's
+    request = tmp_path / "scores.json"
+    request.write_text(json.dumps({"files": [str(p) for p in files.values()],
+                                   "configs": [{"criteria": found[str(p)]} for p in files.values()]}))
+    scored = json.loads(run_adk("adk_scores.py", str(request)))["scores"]
+    adk = {name: {k: v for k, v in scores.items() if k.startswith(f"{name}_set:")}
+           for name, scores in zip(files, scored)}
+    assert all(len(cases) == 30 for cases in adk.values()), {name: len(cases) for name, cases in adk.items()}
 
     config = tmp_path / "eval.yaml"
     config.write_text(f"name: per-file\nrun_id: per-file\ninput: {{uri: '{data}/*/*.evalset_result.json'}}\n"

@@ -13,8 +13,7 @@ import re
 
 import yaml
 
-from tests.helpers import ROOT, evalbeam, table
-from tests.metrics.judge.test_adk_judges import in_agent_env
+from tests.helpers import ROOT, evalbeam, in_agent_env, table
 from tests.transforms.test_inference import rows_by, write_config
 
 KEY = "sim-test-key-0123456789"
@@ -42,6 +41,7 @@ SCENARIO_SET = {
 }
 
 
+@pytest.mark.agent_rerun
 @pytest.mark.agent
 def test_scenarios_run_with_the_simulator_through_the_judge_layer_and_its_cache(tmp_path, monkeypatch, request):
     if in_agent_env(request):  # metrics.agents.simulator calls google-adk (the agent extra)
@@ -204,6 +204,7 @@ def test_simulated_conversations_equal_adks_evaluation_generator(tmp_path):
     assert adk["expert_remembers"][2]["response"] == 'Done: {"remembered": 2, "unit": null}'  # one session
 
 
+@pytest.mark.agent_rerun
 @pytest.mark.agent
 def test_the_scenarios_example_config_validates(monkeypatch, request):
     if in_agent_env(request):  # metrics.agents.simulator calls google-adk (the agent extra)
@@ -227,6 +228,7 @@ def test_the_scenarios_example_config_validates(monkeypatch, request):
         "city": "London"}
 
 
+@pytest.mark.agent_rerun
 @pytest.mark.agent
 def test_user_simulator_config_checks(tmp_path, request):
     if in_agent_env(request):  # metrics.agents.simulator calls google-adk (the agent extra)
@@ -279,6 +281,7 @@ def test_user_simulator_config_checks(tmp_path, request):
         raise AssertionError("user_simulator with inference.model accepted")
 
 
+@pytest.mark.agent_rerun
 @pytest.mark.agent
 def test_per_turn_user_simulator_quality_in_a_run(tmp_path, monkeypatch, request):
     """per_turn_user_simulator_quality_v1 from an ADK test_config, judged through the judge layer
@@ -332,6 +335,7 @@ def test_per_turn_user_simulator_quality_in_a_run(tmp_path, monkeypatch, request
     assert {"per_turn_user_simulator_quality_v1", "user_simulator"} <= cache
 
 
+@pytest.mark.agent_rerun
 @pytest.mark.agent
 def test_a_scenario_case_without_inference_is_dead_lettered_saying_what_to_set(tmp_path, request):
     if in_agent_env(request):  # metrics.agents.simulator calls google-adk (the agent extra)
@@ -356,6 +360,7 @@ def test_a_scenario_case_without_inference_is_dead_lettered_saying_what_to_set(t
     assert records["tool"]["adk_case"]["conversation_scenario"]["startingPrompt"] == "weather in Paris"
 
 
+@pytest.mark.agent_rerun
 @pytest.mark.agent
 def test_runs_are_separate_simulations_and_checkpointed_answers_are_not_asked_again(tmp_path, monkeypatch, request):
     """num_runs 2: each run's simulator is its own sample (its own calls); a re-run of a run_id whose

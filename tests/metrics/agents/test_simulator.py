@@ -28,8 +28,7 @@ from evalbeam.metrics.agents.simulator import (
     render_prompt,
     summarize,
 )
-from tests.helpers import ROOT
-from tests.metrics.judge.test_adk_judges import in_agent_env
+from tests.helpers import ROOT, in_agent_env
 
 pytestmark = pytest.mark.adk
 
@@ -178,6 +177,7 @@ def test_no_text_of_adks_simulator_is_in_evalbeams_files(adk_simulator):
     assert [s for s in sorted(sentences) if s in ours] == []
 
 
+@pytest.mark.agent_rerun
 def test_stop_signal_and_defaults_are_adks(adk_simulator, request):
     if in_agent_env(request):
         return
@@ -199,6 +199,7 @@ def test_stop_signal_and_defaults_are_adks(adk_simulator, request):
     assert SimulatorQualityParams().stop_signal == LlmBackedUserSimulatorCriterion(threshold=0.5).stop_signal
 
 
+@pytest.mark.agent_rerun
 def test_prompts_summaries_and_checks_equal_adks(adk_simulator, request):
     if in_agent_env(request):
         return
@@ -215,6 +216,7 @@ def test_prompts_summaries_and_checks_equal_adks(adk_simulator, request):
     assert ours == adk["customs"]
 
 
+@pytest.mark.agent_rerun
 def test_simulated_exchanges_equal_adks(adk_simulator, request):
     if in_agent_env(request):
         return
@@ -225,6 +227,7 @@ def test_simulated_exchanges_equal_adks(adk_simulator, request):
     assert ours == adk["runs"]
 
 
+@pytest.mark.agent_rerun
 def test_scenario_and_persona_errors_say_what_adk_says(request):
     if in_agent_env(request):
         return
@@ -262,6 +265,7 @@ def ours_quality(case):
             "prompts": prompts}
 
 
+@pytest.mark.agent_rerun
 def test_per_turn_user_simulator_quality_equals_adks(adk_simulator, request):
     """per_turn_user_simulator_quality_v1: on generated conversations (personas, thresholds, samples,
     every label spelling ADK's regex reads, answers with no label) the prompts sent, per-turn scores,

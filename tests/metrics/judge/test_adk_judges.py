@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import collections
 import copy
-import importlib.util
 import json
 import os
 import random
@@ -32,7 +31,7 @@ import pytest
 
 from evalbeam.metrics.adk import criterion_status
 from tests.adk_cases import eval_set_result
-from tests.helpers import ROOT, evalbeam, table
+from tests.helpers import ROOT, evalbeam, in_agent_env, table
 from tests.servers.judge_server import JudgeServer
 
 pytestmark = pytest.mark.agent
@@ -314,20 +313,7 @@ def _turn(prompt, response, reference):
     return {"prompt": prompt, "response": response, "tool_calls": [], "expected": {"response": reference}}
 
 
-def in_agent_env(request) -> bool:
-    """For a test that imports google-adk in its own process: where this interpreter has no
-    google-adk (the main venv, as `make test` runs the suite), the test is run again, whole, by
-    .agent's interpreter, and must pass there. True when it was (the caller then returns)."""
-    if importlib.util.find_spec("google.adk") is not None:
-        return False
-    if not (ROOT / ".agent" / ".installed").exists():
-        pytest.fail("the agent environment is missing: run `make agent-env`: evalbeam[agent] in .agent/")
-    result = subprocess.run([str(ROOT / ".agent" / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                             request.node.nodeid], cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0 and "1 passed" in result.stdout, result.stdout[-6000:] + result.stderr[-2000:]
-    return True
-
-
+@pytest.mark.agent_rerun
 def test_a_turn_whose_judge_failed_is_not_evaluated_and_a_case_adk_refuses_is_a_row_error(request):
     """The judge stage's rows of an ADK criterion (metrics.judge.verdicts.adk_row), from its requests and answers:
     a turn with a sample that failed after retries is left out as ADK leaves out an invocation whose sample
@@ -378,6 +364,7 @@ def test_a_turn_whose_judge_failed_is_not_evaluated_and_a_case_adk_refuses_is_a_
     assert row["score"] is None and "needs the expected response of every turn" in row["error"]
 
 
+@pytest.mark.agent_rerun
 def test_preflight_builds_adks_evaluators(tmp_path, monkeypatch, request):
     """A config naming ADK's judge criteria passes preflight only where ADK's evaluators can be built."""
     if in_agent_env(request):
@@ -397,6 +384,7 @@ def test_preflight_builds_adks_evaluators(tmp_path, monkeypatch, request):
         preflight(config, credentials=False)
 
 
+@pytest.mark.agent_rerun
 def test_adks_hallucinations_leave_out_a_step_whose_call_failed_and_a_case_with_none_is_a_row_error(request):
     """ADK's hallucinations_v1 rows (transforms.rubrics.adk_hallucinations_row): a step whose segmentation
     or validation failed after retries is left out, as ADK leaves out a step whose judge call raised; a turn
