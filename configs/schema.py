@@ -103,6 +103,45 @@ class OtelInput(_Model):
         return self
 
 
+_DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$")
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+def duration(value: Any) -> Any:
+    """A duration as a config gives it: 90, "90s", "30m", "1h", "2d" (a number alone: seconds), or what
+    pydantic reads as a timedelta (ISO 8601 "PT1H", "01:00:00")."""
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match:
+            return dt.timedelta(seconds=float(match.group(1)) * _DURATION_UNITS[match.group(2)])
+    return value
+
+
+# input.lateness when input.since is given without it (the field stays null, so a config's JSON, as
+# the runs table keeps it, validates again)
+DEFAULT_LATENESS = dt.timedelta(hours=1)
+
+
+class SampleInput(_Model):
+    """input.sample: a seeded, stable sample of the cases: a case is in or out by its identity (its
+    instance id) and the seed alone, so a recurring case is in every night or none, and runs pair."""
+
+    rate: float | None = pydantic.Field(
+        None, gt=0, le=1, description="the share of cases evaluated: a case is in when a hash of the seed and its id, "
+                                      "read as a number in [0, 1), is below it")
+    per_slice: int | None = pydantic.Field(
+        None, ge=1, description="instead of a rate: this many cases of each slice (each combination of the "
+                                "input.slice_columns' values; the whole input without any): those whose hashes are "
+                                "smallest")
+    seed: int = pydantic.Field(0, description="the sample's seed: another seed, another sample")
+
+    @pydantic.model_validator(mode="after")
+    def _one_rule(self) -> "SampleInput":
+        if self.rate is not None and self.per_slice is not None:
+            raise ValueError("give rate or per_slice, not both")
+        return self
+
+
 class InputConfig(_Model):
     uri: str | None = pydantic.Field(
         None, min_length=1,
@@ -146,6 +185,22 @@ class InputConfig(_Model):
         None, description="the column of each case's id; default: a hash of the row's input fields (prompt, "
                           "reference, context, ...: never the response, trajectory or other outputs), so cases "
                           "whose outputs changed keep their ids")
+    since: Literal["last_run"] | None = pydantic.Field(
+        None, description="last_run: read only what arrived after this eval's last completed run (the end of its "
+                          "window, kept in the runs table; a run that failed moves nothing): OpenTelemetry traces "
+                          "(files by their modification time, span tables by start_time), ADK agent events, or a "
+                          "BigQuery input of rows with input.timestamp_column")
+    lateness: dt.timedelta | None = pydantic.Field(
+        None,
+        description="with since: how late a case's last span (or event, or row) may arrive, and how long a case may "
+                    "reach back across the window's start; a run evaluates what ended between the last run's window "
+                    "end and its own start less this. 90, 90s, 30m, 1h, 2d; 0 allowed. Default (null): 1h")
+    timestamp_column: str | None = pydantic.Field(
+        None, pattern=f"^{COLUMN_RE}$",
+        description="with since, a BigQuery input of rows: the TIMESTAMP column telling when each row arrived")
+    sample: SampleInput | None = pydantic.Field(
+        None, description="evaluate a seeded, stable sample of the cases: {rate: 0.1, seed: 7}, {per_slice: 200, "
+                          "seed: 7}, or {seed: 7} with judge.max_calls picking the rate")
     allow_empty: bool = pydantic.Field(
         False, description="an input with no record is expected (a quiet night's query): the run passes; "
                            "otherwise a run that reads nothing fails (status 1), naming the input")
@@ -160,6 +215,42 @@ class InputConfig(_Model):
         description="metric output name -> the dataset column of its human labels (numbers on the metric's scale, "
                     "true/false for pass/fail), or a list of columns, one an annotator: the calibration table",
     )
+
+    @pydantic.field_validator("lateness", mode="before")
+    @classmethod
+    def _a_duration(cls, value: Any) -> Any:
+        return duration(value)
+
+    @pydantic.field_validator("lateness")
+    @classmethod
+    def _not_negative(cls, value: dt.timedelta | None) -> dt.timedelta | None:
+        if value is not None and value < dt.timedelta(0):
+            raise ValueError("a lateness is not negative (0: none)")
+        return value
+
+    @pydantic.model_validator(mode="after")
+    def _since(self) -> "InputConfig":
+        if self.since is None:
+            given = [f"input.{f}" for f in ("lateness", "timestamp_column") if getattr(self, f) is not None]
+            if given:
+                raise ValueError(f"{' and '.join(given)}: apply with input.since: last_run")
+            return self
+        fmt = self.inferred_format()
+        if self.otel.start or self.otel.end:
+            raise ValueError("input.since: last_run picks the window itself; input.otel.start and end fix one: give one "
+                             "or the other")
+        if self.kind == "files" and fmt != "otel_traces":
+            raise ValueError("input.since: files have no arrival time of their rows: since reads OpenTelemetry traces "
+                             "(input.format otel_traces: files by their modification time), ADK agent events, or a "
+                             "BigQuery input with input.timestamp_column")
+        own = fmt in ("otel_traces", "adk_agent_events")
+        if own and self.timestamp_column:
+            raise ValueError(f"input.timestamp_column: {fmt} is read by its own times (spans' start and end, events' "
+                             "timestamp): leave it out")
+        if not own and self.kind != "files" and not self.timestamp_column:
+            raise ValueError("input.since: a BigQuery input of rows needs input.timestamp_column, the TIMESTAMP column "
+                             "telling when each row arrived")
+        return self
 
     @pydantic.field_validator("labels", mode="before")
     @classmethod
@@ -919,6 +1010,20 @@ class EvalConfig(_Model):
             if len(set(generations)) != len(generations):
                 raise ValueError(f"metrics.{i}.judges: two jurors judge with the same model and generation settings "
                                  "(their judgments would be one); give each a different model, provider or temperature")
+        return self
+
+    @pydantic.model_validator(mode="after")
+    def _sample_budget(self) -> "EvalConfig":
+        sample, budget = self.input.sample, self.judge.max_calls
+        if budget is not None and sample is None:
+            raise ValueError("judge.max_calls picks input.sample's rate: add input.sample: {seed: N} (or drop the budget)")
+        if sample is not None and sample.rate is None and sample.per_slice is None and budget is None:
+            raise ValueError("input.sample: give rate, per_slice, or a judge budget (judge.max_calls) that picks the rate")
+        if budget is not None and (sample.rate is not None or sample.per_slice is not None):
+            raise ValueError("judge.max_calls picks input.sample's rate: give the budget or input.sample's "
+                             f"{'rate' if sample.rate is not None else 'per_slice'}, not both")
+        if budget is not None and not self.judge_specs():
+            raise ValueError("judge.max_calls: this config has no judge metric: nothing to budget")
         return self
 
     @pydantic.model_validator(mode="after")

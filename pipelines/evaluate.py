@@ -24,6 +24,7 @@ from evalbeam.pipelines import run_index
 from evalbeam.pipelines.local import LOCAL_RUNNERS, new_pipeline, stream_judge
 from evalbeam.pipelines.preflight import billing_project, preflight
 from evalbeam.pipelines.results import ResultsError, location_of, previous_run, results_for, runs_row
+from evalbeam.pipelines.since import plan_window
 from evalbeam.pipelines.stages import RunContext
 from evalbeam.pipelines.stages.adk_history import AdkHistoryStage
 from evalbeam.pipelines.stages.calibration import CalibrationStage
@@ -145,16 +146,25 @@ def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: boo
     preflight(config, options, run_key.run_id)
     attempt = uuid.uuid4().hex[:12]
     lock = hold_run_id(config, options, run_key.run_id, attempt, started_at)
+    try:
+        window_lock = hold_run_id(config, options, run_key.run_id, attempt, started_at, window=True) \
+            if config.input.since else None
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
     remote = options.view_as(StandardOptions).runner not in LOCAL_RUNNERS
-    job_lock = lock.path if lock is not None and remote else None
+    job_lock = tuple(held.path for held in (lock, window_lock) if held is not None) if remote else ()
 
     quiet_write_failures()
     try:
         run_key, result = _run(config, options, started_at, run_key, attempt, allow_different_evals, job_lock)
         job_id = submitted_job(result) if job_lock else None
-        if job_id and not lock.hand_to_job(job_id):  # submitted: the job holds the run_id from here on
-            print(f"evalbeam: the lock of run {run_key.run_id} was taken over while job {job_id} was submitted: "
-                  "the job does not hold it", file=sys.stderr)
+        # submitted: the job holds the run_id (and its eval's window) from here on
+        for held, what in ((lock, f"the lock of run {run_key.run_id}"), (window_lock, f"the window lock of {config.name}")):
+            if job_id and held is not None and not held.hand_to_job(job_id):
+                print(f"evalbeam: {what} was taken over while job {job_id} was submitted: the job does not hold it",
+                      file=sys.stderr)
         return run_key, result
     except BaseException as e:
         if lock is not None and config.output.parquet:  # the attempt is this run's: its partial files go
@@ -169,8 +179,9 @@ def run(config: EvalConfig, options: PipelineOptions, allow_different_evals: boo
                                             run_key.run_id)) from None
         raise
     finally:
-        if lock is not None:
-            lock.release()
+        for held in (window_lock, lock):
+            if held is not None:
+                held.release()
 
 
 def submitted_job(result) -> str | None:
@@ -207,7 +218,8 @@ def resume_command(config: EvalConfig, run_id: str, flags: Sequence[str] = (), c
                        *(a for o in overrides for a in ("--set", o)), *flags])
 
 
-def hold_run_id(config: EvalConfig, options: PipelineOptions, run_id: str, attempt: str, started_at):
+def hold_run_id(config: EvalConfig, options: PipelineOptions, run_id: str, attempt: str, started_at,
+                window: bool = False):
     """The run_id's lock (transforms.run_lock), taken before any work, for a local
     run writing Parquet locally or to gs://, or only to BigQuery (a row of the
     dataset's lock table), and for a Dataflow run writing Parquet to gs:// (its
@@ -216,7 +228,8 @@ def hold_run_id(config: EvalConfig, options: PipelineOptions, run_id: str, attem
     or Dataflow with only a BigQuery output, whose launcher does not live as long
     as the job). A held run_id is a ConfigError naming its holder. Once the lock
     is held, what dead runs of this run_id left (attempt folders, not judge
-    checkpoints) is deleted."""
+    checkpoints) is deleted. window: the lock of the eval's input.since window instead, taken
+    by this run (held while it runs: the next run plans its window from this one's runs row)."""
     parquet = config.output.parquet
     runner = options.view_as(StandardOptions).runner
     cloud = options.view_as(GoogleCloudOptions)
@@ -224,18 +237,21 @@ def hold_run_id(config: EvalConfig, options: PipelineOptions, run_id: str, attem
     if runner not in LOCAL_RUNNERS and (runner != "DataflowRunner" or FileSystems.get_scheme(parquet or "") != "gs"):
         return None
     job = {"runner": runner, "project": cloud.project, "region": cloud.region} if runner not in LOCAL_RUNNERS else None
+    window_of = config.name if window else None
     if not parquet:  # BigQuery only: a row of the dataset's lock table
         try:
             return BigQueryRunLock(config.output.bigquery, run_id, attempt, started_at,
-                                   config.output.bigquery_location).acquire()
+                                   config.output.bigquery_location, window_of).acquire()
         except RunIdHeld as e:
             raise ConfigError(str(e)) from None
     if FileSystems.get_scheme(parquet) not in (None, "gs"):
         return None
     try:
-        lock = RunLock(parquet, run_id, attempt, started_at, job, job_state).acquire()
+        lock = RunLock(parquet, run_id, attempt, started_at, job, job_state, window_of).acquire()
     except RunIdHeld as e:
         raise ConfigError(str(e)) from None
+    if window:
+        return lock
     try:
         sweep_dead_attempts(parquet, run_id)
     except Exception:
@@ -245,7 +261,7 @@ def hold_run_id(config: EvalConfig, options: PipelineOptions, run_id: str, attem
 
 
 def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunKey, attempt: str,
-         allow_different_evals: bool = False, job_lock: str | None = None):
+         allow_different_evals: bool = False, job_lock: tuple[str, ...] = ()):
     staging = None
     if config.output.bigquery and not config.output.parquet:
         temp = options.view_as(GoogleCloudOptions).temp_location or tempfile.gettempdir()
@@ -253,9 +269,13 @@ def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunK
     try:
         if config.output.bigquery:
             bigquery.prepare_output(config.output.bigquery, config.input.slice_columns, config.output.bigquery_location)
+        window = plan_window(config, run_key.run_id, started_at)  # input.since: after the earlier runs' rows
+        if window is not None:
+            print(f"evalbeam: input.since: last_run: reading the cases that ended in {window.describe()}",
+                  file=sys.stderr, flush=True)
         read_plan = None
         if config.input.kind != "files":
-            read_plan = bigquery.plan_read(config.input, billing_project(config, options))
+            read_plan = bigquery.plan_read(config.input, billing_project(config, options), window)
         cache_plans = [bigquery.plan_table_read(c.removeprefix("bq://"), billing_project(config, options))
                        for c in config.judge.cache if c.startswith("bq://")] \
             if config.calls_a_model() else []
@@ -270,11 +290,12 @@ def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunK
     checkpoint = checkpoint_folder(config.output.parquet, options.view_as(GoogleCloudOptions).temp_location,
                                    run_key.run_id) if config.calls_a_model() or config.deployed_inference() else None
     progress = tempfile.mkdtemp(prefix="evalbeam-progress-") if local else None
+    scratch = tempfile.mkdtemp(prefix="evalbeam-scratch-") if local else None
     try:
         try:
             build_pipeline(pipeline, RunContext(
                 config, run_key, started_at, read_plan, tuple(cache_plans), tuple(rubric_plans), compare_base,
-                attempt, staging, checkpoint, progress, job_lock))
+                attempt, staging, checkpoint, progress, job_lock, scratch, window))
         except CompareError as e:
             raise ConfigError(f"compare_with: {e}") from None
         # where the run writes, so that `show RUN_ID` finds it from any folder
@@ -289,5 +310,6 @@ def _run(config: EvalConfig, options: PipelineOptions, started_at, run_key: RunK
             result.wait_until_finish()
         return run_key, result
     finally:
-        if progress:
-            shutil.rmtree(progress, ignore_errors=True)
+        for folder in (progress, scratch):
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)

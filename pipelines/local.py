@@ -110,6 +110,12 @@ def lean_local(pipeline: beam.Pipeline, config: EvalConfig) -> bool:
     return config.input.kind == "files" and pipeline.options.view_as(StandardOptions).runner in LOCAL_RUNNERS
 
 
+def local_runner(pipeline: beam.Pipeline) -> bool:
+    """Whether the pipeline runs on this machine (the DirectRunner, Prism): what it groups,
+    it may group on this machine's disk (transforms.spill)."""
+    return pipeline.options.view_as(StandardOptions).runner in LOCAL_RUNNERS
+
+
 def direct_runner(pipeline: beam.Pipeline) -> bool:
     """Whether the pipeline runs on the DirectRunner, which holds shuffles in memory
     and never retries a bundle: each bundle then writes its own Parquet files

@@ -26,12 +26,14 @@ from evalbeam.metrics.statistics.ppi import MIN_LABELS, PilotVariances, labels_f
 from evalbeam.pipelines.local import new_pipeline
 from evalbeam.pipelines.preflight import billing_project, parquet_glob, preflight
 from evalbeam.pipelines.results import ResultsError, results_for
+from evalbeam.pipelines.since import plan_window
 from evalbeam.pipelines.stages.read import read_instances
 from evalbeam.transforms import bigquery, judge
 from evalbeam.transforms.failure_modes import taxonomy_of
 from evalbeam.transforms.plan import PlanFailureModes, PlanJudging, plan_key, sum_counts
 from evalbeam.transforms.red_team import attack_set_of, plan_counts, targets_of
 from evalbeam.transforms.rubrics import ReadPinnedRubrics
+from evalbeam.metrics.rows.tables import utc_now
 from evalbeam.transforms.runs import judge_cost
 
 
@@ -102,8 +104,9 @@ def plan_judging(config: EvalConfig) -> dict:
     rubric_specs = config.rubric_specs()
     judge_specs = config.template_judge_specs()
     project = billing_project(config, None)
+    window = plan_window(config, "", utc_now())  # input.since: what a run started now would read
     try:
-        read_plan = bigquery.plan_read(config.input, project) if config.input.kind != "files" else None
+        read_plan = bigquery.plan_read(config.input, project, window) if config.input.kind != "files" else None
         cache_plans = [bigquery.plan_table_read(c.removeprefix("bq://"), project)
                        for c in config.judge.cache if c.startswith("bq://")] if config.calls_a_model() else []
         rubric_plans = [bigquery.plan_table_read(c.removeprefix("bq://"), project)
@@ -113,7 +116,7 @@ def plan_judging(config: EvalConfig) -> dict:
     with tempfile.TemporaryDirectory(prefix="evalbeam-plan-") as folder:
         counts_path, totals_path = os.path.join(folder, "counts.json"), os.path.join(folder, "totals.json")
         with new_pipeline(PipelineOptions(["--runner=DirectRunner"])) as p:
-            instances, read, dead = read_instances(p, config, read_plan)
+            instances, read, dead, sample = read_instances(p, config, read_plan, scratch=folder, window=window)
             cached = pinned = None
             if config.judge.cache and config.calls_a_model():
                 parquet = [parquet_glob(c) for c in config.judge.cache if not c.startswith("bq://")]
@@ -129,6 +132,8 @@ def plan_judging(config: EvalConfig) -> dict:
                 "instances": instances | "CountInstances" >> beam.combiners.Count.Globally(),
                 "dead_lettered": dead | "CountDead" >> beam.combiners.Count.Globally(),
             }
+            if sample is not None:
+                totals["sample"] = sample
             (p | "Once" >> beam.Create([None])
              | "Totals" >> beam.Map(lambda _, **t: t, **{k: beam.pvalue.AsSingleton(v) for k, v in totals.items()})
              | "WriteTotals" >> beam.Map(_write, totals_path))
@@ -137,6 +142,7 @@ def plan_judging(config: EvalConfig) -> dict:
         with open(totals_path) as f:
             totals = json.load(f)
     planned = estimate(config, checked.source, totals, counts, earlier_output_tokens(config))
+    planned["window"] = window.describe() if window is not None else None
     # a rubric metric's classifications (one per failed rubric) are not known before its rubrics are judged
     rubric_names = {s.output_name for s in rubric_specs}
     planned["uncounted_failure_modes"] = [m for m in config.failure_modes.metrics if m in rubric_names] \

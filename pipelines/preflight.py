@@ -17,7 +17,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from google.auth.exceptions import DefaultCredentialsError
 
 from evalbeam.configs import ConfigError, EvalConfig, MetricSpec
-from evalbeam.metrics.rows.otel import SPAN_COLUMNS
+from evalbeam.metrics.rows.otlp import SPAN_COLUMNS
 from evalbeam.metrics.custom import load_function, path_hint
 from evalbeam.metrics.agents.probe import reachable
 from evalbeam.metrics.rows.fields import InvalidField

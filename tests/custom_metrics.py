@@ -106,3 +106,35 @@ def continuous(instance):
 
 def huge_range(instance):
     return _chosen(instance, "huge_range")
+
+
+
+def breaks_the_run_once(instance):
+    """Ends the run scoring it when the file EVALBEAM_TEST_BREAK names exists, removing it first:
+    a SIGINT to its own process, whose KeyboardInterrupt no metric's error handling catches (run in
+    the test's process, whose Ctrl-C handler is not evalbeam's: the run fails). A night that fails
+    half way."""
+    import os
+    import signal
+    import time
+
+    marker = os.environ.get("EVALBEAM_TEST_BREAK")
+    if marker and os.path.exists(marker):
+        os.remove(marker)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)  # the interrupt arrives meanwhile
+    return {"breaks_the_run_once": 1.0}
+
+
+def held_until_released(instance):
+    """Announces each scoring process (a file named by its pid in the folder EVALBEAM_TEST_SCORING
+    names), then waits, up to 5 minutes, for the file EVALBEAM_TEST_RELEASE names: a run held in the
+    middle of its work for as long as a test needs."""
+    import os
+    import time
+
+    open(os.path.join(os.environ["EVALBEAM_TEST_SCORING"], str(os.getpid())), "w").close()
+    deadline = time.monotonic() + 300
+    while not os.path.exists(os.environ["EVALBEAM_TEST_RELEASE"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return {"held_until_released": 1.0}

@@ -91,20 +91,35 @@ def describe_table(table: str, project: str | None, field: str) -> list[str]:
         raise BigQueryError(f"{field}: cannot read BigQuery table {table}: {_reason(e)}") from None
 
 
-def plan_read(input_cfg, billing_project: str | None) -> ReadPlan:
+def plan_read(input_cfg, billing_project: str | None, window=None) -> ReadPlan:
     """Create the read session (running the query first, for a query input). A table input that
     is a logical view (Cloud Trace's `_AllSpans` is one) is read through a query of it, its rows in
-    input.otel's window: the Storage Read API reads tables, not views."""
+    input.otel's window: the Storage Read API reads tables, not views. `window`: input.since's
+    (transforms.since.ReadWindow): only the rows it reads."""
+    restriction = read_restriction(input_cfg, window)
     if input_cfg.kind == "bigquery_table":
         table, project = input_cfg.bigquery_table(), input_cfg.project or billing_project
         if table_type(table, project) == "VIEW":
-            window = span_window(input_cfg)
-            sql = f"SELECT * FROM `{table}`" + (f"\nWHERE {window}" if window else "")
+            sql = f"SELECT * FROM `{table}`" + (f"\nWHERE {restriction}" if restriction else "")
             return plan_table_read(_run_query(sql, input_cfg.query_dataset, billing_project, "input.uri"), project,
                                    f"bq://{table}")
-        return plan_table_read(table, project, row_restriction=span_window(input_cfg))
-    return plan_table_read(_run_query(input_cfg.query, input_cfg.query_dataset, billing_project),
+        return plan_table_read(table, project, row_restriction=restriction)
+    query = input_cfg.query if not restriction else f"SELECT * FROM (\n{input_cfg.query}\n)\nWHERE {restriction}"
+    return plan_table_read(_run_query(query, input_cfg.query_dataset, billing_project),
                            input_cfg.project or billing_project, "bq://query")
+
+
+def read_restriction(input_cfg, window=None) -> str:
+    """The SQL condition on the rows read: input.since's window (spans by start_time, ADK agent events by
+    timestamp, reaching back its lateness; rows by input.timestamp_column, in the window), else
+    input.otel's fixed [start, end)."""
+    if window is None:
+        return span_window(input_cfg)
+    if input_cfg.format == "otel_traces":
+        return window.sql_from("start_time")
+    if input_cfg.format == "adk_agent_events":
+        return window.sql_from("timestamp")
+    return window.sql_rows(input_cfg.timestamp_column)
 
 
 def table_type(table: str, project: str | None) -> str:

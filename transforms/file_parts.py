@@ -1,7 +1,7 @@
 """Planning the parts a file is read in: a large uncompressed JSON Lines file
-in line-aligned byte ranges (one pass counts its line breaks, so every part
-knows its first line), which spread over the workers like files do; any other
-file whole."""
+(of dataset rows, or of OTLP requests) in line-aligned byte ranges (one pass
+counts its line breaks, so every part knows its first line), which spread over
+the workers like files do; any other file whole (a pretty-printed JSON document too)."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,7 +11,7 @@ import os
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from evalbeam.transforms.parsers import CHUNK, splits_as_ascii
+from evalbeam.transforms.parsers import CHUNK, one_document, splits_as_ascii
 from evalbeam.transforms.records import UTF8
 
 
@@ -33,6 +33,8 @@ class FilePart:
 # workers reads in smaller parts, an equal share each (pipelines.local.part_bytes).
 # (EVALBEAM_PART_BYTES sets another size, read where the parts are planned.)
 PART_BYTES = 32 * 1024 * 1024
+# the formats whose files hold a record per line: JSONL rows, OTLP JSON Lines (a request a line)
+LINE_FORMATS = ("jsonl", "otel_traces")
 
 
 def default_part_bytes() -> int:
@@ -45,7 +47,7 @@ def file_parts(path: str, fmt: str, size: int, part_bytes: int | None = None, en
     pass counting its line breaks, at memory-copy speed), else the whole file
     (always for an encoding whose lines cannot be found by their b"\n" bytes)."""
     part_bytes = part_bytes or default_part_bytes()
-    if fmt != "jsonl" or size <= part_bytes or not splits_as_ascii(encoding) or \
+    if fmt not in LINE_FORMATS or size <= part_bytes or not splits_as_ascii(encoding) or \
             CompressionTypes.detect_compression_type(path) != CompressionTypes.UNCOMPRESSED:
         return [FilePart(path)]
     parts, start, first_line, line = [], 0, 1, 1
@@ -53,8 +55,9 @@ def file_parts(path: str, fmt: str, size: int, part_bytes: int | None = None, en
                           compression_type=CompressionTypes.UNCOMPRESSED) as stream:
         head = stream.read(CHUNK)
         lead = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-        if not lead or lead.startswith(b"["):
-            return [FilePart(path)]  # one JSON array (or a head of blanks): read whole
+        if not lead or lead.startswith(b"[") or (fmt == "otel_traces" and one_document(head)):
+            # one JSON array, one pretty-printed request (transforms.read_otel), or a head of blanks: read whole
+            return [FilePart(path)]
         offset, block = 0, head
         while block:
             # a part ends at the first line end from the next multiple of part_bytes on: the

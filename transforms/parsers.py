@@ -35,6 +35,15 @@ csv.field_size_limit(MAX_RECORD_BYTES + 1)
 ENCODING_HINT = "if the file is in another encoding, set input.encoding (e.g. latin-1, cp1252, utf-16)"
 
 
+def one_document(head: bytes) -> bool:
+    """Whether a file whose first bytes are `head` holds one pretty-printed JSON object: its first
+    line opens an object it does not close (a first line longer than `head` is a long JSON Lines
+    line, not that). Such a file is read whole; JSON Lines may be read in parts."""
+    lead = head.lstrip(b"\xef\xbb\xbf \t\r\n")
+    first = lead.split(b"\n", 1)[0].strip()
+    return b"\n" in lead and first.startswith(b"{") and not first.endswith(b"}")
+
+
 def splits_as_ascii(encoding: str) -> bool:
     """Whether a file in this encoding can be split into lines at its b"\n" bytes
     and each line decoded alone (UTF-8, Latin-1, cp1252, Shift JIS, ...); not so

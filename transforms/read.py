@@ -163,19 +163,26 @@ class ReadRecords(beam.PTransform):
 
 class FileParts(beam.PTransform):
     """The files matching ``uri`` -> the FileParts to read them in (of about
-    `part_bytes`; None: default_part_bytes()), in `encoding`."""
+    `part_bytes`; None: default_part_bytes()), in `encoding`; with `modified_from` (seconds
+    since the epoch: input.since's window, transforms.since), only the files modified since then."""
 
-    def __init__(self, uri: str, fmt: str, part_bytes: int | None = None, encoding: str = UTF8):
+    def __init__(self, uri: str, fmt: str, part_bytes: int | None = None, encoding: str = UTF8,
+                 modified_from: float | None = None):
         super().__init__()
         self._uri = uri
         self._fmt = fmt
         self._part_bytes = part_bytes
         self._encoding = encoding
+        self._modified_from = modified_from
 
     def expand(self, pbegin):
+        files = pbegin | "MatchFiles" >> fileio.MatchFiles(self._uri,
+                                                          empty_match_treatment=fileio.EmptyMatchTreatment.DISALLOW)
+        if self._modified_from is not None:
+            files = files | "ModifiedSince" >> beam.Filter(
+                lambda metadata, since: metadata.last_updated_in_seconds >= since, self._modified_from)
         return (
-            pbegin
-            | "MatchFiles" >> fileio.MatchFiles(self._uri, empty_match_treatment=fileio.EmptyMatchTreatment.DISALLOW)
+            files
             | "Split" >> beam.FlatMap(
                 lambda metadata, fmt, size, encoding: file_parts(metadata.path, fmt, metadata.size_in_bytes, size, encoding),
                 self._fmt, self._part_bytes, self._encoding)

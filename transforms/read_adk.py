@@ -35,6 +35,7 @@ import re
 from typing import Any, Iterator
 
 import apache_beam as beam
+from apache_beam.metrics import Metrics
 
 from evalbeam.configs.adk_expansion import criteria_of_file, test_config_path
 from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA
@@ -42,7 +43,8 @@ from evalbeam.metrics.agents.simulator import ScenarioError, SimulatorUnavailabl
 from evalbeam.metrics.rows.trace import (USAGE_COUNTS, add_rubrics, camel_case, get_key, rubrics_of, side_from_events,
                                          turn_from_adk)
 from evalbeam.transforms.adk_models import EXTRA_FORBIDDEN, forbidden_keys, session_input_errors
-from evalbeam.transforms.records import DEAD_LETTER, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
+from evalbeam.transforms.records import DEAD_LETTER, LINES, MAX_RECORD_BYTES, DeadLetter, Record, SourceLines
+from evalbeam.transforms.since import timestamp_nanos
 
 # A whole ADK file is read at once: bounded, so a wrong file cannot take a worker's memory.
 MAX_ADK_FILE_BYTES = 16 * MAX_RECORD_BYTES
@@ -730,13 +732,22 @@ def key_event_row(record: Record, granularity: str):
     yield key, record
 
 
-def session_record(element, label: str):
-    """(key, event rows) -> one Record whose trace has a turn per invocation, or a DeadLetter."""
+def session_record(element, label: str, window=None):
+    """(key, event rows) -> one Record whose trace has a turn per invocation, or a DeadLetter.
+    window (input.since, transforms.since.ReadWindow): a session whose last event was logged outside
+    it is skipped, its rows counted as such (a SourceLines, tag 'lines')."""
     pvalue = beam.pvalue
     key, records = element
     records = sorted(records, key=_order)
     first = records[0]
     line_count = sum(r.line_count for r in records)
+    if window is not None:
+        times = [t for t in (timestamp_nanos(r.data.get("timestamp")) for r in records) if t is not None]
+        where = window.where(max(times)) if times else "in"  # a session with no time: dead-lettered below if broken
+        if where != "in":
+            Metrics.counter("evalbeam", f"adk_sessions_{where}_window").inc()
+            yield pvalue.TaggedOutput(LINES, SourceLines(first.origin, 0, line_count))
+            return
     source = f"{label} session {first.data['session_id']}" + (f" turn {first.data['invocation_id']}"
                                                               if key != first.data["session_id"] else "")
     turns_rows: dict[str, list[dict[str, Any]]] = {}
@@ -760,18 +771,21 @@ def session_record(element, label: str):
 
 
 class GroupAgentEvents(beam.PTransform):
-    """Records of event rows -> (one Record per session, or per turn, and DeadLetters)."""
+    """Records of event rows -> (one Record per session, or per turn, DeadLetters, and SourceLines of
+    the rows of sessions outside input.since's `window`, skipped)."""
 
-    def __init__(self, granularity: str, label: str):
+    def __init__(self, granularity: str, label: str, window=None):
         super().__init__()
         self._granularity = granularity
         self._label = label
+        self._window = window
 
     def expand(self, rows):
         keyed = rows | "KeyBySession" >> beam.FlatMap(key_event_row, self._granularity).with_outputs(
             DEAD_LETTER, main="keyed")
         built = (keyed.keyed
                  | "GroupBySession" >> beam.GroupByKey()
-                 | "SessionTrace" >> beam.FlatMap(session_record, self._label).with_outputs(DEAD_LETTER, main="records"))
+                 | "SessionTrace" >> beam.FlatMap(session_record, self._label, self._window).with_outputs(
+                     DEAD_LETTER, LINES, main="records"))
         dead = (keyed[DEAD_LETTER], built[DEAD_LETTER]) | "EventDeadLetters" >> beam.Flatten()
-        return built.records, dead
+        return built.records, dead, built[LINES]

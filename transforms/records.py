@@ -66,8 +66,10 @@ class DeadLetter:
 
 @dataclasses.dataclass(frozen=True)
 class SourceLines:
-    """What one file (or BigQuery stream) held: its physical lines, and how many of them hold no record."""
+    """What one file (or BigQuery stream) held: its physical lines, and how many of them hold no record
+    (`duplicates` of those: spans that repeat one read before, identical, transforms.read_otel)."""
 
     origin: str
     lines: int
     skipped: int
+    duplicates: int = 0

@@ -29,6 +29,13 @@ the generation its holder wrote (release_gcs_lock), with that generation as the
 delete's precondition. tests/transforms/test_run_lock.py runs these rules on
 fake-gcs-server, which enforces preconditions on uploads (not on deletes).
 
+input.since: last_run (transforms.since): a run that reads "what arrived since the eval's last
+completed run" also takes its eval's window lock, <output.parquet>/_evalbeam_attempts/<name>@since.lock
+(a row keyed <name>@since for BigQuery-only outputs), by the same rules, before it plans its window,
+and gives it back once its runs row (the window's end, which the next run starts from) is written:
+two runs of one eval at once would read the same window twice, so the second is refused, naming the
+first. ('@' is in no run_id: the two kinds of lock never meet.)
+
 A killed run's retry: locally the flock went with the dead process, so the retry
 takes the lock at once. On Cloud Storage (and BigQuery) a retry on the same host
 takes it at once too when the holder's process is gone (its pid no longer runs, or
@@ -75,8 +82,16 @@ class RunIdHeld(RuntimeError):
     """The run_id is being written by another run; the message names it."""
 
 
+WINDOW_SUFFIX = "@since"
+
+
 def lock_path(output: str, run_id: str) -> str:
     return FileSystems.join(output, ATTEMPTS, run_id + LOCK_SUFFIX)
+
+
+def window_lock_path(output: str, name: str) -> str:
+    """The lock of an eval's input.since window (see the module's docstring)."""
+    return lock_path(output, name + WINDOW_SUFFIX)
 
 
 def _now() -> dt.datetime:
@@ -111,9 +126,13 @@ def holder_gone(holder: dict) -> bool:
 
 
 def _holder_text(holder: dict, path: str) -> str:
-    return (f"run_id {holder.get('run_id')!r} is being written by another run (host {holder.get('host')}, "
-            f"pid {holder.get('pid')}, started {holder.get('started_at')}, attempt {holder.get('attempt')}); "
-            f"its lock is {path}")
+    who = (f"host {holder.get('host')}, pid {holder.get('pid')}, started {holder.get('started_at')}, "
+           f"attempt {holder.get('attempt')}")
+    if holder.get("window_of"):
+        reader = f"run {holder['reader']!r}" if holder.get("reader") else "another run"
+        return (f"the window of eval {holder['window_of']!r} (input.since: last_run) is being read by {reader} "
+                f"({who}): a second run at once would read it again; its lock is {path}")
+    return f"run_id {holder.get('run_id')!r} is being written by another run ({who}); its lock is {path}"
 
 
 # The states of a Dataflow job that has ended: its lock is taken over. Any other state (queued,
@@ -170,15 +189,17 @@ class RunLock:
     """The lock of one run_id, taken by acquire() and given back by release()."""
 
     def __init__(self, output: str, run_id: str, attempt: str, started_at: dt.datetime,
-                 job: dict | None = None, job_state=None):
+                 job: dict | None = None, job_state=None, window_of: str | None = None):
         """job: for a launcher whose job will hold the lock (Dataflow), {"runner", "project", "region"},
         recorded in the lock; job_state: holder -> the state of the job a lock names
-        (dataflow_job_state), for a lock found naming one."""
-        self.path = lock_path(output, run_id)
-        self.run_id = run_id
-        self.holder = {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(),
+        (dataflow_job_state), for a lock found naming one; window_of: an eval's name: the lock of its
+        input.since window (window_lock_path), taken by run `run_id`, instead of the run_id's."""
+        self.path = window_lock_path(output, window_of) if window_of else lock_path(output, run_id)
+        self.run_id = window_of + WINDOW_SUFFIX if window_of else run_id
+        self.holder = {"run_id": self.run_id, "host": socket.gethostname(), "pid": os.getpid(),
                        "pid_start": _process_start(os.getpid()), "started_at": started_at.isoformat(),
-                       "attempt": attempt, **(job or {})}
+                       "attempt": attempt, **(job or {}),
+                       **({"window_of": window_of, "reader": run_id} if window_of else {})}
         self._job_state = job_state
         self._local = FileSystems.get_scheme(self.path) is None
         self._fd = None
@@ -213,7 +234,7 @@ class RunLock:
                 os.unlink(temp)
             if self._take_stale_local():
                 return
-        raise RunIdHeld(f"run_id {self.run_id!r}: cannot take its lock {self.path}")
+        raise RunIdHeld(f"{self.run_id!r}: cannot take its lock {self.path}")
 
     def _take_stale_local(self) -> bool:
         """The lock exists: take it if its holder is gone; raise RunIdHeld if not.
@@ -311,7 +332,7 @@ class RunLock:
                 raise RunIdHeld(_holder_text(now_held or {"run_id": self.run_id}, self.path))
             self._generation = generation
             return
-        raise RunIdHeld(f"run_id {self.run_id!r}: cannot take its lock {self.path}")
+        raise RunIdHeld(f"{self.run_id!r}: cannot take its lock {self.path}")
 
     def _check_job(self, holder: dict) -> None:
         """Raise RunIdHeld unless the Dataflow job holding the lock has ended."""
@@ -392,23 +413,25 @@ class RunLock:
 
 
 class _ReleaseRunLockFn(beam.DoFn):
-    def __init__(self, path: str, attempt: str):
-        self._path, self._attempt = path, attempt
+    def __init__(self, paths: tuple[str, ...], attempt: str):
+        self._paths, self._attempt = paths, attempt
         self._released = beam.metrics.Metrics.counter("evalbeam", "run_lock_released")
 
     def process(self, _):
-        if release_gcs_lock(self._path, None, attempt=self._attempt):
-            self._released.inc()
-        yield self._path
+        for path in self._paths:
+            if release_gcs_lock(path, None, attempt=self._attempt):
+                self._released.inc()
+            yield path
 
 
 class ReleaseRunLock(beam.PTransform):
     """A job's last step: once `done` (a PCollection: the run's folder put in place) has an element,
-    give back the run lock the job holds (RunLock.hand_to_job), if it still names the job's attempt."""
+    give back the locks the job holds (RunLock.hand_to_job: its run_id's, and its eval's input.since
+    window's), each if it still names the job's attempt."""
 
-    def __init__(self, path: str, attempt: str):
+    def __init__(self, paths: str | tuple[str, ...], attempt: str):
         super().__init__()
-        self._fn = _ReleaseRunLockFn(path, attempt)
+        self._fn = _ReleaseRunLockFn((paths,) if isinstance(paths, str) else tuple(paths), attempt)
 
     def expand(self, done):
         return done | "Release" >> beam.ParDo(self._fn)
@@ -486,9 +509,13 @@ class BigQueryRunLock(RunLock):
     refreshed by an UPDATE conditional on the attempt, the lock given back by a
     DELETE conditional on it."""
 
-    def __init__(self, dataset: str, run_id: str, attempt: str, started_at: dt.datetime, location: str | None = None):
+    def __init__(self, dataset: str, run_id: str, attempt: str, started_at: dt.datetime, location: str | None = None,
+                 window_of: str | None = None):
+        """window_of: an eval's name: the lock of its input.since window (the row keyed <name>@since)."""
         self.dataset = dataset
         self.location = location
+        self._window_of = window_of
+        run_id = window_of + WINDOW_SUFFIX if window_of else run_id
         self.path = f"bq://{dataset}.{LOCK_TABLE} (run_id {run_id!r})"
         self.run_id = run_id
         self.holder = {"run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(),
@@ -551,7 +578,7 @@ class BigQueryRunLock(RunLock):
                               run_id=self.run_id)
         holder = dict(rows[0].items()) if rows else {"run_id": self.run_id}
         if holder.get("attempt") != h["attempt"]:
-            raise RunIdHeld(_holder_text(holder, self.path))
+            raise RunIdHeld(_holder_text({**holder, "window_of": self._window_of}, self.path))
         self._held = True
         self._generation = 0  # release() gives it back
 

@@ -72,7 +72,7 @@ def judge_totals(usage: dict[str, dict[str, int]], prices: dict[str, dict[str, f
 # The run's counts, as one tuple: each input is tallied where it is made, one
 # partial tuple per bundle, and the partials are summed in one combine.
 COUNTS = ("read", "scored", "dead", "metric_errors", "lines_read", "lines_skipped", "lines_scored", "lines_dead",
-          "bleu_c", "bleu_python")
+          "bleu_c", "bleu_python", "lines_duplicate")
 
 
 def bleu_path(c: int, python: int) -> str | None:
@@ -80,10 +80,11 @@ def bleu_path(c: int, python: int) -> str | None:
     return "+".join(name for name, n in (("c", c), ("python", python)) if n) or None
 
 
-def _runs_row(_, *, base, prices, model, counts, usage, models=None):
+def _runs_row(_, *, base, prices, model, counts, usage, models=None, sample=None):
     c = dict(zip(COUNTS, counts))
     return {
         **base,
+        "sample": json.dumps(sample, sort_keys=True) if sample is not None else None,
         "finished_at": utc_now(),
         "read_count": c["read"],
         "scored_count": c["scored"],
@@ -93,6 +94,7 @@ def _runs_row(_, *, base, prices, model, counts, usage, models=None):
         "lines_skipped": c["lines_skipped"],
         "lines_scored": c["lines_scored"],
         "lines_dead_lettered": c["lines_dead"],
+        "lines_duplicate": c["lines_duplicate"],
         **judge_totals(usage, prices, model, models),
         "bleu_path": bleu_path(c["bleu_c"], c["bleu_python"]),
     }
@@ -136,7 +138,8 @@ class RunRecord(beam.PTransform):
 
     def __init__(self, run: RunKey, name: str, config_json: str, version: str, started_at: dt.datetime,
                  prices: dict | None = None, model: str | None = None, models: dict[str, str] | None = None,
-                 id_scheme: str | None = None):
+                 id_scheme: str | None = None, window=None):
+        """window: input.since's (transforms.since.ReadWindow): its start and end, the next run's start."""
         super().__init__()
         self._base = {
             **run.columns(),
@@ -145,13 +148,17 @@ class RunRecord(beam.PTransform):
             "evalbeam_version": version,
             "id_scheme": id_scheme,
             "started_at": started_at,
+            "window_start": window.start if window is not None else None,
+            "window_end": window.end if window is not None else None,
         }
         self._prices = prices or {}
         self._model = model
         self._models = models or {}
 
     def expand(self, inputs):
-        read, computed, scored, dead, usage, source_lines = inputs
+        """inputs: (read, computed, scored, dead, usage, source_lines[, sample]): sample, input.sample's
+        account (transforms.sampling, one element), for the row's `sample`."""
+        read, computed, scored, dead, usage, source_lines, *sample = inputs
         one = lambda _: 1  # noqa: E731
         reads = read if isinstance(read, (tuple, list)) else (read,)  # every part counts one per record
         counts = (
@@ -164,7 +171,8 @@ class RunRecord(beam.PTransform):
                 scored | "TallyMetricErrors" >> beam.ParDo(_TallyFn(
                     metric_errors=lambda s: sum(r["error"] is not None for r in s.results))),
                 source_lines | "TallyLines" >> beam.ParDo(_TallyFn(lines_read=lambda s: s.lines,
-                                                                   lines_skipped=lambda s: s.skipped)),
+                                                                   lines_skipped=lambda s: s.skipped,
+                                                                   lines_duplicate=lambda s: s.duplicates)),
             )
             | "AllCounts" >> beam.Flatten()
             | "SumCounts" >> beam.CombineGlobally(_sum_tuples)
@@ -181,5 +189,6 @@ class RunRecord(beam.PTransform):
                 models=self._models,
                 counts=side(counts),
                 usage=side(usage),
+                **({"sample": side(sample[0])} if sample else {}),
             )
         )

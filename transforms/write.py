@@ -26,7 +26,7 @@ from apache_beam.io.textio import WriteToText
 from apache_beam.metrics import Metrics
 from apache_beam.transforms import window
 
-from evalbeam.metrics.rows.otel import evaluation_request
+from evalbeam.metrics.rows.otel_events import evaluation_request
 from evalbeam.transforms.run_lock import holder_gone, lock_path, read_holder
 from evalbeam.metrics.rows.tables import ATTEMPTS, arrow_schema, utc_now
 from evalbeam.transforms.write_failure import quiet_write_failures

@@ -24,7 +24,7 @@ AGGREGATES = ("mean", "median", "min", "max", "majority", "unanimous")
 RUN_WIDE_FIELDS = frozenset({
     "shards", "cache", "rubrics_from", "prices", "checkpoint_seconds", "mode", "batch_max_requests",
     "batch_inline_max_bytes", "batch_max_bytes", "batch_poll_seconds", "batch_poll_max_seconds",
-    "batch_timeout_hours", "batch_staging", "batch_retry"})
+    "batch_timeout_hours", "batch_staging", "batch_retry", "max_calls"})
 # outcomes on a jury's row (metric_results.jury_outcome) besides the rule's name
 TIE, SPLIT, NO_QUORUM = "tie", "split", "no_quorum"
 

@@ -131,6 +131,10 @@ class JudgeSettings(pydantic.BaseModel):
         None, pattern=r"^gs://[a-z0-9][a-z0-9._-]{1,221}[a-z0-9](/.*)?$",
         description="batch mode on vertex_ai: a gs:// folder for the batch prediction jobs' input and output files; "
                     "default: beside the run's attempts when output.parquet is on gs://")
+    max_calls: int | None = pydantic.Field(
+        None, ge=1,
+        description="a budget of judgments for the run: with input.sample: {seed: N}, the sample takes the cases of "
+                    "smallest hash whose judgments fit in it (evalbeam plan shows the rate it picks)")
     batch_retry: Literal["online", "batch"] = pydantic.Field(
         "online",
         description="batch mode: judgments a job failed (or answered invalidly) are retried online (with the quota "

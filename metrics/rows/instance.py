@@ -357,7 +357,7 @@ def build_instance(record: Mapping[str, Any], spec: RowSpec, source: str, from_c
             check_value(record.get(col))
         except ValueError as e:
             raise InvalidField(col, f"slice column {e}", col) from None
-        slices[col] = _slice_value(record.get(col))
+        slices[col] = slice_value(record.get(col))
     labels, label_errors = read_labels(record, spec.label_columns, source)
     return Instance(instance_id=instance_id, fields=fields, slices=slices, source=source, line_count=line_count,
                     missing_inputs=unmet, labels=labels, label_errors=label_errors, json_texts=json_texts)
@@ -382,7 +382,8 @@ def read_labels(record: Mapping[str, Any], label_columns, source: str):
     return labels, errors
 
 
-def _slice_value(value: Any) -> str | None:
+def slice_value(value: Any) -> str | None:
+    """A slice column's value as the summary names it (None: missing)."""
     if value is None or value == "":
         return None
     if isinstance(value, str):

@@ -145,6 +145,9 @@ TABLES: dict[str, tuple[Column, ...]] = {
                                                     "scores; null when no instance has two answers or every "
                                                     "answer is the same"),
         Column("jury_alpha_units", "INT64", description="a jury: instances with two jurors' scores or more"),
+        Column("population_count", "INT64", description="input.sample: the cases of the slice read before sampling "
+                                                        "(row_count and the estimates are over the sample beside it); "
+                                                        "null without a sample, and for a slice of (other) values"),
     ),
     "runs": (
         RUN_ID,
@@ -167,6 +170,9 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("lines_skipped", "INT64", description="lines that hold no record: blank, CSV header, JSON array punctuation"),
         Column("lines_scored", "INT64", description="lines of the records that were scored"),
         Column("lines_dead_lettered", "INT64", description="lines of the records that were dead-lettered"),
+        Column("lines_duplicate", "INT64", description="of lines_skipped, input.format otel_traces: spans that "
+                                                       "repeat one read before, identical (an exporter's retry): "
+                                                       "dropped, not dead-lettered"),
         Column("judge_requests", "INT64", True, "distinct judgments the run needed"),
         Column("judge_cache_hits", "INT64", True, "judgments reused from judge.cache"),
         Column("judge_calls", "INT64", True, "calls made to the judge model, retries included"),
@@ -176,6 +182,13 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("judge_output_tokens", "INT64", True),
         Column("judge_estimated_cost", "FLOAT64", description="USD, from judge.prices; null without a price"),
         Column("judge_usage", "JSON", description="per judge metric: requests, cache hits, calls, 429s, tokens"),
+        Column("window_start", "TIMESTAMP", description="input.since: the start of the window of cases this run "
+                                                        "read (the window_end of the eval's run before; null: from "
+                                                        "the beginning)"),
+        Column("window_end", "TIMESTAMP", description="input.since: the end of its window (the run's start less "
+                                                      "input.lateness): where the eval's next run starts"),
+        Column("sample", "JSON", description="input.sample: {rate or per_slice, seed, max_calls, population, sampled}: "
+                                             "the cases read and those evaluated; the summary is over the sample"),
         Column("bleu_path", "STRING", description="which BLEU implementation scored the instances: c (the C "
                                                   "extension), python (about 6x slower: workers where it was not "
                                                   "built), or c+python (some workers each); null without BLEU"),

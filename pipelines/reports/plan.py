@@ -3,7 +3,7 @@ and cost per metric, and the labels a corrected CI of a given width needs."""
 from __future__ import annotations
 
 from evalbeam.transforms.failure_modes import DISCOVERY  # a judge label; `plan` runs Beam anyway
-from evalbeam.pipelines.reports.text import format_table
+from evalbeam.pipelines.reports.text import format_sample, format_table
 
 
 def _money(value) -> str:
@@ -13,7 +13,8 @@ def _money(value) -> str:
 def format_plan(plan: dict) -> str:
     if "red_team" in plan:
         return format_red_team_plan(plan)
-    lines = [f"plan for {plan['name']}: input {plan['source']}",
+    lines = [f"plan for {plan['name']}: input {plan['source']}"
+             + (f", input.since: last_run: the cases that ended in {plan['window']}" if plan.get("window") else ""),
              f"read {plan['read']:,} = {plan['instances']:,} valid + {plan['dead_lettered']:,} dead-lettered",
              f"judge {plan['model']}, quota {plan['requests_per_minute']:,g} requests/min"
              + (f", {plan['tokens_per_minute']:,g} tokens/min" if plan["tokens_per_minute"] else "")]
@@ -22,6 +23,8 @@ def format_plan(plan: dict) -> str:
         if plan["scenarios_evaluation"]:
             lines.append("the evaluation of the generated scenarios (inference, metrics) is not estimated: its "
                          "prompts depend on the scenarios and the agent's answers")
+    if plan.get("sample"):  # input.sample: what the counts below are over
+        lines.insert(1, format_sample(plan["sample"]))
     uncounted = [f"failure classifications of {m} (a rubric metric: one per failed rubric, not known before "
                  "its rubrics are judged) are not counted" for m in plan.get("uncounted_failure_modes", [])]
     if not plan["metrics"]:

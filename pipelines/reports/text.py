@@ -119,6 +119,22 @@ def format_jury_agreement(rows: list[dict[str, Any]]) -> str:
             "two answers or more):\n" + format_table(("metric", "slice", "alpha", "units"), lines))
 
 
+def _moment(value: Any) -> str:
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def format_sample(sample: dict) -> str:
+    """What input.sample evaluated: the cases of the population it kept, and by what rule."""
+    if "max_calls" in sample:
+        rule = f"judge.max_calls {sample['max_calls']:,} picks rate {sample['rate']:.4g}"
+    elif "per_slice" in sample:
+        rule = f"{sample['per_slice']:,} per slice"
+    else:
+        rule = f"rate {sample['rate']:g}"
+    return (f"input.sample ({rule}, seed {sample['seed']}): {sample['sampled']:,} of {sample['population']:,} cases "
+            "evaluated; the summary's estimates are over them (population_count: each slice's cases)")
+
+
 def _lines_note(run: dict[str, Any]) -> str:
     fmt = _input_format(run)
     if fmt == "otel_traces":
@@ -165,7 +181,14 @@ def run_report(results, run_id: str, tables: dict | None = None) -> str:
     if r.get("lines_read") is not None:
         lines.append(f"source lines {r['lines_read']} = {r['lines_scored']} scored + {r['lines_dead_lettered']} "
                      f"dead-lettered + {r['lines_skipped']} holding no record"
+                     + (f" (of them {r['lines_duplicate']} identical copies, dropped)" if r.get("lines_duplicate") else "")
                      + _lines_note(r))
+    if r.get("window_end") is not None:
+        start = _moment(r["window_start"]) if r.get("window_start") is not None else "the beginning"
+        lines.append(f"input.since: last_run: the cases that ended in [{start}, {_moment(r['window_end'])}); "
+                     "what was read of others is counted as holding no record")
+    if r.get("sample"):
+        lines.append(format_sample(json.loads(r["sample"])))
     judge = judge_accounting(r)
     if judge:
         lines += format_judge(judge)

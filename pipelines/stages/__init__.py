@@ -43,8 +43,10 @@ class RunContext:
     staging: where Parquet goes before BigQuery loads it, without output.parquet;
     checkpoint: the run's judge checkpoint folder, or None;
     progress: the local folder workers write live counts to, or None;
-    job_lock: the run lock the job itself holds and gives back at its end (a Dataflow
-    job, transforms.run_lock.ReleaseRunLock), or None."""
+    scratch: a local run's folder for what it groups on disk (transforms.spill), removed when the run ends; or None;
+    window: input.since's window of what the run reads (transforms.since.ReadWindow), or None;
+    job_lock: the locks the job itself holds and gives back at its end (a Dataflow
+    job, transforms.run_lock.ReleaseRunLock): its run_id's, and its eval's input.since window's; or ()."""
     config: EvalConfig
     run: RunKey
     started_at: dt.datetime
@@ -56,7 +58,9 @@ class RunContext:
     staging: str | None = None
     checkpoint: str | None = None
     progress: str | None = None
-    job_lock: str | None = None
+    job_lock: tuple[str, ...] = ()
+    scratch: str | None = None
+    window: Any = None
 
     def judge_context(self, named: dict, share: float = 1.0) -> JudgeContext:
         """The JudgeContext of a stage that calls the judge layer, over judge.cache when

@@ -6,26 +6,27 @@ import apache_beam as beam
 
 from evalbeam.configs import EvalConfig
 from evalbeam.metrics.rows.instance import RowSpec
-from evalbeam.pipelines.local import lean_local, part_bytes
+from evalbeam.pipelines.local import lean_local, local_runner, part_bytes
 from evalbeam.pipelines.stages import Stage
 from evalbeam.transforms import bigquery
 from evalbeam.transforms.parsers import IdFirstLoads
 from evalbeam.transforms.read import FileParts, ReadRecords
 from evalbeam.transforms.read_otel import GroupSpans
 from evalbeam.transforms.records import SourceLines
+from evalbeam.transforms.sampling import Judgments, SampleRecords
+from evalbeam.transforms.since import ReadWindow
 from evalbeam.transforms.read_adk import AdkReading, GroupAgentEvents, adk_base
 from evalbeam.transforms.validate import RepeatedIds, ToInstances, UniqueIdDecisions
 
 
 class ReadStage(Stage):
-    """PBegin -> records, unparseable, source_lines, instances, invalid, dead_letters."""
+    """PBegin -> records, unparseable, source_lines, instances, invalid, dead_letters; with input.sample,
+    sample (its account, one element) and population ((summary slice, cases in it) before sampling)."""
 
     def expand(self, pbegin):
         context = self._context
-        records, unparseable, source_lines, instances, invalid = read(pbegin, context.config, context.read_plan)
-        return {"records": records, "unparseable": unparseable, "source_lines": source_lines,
-                "instances": instances, "invalid": invalid,
-                "dead_letters": (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()}
+        named = read(pbegin, context.config, context.read_plan, context.scratch, context.window)
+        return {**named, "dead_letters": (named["unparseable"], named["invalid"]) | "AllDeadLetters" >> beam.Flatten()}
 
 
 def row_spec(config: EvalConfig) -> RowSpec:
@@ -58,15 +59,22 @@ def adk_reading(config: EvalConfig) -> AdkReading | None:
     return AdkReading(adk_base(config.input.uri), config.criteria_per_file)
 
 
-def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
-    """The input read and validated -> records, unparseable, source lines, instances, invalid.
-    `pipeline`: the pipeline, or the PBegin a composite is applied to."""
+def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None, scratch: str | None = None,
+         window: ReadWindow | None = None):
+    """The input read, sampled (input.sample) and validated -> {records, unparseable, source_lines,
+    instances, invalid; with input.sample, sample and population (transforms.sampling)}.
+    `pipeline`: the pipeline, or the PBegin a composite is applied to; `scratch`: a local run's
+    folder for what it groups on disk (None: grouped by the runner); `window`: input.since's
+    (pipelines.since; a BigQuery read_plan was planned with it too)."""
     decisions = None
     owner = getattr(pipeline, "pipeline", pipeline)  # a PBegin's pipeline, or the pipeline
+    spill = scratch if scratch and local_runner(owner) else None
     if read_plan is None:
         fmt = config.input.inferred_format()
         encoding = config.input.encoding
-        parts = pipeline | "FileParts" >> FileParts(config.input.uri, fmt, part_bytes(owner, config), encoding)
+        modified_from = window.read_from.timestamp() if window is not None and window.read_from is not None else None
+        parts = pipeline | "FileParts" >> FileParts(config.input.uri, fmt, part_bytes(owner, config), encoding,
+                                                    modified_from)
         adk = adk_reading(config)
         records, unparseable, source_lines = pipeline | "Read" >> ReadRecords(fmt, parts=parts, encoding=encoding,
                                                                               adk=adk)
@@ -74,7 +82,8 @@ def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
             # spans grouped into cases; the accounting is in spans (transforms.read_otel)
             otel = config.input.otel
             records, dead, span_lines = records | "OtelCases" >> GroupSpans(otel.group_by, otel.max_trace_spans,
-                                                                           otel.max_trace_bytes)
+                                                                           otel.max_trace_bytes, spill=spill,
+                                                                           window=window)
             unread_lines = unparseable | "UnparseableLines" >> beam.Map(
                 lambda d: SourceLines(d.origin, d.line_count, 0))
             unparseable = (unparseable, dead) | "OtelUnparseable" >> beam.Flatten()
@@ -97,13 +106,29 @@ def read(pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None):
         records, source_lines = pipeline | "ReadBigQuery" >> bigquery.ReadBigQueryRows(read_plan)
         unparseable = pipeline | "NoUnparseableRows" >> beam.Create([])
         if config.input.format == "adk_agent_events":
-            records, unparseable = records | "AgentSessions" >> GroupAgentEvents(config.input.granularity, read_plan.label)
+            records, unparseable, outside = records | "AgentSessions" >> GroupAgentEvents(
+                config.input.granularity, read_plan.label, window)
+            source_lines = (source_lines, outside) | "AgentSourceLines" >> beam.Flatten()
         elif config.input.format == "otel_traces":  # a span table: Cloud Trace's _AllSpans, a row a span
             otel = config.input.otel
-            records, unparseable, _ = records | "OtelCases" >> GroupSpans(otel.group_by, otel.max_trace_spans,
-                                                                        otel.max_trace_bytes, rows=True)
+            records, unparseable, duplicates = records | "OtelCases" >> GroupSpans(
+                otel.group_by, otel.max_trace_spans, otel.max_trace_bytes, rows=True, spill=spill, window=window)
+            source_lines = (source_lines, duplicates) | "OtelSourceLines" >> beam.Flatten()
+    named = {}
+    sample = config.input.sample
+    if sample is not None:
+        budget = config.judge.max_calls
+        judgments = Judgments(config.template_judge_specs(), config.rubric_specs(), config.judge) if budget else None
+        records, left_out, named["sample"], named["population"] = records | "Sample" >> SampleRecords(
+            sample, row_spec(config), judgments, budget, spill)
+        source_lines = (source_lines, left_out) | "SampleSourceLines" >> beam.Flatten()
+    if spill and config.input.inferred_format() == "otel_traces" and not config.input.id_column:
+        # a case per key of the grouping: ids unique as made, nothing to group by id (which the
+        # local runner would hold in memory)
+        decisions = pipeline | "NoRepeatedIds" >> beam.Create([])
     instances, invalid = records | "Validate" >> ToInstances(row_spec(config), decisions)
-    return records, unparseable, source_lines, instances, invalid
+    return {"records": records, "unparseable": unparseable, "source_lines": source_lines, "instances": instances,
+            "invalid": invalid, **named}
 
 
 def read_marks(records, unparseable):
@@ -113,9 +138,11 @@ def read_marks(records, unparseable):
             | "AllRead" >> beam.Flatten())
 
 
-def read_instances(pipeline: beam.Pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None = None):
-    """The input read and validated as a run reads it -> (instances, records read, dead letters)."""
-    records, unparseable, _, instances, invalid = read(pipeline, config, read_plan)
-    marks = read_marks(records, unparseable)
-    dead = (unparseable, invalid) | "AllDeadLetters" >> beam.Flatten()
-    return instances, marks, dead
+def read_instances(pipeline: beam.Pipeline, config: EvalConfig, read_plan: bigquery.ReadPlan | None = None,
+                   scratch: str | None = None, window: ReadWindow | None = None):
+    """The input read and validated as a run reads it -> (instances, records read, dead letters, the
+    sample's account (input.sample; else None))."""
+    named = read(pipeline, config, read_plan, scratch, window)
+    marks = read_marks(named["records"], named["unparseable"])
+    dead = (named["unparseable"], named["invalid"]) | "AllDeadLetters" >> beam.Flatten()
+    return named["instances"], marks, dead, named.get("sample")

@@ -61,6 +61,10 @@ class SummariesStage(Stage):
         num_runs = config.inference.num_runs if config.inference else 1
         summary = scored | "Summarize" >> SummarizeScores(run, thresholds(config), config.input.max_slice_values,
                                                                 num_runs=num_runs)
+        if "population" in named:  # input.sample: each slice's cases before sampling, beside the estimates
+            summary = summary | "PopulationCounts" >> beam.Map(
+                lambda row, population: {**row, "population_count": population.get(row["slice"])},
+                beam.pvalue.AsDict(named["population"]))
         records, unparseable = named["records"], named["unparseable"]
         counted = named["computed"]
         if config.inference and config.inference.num_runs > 1:
@@ -76,9 +80,10 @@ class SummariesStage(Stage):
             unparseable | "ProgressUnparseable" >> beam.ParDo(CountFn(context.progress, "dead_lettered"))
             named["invalid"] | "ProgressInvalid" >> beam.ParDo(CountFn(context.progress, "dead_lettered"))
         # the records read: parsed or not (tallied apart, then summed)
-        runs = ((records, unparseable), counted, scored, named["dead_letters"], usage, named["source_lines"]) \
+        runs = ((records, unparseable), counted, scored, named["dead_letters"], usage, named["source_lines"],
+                *([named["sample"]] if "sample" in named else [])) \
             | "RunRecord" >> RunRecord(run, config.name, config.to_json(), version(), context.started_at,
                                        config.judge.prices, config.judge.model,
                                        usage_models(plan_judges(config.template_judge_specs(), config.judge)),
-                                       id_scheme(row_spec(config)))
+                                       id_scheme(row_spec(config)), context.window)
         return {"scored": scored, "judge_cache": cache_rows, "summary": summary, "runs": runs}

@@ -84,7 +84,7 @@ class WriteResults(Stage):
         if config.output.parquet:
             # the judge checkpoints live beside the attempts, and go with them
             replaced = done | "ReplaceRunFolder" >> ReplaceRunFolder(config.output.parquet, run.run_id, context.attempt)
-            if context.job_lock:  # the job holds the run_id (Dataflow): its last step gives it back
+            if context.job_lock:  # the job holds the run_id (Dataflow): its last step gives it (and a window) back
                 return replaced | "ReleaseRunLock" >> ReleaseRunLock(context.job_lock, context.attempt)
             return replaced
         if context.checkpoint and (config.calls_a_model() or config.deployed_inference()):

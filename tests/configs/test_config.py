@@ -1,3 +1,4 @@
+import datetime as dt
 import json
 import os
 import textwrap
@@ -266,3 +267,15 @@ def test_an_api_key_pasted_as_api_key_env_is_refused_without_quoting_it(where):
     for name in ("OPENAI_API_KEY", "MIXED_ANTHROPIC_KEY", "EVALBEAM_TEST_PROVIDER_KEY", "my_judge_key",
                  "OPENAI_API_KEY_PROD2", "GOOGLE_API_KEY_2026", "JudgeKey_2"):  # words between underscores
         EvalConfig.model_validate({**data, "metrics": ["evalbeam_fluency"], "judge": {"api_key_env": name}})
+
+
+@pytest.mark.parametrize("extra", ["", "  since: last_run\n  format: otel_traces\n",
+                                   "  since: last_run\n  format: otel_traces\n  lateness: 0\n",
+                                   "  sample: {rate: 0.25, seed: 3}\n"])
+def test_a_configs_json_as_the_runs_table_keeps_it_validates_again(tmp_path, extra):
+    """`show` and `run` read the runs row's config back (EvalConfig.to_json): an input without since must
+    not come back with a lateness, which only applies with since; lateness 0 stays 0."""
+    config = load_config(write(tmp_path, BASE.replace("  uri: data.jsonl\n", "  uri: data.jsonl\n" + extra)))
+    again = EvalConfig.model_validate(json.loads(config.to_json()))
+    assert again.to_json() == config.to_json()
+    assert again.input.lateness == (dt.timedelta(0) if "lateness" in extra else None)

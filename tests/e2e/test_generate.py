@@ -16,8 +16,7 @@ import time
 import pytest
 import yaml
 
-from tests.helpers import ROOT, evalbeam, table
-from tests.metrics.judge.test_adk_judges import in_agent_env
+from tests.helpers import ROOT, evalbeam, in_agent_env, table
 
 pytestmark = [pytest.mark.agent]
 KEY = "generate-test-key-1234"
@@ -39,6 +38,7 @@ def _write(tmp_path, name: str, scenarios: dict, judge: dict, **extra) -> str:
     return str(path)
 
 
+@pytest.mark.agent_rerun
 def test_generate_keeps_checks_and_dead_letters_each_scenario_asked_and_adk_loads_the_set(tmp_path, monkeypatch,
                                                                                               request):
     """One grid through the stand-in's 429s (a quota with Retry-After), a 503, a malformed answer and a
@@ -118,6 +118,7 @@ def test_generate_keeps_checks_and_dead_letters_each_scenario_asked_and_adk_load
     assert f"{len(kept)} case(s) to score, 0 `run` would dead-letter" in checked.stdout, checked.stdout + checked.stderr
 
 
+@pytest.mark.agent_rerun
 def test_a_second_generation_with_the_cache_calls_nothing_and_writes_the_same_bytes_and_a_pinned_set_is_reused(
         tmp_path, monkeypatch, request):
     """Seeded and pinned: the same config with judge.cache makes no call and writes a byte-identical eval set;
@@ -172,6 +173,7 @@ def test_a_second_generation_with_the_cache_calls_nothing_and_writes_the_same_by
         assert server.stats.requests == calls
 
 
+@pytest.mark.agent_rerun
 def test_batch_mode_generates_the_same_set_at_the_batch_price(tmp_path, monkeypatch, request):
     """judge.mode: batch sends the cells' requests as Gemini batch jobs (google-genai's client.batches, against
     the stand-in): the same scenarios as online (the answers are the same), their tokens priced at the batch
@@ -206,6 +208,7 @@ def test_batch_mode_generates_the_same_set_at_the_batch_price(tmp_path, monkeypa
      "evalbeam: scenarios.agent: cannot load 'no_such_module.agent:root': ModuleNotFoundError"),
     ({"seeds": "missing.evalset.json"}, "evalbeam: scenarios.seeds: cannot read"),
 ])
+@pytest.mark.agent_rerun
 def test_bad_configuration_is_refused_in_one_line_before_any_call(tmp_path, monkeypatch, request, scenarios, message):
     if in_agent_env(request):
         return
@@ -224,6 +227,7 @@ def test_bad_configuration_is_refused_in_one_line_before_any_call(tmp_path, monk
 
 @pytest.mark.timing  # killed at a moment, as tests/e2e/test_judge_durability.py's are
 @pytest.mark.slow
+@pytest.mark.agent_rerun
 def test_a_killed_generation_resumes_from_its_checkpoints(tmp_path, request):
     """SIGKILL in the middle of generating, then the same run_id again: the re-run reuses what the
     checkpoints hold and asks only the cells they do not; the set is whole."""
@@ -263,6 +267,7 @@ def test_a_killed_generation_resumes_from_its_checkpoints(tmp_path, request):
     assert len(table(tmp_path / "out" / "k1", "scenarios")) == 200 and "kept 200" in rerun.stdout
 
 
+@pytest.mark.agent_rerun
 def test_a_run_generates_then_runs_the_set_with_adks_simulator_against_an_in_process_agent(tmp_path, monkeypatch,
                                                                                            request):
     """scenarios: with inference.agent: the same run generates the set and runs each scenario through ADK's user

@@ -22,7 +22,7 @@ from evalbeam.configs import load_config
 from evalbeam.pipelines.evaluate import run
 from evalbeam.transforms.read import ReadRecords
 from evalbeam.transforms.read_otel import GroupSpans
-from tests.helpers import table
+from tests.helpers import evalbeam, table
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "otel"
 
@@ -63,7 +63,7 @@ def awkward_files(folder: Path, seed: int) -> dict:
     # another: a middle span (invoke_agent) dropped: its children's parent never arrives
     middle = next(i for i in traces[orphan_id] if i[2]["name"].startswith("invoke_agent"))
     orphaned = [i for i in traces[orphan_id] if i is not middle]
-    # a span exported twice (a retried export): one copy is dropped and counted
+    # a span exported twice (a retried export): the identical copy is dropped and counted
     twice = copy.deepcopy(rng.choice(spans))
     # a trace of more spans than the limit (max_trace_spans = 40): made of a real trace's spans, renumbered
     base = by_trace[max(by_trace, key=lambda t: len(by_trace[t]))]
@@ -87,30 +87,40 @@ def awkward_files(folder: Path, seed: int) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("grouping", ["shuffle", "spill"])
 @pytest.mark.parametrize("group_by", ["trace", "conversation"])
-def test_spans_in_any_order_and_file_group_into_cases_and_reconcile(tmp_path, group_by):
-    expected = awkward_files(tmp_path, seed=3)
+def test_spans_in_any_order_and_file_group_into_cases_and_reconcile(tmp_path, group_by, grouping):
+    """Grouped by the runner's shuffle (a distributed runner) or on local disk (a local run): the same."""
+    data = tmp_path / "data"
+    data.mkdir()
+    expected = awkward_files(data, seed=3)
+    spill = None
+    if grouping == "spill":
+        spill = tmp_path / "scratch"
+        spill.mkdir()
     with TestPipeline() as p:
-        records, unparseable, _ = p | ReadRecords("otel_traces", uri=str(tmp_path / "*"))
-        cases, dead, lines = records | GroupSpans(group_by, max_spans=40)
+        records, unparseable, _ = p | ReadRecords("otel_traces", uri=str(data / "*"))
+        cases, dead, lines = records | GroupSpans(group_by, max_spans=40, spill=spill and str(spill))
 
         def check(results):
             cases, dead, lines, unparseable = results
             reasons = Counter()
             for d in dead:
-                for what in ("has no root span", "which never arrived", "exported more than once",
-                             "more than 40 spans"):
+                for what in ("has no root span", "which never arrived", "more than 40 spans"):
                     if what in d.reason:
                         reasons[what] += d.line_count
             assert reasons == {"has no root span": expected["no_root"], "which never arrived": expected["orphaned"],
-                               "exported more than once": 1, "more than 40 spans": expected["big"]}, reasons
+                               "more than 40 spans": expected["big"]}, reasons
+            assert sum(d.line_count for d in dead) == sum(reasons.values())  # no other dead letter
+            # the span exported twice: its copy dropped and counted, not a dead letter
+            assert sum(s.duplicates for s in lines) == 1 == sum(s.skipped for s in lines)
             # the damaged file: its lines are dead-lettered, as any unreadable line is
             assert unparseable and all(u.origin.endswith("d.jsonl") for u in unparseable)
             spans_read = sum(s.lines for s in lines)
             assert spans_read == expected["read"]
             used = sum(c.line_count for c in cases)
             assert used == expected["spans"]  # every span of the real run, once
-            assert spans_read == used + sum(d.line_count for d in dead)
+            assert spans_read == used + sum(d.line_count for d in dead) + 1
             if group_by == "conversation":
                 by_id = {c.data["instance_id"]: c.data for c in cases}
                 assert sorted(by_id) == ["s_none", "s_raise", "s_two"]
@@ -127,7 +137,7 @@ def test_spans_in_any_order_and_file_group_into_cases_and_reconcile(tmp_path, gr
 def test_a_conversation_that_lost_a_turn_is_dead_lettered_whole():
     """One of a conversation's two traces dead-lettered (its root never arrived): the other is not
     scored as a one-turn conversation; its spans are dead-lettered with the reason."""
-    from evalbeam.metrics.rows.otel import spans_of_request
+    from evalbeam.metrics.rows.otlp import spans_of_request
     from evalbeam.transforms.read_otel import CheckTraceFn, case_of
 
     traces: dict[str, list] = {}
@@ -172,7 +182,7 @@ def test_a_pretty_printed_file_that_is_not_a_request_counts_as_one_span_and_reco
 
 
 def _weather_traces() -> dict[str, list[dict]]:
-    from evalbeam.metrics.rows.otel import spans_of_request
+    from evalbeam.metrics.rows.otlp import spans_of_request
 
     traces: dict[str, list] = {}
     for line in (DATA / "adk_weather.jsonl").read_text().splitlines():
@@ -213,7 +223,7 @@ def test_a_conversation_over_the_limits_is_counted_not_held():
     max_trace_bytes, none is held, and the conversation is dead-lettered with all its spans counted."""
     import weakref
 
-    from evalbeam.metrics.rows.otel import span_size
+    from evalbeam.metrics.rows.otlp import span_size
     from evalbeam.transforms.read_otel import case_of
 
     traces = list(_weather_traces().values())
@@ -399,6 +409,73 @@ def test_a_gzipped_file_cut_short_at_its_start_is_a_dead_letter_not_a_crash(tmp_
     assert any(isinstance(r, Record) for r in parse_file(str(whole), "otel_traces"))
 
 
+def test_a_large_otlp_json_lines_file_is_read_in_parts_and_a_pretty_printed_one_whole(tmp_path):
+    """An OTLP JSON Lines file larger than a part is read in line-aligned parts, as JSONL rows are
+    (each part on whichever worker gets it): the parts give the requests, line numbers and counts
+    the whole file gives. A pretty-printed request as large stays one part: its lines are no records."""
+    from evalbeam.transforms.file_parts import FilePart, file_parts
+    from evalbeam.transforms.read import parse_file, parse_part
+    from evalbeam.transforms.records import DeadLetter, Record, SourceLines
+
+    spans = _spans(DATA / "adk_weather.jsonl")
+    rng = random.Random(7)
+    lines = []
+    for n in range(120):
+        lines.append(json.dumps(_request(rng.sample(spans, rng.randint(1, 6)))))
+        if n % 40 == 7:
+            lines.append("{broken")  # a line that is no JSON: dead-lettered where it is, in any part
+    path = tmp_path / "spans.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    part_bytes = path.stat().st_size // 5
+    parts = file_parts(str(path), "otel_traces", path.stat().st_size, part_bytes)
+    assert len(parts) >= 4
+
+    def summary(items):
+        return (sorted((r.line, json.dumps(r.data, sort_keys=True)) for r in items if isinstance(r, Record)),
+                sorted((d.line, d.reason) for d in items if isinstance(d, DeadLetter)),
+                sum(s.lines for s in items if isinstance(s, SourceLines)))
+
+    whole = summary(list(parse_file(str(path), "otel_traces")))
+    split = summary([item for part in parts for item in parse_part(part, "otel_traces")])
+    assert split == whole and len(whole[0]) == 120 and len(whole[1]) == 3
+    pretty = tmp_path / "one.json"
+    pretty.write_text(json.dumps(_request(spans * 3), indent=2))
+    assert pretty.stat().st_size > part_bytes
+    assert file_parts(str(pretty), "otel_traces", pretty.stat().st_size, part_bytes) == [FilePart(str(pretty))]
+    [request] = [r for r in parse_file(str(pretty), "otel_traces") if isinstance(r, Record)]
+    assert len(request.data["resourceSpans"]) == 3 * len(spans)
+
+
+@pytest.mark.slow
+def test_a_run_with_two_workers_reads_a_large_otlp_file_in_parts_and_scores_as_one_worker(tmp_path):
+    """`evalbeam run` over one large OTLP JSON Lines file, read in parts by two worker processes,
+    writes the cases and scores a run in one process reading it whole writes."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    spans = _spans(DATA / "adk_weather.jsonl")
+    random.Random(11).shuffle(spans)
+    (folder / "spans.jsonl").write_text("\n".join(json.dumps(_request(spans[i:i + 2]))
+                                                  for i in range(0, len(spans), 2)) + "\n")
+    size = (folder / "spans.jsonl").stat().st_size
+    out = {}
+    for name, flags, env in (("whole", ["--direct_num_workers=1"], {}),
+                             ("parts", ["--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+                              {"EVALBEAM_PART_BYTES": str(size // 4)})):
+        config = {"name": "otel", "run_id": name,
+                  "input": {"uri": str(folder / "*"), "format": "otel_traces", "otel": {"group_by": "conversation"}},
+                  "metrics": ["failure", "latency_in_seconds", "tool_call_count_v1"],
+                  "output": {"parquet": str(tmp_path / "out")}}
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        evalbeam("run", str(path), *flags, env=env or None)
+        run_folder = tmp_path / "out" / name
+        [runs] = table(run_folder, "runs")
+        out[name] = (sorted((r["instance_id"], r["metric"], r["score"]) for r in table(run_folder, "metric_results")),
+                     runs["read_count"], runs["scored_count"], runs["lines_read"], runs["lines_scored"])
+    assert out["parts"] == out["whole"]
+    assert out["whole"][1:] == (3, 3, len(spans), len(spans))
+
+
 # Cloud Trace's span storage schema, as its "Storage schema for trace data" page names the fields
 # (the _AllSpans view of a linked dataset); the types past `name` are OTLP's, not verified on a live view
 ALL_SPANS_SCHEMA = [
@@ -421,7 +498,7 @@ def _row(resource, scope, span, shift_ns: int = 0) -> dict:
     """An OTLP JSON span as a row of the span table."""
     import datetime as dt
 
-    from evalbeam.metrics.rows.otel import attribute_map
+    from evalbeam.metrics.rows.otlp import attribute_map
 
     def ts(nanos):
         moment = dt.datetime.fromtimestamp((int(nanos) + shift_ns) // 1000 / 1e6, dt.timezone.utc)
@@ -449,7 +526,8 @@ def test_a_cloud_trace_span_table_read_for_one_day(cloud, tmp_path, source):
 
     from google.cloud import bigquery
 
-    from evalbeam.metrics.rows.otel import conversation_of, spans_of_request
+    from evalbeam.metrics.rows.otel import conversation_of
+    from evalbeam.metrics.rows.otlp import spans_of_request
     from evalbeam.transforms.local_cloud import bigquery_client
     from tests.emulators.control import PROJECT
 
@@ -520,3 +598,55 @@ def test_otlp_files_on_cloud_storage_gzipped(cloud):
                     or pytest.fail(str(got)))
         assert_that(lines | beam.Map(lambda s: s.lines) | beam.CombineGlobally(sum),
                     lambda got: got == [len(spans)] or pytest.fail(str(got)), label="AllSpans")
+
+
+@pytest.mark.slow
+def test_spans_exported_twice_are_dropped_and_counted_and_a_changed_copy_is_a_dead_letter(tmp_path):
+    """OpenTelemetry exporters and collectors retry: half the requests of a real ADK run sent again.
+    The copies are dropped and counted (the runs row's lines_duplicate), never dead letters: the run
+    passes with the scores of a run without them (it exited 1 before, most of its records dead letters).
+    A span sent again with different content is a dead letter naming where each copy was read."""
+    spans = _spans(DATA / "adk_weather.jsonl")
+    random.Random(3).shuffle(spans)
+    requests = [json.dumps(_request(spans[i:i + 3])) for i in range(0, len(spans), 3)]
+    retried = requests[::2]
+    copies = sum(len(json.loads(r)["resourceSpans"]) for r in retried)
+
+    def run_on(name: str, files: dict[str, list[str]]):
+        folder = tmp_path / name
+        folder.mkdir()
+        for file, lines in files.items():
+            (folder / file).write_text("\n".join(lines) + "\n")
+        config = {"name": "otel", "run_id": name,
+                  "input": {"uri": str(folder / "*.jsonl"), "format": "otel_traces", "otel": {"group_by": "conversation"}},
+                  "metrics": ["failure", "latency_in_seconds", "tool_call_count_v1"],
+                  "output": {"parquet": str(tmp_path / "out")}}
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        result = evalbeam("run", str(path), check=False)
+        out = tmp_path / "out" / name
+        [runs] = table(out, "runs")
+        scores = sorted((r["instance_id"], r["metric"], r["score"]) for r in table(out, "metric_results"))
+        return result, runs, scores, table(out, "dead_letter")
+
+    _, once, scores, _ = run_on("once", {"spans.jsonl": requests})
+    result, twice, twice_scores, dead = run_on("twice", {"spans.jsonl": requests, "retry.jsonl": retried})
+    assert result.returncode == 0, result.stderr
+    assert twice_scores == scores and not dead
+    assert (twice["read_count"], twice["scored_count"], twice["dead_letter_count"]) == (3, 3, 0)
+    assert twice["lines_read"] == len(spans) + copies
+    assert twice["lines_duplicate"] == copies == twice["lines_skipped"]
+    assert twice["lines_scored"] == len(spans) == once["lines_scored"] and once["lines_duplicate"] == 0
+    # one span of the retry changed on the way (a collector added an attribute): a dead letter naming both places
+    changed = json.loads(retried[1])
+    span = changed["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    span["attributes"].append({"key": "collector.retry", "value": {"boolValue": True}})
+    result, runs, _, dead = run_on("changed", {"spans.jsonl": requests, "retry.jsonl": [retried[0], json.dumps(changed)]})
+    assert result.returncode == 0, result.stderr
+    [letter] = dead
+    assert f"span {span['spanId']}" in letter["reason"] and "arrived twice with different content" in letter["reason"]
+    assert f"{tmp_path / 'changed' / 'spans.jsonl'}:3" in letter["reason"]
+    assert f"{tmp_path / 'changed' / 'retry.jsonl'}:2" in letter["reason"]
+    assert letter["field"] == "span_id" and letter["line_count"] == 1
+    assert runs["lines_read"] == runs["lines_skipped"] + runs["lines_scored"] + runs["lines_dead_lettered"]
+    assert runs["scored_count"] == 3

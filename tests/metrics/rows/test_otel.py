@@ -18,9 +18,8 @@ import pytest
 from evalbeam.metrics.catalog import get_metric
 from evalbeam.metrics.rows.fields import InvalidField
 from evalbeam.metrics.rows.instance import RowSpec, build_instance
-from evalbeam.metrics.rows.otel import (
-    NO_CONTENT, SpanError, case_record, check_trace, conversation_of, dedup, skewed_spans, spans_of_request,
-)
+from evalbeam.metrics.rows.otel import NO_CONTENT, case_record, conversation_of
+from evalbeam.metrics.rows.otlp import SpanError, check_trace, dedup, skewed_spans, spans_of_request
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "otel"
 
@@ -202,8 +201,9 @@ def test_checks_name_what_is_wrong_with_a_trace():
     orphaned = [s for s in spans if s is not parent]
     assert f"has parent {parent['span_id']}, which never arrived" in check_trace(orphaned)
     twice = spans + [copy.deepcopy(spans[3]), copy.deepcopy(spans[3])]
-    kept, copies = dedup(twice)
-    assert copies == 2 and sorted(s["span_id"] for s in kept) == sorted(s["span_id"] for s in spans)
+    kept, copies, conflicts = dedup(twice)
+    assert copies == 2 and not conflicts
+    assert sorted(s["span_id"] for s in kept) == sorted(s["span_id"] for s in spans)
     backwards = copy.deepcopy(spans)
     backwards[2]["end"] = backwards[2]["start"] - 1
     assert "ends before it starts" in check_trace(backwards)
