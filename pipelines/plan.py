@@ -18,7 +18,7 @@ import duckdb
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from evalbeam.configs import ConfigError, EvalConfig
-from evalbeam.metrics.failure_modes import TaxonomyError
+from evalbeam.metrics.taxonomy import TaxonomyError
 from evalbeam.metrics.judge.asks import plan_judges, share_quotas
 from evalbeam.metrics.red_team import TOOL_RESPONSE, AttackError
 from evalbeam.metrics.judge.client import CHARS_PER_TOKEN
