@@ -26,7 +26,8 @@ def main() -> None:
 
     from sacrebleu.metrics.bleu import BLEU
 
-    from evalbeam.metrics import get_metric, sentence_bleu, text
+    from evalbeam.metrics import sentence_bleu, text
+    from evalbeam.metrics.catalog import get_metric
 
     if not sentence_bleu.NATIVE:
         sys.exit("the C extension is not built here: .venv/bin/pip install --no-deps --no-build-isolation -e .")

@@ -13,21 +13,22 @@ Loading (configs.load) calls expand_adk on the config as a mapping:
 
 It reads files (local or on Cloud Storage) with Beam's FileSystems, among them a file's test_config.json
 (criteria_of_file, which the ADK reader, transforms.read_adk, reads its cases' criteria with too); the schema
-(configs.schema) reads none.
+(configs.schema) reads none. A test_config.json's criteria become metric specs as ADK maps them
+(read_test_config, metrics_from_criteria, judge_options), each criterion looked up in metrics.catalog.
 """
 from __future__ import annotations
 
 import functools
 import json
-from typing import Any
+import math
+from typing import Any, Mapping
 
 import pydantic
 from apache_beam.io.filesystems import FileSystems
 
 from evalbeam.configs.schema import InputConfig, UserSimulatorConfig
-from evalbeam.metrics.adk import judge_options, metrics_from_criteria, read_test_config
-from evalbeam.metrics.registry import get_metric
-from evalbeam.metrics.rows.trace import get_key
+from evalbeam.metrics.adk import INFORMATIONAL_CRITERIA
+from evalbeam.metrics.rows.trace import camel_case, get_key
 
 
 def expand_adk(data: Any) -> tuple[Any, bool]:
@@ -129,6 +130,8 @@ def _criteria_of_files(uri: str) -> tuple[list[dict], dict]:
     its spec where every file agrees; the files' own thresholds are on each row. Its other
     fields (match_type, ...) and a judge criterion's threshold must agree between the files:
     one run computes a metric one way."""
+    from evalbeam.metrics.catalog import get_metric  # start-up time: the metric modules where a criterion is read
+
     try:
         paths = sorted(m.path for m in FileSystems.match([uri])[0].metadata_list)
     except Exception:  # noqa: BLE001 - an unlistable uri: the input check (preflight) names it; ADK's defaults here
@@ -219,3 +222,135 @@ def _read_text(path: str) -> str:
         raise OSError("the file does not exist")
     with FileSystems.open(path, mime_type="application/octet-stream") as f:
         return f.read().decode("utf-8")
+
+
+# --- test_config.json -> metrics ---------------------------------------------
+
+# ADK's criteria when no test_config.json is given (eval_config.py _DEFAULT_EVAL_CONFIG).
+DEFAULT_CRITERIA = {"tool_trajectory_avg_score": 1.0, "response_match_score": 0.8}
+
+
+_THRESHOLD = pydantic.TypeAdapter(float)
+
+
+def _threshold(name: str, value: Any, what: str) -> float:
+    """A threshold as ADK's EvalConfig reads it: pydantic's float in lax JSON mode (so "0.5" is
+    0.5 and true is 1.0), read by pydantic itself."""
+    if isinstance(value, (dict, list)) or value is None:
+        raise ValueError(f"criteria.{name}: {what}")
+    try:
+        return _THRESHOLD.validate_json(json.dumps(value))
+    except (pydantic.ValidationError, OverflowError, ValueError):
+        raise ValueError(f"criteria.{name}: {what}") from None
+
+
+def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Metric specs (as in an evalbeam config) for ADK criteria, as ADK's
+    get_eval_metrics_from_config maps them: a bare number is the threshold; an
+    object has a `threshold` and the criterion's own fields (e.g. match_type,
+    ignore_args; snake_case or camelCase; other keys ignored, as ADK ignores
+    them). ADK's defaults apply when `criteria`
+    is None; the informational efficiency criteria are always added, and naming
+    one is an error (ADK refuses a threshold on them). Raises ValueError."""
+    from evalbeam.metrics.catalog import get_metric, is_refused  # start-up time: the metric modules where a criterion is read
+
+    criteria = DEFAULT_CRITERIA if criteria is None else criteria
+    if not isinstance(criteria, Mapping):
+        raise ValueError("criteria must be an object of criterion name -> threshold or criterion object")
+    specs = []
+    for name, criterion in criteria.items():
+        if name in INFORMATIONAL_CRITERIA:
+            raise ValueError(f"criteria.{name}: {name} does not support a threshold: it reports a value and never "
+                             "passes or fails (ADK reports it on every eval without being asked)")
+        try:
+            definition = get_metric(name)
+        except KeyError as e:
+            if is_refused(name):  # e names the criterion and why
+                raise ValueError(f"criteria.{e.args[0]}") from None
+            raise ValueError(f"criteria.{name}: this ADK criterion is not supported by evalbeam") from None
+        if isinstance(criterion, dict):
+            criterion = dict(criterion)
+            threshold = _threshold(name, criterion.pop("threshold", None),
+                                   "a criterion object needs a numeric 'threshold'")
+            fields = definition.params.model_fields
+            if "include_intermediate_responses_in_final" not in fields:
+                # BaseCriterion's own field; only ADK's own judges (metrics.judge.adk_judges) read it
+                criterion.pop("include_intermediate_responses_in_final", None)
+                criterion.pop("includeIntermediateResponsesInFinal", None)
+            spellings = {spelling: field for field in fields for spelling in (field, camel_case(field))}
+            params = {}
+            for key, value in criterion.items():
+                # other keys are ignored, as ADK's criteria (extra="allow") ignore them
+                if key in spellings:
+                    params[spellings[key]] = value
+            spec = {"name": name, "threshold": threshold}
+            if params:
+                spec["params"] = params
+        else:
+            spec = {"name": name, "threshold": _threshold(
+                name, criterion, "expected a threshold (number) or a criterion object")}
+        # json and ADK's EvalConfig take NaN and Infinity; against NaN ADK fails every case.
+        # Refused here, naming the criterion: a NaN would fill the threshold column
+        if not math.isfinite(spec["threshold"]):
+            raise ValueError(f"criteria.{name}: the threshold {spec['threshold']} is not a finite number")
+        specs.append(spec)
+    return specs + [{"name": name} for name in INFORMATIONAL_CRITERIA]
+
+
+# ADK's JudgeModelOptions defaults (eval_metrics.py): what a judge criterion without options uses.
+ADK_JUDGE_MODEL, ADK_NUM_SAMPLES = "gemini-2.5-flash", 5
+# ADK's judge criteria without JudgeModelOptions: ADK hands them to Vertex's evaluation service
+# (safety_evaluator.py, response_evaluator.py), once per turn, so they ask for no model and no samples
+ADK_UNSAMPLED_CRITERIA = ("evalbeam_safety_v1", "evalbeam_response_evaluation_score")
+
+
+def judge_options(criteria: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The judge settings ADK's judge criteria ask for: {"model", "sampling_count"}
+    from their `judge_model_options` (judge_model, num_samples; ADK's defaults where
+    a judge criterion gives none), or {} when no criterion is a judge. evalbeam
+    has one judge per run, so criteria asking for different ones are an error."""
+    from evalbeam.metrics.catalog import get_metric  # start-up time: the metric modules where a criterion is read
+
+    asked: dict[str, set] = {"model": set(), "sampling_count": set()}
+    for name, criterion in (criteria or {}).items():
+        try:
+            if not get_metric(name).is_judge or name in ADK_UNSAMPLED_CRITERIA:
+                continue
+        except KeyError:
+            continue
+        options = {}
+        if isinstance(criterion, dict):
+            options = get_key(criterion, "judge_model_options") or {}
+            if not isinstance(options, dict):
+                raise ValueError(f"criteria.{name}.judge_model_options must be an object")
+        model = get_key(options, "judge_model", ADK_JUDGE_MODEL)
+        samples = get_key(options, "num_samples", ADK_NUM_SAMPLES)
+        if not isinstance(model, str) or not model:
+            raise ValueError(f"criteria.{name}.judge_model_options.judge_model must be a model name")
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+            raise ValueError(f"criteria.{name}.judge_model_options.num_samples must be an integer >= 1")
+        asked["model"].add(model)
+        asked["sampling_count"].add(samples)
+    out = {}
+    for key, values in asked.items():
+        if len(values) > 1:
+            raise ValueError(f"the judge criteria ask for different judge_model_options ({key}: "
+                             f"{', '.join(map(str, sorted(values)))}); evalbeam runs one judge: make them agree, "
+                             f"or set judge.{key} in the config")
+        if values:
+            out[key] = values.pop()
+    return out
+
+
+def read_test_config(text: str) -> list[dict[str, Any]]:
+    """Metric specs from the text of an ADK test_config.json (EvalConfig)."""
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
+    if not isinstance(config, dict):
+        raise ValueError("must be a JSON object with 'criteria'")
+    if config.get("custom_metrics") or config.get("customMetrics"):
+        raise ValueError("custom_metrics: ADK custom metrics are not supported; use an evalbeam custom metric "
+                         "(metrics: - name: ... function: package.module:function)")
+    return metrics_from_criteria(config.get("criteria"))

@@ -8,7 +8,7 @@ from typing import Any
 
 import pydantic
 
-from evalbeam.metrics.failure_modes import BUILTIN, DISCOVER
+from evalbeam.metrics.taxonomy import BUILTIN, DISCOVER
 from evalbeam.metrics.names import did_you_mean
 
 

@@ -24,13 +24,13 @@ from evalbeam.configs.scenarios import ScenariosConfig
 from evalbeam.configs.red_team import RedTeamConfig, check_inference
 from evalbeam.metrics.agents.simulator import SIMULATOR_DEFAULTS
 from evalbeam.metrics.custom import function_path
-from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
+from evalbeam.metrics.rows.fields import CANONICAL_FIELDS, PASSTHROUGH_FIELDS
 from evalbeam.metrics.judge.jury import JuryRule, check_partial, juror_name, split_entry
 from evalbeam.metrics.judge.settings import JudgeSettings
 from evalbeam.metrics.judge.templates import JudgeTemplate
 from evalbeam.metrics.names import (BQ_DATASET_RE, BQ_TABLE_URI_RE, COLUMN_RE, DATASET_RE, NAME_RE, PROJECT_RE,
                                     did_you_mean)
-from evalbeam.metrics.registry import SIMULATOR_QUALITY, MetricDef, get_metric
+from evalbeam.metrics.registry import SIMULATOR_QUALITY, MetricDef
 from evalbeam.metrics.rows.trace import get_key
 
 if typing.TYPE_CHECKING:
@@ -47,6 +47,13 @@ def reserved_columns() -> dict[str, str]:
         for c in TABLES[t]:
             reserved.setdefault(c.name, t)
     return reserved
+
+
+def _metric(name: str) -> MetricDef:
+    """The metric `name` (metrics.catalog.get_metric: KeyError saying why when there is none)."""
+    from evalbeam.metrics.catalog import get_metric  # start-up time: importing the config model loads no metric
+
+    return get_metric(name)
 
 
 class ConfigError(ValueError):
@@ -477,7 +484,7 @@ class MetricSpec(_Model):
             if self.inputs is not None:
                 raise ValueError("'inputs' applies to custom metrics (with 'function') only")
             try:
-                definition = get_metric(self.name)
+                definition = _metric(self.name)
             except KeyError as e:
                 raise ValueError(str(e.args[0])) from None
             try:
@@ -519,7 +526,7 @@ class MetricSpec(_Model):
         return self.pointwise or self.pairwise
 
     def definition(self) -> MetricDef | None:
-        return None if self.is_custom or self.user_template else get_metric(self.name)
+        return None if self.is_custom or self.user_template else _metric(self.name)
 
     def judge_kind(self) -> str | None:
         """pointwise | pairwise for a model-based metric, else None."""
@@ -1057,8 +1064,6 @@ class EvalConfig(_Model):
 
     @pydantic.model_validator(mode="after")
     def _gate_metrics_known(self) -> "EvalConfig":
-        from evalbeam.metrics.agent import PASSTHROUGH_FIELDS  # start-up time: the agent metrics where asked
-
         names = [m.output_name for m in self.metrics]
         known = set(names) | set(PASSTHROUGH_FIELDS)
         named = [(f"compare_tolerances.{m}", m) for m in self.compare_tolerances]
@@ -1076,7 +1081,6 @@ class EvalConfig(_Model):
 
     def gate(self) -> "Gate":
         """The comparison gate of this config: tolerances and watched metrics (metrics.statistics.compare.Gate)."""
-        from evalbeam.metrics.agent import PASSTHROUGH_FIELDS  # start-up time: where a comparison is made
         from evalbeam.metrics.statistics.compare import Gate, parse_tolerance
 
         names = {m.output_name for m in self.metrics}
@@ -1147,9 +1151,7 @@ class EvalConfig(_Model):
     def metric_directions(self) -> dict[str, str]:
         """output name -> which way is better, for every metric the run reports
         (the passed-through agent values included)."""
-        from evalbeam.metrics.agent import PASSTHROUGH_FIELDS  # start-up time: the agent metrics where asked
-
-        directions = {f: get_metric(f).direction for f in PASSTHROUGH_FIELDS}
+        directions = {f: _metric(f).direction for f in PASSTHROUGH_FIELDS}
         directions.update({m.output_name: m.effective_direction() for m in self.metrics})
         return directions
 

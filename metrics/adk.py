@@ -13,20 +13,16 @@ separate environment, on generated cases covering every rule.
 """
 from __future__ import annotations
 
-import json
-import math
 import unicodedata
 from typing import Any, Callable, Literal, Mapping, Optional
 
 import pydantic
 
-from evalbeam.metrics.registry import MetricError, MetricValue, get_metric, is_refused, register
-from evalbeam.metrics.rows.trace import camel_case, get_key, trace_of
+from evalbeam.metrics.registry import MetricError, MetricValue, register
+from evalbeam.metrics.rows.trace import trace_of
 
 # Reported by ADK on every eval; they never pass or fail, and ADK refuses a threshold on them.
 INFORMATIONAL_CRITERIA = ("tool_call_count_v1", "token_usage_v1", "inference_call_count_v1", "invocation_duration_v1")
-# ADK's criteria when no test_config.json is given (eval_config.py _DEFAULT_EVAL_CONFIG).
-DEFAULT_CRITERIA = {"tool_trajectory_avg_score": 1.0, "response_match_score": 0.8}
 AGENT_INPUTS = (("invocations",),)
 
 
@@ -351,131 +347,6 @@ def _invocation_duration(_params):
                            extra={"per_invocation": per_turn} if len(per_turn) > 1 else None)
 
     return score
-
-
-# --- test_config.json -> metrics ---------------------------------------------
-
-
-_THRESHOLD = pydantic.TypeAdapter(float)
-
-
-def _threshold(name: str, value: Any, what: str) -> float:
-    """A threshold as ADK's EvalConfig reads it: pydantic's float in lax JSON mode (so "0.5" is
-    0.5 and true is 1.0), read by pydantic itself."""
-    if isinstance(value, (dict, list)) or value is None:
-        raise ValueError(f"criteria.{name}: {what}")
-    try:
-        return _THRESHOLD.validate_json(json.dumps(value))
-    except (pydantic.ValidationError, OverflowError, ValueError):
-        raise ValueError(f"criteria.{name}: {what}") from None
-
-
-def metrics_from_criteria(criteria: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """Metric specs (as in an evalbeam config) for ADK criteria, as ADK's
-    get_eval_metrics_from_config maps them: a bare number is the threshold; an
-    object has a `threshold` and the criterion's own fields (e.g. match_type,
-    ignore_args; snake_case or camelCase; other keys ignored, as ADK ignores
-    them). ADK's defaults apply when `criteria`
-    is None; the informational efficiency criteria are always added, and naming
-    one is an error (ADK refuses a threshold on them). Raises ValueError."""
-    criteria = DEFAULT_CRITERIA if criteria is None else criteria
-    if not isinstance(criteria, Mapping):
-        raise ValueError("criteria must be an object of criterion name -> threshold or criterion object")
-    specs = []
-    for name, criterion in criteria.items():
-        if name in INFORMATIONAL_CRITERIA:
-            raise ValueError(f"criteria.{name}: {name} does not support a threshold: it reports a value and never "
-                             "passes or fails (ADK reports it on every eval without being asked)")
-        try:
-            definition = get_metric(name)
-        except KeyError as e:
-            if is_refused(name):  # e names the criterion and why
-                raise ValueError(f"criteria.{e.args[0]}") from None
-            raise ValueError(f"criteria.{name}: this ADK criterion is not supported by evalbeam") from None
-        if isinstance(criterion, dict):
-            criterion = dict(criterion)
-            threshold = _threshold(name, criterion.pop("threshold", None),
-                                   "a criterion object needs a numeric 'threshold'")
-            fields = definition.params.model_fields
-            if "include_intermediate_responses_in_final" not in fields:
-                # BaseCriterion's own field; only ADK's own judges (metrics.judge.adk_judges) read it
-                criterion.pop("include_intermediate_responses_in_final", None)
-                criterion.pop("includeIntermediateResponsesInFinal", None)
-            spellings = {spelling: field for field in fields for spelling in (field, camel_case(field))}
-            params = {}
-            for key, value in criterion.items():
-                # other keys are ignored, as ADK's criteria (extra="allow") ignore them
-                if key in spellings:
-                    params[spellings[key]] = value
-            spec = {"name": name, "threshold": threshold}
-            if params:
-                spec["params"] = params
-        else:
-            spec = {"name": name, "threshold": _threshold(
-                name, criterion, "expected a threshold (number) or a criterion object")}
-        # json and ADK's EvalConfig take NaN and Infinity; against NaN ADK fails every case.
-        # Refused here, naming the criterion: a NaN would fill the threshold column
-        if not math.isfinite(spec["threshold"]):
-            raise ValueError(f"criteria.{name}: the threshold {spec['threshold']} is not a finite number")
-        specs.append(spec)
-    return specs + [{"name": name} for name in INFORMATIONAL_CRITERIA]
-
-
-# ADK's JudgeModelOptions defaults (eval_metrics.py): what a judge criterion without options uses.
-ADK_JUDGE_MODEL, ADK_NUM_SAMPLES = "gemini-2.5-flash", 5
-# ADK's judge criteria without JudgeModelOptions: ADK hands them to Vertex's evaluation service
-# (safety_evaluator.py, response_evaluator.py), once per turn, so they ask for no model and no samples
-ADK_UNSAMPLED_CRITERIA = ("evalbeam_safety_v1", "evalbeam_response_evaluation_score")
-
-
-def judge_options(criteria: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The judge settings ADK's judge criteria ask for: {"model", "sampling_count"}
-    from their `judge_model_options` (judge_model, num_samples; ADK's defaults where
-    a judge criterion gives none), or {} when no criterion is a judge. evalbeam
-    has one judge per run, so criteria asking for different ones are an error."""
-    asked: dict[str, set] = {"model": set(), "sampling_count": set()}
-    for name, criterion in (criteria or {}).items():
-        try:
-            if not get_metric(name).is_judge or name in ADK_UNSAMPLED_CRITERIA:
-                continue
-        except KeyError:
-            continue
-        options = {}
-        if isinstance(criterion, dict):
-            options = get_key(criterion, "judge_model_options") or {}
-            if not isinstance(options, dict):
-                raise ValueError(f"criteria.{name}.judge_model_options must be an object")
-        model = get_key(options, "judge_model", ADK_JUDGE_MODEL)
-        samples = get_key(options, "num_samples", ADK_NUM_SAMPLES)
-        if not isinstance(model, str) or not model:
-            raise ValueError(f"criteria.{name}.judge_model_options.judge_model must be a model name")
-        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"criteria.{name}.judge_model_options.num_samples must be an integer >= 1")
-        asked["model"].add(model)
-        asked["sampling_count"].add(samples)
-    out = {}
-    for key, values in asked.items():
-        if len(values) > 1:
-            raise ValueError(f"the judge criteria ask for different judge_model_options ({key}: "
-                             f"{', '.join(map(str, sorted(values)))}); evalbeam runs one judge: make them agree, "
-                             f"or set judge.{key} in the config")
-        if values:
-            out[key] = values.pop()
-    return out
-
-
-def read_test_config(text: str) -> list[dict[str, Any]]:
-    """Metric specs from the text of an ADK test_config.json (EvalConfig)."""
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
-    if not isinstance(config, dict):
-        raise ValueError("must be a JSON object with 'criteria'")
-    if config.get("custom_metrics") or config.get("customMetrics"):
-        raise ValueError("custom_metrics: ADK custom metrics are not supported; use an evalbeam custom metric "
-                         "(metrics: - name: ... function: package.module:function)")
-    return metrics_from_criteria(config.get("criteria"))
 
 
 # --- the case verdict (local_eval_service.py _generate_final_eval_status) ------

@@ -5,20 +5,18 @@ metric's validated parameters and returns a scorer, ``scorer(fields) -> MetricVa
 Factories run once per worker (in a DoFn's ``setup``), so expensive set-up
 (tokenizers, compiled patterns) happens once, not per instance.
 
-The metric modules register into it. It imports the built-in ones (metrics/builtin.py)
-the first time a metric is looked up or listed, not before: importing the package, a base
-module or the config model loads no metric.
+A leaf: it imports nothing of evalbeam. The metric modules register into it; metrics/catalog.py
+imports the built-in ones, so that is where a metric is looked up (get_metric, all_metrics,
+is_refused). The reads here (registered, registered_metrics, refusal) see only what has been
+registered so far.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 from typing import Any, Callable, Mapping
 
 import pydantic
-
-from evalbeam.metrics.names import did_you_mean
 
 
 class MetricError(Exception):
@@ -126,42 +124,25 @@ _REFUSED: dict[str, str] = {}  # a name evalbeam will not give a score under -> 
 
 def refuse(name: str, reason: str) -> None:
     """Marks `name` (another project's metric that evalbeam cannot score as that project does) as refused:
-    get_metric raises KeyError with `reason`, so a config naming it is an error that says why."""
+    metrics.catalog.get_metric raises KeyError with `reason`, so a config naming it is an error that says why."""
     if name in _REGISTRY:
         raise ValueError(f"metric {name!r} is registered; it cannot be refused too")
     _REFUSED[name] = reason
 
 
-_builtins_registered = False
+def registered(name: str) -> MetricDef | None:
+    """The metric registered as `name`, or None."""
+    return _REGISTRY.get(name)
 
 
-def _registry() -> dict[str, MetricDef]:
-    """Every metric, the built-in ones (and their refusals) registered by importing their modules on the first call."""
-    global _builtins_registered
-    if not _builtins_registered:
-        importlib.import_module("evalbeam.metrics.builtin")
-        _builtins_registered = True
-    return _REGISTRY
+def registered_metrics() -> list[MetricDef]:
+    """Every metric registered, by kind and name."""
+    return sorted(_REGISTRY.values(), key=lambda d: (d.kind, d.name))
 
 
-def is_refused(name: str) -> bool:
-    _registry()
-    return name in _REFUSED
-
-
-def get_metric(name: str) -> MetricDef:
-    try:
-        return _registry()[name]
-    except KeyError:
-        if name in _REFUSED:
-            raise KeyError(f"{name}: {_REFUSED[name]}") from None
-        raise KeyError(
-            f"unknown metric {name!r}{did_you_mean(name, _registry())}; `evalbeam metrics` lists the known ones"
-        ) from None
-
-
-def all_metrics() -> list[MetricDef]:
-    return sorted(_registry().values(), key=lambda d: (d.kind, d.name))
+def refusal(name: str) -> str | None:
+    """Why `name` is refused (refuse), or None when it is not."""
+    return _REFUSED.get(name)
 
 
 def as_metric_value(result: "MetricValue | float | int | bool") -> MetricValue:

@@ -52,7 +52,7 @@ from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 from sacrebleu.tokenizers.tokenizer_re import TokenizerRegexp
 
 try:
-    from evalbeam.metrics import _bleu13a as _native
+    import evalbeam.metrics._bleu13a as _native  # by its full name: `from evalbeam.metrics import` reads as an import of the package (tests/test_imports.py)
 except ImportError:  # built without a C compiler: the Python path below
     _native = None
 if MAX_NGRAM_ORDER != 4:  # the C module counts orders 1 to 4, sacrebleu's since its first release

@@ -32,7 +32,7 @@ from evalbeam.metrics.registry import register
 from evalbeam.metrics.sentence_bleu import sentence_bleu_of, text_stats
 
 try:
-    from evalbeam.metrics import _rouge as _rouge_native
+    import evalbeam.metrics._rouge as _rouge_native  # by its full name, as sentence_bleu's _bleu13a (tests/test_imports.py)
 except ImportError:  # built without a C compiler: rouge-score-rs alone
     _rouge_native = None
 NATIVE_ROUGE = _rouge_native is not None

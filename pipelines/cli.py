@@ -16,13 +16,16 @@ same command targets DirectRunner or Dataflow (`--runner=DataflowRunner ...`).
 """
 from __future__ import annotations
 
+import argparse
 import atexit
+import importlib
 import logging
 import os
 import select
 import signal
 import sys
 import threading
+from types import ModuleType
 from typing import NoReturn
 
 from evalbeam.pipelines import commands
@@ -34,8 +37,35 @@ from evalbeam.transforms.worker import collect_young_less_often
 def main(argv: list[str] | None = None) -> int:
     """The command chosen, run: its module (pipelines/commands/) is the only one imported."""
     argv = sys.argv[1:] if argv is None else argv
-    args, beam_args = commands.parser(argv).parse_known_args(argv)
-    return commands.command(args.command).main(args, beam_args)
+    args, beam_args = parser(argv).parse_known_args(argv)
+    return command(args.command).main(args, beam_args)
+
+
+def parser(argv: list[str] | tuple[str, ...] = ()) -> argparse.ArgumentParser:
+    """The command line. The command chosen is the first argument of `argv` that is not an
+    option (`evalbeam` itself takes no option with a value); its arguments are added from
+    its module, which is imported then. Every other command is a name and its help line."""
+    top, parsers = commands.top_parser()
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    if chosen in parsers:
+        command_parser = parsers[chosen]
+        command(chosen).add_arguments(command_parser)
+        # the command's own flags, which an unknown argument is compared with (unknown_flags_hint)
+        command_parser.set_defaults(known_flags=tuple(
+            flag for action in command_parser._actions for flag in action.option_strings))
+    elif chosen is not None:
+        from evalbeam.metrics.names import did_you_mean  # only for a misspelt command
+
+        hint = did_you_mean(chosen, commands.COMMANDS)
+        if hint:
+            top.error(f"argument COMMAND: invalid choice: {chosen!r}{hint}")
+    return top
+
+
+def command(name: str) -> ModuleType:
+    """The module of the command `name` (one of commands.COMMANDS). Imported here, by the entry
+    point, which no command imports: the commands package imports none of its commands."""
+    return importlib.import_module(f"evalbeam.pipelines.commands.{name}")
 
 
 def entry() -> None:

@@ -18,7 +18,7 @@ import duckdb
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from evalbeam.configs import ConfigError, EvalConfig
-from evalbeam.metrics.failure_modes import TaxonomyError
+from evalbeam.metrics.taxonomy import TaxonomyError
 from evalbeam.metrics.judge.asks import plan_judges, share_quotas
 from evalbeam.metrics.red_team import TOOL_RESPONSE, AttackError
 from evalbeam.metrics.judge.client import CHARS_PER_TOKEN
@@ -207,15 +207,16 @@ def plan_red_team(config: EvalConfig) -> dict:
     attacks = len(attack_set.attacks) if attack_set is not None else red_team.attacks.generate.count
     targets = targets_of(red_team)
     tool_targets = sum(t.delivery == TOOL_RESPONSE for t in targets)
+    window = plan_window(config, "", utc_now())  # input.since: what a run started now would read
     try:
-        read_plan = bigquery.plan_read(config.input, billing_project(config, None)) if config.input.kind != "files" \
-            else None
+        read_plan = bigquery.plan_read(config.input, billing_project(config, None), window) \
+            if config.input.kind != "files" else None
     except bigquery.BigQueryError as e:
         raise ConfigError(str(e)) from None
     with tempfile.TemporaryDirectory(prefix="evalbeam-plan-") as folder:
         path = os.path.join(folder, "counts.json")
         with new_pipeline(PipelineOptions(["--runner=DirectRunner"])) as p:
-            instances, read, dead = read_instances(p, config, read_plan)
+            instances, read, dead, _sample = read_instances(p, config, read_plan, scratch=folder, window=window)
             counted = instances | "AttackCounts" >> beam.Map(plan_counts, tool_targets, red_team.user_turn, attacks)
             totals = {
                 "read": read | "CountRead" >> beam.combiners.Count.Globally(),

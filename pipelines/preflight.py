@@ -28,7 +28,8 @@ from evalbeam.metrics.judge.adk_judges import require_adk as require_adk_judges
 from evalbeam.metrics.judge.asks import QuotaError, plan_judges, share_quotas
 from evalbeam.metrics.judge.client import JudgeCredentialsError, check_credentials
 from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_template
-from evalbeam.metrics.registry import get_metric, unmet_inputs
+from evalbeam.metrics.catalog import get_metric
+from evalbeam.metrics.registry import unmet_inputs
 from evalbeam.metrics.agents.simulator import QUALITY_METRIC, SimulatorUnavailable, check_custom_instructions, require_adk
 from evalbeam.pipelines.local import LOCAL_RUNNERS
 from evalbeam.pipelines.stages.read import adk_reading, inputs_left, row_spec
@@ -242,7 +243,7 @@ def _check_taxonomy(config: EvalConfig) -> None:
     if config.failure_modes is None:
         return
     from evalbeam.transforms.failure_modes import taxonomy_of  # start-up time: only with failure_modes
-    from evalbeam.metrics.failure_modes import TaxonomyError
+    from evalbeam.metrics.taxonomy import TaxonomyError
 
     try:
         taxonomy_of(config.failure_modes)

@@ -44,11 +44,11 @@ def _in_process(argv: list, cwd=ROOT) -> subprocess.CompletedProcess:
     output captured; what a run changes in the process (environment, current folder, import path, signal
     handlers, logging, the interrupt flag, metrics registered by custom modules, the tests' modules it imported)
     put back after."""
+    import evalbeam.metrics.catalog  # noqa: F401 - the built-in metrics registered before the snapshot
     from evalbeam.metrics import registry
     from evalbeam.pipelines import cli
     from evalbeam.transforms import interrupt
 
-    registry.all_metrics()  # the built-in metrics registered before the snapshot
     saved = {
         "environ": dict(os.environ), "cwd": os.getcwd(), "path": list(sys.path),
         "signals": {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGPIPE)},

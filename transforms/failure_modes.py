@@ -30,15 +30,10 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 
 from evalbeam.metrics.failure_modes import (
-    BUILTIN,
-    DISCOVERY_FIELD,
     MODE_FIELD,
     Failure,
     ModeCounts,
-    Taxonomy,
-    TaxonomyError,
     assigned_mode,
-    builtin_taxonomy,
     classification_prompt,
     classification_schema,
     discovery_prompt,
@@ -47,6 +42,13 @@ from evalbeam.metrics.failure_modes import (
     rubric_failure,
     sample_entry,
     sample_rank,
+)
+from evalbeam.metrics.taxonomy import (
+    BUILTIN,
+    DISCOVERY_FIELD,
+    Taxonomy,
+    TaxonomyError,
+    builtin_taxonomy,
     taxonomy_from_json,
     taxonomy_from_yaml,
 )

@@ -18,10 +18,11 @@ from typing import Any, Callable
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 
-from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
+from evalbeam.metrics.rows.fields import PASSTHROUGH_FIELDS
 from evalbeam.metrics.custom import custom_scorer
 from evalbeam.metrics.rows.instance import Instance
-from evalbeam.metrics.registry import as_metric_value, get_metric
+from evalbeam.metrics.catalog import get_metric
+from evalbeam.metrics.registry import as_metric_value
 from evalbeam.metrics.rows.tables import RunKey
 from evalbeam.metrics import sentence_bleu
 from evalbeam.transforms.worker import (

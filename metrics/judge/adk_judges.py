@@ -16,7 +16,7 @@ google-adk (the `agent` extra) on the workers:
               `aggregate_invocation_results` over the turns.
 
 The call itself is evalbeam's (the one judge layer: quota, retries, cache,
-accounting); `num_samples` is judge.sampling_count (metrics.adk.judge_options
+accounting); `num_samples` is judge.sampling_count (configs.adk_expansion.judge_options
 maps a test_config's judge_model_options onto it), one request per sample, as
 ADK sends num_samples identical requests per invocation.
 
@@ -346,7 +346,7 @@ def _evaluator(name: str, include_intermediate: bool, rubrics: str = "[]", inter
 
 class AdkCriterionParams(pydantic.BaseModel):
     """The fields of ADK's LlmAsAJudgeCriterion that change what is judged (judge_model_options map onto
-    judge settings: metrics.adk.judge_options)."""
+    judge settings: configs.adk_expansion.judge_options)."""
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
     include_intermediate_responses_in_final: bool = pydantic.Field(

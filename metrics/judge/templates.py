@@ -23,6 +23,7 @@ import yaml
 from evalbeam.metrics.rows.fields import CANONICAL_FIELDS
 from evalbeam.metrics.judge.rubrics import InvalidRubricAnswer, parse_stage_answer
 from evalbeam.metrics.registry import MetricError
+from evalbeam.metrics.taxonomy import TaxonomyError, parse_discovery
 from evalbeam.metrics.red_team import AttackError, parse_generation
 
 BUILTIN_TEMPLATES = Path(__file__).with_name("data") / "judge_metrics.yaml"
@@ -215,15 +216,13 @@ def parse_answer(text: str | None, field: str, allowed: tuple[str, ...]) -> tupl
         if not isinstance(rationale, str) or not rationale.strip():
             raise InvalidJudgment("the judge's answer has no rationale")
         return mode.strip(), rationale
-    if field == "modes":  # a taxonomy of failure modes proposed from a sample (metrics.failure_modes)
-        from evalbeam.metrics.failure_modes import TaxonomyError, parse_discovery  # imports one way: it imports judge views
-
+    if field == "modes":  # a taxonomy of failure modes proposed from a sample (metrics.taxonomy)
         try:
             return parse_discovery(text)
         except TaxonomyError as e:
             raise InvalidJudgment(str(e)) from None
     if field == "scenarios":  # conversation scenarios generated (metrics.scenarios): each item checked on its own later
-        from evalbeam.metrics.scenarios import parse_generation as parse_scenarios  # imports one way, as above
+        from evalbeam.metrics.scenarios import parse_generation as parse_scenarios  # only where scenarios are read
 
         try:
             return parse_scenarios(text), None

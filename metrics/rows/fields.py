@@ -22,6 +22,8 @@ STRUCTURED_FIELDS = ("history", "rubric_groups", "tool_declarations", "intermedi
                      "adk_case", "otel_case")
 NUMBER_FIELDS = ("latency_in_seconds",)
 FLAG_FIELDS = ("failure",)
+# The agent values a service always reports: each is passed through as the metric of its name (metrics/passthrough.py)
+PASSTHROUGH_FIELDS = ("latency_in_seconds", "failure")
 
 
 # Why inference (metrics.agents.inference) could not produce a case's actual side.

@@ -62,7 +62,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
+from evalbeam.metrics.rows.fields import PASSTHROUGH_FIELDS
 from evalbeam.metrics.statistics.calibration import PairedAgreement
 from evalbeam.metrics.statistics.ppi import PPIMoments, standard_error
 

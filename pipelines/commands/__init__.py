@@ -1,17 +1,18 @@
 """The commands of `evalbeam`, one module each, imported only when chosen.
 
-COMMANDS names them with the line `evalbeam --help` gives each; `parser(argv)`
-builds the command line with the arguments of the command chosen only, from its
-module's `add_arguments(parser)`. A command module's `main(args, beam_args)`
-returns the exit status; its imports are what that command runs, so `evalbeam
---help` and `evalbeam metrics` load neither Beam nor the pipeline.
+COMMANDS names them with the line `evalbeam --help` gives each; `top_parser()` builds
+the command line with every command as a name and its help line. The entry point
+(pipelines/cli.py) adds the chosen command's arguments from its module's
+`add_arguments(parser)` and imports that module: this package imports no command
+module, and a command module imports the helpers here (usage_error, no_beam_flags),
+so the imports go one way. A command module's `main(args, beam_args)` returns the
+exit status; its imports are what that command runs, so `evalbeam --help` and
+`evalbeam metrics` load neither Beam nor the pipeline.
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import importlib.metadata
-from types import ModuleType
 from typing import NoReturn
 
 # name: (its line in `evalbeam --help`, whether its options may be abbreviated), in that order
@@ -33,39 +34,20 @@ COMMANDS = {
 UNWRITTEN_OUTPUT_STATUS = 120
 
 
-def parser(argv: list[str] | tuple[str, ...] = ()) -> argparse.ArgumentParser:
-    """The command line. The command chosen is the first argument of `argv` that is not an
-    option (`evalbeam` itself takes no option with a value); its arguments are added from
-    its module, which is imported then. Every other command is a name and its help line."""
+def top_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """`evalbeam`'s parser, every command a name and its help line, and each command's own
+    parser by name, with no argument yet (pipelines/cli.py adds the chosen one's)."""
     top = argparse.ArgumentParser(prog="evalbeam", description="Batch evaluation of LLM and agent outputs on Apache Beam.",
                                   allow_abbrev=False)
     top.add_argument("--version", action="version", version=f"evalbeam {version()}")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    chosen = next((a for a in argv if not a.startswith("-")), None)
-    for name, (help_line, abbreviated) in COMMANDS.items():
-        command_parser = sub.add_parser(name, help=help_line, allow_abbrev=abbreviated)
-        if name == chosen:
-            command(name).add_arguments(command_parser)
-            # the command's own flags, which an unknown argument is compared with (unknown_flags_hint)
-            command_parser.set_defaults(known_flags=tuple(
-                flag for action in command_parser._actions for flag in action.option_strings))
-    if chosen is not None and chosen not in COMMANDS:
-        from evalbeam.metrics.names import did_you_mean  # only for a misspelt command
-
-        hint = did_you_mean(chosen, COMMANDS)
-        if hint:
-            top.error(f"argument COMMAND: invalid choice: {chosen!r}{hint}")
-    return top
-
-
-def command(name: str) -> ModuleType:
-    """The module of the command `name` (one of COMMANDS)."""
-    return importlib.import_module(f"{__name__}.{name}")
+    return top, {name: sub.add_parser(name, help=help_line, allow_abbrev=abbreviated)
+                 for name, (help_line, abbreviated) in COMMANDS.items()}
 
 
 def usage_error(message: str) -> NoReturn:
     """A usage error said as `evalbeam`'s own (its usage line, then the message); status 2."""
-    parser().error(message)
+    top_parser()[0].error(message)
 
 
 def no_beam_flags(beam_args: list[str], args: argparse.Namespace | None = None) -> None:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from evalbeam.metrics import all_metrics
+from evalbeam.metrics.catalog import all_metrics
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

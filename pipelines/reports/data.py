@@ -13,8 +13,7 @@ from typing import Any
 
 
 from evalbeam.configs import DEFAULT_MAX_DEAD_LETTER_SHARE, EvalConfig
-from evalbeam.metrics.agent import PASSTHROUGH_FIELDS
-from evalbeam.metrics.registry import get_metric
+from evalbeam.metrics.rows.fields import PASSTHROUGH_FIELDS
 from evalbeam.pipelines.results import ResultsError, as_date
 
 def run_problems(tables: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -363,6 +362,8 @@ WORST_SHOWN = 5
 def metric_info(config_text: str | None) -> dict[str, dict[str, Any]]:
     """output name -> {direction, range (lo, hi) or None, threshold} from the config a run
     ran with and the registry (a config no longer valid here: nothing; charts use the data)."""
+    from evalbeam.metrics.catalog import get_metric  # start-up time: the metric modules only where a report is made
+
     try:
         config = EvalConfig.model_validate(json.loads(config_text or ""))
     except (ValueError, TypeError):

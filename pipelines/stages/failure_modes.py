@@ -6,7 +6,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from evalbeam.configs import ConfigError
-from evalbeam.metrics.failure_modes import TaxonomyError
+from evalbeam.metrics.taxonomy import TaxonomyError
 from evalbeam.pipelines.stages import Stage, parts
 from evalbeam.transforms.failure_modes import ClassifyFailures, taxonomy_of, taxonomy_row
 

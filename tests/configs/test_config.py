@@ -226,11 +226,11 @@ def test_labels_on_an_adk_input_are_refused_as_it_has_no_label_column(source):
 
 def test_importing_the_config_model_loads_no_beam_transform_or_metric():
     """The config model checks shape only: importing it loads neither Beam nor the transforms nor a
-    metric's implementation (issue 28); the registry imports the built-in metrics when first asked."""
+    metric's implementation (issue 28); metrics.catalog imports the built-in metrics, where a metric is looked up."""
     import subprocess
     import sys
 
-    metric_modules = ("evalbeam.metrics.builtin", "evalbeam.metrics.adk", "evalbeam.metrics.agent",
+    metric_modules = ("evalbeam.metrics.catalog", "evalbeam.metrics.adk", "evalbeam.metrics.passthrough",
                       "evalbeam.metrics.text", "evalbeam.metrics.tool_call", "evalbeam.metrics.trajectory",
                       "evalbeam.metrics.judge.adk_judges", "evalbeam.metrics.judge.library",
                       "evalbeam.metrics.judge.rubric_library")
@@ -238,7 +238,7 @@ def test_importing_the_config_model_loads_no_beam_transform_or_metric():
             "import evalbeam.configs\n"
             "loaded = [m for m in sys.modules if m.split('.')[0] == 'apache_beam'\n"
             "          or m.startswith(('evalbeam.transforms', 'evalbeam.pipelines')) or m in %r]\n"
-            "from evalbeam.metrics.registry import get_metric\n"
+            "from evalbeam.metrics.catalog import get_metric\n"
             "get_metric('exact_match')\n"
             "print(json.dumps([loaded, all(m in sys.modules for m in %r)]))\n" % (metric_modules, metric_modules))
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -160,7 +160,8 @@ def test_the_installed_package_is_what_gets_imported(installed):
         from importlib.metadata import files
         from evalbeam.metrics.judge.rubrics import BUILTIN_RUBRIC_METRICS
         from evalbeam.metrics.judge.templates import BUILTIN_TEMPLATES, builtin_templates
-        from evalbeam.metrics import all_metrics, sentence_bleu, text
+        from evalbeam.metrics import sentence_bleu, text
+        from evalbeam.metrics.catalog import all_metrics
         names = ("configs", "metrics", "metrics.judge", "metrics.judge.client", "pipelines", "pipelines.cli", "transforms")
         print(json.dumps({
             "installed": sorted(str(f) for f in files("evalbeam")),

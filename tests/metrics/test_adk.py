@@ -7,7 +7,7 @@ import random
 import pytest
 
 from evalbeam.configs import ConfigError, InputConfig, load_config
-from evalbeam.metrics import get_metric
+from evalbeam.metrics.catalog import get_metric
 from evalbeam.metrics.rows.adk_invocation import adk_invocation
 from evalbeam.metrics.rows.fields import InvalidField
 from evalbeam.metrics.rows.instance import RowSpec, build_instance

@@ -22,7 +22,8 @@ import subprocess
 import pytest
 
 from evalbeam.configs import MetricSpec
-from evalbeam.metrics.adk import CASE_STATUS, criterion_status, read_test_config
+from evalbeam.configs.adk_expansion import read_test_config
+from evalbeam.metrics.adk import CASE_STATUS, criterion_status
 from evalbeam.metrics.rows.instance import RowSpec, build_instance
 from tests.adk_cases import CONFIGS, camel, eval_set_result, eval_set_sets
 from tests.helpers import ROOT, evalbeam, table

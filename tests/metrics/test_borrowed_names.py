@@ -18,7 +18,8 @@ import subprocess
 
 import pytest
 
-from evalbeam.metrics.registry import _REFUSED, all_metrics, get_metric
+from evalbeam.metrics.catalog import all_metrics, get_metric
+from evalbeam.metrics.registry import _REFUSED
 from tests.helpers import ROOT
 
 ADK_PYTHON = ROOT / ".adk" / "bin" / "python"

@@ -9,19 +9,15 @@ import pytest
 
 from evalbeam.configs.failure_modes import FailureModesConfig
 from evalbeam.metrics.failure_modes import (
-    OTHER,
-    TASK_SUCCESS,
-    TOOL_USE,
     ModeCounts,
-    TaxonomyError,
     assigned_mode,
     classification_prompt,
     classification_schema,
     example_rank,
     instance_failure,
     rubric_failure,
-    taxonomy_from_yaml,
 )
+from evalbeam.metrics.taxonomy import OTHER, TASK_SUCCESS, TOOL_USE, TaxonomyError, taxonomy_from_yaml
 from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
 from evalbeam.metrics.statistics.summary import bootstrap_weight_matrix
 

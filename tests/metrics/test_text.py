@@ -4,7 +4,7 @@ import pytest
 import sacrebleu
 from rouge_score import rouge_scorer
 
-from evalbeam.metrics import get_metric
+from evalbeam.metrics.catalog import get_metric
 from evalbeam.metrics.text import ROUGE_TYPES, english_sentence_splitter
 from tests.conftest import text_pairs
 

@@ -2,7 +2,8 @@ import json
 
 import pytest
 
-from evalbeam.metrics import MetricError, get_metric
+from evalbeam.metrics import MetricError
+from evalbeam.metrics.catalog import get_metric
 
 
 def run(name, response, reference=None, **params):

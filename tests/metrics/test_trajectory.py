@@ -1,6 +1,6 @@
 import pytest
 
-from evalbeam.metrics import get_metric
+from evalbeam.metrics.catalog import get_metric
 from evalbeam.metrics.rows.calls import json_key
 from evalbeam.metrics.rows.trace import parse_turns
 

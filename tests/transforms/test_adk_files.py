@@ -486,7 +486,7 @@ def test_a_test_config_with_a_non_finite_threshold_is_refused_naming_it(tmp_path
     case, and evalbeam once dead-lettered every case with 'adk_case: holds a non-finite number'
     (the threshold column would hold NaN): the test_config.json is refused, naming the criterion."""
     from evalbeam.configs import validate_config
-    from evalbeam.metrics.adk import read_test_config
+    from evalbeam.configs.adk_expansion import read_test_config
     text = f'{{"criteria": {{"tool_trajectory_avg_score": {threshold}, "response_match_score": 0.5}}}}'
     with pytest.raises(ValueError, match=r"criteria\.tool_trajectory_avg_score: .*not a finite number"):
         read_test_config(text)

@@ -12,7 +12,7 @@ import yaml
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from evalbeam.configs import load_config
-from evalbeam.metrics.failure_modes import OTHER, TOOL_USE
+from evalbeam.metrics.taxonomy import OTHER, TOOL_USE
 from evalbeam.pipelines.evaluate import run
 from evalbeam.pipelines.plan import plan
 from tests.helpers import table
@@ -419,7 +419,7 @@ def test_the_example_config_classifies_every_failed_adk_criterion(tmp_path, api_
     """configs/failure_modes.yaml on the demo's agent conversations: one assignment per metric row
     that did not pass (failed ADK criteria), each agent case rendered with its tool calls; the
     counts reconcile with metric_results per metric and slice."""
-    from evalbeam.metrics.failure_modes import TOOL_USE
+    from evalbeam.metrics.taxonomy import TOOL_USE
 
     with JudgeServer() as server:
         config = load_config("configs/failure_modes.yaml", [f"judge.base_url={server.url}", "judge.hedge_share=0",

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from evalbeam.metrics.failure_modes import TOOL_USE
+from evalbeam.metrics.taxonomy import TOOL_USE
 from tests.helpers import evalbeam, table
 from tests.servers.judge_server import JudgeServer
 from tests.transforms.test_failure_modes import api_key, run_config, write_config  # noqa: F401 - a fixture

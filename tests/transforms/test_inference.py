@@ -283,7 +283,7 @@ def test_adk_agent_inference_with_a_real_llm_agent(tmp_path, monkeypatch):
     generateContent server, which answers with function calls."""
     import subprocess
 
-    from evalbeam.metrics import get_metric
+    from evalbeam.metrics.catalog import get_metric
     from evalbeam.metrics.rows.instance import RowSpec, build_instance
     from tests.servers.judge_server import JudgeServer
     from evalbeam.transforms.read import parse_file

@@ -302,7 +302,7 @@ def test_scores_from_an_adk_runs_traces_equal_adks_own_evaluators_on_its_session
     into conversations and scores the same expected turns: the scores are equal."""
     import subprocess
 
-    from evalbeam.metrics import get_metric
+    from evalbeam.metrics.catalog import get_metric
     from evalbeam.metrics.rows.instance import RowSpec, build_instance
     from tests.servers.judge_server import JudgeServer
 

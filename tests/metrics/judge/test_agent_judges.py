@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from evalbeam.configs import ConfigError, load_config
-from evalbeam.metrics.adk import judge_options
+from evalbeam.configs.adk_expansion import judge_options
 from evalbeam.metrics.judge.agent_views import units_of
 from evalbeam.metrics.judge.rubrics import (
     Rubric,
@@ -24,7 +24,8 @@ from evalbeam.metrics.judge.rubrics import (
     score_verdicts,
 )
 from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
-from evalbeam.metrics.registry import MetricError, get_metric
+from evalbeam.metrics.catalog import get_metric
+from evalbeam.metrics.registry import MetricError
 from evalbeam.pipelines.preflight import check_imports
 from tests.helpers import ROOT, evalbeam, table
 from tests.servers.judge_server import JudgeServer

@@ -22,7 +22,8 @@ from evalbeam.metrics.judge.rubrics import (
     score_verdicts,
 )
 from evalbeam.metrics.judge.templates import InvalidJudgment, parse_answer
-from evalbeam.metrics.registry import MetricError, get_metric
+from evalbeam.metrics.catalog import get_metric
+from evalbeam.metrics.registry import MetricError
 from tests.helpers import evalbeam, table
 from tests.servers.judge_server import Behaviour, JudgeServer
 

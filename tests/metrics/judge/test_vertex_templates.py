@@ -19,7 +19,7 @@ from vertexai.evaluation.prompt_template import PromptTemplate
 from google.cloud.aiplatform_v1.types import evaluation_service as gapic
 
 from evalbeam.metrics.judge.vertex_templates import VERTEX_METRICS, vertex_template
-from evalbeam.metrics.registry import get_metric
+from evalbeam.metrics.catalog import get_metric
 from tests.helpers import table
 from tests.helpers import evalbeam as run_evalbeam
 from tests.servers.judge_server import JudgeServer

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from evalbeam.metrics import get_metric
+from evalbeam.metrics.catalog import get_metric
 from evalbeam.metrics.rows.fields import InvalidField
 from evalbeam.metrics.rows.instance import RowSpec, build_instance
 from evalbeam.metrics.rows.otel import NO_CONTENT, case_record, conversation_of

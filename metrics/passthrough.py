@@ -1,9 +1,8 @@
-"""Agent performance values the service always reports: passed through as metrics."""
+"""Agent performance values the service always reports (metrics.rows.fields.PASSTHROUGH_FIELDS): each passed
+through as the metric of its name, of kind "agent" (as the output tables and `evalbeam metrics` name it)."""
 from __future__ import annotations
 
 from evalbeam.metrics.registry import register
-
-PASSTHROUGH_FIELDS = ("latency_in_seconds", "failure")
 
 
 @register(
