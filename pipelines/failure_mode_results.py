@@ -4,10 +4,11 @@ shrank between two runs that used the same taxonomy, with paired statistics over
 instances both runs hold). Printed by pipelines.reports.text."""
 from __future__ import annotations
 
-import math
 from typing import Any
 
+from evalbeam.metrics.statistics.compare import mcnemar_p
 from evalbeam.metrics.statistics.summary import OVERALL
+from evalbeam.pipelines.results import optional_rows
 
 
 
@@ -15,36 +16,17 @@ class TaxonomiesDiffer(ValueError):
     """Two runs whose failures were classified into different taxonomies: not compared."""
 
 
-def _rows(results, sql: str, params: dict[str, Any], tables: dict) -> list[dict[str, Any]]:
-    try:
-        return results.sql(sql, params, tables)
-    except Exception as e:  # noqa: BLE001 - a BigQuery dataset prepared before these tables existed has none
-        if type(e).__name__ == "NotFound":
-            return []
-        raise
-
-
 def failure_mode_rows(results, run_id: str) -> list[dict[str, Any]]:
-    return _rows(results, "SELECT * FROM {fm} ORDER BY metric, slice, count DESC, mode", {},
+    return optional_rows(results, "SELECT * FROM {fm} ORDER BY metric, slice, count DESC, mode", {},
                  {"fm": ("failure_modes", run_id)})
 
 
 def assignments(results, run_id: str) -> list[dict[str, Any]]:
-    return _rows(results, "SELECT * FROM {fa}", {}, {"fa": ("failure_assignments", run_id)})
-
-
-def _mcnemar(b: int, c: int) -> float | None:
-    """Exact two-sided McNemar p-value on the discordant pairs (b one way, c the other)."""
-    n = b + c
-    if n == 0:
-        return None
-    k = min(b, c)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
-    return min(1.0, 2 * tail)
+    return optional_rows(results, "SELECT * FROM {fa}", {}, {"fa": ("failure_assignments", run_id)})
 
 
 def taxonomy_rows(results, run_id: str) -> list[dict[str, Any]]:
-    return _rows(results, "SELECT * FROM {t}", {}, {"t": ("taxonomies", run_id)})
+    return optional_rows(results, "SELECT * FROM {t}", {}, {"t": ("taxonomies", run_id)})
 
 
 def classified_metrics(results, run_id: str, rows: list[dict[str, Any]] | None = None) -> list[str]:
@@ -93,14 +75,14 @@ def compare_failure_modes(results, base_id: str, run_id: str, alpha: float = 0.0
                                "Pin one taxonomy (a built-in, a file, or taxonomies_from) to compare modes")
     held = {}
     for which, rid in (("base", base_id), ("run", run_id)):
-        held[which] = {(r["metric"], r["instance_id"]) for r in _rows(
+        held[which] = {(r["metric"], r["instance_id"]) for r in optional_rows(
             results, "SELECT DISTINCT metric, instance_id FROM {mr}", {}, {"mr": ("metric_results", rid)})}
     paired = held["base"] & held["run"]
     if slice_columns is None:
         slice_columns = sorted({s.split("=", 1)[0] for s in (r["slice"] for r in run_rows + base_rows) if s != OVERALL})
     instance_slices = {}
     for rid in (base_id, run_id):  # an instance's slices: as its run's instances table has them
-        for i in _rows(results, "SELECT * FROM {i}", {}, {"i": ("instances", rid)}):
+        for i in optional_rows(results, "SELECT * FROM {i}", {}, {"i": ("instances", rid)}):
             instance_slices.setdefault(i["instance_id"], _slices(i, slice_columns))
     has_mode: dict[str, set] = {"base": set(), "run": set()}  # (metric, instance, mode)
     for which, rid in (("base", base_id), ("run", run_id)):
@@ -122,7 +104,7 @@ def compare_failure_modes(results, base_id: str, run_id: str, alpha: float = 0.0
         grew = sum((metric, i, mode) in has_mode["run"] and (metric, i, mode) not in has_mode["base"] for i in in_slice)
         shrank = sum((metric, i, mode) in has_mode["base"] and (metric, i, mode) not in has_mode["run"]
                      for i in in_slice)
-        p = _mcnemar(shrank, grew)
+        p = mcnemar_p(shrank, grew)
         base_share = base["share"] if base else None
         run_share = run["share"] if run else None
         out.append({

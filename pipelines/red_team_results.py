@@ -7,35 +7,28 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from evalbeam.metrics.statistics.compare import mcnemar_p
 from evalbeam.metrics.statistics.summary import OVERALL
+from evalbeam.pipelines.results import optional_rows
 
 ATTACK_SUCCESS = "attack_success"
 TARGET = ("family", "delivery", "tool", "path")
 
 
-def _rows(results, sql: str, params: dict[str, Any], tables: dict) -> list[dict[str, Any]]:
-    try:
-        return results.sql(sql, params, tables)
-    except Exception as e:  # noqa: BLE001 - a BigQuery dataset prepared before these tables existed has none
-        if type(e).__name__ == "NotFound":
-            return []
-        raise
-
-
 def attack_summary_rows(results, run_id: str) -> list[dict[str, Any]]:
-    return _rows(results, "SELECT * FROM {s} ORDER BY family, delivery, tool, path, slice", {},
+    return optional_rows(results, "SELECT * FROM {s} ORDER BY family, delivery, tool, path, slice", {},
                  {"s": ("attack_summary", run_id)})
 
 
 def attack_rows(results, run_id: str) -> list[dict[str, Any]]:
-    return _rows(results, "SELECT * FROM {a} ORDER BY family, delivery, tool, path", {}, {"a": ("attacks", run_id)})
+    return optional_rows(results, "SELECT * FROM {a} ORDER BY family, delivery, tool, path", {}, {"a": ("attacks", run_id)})
 
 
 def _instances(results, run_id: str, ids: list[str]) -> dict[str, dict[str, Any]]:
     if not ids:
         return {}
     params = {f"id{n}": i for n, i in enumerate(ids)}
-    rows = _rows(results, "SELECT * FROM {i} WHERE instance_id IN (" + ", ".join("{P}" + k for k in params) + ")",
+    rows = optional_rows(results, "SELECT * FROM {i} WHERE instance_id IN (" + ", ".join("{P}" + k for k in params) + ")",
                  params, {"i": ("instances", run_id)})
     return {r["instance_id"]: r for r in rows}
 
@@ -49,7 +42,7 @@ def attack_examples(results, run_id: str, rows: list[dict[str, Any]]) -> list[di
     verdicts = {}
     if ids:
         params = {f"id{n}": i for n, i in enumerate(ids)}
-        for v in _rows(results, "SELECT instance_id, score, explanation, error FROM {m} WHERE metric = '"
+        for v in optional_rows(results, "SELECT instance_id, score, explanation, error FROM {m} WHERE metric = '"
                        + ATTACK_SUCCESS + "' AND instance_id IN (" + ", ".join("{P}" + k for k in params) + ")",
                        params, {"m": ("metric_results", run_id)}):
             verdicts[v["instance_id"]] = v
@@ -65,7 +58,7 @@ def attack_examples(results, run_id: str, rows: list[dict[str, Any]]) -> list[di
 
 def _verdicts(results, run_id: str) -> dict[str, tuple[float, str]]:
     """attacked instance id -> (its attack_success score, its attack_id), for the runs with a verdict."""
-    return {r["instance_id"]: (r["score"], r["attack_id"]) for r in _rows(
+    return {r["instance_id"]: (r["score"], r["attack_id"]) for r in optional_rows(
         results, "SELECT instance_id, score, attack_id FROM {m} WHERE metric = '" + ATTACK_SUCCESS
         + "' AND score IS NOT NULL", {}, {"m": ("metric_results", run_id)})}
 
@@ -75,7 +68,6 @@ def compare_attacks(results, base_id: str, run_id: str, alpha: float = 0.05) -> 
     attacked runs both hold with a verdict (the same case, attack and run: the same instance id) how many
     the attack got through in the run only (grew_in) or the base only (shrank_in), with McNemar's exact
     p-value (a binomial test on the discordant pairs); `grew` / `shrank` when p < alpha."""
-    from scipy import stats  # start-up time: SciPy only where two runs' attacks are compared
 
     base_rows, run_rows = attack_summary_rows(results, base_id), attack_summary_rows(results, run_id)
     if not base_rows and not run_rows:
@@ -107,7 +99,7 @@ def compare_attacks(results, base_id: str, run_id: str, alpha: float = 0.05) -> 
     for key in sorted(keyed, key=lambda k: tuple("" if v is None else v for v in k)):
         base, run = keyed[key].get("base"), keyed[key].get("run")
         n, grew, shrank = changes.get(key, [0, 0, 0])
-        p = float(stats.binomtest(grew, grew + shrank, 0.5).pvalue) if grew + shrank else None
+        p = mcnemar_p(grew, shrank)
         base_rate = base["attack_success_rate"] if base else None
         rate = run["attack_success_rate"] if run else None
         out.append({

@@ -294,6 +294,17 @@ def read_rows(paths: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
+def optional_rows(results, sql: str, params: dict[str, Any], tables: dict) -> list[dict[str, Any]]:
+    """results.sql(SQL, ...), or [] where one of its tables is missing: a BigQuery dataset prepared before
+    the tables of a later feature (failure modes, red teaming) existed has none."""
+    try:
+        return results.sql(sql, params, tables)
+    except Exception as e:  # noqa: BLE001 - google.api_core's NotFound, not imported here (start-up time)
+        if type(e).__name__ == "NotFound":
+            return []
+        raise
+
+
 def run_comparisons(results, run_id: str) -> list[dict[str, Any]]:
     """The comparisons rows of a run, from where its results are."""
     location = location_of(results)

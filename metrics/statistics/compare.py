@@ -199,10 +199,7 @@ class PairedMoments:
         if self.binary:
             run_only = self.differences.get(1.0, 0)  # base 0, run 1
             base_only = self.differences.get(-1.0, 0)  # base 1, run 0
-            discordant = run_only + base_only
-            if discordant == 0:
-                return "mcnemar", 1.0
-            return "mcnemar", float(stats.binomtest(run_only, discordant, 0.5).pvalue)
+            return "mcnemar", mcnemar_p(run_only, base_only) if run_only + base_only else 1.0
         nonzero = {d: c for d, c in self.differences.items() if d != 0}
         if not nonzero:
             return "wilcoxon", 1.0
@@ -439,6 +436,16 @@ def _num(value: float | None) -> str:
 def _holm(row: dict[str, Any]) -> str:
     size = row.get("family_size")
     return f"p (Holm over {size} {'test' if size == 1 else 'tests'})" if size is not None else "p (Holm)"
+
+
+def mcnemar_p(one_way: int, other_way: int) -> float | None:
+    """McNemar's exact two-sided p-value on the discordant pairs (ONE_WAY changed one way, OTHER_WAY the
+    other): the binomial test of one_way of their sum at 1/2. None with no discordant pair. The one
+    McNemar of the package: the metrics', the failure modes' and the attacks' comparisons use it."""
+    from scipy import stats  # start-up time: SciPy only when a p-value is asked for
+
+    n = one_way + other_way
+    return float(stats.binomtest(one_way, n, 0.5).pvalue) if n else None
 
 
 def gate_reason(row: dict[str, Any]) -> str:

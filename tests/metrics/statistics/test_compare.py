@@ -8,6 +8,7 @@ import pytest
 from scipy import stats
 
 from evalbeam.metrics.statistics.compare import (Gate, PairedMoments, Tolerance, better_sign, detectable_difference,
+                                                 mcnemar_p,
                                                  explain, finish, holm, paired_needed, parse_tolerance)
 from evalbeam.metrics.statistics.summary import bootstrap_weights
 
@@ -227,3 +228,20 @@ def test_the_lost_instances_are_counted_apart_from_the_bases_own_errors():
     assert (s["error_in_either"], s["error_in_run"], s["only_in_base"], s["only_in_run"]) == (3, 2, 1, 1)
     merged = m.merge(m).statistics()
     assert (merged["error_in_either"], merged["error_in_run"]) == (6, 4)
+
+
+def test_the_one_mcnemar_is_the_exact_two_sided_binomial_sum_either_way_round():
+    """The metrics', failure modes' and attacks' comparisons share mcnemar_p: against the exact sum of
+    binomial terms no more likely than the observed split (at 1/2, twice the smaller tail, at most 1)."""
+    import math
+
+    assert mcnemar_p(0, 0) is None
+    for one_way in range(0, 30):
+        for other_way in range(0, 30):
+            n = one_way + other_way
+            if not n:
+                continue
+            tail = sum(math.comb(n, i) for i in range(min(one_way, other_way) + 1)) / 2 ** n
+            assert mcnemar_p(one_way, other_way) == pytest.approx(min(1.0, 2 * tail), rel=1e-9, abs=1e-15)
+            assert mcnemar_p(one_way, other_way) == mcnemar_p(other_way, one_way)
+    assert mcnemar_p(8, 0) == pytest.approx(2 / 2 ** 8)
