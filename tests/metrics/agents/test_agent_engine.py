@@ -57,7 +57,10 @@ def test_agent_engine_retries_never_resend_an_answered_turn(tmp_path, engine_env
     assert done["agent:two_turns"]["failure"] == 0, done["agent:two_turns"].get("inference_error")
     [(session, _)] = [k for k in engine.stats.turn_requests if k[1] == 1]
     assert engine.stats.turn_requests[(session, 1)] == 1 and engine.stats.turn_requests[(session, 2)] == 3
-    assert calls.stats.retries == 2 and calls.stats.rate_limited == 1 and waits[1] >= 2
+    # the rate limiter sleeps through the same `sleep` (the 429 slows its pace), so its waits can come between the
+    # retries' on a loaded machine: the 429's Retry-After (2 s) is waited in full
+    assert calls.stats.retries == 2 and calls.stats.rate_limited == 1
+    assert any(w >= 2 for w in waits), waits
     assert calls.limiter.rate_limited == 1  # the 429 slowed the shared limiter down
     assert [len(t["tool_calls"]) for t in done["agent:two_turns"]["invocations"]] == [1, 2]
 
